@@ -1,0 +1,96 @@
+/**
+ * The egress decision, as a value. A request is allowed only with the list of addresses that were
+ * checked, and the dialer connects to exactly those (pinning): the name is never resolved a second
+ * time, so a DNS server that answers differently on the next lookup (rebinding) gains nothing.
+ */
+import { classifyAddress } from './address-class.js';
+import { parseHostName } from './host-name.js';
+import type { Policy } from './policy.js';
+import type { Reason } from './reason.js';
+
+export interface Denial {
+  readonly allowed: false;
+  readonly reason: Reason;
+  readonly detail: string;
+  readonly host?: string;
+  readonly port?: number;
+  readonly addresses?: readonly string[];
+}
+
+export interface AllowedTarget {
+  readonly allowed: true;
+  readonly host: string;
+  readonly port: number;
+  /** The allowlist entry that matched. */
+  readonly rule: string;
+}
+
+export interface Allowed extends AllowedTarget {
+  /** Checked addresses, in the order to dial them. */
+  readonly addresses: readonly string[];
+  readonly pinnedBy: 'dns' | 'test_host';
+}
+
+export type Decision = Allowed | Denial;
+
+export type LookupOutcome =
+  | { readonly ok: true; readonly addresses: readonly string[] }
+  | { readonly ok: false; readonly reason: 'dns_failed' | 'dns_timeout'; readonly detail: string };
+
+/** Resolves A and AAAA for a name, once. Supplied by the caller (the proxy owns the sockets). */
+export type Lookup = (name: string) => Promise<LookupOutcome>;
+
+/** The checks that need no DNS: host syntax, literals, allowlist, port. */
+export function checkTarget(policy: Policy, rawHost: string, port: number): AllowedTarget | Denial {
+  const parsed = parseHostName(rawHost);
+  if (!parsed.ok) return { allowed: false, reason: parsed.reason, detail: parsed.detail, port };
+  const host = parsed.name;
+  const rule = policy.allowlist.match(host);
+  if (rule === undefined) {
+    return { allowed: false, reason: 'host_not_allowed', detail: `${host} is not on the allowlist`, host, port };
+  }
+  if (!policy.connectPorts.has(port)) {
+    return { allowed: false, reason: 'port_not_allowed', detail: `port ${port} is not an allowed port`, host, port };
+  }
+  return { allowed: true, host, port, rule };
+}
+
+/** Every address must be public unicast; one that is not denies the whole request. */
+export function checkAddresses(target: AllowedTarget, addresses: readonly string[]): Decision {
+  const unique = [...new Set(addresses)];
+  if (unique.length === 0) {
+    return { allowed: false, reason: 'dns_failed', detail: `${target.host} has no A or AAAA record`, host: target.host, port: target.port };
+  }
+  for (const address of unique) {
+    const verdict = classifyAddress(address);
+    if (!verdict.public) {
+      const via = verdict.via ? ` via ${verdict.via}` : '';
+      return {
+        allowed: false,
+        reason: 'address_not_allowed',
+        detail: `${target.host} resolves to ${address}, which is ${verdict.addressClass} (${verdict.range}${via})`,
+        host: target.host,
+        port: target.port,
+        addresses: unique,
+      };
+    }
+  }
+  return { ...target, addresses: unique, pinnedBy: 'dns' };
+}
+
+/** The whole decision for one request. Never throws: a failure while deciding is a denial. */
+export async function decide(policy: Policy, rawHost: string, port: number, lookup: Lookup): Promise<Decision> {
+  try {
+    const target = checkTarget(policy, rawHost, port);
+    if (!target.allowed) return target;
+    const pinned = policy.testHosts.get(target.host);
+    if (pinned !== undefined) return { ...target, addresses: pinned, pinnedBy: 'test_host' };
+    const outcome = await lookup(target.host);
+    if (!outcome.ok) {
+      return { allowed: false, reason: outcome.reason, detail: outcome.detail, host: target.host, port };
+    }
+    return checkAddresses(target, outcome.addresses);
+  } catch (err) {
+    return { allowed: false, reason: 'internal_error', detail: `decision failed: ${(err as Error).message}`, port };
+  }
+}

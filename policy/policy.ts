@@ -1,0 +1,79 @@
+/**
+ * The egress policy: what may be reached. Built once from a validated source (a policy file, or
+ * the environment of the egress image), then frozen and shared by every request.
+ */
+import ipaddr from 'ipaddr.js';
+import { compileAllowlist, parseHostPattern, type Allowlist, type HostPattern } from './host-pattern.js';
+import { parseHostName } from './host-name.js';
+
+export interface Policy {
+  /** The allowlist entries as written, normalised. */
+  readonly allowHosts: readonly string[];
+  readonly allowlist: Allowlist;
+  readonly connectPorts: ReadonlySet<number>;
+  /**
+   * Names pinned to addresses by tests (CAPYBARA_EGRESS_TEST_HOSTS): they skip DNS and the
+   * private-address check, and must still be on the allowlist.
+   */
+  readonly testHosts: ReadonlyMap<string, readonly string[]>;
+}
+
+export const DEFAULT_CONNECT_PORTS: readonly number[] = [443, 80];
+
+export interface PolicyInput {
+  readonly allowHosts: readonly string[];
+  readonly connectPorts?: readonly number[];
+  readonly testHosts?: Readonly<Record<string, string | readonly string[]>>;
+}
+
+/** One problem with a policy source: where it is and what is wrong. */
+export interface PolicyProblem {
+  readonly path: string;
+  readonly message: string;
+}
+
+export type PolicyBuild =
+  | { readonly ok: true; readonly policy: Policy }
+  | { readonly ok: false; readonly problems: readonly PolicyProblem[] };
+
+export function buildPolicy(input: PolicyInput): PolicyBuild {
+  const problems: PolicyProblem[] = [];
+  const patterns: HostPattern[] = [];
+  input.allowHosts.forEach((entry, i) => {
+    const parsed = parseHostPattern(entry.trim());
+    if (parsed.ok) patterns.push(parsed.pattern);
+    else problems.push({ path: `allowHosts[${i}]`, message: `"${entry}": ${parsed.problem}` });
+  });
+
+  const ports = input.connectPorts ?? DEFAULT_CONNECT_PORTS;
+  ports.forEach((port, i) => {
+    if (!Number.isInteger(port) || port < 1 || port > 65535) {
+      problems.push({ path: `connectPorts[${i}]`, message: `${String(port)} is not a port (1-65535)` });
+    }
+  });
+
+  const testHosts = new Map<string, readonly string[]>();
+  for (const [host, value] of Object.entries(input.testHosts ?? {})) {
+    const name = parseHostName(host);
+    const addresses = typeof value === 'string' ? [value] : [...value];
+    if (!name.ok) {
+      problems.push({ path: `testHosts.${host}`, message: `not a host name: ${name.detail}` });
+      continue;
+    }
+    const bad = addresses.find((a) => !ipaddr.isValid(a));
+    if (addresses.length === 0 || bad !== undefined) {
+      problems.push({ path: `testHosts.${host}`, message: `"${bad ?? ''}" is not an IP address` });
+      continue;
+    }
+    testHosts.set(name.name, addresses.map((a) => ipaddr.parse(a).toString()));
+  }
+
+  if (problems.length > 0) return { ok: false, problems };
+  const policy: Policy = {
+    allowHosts: Object.freeze(patterns.map((p) => p.entry)),
+    allowlist: compileAllowlist(patterns),
+    connectPorts: new Set(ports),
+    testHosts,
+  };
+  return { ok: true, policy: Object.freeze(policy) };
+}

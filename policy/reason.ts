@@ -1,0 +1,74 @@
+/**
+ * The one catalog of reasons the egress proxy gives for a refusal. Everything a client or an
+ * operator sees about a refusal derives from the code: the HTTP status, the `X-Egress-Reason`
+ * header, the `reason` log field and the sentence that says what would allow the request.
+ * Codes are a public contract (agents branch on them): add codes, never rename one.
+ */
+export const REASONS = {
+  host_not_allowed: {
+    status: 403,
+    advice: 'add the host name (or a *.parent wildcard) to allowHosts',
+  },
+  ip_literal: {
+    status: 403,
+    advice: 'address the host by a name on the allowlist; IP literals are never allowed',
+  },
+  malformed_host: {
+    status: 400,
+    advice: 'send an ASCII host name (punycode for international names) without userinfo, wildcards or escapes',
+  },
+  port_not_allowed: {
+    status: 403,
+    advice: 'add the port to connectPorts (or ALLOW_CONNECT_PORTS)',
+  },
+  address_not_allowed: {
+    status: 403,
+    advice: 'the name resolves to a non-public address; only public unicast destinations are reachable',
+  },
+  dns_failed: {
+    status: 502,
+    advice: 'the name did not resolve; check the spelling or the DNS servers of the proxy',
+  },
+  dns_timeout: {
+    status: 504,
+    advice: 'the DNS servers of the proxy did not answer in time; retry later',
+  },
+  connect_failed: {
+    status: 502,
+    advice: 'no checked address of the host accepted a connection; retry later',
+  },
+  bad_request: {
+    status: 400,
+    advice: 'send CONNECT host:port or an absolute http:// URL through the proxy',
+  },
+  sni_mismatch: {
+    status: 403,
+    advice: 'the TLS server name must equal the CONNECT host',
+  },
+  too_many_connections: {
+    status: 503,
+    advice: 'the proxy is at its connection limit; retry later',
+  },
+  client_limit: {
+    status: 429,
+    advice: 'this client has too many open connections; close some and retry',
+  },
+  header_timeout: {
+    status: 408,
+    advice: 'send the complete request head promptly',
+  },
+  headers_too_large: {
+    status: 431,
+    advice: 'send a smaller request head',
+  },
+  internal_error: {
+    status: 500,
+    advice: 'the proxy failed while deciding; the request was refused (fail closed); see the proxy log',
+  },
+} as const satisfies Record<string, { status: number; advice: string }>;
+
+export type Reason = keyof typeof REASONS;
+
+export function isReason(value: string): value is Reason {
+  return Object.hasOwn(REASONS, value);
+}
