@@ -1,0 +1,75 @@
+/**
+ * Dials a pinned destination: the checked addresses, in order, each with a connect timeout,
+ * moving to the next when one fails. Only the addresses handed in are ever dialed.
+ */
+import net from 'node:net';
+
+/** Opens a TCP connection; injectable so tests can observe or fake the network. */
+export type Connect = (address: string, port: number) => net.Socket;
+
+export const defaultConnect: Connect = (address, port) =>
+  net.connect({ host: address, port, allowHalfOpen: true, noDelay: true });
+
+export class DialError extends Error {
+  readonly code = 'connect_failed';
+  constructor(
+    message: string,
+    readonly attempts: readonly string[],
+    options?: ErrorOptions,
+  ) {
+    super(message, options);
+    this.name = 'DialError';
+  }
+}
+
+export interface Dialed {
+  readonly socket: net.Socket;
+  readonly address: string;
+  /** `address:port` of every attempt, in order, the successful one last. */
+  readonly attempts: readonly string[];
+}
+
+function endpoint(address: string, port: number): string {
+  return address.includes(':') ? `[${address}]:${port}` : `${address}:${port}`;
+}
+
+function attempt(connect: Connect, address: string, port: number, timeoutMs: number): Promise<net.Socket> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(address, port);
+    const timer = setTimeout(() => {
+      socket.destroy();
+      reject(new Error(`timed out after ${timeoutMs} ms`));
+    }, timeoutMs);
+    const onError = (err: Error): void => {
+      clearTimeout(timer);
+      socket.destroy();
+      reject(err);
+    };
+    socket.once('error', onError);
+    socket.once('connect', () => {
+      clearTimeout(timer);
+      socket.off('error', onError);
+      resolve(socket);
+    });
+  });
+}
+
+export async function dialPinned(
+  addresses: readonly string[],
+  port: number,
+  options: { connect: Connect; timeoutMs: number; isCancelled?: () => boolean },
+): Promise<Dialed> {
+  const attempts: string[] = [];
+  const failures: string[] = [];
+  for (const address of addresses) {
+    if (options.isCancelled?.()) break;
+    attempts.push(endpoint(address, port));
+    try {
+      const socket = await attempt(options.connect, address, port, options.timeoutMs);
+      return { socket, address, attempts };
+    } catch (err) {
+      failures.push(`${endpoint(address, port)}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+    }
+  }
+  throw new DialError(`no checked address accepted a connection (${failures.join('; ') || 'cancelled'})`, attempts);
+}

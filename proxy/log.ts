@@ -1,0 +1,40 @@
+/**
+ * Structured logging. One root pino logger per process; one child per client connection; one
+ * decision line per request and one close line per tunnel, with the field names below.
+ * Request and response bodies are never logged.
+ */
+import pino, { type DestinationStream, type Logger } from 'pino';
+
+/** Field names of the decision and close lines, shared so that every line spells them alike. */
+export const F = {
+  event: 'event',
+  decision: 'decision',
+  reason: 'reason',
+  detail: 'detail',
+  conn: 'conn',
+  client: 'client',
+  method: 'method',
+  host: 'host',
+  port: 'port',
+  rule: 'rule',
+  addresses: 'addresses',
+  pinnedBy: 'pinnedBy',
+  dialed: 'dialed',
+  upstream: 'upstream',
+  status: 'status',
+  decideMs: 'decideMs',
+  connectMs: 'connectMs',
+  durationMs: 'durationMs',
+  bytesUp: 'bytesUp',
+  bytesDown: 'bytesDown',
+  closedBy: 'closedBy',
+} as const;
+
+export type { Logger };
+
+export function createLogger(level: string, destination?: DestinationStream): Logger {
+  return pino(
+    { level, base: { service: 'capybara-egress' }, timestamp: pino.stdTimeFunctions.isoTime },
+    destination ?? pino.destination({ dest: 1, sync: false }),
+  );
+}

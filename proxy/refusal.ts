@@ -1,0 +1,74 @@
+/**
+ * Responses the proxy writes itself. Every one carries the status of its reason, the
+ * machine-readable `X-Egress-Reason` header and a one-line body naming the host, the reason and
+ * what would allow the request, so an agent can tell a policy block from a network failure.
+ */
+import { STATUS_CODES, type ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
+import { REASONS, type Reason } from '../policy/index.js';
+
+export const REASON_HEADER = 'X-Egress-Reason';
+
+const LINGER_MS = 5_000;
+
+export interface Refusal {
+  readonly reason: Reason;
+  readonly detail: string;
+  readonly host?: string | undefined;
+  readonly port?: number | undefined;
+  /** Seconds, for limit refusals. */
+  readonly retryAfter?: number | undefined;
+}
+
+/** Whether the reason is the network's fault rather than the policy's. */
+function isFailure(reason: Reason): boolean {
+  return REASONS[reason].status >= 500;
+}
+
+export function refusalBody(refusal: Refusal): string {
+  const target = refusal.host === undefined ? '' : ` ${refusal.host}${refusal.port === undefined ? '' : `:${refusal.port}`}`;
+  const verb = isFailure(refusal.reason) ? 'egress failed' : 'egress denied';
+  // Control characters never reach the body: details are built from validated names only, but
+  // a stray CR or LF here would split the response.
+  const detail = refusal.detail.replace(/[\x00-\x1f\x7f]/g, ' ');
+  return `${verb}${target}: ${refusal.reason}: ${detail}; ${REASONS[refusal.reason].advice}\n`;
+}
+
+function headers(refusal: Refusal, body: string): Record<string, string> {
+  const h: Record<string, string> = {
+    [REASON_HEADER]: refusal.reason,
+    'Content-Type': 'text/plain; charset=utf-8',
+    'Content-Length': String(Buffer.byteLength(body)),
+    Connection: 'close',
+  };
+  if (refusal.retryAfter !== undefined) h['Retry-After'] = String(refusal.retryAfter);
+  return h;
+}
+
+/** Writes a refusal on a raw socket (CONNECT, or before HTTP parsing) and closes it. */
+export function refuseSocket(socket: Socket, refusal: Refusal): void {
+  if (!socket.writable) {
+    socket.destroy();
+    return;
+  }
+  const status = REASONS[refusal.reason].status;
+  const body = refusalBody(refusal);
+  const lines = Object.entries(headers(refusal, body)).map(([k, v]) => `${k}: ${v}\r\n`);
+  socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\n${lines.join('')}\r\n${body}`);
+  // A client that never reads or never closes must not hold the socket open.
+  const linger = setTimeout(() => socket.destroy(), LINGER_MS);
+  linger.unref();
+  socket.once('close', () => clearTimeout(linger));
+}
+
+/** Writes a refusal as the response to a parsed plain-HTTP request. */
+export function refuseResponse(res: ServerResponse, refusal: Refusal): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const body = refusalBody(refusal);
+  res.shouldKeepAlive = false;
+  res.writeHead(REASONS[refusal.reason].status, headers(refusal, body));
+  res.end(body);
+}

@@ -1,0 +1,145 @@
+/**
+ * The egress proxy server: accepts client connections (within the connection limits), parses
+ * HTTP with Node's strict parser, and hands CONNECT to the tunnel and absolute-form requests to
+ * the forwarder. Malformed input of any kind is answered with a 4xx and the connection closed;
+ * nothing a client sends can crash the process.
+ */
+import http from 'node:http';
+import net, { type AddressInfo } from 'node:net';
+import type { Lookup, Policy } from '../policy/index.js';
+import { attachConnection, DEFAULT_LIMITS, type ProxyContext, type ProxyLimits } from './context.js';
+import { defaultConnect, type Connect } from './dial.js';
+import { createForwarder } from './forward.js';
+import { F, type Logger } from './log.js';
+import { refuseSocket, type Refusal } from './refusal.js';
+import { handleConnect } from './tunnel.js';
+import { UpstreamAgents } from './upstream-agents.js';
+
+export interface EgressProxyOptions {
+  readonly policy: Policy;
+  readonly lookup: Lookup;
+  readonly logger: Logger;
+  readonly limits?: Partial<ProxyLimits>;
+  /** Opens upstream TCP connections; tests inject one to observe dials. */
+  readonly connect?: Connect;
+}
+
+export interface EgressProxy {
+  listen(host: string, port: number): Promise<AddressInfo>;
+  /** Stops accepting, then closes every open connection and tunnel. */
+  close(): Promise<void>;
+  /** Replaces the policy for new requests; open tunnels are left alone. */
+  setPolicy(policy: Policy): void;
+  readonly openConnections: number;
+}
+
+function clientError(err: NodeJS.ErrnoException): Refusal {
+  switch (err.code) {
+    case 'HPE_HEADER_OVERFLOW':
+      return { reason: 'headers_too_large', detail: 'the request head is too large' };
+    case 'ERR_HTTP_REQUEST_TIMEOUT':
+      return { reason: 'header_timeout', detail: 'the request head did not arrive in time' };
+    default:
+      return { reason: 'bad_request', detail: `malformed request (${err.code ?? 'parse error'})` };
+  }
+}
+
+export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
+  const limits: ProxyLimits = Object.freeze({ ...DEFAULT_LIMITS, ...options.limits });
+  const log = options.logger;
+  let policy = options.policy;
+  const connect = options.connect ?? defaultConnect;
+  const agents = new UpstreamAgents({ connect, connectTimeoutMs: limits.connectTimeoutMs, idleTimeoutMs: limits.idleTimeoutMs, maxPools: 1024 });
+  const ctx: ProxyContext = { policy: () => policy, lookup: options.lookup, limits, connect, agents };
+
+  const httpServer = http.createServer({
+    maxHeaderSize: limits.maxHeaderBytes,
+    headersTimeout: limits.headerTimeoutMs,
+    requestTimeout: 0,
+    connectionsCheckingInterval: Math.min(1_000, limits.headerTimeoutMs),
+    keepAliveTimeout: 5_000,
+    noDelay: true,
+  });
+  httpServer.timeout = limits.idleTimeoutMs;
+  const forward = createForwarder(ctx, log);
+
+  const failClosed = (what: string, err: unknown, fallback: () => void): void => {
+    log.error({ err, [F.event]: what }, 'handler failed; connection refused');
+    fallback();
+  };
+  httpServer.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
+    forward(req, res).catch((err: unknown) =>
+      failClosed('request', err, () => res.headersSent ? res.destroy() : res.writeHead(500, { 'X-Egress-Reason': 'internal_error', Connection: 'close' }).end('egress failed: internal_error\n')),
+    );
+  });
+  httpServer.on('connect', (req: http.IncomingMessage, socket: net.Socket, head: Buffer) => {
+    handleConnect(ctx, log, req, socket, head).catch((err: unknown) =>
+      failClosed('connect', err, () => refuseSocket(socket, { reason: 'internal_error', detail: 'the proxy failed while deciding' })),
+    );
+  });
+  httpServer.on('clientError', (err: NodeJS.ErrnoException, socket: net.Socket) => {
+    const refusal = clientError(err);
+    log.info({ [F.event]: 'decision', [F.decision]: 'deny', [F.reason]: refusal.reason, [F.detail]: refusal.detail });
+    refuseSocket(socket, refusal);
+  });
+
+  // Connection limits are applied before HTTP parsing, so a flood of idle sockets costs no parser.
+  const perClient = new Map<string, number>();
+  let open = 0;
+  let nextId = 1;
+  const sockets = new Set<net.Socket>();
+  const netServer = net.createServer({ allowHalfOpen: true, noDelay: true }, (socket) => {
+    const clientIp = socket.remoteAddress ?? 'unknown';
+    const client = `${clientIp}:${socket.remotePort ?? 0}`;
+    socket.on('error', () => socket.destroy());
+    const fromClient = perClient.get(clientIp) ?? 0;
+    if (open >= limits.maxConnections || fromClient >= limits.maxConnectionsPerClient) {
+      const refusal: Refusal =
+        open >= limits.maxConnections
+          ? { reason: 'too_many_connections', detail: `${open} connections are open`, retryAfter: 1 }
+          : { reason: 'client_limit', detail: `${fromClient} connections are open from ${clientIp}`, retryAfter: 1 };
+      log.warn({ [F.event]: 'decision', [F.decision]: 'deny', [F.client]: client, [F.reason]: refusal.reason, [F.detail]: refusal.detail });
+      refuseSocket(socket, refusal);
+      return;
+    }
+    open += 1;
+    perClient.set(clientIp, fromClient + 1);
+    sockets.add(socket);
+    socket.once('close', () => {
+      open -= 1;
+      sockets.delete(socket);
+      const left = (perClient.get(clientIp) ?? 1) - 1;
+      if (left === 0) perClient.delete(clientIp);
+      else perClient.set(clientIp, left);
+    });
+    const id = nextId++;
+    attachConnection(socket, { id, client, clientIp, log: log.child({ [F.conn]: id, [F.client]: client }) });
+    httpServer.emit('connection', socket);
+  });
+
+  return {
+    listen(host, port) {
+      return new Promise((resolve, reject) => {
+        netServer.once('error', reject);
+        netServer.listen({ host, port }, () => {
+          netServer.off('error', reject);
+          resolve(netServer.address() as AddressInfo);
+        });
+      });
+    },
+    close() {
+      return new Promise((resolve) => {
+        netServer.close(() => resolve());
+        httpServer.closeAllConnections();
+        for (const socket of sockets) socket.destroy();
+        agents.destroy();
+      });
+    },
+    setPolicy(next) {
+      policy = next;
+    },
+    get openConnections() {
+      return open;
+    },
+  };
+}

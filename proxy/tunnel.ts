@@ -1,0 +1,137 @@
+/**
+ * CONNECT: decide on the authority, dial the pinned addresses, then splice raw bytes both ways.
+ * The Host header of a CONNECT request is ignored: only the request-target is decided on and
+ * dialed. Half-closes are passed on (each direction ends on its own); an error on either side
+ * tears down both.
+ */
+import type { IncomingMessage } from 'node:http';
+import type { Socket } from 'node:net';
+import { performance } from 'node:perf_hooks';
+import { decide } from '../policy/index.js';
+import { connectionOf, type ProxyContext } from './context.js';
+import { dialPinned, DialError } from './dial.js';
+import { F, type Logger } from './log.js';
+import { refuseSocket, type Refusal } from './refusal.js';
+import { parseConnectTarget } from './authority.js';
+
+const ESTABLISHED = 'HTTP/1.1 200 Connection Established\r\n\r\n';
+
+function ms(since: number): number {
+  return Math.round((performance.now() - since) * 1000) / 1000;
+}
+
+function deny(log: Logger, socket: Socket, refusal: Refusal, fields: Record<string, unknown>): void {
+  log.info({ [F.event]: 'decision', [F.decision]: 'deny', [F.method]: 'CONNECT', [F.reason]: refusal.reason, [F.detail]: refusal.detail, [F.host]: refusal.host, [F.port]: refusal.port, ...fields });
+  refuseSocket(socket, refusal);
+}
+
+export async function handleConnect(ctx: ProxyContext, root: Logger, req: IncomingMessage, client: Socket, head: Buffer): Promise<void> {
+  const started = performance.now();
+  const { log } = connectionOf(client, root);
+  client.on('error', () => client.destroy()); // reported by the close line; never crashes the process
+
+  const target = parseConnectTarget(req.url ?? '');
+  if (!target.ok) return deny(log, client, { reason: target.reason, detail: target.detail }, {});
+
+  const decision = await decide(ctx.policy(), target.host, target.port, ctx.lookup);
+  const decideMs = ms(started);
+  if (!decision.allowed) {
+    const level = decision.reason === 'internal_error' ? 'error' : 'info';
+    if (level === 'error') log.error({ [F.reason]: decision.reason, [F.detail]: decision.detail }, 'decision failed');
+    return deny(log, client, decision, { [F.addresses]: decision.addresses, [F.decideMs]: decideMs });
+  }
+  if (client.destroyed) return;
+
+  const dialStarted = performance.now();
+  let upstream: Socket;
+  let dialed: readonly string[];
+  try {
+    const result = await dialPinned(decision.addresses, decision.port, {
+      connect: ctx.connect,
+      timeoutMs: ctx.limits.connectTimeoutMs,
+      isCancelled: () => client.destroyed,
+    });
+    upstream = result.socket;
+    dialed = result.attempts;
+  } catch (err) {
+    const attempts = err instanceof DialError ? err.attempts : [];
+    return deny(
+      log,
+      client,
+      { reason: 'connect_failed', detail: (err as Error).message, host: decision.host, port: decision.port },
+      { [F.addresses]: decision.addresses, [F.dialed]: attempts, [F.decideMs]: decideMs, [F.connectMs]: ms(dialStarted) },
+    );
+  }
+  if (client.destroyed) {
+    upstream.destroy();
+    return;
+  }
+
+  log.info({
+    [F.event]: 'decision',
+    [F.decision]: 'allow',
+    [F.method]: 'CONNECT',
+    [F.host]: decision.host,
+    [F.port]: decision.port,
+    [F.rule]: decision.rule,
+    [F.pinnedBy]: decision.pinnedBy,
+    [F.addresses]: decision.addresses,
+    [F.dialed]: dialed,
+    [F.decideMs]: decideMs,
+    [F.connectMs]: ms(dialStarted),
+  });
+  client.write(ESTABLISHED);
+  if (head.length > 0) upstream.write(head);
+  splice(ctx, log, client, upstream, { host: decision.host, port: decision.port, started });
+}
+
+function splice(ctx: ProxyContext, log: Logger, client: Socket, upstream: Socket, meta: { host: string; port: number; started: number }): void {
+  let closedBy: string | undefined;
+  let open = 2;
+  const teardown = (by: string) => (err?: Error) => {
+    closedBy ??= err ? `${by}_error` : by;
+    client.destroy();
+    upstream.destroy();
+  };
+  const onClose = (): void => {
+    open -= 1;
+    if (open > 0) return;
+    clearTimeout(lifetime);
+    log.info({
+      [F.event]: 'tunnel_closed',
+      [F.host]: meta.host,
+      [F.port]: meta.port,
+      [F.bytesUp]: upstream.bytesWritten,
+      [F.bytesDown]: upstream.bytesRead,
+      [F.durationMs]: ms(meta.started),
+      [F.closedBy]: closedBy ?? 'both',
+    });
+  };
+  client.removeAllListeners('error');
+  client.on('error', teardown('client'));
+  upstream.on('error', teardown('upstream'));
+  client.once('close', onClose);
+  upstream.once('close', onClose);
+  // A full close of one side (both directions done) ends the other once its writes are flushed.
+  client.once('close', () => upstream.end());
+  upstream.once('close', () => client.end());
+
+  // Socket timeouts count traffic either way, so each side's timer sees the whole tunnel;
+  // the upstream's also covers the flush after the client has gone.
+  const idle = (): void => {
+    closedBy ??= 'idle_timeout';
+    teardown('idle')();
+  };
+  client.setTimeout(ctx.limits.idleTimeoutMs, idle);
+  upstream.setTimeout(ctx.limits.idleTimeoutMs, idle);
+  const lifetime =
+    ctx.limits.maxTunnelMs > 0
+      ? setTimeout(() => {
+          closedBy ??= 'max_lifetime';
+          teardown('lifetime')();
+        }, ctx.limits.maxTunnelMs)
+      : undefined;
+
+  client.pipe(upstream);
+  upstream.pipe(client);
+}
