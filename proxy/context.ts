@@ -3,6 +3,7 @@ import type { Socket } from 'node:net';
 import type { Lookup, Policy } from '../policy/index.js';
 import type { Connect } from './dial.js';
 import type { Logger } from './log.js';
+import type { ProxyObserver } from './metrics.js';
 import type { UpstreamAgents } from './upstream-agents.js';
 
 export interface ProxyLimits {
@@ -39,6 +40,7 @@ export interface ProxyContext {
   readonly limits: ProxyLimits;
   readonly connect: Connect;
   readonly agents: UpstreamAgents;
+  readonly observer: ProxyObserver;
 }
 
 /** Per-client-connection facts, attached when the connection is accepted. */

@@ -7,7 +7,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import httpProxy from 'http-proxy';
-import { decide, parseHostName } from '../policy/index.js';
+import { decide } from '../policy/index.js';
 import { parseAbsoluteUrl } from './authority.js';
 import { connectionOf, type ProxyContext } from './context.js';
 import { DialError } from './dial.js';
@@ -37,6 +37,12 @@ function countHost(raw: readonly string[]): number {
   return n;
 }
 
+/** Compares two hosts as a resolver would read them: case and one trailing dot do not matter. */
+function sameHost(a: string, b: string): boolean {
+  const norm = (h: string): string => (h.endsWith('.') ? h.slice(0, -1) : h).toLowerCase();
+  return norm(a) === norm(b);
+}
+
 function ms(since: number): number {
   return Math.round((performance.now() - since) * 1000) / 1000;
 }
@@ -48,6 +54,7 @@ export function createForwarder(ctx: ProxyContext, root: Logger) {
   proxy.on('error', () => undefined);
 
   function deny(log: Logger, req: IncomingMessage, res: ServerResponse, refusal: Refusal, fields: Record<string, unknown> = {}): void {
+    ctx.observer.decision('deny', refusal.reason);
     log.info({ [F.event]: 'decision', [F.decision]: 'deny', [F.method]: req.method, [F.reason]: refusal.reason, [F.detail]: refusal.detail, [F.host]: refusal.host, [F.port]: refusal.port, ...fields });
     refuseResponse(res, refusal);
   }
@@ -72,9 +79,7 @@ export function createForwarder(ctx: ProxyContext, root: Logger) {
     const hostHeader = req.headers.host;
     if (hostHeader !== undefined) {
       const fromHeader = parseAbsoluteUrl(`http://${hostHeader}/`);
-      const a = fromHeader.ok ? parseHostName(fromHeader.host) : undefined;
-      const b = parseHostName(target.host);
-      const same = fromHeader.ok && a?.ok && b.ok && a.name === b.name && fromHeader.port === target.port;
+      const same = fromHeader.ok && sameHost(fromHeader.host, target.host) && fromHeader.port === target.port;
       if (!same) return deny(log, req, res, { reason: 'bad_request', detail: 'the Host header does not name the host and port of the URL' });
     }
 
@@ -88,6 +93,7 @@ export function createForwarder(ctx: ProxyContext, root: Logger) {
 
     stripHopByHop(req.headers);
     const agent = ctx.agents.forRequest(decision.host, decision.port, decision.addresses, target.path);
+    ctx.observer.decision('allow', 'allowed');
     res.once('finish', () => {
       log.info({
         [F.event]: 'decision',

@@ -6,12 +6,15 @@
  */
 import http from 'node:http';
 import net, { type AddressInfo } from 'node:net';
+import { performance } from 'node:perf_hooks';
+import type { Registry } from 'prom-client';
 import type { Lookup, Policy } from '../policy/index.js';
 import { attachConnection, DEFAULT_LIMITS, type ProxyContext, type ProxyLimits } from './context.js';
 import { defaultConnect, type Connect } from './dial.js';
 import { createForwarder } from './forward.js';
 import { F, type Logger } from './log.js';
 import { refuseSocket, type Refusal } from './refusal.js';
+import { createProxyMetrics } from './metrics.js';
 import { handleConnect } from './tunnel.js';
 import { UpstreamAgents } from './upstream-agents.js';
 
@@ -31,6 +34,8 @@ export interface EgressProxy {
   /** Replaces the policy for new requests; open tunnels are left alone. */
   setPolicy(policy: Policy): void;
   readonly openConnections: number;
+  /** Prometheus registry of this proxy's metrics. */
+  readonly metrics: Registry;
 }
 
 function clientError(err: NodeJS.ErrnoException): Refusal {
@@ -49,8 +54,16 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   const log = options.logger;
   let policy = options.policy;
   const connect = options.connect ?? defaultConnect;
+  const metrics = createProxyMetrics();
+  const observer = metrics.observer;
   const agents = new UpstreamAgents({ connect, connectTimeoutMs: limits.connectTimeoutMs, idleTimeoutMs: limits.idleTimeoutMs, maxPools: 1024 });
-  const ctx: ProxyContext = { policy: () => policy, lookup: options.lookup, limits, connect, agents };
+  const lookup: Lookup = async (name) => {
+    const t = performance.now();
+    const outcome = await options.lookup(name);
+    observer.dnsLookup((performance.now() - t) / 1000, outcome.ok ? 'ok' : outcome.reason);
+    return outcome;
+  };
+  const ctx: ProxyContext = { policy: () => policy, lookup, limits, connect, agents, observer };
 
   const httpServer = http.createServer({
     maxHeaderSize: limits.maxHeaderBytes,
@@ -79,6 +92,7 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   });
   httpServer.on('clientError', (err: NodeJS.ErrnoException, socket: net.Socket) => {
     const refusal = clientError(err);
+    observer.decision('deny', refusal.reason);
     log.info({ [F.event]: 'decision', [F.decision]: 'deny', [F.reason]: refusal.reason, [F.detail]: refusal.detail });
     refuseSocket(socket, refusal);
   });
@@ -98,6 +112,7 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
         open >= limits.maxConnections
           ? { reason: 'too_many_connections', detail: `${open} connections are open`, retryAfter: 1 }
           : { reason: 'client_limit', detail: `${fromClient} connections are open from ${clientIp}`, retryAfter: 1 };
+      observer.decision('deny', refusal.reason);
       log.warn({ [F.event]: 'decision', [F.decision]: 'deny', [F.client]: client, [F.reason]: refusal.reason, [F.detail]: refusal.detail });
       refuseSocket(socket, refusal);
       return;
@@ -141,5 +156,6 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     get openConnections() {
       return open;
     },
+    metrics: metrics.registry,
   };
 }

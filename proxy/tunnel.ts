@@ -20,7 +20,8 @@ function ms(since: number): number {
   return Math.round((performance.now() - since) * 1000) / 1000;
 }
 
-function deny(log: Logger, socket: Socket, refusal: Refusal, fields: Record<string, unknown>): void {
+function deny(ctx: ProxyContext, log: Logger, socket: Socket, refusal: Refusal, fields: Record<string, unknown>): void {
+  ctx.observer.decision('deny', refusal.reason);
   log.info({ [F.event]: 'decision', [F.decision]: 'deny', [F.method]: 'CONNECT', [F.reason]: refusal.reason, [F.detail]: refusal.detail, [F.host]: refusal.host, [F.port]: refusal.port, ...fields });
   refuseSocket(socket, refusal);
 }
@@ -31,14 +32,14 @@ export async function handleConnect(ctx: ProxyContext, root: Logger, req: Incomi
   client.on('error', () => client.destroy()); // reported by the close line; never crashes the process
 
   const target = parseConnectTarget(req.url ?? '');
-  if (!target.ok) return deny(log, client, { reason: target.reason, detail: target.detail }, {});
+  if (!target.ok) return deny(ctx, log, client, { reason: target.reason, detail: target.detail }, {});
 
   const decision = await decide(ctx.policy(), target.host, target.port, ctx.lookup);
   const decideMs = ms(started);
   if (!decision.allowed) {
     const level = decision.reason === 'internal_error' ? 'error' : 'info';
     if (level === 'error') log.error({ [F.reason]: decision.reason, [F.detail]: decision.detail }, 'decision failed');
-    return deny(log, client, decision, { [F.addresses]: decision.addresses, [F.decideMs]: decideMs });
+    return deny(ctx, log, client, decision, { [F.addresses]: decision.addresses, [F.decideMs]: decideMs });
   }
   if (client.destroyed) return;
 
@@ -55,7 +56,9 @@ export async function handleConnect(ctx: ProxyContext, root: Logger, req: Incomi
     dialed = result.attempts;
   } catch (err) {
     const attempts = err instanceof DialError ? err.attempts : [];
+    ctx.observer.connect(ms(dialStarted) / 1000, false);
     return deny(
+      ctx,
       log,
       client,
       { reason: 'connect_failed', detail: (err as Error).message, host: decision.host, port: decision.port },
@@ -67,6 +70,10 @@ export async function handleConnect(ctx: ProxyContext, root: Logger, req: Incomi
     return;
   }
 
+  const connectMs = ms(dialStarted);
+  ctx.observer.connect(connectMs / 1000, true);
+  ctx.observer.decision('allow', 'allowed');
+  ctx.observer.tunnelOpened();
   log.info({
     [F.event]: 'decision',
     [F.decision]: 'allow',
@@ -78,7 +85,7 @@ export async function handleConnect(ctx: ProxyContext, root: Logger, req: Incomi
     [F.addresses]: decision.addresses,
     [F.dialed]: dialed,
     [F.decideMs]: decideMs,
-    [F.connectMs]: ms(dialStarted),
+    [F.connectMs]: connectMs,
   });
   client.write(ESTABLISHED);
   if (head.length > 0) upstream.write(head);
@@ -97,6 +104,7 @@ function splice(ctx: ProxyContext, log: Logger, client: Socket, upstream: Socket
     open -= 1;
     if (open > 0) return;
     clearTimeout(lifetime);
+    ctx.observer.tunnelClosed(upstream.bytesWritten, upstream.bytesRead);
     log.info({
       [F.event]: 'tunnel_closed',
       [F.host]: meta.host,

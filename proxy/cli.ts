@@ -1,0 +1,104 @@
+#!/usr/bin/env node
+/**
+ * `capybara-egress`: runs the egress proxy. Exits non-zero with a clear message on any
+ * configuration or policy problem at start-up (fail closed). SIGHUP, or a change of the policy
+ * file, re-reads the policy: a valid one applies to new requests, an invalid one is logged and the
+ * old policy stays.
+ */
+import { readFileSync, watch, type FSWatcher } from 'node:fs';
+import { ConfigError, loadPolicy, parseConfig, usage, type ProxyConfig } from './config.js';
+import { createLookup } from './dns.js';
+import { createLogger, type Logger } from './log.js';
+import { createEgressProxy, type EgressProxy } from './server.js';
+import { startMetricsServer } from './metrics.js';
+
+const read = (path: string): string => readFileSync(path, 'utf8');
+
+function watchPolicy(config: ProxyConfig, log: Logger, reload: (why: string) => void): FSWatcher | undefined {
+  if (config.policySource.kind !== 'file') return undefined;
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    // Editors replace files by rename; watching the file and debouncing catches both kinds.
+    const watcher = watch(config.policySource.path, { persistent: false }, () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => reload('file changed'), 200);
+    });
+    watcher.on('error', (err) => log.warn({ err }, 'policy file watch stopped; SIGHUP still reloads'));
+    return watcher;
+  } catch (err) {
+    log.warn({ err }, 'cannot watch the policy file; SIGHUP still reloads');
+    return undefined;
+  }
+}
+
+async function main(): Promise<number> {
+  let config: ProxyConfig | undefined;
+  try {
+    config = parseConfig(process.argv.slice(2), process.env);
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`capybara-egress: ${err.message}\n`);
+      return 2;
+    }
+    throw err;
+  }
+  if (config === undefined) {
+    process.stdout.write(`${usage()}\n`);
+    return 0;
+  }
+
+  let policy;
+  try {
+    policy = loadPolicy(config, read);
+  } catch (err) {
+    process.stderr.write(`capybara-egress: ${(err as Error).message}\n`);
+    return 2;
+  }
+
+  const log = createLogger(config.logLevel);
+  const proxy: EgressProxy = createEgressProxy({
+    policy,
+    lookup: createLookup({ servers: config.dnsServers, timeoutMs: config.limits.dnsTimeoutMs }),
+    logger: log,
+    limits: config.limits,
+  });
+  const cfg = config;
+  const reload = (why: string): void => {
+    try {
+      const next = loadPolicy(cfg, read);
+      proxy.setPolicy(next);
+      log.info({ event: 'policy_reloaded', why, allowHosts: next.allowHosts.length }, 'policy reloaded');
+    } catch (err) {
+      log.error({ event: 'policy_reload_failed', why, err: (err as Error).message }, 'policy reload failed; the previous policy stays in force');
+    }
+  };
+
+  const address = await proxy.listen(config.listen.host, config.listen.port);
+  const metrics = config.metricsListen ? await startMetricsServer(config.metricsListen, proxy.metrics) : undefined;
+  const watcher = watchPolicy(config, log, reload);
+  process.on('SIGHUP', () => reload('SIGHUP'));
+  log.info({ event: 'listening', address: `${address.address}:${address.port}`, allowHosts: policy.allowHosts.length, metrics: metrics?.address }, 'egress proxy listening');
+
+  await new Promise<void>((resolve) => {
+    const stop = (signal: string): void => {
+      log.info({ event: 'stopping', signal }, 'egress proxy stopping');
+      resolve();
+    };
+    process.once('SIGTERM', stop);
+    process.once('SIGINT', stop);
+  });
+  watcher?.close();
+  await Promise.all([proxy.close(), metrics?.close()]);
+  log.flush();
+  return 0;
+}
+
+main().then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (err: unknown) => {
+    process.stderr.write(`capybara-egress: fatal: ${(err as Error).stack ?? String(err)}\n`);
+    process.exitCode = 1;
+  },
+);

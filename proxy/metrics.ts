@@ -1,0 +1,80 @@
+/**
+ * Prometheus metrics (prom-client), on a listener of their own so that the proxy port never
+ * serves them to workloads: decisions by outcome and reason, open tunnels, bytes each way, and
+ * DNS and connect latency.
+ */
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { Endpoint } from './config.js';
+
+/** What the proxy reports as it works; the metrics below are one implementation. */
+export interface ProxyObserver {
+  decision(outcome: 'allow' | 'deny', reason: string): void;
+  tunnelOpened(): void;
+  tunnelClosed(bytesUp: number, bytesDown: number): void;
+  httpBytes(bytesUp: number, bytesDown: number): void;
+  dnsLookup(seconds: number, outcome: string): void;
+  connect(seconds: number, ok: boolean): void;
+}
+
+const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+
+export interface ProxyMetrics {
+  readonly registry: Registry;
+  readonly observer: ProxyObserver;
+}
+
+export function createProxyMetrics(): ProxyMetrics {
+  const registry = new Registry();
+  const decisions = new Counter({ name: 'egress_decisions_total', help: 'Decisions by outcome and reason', labelNames: ['outcome', 'reason'] as const, registers: [registry] });
+  const tunnels = new Gauge({ name: 'egress_open_tunnels', help: 'CONNECT tunnels open now', registers: [registry] });
+  const bytes = new Counter({ name: 'egress_bytes_total', help: 'Bytes relayed, by direction (up: client to upstream)', labelNames: ['direction', 'kind'] as const, registers: [registry] });
+  const dns = new Histogram({ name: 'egress_dns_seconds', help: 'DNS lookup latency', labelNames: ['outcome'] as const, buckets: LATENCY_BUCKETS, registers: [registry] });
+  const connect = new Histogram({ name: 'egress_connect_seconds', help: 'Upstream connect latency (all attempts of one request)', labelNames: ['outcome'] as const, buckets: LATENCY_BUCKETS, registers: [registry] });
+  return {
+    registry,
+    observer: {
+      decision: (outcome, reason) => decisions.inc({ outcome, reason }),
+      tunnelOpened: () => tunnels.inc(),
+      tunnelClosed: (up, down) => {
+        tunnels.dec();
+        bytes.inc({ direction: 'up', kind: 'tunnel' }, up);
+        bytes.inc({ direction: 'down', kind: 'tunnel' }, down);
+      },
+      httpBytes: (up, down) => {
+        bytes.inc({ direction: 'up', kind: 'http' }, up);
+        bytes.inc({ direction: 'down', kind: 'http' }, down);
+      },
+      dnsLookup: (seconds, outcome) => dns.observe({ outcome }, seconds),
+      connect: (seconds, ok) => connect.observe({ outcome: ok ? 'ok' : 'failed' }, seconds),
+    },
+  };
+}
+
+export interface MetricsServer {
+  readonly address: string;
+  close(): Promise<void>;
+}
+
+export async function startMetricsServer(endpoint: Endpoint, registry: Registry): Promise<MetricsServer> {
+  const server = http.createServer((req, res) => {
+    if (req.method === 'GET' && req.url === '/metrics') {
+      registry.metrics().then(
+        (text) => res.writeHead(200, { 'Content-Type': registry.contentType }).end(text),
+        () => res.writeHead(500).end(),
+      );
+      return;
+    }
+    res.writeHead(404, { 'Content-Type': 'text/plain' }).end('metrics are at /metrics\n');
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(endpoint.port, endpoint.host, () => resolve());
+  });
+  const a = server.address() as AddressInfo;
+  return {
+    address: `${a.address}:${a.port}`,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
