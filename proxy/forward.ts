@@ -77,6 +77,9 @@ export function createForwarder(ctx: ProxyContext, root: Logger) {
     const hosts = countHost(req.rawHeaders);
     if (hosts > 1) return deny(log, req, res, { reason: 'bad_request', detail: 'more than one Host header' });
     const hostHeader = req.headers.host;
+    if (hostHeader === undefined && req.httpVersion !== '1.0') {
+      return deny(log, req, res, { reason: 'bad_request', detail: 'an HTTP/1.1 request needs a Host header' });
+    }
     if (hostHeader !== undefined) {
       const fromHeader = parseAbsoluteUrl(`http://${hostHeader}/`);
       const same = fromHeader.ok && sameHost(fromHeader.host, target.host) && fromHeader.port === target.port;

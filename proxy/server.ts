@@ -72,6 +72,8 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     connectionsCheckingInterval: Math.min(1_000, limits.headerTimeoutMs),
     keepAliveTimeout: 5_000,
     noDelay: true,
+    // A missing Host is refused by the forwarder, with a reason the client can read.
+    requireHostHeader: false,
   });
   httpServer.timeout = limits.idleTimeoutMs;
   const forward = createForwarder(ctx, log);

@@ -1,0 +1,86 @@
+/**
+ * Runs inside a private network namespace (`unshare -n`, started by netns.test.ts): the public
+ * addresses the cases need live on this namespace's loopback, so allowed requests, failover and
+ * unreachable addresses are exercised for real while nothing leaves the namespace. Prints one
+ * JSON result per case on stdout.
+ */
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import http from 'node:http';
+import { rawRequest, readUntil } from '../support/raw-client.js';
+import { startDnsServer, type DnsBehaviour } from '../support/dns-server.js';
+import { startTestProxy } from '../support/test-proxy.js';
+
+interface Case {
+  id: string;
+  request: string;
+  dns?: string[] | string | { first: string[]; then: string[] };
+  refuse?: string[];
+}
+
+const fixture = JSON.parse(readFileSync(process.argv[2] ?? '', 'utf8')) as {
+  allowHosts: string[];
+  connectPorts: number[];
+  defaultDns: string[];
+  cases: Case[];
+};
+
+const PUBLIC = ['93.184.215.14', '93.184.215.15', '2606:4700:4700::1111', '64:ff9b::808:808'];
+const ip = (...args: string[]): void => {
+  execFileSync('ip', args, { stdio: 'ignore' });
+};
+ip('link', 'set', 'lo', 'up');
+for (const a of PUBLIC) ip('addr', 'add', a.includes(':') ? `${a}/128` : `${a}/32`, 'dev', 'lo');
+
+const upstream = (): http.Server =>
+  http.createServer((req, res) => res.writeHead(200, { 'Content-Type': 'text/plain' }).end(`upstream ok ${req.url ?? ''}\n`));
+const servers = [upstream(), upstream()];
+await Promise.all(servers.map((s, i) => new Promise<void>((resolve) => s.listen(i === 0 ? 443 : 80, '::', resolve))));
+
+const dns = await startDnsServer();
+const proxy = await startTestProxy({ policy: { allowHosts: fixture.allowHosts, connectPorts: fixture.connectPorts }, dnsServer: dns.address, dnsTimeoutMs: 800 });
+
+function hostOf(request: string): string {
+  const target = request.split(' ')[1] ?? '';
+  const authority = target.startsWith('http://') ? (target.slice(7).split(/[/?#]/)[0] ?? '') : target;
+  const host = authority.startsWith('[') ? authority : (authority.split(':')[0] ?? '');
+  return host.toLowerCase().replace(/\.$/, '');
+}
+
+function behaviour(c: Case): DnsBehaviour {
+  if (c.dns === undefined) return { answers: fixture.defaultDns };
+  if (c.dns === 'TIMEOUT') return { timeout: true };
+  if (c.dns === 'NXDOMAIN') return { nxdomain: true };
+  if (Array.isArray(c.dns)) return { answers: c.dns };
+  if (typeof c.dns === 'object') return c.dns;
+  throw new Error(`unknown dns spec in ${c.id}`);
+}
+
+for (const c of fixture.cases) {
+  const host = hostOf(c.request);
+  // A fresh name per case, so that lookup counts are per case.
+  dns.set(host, behaviour(c));
+  const dialedBefore = proxy.dialed.length;
+  for (const a of c.refuse ?? []) ip('addr', 'del', `${a}/32`, 'dev', 'lo');
+  let result: Record<string, unknown>;
+  try {
+    const res = await rawRequest(proxy.port, c.request);
+    let reached = false;
+    if (res.status === 200 && c.request.startsWith('CONNECT')) {
+      res.socket.write('GET /through-tunnel HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+      reached = (await readUntil(res.socket, 'upstream ok')).includes('upstream ok /through-tunnel');
+    } else {
+      reached = res.body.includes('upstream ok');
+    }
+    res.socket.destroy();
+    result = { id: c.id, status: res.status, reason: res.reason, reached, lookups: dns.questions(host), dialed: proxy.dialed.slice(dialedBefore) };
+  } catch (err) {
+    result = { id: c.id, error: (err as Error).message };
+  } finally {
+    for (const a of c.refuse ?? []) ip('addr', 'add', `${a}/32`, 'dev', 'lo');
+  }
+  process.stdout.write(`${JSON.stringify(result)}\n`);
+}
+await proxy.close();
+await dns.close();
+for (const s of servers) s.close();

@@ -1,0 +1,53 @@
+/** Starts the egress proxy in-process on loopback for a test, with its log lines captured. */
+import { Writable } from 'node:stream';
+import { buildPolicy, type Policy, type PolicyInput } from '../../policy/index.js';
+import type { ProxyLimits } from '../../proxy/context.js';
+import { defaultConnect, type Connect } from '../../proxy/dial.js';
+import { createLookup } from '../../proxy/dns.js';
+import { createLogger } from '../../proxy/log.js';
+import { createEgressProxy, type EgressProxy } from '../../proxy/server.js';
+
+export interface TestProxy {
+  readonly port: number;
+  readonly proxy: EgressProxy;
+  readonly logs: Record<string, unknown>[];
+  /** `address:port` of every upstream connect attempt, in order. */
+  readonly dialed: string[];
+  close(): Promise<void>;
+}
+
+export function policyOf(input: PolicyInput): Policy {
+  const built = buildPolicy(input);
+  if (!built.ok) throw new Error(JSON.stringify(built.problems));
+  return built.policy;
+}
+
+export async function startTestProxy(options: {
+  policy: PolicyInput;
+  dnsServer?: string;
+  dnsTimeoutMs?: number;
+  limits?: Partial<ProxyLimits>;
+  connect?: Connect;
+}): Promise<TestProxy> {
+  const logs: Record<string, unknown>[] = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _enc, done) {
+      for (const line of chunk.toString().split('\n')) if (line) logs.push(JSON.parse(line) as Record<string, unknown>);
+      done();
+    },
+  });
+  const dialed: string[] = [];
+  const connect = options.connect ?? defaultConnect;
+  const proxy = createEgressProxy({
+    policy: policyOf(options.policy),
+    lookup: createLookup({ servers: options.dnsServer ? [options.dnsServer] : [], timeoutMs: options.dnsTimeoutMs ?? 1_000 }),
+    logger: createLogger('debug', sink),
+    limits: { dnsTimeoutMs: options.dnsTimeoutMs ?? 1_000, ...options.limits },
+    connect: (address, port) => {
+      dialed.push(address.includes(':') ? `[${address}]:${port}` : `${address}:${port}`);
+      return connect(address, port);
+    },
+  });
+  const { port } = await proxy.listen('127.0.0.1', 0);
+  return { port, proxy, logs, dialed, close: () => proxy.close() };
+}
