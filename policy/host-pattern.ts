@@ -40,15 +40,28 @@ export interface Allowlist {
 export function compileAllowlist(patterns: readonly HostPattern[]): Allowlist {
   const exact = new Map<string, string>();
   const suffix = new Map<string, string>();
-  for (const p of patterns) (p.kind === 'exact' ? exact : suffix).set(p.name, p.entry);
+  // Label counts that occur among wildcard parents: only parents of those depths are looked up,
+  // which keeps a miss to one or two hash lookups on real lists.
+  const depths: boolean[] = [];
+  for (const p of patterns) {
+    if (p.kind === 'exact') exact.set(p.name, p.entry);
+    else {
+      suffix.set(p.name, p.entry);
+      depths[p.name.split('.').length] = true;
+    }
+  }
   return {
     size: exact.size + suffix.size,
     match(name: string): string | undefined {
       const hit = exact.get(name);
       if (hit !== undefined) return hit;
       if (suffix.size === 0) return undefined;
+      let labels = 1;
+      for (let i = name.indexOf('.'); i !== -1; i = name.indexOf('.', i + 1)) labels += 1;
       // Try each proper parent: a.b.example.com → b.example.com → example.com → com.
       for (let dot = name.indexOf('.'); dot !== -1; dot = name.indexOf('.', dot + 1)) {
+        labels -= 1;
+        if (depths[labels] !== true) continue;
         const entry = suffix.get(name.slice(dot + 1));
         if (entry !== undefined) return entry;
       }
