@@ -1,0 +1,135 @@
+/**
+ * Container create bodies: the hardened sandbox container and its egress proxy. Every field
+ * here is a security decision; the comments say which attack each one stops. The socket proxy
+ * re-checks the dangerous ones, so these bodies stay minimal.
+ */
+import type { SandboxPlan } from './sandbox-plan.js';
+import { EGRESS_PROXY_PORT } from './sandbox-plan.js';
+import { PIDS_LIMIT } from './limits.js';
+import { requirePrintableAscii } from './ascii-body.js';
+
+/** Where the skills volume is writable, under a root-only (0700) directory. */
+export const SKILLS_WRITABLE_ROOT = '/opt/capybara/skills';
+export const LABEL_ROLE = 'dev.capybara.sandbox.role';
+
+const EGRESS_MEMORY_BYTES = 256 * 1024 * 1024;
+const EGRESS_PIDS_LIMIT = 256;
+
+interface MountBody {
+  Type: 'volume';
+  Source: string;
+  Target: string;
+  ReadOnly?: true;
+}
+
+export interface ContainerCreateBody {
+  Image: string;
+  User?: string;
+  Entrypoint?: string[];
+  Cmd?: string[];
+  WorkingDir?: string;
+  Env: string[];
+  Labels: Record<string, string>;
+  HostConfig: Record<string, unknown> & { NetworkMode: string };
+}
+
+export function sandboxNetworkMode(plan: Pick<SandboxPlan, 'tier' | 'names' | 'sharedNetwork'>): string {
+  switch (plan.tier) {
+    case 'none':
+      return 'none';
+    case 'open':
+      return plan.sharedNetwork;
+    case 'internal':
+    case 'allowlist':
+      return plan.names.network;
+  }
+}
+
+function envList(env: Readonly<Record<string, string>>): string[] {
+  return Object.entries(env).map(([key, value]) => `${key}=${value}`);
+}
+
+export function sandboxContainerBody(plan: SandboxPlan): ContainerCreateBody {
+  const mounts: MountBody[] = [
+    { Type: 'volume', Source: plan.workspaceVolume, Target: '/workspace' },
+    // Agents read skills but must not rewrite them for later runs.
+    { Type: 'volume', Source: plan.names.skillsVolume, Target: '/skills', ReadOnly: true },
+    // The controller writes skills here as root; /opt/capybara is a 0700 root tmpfs, so the
+    // sandbox user can neither enter it nor reach it through a symlink.
+    { Type: 'volume', Source: plan.names.skillsVolume, Target: SKILLS_WRITABLE_ROOT },
+  ];
+  return {
+    Image: plan.image,
+    // tini and `sleep infinity` run as root so the sandbox user (uid 1000, every exec) cannot
+    // signal them: `kill -9 -1` inside the sandbox does not stop the container.
+    User: '0:0',
+    // An image entrypoint would run as root in place of the idle process; clear it.
+    Entrypoint: [''],
+    Cmd: ['sleep', 'infinity'],
+    WorkingDir: '/workspace',
+    Env: envList(plan.env),
+    Labels: { ...plan.containerLabels },
+    HostConfig: {
+      NetworkMode: sandboxNetworkMode(plan),
+      // tini as PID 1 reaps orphans, so killed sessions do not pile up zombies.
+      Init: true,
+      // Root in the container holds no capabilities: no raw sockets, no chown, no mounts.
+      CapDrop: ['ALL'],
+      // setuid binaries in the image cannot raise privileges.
+      SecurityOpt: ['no-new-privileges'],
+      // Nothing persists outside the volumes and /tmp; binaries cannot be replaced.
+      ReadonlyRootfs: true,
+      // A fork bomb stops at this count instead of exhausting the host.
+      PidsLimit: PIDS_LIMIT,
+      IpcMode: 'private',
+      NanoCpus: plan.limits.nanoCpus,
+      Memory: plan.limits.memoryBytes,
+      // Equal to Memory: no swap, so the memory cap is real.
+      MemorySwap: plan.limits.memoryBytes,
+      Tmpfs: {
+        // tmpfs counts against the memory cap; nosuid/nodev so no device or setuid file works.
+        '/tmp': `rw,exec,nosuid,nodev,size=${plan.limits.tmpBytes},mode=1777`,
+        '/opt/capybara': 'rw,noexec,nosuid,nodev,size=65536,mode=0700',
+      },
+      Mounts: mounts,
+      Runtime: plan.runtime,
+      RestartPolicy: { Name: 'no' },
+    },
+  };
+}
+
+/** The egress proxy of an allowlist sandbox. It starts on the internal network; the shared
+ * network is connected before start (one endpoint per create on API < 1.44). */
+export type EgressPlan = Pick<SandboxPlan, 'names' | 'allowHosts' | 'labels' | 'egressProxyImage' | 'sharedNetwork'>;
+
+export function egressContainerBody(plan: EgressPlan, testHosts: Readonly<Record<string, string>> | undefined): ContainerCreateBody {
+  const env: Record<string, string> = {
+    EGRESS_ALLOW_HOSTS: plan.allowHosts.join(','),
+    EGRESS_LISTEN: `0.0.0.0:${EGRESS_PROXY_PORT}`,
+  };
+  if (testHosts !== undefined && Object.keys(testHosts).length > 0) {
+    for (const [host, ip] of Object.entries(testHosts)) {
+      requirePrintableAscii(host, 'egressTestHosts key');
+      requirePrintableAscii(ip, `egressTestHosts.${host}`);
+    }
+    env.CAPYBARA_EGRESS_TEST_HOSTS = JSON.stringify(testHosts);
+  }
+  return {
+    // No User: the image's own non-root user runs the proxy.
+    Image: plan.egressProxyImage,
+    Env: envList(env),
+    Labels: { ...plan.labels, [LABEL_ROLE]: 'egress' },
+    HostConfig: {
+      NetworkMode: plan.names.network,
+      CapDrop: ['ALL'],
+      SecurityOpt: ['no-new-privileges'],
+      ReadonlyRootfs: true,
+      PidsLimit: EGRESS_PIDS_LIMIT,
+      IpcMode: 'private',
+      Memory: EGRESS_MEMORY_BYTES,
+      MemorySwap: EGRESS_MEMORY_BYTES,
+      Init: true,
+      RestartPolicy: { Name: 'no' },
+    },
+  };
+}

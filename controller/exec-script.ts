@@ -1,0 +1,177 @@
+/**
+ * The bash programs the controller runs inside a sandbox. Each is a fixed script plus
+ * arguments; everything a caller supplies (command, env, cwd, paths) travels base64-encoded,
+ * so exec create bodies stay plain ASCII with no JSON escapes whatever the caller sends.
+ *
+ * A command runs as uid 1000 in its own session (setsid) whose id is written to a control
+ * file `/tmp/.capybara-exec-<tag>-<uuid>`; killing means SIGKILL to every process of that
+ * session, found by walking /proc with shell builtins only (a kill must not need to fork
+ * when a fork bomb has used up the pids limit). `timeout -s KILL` inside the sandbox is the
+ * backstop when the controller that started the command is gone.
+ */
+import { checkTag } from './names.js';
+
+export const SANDBOX_USER = '1000:1000';
+export const ROOT_USER = '0:0';
+export const CONTROL_FILE_PREFIX = '/tmp/.capybara-exec-';
+/** Printed by kill scripts once they ran; its absence means the kill could not start. */
+export const KILL_OK_MARKER = 'capybara-kill-ok';
+/** Seconds the in-sandbox backstop adds to the caller's timeout. */
+export const BACKSTOP_GRACE_SECONDS = 5;
+/** Inline payloads above this go through a staged file (exec bodies are capped at 32 KiB). */
+export const MAX_INLINE_PAYLOAD = 24 * 1024;
+
+/** Exit codes of the file scripts, mapped to error codes by the provider. */
+export const FILE_EXIT = {
+  permissionDenied: 43,
+  notFound: 44,
+  isDirectory: 45,
+  failed: 46,
+} as const;
+
+const UUID_GLOB = '????????-????-????-????-????????????';
+
+export function encodeArg(value: string | Uint8Array): string {
+  return Buffer.from(value).toString('base64');
+}
+
+/** Single-quotes a string for bash; any byte sequence survives. */
+export function shellQuote(value: string): string {
+  return `'${value.replace(/'/g, `'\\''`)}'`;
+}
+
+export function controlFile(tag: string, uuid: string): string {
+  return `${CONTROL_FILE_PREFIX}${checkTag(tag)}-${uuid}`;
+}
+
+/** What the session runs: exports, cd, then the caller's command. */
+export function commandPayload(command: string, env: Readonly<Record<string, string>>, cwd: string | undefined): string {
+  const lines: string[] = [];
+  for (const [key, value] of Object.entries(env)) lines.push(`export ${key}=${shellQuote(value)}`);
+  if (cwd !== undefined) {
+    lines.push(`cd -- ${shellQuote(cwd)} || { echo ${shellQuote(`capybara: cannot change directory to ${cwd}`)} >&2; exit 126; }`);
+  }
+  lines.push(command);
+  return lines.join('\n');
+}
+
+// $1 control file, $2 backstop seconds, $3 base64 payload or @staged-file.
+const WRAPPER = String.raw`
+case $3 in
+  @*) f=${'$'}{3#@}; script=$(cat -- "$f") || exit 125; rm -f -- "$f" ;;
+  *) script=$(printf '%s' "$3" | base64 -d) || exit 125 ;;
+esac
+exec setsid -w bash -c '
+  printf "%s\n" "$$" > "$1" || exit 125
+  timeout -s KILL "$2" bash -c "$3"
+  rc=$?
+  rm -f -- "$1"
+  exit $rc
+' capybara-session "$1" "$2" "$script"
+`;
+
+export function wrapperCmd(ctlFile: string, backstopSeconds: number, payload: string): string[] {
+  return ['bash', '-c', WRAPPER, 'capybara-exec', ctlFile, String(backstopSeconds), payload];
+}
+
+/** Stages a large payload: stdin is written to `file` (mode 0600). */
+export function stageCmd(file: string): string[] {
+  return ['bash', '-c', 'umask 077; cat > "$1"', 'capybara-stage', file];
+}
+
+// Kills every process whose session id is listed in the given control files.
+const KILL_SESSIONS = String.raw`
+kill_session() {
+  local sid=$1 round p line hit
+  local -a f
+  for ((round = 0; round < 50; round++)); do
+    hit=0
+    for p in /proc/[0-9]*; do
+      read -r line < "$p/stat" 2>/dev/null || continue
+      # Fields after "(comm) ": state ppid pgrp session ...
+      read -r -a f <<< "${'$'}{line##*) }"
+      if [ "${'$'}{f[3]}" = "$sid" ]; then kill -KILL "${'$'}{p#/proc/}" 2>/dev/null && hit=1; fi
+    done
+    [ "$hit" = 0 ] && return 0
+  done
+}
+for c in "$@"; do
+  [ -f "$c" ] || continue
+  read -r sid < "$c" 2>/dev/null
+  case $sid in ''|*[!0-9]*) ;; *) kill_session "$sid" ;; esac
+  rm -f -- "$c"
+done
+echo ${KILL_OK_MARKER}
+`;
+
+/** Kills the sessions of the given control files (one command, or glob patterns). */
+export function killFilesCmd(files: readonly string[]): string[] {
+  // Patterns are expanded by bash here; tags and uuids contain no other glob characters.
+  return ['bash', '-O', 'nullglob', '-c', `set -- ${files.join(' ')}\n${KILL_SESSIONS}`, 'capybara-kill'];
+}
+
+export function killTaggedCmd(tags: readonly string[]): string[] {
+  return killFilesCmd(tags.map((tag) => `${CONTROL_FILE_PREFIX}${checkTag(tag)}-${UUID_GLOB}`));
+}
+
+/** As uid 1000, `kill -9 -1` reaches every process of the sandbox user and none of root's. */
+export function killAllCmd(): string[] {
+  const script = String.raw`
+for round in 1 2 3 4 5 6 7 8 9 10; do kill -KILL -1 2>/dev/null || break; done
+rm -f -- ${CONTROL_FILE_PREFIX}*
+echo ${KILL_OK_MARKER}
+`;
+  return ['bash', '-O', 'nullglob', '-c', script, 'capybara-killall'];
+}
+
+// Classifies an open failure by its C-locale message.
+const CLASSIFY = String.raw`
+classify() {
+  case $1 in
+    *"No such file"*|*"Not a directory"*) echo "$1" >&2; exit ${FILE_EXIT.notFound} ;;
+    *"Permission denied"*|*"Read-only file system"*|*"Operation not permitted"*) echo "$1" >&2; exit ${FILE_EXIT.permissionDenied} ;;
+    *"Is a directory"*) echo "$1" >&2; exit ${FILE_EXIT.isDirectory} ;;
+    *) echo "$1" >&2; exit ${FILE_EXIT.failed} ;;
+  esac
+}
+export LC_ALL=C
+p=$(printf '%s' "$1" | base64 -d) || exit ${FILE_EXIT.failed}
+`;
+
+export function readFileCmd(path: string, maxBytes: number): string[] {
+  const script = `${CLASSIFY}
+[ -d "$p" ] && classify "$p: Is a directory"
+err=$(head -c 0 -- "$p" 2>&1 >/dev/null) || classify "$err"
+exec head -c "$2" -- "$p"
+`;
+  return ['bash', '-c', script, 'capybara-read', encodeArg(path), String(maxBytes)];
+}
+
+/**
+ * Writes stdin to the path, creating parent directories. With `confineTo`, the resolved path
+ * must stay below that directory (the root-only skills mount: a symlink planted there must not
+ * let a root write escape it).
+ */
+export function writeFileCmd(path: string, confineTo?: string): string[] {
+  const confine = confineTo === undefined
+    ? ''
+    : `r=$(realpath -m -- "$p") || classify "cannot resolve $p"
+case $r in ${shellQuote(confineTo)}/*) ;; *) classify "$p: Permission denied (outside ${confineTo})" ;; esac
+`;
+  const script = `${CLASSIFY}${confine}
+[ -d "$p" ] && classify "$p: Is a directory"
+d=$(dirname -- "$p")
+err=$(mkdir -p -- "$d" 2>&1) || classify "$err"
+err=$( { : > "$p"; } 2>&1 ) || classify "$err"
+err=$(cat > "$p" 2>&1) || classify "$err"
+`;
+  return ['bash', '-c', script, 'capybara-write', encodeArg(path)];
+}
+
+export function statCmd(path: string): string[] {
+  const script = `${CLASSIFY}
+out=$(stat -c '%F|%s|%a|%.3Y' -- "$p" 2>&1) || classify "$out"
+printf '%s\\n' "$out"
+`;
+  return ['bash', '-c', script, 'capybara-stat', encodeArg(path)];
+}

@@ -1,0 +1,68 @@
+/**
+ * Turns a spec's resource limits into Docker values. A limit the engine cannot enforce is
+ * refused (`limit_not_expressible`) rather than dropped: a sandbox that silently runs without
+ * a cap the caller asked for is worse than no sandbox.
+ */
+import { SandboxError } from './errors.js';
+import type { SandboxLimits } from './contract.js';
+
+const MIB = 1024 * 1024;
+/** Docker refuses memory limits below 6 MiB. */
+const MIN_MEMORY_MB = 6;
+/** Docker's NanoCpus granularity is 0.01 CPU. */
+const MIN_CPU = 0.01;
+
+export const DEFAULT_CPU = 1;
+export const DEFAULT_MEMORY_MB = 1024;
+export const PIDS_LIMIT = 1024;
+
+export interface DockerLimits {
+  readonly nanoCpus: number;
+  readonly memoryBytes: number;
+  /** /tmp tmpfs size: min(memory / 2, disk). */
+  readonly tmpBytes: number;
+  /** Volume driver option, only when a driver that can enforce it is configured. */
+  readonly volumeSize: string | undefined;
+}
+
+function positiveNumber(value: unknown, field: string): number {
+  if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0) {
+    throw new SandboxError('invalid_spec', `limits.${field} must be a positive number, got ${String(value)}.`);
+  }
+  return value;
+}
+
+export function dockerLimits(limits: SandboxLimits, volumeDriver: string | undefined): DockerLimits {
+  const cpu = limits.cpu === undefined ? DEFAULT_CPU : positiveNumber(limits.cpu, 'cpu');
+  if (cpu < MIN_CPU) {
+    throw new SandboxError('limit_not_expressible', `limits.cpu ${cpu} is below Docker's smallest CPU quota (${MIN_CPU}).`);
+  }
+  const memoryMb = limits.memoryMb === undefined ? DEFAULT_MEMORY_MB : positiveNumber(limits.memoryMb, 'memoryMb');
+  if (!Number.isInteger(memoryMb)) {
+    throw new SandboxError('invalid_spec', `limits.memoryMb must be a whole number of MiB, got ${memoryMb}.`);
+  }
+  if (memoryMb < MIN_MEMORY_MB) {
+    throw new SandboxError('limit_not_expressible', `limits.memoryMb ${memoryMb} is below Docker's minimum of ${MIN_MEMORY_MB} MiB.`);
+  }
+  let diskMb: number | undefined;
+  if (limits.diskMb !== undefined) {
+    diskMb = positiveNumber(limits.diskMb, 'diskMb');
+    if (!Number.isInteger(diskMb)) {
+      throw new SandboxError('invalid_spec', `limits.diskMb must be a whole number of MiB, got ${diskMb}.`);
+    }
+    if (volumeDriver === undefined) {
+      throw new SandboxError(
+        'limit_not_expressible',
+        `limits.diskMb (${diskMb}) cannot be enforced: the local volume driver has no size limit. Set extensionConfig."sandbox-docker".volumeDriver to a driver that honours size=, or omit diskMb.`,
+      );
+    }
+  }
+  const memoryBytes = memoryMb * MIB;
+  const halfMemory = Math.floor(memoryBytes / 2);
+  return {
+    nanoCpus: Math.round(cpu * 1e9),
+    memoryBytes,
+    tmpBytes: diskMb === undefined ? halfMemory : Math.min(halfMemory, diskMb * MIB),
+    volumeSize: diskMb === undefined ? undefined : `${diskMb}M`,
+  };
+}

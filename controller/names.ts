@@ -1,0 +1,94 @@
+/**
+ * Resource names and labels. Every Docker object of a sandbox is named from its conversation
+ * id, so the controller can always address it by name (the socket proxy only admits `cap-`
+ * names) and clean up by label.
+ */
+import { SandboxError } from './errors.js';
+
+export const LABEL_SANDBOX = 'dev.capybara.sandbox';
+export const LABEL_NAME = 'dev.capybara.sandbox.name';
+/** The allowlist, recorded so `resume` can rebuild a missing egress proxy. */
+export const LABEL_ALLOW_HOSTS = 'dev.capybara.sandbox.allow-hosts';
+export const LABEL_EGRESS = 'dev.capybara.sandbox.egress';
+export const LABEL_WORKSPACE_KEY = 'dev.capybara.sandbox.workspace';
+
+/**
+ * A conversation id becomes part of DNS names (`cap-<id>-egress` is the proxy host the sandbox
+ * dials), so it is one DNS label at most 63 octets long once prefixed and suffixed. No dots:
+ * that keeps sandbox names disjoint from persistent workspace volumes (`cap-ws.<key>`).
+ */
+export const SANDBOX_ID_RE = /^[A-Za-z0-9][A-Za-z0-9_-]{0,51}$/;
+/** Sandbox resource names: `cap-` plus an id. */
+export const SANDBOX_NAME_RE = /^cap-[A-Za-z0-9][A-Za-z0-9_-]{0,51}$/;
+/** Persistent workspace keys. */
+export const WORKSPACE_KEY_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
+/**
+ * Exec holder tags; they go into control file names (`/tmp/.capybara-exec-<tag>-<uuid>`) and
+ * shell globs, so only characters without meaning to either.
+ */
+export const SANDBOX_TAG_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
+
+export interface SandboxNames {
+  readonly name: string;
+  readonly container: string;
+  readonly egress: string;
+  readonly network: string;
+  readonly workspaceVolume: string;
+  readonly skillsVolume: string;
+}
+
+export function namesFor(name: string): SandboxNames {
+  return {
+    name,
+    container: name,
+    egress: `${name}-egress`,
+    network: `${name}-net`,
+    workspaceVolume: `${name}-workspace`,
+    skillsVolume: `${name}-skills`,
+  };
+}
+
+export function sandboxNameForId(id: string): string {
+  if (typeof id !== 'string' || !SANDBOX_ID_RE.test(id)) {
+    throw new SandboxError(
+      'invalid_spec',
+      `Sandbox id ${JSON.stringify(id)} is not allowed: use 1-52 ASCII letters, digits, "_" or "-", starting with a letter or digit.`,
+    );
+  }
+  return `cap-${id}`;
+}
+
+export function checkSandboxName(name: string): string {
+  if (typeof name !== 'string' || !SANDBOX_NAME_RE.test(name)) {
+    throw new SandboxError(
+      'invalid_spec',
+      `Sandbox name ${JSON.stringify(name)} is not a sandbox resource name: expected "cap-" followed by 1-52 ASCII letters, digits, "_" or "-".`,
+    );
+  }
+  return name;
+}
+
+export function persistentWorkspaceVolume(key: string): string {
+  if (typeof key !== 'string' || !WORKSPACE_KEY_RE.test(key)) {
+    throw new SandboxError(
+      'invalid_spec',
+      `Workspace key ${JSON.stringify(key)} is not allowed: use 1-128 ASCII letters, digits, "_", "." or "-", starting with a letter or digit.`,
+    );
+  }
+  return `cap-ws.${key}`;
+}
+
+export function checkTag(tag: string): string {
+  if (typeof tag !== 'string' || !SANDBOX_TAG_RE.test(tag)) {
+    throw new SandboxError(
+      'invalid_spec',
+      `Exec tag ${JSON.stringify(tag)} is not allowed: use 1-64 ASCII letters, digits, "_", "." or "-", starting with a letter or digit.`,
+    );
+  }
+  return tag;
+}
+
+/** Labels carried by every resource of one sandbox. */
+export function sandboxLabels(name: string, extra: Readonly<Record<string, string>>): Record<string, string> {
+  return { ...extra, [LABEL_SANDBOX]: '1', [LABEL_NAME]: name };
+}

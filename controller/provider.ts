@@ -1,0 +1,85 @@
+/**
+ * `createDockerSandbox`: validates the deployment config once and wires the engine, the
+ * lifecycle, commands and file operations into a `sandbox@1` provider.
+ */
+import pino, { type Logger } from 'pino';
+import type { SandboxHandle, SandboxProvider } from './contract.js';
+import { parseDeploymentConfig, type DeploymentConfigInput } from './config.js';
+import { DockerEngine, engineStatus } from './engine.js';
+import { SandboxError } from './errors.js';
+import { checkSandboxName, persistentWorkspaceVolume } from './names.js';
+import { planSandbox } from './sandbox-plan.js';
+import { SandboxLifecycle } from './lifecycle.js';
+import { CommandRunner, type WithRunning } from './commands.js';
+import { FileOps } from './files.js';
+import { requirePrintableAscii } from './ascii-body.js';
+
+/** Only for code that calls `createDockerSandbox` directly; plugin config cannot set these. */
+export interface SandboxTestOptions {
+  /** Extra labels on every resource (tests clean up by label). */
+  labels?: Record<string, string>;
+  /** Host → IP pins for the egress proxy; exempt from its private-address check. */
+  egressTestHosts?: Record<string, string>;
+}
+
+export interface SandboxRuntimeOptions {
+  logger?: Logger;
+}
+
+function handleName(h: SandboxHandle): string {
+  if (typeof h !== 'object' || h === null) throw new SandboxError('invalid_spec', 'A sandbox handle ({ id }) is required.');
+  return checkSandboxName(h.id);
+}
+
+function checkStringMap(map: Record<string, string> | undefined, where: string): Readonly<Record<string, string>> {
+  const out: Record<string, string> = {};
+  for (const [key, value] of Object.entries(map ?? {})) out[requirePrintableAscii(key, `${where} key`)] = requirePrintableAscii(String(value), `${where}.${key}`);
+  return Object.freeze(out);
+}
+
+export function createDockerSandbox(
+  config: DeploymentConfigInput,
+  testOptions: SandboxTestOptions = {},
+  runtime: SandboxRuntimeOptions = {},
+): SandboxProvider {
+  const parsed = parseDeploymentConfig(config);
+  const extraLabels = checkStringMap(testOptions.labels, 'testOptions.labels');
+  const egressTestHosts = testOptions.egressTestHosts === undefined ? undefined : checkStringMap(testOptions.egressTestHosts, 'testOptions.egressTestHosts');
+  const logger = runtime.logger ?? pino({ name: 'sandbox-docker', level: 'warn' }, pino.destination(2));
+  const engine = new DockerEngine(parsed.endpoint, parsed.tlsCertDir);
+  const lifecycle = new SandboxLifecycle({ engine, config: parsed, extraLabels, egressTestHosts, logger });
+
+  const withRunning: WithRunning = async (name, fn) => {
+    await lifecycle.ensureRunning(name);
+    try {
+      return await fn();
+    } catch (err) {
+      // 409: stopped or paused between the check and the call (host restart, docker pause).
+      if (engineStatus(err) !== 409) throw err;
+      await lifecycle.ensureRunning(name);
+      return fn();
+    }
+  };
+  const commands = new CommandRunner({ engine, withRunning, logger });
+  const files = new FileOps({ engine, withRunning });
+
+  return Object.freeze({
+    concurrentExec: true as const,
+    async create(spec) {
+      const plan = planSandbox(spec, parsed, { extraLabels });
+      await lifecycle.create(plan);
+      return { id: plan.names.name };
+    },
+    suspend: (h) => lifecycle.suspend(handleName(h)),
+    resume: (h) => lifecycle.resume(handleName(h)),
+    destroy: (h) => lifecycle.destroy(handleName(h)),
+    destroyByName: (name) => lifecycle.destroy(checkSandboxName(name)),
+    exec: (h, command, opts) => commands.exec(handleName(h), command, opts),
+    readFile: (h, path, opts) => files.readFile(handleName(h), path, opts?.maxBytes),
+    writeFile: (h, path, data) => files.writeFile(handleName(h), path, data),
+    stat: (h, path) => files.stat(handleName(h), path),
+    killAll: (h) => commands.killAll(handleName(h)),
+    killTagged: (h, tags) => commands.killTagged(handleName(h), tags),
+    destroyWorkspace: (key) => lifecycle.destroyWorkspace(persistentWorkspaceVolume(key)),
+  } satisfies SandboxProvider);
+}

@@ -1,0 +1,28 @@
+/**
+ * Plugin entry (compiled to dist/index.mjs, named by .capybara-plugin/plugin.json). The host
+ * calls the default export with the validated deployment config and gets the `sandbox@1`
+ * provider back.
+ */
+import { createDockerSandbox } from './controller/index.js';
+import type { DeploymentConfigInput, SandboxProvider } from './controller/index.js';
+
+export default function activate(config: DeploymentConfigInput): { 'sandbox@1': SandboxProvider } {
+  return { 'sandbox@1': createDockerSandbox(config) };
+}
+
+export { createDockerSandbox, SandboxError, isSandboxError, sandboxErrorCodes, deploymentConfigSchema, parseDeploymentConfig } from './controller/index.js';
+export type {
+  SandboxProvider,
+  SandboxHandle,
+  SandboxSpec,
+  SandboxLimits,
+  SandboxWorkspace,
+  EgressTier,
+  ExecOptions,
+  ExecResult,
+  FileStat,
+  SandboxErrorCode,
+  SandboxTestOptions,
+  DeploymentConfig,
+  DeploymentConfigInput,
+} from './controller/index.js';

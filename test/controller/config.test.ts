@@ -1,0 +1,65 @@
+import t from 'tap';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseDeploymentConfig } from '../../controller/config.js';
+import { PLUGIN_JSON_PATH, packageVersion, renderPluginManifest } from '../../controller/plugin-manifest.js';
+import { isSandboxError, sandboxErrorCodes } from '../../controller/errors.js';
+
+const root = join(import.meta.dirname, '..', '..');
+
+t.test('defaults are applied and the result is frozen', async (t) => {
+  const config = parseDeploymentConfig({ endpoint: 'tcp://sandbox-proxy:2375' });
+  t.same(config, {
+    endpoint: 'tcp://sandbox-proxy:2375',
+    runtime: 'runc',
+    network: 'capybara-sandbox',
+    egressProxyImage: 'capybara-sandbox-egress:latest',
+    allowOpenEgress: false,
+  });
+  t.ok(Object.isFrozen(config));
+});
+
+const invalid: { name: string; input: unknown; mentions: string }[] = [
+  { name: 'unknown key is named', input: { endpoint: 'unix:///run/p.sock', allowOpenEgres: true }, mentions: '"allowOpenEgres"' },
+  { name: 'endpoint is required', input: {}, mentions: 'endpoint' },
+  { name: 'http scheme refused', input: { endpoint: 'http://x:1' }, mentions: 'endpoint' },
+  { name: 'relative unix path refused', input: { endpoint: 'unix://run/x' }, mentions: 'endpoint' },
+  { name: 'network must start with cap', input: { endpoint: 'tcp://a:1', network: 'sandbox' }, mentions: 'network' },
+  { name: 'runtime enum', input: { endpoint: 'tcp://a:1', runtime: 'kata' }, mentions: 'runtime' },
+  { name: 'non-ASCII image refused', input: { endpoint: 'tcp://a:1', egressProxyImage: 'égress' }, mentions: 'egressProxyImage' },
+  { name: 'allowOpenEgress must be boolean', input: { endpoint: 'tcp://a:1', allowOpenEgress: 'yes' }, mentions: 'allowOpenEgress' },
+];
+for (const row of invalid) {
+  t.test(row.name, async (t) => {
+    try {
+      parseDeploymentConfig(row.input);
+      t.fail('should throw');
+    } catch (err) {
+      t.ok(isSandboxError(err, 'invalid_config'));
+      t.match((err as Error).message, row.mentions);
+      t.match((err as Error).message, 'extensionConfig."sandbox-docker"');
+    }
+  });
+}
+
+t.test('committed plugin.json equals the one generated from the zod schema', async (t) => {
+  const committed = readFileSync(join(root, PLUGIN_JSON_PATH), 'utf8');
+  t.equal(committed, renderPluginManifest(packageVersion(root)), 'run: npm run build && node dist/controller/plugin-manifest.js --write');
+  const manifest = JSON.parse(committed);
+  t.equal(manifest.schemaVersion, 1);
+  t.equal(manifest.name, 'sandbox-docker');
+  t.equal(manifest.extension.entry, './dist/index.mjs');
+  t.same(manifest.extension.manifest.provides, ['sandbox@1']);
+  const schema = manifest.extension.configSchemas.deployment;
+  t.equal(schema.additionalProperties, false);
+  t.same(schema.required, ['endpoint']);
+  t.same(manifest.extension.manifest.config.deployment.map((d: { path: string }) => d.path).sort(), Object.keys(schema.properties).sort());
+  for (const [key, prop] of Object.entries(schema.properties as Record<string, { description?: string }>)) {
+    t.ok(prop.description, `${key} is described`);
+  }
+});
+
+t.test('every error code is documented in docs/controller.md', async (t) => {
+  const docs = readFileSync(join(root, 'docs', 'controller.md'), 'utf8');
+  for (const code of Object.keys(sandboxErrorCodes)) t.ok(docs.includes(`\`${code}\``), code);
+});

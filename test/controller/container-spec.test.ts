@@ -1,0 +1,141 @@
+import t, { type Test } from 'tap';
+import { parseDeploymentConfig } from '../../controller/config.js';
+import { planSandbox } from '../../controller/sandbox-plan.js';
+import { egressContainerBody, sandboxContainerBody } from '../../controller/container-spec.js';
+import { internalNetworkBody, sharedNetworkBody } from '../../controller/network-spec.js';
+import { volumeBody } from '../../controller/volume-spec.js';
+import { serialiseAsciiBody } from '../../controller/ascii-body.js';
+import { isSandboxError } from '../../controller/errors.js';
+import type { SandboxSpec } from '../../controller/contract.js';
+
+function throwsCode(t: Test, fn: () => unknown, code: string, mentions?: string): void {
+  try {
+    fn();
+    t.fail(`expected ${code}`);
+  } catch (err) {
+    t.ok(isSandboxError(err), 'a SandboxError');
+    t.equal((err as { code?: string }).code, code);
+    if (mentions !== undefined) t.match((err as Error).message, mentions);
+  }
+}
+
+const config = parseDeploymentConfig({ endpoint: 'tcp://proxy:2375' });
+const spec = (over: Partial<SandboxSpec> = {}, limits: Partial<SandboxSpec['limits']> = {}): SandboxSpec => ({
+  id: 'conv1',
+  image: 'capybara-sandbox:latest',
+  limits: { egress: 'allowlist', allowHosts: ['example.com', '*.pypi.org'], cpu: 1.5, memoryMb: 512, ...limits },
+  ...over,
+});
+const opts = { extraLabels: { 'test.run': 'x' } };
+
+t.test('sandbox container carries every hardening flag', async (t) => {
+  const body = sandboxContainerBody(planSandbox(spec(), config, opts));
+  const hc = body.HostConfig;
+  t.equal(body.User, '0:0');
+  t.same(body.Cmd, ['sleep', 'infinity']);
+  t.equal(hc.Init, true);
+  t.same(hc.CapDrop, ['ALL']);
+  t.same(hc.SecurityOpt, ['no-new-privileges']);
+  t.equal(hc.ReadonlyRootfs, true);
+  t.equal(hc.PidsLimit, 1024);
+  t.equal(hc.IpcMode, 'private');
+  t.equal(hc.NanoCpus, 1.5e9);
+  t.equal(hc.Memory, 512 * 1024 * 1024);
+  t.equal(hc.MemorySwap, 512 * 1024 * 1024);
+  t.equal(hc.Runtime, 'runc');
+  t.equal(hc.NetworkMode, 'cap-conv1-net');
+  t.match((hc.Tmpfs as Record<string, string>)['/tmp'], /nosuid,nodev,size=268435456/);
+  t.match((hc.Tmpfs as Record<string, string>)['/opt/capybara'], /mode=0700/);
+  t.notOk('Privileged' in hc);
+  t.notOk('Binds' in hc);
+  t.same(hc.Mounts, [
+    { Type: 'volume', Source: 'cap-conv1-workspace', Target: '/workspace' },
+    { Type: 'volume', Source: 'cap-conv1-skills', Target: '/skills', ReadOnly: true },
+    { Type: 'volume', Source: 'cap-conv1-skills', Target: '/opt/capybara/skills' },
+  ]);
+  t.equal(body.Labels['dev.capybara.sandbox'], '1');
+  t.equal(body.Labels['dev.capybara.sandbox.name'], 'cap-conv1');
+  t.equal(body.Labels['dev.capybara.sandbox.allow-hosts'], 'example.com,*.pypi.org');
+  t.equal(body.Labels['test.run'], 'x');
+  t.ok(body.Env.includes('HTTPS_PROXY=http://cap-conv1-egress:3128'));
+  t.ok(body.Env.includes('https_proxy=http://cap-conv1-egress:3128'));
+  t.ok(body.Env.includes('NO_PROXY=localhost,127.0.0.1,::1'));
+  t.doesNotThrow(() => serialiseAsciiBody(body, 'test'));
+});
+
+const tiers: { name: string; egress: SandboxSpec['limits']['egress']; mode: string }[] = [
+  { name: 'none has no network', egress: 'none', mode: 'none' },
+  { name: 'internal has its own network', egress: 'internal', mode: 'cap-conv1-net' },
+  { name: 'open uses the shared bridge', egress: 'open', mode: 'capybara-sandbox' },
+];
+for (const row of tiers) {
+  t.test(row.name, async (t) => {
+    const open = parseDeploymentConfig({ endpoint: 'tcp://p:1', allowOpenEgress: true });
+    const body = sandboxContainerBody(planSandbox(spec({}, { egress: row.egress, allowHosts: [] }), open, opts));
+    t.equal(body.HostConfig.NetworkMode, row.mode);
+    t.notOk(body.Env.some((e) => e.startsWith('HTTP_PROXY=')));
+  });
+}
+
+t.test('open egress refused unless allowed, naming the setting', async (t) => {
+  throwsCode(t, () => planSandbox(spec({}, { egress: 'open' }), config, opts), 'open_egress_disabled', 'extensionConfig."sandbox-docker".allowOpenEgress');
+});
+
+const refusals: { name: string; spec: SandboxSpec; code: string }[] = [
+  { name: 'non-ASCII image', spec: spec({ image: 'imäge' }), code: 'invalid_spec' },
+  { name: 'non-ASCII env value', spec: spec({ env: { A: 'héllo' } }), code: 'invalid_spec' },
+  { name: 'control character in env value', spec: spec({ env: { A: 'a\nb' } }), code: 'invalid_spec' },
+  { name: 'bad env name', spec: spec({ env: { 'A-B': 'x' } }), code: 'invalid_spec' },
+  { name: 'Unicode allowlist host', spec: spec({}, { allowHosts: ['bücher.de'] }), code: 'invalid_spec' },
+  { name: 'allowlist host with a path', spec: spec({}, { allowHosts: ['a.com/x'] }), code: 'invalid_spec' },
+  { name: 'id with a dot', spec: spec({ id: 'a.b' }), code: 'invalid_spec' },
+  { name: 'id too long', spec: spec({ id: 'a'.repeat(53) }), code: 'invalid_spec' },
+  { name: 'unknown tier', spec: spec({}, { egress: 'wide' as 'open' }), code: 'invalid_spec' },
+  { name: 'cpu below granularity', spec: spec({}, { cpu: 0.001 }), code: 'limit_not_expressible' },
+  { name: 'memory below Docker minimum', spec: spec({}, { memoryMb: 4 }), code: 'limit_not_expressible' },
+  { name: 'disk without a volume driver', spec: spec({}, { diskMb: 100 }), code: 'limit_not_expressible' },
+  { name: 'negative cpu', spec: spec({}, { cpu: -1 }), code: 'invalid_spec' },
+];
+for (const row of refusals) {
+  t.test(`refused: ${row.name}`, async (t) => {
+    throwsCode(t, () => planSandbox(row.spec, config, opts), row.code);
+  });
+}
+
+t.test('disk limit with a volume driver sizes the workspace and /tmp', async (t) => {
+  const withDriver = parseDeploymentConfig({ endpoint: 'tcp://p:1', volumeDriver: 'quota' });
+  const plan = planSandbox(spec({}, { diskMb: 100 }), withDriver, opts);
+  t.same(volumeBody(plan.workspaceVolume, plan.labels, plan.volumeDriver, plan.limits.volumeSize).DriverOpts, { size: '100M' });
+  t.match((sandboxContainerBody(plan).HostConfig.Tmpfs as Record<string, string>)['/tmp'], `size=${100 * 1024 * 1024},`);
+});
+
+t.test('persistent workspace uses its own volume', async (t) => {
+  const plan = planSandbox(spec({ workspace: { key: 'proj-1', durability: 'persistent' } }), config, opts);
+  t.equal(plan.workspaceVolume, 'cap-ws.proj-1');
+  t.equal(plan.persistentWorkspace?.labels['dev.capybara.sandbox.name'], undefined);
+});
+
+t.test('egress proxy body', async (t) => {
+  const plan = planSandbox(spec(), config, opts);
+  const body = egressContainerBody(plan, { 'upstream.test': '10.0.0.5' });
+  t.equal(body.HostConfig.NetworkMode, 'cap-conv1-net');
+  t.ok(body.Env.includes('EGRESS_ALLOW_HOSTS=example.com,*.pypi.org'));
+  t.ok(body.Env.includes('CAPYBARA_EGRESS_TEST_HOSTS={"upstream.test":"10.0.0.5"}'));
+  t.same(body.HostConfig.CapDrop, ['ALL']);
+  t.equal(body.HostConfig.ReadonlyRootfs, true);
+  t.notOk('User' in body);
+  t.doesNotThrow(() => serialiseAsciiBody(body, 'test'));
+});
+
+t.test('network bodies', async (t) => {
+  t.same(sharedNetworkBody('capybara-sandbox', {}).Options, { 'com.docker.network.bridge.enable_icc': 'false' });
+  const internal = internalNetworkBody('cap-x-net', { a: 'b' });
+  t.equal(internal.Internal, true);
+  t.equal(internal.Driver, 'bridge');
+  t.equal(internal.Options['com.docker.network.bridge.inhibit_ipv4'], 'true');
+});
+
+t.test('serialiseAsciiBody refuses escapes', async (t) => {
+  throwsCode(t, () => serialiseAsciiBody({ a: '\u0001' }, 'x'), 'invalid_spec');
+  throwsCode(t, () => serialiseAsciiBody({ a: 'é' }, 'x'), 'invalid_spec');
+});

@@ -1,0 +1,111 @@
+import t from 'tap';
+import { spawnSync, spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import {
+  KILL_OK_MARKER,
+  commandPayload,
+  controlFile,
+  encodeArg,
+  killFilesCmd,
+  killTaggedCmd,
+  readFileCmd,
+  shellQuote,
+  statCmd,
+  wrapperCmd,
+  writeFileCmd,
+  FILE_EXIT,
+} from '../../controller/exec-script.js';
+import { isSandboxError } from '../../controller/errors.js';
+
+// These run the scripts with the host's bash and coreutils (no Docker): the same programs the
+// sandbox image ships.
+function run(cmd: string[], input?: Buffer | string) {
+  const [file, ...args] = cmd;
+  return spawnSync(file ?? 'bash', args, { input: typeof input === 'string' ? Buffer.from(input) : input, encoding: 'buffer' });
+}
+
+t.test('every exec argument is ASCII without JSON escapes', async (t) => {
+  const cmd = wrapperCmd(controlFile('agent-1', randomUUID()), 65, encodeArg(commandPayload('echo "héllo\tworld" \u0001', { V: 'ü\nx' }, '/tmp/ä')));
+  const json = JSON.stringify(cmd);
+  t.notMatch(json, /\\u/);
+  t.match(json, /^[\x20-\x7e]*$/);
+});
+
+t.test('shellQuote round-trips awkward strings', async (t) => {
+  for (const value of ["it's", '$(rm -rf /)', 'a\nb', '`x`', '"', '\\', 'ü']) {
+    const out = run(['bash', '-c', `printf %s ${shellQuote(value)}`]);
+    t.equal(out.stdout.toString(), value, JSON.stringify(value));
+  }
+});
+
+t.test('wrapper runs the command with env and cwd, records and removes its control file', async (t) => {
+  const ctl = controlFile('t1', randomUUID());
+  const payload = encodeArg(commandPayload('echo "$GREETING from $(pwd)"; cat; exit 3', { GREETING: "it's ü" }, '/tmp'));
+  const out = run(wrapperCmd(ctl, 30, payload), 'stdin-data');
+  t.equal(out.status, 3);
+  t.equal(out.stdout.toString(), "it's ü from /tmp\nstdin-data");
+  t.notOk(existsSync(ctl), 'control file removed');
+});
+
+t.test('a missing cwd is a clear error', async (t) => {
+  const out = run(wrapperCmd(controlFile('t1', randomUUID()), 30, encodeArg(commandPayload('true', {}, '/nonexistent-dir'))));
+  t.equal(out.status, 126);
+  t.match(out.stderr.toString(), 'cannot change directory to /nonexistent-dir');
+});
+
+t.test('backstop kills a command that outlives its limit', async (t) => {
+  const started = Date.now();
+  const out = run(wrapperCmd(controlFile('t1', randomUUID()), 1, encodeArg('sleep 30')));
+  t.equal(out.status, 137);
+  t.ok(Date.now() - started < 10_000);
+});
+
+t.test('kill by control file ends the session including background children', async (t) => {
+  const ctl = controlFile('victim', randomUUID());
+  const marker = `capybara-test-${randomUUID()}`;
+  const [file, ...args] = wrapperCmd(ctl, 60, encodeArg(`sleep 300 & sleep 301; echo ${marker}`));
+  const child = spawn(file ?? 'bash', args, { stdio: 'ignore' });
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  for (let i = 0; i < 100 && !existsSync(ctl); i += 1) await new Promise((r) => setTimeout(r, 20));
+  const sid = readFileSync(ctl, 'utf8').trim();
+  const other = controlFile('other', randomUUID());
+  writeFileSync(other, '999999999\n');
+  const killed = run(killTaggedCmd(['victim']));
+  t.match(killed.stdout.toString(), KILL_OK_MARKER);
+  t.equal(await exited, null, 'wrapper killed');
+  const left = run(['ps', '-o', 'pid=', '-s', sid]).stdout.toString().trim();
+  t.equal(left, '', 'no process left in the session');
+  t.notOk(existsSync(ctl));
+  t.ok(existsSync(other), 'other tags untouched');
+  t.match(run(killFilesCmd([other])).stdout.toString(), KILL_OK_MARKER);
+});
+
+t.test('tags are validated', async (t) => {
+  for (const tag of ['', 'a b', 'a*', '../x', '-x']) {
+    try {
+      killTaggedCmd([tag]);
+      t.fail(`accepted ${JSON.stringify(tag)}`);
+    } catch (err) {
+      t.ok(isSandboxError(err, 'invalid_spec'), JSON.stringify(tag));
+    }
+  }
+});
+
+t.test('file scripts', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'capybara-files-'));
+  const binary = Buffer.from([0, 1, 2, 255, 254, 10, 13, 0]);
+  const file = join(dir, 'sub', 'dir', 'bin');
+  t.equal(run(writeFileCmd(file), binary).status, 0);
+  t.same(run(readFileCmd(file, 100)).stdout, binary);
+  t.same(run(readFileCmd(file, 3)).stdout, binary.subarray(0, 3));
+  t.equal(run(readFileCmd(join(dir, 'missing'), 10)).status, FILE_EXIT.notFound);
+  t.equal(run(readFileCmd(dir, 10)).status, FILE_EXIT.isDirectory);
+  t.equal(run(writeFileCmd(dir), 'x').status, FILE_EXIT.isDirectory);
+  t.equal(run(writeFileCmd(join(dir, 'empty')), '').status, 0);
+  t.match(run(statCmd(join(dir, 'empty'))).stdout.toString(), /^regular empty file\|0\|644\|\d+\.\d{3}\n$/);
+  t.equal(run(statCmd(join(dir, 'missing'))).status, FILE_EXIT.notFound);
+  t.equal(run(writeFileCmd(join(dir, 'x', '..', '..', 'escape'), dir + '/x'), 'x').status, FILE_EXIT.permissionDenied, 'confined');
+});
