@@ -140,6 +140,9 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
         netServer.once('error', reject);
         netServer.listen({ host, port }, () => {
           netServer.off('error', reject);
+          // The HTTP server never listens itself (connections are handed to it), but its
+          // header-timeout sweep starts on 'listening'.
+          httpServer.emit('listening');
           resolve(netServer.address() as AddressInfo);
         });
       });
@@ -147,6 +150,7 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     close() {
       return new Promise((resolve) => {
         netServer.close(() => resolve());
+        httpServer.close(() => undefined); // stops the header-timeout sweep
         httpServer.closeAllConnections();
         for (const socket of sockets) socket.destroy();
         agents.destroy();

@@ -1,0 +1,285 @@
+/**
+ * The egress proxy over real sockets on loopback: tunnels and forwarding to local upstreams
+ * pinned by test hosts, every refusal decided before a dial, failover, half-closed and abruptly
+ * closed tunnels, malformed input, limits, log lines and metrics.
+ */
+import http from 'node:http';
+import net from 'node:net';
+import t from 'tap';
+import { rawRequest, readUntil } from '../support/raw-client.js';
+import { startDnsServer } from '../support/dns-server.js';
+import { policyOf, startTestProxy } from '../support/test-proxy.js';
+
+async function listen(server: net.Server): Promise<number> {
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return (server.address() as net.AddressInfo).port;
+}
+
+async function settle(check: () => boolean, what: string, ms = 3_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+// Upstreams: a TCP service that answers each chunk with "echo:" + chunk and reports end of
+// input, and an HTTP server that returns what it received.
+const upstreamSockets = new Set<net.Socket>();
+const echo = net.createServer({ allowHalfOpen: true }, (s) => {
+  upstreamSockets.add(s);
+  s.on('close', () => upstreamSockets.delete(s));
+  s.on('data', (d) => s.write(`echo:${d.toString()}`));
+  s.on('end', () => s.end('upstream saw end\n'));
+  s.on('error', () => undefined);
+});
+const web = http.createServer((req, res) => {
+  let body = '';
+  req.on('data', (d: Buffer) => (body += d.toString()));
+  req.on('end', () => {
+    const text = JSON.stringify({ url: req.url, headers: req.headers, body });
+    res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(text) }).end(text);
+  });
+});
+const echoPort = await listen(echo);
+const webPort = await listen(web);
+const dns = await startDnsServer();
+t.teardown(async () => {
+  echo.close();
+  web.close();
+  await dns.close();
+});
+
+const allowHosts = ['echo.test', 'web.test', 'twice.test', 'dead.test', '*.dns.test'];
+const testHosts = {
+  'echo.test': '127.0.0.1',
+  'web.test': '127.0.0.1',
+  // The first address has no listener on the port: the dialer must move on to the second.
+  'twice.test': ['127.0.0.2', '127.0.0.1'],
+  'dead.test': '127.0.0.3',
+};
+const proxyT = await startTestProxy({
+  policy: { allowHosts, connectPorts: [echoPort, webPort, 443, 80], testHosts },
+  dnsServer: dns.address,
+  dnsTimeoutMs: 500,
+});
+t.teardown(() => proxyT.close());
+const { port } = proxyT;
+
+t.test('CONNECT tunnels bytes both ways to the pinned address and logs the close', async (t) => {
+  const res = await rawRequest(port, `CONNECT echo.test:${echoPort} HTTP/1.1\r\nHost: evil.net:443\r\n\r\n`);
+  t.equal(res.status, 200);
+  res.socket.write('hello');
+  t.match(await readUntil(res.socket, 'echo:hello'), 'echo:hello');
+  res.socket.end();
+  t.match(await readUntil(res.socket, undefined), 'upstream saw end', 'half-close reaches upstream, its answer comes back');
+  await settle(() => proxyT.logs.some((l) => l.event === 'tunnel_closed' && l.host === 'echo.test'), 'close line');
+  const close = proxyT.logs.find((l) => l.event === 'tunnel_closed' && l.host === 'echo.test');
+  t.equal(close?.bytesUp, 5);
+  t.equal(close?.bytesDown, 'echo:hello'.length + 'upstream saw end\n'.length);
+  const allow = proxyT.logs.find((l) => l.event === 'decision' && l.decision === 'allow' && l.host === 'echo.test');
+  t.same(allow?.addresses, ['127.0.0.1']);
+  t.equal(allow?.pinnedBy, 'test_host');
+  t.ok(typeof allow?.client === 'string' && typeof allow?.conn === 'number', 'per-connection fields');
+});
+
+t.test('bytes sent with the CONNECT request are forwarded', async (t) => {
+  const res = await rawRequest(port, `CONNECT echo.test:${echoPort} HTTP/1.1\r\nHost: x\r\n\r\nearly`);
+  t.equal(res.status, 200);
+  t.match(await readUntil(res.socket, 'echo:early'), 'echo:early');
+  res.socket.destroy();
+});
+
+t.test('an abrupt client close tears down the upstream side', async (t) => {
+  const res = await rawRequest(port, `CONNECT echo.test:${echoPort} HTTP/1.1\r\nHost: x\r\n\r\n`);
+  res.socket.write('x');
+  await readUntil(res.socket, 'echo:x');
+  res.socket.resetAndDestroy();
+  await settle(() => upstreamSockets.size === 0, 'upstream sockets to close');
+  await settle(() => proxyT.proxy.openConnections === 0, 'proxy connections to close');
+  t.pass('no socket left open');
+});
+
+t.test('an abrupt upstream close ends the client side', async (t) => {
+  const res = await rawRequest(port, `CONNECT echo.test:${echoPort} HTTP/1.1\r\nHost: x\r\n\r\n`);
+  res.socket.write('y');
+  await readUntil(res.socket, 'echo:y');
+  for (const s of upstreamSockets) s.resetAndDestroy();
+  await readUntil(res.socket, undefined);
+  t.ok(true, 'client side closed');
+  res.socket.destroy();
+});
+
+t.test('failover to the second checked address', async (t) => {
+  const before = proxyT.dialed.length;
+  const res = await rawRequest(port, `CONNECT twice.test:${echoPort} HTTP/1.1\r\nHost: x\r\n\r\n`);
+  t.equal(res.status, 200);
+  t.same(proxyT.dialed.slice(before), [`127.0.0.2:${echoPort}`, `127.0.0.1:${echoPort}`]);
+  res.socket.destroy();
+});
+
+t.test('no checked address reachable is 502 connect_failed', async (t) => {
+  const res = await rawRequest(port, `CONNECT dead.test:${echoPort} HTTP/1.1\r\nHost: x\r\n\r\n`);
+  t.equal(res.status, 502);
+  t.equal(res.reason, 'connect_failed');
+  t.match(res.body, /^egress failed dead\.test:\d+: connect_failed: .*\n$/);
+  const plain = await rawRequest(port, `GET http://dead.test:${webPort}/ HTTP/1.1\r\nHost: dead.test:${webPort}\r\n\r\n`);
+  t.equal(plain.status, 502);
+  t.equal(plain.reason, 'connect_failed');
+});
+
+t.test('plain HTTP is forwarded with the exact path, without hop-by-hop or Proxy-* fields', async (t) => {
+  const res = await rawRequest(
+    port,
+    `POST http://web.test:${webPort}//a//b?x=1&y=%2F HTTP/1.1\r\nHost: web.test:${webPort}\r\nProxy-Authorization: Basic c2VjcmV0\r\nProxy-Connection: keep-alive\r\nConnection: keep-alive, X-Secret\r\nX-Secret: 1\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\nX-Kept: yes\r\nContent-Length: 4\r\n\r\nbody`,
+  );
+  t.equal(res.status, 200);
+  const echoed = JSON.parse(res.body) as { url: string; headers: Record<string, string>; body: string };
+  t.equal(echoed.url, '//a//b?x=1&y=%2F', 'path as sent');
+  t.equal(echoed.body, 'body');
+  t.equal(echoed.headers.host, `web.test:${webPort}`);
+  t.equal(echoed.headers['x-kept'], 'yes');
+  for (const h of ['proxy-authorization', 'proxy-connection', 'x-secret', 'keep-alive', 'te']) t.notOk(echoed.headers[h], `${h} dropped`);
+  t.notOk(echoed.headers['x-forwarded-for'], 'the client address is not disclosed');
+  res.socket.destroy();
+});
+
+t.test('keep-alive: several requests on one client connection', async (t) => {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  for (let i = 0; i < 3; i++) {
+    const body = await new Promise<string>((resolve, reject) => {
+      http
+        .get({ host: '127.0.0.1', port, path: `http://web.test:${webPort}/n${i}`, headers: { Host: `web.test:${webPort}` }, agent }, (res) => {
+          let b = '';
+          res.on('data', (d: Buffer) => (b += d.toString()));
+          res.on('end', () => resolve(b));
+        })
+        .on('error', reject);
+    });
+    t.match(body, `/n${i}`);
+  }
+  agent.destroy();
+});
+
+const refusals: { name: string; request: string; status: number; reason: string; dns?: Parameters<typeof dns.set>[1] }[] = [
+  { name: 'host not allowed', request: 'CONNECT evil.net:443', status: 403, reason: 'host_not_allowed' },
+  { name: 'IP literal', request: 'CONNECT 127.0.0.1:443', status: 403, reason: 'ip_literal' },
+  { name: 'malformed host', request: 'CONNECT a..dns.test:443', status: 400, reason: 'malformed_host' },
+  { name: 'port not allowed', request: 'CONNECT a.dns.test:22', status: 403, reason: 'port_not_allowed' },
+  { name: 'private answer', request: 'CONNECT priv.dns.test:443', status: 403, reason: 'address_not_allowed', dns: { answers: ['10.0.0.1'] } },
+  { name: 'one private answer among public ones', request: 'CONNECT mixed.dns.test:443', status: 403, reason: 'address_not_allowed', dns: { answers: ['93.184.215.14', '::ffff:169.254.169.254'] } },
+  { name: 'NXDOMAIN', request: 'CONNECT gone.dns.test:443', status: 502, reason: 'dns_failed', dns: { nxdomain: true } },
+  { name: 'DNS timeout', request: 'CONNECT slow.dns.test:443', status: 504, reason: 'dns_timeout', dns: { timeout: true } },
+  { name: 'plain HTTP, host not allowed', request: 'GET http://evil.net/', status: 403, reason: 'host_not_allowed' },
+  { name: 'plain HTTP, private answer', request: 'GET http://priv2.dns.test/', status: 403, reason: 'address_not_allowed', dns: { answers: ['127.0.0.1'] } },
+  { name: 'origin-form request', request: 'GET /', status: 400, reason: 'bad_request' },
+  { name: 'unsupported scheme', request: 'GET ftp://a.dns.test/', status: 400, reason: 'bad_request' },
+  { name: 'CONNECT without a port', request: 'CONNECT a.dns.test', status: 400, reason: 'bad_request' },
+];
+for (const c of refusals) {
+  t.test(`refusal: ${c.name}`, async (t) => {
+    const host = (c.request.split(' ')[1] ?? '').replace(/^http:\/\//, '').split(/[:/]/)[0] ?? '';
+    if (c.dns) dns.set(host, c.dns);
+    const before = proxyT.dialed.length;
+    const hostHeader = c.request.startsWith('GET http') ? `Host: ${host}\r\n` : 'Host: x\r\n';
+    const res = await rawRequest(port, `${c.request} HTTP/1.1\r\n${hostHeader}\r\n`);
+    t.equal(res.status, c.status);
+    t.equal(res.reason, c.reason);
+    t.match(res.body, new RegExp(`^egress (denied|failed).*: ${c.reason}: .+; .+\\n$`), 'one line naming the reason and the remedy');
+    t.match(res.head, /connection: close/i);
+    t.same(proxyT.dialed.slice(before), [], 'nothing dialed');
+    if (c.dns && !('timeout' in c.dns)) t.equal(dns.questions(host), 1, 'resolved once');
+  });
+}
+
+const malformed: { name: string; bytes: string; status?: number }[] = [
+  { name: 'garbage', bytes: '\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03' },
+  { name: 'bare LF', bytes: 'CONNECT echo.test:443 HTTP/1.1\nHost: x\n\n' },
+  { name: 'NUL in the request line', bytes: 'CONNECT echo.test\x00:443 HTTP/1.1\r\n\r\n' },
+  { name: 'HTTP/2 preface', bytes: 'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n' },
+  { name: 'two Host headers', bytes: 'GET http://web.test/ HTTP/1.1\r\nHost: web.test\r\nHost: evil.net\r\n\r\n' },
+  { name: 'Host header for another host', bytes: 'GET http://web.test/ HTTP/1.1\r\nHost: evil.net\r\n\r\n' },
+  { name: 'userinfo', bytes: 'GET http://evil.net@web.test/ HTTP/1.1\r\nHost: web.test\r\n\r\n' },
+  { name: 'chunked and Content-Length', bytes: 'POST http://web.test/ HTTP/1.1\r\nHost: web.test\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n' },
+  { name: 'oversized head', bytes: `GET http://web.test/ HTTP/1.1\r\nHost: web.test\r\nX: ${'a'.repeat(20_000)}\r\n\r\n`, status: 431 },
+];
+for (const c of malformed) {
+  t.test(`malformed: ${c.name} gets a 4xx`, async (t) => {
+    const res = await rawRequest(port, Buffer.from(c.bytes, 'latin1'));
+    t.ok(res.status >= 400 && res.status < 500, `4xx (got ${res.status})`);
+    if (c.status) t.equal(res.status, c.status);
+    t.ok(res.reason, 'with a reason');
+  });
+}
+
+t.test('a request head that never completes times out with 408', async (t) => {
+  const slow = await startTestProxy({ policy: { allowHosts: ['a.example'] }, limits: { headerTimeoutMs: 300 } });
+  t.teardown(() => slow.close());
+  const res = await rawRequest(slow.port, 'CONNECT a.example:443 HTTP/1.1\r\nX-Slow: ');
+  t.equal(res.status, 408);
+  t.equal(res.reason, 'header_timeout');
+  res.socket.destroy();
+  await settle(() => slow.proxy.openConnections === 0, 'connection to close');
+});
+
+t.test('connection limits answer 429 per client and 503 overall, with Retry-After', async (t) => {
+  const limited = await startTestProxy({ policy: { allowHosts: ['a.example'] }, limits: { maxConnectionsPerClient: 2, maxConnections: 3 } });
+  t.teardown(() => limited.close());
+  const held = await Promise.all([0, 1].map(() => new Promise<net.Socket>((resolve) => { const s = net.connect(limited.port, '127.0.0.1', () => resolve(s)); })));
+  await settle(() => limited.proxy.openConnections === 2, 'two connections');
+  const third = await rawRequest(limited.port, 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
+  t.equal(third.status, 429);
+  t.equal(third.reason, 'client_limit');
+  t.match(third.head, /retry-after: 1/i);
+  const other = await new Promise<net.Socket>((resolve) => { const s = net.connect({ port: limited.port, host: '127.0.0.1', localAddress: '127.0.0.2' }, () => resolve(s)); });
+  await settle(() => limited.proxy.openConnections === 3, 'three connections');
+  const fourth = await rawRequest(limited.port, 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n', '127.0.0.1');
+  t.ok([429, 503].includes(fourth.status));
+  const overall = await new Promise<string>((resolve) => {
+    const s = net.connect({ port: limited.port, host: '127.0.0.1', localAddress: '127.0.0.3' });
+    let text = '';
+    s.on('data', (d: Buffer) => (text += d.toString()));
+    s.on('close', () => resolve(text));
+  });
+  t.match(overall, /^HTTP\/1\.1 503 /);
+  t.match(overall, /x-egress-reason: too_many_connections/i);
+  for (const s of [...held, other]) s.destroy();
+});
+
+t.test('a new policy applies to new requests and leaves open tunnels alone', async (t) => {
+  const res = await rawRequest(port, `CONNECT echo.test:${echoPort} HTTP/1.1\r\nHost: x\r\n\r\n`);
+  t.equal(res.status, 200);
+  proxyT.proxy.setPolicy(policyOf({ allowHosts: ['web.test'], connectPorts: [echoPort, webPort], testHosts }));
+  res.socket.write('still');
+  t.match(await readUntil(res.socket, 'echo:still'), 'echo:still', 'open tunnel still works');
+  const denied = await rawRequest(port, `CONNECT echo.test:${echoPort} HTTP/1.1\r\nHost: x\r\n\r\n`);
+  t.equal(denied.reason, 'host_not_allowed');
+  proxyT.proxy.setPolicy(policyOf({ allowHosts, connectPorts: [echoPort, webPort, 443, 80], testHosts }));
+  res.socket.destroy();
+});
+
+t.test('health endpoint and metrics', async (t) => {
+  const res = await rawRequest(port, 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
+  t.equal(res.status, 200);
+  t.equal(res.body, 'ok\n');
+  res.socket.destroy();
+  const text = await proxyT.proxy.metrics.metrics();
+  t.match(text, /egress_decisions_total\{outcome="deny",reason="host_not_allowed"\} \d+/);
+  t.match(text, /egress_bytes_total\{direction="up",kind="tunnel"\} \d+/);
+  t.match(text, /egress_dns_seconds_count\{outcome="dns_timeout"\} 1/);
+});
+
+t.test('every decision line has the fixed fields; bodies are never logged', async (t) => {
+  const decisions = proxyT.logs.filter((l) => l.event === 'decision');
+  t.ok(decisions.length > 20);
+  for (const l of decisions) {
+    t.ok(l.decision === 'allow' || l.decision === 'deny', 'decision');
+    if (l.decision === 'deny') t.ok(typeof l.reason === 'string', 'reason');
+  }
+  t.notMatch(JSON.stringify(proxyT.logs), /c2VjcmV0|"body"/, 'no credentials or bodies in the log');
+});
+
+t.test('after all of this the proxy holds no connection', async (t) => {
+  await settle(() => proxyT.proxy.openConnections === 0, 'all connections to close', 5_000);
+  t.pass('back to zero');
+});
