@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# Builds the three product images without any container registry:
+#   capybara-sandbox:latest         image/sandbox/Dockerfile
+#   capybara-sandbox-egress:latest  image/egress/Dockerfile
+#   capybara-sandbox-proxy:latest   haproxy/Dockerfile
+#
+# Each Dockerfile takes its base image as the BASE build argument. Here every base is a Debian
+# trixie root filesystem made by mmdebstrap from the machine's reachable Debian mirror (already
+# holding the packages the Dockerfile's APT_PACKAGES line names) and loaded with `docker import`.
+#
+# Nothing is rebuilt when its inputs have not changed: a base is tagged with the hash of its
+# package list and build options, an image carries the hash of its base and build context in the
+# label dev.capybara.content-hash (also its second tag). A warm run costs a few seconds.
+#
+# Environment:
+#   CAPYBARA_DEBIAN_MIRROR   Debian mirror for mmdebstrap (default http://deb.debian.org/debian)
+#   CAPYBARA_FORCE_REBUILD=1 ignore the hashes and build everything again
+# Usage: bash scripts/build-images.sh [sandbox|egress|proxy ...]   (default: all three)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+SUITE=trixie
+MIRROR=${CAPYBARA_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# Bump when the way bases are made changes, so old bases are not reused.
+RECIPE_VERSION=1
+HASH_LABEL=dev.capybara.content-hash
+
+log() { printf '[build-images] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+sha() { sha256sum | cut -c1-64; }
+
+# The package list is written once, in the Dockerfile's ARG APT_PACKAGES line.
+apt_packages() {
+  local line
+  line=$(grep -m1 -E '^ARG APT_PACKAGES=' "$1") || die "$1 has no ARG APT_PACKAGES line"
+  line=${line#ARG APT_PACKAGES=}
+  line=${line//\"/}
+  echo "$line"
+}
+
+image_hash() { docker image inspect --format "{{index .Config.Labels \"$HASH_LABEL\"}}" "$1" 2>/dev/null || true; }
+
+# mmdebstrap options: minimal variant, no documentation, manuals or translations (copyright files
+# stay), no apt lists or caches left in the image.
+MM_OPTS=(
+  --variant=minbase
+  --dpkgopt='path-exclude=/usr/share/man/*'
+  --dpkgopt='path-exclude=/usr/share/doc/*'
+  --dpkgopt='path-include=/usr/share/doc/*/copyright'
+  --dpkgopt='path-exclude=/usr/share/info/*'
+  --dpkgopt='path-exclude=/usr/share/locale/*'
+  --dpkgopt='path-include=/usr/share/locale/locale.alias'
+  --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin "$1"/var/cache/apt/archives/*.deb "$1"/var/log/*.log'
+)
+
+# base_tag NAME DOCKERFILE -> prints the tag of the base for that Dockerfile (building it if missing)
+build_base() {
+  local name=$1 dockerfile=$2 pkgs hash tag
+  pkgs=$(apt_packages "$dockerfile")
+  hash=$(printf '%s\n' "$RECIPE_VERSION" "$SUITE" "$MIRROR" "$pkgs" "${MM_OPTS[@]}" | sha)
+  tag="capybara-base-$name:${hash:0:16}"
+  if [[ -z "${CAPYBARA_FORCE_REBUILD:-}" ]] && docker image inspect "$tag" >/dev/null 2>&1; then
+    log "base $tag is up to date"
+    docker tag "$tag" "capybara-base-$name:latest"
+    echo "$tag"; return
+  fi
+  log "building base $tag with mmdebstrap ($SUITE: $pkgs)"
+  local started=$SECONDS logfile
+  logfile=$(mktemp)
+  # shellcheck disable=SC2086  # the package list is split on purpose
+  if ! mmdebstrap "${MM_OPTS[@]}" --include="$(echo $pkgs | tr ' ' ',')" "$SUITE" - "$MIRROR" 2>"$logfile" \
+      | docker import --change "LABEL $HASH_LABEL=$hash" --change 'CMD ["bash"]' - "$tag" >/dev/null; then
+    tail -n 30 "$logfile" >&2; rm -f "$logfile"
+    die "mmdebstrap or docker import failed for base $name"
+  fi
+  rm -f "$logfile"
+  docker tag "$tag" "capybara-base-$name:latest"
+  log "base $tag built in $((SECONDS - started))s"
+  echo "$tag"
+}
+
+# build_image TAG DOCKERFILE CONTEXT BASE_TAG CONTEXT_HASH
+build_image() {
+  local tag=$1 dockerfile=$2 context=$3 base=$4 ctxhash=$5 hash base_id
+  base_id=$(docker image inspect --format '{{.Id}}' "$base")
+  hash=$(printf '%s\n' "$base_id" "$ctxhash" | sha)
+  if [[ -z "${CAPYBARA_FORCE_REBUILD:-}" && "$(image_hash "$tag")" == "$hash" ]]; then
+    log "$tag is up to date (${hash:0:12})"
+    return
+  fi
+  log "building $tag (${hash:0:12})"
+  local started=$SECONDS
+  docker build --quiet --pull=false \
+    --build-arg "BASE=$base" \
+    --label "$HASH_LABEL=$hash" \
+    -f "$dockerfile" -t "$tag" -t "${tag%:*}:${hash:0:12}" "$context" >/dev/null
+  log "$tag built in $((SECONDS - started))s"
+}
+
+# Hash of a list of files (paths relative to the repository root), names included.
+hash_files() {
+  local f
+  for f in "$@"; do
+    printf '%s\n' "$f"
+    sha256sum < "$f"
+  done | sha
+}
+
+TARGETS=("$@")
+[[ ${#TARGETS[@]} -gt 0 ]] || TARGETS=(sandbox egress proxy)
+for t in "${TARGETS[@]}"; do
+  case $t in sandbox|egress|proxy) ;; *) die "unknown image '$t' (sandbox, egress or proxy)";; esac
+done
+selected() { local t; for t in "${TARGETS[@]}"; do [[ $t == "$1" ]] && return 0; done; return 1; }
+
+command -v docker >/dev/null || die "docker is not installed (run scripts/docker-up.sh)"
+docker version --format '{{.Server.Version}}' >/dev/null 2>&1 || die "no Docker engine answers (run scripts/docker-up.sh)"
+command -v mmdebstrap >/dev/null || die "mmdebstrap is not installed (run scripts/docker-up.sh)"
+
+TOTAL_START=$SECONDS
+
+# Bases are independent: build the missing ones in parallel (mostly download and dpkg time).
+declare -A DOCKERFILE=([sandbox]=image/sandbox/Dockerfile [egress]=image/egress/Dockerfile [proxy]=haproxy/Dockerfile)
+declare -A BASE PID
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+for t in "${TARGETS[@]}"; do
+  build_base "$t" "${DOCKERFILE[$t]}" >"$TMP/$t.base" &
+  PID[$t]=$!
+done
+for t in "${TARGETS[@]}"; do
+  wait "${PID[$t]}" || die "base for $t failed"
+  BASE[$t]=$(cat "$TMP/$t.base")
+done
+
+if selected proxy; then
+  mapfile -t files < <(cd haproxy && ls -1 Dockerfile haproxy.cfg ./*.map ./*.pat | sort)
+  build_image capybara-sandbox-proxy:latest haproxy/Dockerfile haproxy "${BASE[proxy]}" \
+    "$(cd haproxy && hash_files "${files[@]}")"
+fi
+
+if selected sandbox; then
+  mapfile -t files < <(cd image/sandbox && find . -type f | sort)
+  build_image capybara-sandbox:latest image/sandbox/Dockerfile image/sandbox "${BASE[sandbox]}" \
+    "$(cd image/sandbox && hash_files "${files[@]}")"
+fi
+
+if selected egress; then
+  # No registry is reachable from inside `docker build`, so the context is staged here: the
+  # compiled proxy and policy, the package manifests and the production node_modules.
+  [[ -f proxy/cli.ts ]] || die "proxy/cli.ts is missing: the egress image needs the egress proxy sources"
+  mapfile -t files < <({ find proxy policy -type f; ls -1 package.json package-lock.json tsconfig.json image/egress/Dockerfile image/egress/.dockerignore 2>/dev/null; } | sort)
+  ctxhash=$(hash_files "${files[@]}")
+  base_id=$(docker image inspect --format '{{.Id}}' "${BASE[egress]}")
+  if [[ -z "${CAPYBARA_FORCE_REBUILD:-}" && "$(image_hash capybara-sandbox-egress:latest)" == "$(printf '%s\n' "$base_id" "$ctxhash" | sha)" ]]; then
+    log "capybara-sandbox-egress:latest is up to date"
+  else
+    started=$SECONDS
+    stage=$TMP/egress
+    mkdir -p "$stage"
+    log "compiling TypeScript (npm run build)"
+    [[ -d node_modules ]] || npm ci --no-audit --no-fund --loglevel=error
+    npm run build --silent
+    mkdir -p "$stage/dist" "$stage/policy"
+    cp -r dist/proxy dist/policy "$stage/dist/"
+    cp policy/default-policy.yaml "$stage/policy/" 2>/dev/null || true
+    cp package.json package-lock.json "$stage/"
+    cp image/egress/Dockerfile "$stage/Dockerfile"
+    [[ ! -f image/egress/.dockerignore ]] || cp image/egress/.dockerignore "$stage/.dockerignore"
+    log "installing production dependencies into the staging context (npm ci --omit=dev)"
+    (cd "$stage" && npm ci --omit=dev --ignore-scripts --no-audit --no-fund --loglevel=error)
+    log "egress context staged in $((SECONDS - started))s"
+    build_image capybara-sandbox-egress:latest "$stage/Dockerfile" "$stage" "${BASE[egress]}" "$ctxhash"
+  fi
+fi
+
+log "done in $((SECONDS - TOTAL_START))s"
+docker image ls --format '{{.Repository}}:{{.Tag}}  {{.Size}}' \
+  | grep -E '^capybara-sandbox(-egress|-proxy)?:latest ' >&2 || true

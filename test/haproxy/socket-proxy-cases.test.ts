@@ -1,0 +1,142 @@
+/**
+ * Every case of fixtures/socket-proxy-cases.json against the real engine behind the real socket
+ * proxy (capybara-sandbox-proxy:latest): allowed requests must reach Docker, refused ones must get
+ * the proxy's 403 (or HAProxy's own 400 for broken framing) and leave nothing behind in Docker.
+ */
+import t from 'tap';
+import { readFileSync } from 'node:fs';
+import type Docker from 'dockerode';
+import type { Test } from 'tap';
+import { dockerTest, startSocketProxy, SOCKET_PROXY_IMAGE } from '../support/docker.js';
+import { send, readExecStream, type RawResponse } from './raw-http.js';
+
+interface Case {
+  id: string;
+  grp: string;
+  method: string;
+  path: string;
+  headers: Record<string, string | string[]>;
+  body: string | null;
+  verdict: 'allow' | '403';
+  why: string;
+  raw?: string;
+}
+
+const fixture = JSON.parse(readFileSync(new URL('./fixtures/socket-proxy-cases.json', import.meta.url), 'utf8')) as {
+  cases: Case[];
+};
+/** Stands in for the corpus's "test-node:1": a small local trixie image with /usr/bin/node. */
+const TEST_NODE_IMAGE = 'capybara-base-egress:latest';
+
+/** Statuses Docker itself must answer for the legit group (where they are deterministic here). */
+const EXPECTED_STATUS: Record<string, number[]> = {
+  A01: [200], A02: [200], A03: [200], A04: [200], A05: [200],
+  A08: [201], A09: [200], A10: [201], A11: [200], A12: [201], A13: [200], A14: [204],
+  A15: [201], A16: [101], A17: [200], A28: [201], A29: [101],
+  A18: [204], A19: [204], A20: [204], A21: [409, 500], A22: [201, 400], A23: [204], A24: [204, 404],
+  A25: [204], A26: [204], A27: [404],
+};
+
+t.test('socket proxy cases against the real engine', async (t) => {
+  const env = await dockerTest(t);
+  if (!env) return;
+  for (const image of [SOCKET_PROXY_IMAGE, TEST_NODE_IMAGE]) {
+    const found = await env.docker.getImage(image).inspect().then(() => true, () => false);
+    if (!found) { t.fail(`image ${image} is missing: run bash scripts/build-images.sh`); return; }
+  }
+  const proxy = await startSocketProxy(t, env);
+
+  // A network whose name does not start with "cap": its ID is what F40/H08 try to smuggle in.
+  const other = await env.docker.createNetwork({ Name: `other${env.runId}`, Labels: env.labels, Internal: true });
+  const vars: Record<string, string> = {
+    P: `cap-${env.runId}`, R: env.runId, IMAGE: TEST_NODE_IMAGE, OTHER_NET_ID: other.id,
+    EXEC_ID: '0'.repeat(64), STDIN_EXEC_ID: '0'.repeat(64),
+  };
+  const fill = (s: string) => s.replace(/\{([A-Z_]+)\}/g, (m, k: string) => vars[k] ?? m);
+  const created = new Set<string>([proxy.container, `other${env.runId}`]);
+
+  for (const c of fixture.cases) {
+    const req = {
+      method: c.method,
+      path: fill(c.path),
+      headers: Object.fromEntries(Object.entries(c.headers).map(([k, v]) =>
+        [k, Array.isArray(v) ? v.map(fill) : fill(v)])),
+      body: c.body === null ? null : fill(c.body),
+      ...(c.raw !== undefined ? { raw: fill(c.raw) } : {}),
+    };
+    const res = await send(proxy.socketPath, req);
+    const label = `${c.id} ${c.method} ${req.path.slice(0, 90)}: ${c.why}`;
+    const denied = res.headers['x-socket-proxy-deny'];
+
+    if (c.verdict === 'allow') {
+      t.notOk(denied, `${label}: reaches Docker (proxy said ${denied ?? 'nothing'})`);
+      t.ok(res.status === 101 || res.headers['api-version'], `${label}: answered by Docker (status ${res.status})`);
+      const expected = EXPECTED_STATUS[c.id];
+      if (expected) {
+        t.ok(expected.includes(res.status),
+          `${label}: Docker status ${res.status} in ${expected.join('/')} (${res.body.toString('utf8').slice(0, 200)})`);
+      }
+      await followUp(c, res, vars, t);
+      for (const n of createdNames(c, req.path, req.body)) created.add(n);
+    } else {
+      const refused = (res.status === 403 && denied !== undefined) || res.status === 400 || res.status === 0;
+      t.ok(refused, `${label}: refused by the proxy (status ${res.status}, reason ${denied ?? '-'})`);
+      t.notOk(res.headers['api-version'], `${label}: Docker never saw it`);
+      for (const n of createdNames(c, req.path, req.body)) {
+        t.notOk(await exists(env.docker, n), `${label}: ${n} does not exist afterwards`);
+      }
+    }
+  }
+
+  // Nothing but what the allowed cases made carries this run's id.
+  const leftovers = await namesWithRunId(env.docker, env.runId);
+  const unexpected = leftovers.filter((n) => !created.has(n));
+  t.same(unexpected, [], 'no resource appeared that an allowed case did not create');
+});
+
+/** Exec create answers give the ids later cases use; hijacked exec starts must carry the stream. */
+async function followUp(c: Case, res: RawResponse, vars: Record<string, string>, t: Test) {
+  if (c.id === 'A15' || c.id === 'A28') {
+    const id = (JSON.parse(res.body.toString('utf8')) as { Id: string }).Id;
+    vars[c.id === 'A15' ? 'EXEC_ID' : 'STDIN_EXEC_ID'] = id;
+  }
+  if (c.id === 'A16' && res.upgraded) {
+    const out = await readExecStream(res.upgraded);
+    t.equal(out.stdout, '42\n', 'A16: stdout of the hijacked exec comes back');
+  }
+  if (c.id === 'A29' && res.upgraded) {
+    const out = await readExecStream(res.upgraded, Buffer.from('hello through the proxy'));
+    t.equal(out.stdout, 'echo:hello through the proxy', 'A29: stdin reaches the process and its echo comes back');
+  }
+  if (res.upgraded && !['A16', 'A29'].includes(c.id)) res.upgraded.socket.destroy();
+}
+
+/** Names a create request would give its container, volume or network. */
+function createdNames(c: Case, path: string, body: string | null): string[] {
+  if (c.method.toUpperCase() !== 'POST') return [];
+  const names: string[] = [];
+  const q = /\/containers\/create\?(?:.*&)?name=([^&;]+)/.exec(path);
+  if (q?.[1]) names.push(decodeURIComponent(q[1]));
+  if (/\/(volumes|networks)\/create/.test(path) && body) {
+    for (const m of body.matchAll(/"name"\s*:\s*"([^"]*)"/gi)) if (m[1]) names.push(m[1]);
+  }
+  return names;
+}
+
+async function exists(docker: Docker, name: string): Promise<boolean> {
+  const probes = [
+    docker.getContainer(name).inspect(),
+    docker.getVolume(name).inspect(),
+    docker.getNetwork(name).inspect(),
+  ];
+  const results = await Promise.allSettled(probes);
+  return results.some((r) => r.status === 'fulfilled');
+}
+
+async function namesWithRunId(docker: Docker, runId: string): Promise<string[]> {
+  const filters = { name: [runId] };
+  const containers = (await docker.listContainers({ all: true, filters })).flatMap((c) => c.Names.map((n) => n.replace(/^\//, '')));
+  const networks = (await docker.listNetworks({ filters })).map((n) => n.Name);
+  const volumes = ((await docker.listVolumes({ filters })).Volumes ?? []).map((v) => v.Name);
+  return [...containers, ...networks, ...volumes].sort();
+}

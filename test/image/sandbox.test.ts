@@ -1,0 +1,75 @@
+/**
+ * The sandbox image (capybara-sandbox:latest) as SPEC §5 describes it: user sandbox uid 1000, HOME
+ * and working directory /workspace, the listed tools, and a read-only root filesystem that still
+ * works (writes go to /workspace and /tmp only).
+ */
+import t from 'tap';
+import { dockerTest } from '../support/docker.js';
+
+const IMAGE = 'capybara-sandbox:latest';
+
+t.test('sandbox image', async (t) => {
+  const env = await dockerTest(t);
+  if (!env) return;
+  if (!(await env.docker.getImage(IMAGE).inspect().then(() => true, () => false))) {
+    t.fail(`image ${IMAGE} is missing: run bash scripts/build-images.sh`);
+    return;
+  }
+  const name = env.name('image-sandbox');
+  const box = await env.docker.createContainer({
+    name,
+    Image: IMAGE,
+    Labels: env.labels,
+    HostConfig: {
+      NetworkMode: 'none',
+      ReadonlyRootfs: true,
+      CapDrop: ['ALL'],
+      SecurityOpt: ['no-new-privileges'],
+      Mounts: [
+        { Type: 'volume', Source: `${name}-workspace`, Target: '/workspace' },
+        { Type: 'tmpfs', Target: '/tmp' },
+      ],
+    },
+  });
+  await box.start();
+
+  const sh = async (cmd: string) => {
+    const exec = await box.exec({ Cmd: ['bash', '-c', cmd], AttachStdout: true, AttachStderr: true });
+    const stream = await exec.start({});
+    const chunks: Buffer[] = [];
+    const sink = { write: (b: Buffer) => { chunks.push(b); return true; } } as unknown as NodeJS.WritableStream;
+    env.docker.modem.demuxStream(stream, sink, sink);
+    await new Promise((resolve) => stream.on('end', resolve));
+    return { out: Buffer.concat(chunks).toString('utf8').trim(), code: (await exec.inspect()).ExitCode };
+  };
+
+  t.match(await box.inspect(), { Config: { User: 'sandbox', WorkingDir: '/workspace' } }, 'image defaults: user and workdir');
+  t.same(await sh('id -u; id -g; id -un'), { out: '1000\n1000\nsandbox', code: 0 }, 'runs as sandbox, uid 1000');
+  t.same(await sh('echo "$HOME"; pwd'), { out: '/workspace\n/workspace', code: 0 }, 'HOME and workdir are /workspace');
+
+  const tools: [string, RegExp][] = [
+    ['bash --version', /GNU bash/],
+    ['ls --version', /GNU coreutils/],
+    ['find --version', /GNU findutils/],
+    ['grep --version', /GNU grep/],
+    ['ps --version', /procps/],
+    ['setsid --version', /util-linux/],
+    ['curl --version', /^curl /],
+    ['git --version', /^git version/],
+    ['jq --version', /^jq-/],
+    ['python3 --version', /^Python 3\./],
+    ['python3 -m pip --version', /^pip /],
+    ['tini --version', /tini version/],
+  ];
+  for (const [cmd, want] of tools) {
+    const r = await sh(cmd);
+    t.ok(r.code === 0 && want.test(r.out), `${cmd}: ${r.out.split('\n')[0]}`);
+  }
+  t.same(await sh('python3 -m venv /tmp/venv && /tmp/venv/bin/python -c "print(42)"'), { out: '42', code: 0 },
+    'python3 venv works (in /tmp)');
+
+  t.equal((await sh('touch /etc/x 2>/dev/null')).code, 1, 'root filesystem is read-only');
+  t.same(await sh('echo ok > /workspace/f && cat /workspace/f && echo tmp > /tmp/f && cat /tmp/f'),
+    { out: 'ok\ntmp', code: 0 }, '/workspace and /tmp are writable');
+  t.match((await box.inspect()).Path, /tini/, 'tini is the entrypoint');
+});

@@ -1,0 +1,172 @@
+/**
+ * Shared helper for tests that need a real Docker engine.
+ *
+ * Why: Docker tests must never pass by accident. Outside CI (env CI unset) they skip with a stated
+ * reason when no engine answers; under CI=true a missing engine is a failure that says why. And
+ * everything they create must disappear again, also when a test fails half-way.
+ *
+ * API (keep it small; the controller tests reuse it):
+ *
+ *   const env = await dockerTest(t);     // null: the test was skipped or failed (no engine)
+ *   if (!env) return;
+ *   env.docker       dockerode client on the engine itself (setup and checks, never the product path)
+ *   env.runId        random id of this test file's run, e.g. "t3f9a1c2e"
+ *   env.name('x')    "cap-t3f9a1c2e-x": unique name, valid for containers, volumes and networks
+ *                    (the socket proxy wants "cap-" for containers/volumes and "cap" for networks)
+ *   env.labels       { 'dev.capybara.test': runId }: put it on everything you create
+ *   env.cleanup()    removes every container, network and volume carrying the label or the runId
+ *                    in its name; already registered with t.teardown, safe to call again
+ *
+ *   const proxy = await startSocketProxy(t, env);
+ *   proxy.socketPath  host path of the proxy's unix socket (talk HTTP to it, or
+ *                     new Docker({ socketPath }))
+ *   proxy.endpoint    the same as "unix://<path>", the controller's `endpoint` config value
+ *   proxy.container   name of the capybara-sandbox-proxy:latest container (removed at teardown)
+ *   proxy.logs()      the proxy's log lines (one per request, with the deny reason)
+ *
+ * The proxy listens on a unix socket in a fresh host directory (SOCKET_PROXY_BIND=unix@...), with
+ * the engine socket mounted (DOCKER_SOCKET) and no network at all: nothing is published on any
+ * address.
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync, existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import http from 'node:http';
+import Docker from 'dockerode';
+import type { Test } from 'tap';
+
+export const TEST_LABEL = 'dev.capybara.test';
+export const SOCKET_PROXY_IMAGE = 'capybara-sandbox-proxy:latest';
+
+export interface DockerTestEnv {
+  docker: Docker;
+  runId: string;
+  name(suffix: string): string;
+  labels: Record<string, string>;
+  cleanup(): Promise<void>;
+}
+
+export interface SocketProxy {
+  socketPath: string;
+  endpoint: string;
+  container: string;
+  logs(): Promise<string>;
+}
+
+/** Path of the engine's own socket, from DOCKER_HOST when it names a unix socket. */
+export function engineSocketPath(): string {
+  const host = process.env.DOCKER_HOST;
+  if (host?.startsWith('unix://')) return host.slice('unix://'.length);
+  return '/var/run/docker.sock';
+}
+
+async function engineProblem(docker: Docker): Promise<string | null> {
+  try {
+    await Promise.race([
+      docker.ping(),
+      new Promise((_, reject) => setTimeout(() => reject(new Error('no answer within 5s')), 5000).unref()),
+    ]);
+    return null;
+  } catch (err) {
+    return `no Docker engine answers at ${engineSocketPath()} (${(err as Error).message}); ` +
+      'start one with `bash scripts/docker-up.sh`';
+  }
+}
+
+/** Outside CI: skip when no engine answers. Under CI=true: fail, saying why. */
+export async function dockerTest(t: Test): Promise<DockerTestEnv | null> {
+  const docker = new Docker({ socketPath: engineSocketPath() });
+  const problem = await engineProblem(docker);
+  if (problem) {
+    if (process.env.CI === 'true' || process.env.CI === '1') {
+      t.fail(`Docker test cannot run under CI: ${problem}`);
+      t.end();
+    } else {
+      t.plan(0, `skipped: ${problem}`);
+    }
+    return null;
+  }
+  const runId = `t${randomBytes(4).toString('hex')}`;
+  const labels = { [TEST_LABEL]: runId };
+  const cleanup = () => removeRun(docker, runId);
+  t.teardown(cleanup);
+  return { docker, runId, name: (suffix) => `cap-${runId}-${suffix}`, labels, cleanup };
+}
+
+async function removeRun(docker: Docker, runId: string): Promise<void> {
+  const byLabel = { label: [`${TEST_LABEL}=${runId}`] };
+  const byName = { name: [runId] };
+  const ids = new Set<string>();
+  for (const filters of [byLabel, byName]) {
+    for (const c of await docker.listContainers({ all: true, filters })) ids.add(c.Id);
+  }
+  await Promise.all([...ids].map((id) =>
+    docker.getContainer(id).remove({ force: true, v: true }).catch(ignoreMissing)));
+
+  const nets = new Set<string>();
+  for (const filters of [byLabel, byName]) {
+    for (const n of await docker.listNetworks({ filters })) nets.add(n.Id);
+  }
+  await Promise.all([...nets].map((id) => docker.getNetwork(id).remove().catch(ignoreMissing)));
+
+  const vols = new Set<string>();
+  for (const filters of [byLabel, byName]) {
+    const { Volumes } = await docker.listVolumes({ filters });
+    for (const v of Volumes ?? []) vols.add(v.Name);
+  }
+  await Promise.all([...vols].map((name) => docker.getVolume(name).remove({ force: true }).catch(ignoreMissing)));
+}
+
+function ignoreMissing(err: { statusCode?: number }): void {
+  if (err?.statusCode !== 404) throw err;
+}
+
+/** Starts capybara-sandbox-proxy:latest for this test, reachable on a host unix socket. */
+export async function startSocketProxy(t: Test, env: DockerTestEnv): Promise<SocketProxy> {
+  const dir = mkdtempSync(join(tmpdir(), `cap-${env.runId}-proxy-`));
+  const socketPath = join(dir, 'docker.sock');
+  const name = env.name(`sockproxy-${randomBytes(2).toString('hex')}`);
+  t.teardown(async () => {
+    await env.docker.getContainer(name).remove({ force: true }).catch(() => undefined);
+    rmSync(dir, { recursive: true, force: true });
+  });
+  const container = await env.docker.createContainer({
+    _query: { name },
+    _body: {
+      Image: SOCKET_PROXY_IMAGE,
+      Labels: env.labels,
+      Env: ['SOCKET_PROXY_BIND=unix@/run/capybara-proxy/docker.sock', 'DOCKER_SOCKET=/var/run/docker.sock'],
+      HostConfig: {
+        Binds: [`${engineSocketPath()}:/var/run/docker.sock`, `${dir}:/run/capybara-proxy`],
+        NetworkMode: 'none',
+        CapDrop: ['ALL'],
+        SecurityOpt: ['no-new-privileges'],
+        ReadonlyRootfs: true,
+      },
+    },
+  } as unknown as Docker.ContainerCreateOptions);
+  await container.start();
+  const logs = async () => (await container.logs({ stdout: true, stderr: true })).toString('utf8');
+  const deadline = Date.now() + 15_000;
+  for (;;) {
+    if (existsSync(socketPath) && (await pingStatus(socketPath)) === 200) break;
+    if (Date.now() > deadline) {
+      throw new Error(`socket proxy ${name} did not answer on ${socketPath} within 15s:\n${await logs()}`);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return { socketPath, endpoint: `unix://${socketPath}`, container: name, logs };
+}
+
+function pingStatus(socketPath: string): Promise<number> {
+  return new Promise((resolve) => {
+    const req = http.request({ socketPath, path: '/_ping', method: 'GET', timeout: 2000 }, (res) => {
+      res.resume();
+      resolve(res.statusCode ?? 0);
+    });
+    req.on('error', () => resolve(0));
+    req.on('timeout', () => { req.destroy(); resolve(0); });
+    req.end();
+  });
+}
