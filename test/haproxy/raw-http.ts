@@ -59,10 +59,25 @@ export function send(socketPath: string, c: RawCase, timeoutMs = 20_000): Promis
     socket.on('connect', () => socket.write(serialise(c)));
     socket.on('data', (chunk: Buffer) => {
       buf = Buffer.concat([buf, chunk]);
-      if (!head) {
+      if (head) {
+        const length = Number(head.headers['content-length'] ?? NaN);
+        if (Number.isFinite(length) && buf.length - head.end >= length) {
+          socket.destroy();
+          finish({ status: head.status, headers: head.headers, body: buf.subarray(head.end, head.end + length) });
+        }
+        return;
+      }
+      {
         const end = buf.indexOf('\r\n\r\n');
         if (end < 0) return;
         head = parseHead(buf.subarray(0, end).toString('latin1'), end + 4);
+        const length = Number(head.headers['content-length'] ?? NaN);
+        if (head.status !== 101 && Number.isFinite(length) && buf.length - head.end >= length) {
+          // Complete: do not wait for the server to close a kept-alive connection.
+          socket.destroy();
+          finish({ status: head.status, headers: head.headers, body: buf.subarray(head.end, head.end + length) });
+          return;
+        }
         if (head.status === 101) {
           socket.removeAllListeners('data');
           socket.removeAllListeners('end');

@@ -64,7 +64,9 @@ t.test('socket proxy cases against the real engine', async (t) => {
       body: c.body === null ? null : fill(c.body),
       ...(c.raw !== undefined ? { raw: fill(c.raw) } : {}),
     };
+    const started = Date.now();
     const res = await send(proxy.socketPath, req);
+    if (Date.now() - started > 1000) t.comment(`${c.id} took ${Date.now() - started}ms`);
     const label = `${c.id} ${c.method} ${req.path.slice(0, 90)}: ${c.why}`;
     const denied = res.headers['x-socket-proxy-deny'];
 

@@ -1,0 +1,135 @@
+/**
+ * The egress image (capybara-sandbox-egress:latest) end to end, on networks this test creates:
+ *
+ *   client ── net A (internal) ── egress ── net B (internal) ── upstream
+ *
+ * The client has only net A, so the upstream is reachable only through the egress container, which
+ * pins the name upstream.test to the upstream's address (CAPYBARA_EGRESS_TEST_HOSTS) and allows
+ * only that name (EGRESS_ALLOW_HOSTS). Every address involved belongs to a container made here.
+ */
+import t from 'tap';
+import type Docker from 'dockerode';
+import { dockerTest } from '../support/docker.js';
+
+const IMAGE = 'capybara-sandbox-egress:latest';
+
+const UPSTREAM = `require('http').createServer((q, s) => s.end('upstream-ok ' + q.url)).listen(80)`;
+
+/** Runs in the client container; prints one JSON line with every observation. */
+const CLIENT = (egressIp: string, upstreamIp: string) => `
+const http = require('http'), net = require('net');
+const proxy = { host: ${JSON.stringify(egressIp)}, port: 3128 };
+const viaProxy = (url) => new Promise((done) => {
+  const req = http.request({ ...proxy, path: url, headers: { Host: new URL(url).host }, timeout: 10000 }, (res) => {
+    let body = ''; res.on('data', (d) => body += d);
+    res.on('end', () => done({ status: res.statusCode, reason: res.headers['x-egress-reason'] || null, body }));
+  });
+  req.on('error', (e) => done({ error: e.code || e.message }));
+  req.on('timeout', () => req.destroy(new Error('timeout')));
+  req.end();
+});
+const tunnel = (host) => new Promise((done) => {
+  const req = http.request({ ...proxy, method: 'CONNECT', path: host + ':80', timeout: 10000 });
+  req.on('connect', (res, socket) => {
+    if (res.statusCode !== 200) { socket.destroy(); return done({ status: res.statusCode }); }
+    let body = ''; socket.on('data', (d) => body += d); socket.on('end', () => done({ status: 200, body }));
+    socket.write('GET /tunnel HTTP/1.1\\r\\nHost: ' + host + '\\r\\nConnection: close\\r\\n\\r\\n');
+  });
+  req.on('error', (e) => done({ error: e.code || e.message }));
+  req.on('timeout', () => req.destroy(new Error('timeout')));
+  req.end();
+});
+const direct = (ip) => new Promise((done) => {
+  const s = net.connect({ host: ip, port: 80, timeout: 3000 });
+  s.on('connect', () => { s.destroy(); done({ connected: true }); });
+  s.on('error', (e) => done({ connected: false, error: e.code }));
+  s.on('timeout', () => { s.destroy(); done({ connected: false, error: 'timeout' }); });
+});
+(async () => {
+  const out = {
+    allowed: await viaProxy('http://upstream.test/hello'),
+    blocked: await viaProxy('http://blocked.test/'),
+    tunnel: await tunnel('upstream.test'),
+    direct: await direct(${JSON.stringify(upstreamIp)}),
+  };
+  console.log(JSON.stringify(out));
+})();
+`;
+
+t.test('egress image between an internal client network and an upstream', async (t) => {
+  const env = await dockerTest(t);
+  if (!env) return;
+  const { docker } = env;
+  if (!(await docker.getImage(IMAGE).inspect().then(() => true, () => false))) {
+    t.fail(`image ${IMAGE} is missing: run bash scripts/build-images.sh`);
+    return;
+  }
+  const netA = env.name('egress-client-net');
+  const netB = env.name('egress-upstream-net');
+  for (const Name of [netA, netB]) {
+    await docker.createNetwork({ Name, Driver: 'bridge', Internal: true, Labels: env.labels });
+  }
+
+  const upstream = await run(docker, {
+    name: env.name('egress-upstream'), Image: IMAGE, User: '0', Entrypoint: ['node'], Cmd: ['-e', UPSTREAM],
+    Labels: env.labels, HostConfig: { NetworkMode: netB },
+  });
+  const upstreamIp = await ipOn(upstream, netB);
+
+  const egress = await docker.createContainer({
+    name: env.name('egress'), Image: IMAGE, Labels: env.labels,
+    Env: [
+      'EGRESS_ALLOW_HOSTS=upstream.test',
+      `CAPYBARA_EGRESS_TEST_HOSTS=${JSON.stringify({ 'upstream.test': upstreamIp })}`,
+    ],
+    HostConfig: { NetworkMode: netA, ReadonlyRootfs: true, CapDrop: ['ALL'], SecurityOpt: ['no-new-privileges'] },
+  });
+  await docker.getNetwork(netB).connect({ Container: egress.id });
+  await egress.start();
+  const egressIp = await ipOn(egress, netA);
+
+  const health = await waitHealthy(egress, 45_000);
+  t.equal(health, 'healthy', 'the image health check (node asking /healthz) reports healthy');
+  const info = await egress.inspect();
+  t.equal(info.Config.User, 'egress', 'runs as the egress user');
+  t.ok(info.Config.Env.includes('EGRESS_LISTEN=0.0.0.0:3128'), 'listens on all interfaces through EGRESS_LISTEN');
+
+  const client = await run(docker, {
+    name: env.name('egress-client'), Image: IMAGE, Entrypoint: ['node'], Cmd: ['-e', CLIENT(egressIp, upstreamIp)],
+    Labels: env.labels, HostConfig: { NetworkMode: netA },
+  });
+  await client.wait();
+  const logs = (await client.logs({ stdout: true, stderr: true })).toString('utf8');
+  const start = logs.indexOf('{"allowed"');
+  t.ok(start >= 0, 'client printed its observations');
+  if (start < 0) { t.comment(logs); return; }
+  const seen = JSON.parse(logs.slice(start, logs.indexOf('\n', start))) as Record<string, Record<string, unknown>>;
+  t.match(seen.allowed, { status: 200, body: 'upstream-ok /hello' }, 'allowed host reached through the proxy');
+  t.match(seen.blocked, { status: 403, reason: 'host_not_allowed' }, 'host not on the allowlist: 403 with its reason');
+  t.match(seen.tunnel, { status: 200, body: /upstream-ok \/tunnel/ }, 'CONNECT tunnel to the allowed host');
+  t.match(seen.direct, { connected: false }, 'a direct connection to the upstream without the proxy fails');
+});
+
+async function run(docker: Docker, opts: Docker.ContainerCreateOptions): Promise<Docker.Container> {
+  const c = await docker.createContainer(opts);
+  await c.start();
+  return c;
+}
+
+async function ipOn(c: Docker.Container, network: string): Promise<string> {
+  const ip = (await c.inspect()).NetworkSettings.Networks[network]?.IPAddress;
+  if (!ip) throw new Error(`container has no address on ${network}`);
+  return ip;
+}
+
+async function waitHealthy(c: Docker.Container, ms: number): Promise<string> {
+  const deadline = Date.now() + ms;
+  let status = 'none';
+  while (Date.now() < deadline) {
+    const state = (await c.inspect()).State as { Health?: { Status: string }; Running: boolean };
+    status = state.Health?.Status ?? 'none';
+    if (status === 'healthy' || !state.Running) break;
+    await new Promise((r) => setTimeout(r, 500));
+  }
+  return status;
+}
