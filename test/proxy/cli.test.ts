@@ -1,0 +1,128 @@
+/**
+ * The `capybara-egress` command as an operator meets it: fail-closed start-up with messages that
+ * name the problem, and live policy reload by SIGHUP and by file change that never fails open.
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, renameSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import t from 'tap';
+import { rawRequest, readUntil } from '../support/raw-client.js';
+
+const cli = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'proxy', 'cli.ts');
+const loader = process.execArgv.filter((a) => a.includes('typescript'));
+const dir = mkdtempSync(path.join(os.tmpdir(), 'egress-cli-'));
+const baseEnv = { PATH: process.env.PATH ?? '' };
+
+function run(args: string[], env: Record<string, string> = {}) {
+  return spawnSync(process.execPath, [...loader, cli, ...args], { encoding: 'utf8', env: { ...baseEnv, ...env }, timeout: 30_000 });
+}
+
+const failures: { name: string; args: string[]; env?: Record<string, string>; file?: string; message: RegExp }[] = [
+  { name: 'no policy at all', args: [], message: /no policy: give --policy FILE/ },
+  { name: 'both a file and a list', args: ['--allow-hosts', 'a.example'], env: { EGRESS_POLICY_FILE: '/x' }, message: /both EGRESS_POLICY_FILE and --allow-hosts/ },
+  { name: 'missing policy file', args: ['--policy', '/nonexistent/policy.yaml'], message: /\/nonexistent\/policy\.yaml[\s\S]*ENOENT/ },
+  { name: 'invalid entry in the file', args: ['--policy', 'FILE'], file: 'allowHosts:\n  - good.example\n  - 10.0.0.1\n', message: /policy\.yaml[\s\S]*allowHosts\[1\][\s\S]*IP literal/ },
+  { name: 'unknown key in the file', args: ['--policy', 'FILE'], file: 'allowHosts: []\nallowHost: [x]\n', message: /policy\.yaml[\s\S]*Unrecognized key/ },
+  { name: 'bad listen address', args: ['--allow-hosts', 'a.example', '--listen', 'nope'], message: /--listen: "nope" is not HOST:PORT/ },
+  { name: 'bad port list from the environment', args: ['--allow-hosts', 'a.example'], env: { ALLOW_CONNECT_PORTS: '443,ssh' }, message: /ALLOW_CONNECT_PORTS: "ssh" is not a port list/ },
+  { name: 'bad test hosts JSON', args: ['--allow-hosts', 'a.example'], env: { CAPYBARA_EGRESS_TEST_HOSTS: '{' }, message: /CAPYBARA_EGRESS_TEST_HOSTS: not valid JSON/ },
+  { name: 'bad test host address', args: ['--allow-hosts', 'a.example'], env: { CAPYBARA_EGRESS_TEST_HOSTS: '{"a.example":"x"}' }, message: /CAPYBARA_EGRESS_TEST_HOSTS[\s\S]*"x" is not an IP address/ },
+  { name: 'bad allowlist from the environment', args: [], env: { EGRESS_ALLOW_HOSTS: 'a.example,*' }, message: /EGRESS_ALLOW_HOSTS[\s\S]*allowHosts\[1\]/ },
+  { name: 'unknown flag', args: ['--allow-hosts', 'a.example', '--frobnicate'], message: /Unknown option '--frobnicate'/ },
+  { name: 'bad DNS server', args: ['--allow-hosts', 'a.example', '--dns-server', 'dns.example'], message: /--dns-server: expected IP/ },
+];
+for (const c of failures) {
+  t.test(`start-up fails closed: ${c.name}`, async (t) => {
+    const file = path.join(dir, 'policy.yaml');
+    if (c.file !== undefined) writeFileSync(file, c.file);
+    const res = run(c.args.map((a) => (a === 'FILE' ? file : a)), c.env);
+    t.equal(res.status, 2, 'exits 2');
+    t.match(res.stderr, c.message);
+    t.equal(res.stdout, '', 'nothing on stdout');
+  });
+}
+
+t.test('--help prints usage and every environment twin', async (t) => {
+  const res = run(['--help']);
+  t.equal(res.status, 0);
+  for (const v of ['EGRESS_POLICY_FILE', 'EGRESS_LISTEN', 'EGRESS_DNS_SERVERS', 'ALLOW_CONNECT_PORTS', 'EGRESS_ALLOW_HOSTS', 'EGRESS_METRICS_LISTEN']) t.match(res.stdout, v);
+});
+
+async function freePort(): Promise<number> {
+  const s = net.createServer();
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+  const { port } = s.address() as net.AddressInfo;
+  await new Promise<void>((r) => s.close(() => r()));
+  return port;
+}
+
+async function waitFor(child: ChildProcess, output: { text: string }, pattern: RegExp, ms = 15_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!pattern.test(output.text)) {
+    if (Date.now() > end || child.exitCode !== null) throw new Error(`did not see ${pattern} in: ${output.text.slice(-2000)}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+t.test('SIGHUP and file changes reload the policy; an invalid file keeps the old one', async (t) => {
+  const upstream = net.createServer((s) => s.on('data', (d) => s.write(d)));
+  await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
+  const upstreamPort = (upstream.address() as net.AddressInfo).port;
+  const port = await freePort();
+  const metricsPort = await freePort();
+  const file = path.join(dir, 'reload.yaml');
+  const write = (text: string): void => {
+    // Replace by rename, as editors and config managers do.
+    writeFileSync(`${file}.tmp`, text);
+    renameSync(`${file}.tmp`, file);
+  };
+  write(`allowHosts: [one.test]\nconnectPorts: [${upstreamPort}]\n`);
+  const output = { text: '' };
+  const child = spawn(process.execPath, [...loader, cli, '--policy', file, '--listen', `127.0.0.1:${port}`, '--metrics-listen', `127.0.0.1:${metricsPort}`], {
+    env: { ...baseEnv, CAPYBARA_EGRESS_TEST_HOSTS: JSON.stringify({ 'one.test': '127.0.0.1', 'two.test': '127.0.0.1' }) },
+  });
+  child.stdout?.on('data', (d: Buffer) => (output.text += d.toString()));
+  child.stderr?.on('data', (d: Buffer) => (output.text += d.toString()));
+  t.teardown(() => {
+    child.kill('SIGKILL');
+    upstream.close();
+  });
+  await waitFor(child, output, /egress proxy listening/);
+
+  const connect = (host: string) => rawRequest(port, `CONNECT ${host}:${upstreamPort} HTTP/1.1\r\nHost: x\r\n\r\n`);
+  const tunnel = await connect('one.test');
+  t.equal(tunnel.status, 200, 'one.test allowed at start');
+  t.equal((await connect('two.test')).reason, 'host_not_allowed');
+
+  write(`allowHosts: [two.test]\nconnectPorts: [${upstreamPort}]\n`);
+  child.kill('SIGHUP');
+  await waitFor(child, output, /"policy_reloaded"/);
+  t.equal((await connect('two.test')).status, 200, 'two.test allowed after reload');
+  t.equal((await connect('one.test')).reason, 'host_not_allowed', 'one.test no longer allowed');
+  tunnel.socket.write('ping');
+  t.match(await readUntil(tunnel.socket, 'ping'), 'ping', 'the tunnel opened before the reload still works');
+  tunnel.socket.destroy();
+
+  write('allowHosts: [10.0.0.1]\n');
+  child.kill('SIGHUP');
+  await waitFor(child, output, /"policy_reload_failed"/);
+  t.match(output.text, /IP literal/, 'the log says why');
+  t.equal((await connect('two.test')).status, 200, 'the previous policy stays in force');
+  t.equal((await connect('one.test')).reason, 'host_not_allowed', 'and does not fail open');
+
+  const reloads = (output.text.match(/"policy_reloaded"/g) ?? []).length;
+  write(`allowHosts: [one.test, two.test]\nconnectPorts: [${upstreamPort}]\n`);
+  await waitFor(child, output, new RegExp(`("policy_reloaded"[\\s\\S]*){${reloads + 1}}`));
+  t.equal((await connect('one.test')).status, 200, 'a file change alone reloads');
+
+  const metrics = await rawRequest(metricsPort, 'GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+  t.equal(metrics.status, 200);
+  t.match(metrics.body + (await readUntil(metrics.socket, undefined)), /egress_decisions_total/);
+
+  child.kill('SIGTERM');
+  const code = await new Promise<number | null>((r) => child.once('exit', (c) => r(c)));
+  t.equal(code, 0, 'SIGTERM stops cleanly');
+});
