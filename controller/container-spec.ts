@@ -133,3 +133,49 @@ export function egressContainerBody(plan: EgressPlan, testHosts: Readonly<Record
     },
   };
 }
+
+/** The HostConfig keys `sandboxContainerBody` sets; a rebuilt container copies exactly these. */
+const SANDBOX_HOST_KEYS = [
+  'NetworkMode', 'Init', 'CapDrop', 'SecurityOpt', 'ReadonlyRootfs', 'PidsLimit', 'IpcMode',
+  'NanoCpus', 'Memory', 'MemorySwap', 'Tmpfs', 'Runtime', 'RestartPolicy',
+] as const;
+
+export interface InspectedContainer {
+  readonly image: string;
+  readonly user: string;
+  readonly cmd: readonly string[];
+  readonly workingDir: string;
+  readonly env: readonly string[];
+  readonly labels: Readonly<Record<string, string>>;
+  readonly hostConfig: Readonly<Record<string, unknown>>;
+}
+
+/**
+ * The create body of a sandbox container rebuilt from its own inspect data. Needed when its
+ * internal network was removed: Docker binds a container to a network by id, so a network
+ * recreated under the same name is not found by the old container.
+ */
+export function sandboxBodyFromInspect(view: InspectedContainer): ContainerCreateBody {
+  const copied: Record<string, unknown> = {};
+  for (const key of SANDBOX_HOST_KEYS) {
+    if (view.hostConfig[key] !== undefined && view.hostConfig[key] !== null) copied[key] = view.hostConfig[key];
+  }
+  const networkMode = view.hostConfig.NetworkMode;
+  const hostConfig: Record<string, unknown> & { NetworkMode: string } = { ...copied, NetworkMode: typeof networkMode === 'string' ? networkMode : 'none' };
+  const mounts = Array.isArray(view.hostConfig.Mounts) ? (view.hostConfig.Mounts as Record<string, unknown>[]) : [];
+  hostConfig.Mounts = mounts.map((m): MountBody => {
+    const mount: MountBody = { Type: 'volume', Source: String(m.Source), Target: String(m.Target) };
+    if (m.ReadOnly === true) mount.ReadOnly = true;
+    return mount;
+  });
+  return {
+    Image: view.image,
+    User: view.user,
+    Entrypoint: [''],
+    Cmd: [...view.cmd],
+    WorkingDir: view.workingDir,
+    Env: [...view.env],
+    Labels: { ...view.labels },
+    HostConfig: hostConfig,
+  };
+}

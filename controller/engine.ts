@@ -3,7 +3,6 @@
  * explicitly (dockerode's own helpers would copy create bodies into the query string), has a
  * deadline, and maps failures to SandboxErrors. Containers are always addressed by name.
  */
-import { once } from 'node:events';
 import type { Duplex, Readable } from 'node:stream';
 import Docker from 'dockerode';
 import { SandboxError } from './errors.js';
@@ -21,6 +20,13 @@ export interface ContainerView {
   readonly running: boolean;
   readonly paused: boolean;
   readonly labels: Readonly<Record<string, string>>;
+  readonly image: string;
+  readonly user: string;
+  readonly cmd: readonly string[];
+  readonly workingDir: string;
+  readonly env: readonly string[];
+  /** HostConfig as Docker stored it (what the controller sent, plus defaults). */
+  readonly hostConfig: Readonly<Record<string, unknown>>;
 }
 
 export interface ExecRequest {
@@ -147,8 +153,11 @@ export class DockerEngine {
 
   async inspectContainer(name: string): Promise<ContainerView | undefined> {
     const data = await this.optional(
-      this.call<{ State?: { Status?: string; Running?: boolean; Paused?: boolean }; Config?: { Labels?: Record<string, string> | null } }>(
-        `inspect of container ${name}`, 'GET', `/containers/${name}/json`),
+      this.call<{
+        State?: { Status?: string; Running?: boolean; Paused?: boolean };
+        Config?: { Labels?: Record<string, string> | null; Image?: string; User?: string; Cmd?: string[] | null; WorkingDir?: string; Env?: string[] | null };
+        HostConfig?: Record<string, unknown>;
+      }>(`inspect of container ${name}`, 'GET', `/containers/${name}/json`),
     );
     if (data === undefined) return undefined;
     return {
@@ -156,6 +165,12 @@ export class DockerEngine {
       running: data.State?.Running === true,
       paused: data.State?.Paused === true,
       labels: data.Config?.Labels ?? {},
+      image: data.Config?.Image ?? '',
+      user: data.Config?.User ?? '',
+      cmd: data.Config?.Cmd ?? [],
+      workingDir: data.Config?.WorkingDir ?? '',
+      env: data.Config?.Env ?? [],
+      hostConfig: data.HostConfig ?? {},
     };
   }
 
@@ -270,7 +285,7 @@ export class DockerEngine {
     try {
       for (let offset = 0; offset < data.length; offset += CHUNK) {
         if (stream.destroyed) return;
-        if (!stream.write(data.subarray(offset, offset + CHUNK))) await Promise.race([once(stream, 'drain'), once(stream, 'close')]);
+        if (!stream.write(data.subarray(offset, offset + CHUNK))) await drained(stream);
       }
       stream.end();
     } catch {
@@ -288,4 +303,17 @@ export class DockerEngine {
     }
     return null;
   }
+}
+
+/** Resolves on 'drain' or 'close', removing both listeners either way. */
+function drained(stream: Duplex): Promise<void> {
+  return new Promise((resolve) => {
+    const done = (): void => {
+      stream.off('drain', done);
+      stream.off('close', done);
+      resolve();
+    };
+    stream.on('drain', done);
+    stream.on('close', done);
+  });
 }

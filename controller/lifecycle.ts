@@ -10,7 +10,7 @@ import { engineStatus } from './engine.js';
 import { SandboxError } from './errors.js';
 import { LABEL_ALLOW_HOSTS, LABEL_EGRESS, namesFor, type SandboxNames } from './names.js';
 import { allowHostsFromLabel, EGRESS_PROXY_PORT, type SandboxPlan } from './sandbox-plan.js';
-import { egressContainerBody, sandboxContainerBody, type EgressPlan } from './container-spec.js';
+import { egressContainerBody, sandboxBodyFromInspect, sandboxContainerBody, type EgressPlan } from './container-spec.js';
 import { internalNetworkBody, sharedNetworkBody } from './network-spec.js';
 import { volumeBody } from './volume-spec.js';
 import { SANDBOX_USER } from './exec-script.js';
@@ -98,20 +98,40 @@ export class SandboxLifecycle {
     const { engine } = this.deps;
     const names = namesFor(name);
     const tier = view.labels[LABEL_EGRESS];
+    let networkRebuilt = false;
     if (tier === 'allowlist' || tier === 'internal') {
       if (!(await engine.networkExists(names.network))) {
         this.deps.logger.warn({ sandbox: name }, 'internal network missing, recreating it');
         await engine.createNetwork(internalNetworkBody(names.network, this.resourceLabels(name, view))).catch(ignoreConflict);
+        networkRebuilt = true;
       }
     }
-    if (tier === 'allowlist') await this.recoverEgress(name, view);
-    if (view.paused) {
-      await engine.unpauseContainer(name);
-      const after = await engine.inspectContainer(name);
-      if (after?.running === true && !after.paused) return;
+    if (tier === 'allowlist') await this.recoverEgress(name, view, networkRebuilt);
+    if (networkRebuilt) {
+      await this.rebuildContainer(name, view);
+    } else {
+      if (view.paused) {
+        await engine.unpauseContainer(name);
+        const after = await engine.inspectContainer(name);
+        if (after?.running === true && !after.paused) return;
+      }
+      try {
+        await engine.startContainer(name);
+      } catch (err) {
+        // The network it was created on is gone (it is bound by id, not by name).
+        if (engineStatus(err) !== 404) throw err;
+        await this.rebuildContainer(name, view);
+      }
     }
-    await engine.startContainer(name);
     if (tier === 'allowlist') await this.waitForEgress(names);
+  }
+
+  /** Recreates the container from its own inspect data; files live on the volumes. */
+  private async rebuildContainer(name: string, view: ContainerView): Promise<void> {
+    this.deps.logger.warn({ sandbox: name }, 'recreating the sandbox container on its rebuilt network');
+    await this.deps.engine.removeContainer(name);
+    await this.deps.engine.createContainer(name, sandboxBodyFromInspect(view));
+    await this.deps.engine.startContainer(name);
   }
 
   private resourceLabels(name: string, view: ContainerView): Record<string, string> {
@@ -122,10 +142,12 @@ export class SandboxLifecycle {
     return labels;
   }
 
-  private async recoverEgress(name: string, view: ContainerView): Promise<void> {
+  private async recoverEgress(name: string, view: ContainerView, networkRebuilt: boolean): Promise<void> {
     const { engine } = this.deps;
     const names = namesFor(name);
-    const egress = await engine.inspectContainer(names.egress);
+    // On a rebuilt network the old proxy's endpoint points at a network id that no longer exists.
+    if (networkRebuilt) await engine.removeContainer(names.egress);
+    const egress = networkRebuilt ? undefined : await engine.inspectContainer(names.egress);
     if (egress === undefined) {
       this.deps.logger.warn({ sandbox: name }, 'egress proxy missing, rebuilding it from the recorded allowlist');
       await this.ensureSharedNetwork();
@@ -202,7 +224,8 @@ export class SandboxLifecycle {
     try {
       await engine.createContainer(name, body);
     } catch (err) {
-      if (engineStatus(err) !== 404) throw err;
+      // 404 also means a missing network; only a missing image is worth a pull.
+      if (engineStatus(err) !== 404 || !/no such image/i.test((err as Error).message)) throw err;
       this.deps.logger.info({ image }, 'image not on the engine, pulling it once');
       try {
         await engine.pullImage(image);

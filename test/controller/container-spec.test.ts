@@ -1,7 +1,7 @@
 import t, { type Test } from 'tap';
 import { parseDeploymentConfig } from '../../controller/config.js';
 import { planSandbox } from '../../controller/sandbox-plan.js';
-import { egressContainerBody, sandboxContainerBody } from '../../controller/container-spec.js';
+import { egressContainerBody, sandboxBodyFromInspect, sandboxContainerBody } from '../../controller/container-spec.js';
 import { internalNetworkBody, sharedNetworkBody } from '../../controller/network-spec.js';
 import { volumeBody } from '../../controller/volume-spec.js';
 import { serialiseAsciiBody } from '../../controller/ascii-body.js';
@@ -138,4 +138,22 @@ t.test('network bodies', async (t) => {
 t.test('serialiseAsciiBody refuses escapes', async (t) => {
   throwsCode(t, () => serialiseAsciiBody({ a: '\u0001' }, 'x'), 'invalid_spec');
   throwsCode(t, () => serialiseAsciiBody({ a: 'é' }, 'x'), 'invalid_spec');
+});
+
+t.test('a container rebuilt from inspect keeps every hardening field and mount', async (t) => {
+  const original = sandboxContainerBody(planSandbox(spec(), config, opts));
+  const inspected = {
+    image: original.Image,
+    user: original.User ?? '',
+    cmd: original.Cmd ?? [],
+    workingDir: original.WorkingDir ?? '',
+    env: original.Env,
+    labels: original.Labels,
+    // Docker adds defaults to what it stores; they must not be copied back.
+    hostConfig: { ...original.HostConfig, Binds: null, Privileged: false, CgroupnsMode: 'private',
+      Mounts: (original.HostConfig.Mounts as object[]).map((m) => ({ ...m, VolumeOptions: {} })) },
+  };
+  const rebuilt = sandboxBodyFromInspect(inspected);
+  t.same(rebuilt, original);
+  t.doesNotThrow(() => serialiseAsciiBody(rebuilt, 'test'));
 });

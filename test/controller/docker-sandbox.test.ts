@@ -1,0 +1,260 @@
+/**
+ * The provider against the real engine, through the real socket proxy: lifecycle, hardening
+ * (asserted with docker inspect), commands, kills, files, recovery. One allowlist sandbox
+ * carries most cases to keep the file fast on two cores.
+ */
+import t, { type Test } from 'tap';
+import { execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { sandboxTestEnv, SANDBOX_IMAGE, UPSTREAM_BODY, UPSTREAM_HOST } from '../support/sandbox-env.js';
+import { isSandboxError } from '../../controller/index.js';
+import type { SandboxHandle } from '../../controller/index.js';
+
+const docker = (...args: string[]) => execFileSync('docker', args, { encoding: 'utf8' }).trim();
+
+async function rejectsCode(t: Test, promise: Promise<unknown>, code: string, mentions?: string): Promise<void> {
+  try {
+    await promise;
+    t.fail(`expected ${code}`);
+  } catch (err) {
+    t.ok(isSandboxError(err), `a SandboxError: ${String(err)}`);
+    t.equal((err as { code?: string }).code, code, (err as Error).message);
+    if (mentions !== undefined) t.match((err as Error).message, mentions);
+  }
+}
+
+t.test('sandbox provider on the real engine', async (t) => {
+  const s = await sandboxTestEnv(t);
+  if (!s) return;
+  const { provider, env } = s;
+  const id = `${env.runId}-main`;
+  const name = `cap-${id}`;
+  let h: SandboxHandle = { id: name };
+
+  await t.test('create (allowlist) and every hardening flag', async (t) => {
+    const started = Date.now();
+    h = await provider.create({
+      id,
+      image: SANDBOX_IMAGE,
+      limits: { egress: 'allowlist', allowHosts: [UPSTREAM_HOST], cpu: 1, memoryMb: 512 },
+      env: { GREETING: 'hi' },
+    });
+    t.comment(`create-to-ready (allowlist): ${Date.now() - started} ms`);
+    t.equal(h.id, name);
+    const info = await s.inspect(name);
+    const hc = info.HostConfig;
+    t.equal(info.State.Running, true);
+    t.equal(info.Config.User, '0:0');
+    t.same(info.Config.Cmd, ['sleep', 'infinity']);
+    t.equal(hc.Init, true);
+    t.same(hc.CapDrop, ['ALL']);
+    t.same(hc.CapAdd ?? null, null);
+    t.same(hc.SecurityOpt, ['no-new-privileges']);
+    t.equal(hc.ReadonlyRootfs, true);
+    t.equal(hc.Privileged, false);
+    t.equal(hc.PidsLimit, 1024);
+    t.equal(hc.IpcMode, 'private');
+    t.equal(hc.NanoCpus, 1e9);
+    t.equal(hc.Memory, 512 * 1024 * 1024);
+    t.equal(hc.MemorySwap, 512 * 1024 * 1024);
+    t.equal(hc.Runtime, 'runc');
+    t.equal(hc.NetworkMode, `${name}-net`);
+    t.same(hc.Binds ?? null, null);
+    t.same(Object.keys(info.NetworkSettings.Networks), [`${name}-net`]);
+    t.match(hc.Tmpfs?.['/tmp'], /nosuid,nodev,size=268435456/);
+    t.same(info.Mounts.map((m) => [m.Type, m.Name, m.Destination, m.RW]).sort(), [
+      ['volume', `${name}-skills`, '/opt/capybara/skills', true],
+      ['volume', `${name}-skills`, '/skills', false],
+      ['volume', `${name}-workspace`, '/workspace', true],
+    ]);
+    t.equal(info.Config.Labels['dev.capybara.sandbox'], '1');
+    t.equal(info.Config.Labels['dev.capybara.sandbox.name'], name);
+    t.equal(info.Config.Labels['dev.capybara.sandbox.allow-hosts'], UPSTREAM_HOST);
+    t.ok(info.Config.Env.includes(`HTTPS_PROXY=http://${name}-egress:3128`));
+    const egress = await s.inspect(`${name}-egress`);
+    t.same(egress.HostConfig.CapDrop, ['ALL']);
+    t.equal(egress.HostConfig.ReadonlyRootfs, true);
+    t.same(Object.keys(egress.NetworkSettings.Networks).sort(), [`${name}-net`, s.sharedNetwork].sort());
+    const net = await env.docker.getNetwork(`${name}-net`).inspect();
+    t.equal(net.Internal, true);
+    t.same(Object.values(net.Containers ?? {}).map((c) => (c as { Name: string }).Name).sort(), [name, `${name}-egress`].sort(),
+      'the egress proxy is the only other member of the internal network');
+  });
+
+  await t.test('exec basics: user, env, cwd, stdin, exit code, UTF-8', async (t) => {
+    const r = await provider.exec(h, 'id -u; echo "$GREETING $X"; pwd; cat; echo ünïcødé >&2; exit 7', {
+      env: { X: 'wörld' }, cwd: '/tmp', stdin: 'from stdin',
+    });
+    t.same(r, { exitCode: 7, stdout: '1000\nhi wörld\n/tmp\nfrom stdin', stderr: 'ünïcødé\n', truncated: false, timedOut: false, aborted: false });
+    // The command's own shell dies with kill -9 -1; the container must not.
+    await provider.exec(h, 'kill -9 1; pkill -9 sleep; kill -9 -1');
+    t.equal((await s.inspect(name)).State.Running, true, 'main processes are out of reach of uid 1000');
+    t.equal((await provider.exec(h, 'touch /etc/x')).exitCode, 1, 'root filesystem is read-only');
+    const rtt: number[] = [];
+    for (let i = 0; i < 20; i += 1) {
+      const t0 = process.hrtime.bigint();
+      await provider.exec(h, 'true');
+      rtt.push(Number(process.hrtime.bigint() - t0) / 1e6);
+    }
+    rtt.sort((a, b) => a - b);
+    t.comment(`exec round trip p50 ${rtt[10]?.toFixed(1)} ms, max ${rtt[19]?.toFixed(1)} ms`);
+  });
+
+  await t.test('large commands are staged, not sent in the body', async (t) => {
+    const big = `echo ${'x'.repeat(40_000)} | wc -c`;
+    t.equal((await provider.exec(h, big)).stdout, '40001\n');
+  });
+
+  await t.test('truncation cuts at a UTF-8 boundary', async (t) => {
+    const r = await provider.exec(h, 'printf "aé€😀%.0s" $(seq 1 1000)', { maxOutputBytes: 1001 });
+    t.equal(r.truncated, true);
+    t.equal(r.exitCode, 0);
+    t.ok(Buffer.byteLength(r.stdout) <= 1001);
+    t.notOk(r.stdout.includes('\uFFFD'), 'no broken character');
+    t.ok('aé€😀'.repeat(1000).startsWith(r.stdout));
+  });
+
+  await t.test('timeout kills the whole session, background children too', async (t) => {
+    const started = Date.now();
+    const r = await provider.exec(h, 'sleep 1000 & sleep 1001 & echo started; sleep 1002', { timeoutMs: 1500, tag: 'to' });
+    t.equal(r.timedOut, true);
+    t.equal(r.exitCode, null);
+    t.equal(r.stdout, 'started\n');
+    t.ok(Date.now() - started < 10_000);
+    const left = await provider.exec(h, 'pgrep -f "sleep 100[012]" || true');
+    t.equal(left.stdout, '', 'no sleep left');
+  });
+
+  await t.test('abort kills the command', async (t) => {
+    const ac = new AbortController();
+    setTimeout(() => ac.abort(), 500);
+    const r = await provider.exec(h, 'sleep 1003', { signal: ac.signal });
+    t.equal(r.aborted, true);
+    t.equal(r.exitCode, null);
+    t.equal((await provider.exec(h, 'pgrep -f "sleep 100[3]" || true')).stdout, '');
+    const pre = new AbortController();
+    pre.abort();
+    t.equal((await provider.exec(h, 'echo never', { signal: pre.signal })).aborted, true);
+  });
+
+  await t.test('killTagged stops only its tags while another tag finishes', async (t) => {
+    const victim = provider.exec(h, 'sleep 1004; echo not-killed', { tag: 'agent-a' });
+    const survivor = provider.exec(h, 'sleep 2; echo finished', { tag: 'agent-b' });
+    await new Promise((r) => setTimeout(r, 700));
+    await provider.killTagged(h, ['agent-a']);
+    const [v, sv] = await Promise.all([victim, survivor]);
+    t.not(v.exitCode, 0);
+    t.equal(v.stdout, '');
+    t.same([sv.exitCode, sv.stdout], [0, 'finished\n']);
+    await rejectsCode(t, provider.killTagged(h, ['bad tag']), 'invalid_spec');
+  });
+
+  await t.test('killAll stops every running command', async (t) => {
+    const a = provider.exec(h, 'sleep 1005', { tag: 'x1' });
+    const b = provider.exec(h, 'setsid sleep 1006 & wait', { tag: 'x2' });
+    await new Promise((r) => setTimeout(r, 700));
+    await provider.killAll(h);
+    const [ra, rb] = await Promise.all([a, b]);
+    t.not(ra.exitCode, 0);
+    t.not(rb.exitCode, 0);
+    t.equal((await provider.exec(h, 'pgrep -f "sleep 100[56]" || true')).stdout, '');
+  });
+
+  await t.test('files: empty, binary, 20 MB, stat, permissions, skills', async (t) => {
+    await provider.writeFile(h, '/workspace/empty', new Uint8Array());
+    t.equal((await provider.readFile(h, '/workspace/empty')).length, 0);
+    t.match(await provider.stat(h, '/workspace/empty'), { type: 'file', size: 0 });
+    const binary = new Uint8Array(randomBytes(4096));
+    await provider.writeFile(h, 'dir/sub/bin', binary);
+    t.same(Buffer.from(await provider.readFile(h, '/workspace/dir/sub/bin')), Buffer.from(binary));
+    t.same(Buffer.from(await provider.readFile(h, '/workspace/dir/sub/bin', { maxBytes: 10 })), Buffer.from(binary.subarray(0, 10)));
+    const big = new Uint8Array(randomBytes(20 * 1024 * 1024));
+    let t0 = Date.now();
+    await provider.writeFile(h, '/workspace/big', big);
+    const writeMs = Date.now() - t0;
+    t0 = Date.now();
+    const back = await provider.readFile(h, '/workspace/big');
+    const readMs = Date.now() - t0;
+    t.comment(`20 MB write ${writeMs} ms (${(20_000 / writeMs).toFixed(0)} MB/s), read ${readMs} ms (${(20_000 / readMs).toFixed(0)} MB/s)`);
+    t.ok(Buffer.from(back).equals(Buffer.from(big)), '20 MB round trip');
+    t.equal((await provider.exec(h, 'stat -c %u /workspace/big')).stdout, '1000\n', 'written as uid 1000');
+    t.match(await provider.stat(h, '/workspace/dir'), { type: 'directory' });
+    await provider.exec(h, 'ln -s /workspace/big /workspace/link');
+    t.match(await provider.stat(h, '/workspace/link'), { type: 'symlink' });
+    t.equal(await provider.stat(h, '/workspace/missing'), null);
+    await rejectsCode(t, provider.readFile(h, '/workspace/missing'), 'file_not_found');
+    await rejectsCode(t, provider.readFile(h, '/workspace'), 'is_directory');
+    await rejectsCode(t, provider.writeFile(h, '/etc/passwd', 'x'), 'permission_denied');
+    await rejectsCode(t, provider.writeFile(h, '/usr/new-file', 'x'), 'permission_denied');
+    await rejectsCode(t, provider.readFile(h, '/opt/capybara/skills/x'), 'permission_denied');
+    await rejectsCode(t, provider.writeFile(h, '/opt/capybara/skills/x', 'x'), 'permission_denied');
+    await provider.writeFile(h, '/skills/tool/SKILL.md', '# skill ü');
+    t.equal(Buffer.from(await provider.readFile(h, '/skills/tool/SKILL.md')).toString(), '# skill ü');
+    t.not((await provider.exec(h, 'echo x > /skills/tool/SKILL.md')).exitCode, 0, '/skills is read-only for the sandbox user');
+    t.not((await provider.exec(h, 'ls /opt/capybara')).exitCode, 0, '/opt/capybara is closed to the sandbox user');
+  });
+
+  await t.test('the allowlisted upstream works through the proxy', async (t) => {
+    const r = await provider.exec(h, `curl -sS -m 10 http://${UPSTREAM_HOST}/`);
+    t.equal(r.stdout, UPSTREAM_BODY, r.stderr);
+  });
+
+  await t.test('suspend and resume keep files, end processes', async (t) => {
+    await provider.exec(h, 'echo kept > /workspace/kept; echo gone > /tmp/gone');
+    await provider.suspend(h);
+    t.equal((await s.inspect(name)).State.Running, false);
+    t.equal((await s.inspect(`${name}-egress`)).State.Running, false);
+    t.equal(await provider.resume(h), 'running');
+    t.equal((await provider.exec(h, 'cat /workspace/kept; ls /tmp/gone 2>/dev/null || echo cleared')).stdout, 'kept\ncleared\n');
+  });
+
+  await t.test('resume rebuilds a removed egress proxy and network', async (t) => {
+    await provider.suspend(h);
+    docker('rm', '-f', `${name}-egress`);
+    docker('network', 'rm', `${name}-net`);
+    t.equal(await provider.resume(h), 'running');
+    t.equal((await s.inspect(`${name}-egress`)).State.Running, true);
+    const r = await provider.exec(h, `curl -sS -m 10 http://${UPSTREAM_HOST}/`);
+    t.equal(r.stdout, UPSTREAM_BODY, r.stderr);
+  });
+
+  await t.test('auto-start after docker stop and docker pause', async (t) => {
+    docker('stop', '-t', '0', name);
+    t.equal((await provider.exec(h, 'echo back')).stdout, 'back\n');
+    docker('pause', name);
+    t.equal((await provider.exec(h, 'echo unpaused')).stdout, 'unpaused\n');
+    docker('pause', name);
+    t.equal(Buffer.from(await provider.readFile(h, '/workspace/kept')).toString(), 'kept\n');
+    docker('stop', '-t', '0', name);
+    await provider.killAll(h);
+    t.equal((await s.inspect(name)).State.Running, true);
+  });
+
+  await t.test('fork bomb hits the pids limit and the kill falls back to a restart', async (t) => {
+    const started = Date.now();
+    const r = await provider.exec(h, 'bomb() { bomb | bomb & }; bomb; sleep 30', { timeoutMs: 3000 });
+    t.equal(r.timedOut, true);
+    t.ok(Date.now() - started < 60_000, `returned after ${Date.now() - started} ms`);
+    const after = await provider.exec(h, 'ps -e --no-headers | wc -l; cat /workspace/kept');
+    t.equal(after.exitCode, 0);
+    t.match(after.stdout, /kept/);
+  });
+
+  await t.test('non-ASCII and open egress are refused before Docker sees them', async (t) => {
+    const base = { id: `${env.runId}-bad`, image: SANDBOX_IMAGE, limits: { egress: 'allowlist' as const } };
+    await rejectsCode(t, provider.create({ ...base, image: 'capybara-sändbox:latest' }), 'invalid_spec', 'spec.image');
+    await rejectsCode(t, provider.create({ ...base, env: { A: 'ünï' } }), 'invalid_spec', 'spec.env.A');
+    await rejectsCode(t, provider.create({ ...base, limits: { egress: 'allowlist', allowHosts: ['bücher.example'] } }), 'invalid_spec', 'punycode');
+    await rejectsCode(t, provider.create({ ...base, limits: { egress: 'open' } }), 'open_egress_disabled', 'extensionConfig."sandbox-docker".allowOpenEgress');
+    t.same(await s.labelled(`cap-${env.runId}-bad`), []);
+  });
+
+  await t.test('destroy leaves nothing labelled, twice', async (t) => {
+    await provider.destroy(h);
+    t.same(await s.labelled(name), []);
+    await provider.destroy(h);
+    await provider.destroyByName(name);
+    t.equal(await provider.resume(h), 'gone');
+    await rejectsCode(t, provider.exec(h, 'true'), 'not_found');
+  });
+});
