@@ -42,12 +42,17 @@ export class SandboxLifecycle {
     // A stale instance (the host may have died before recording the handle) is replaced.
     await this.destroy(names.name);
     try {
-      if (plan.tier === 'allowlist' || plan.tier === 'open') await this.ensureSharedNetwork();
-      await this.createVolumes(plan);
-      if (plan.tier === 'allowlist' || plan.tier === 'internal') await this.createInternalNetwork(names, plan.labels);
-      if (plan.tier === 'allowlist') await this.createEgress(plan);
-      await this.createContainerPullingOnce(names.container, plan.image, sandboxContainerBody(plan));
-      await engine.startContainer(names.container);
+      // Independent steps run side by side: create-to-ready is what a conversation waits for.
+      await Promise.all([
+        plan.tier === 'allowlist' || plan.tier === 'open' ? this.ensureSharedNetwork() : undefined,
+        plan.tier === 'allowlist' || plan.tier === 'internal' ? this.createInternalNetwork(names, plan.labels) : undefined,
+        this.createVolumes(plan),
+      ]);
+      await Promise.all([
+        plan.tier === 'allowlist' ? this.createEgress(plan) : undefined,
+        this.createContainerPullingOnce(names.container, plan.image, sandboxContainerBody(plan))
+          .then(() => engine.startContainer(names.container)),
+      ]);
       if (plan.tier === 'allowlist') await this.waitForEgress(names);
     } catch (err) {
       await this.destroy(names.name).catch((cleanupErr: unknown) => {

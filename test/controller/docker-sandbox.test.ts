@@ -7,7 +7,7 @@ import t, { type Test } from 'tap';
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { sandboxTestEnv, SANDBOX_IMAGE, UPSTREAM_BODY, UPSTREAM_HOST } from '../support/sandbox-env.js';
-import { isSandboxError } from '../../controller/index.js';
+import { createDockerSandbox, isSandboxError } from '../../controller/index.js';
 import type { SandboxHandle } from '../../controller/index.js';
 
 const docker = (...args: string[]) => execFileSync('docker', args, { encoding: 'utf8' }).trim();
@@ -247,6 +247,49 @@ t.test('sandbox provider on the real engine', async (t) => {
     await rejectsCode(t, provider.create({ ...base, limits: { egress: 'allowlist', allowHosts: ['bücher.example'] } }), 'invalid_spec', 'punycode');
     await rejectsCode(t, provider.create({ ...base, limits: { egress: 'open' } }), 'open_egress_disabled', 'extensionConfig."sandbox-docker".allowOpenEgress');
     t.same(await s.labelled(`cap-${env.runId}-bad`), []);
+  });
+
+  await t.test('persistent workspace survives destroy; teardown is unforced', async (t) => {
+    const key = `${env.runId}-proj`;
+    const spec = { id: `${env.runId}-pw`, image: SANDBOX_IMAGE, limits: { egress: 'none' as const }, workspace: { key, durability: 'persistent' as const } };
+    const first = await provider.create(spec);
+    await provider.writeFile(first, '/workspace/notes.txt', 'persisted');
+    await rejectsCode(t, provider.destroyWorkspace(key), 'workspace_in_use');
+    await provider.destroy(first);
+    t.same(await s.labelled(first.id), []);
+    const second = await provider.create(spec);
+    t.equal(Buffer.from(await provider.readFile(second, '/workspace/notes.txt')).toString(), 'persisted');
+    await provider.destroy(second);
+    await provider.destroyWorkspace(key);
+    await provider.destroyWorkspace(key);
+    t.equal(docker('volume', 'ls', '-q', '--filter', `name=cap-ws.${key}`), '');
+  });
+
+  await t.test('open tier joins the shared bridge only when allowed', async (t) => {
+    const open = await s.openProvider.create({ id: `${env.runId}-open`, image: SANDBOX_IMAGE, limits: { egress: 'open' } });
+    const info = await s.inspect(open.id);
+    t.equal(info.HostConfig.NetworkMode, s.sharedNetwork);
+    t.notOk(info.Config.Env.some((e) => e.startsWith('HTTP_PROXY=')));
+    await s.openProvider.destroy(open);
+    t.same(await s.labelled(open.id), []);
+  });
+
+  await t.test('runsc', async (t) => {
+    const runtimes = docker('info', '--format', '{{json .Runtimes}}');
+    if (!runtimes.includes('"runsc"')) {
+      t.skip('runsc is not registered with this Docker daemon');
+      return;
+    }
+    const gvisor = createDockerSandbox({ endpoint: s.proxy.endpoint, network: s.sharedNetwork, runtime: 'runsc' }, { labels: env.labels });
+    try {
+      const g = await gvisor.create({ id: `${env.runId}-gv`, image: SANDBOX_IMAGE, limits: { egress: 'none' } });
+      t.equal((await s.inspect(g.id)).HostConfig.Runtime, 'runsc');
+      t.equal((await gvisor.exec(g, 'echo gvisor')).stdout, 'gvisor\n');
+      await gvisor.destroy(g);
+    } catch (err) {
+      t.skip(`runsc is registered but cannot start containers here: ${(err as Error).message}`);
+      await gvisor.destroyByName(`cap-${env.runId}-gv`);
+    }
   });
 
   await t.test('destroy leaves nothing labelled, twice', async (t) => {
