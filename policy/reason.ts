@@ -45,6 +45,10 @@ export const REASONS = {
     status: 403,
     advice: 'the TLS server name must equal the CONNECT host',
   },
+  sni_missing: {
+    status: 403,
+    advice: 'send TLS with a server name (SNI) equal to the CONNECT host; this proxy requires it',
+  },
   too_many_connections: {
     status: 503,
     advice: 'the proxy is at its connection limit; retry later',

@@ -32,6 +32,7 @@ export const OPTIONS = {
   'header-timeout-ms': { env: 'EGRESS_HEADER_TIMEOUT_MS', arg: 'MS', help: `time for a complete request head (default ${DEFAULT_LIMITS.headerTimeoutMs})` },
   'max-header-bytes': { env: 'EGRESS_MAX_HEADER_BYTES', arg: 'N', help: `largest request head (default ${DEFAULT_LIMITS.maxHeaderBytes})` },
   'dns-timeout-ms': { env: 'EGRESS_DNS_TIMEOUT_MS', arg: 'MS', help: `DNS deadline per request (default ${DEFAULT_LIMITS.dnsTimeoutMs})` },
+  'require-sni': { env: 'EGRESS_REQUIRE_SNI', arg: 'true|false', help: 'refuse tunnels that do not open with a TLS server name (default false: allow and log)' },
   'connect-timeout-ms': { env: 'EGRESS_CONNECT_TIMEOUT_MS', arg: 'MS', help: `connect deadline per address (default ${DEFAULT_LIMITS.connectTimeoutMs})` },
 } as const;
 
@@ -81,6 +82,8 @@ const PortList = z.string().transform((text, ctx): number[] => {
 const DnsServer = z.string().refine((s) => /^(?:[0-9.]+|\[[0-9a-fA-F:.]+\])(?::[0-9]{1,5})?$|^[0-9a-fA-F:]+$/.test(s), {
   message: 'expected IP, IP:PORT or [IPv6]:PORT',
 });
+
+const Bool = z.enum(['true', 'false'], { message: 'expected true or false' }).transform((v) => v === 'true');
 
 const Count = z.string().regex(/^[0-9]+$/, 'expected a whole number').transform(Number);
 
@@ -144,6 +147,10 @@ export function parseConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Pr
     const p = get(name);
     return p === undefined ? fallback : parseWith(Count, p);
   };
+  const flagValue = (name: OptionName, fallback: boolean): boolean => {
+    const p = get(name);
+    return p === undefined ? fallback : parseWith(Bool, p);
+  };
 
   const policyFile = get('policy');
   const allowHosts = get('allow-hosts');
@@ -173,6 +180,7 @@ export function parseConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Pr
       maxHeaderBytes: count('max-header-bytes', DEFAULT_LIMITS.maxHeaderBytes),
       dnsTimeoutMs: count('dns-timeout-ms', DEFAULT_LIMITS.dnsTimeoutMs),
       connectTimeoutMs: count('connect-timeout-ms', DEFAULT_LIMITS.connectTimeoutMs),
+      requireSni: flagValue('require-sni', DEFAULT_LIMITS.requireSni),
     }),
     policySource: policyFile ? { kind: 'file' as const, path: policyFile.value } : { kind: 'env' as const, name: allowHosts?.from ?? '' },
     connectPorts: ports ? parseWith(PortList, ports) : undefined,

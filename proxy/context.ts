@@ -17,6 +17,11 @@ export interface ProxyLimits {
   readonly maxTunnelMs: number;
   readonly dnsTimeoutMs: number;
   readonly connectTimeoutMs: number;
+  /**
+   * Refuse tunnels whose first bytes are not a TLS ClientHello with a server name. A server name
+   * that differs from the CONNECT host is always refused.
+   */
+  readonly requireSni: boolean;
   /** Open client connections in total (503 beyond). */
   readonly maxConnections: number;
   /** Open client connections from one client address (429 beyond). */
@@ -30,6 +35,7 @@ export const DEFAULT_LIMITS: ProxyLimits = Object.freeze({
   maxTunnelMs: 0,
   dnsTimeoutMs: 5_000,
   connectTimeoutMs: 10_000,
+  requireSni: false,
   maxConnections: 16_384,
   maxConnectionsPerClient: 4_096,
 });

@@ -1,5 +1,6 @@
 /**
- * CONNECT: decide on the authority, dial the pinned addresses, then splice raw bytes both ways.
+ * CONNECT: decide on the authority, dial the pinned addresses, check the TLS server name of the
+ * client's first record against the CONNECT host, then splice raw bytes both ways.
  * The Host header of a CONNECT request is ignored: only the request-target is decided on and
  * dialed. Half-closes are passed on (each direction ends on its own); an error on either side
  * tears down both.
@@ -13,6 +14,7 @@ import { dialPinned, DialError } from './dial.js';
 import { F, type Logger } from './log.js';
 import { refuseSocket, type Refusal } from './refusal.js';
 import { parseConnectTarget } from './authority.js';
+import { scanClientHello, type HelloScan } from './client-hello.js';
 
 const ESTABLISHED = 'HTTP/1.1 200 Connection Established\r\n\r\n';
 
@@ -88,11 +90,10 @@ export async function handleConnect(ctx: ProxyContext, root: Logger, req: Incomi
     [F.connectMs]: connectMs,
   });
   client.write(ESTABLISHED);
-  if (head.length > 0) upstream.write(head);
-  splice(ctx, log, client, upstream, { host: decision.host, port: decision.port, started });
+  splice(ctx, log, client, upstream, { host: decision.host, port: decision.port, started, head });
 }
 
-function splice(ctx: ProxyContext, log: Logger, client: Socket, upstream: Socket, meta: { host: string; port: number; started: number }): void {
+function splice(ctx: ProxyContext, log: Logger, client: Socket, upstream: Socket, meta: { host: string; port: number; started: number; head: Buffer }): void {
   let closedBy: string | undefined;
   let open = 2;
   const teardown = (by: string) => (err?: Error) => {
@@ -140,6 +141,66 @@ function splice(ctx: ProxyContext, log: Logger, client: Socket, upstream: Socket
         }, ctx.limits.maxTunnelMs)
       : undefined;
 
-  client.pipe(upstream);
   upstream.pipe(client);
+  // Client bytes wait until the first record shows what they are (a server that speaks first is
+  // not held up: only this direction waits).
+  holdFirstRecord(client, meta.head, (bytes, scan) => {
+    const refusal = checkServerName(scan, meta.host, ctx.limits.requireSni);
+    log.info({ [F.event]: 'tls', [F.host]: meta.host, [F.port]: meta.port, tls: scan.kind === 'tls', sni: scan.kind === 'tls' ? scan.sni : undefined, [F.decision]: refusal ? 'deny' : 'allow', [F.reason]: refusal?.reason });
+    if (refusal) {
+      ctx.observer.decision('deny', refusal.reason);
+      closedBy = refusal.reason;
+      // A TLS alert (access_denied, RFC 8446 §6.2) tells a TLS client why the handshake ended.
+      if (scan.kind === 'tls') client.end(ACCESS_DENIED_ALERT);
+      else client.end();
+      upstream.destroy();
+      return;
+    }
+    if (bytes.length > 0) upstream.write(bytes);
+    if (client.readableEnded) upstream.end();
+    else client.pipe(upstream);
+  });
+}
+
+const ACCESS_DENIED_ALERT = Buffer.from([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x31]);
+// A ClientHello fits one record (at most 16 KiB plus its header); beyond that, stop looking.
+const MAX_HELLO_BYTES = 16 * 1024 + 5;
+
+function checkServerName(scan: HelloScan, host: string, requireSni: boolean): Refusal | undefined {
+  if (scan.kind === 'tls' && scan.sni !== undefined) {
+    const sni = scan.sni.toLowerCase().replace(/\.$/, '');
+    // Without this, one allowed name on a shared (CDN) address would reach every site behind it.
+    return sni === host ? undefined : { reason: 'sni_mismatch', detail: `TLS server name ${JSON.stringify(sni.slice(0, 255))} is not the CONNECT host ${host}`, host };
+  }
+  if (!requireSni) return undefined;
+  return { reason: 'sni_missing', detail: scan.kind === 'tls' ? 'TLS without a server name' : 'the tunnel does not start with TLS', host };
+}
+
+/** Buffers client bytes until the first TLS record is complete (or is not TLS), then hands them on. */
+function holdFirstRecord(client: Socket, head: Buffer, done: (bytes: Buffer, scan: HelloScan) => void): void {
+  let bytes = head;
+  const finish = (scan: HelloScan): void => {
+    client.off('data', onData);
+    client.off('end', onEnd);
+    client.pause();
+    done(bytes, scan);
+  };
+  const check = (): boolean => {
+    const scan = scanClientHello(bytes);
+    if (scan.kind !== 'incomplete') finish(scan);
+    else if (bytes.length >= MAX_HELLO_BYTES) finish({ kind: 'tls', sni: undefined });
+    else return false;
+    return true;
+  };
+  const onData = (chunk: Buffer): void => {
+    bytes = bytes.length === 0 ? chunk : Buffer.concat([bytes, chunk]);
+    check();
+  };
+  const onEnd = (): void => {
+    const scan = scanClientHello(bytes);
+    finish(scan.kind === 'incomplete' ? { kind: 'not_tls' } : scan);
+  };
+  if (bytes.length > 0 && check()) return;
+  client.on('data', onData);
+  client.once('end', onEnd);
 }

@@ -5,6 +5,7 @@
  */
 import http from 'node:http';
 import net from 'node:net';
+import tls from 'node:tls';
 import t from 'tap';
 import { rawRequest, readUntil } from '../support/raw-client.js';
 import { startDnsServer } from '../support/dns-server.js';
@@ -26,10 +27,14 @@ async function settle(check: () => boolean, what: string, ms = 3_000): Promise<v
 // Upstreams: a TCP service that answers each chunk with "echo:" + chunk and reports end of
 // input, and an HTTP server that returns what it received.
 const upstreamSockets = new Set<net.Socket>();
+let upstreamBytes = 0;
 const echo = net.createServer({ allowHalfOpen: true }, (s) => {
   upstreamSockets.add(s);
   s.on('close', () => upstreamSockets.delete(s));
-  s.on('data', (d) => s.write(`echo:${d.toString()}`));
+  s.on('data', (d: Buffer) => {
+    upstreamBytes += d.length;
+    s.write(`echo:${d.toString()}`);
+  });
   s.on('end', () => s.end('upstream saw end\n'));
   s.on('error', () => undefined);
 });
@@ -108,6 +113,34 @@ t.test('an abrupt upstream close ends the client side', async (t) => {
   await readUntil(res.socket, undefined);
   t.ok(true, 'client side closed');
   res.socket.destroy();
+});
+
+/** Opens a tunnel and starts TLS through it with the given server name. */
+async function tlsThrough(host: string, servername: string): Promise<string> {
+  const res = await rawRequest(port, `CONNECT ${host}:${echoPort} HTTP/1.1\r\nHost: x\r\n\r\n`);
+  res.socket.resume();
+  return new Promise((resolve) => {
+    const s = tls.connect({ socket: res.socket, servername });
+    s.on('error', (err: NodeJS.ErrnoException) => resolve(err.code ?? err.message));
+    s.on('secureConnect', () => resolve('connected'));
+  });
+}
+
+t.test('a TLS server name that differs from the CONNECT host is refused', async (t) => {
+  const before = upstreamBytes;
+  const outcome = await tlsThrough('echo.test', 'evil.net');
+  t.match(outcome, /ACCESS_DENIED|ECONNRESET|socket disconnected/i, 'the TLS client is told no');
+  await settle(() => proxyT.logs.some((l) => l.event === 'tls' && l.reason === 'sni_mismatch'), 'sni_mismatch line');
+  t.equal(upstreamBytes, before, 'no client byte reached the upstream');
+  const line = proxyT.logs.find((l) => l.event === 'tls' && l.reason === 'sni_mismatch');
+  t.equal(line?.sni, 'evil.net');
+});
+
+t.test('a matching TLS server name is passed through', async (t) => {
+  const before = upstreamBytes;
+  await tlsThrough('echo.test', 'ECHO.test');
+  await settle(() => upstreamBytes > before, 'the ClientHello to reach the upstream');
+  t.ok(proxyT.logs.some((l) => l.event === 'tls' && l.sni === 'ECHO.test' && l.decision === 'allow'));
 });
 
 t.test('failover to the second checked address', async (t) => {
