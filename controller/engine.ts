@@ -116,20 +116,24 @@ export class DockerEngine {
       dialOptions = { _body: options.body };
     }
     if (options.query !== undefined) dialOptions = { ...(dialOptions ?? { _body: {} }), _query: options.query };
-    const signal = AbortSignal.timeout(timeoutMs);
+    // The deadline covers the call until its answer arrives. For a stream (exec output, pull)
+    // that is the response head: a long command must not be cut off by the call deadline.
+    const abort = new AbortController();
+    const timer = setTimeout(() => abort.abort(), timeoutMs);
     return new Promise<T>((resolve, reject) => {
       this.modem.dial(
         {
           path: options.query === undefined ? path : `${path}?`,
           method,
           options: dialOptions,
-          abortSignal: signal,
+          abortSignal: abort.signal,
           isStream: options.stream === true || options.hijack === true,
           hijack: options.hijack === true,
           openStdin: false,
           statusCodes: { 200: true, 201: true, 204: true, 304: true },
         },
         (err, data) => {
+          clearTimeout(timer);
           if (err !== null) reject(mapError(err, what, timeoutMs));
           else resolve(data as T);
         },
@@ -239,8 +243,15 @@ export class DockerEngine {
       query: { fromImage: image }, stream: true, timeoutMs: PULL_TIMEOUT_MS,
     });
     let last = '';
+    const deadline = setTimeout(() => stream.destroy(new Error(`pull of ${image} took longer than ${PULL_TIMEOUT_MS} ms`)), PULL_TIMEOUT_MS);
     stream.setEncoding('utf8');
-    for await (const chunk of stream) last = (last + String(chunk)).slice(-4096);
+    try {
+      for await (const chunk of stream) last = (last + String(chunk)).slice(-4096);
+    } catch (err) {
+      throw new SandboxError('image_unavailable', `Pulling ${image} failed: ${(err as Error).message}.`, { cause: err });
+    } finally {
+      clearTimeout(deadline);
+    }
     const failure = /"error"\s*:\s*"([^"]*)"/.exec(last);
     if (failure !== null) {
       throw new SandboxError('image_unavailable', `Pulling ${image} failed: ${failure[1]}. Pre-pull or build the image on the engine.`);
