@@ -97,7 +97,8 @@ export function createForwarder(ctx: ProxyContext, root: Logger) {
     stripHopByHop(req.headers);
     const agent = ctx.agents.forRequest(decision.host, decision.port, decision.addresses, target.path);
     ctx.observer.decision('allow', 'allowed');
-    res.once('finish', () => {
+    // 'close' rather than 'finish': a request the client abandons is logged too.
+    res.once('close', () => {
       log.info({
         [F.event]: 'decision',
         [F.decision]: 'allow',
@@ -108,6 +109,7 @@ export function createForwarder(ctx: ProxyContext, root: Logger) {
         [F.pinnedBy]: decision.pinnedBy,
         [F.addresses]: decision.addresses,
         [F.status]: res.statusCode,
+        completed: res.writableFinished,
         [F.decideMs]: decideMs,
         [F.durationMs]: ms(started),
       });

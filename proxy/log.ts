@@ -28,6 +28,7 @@ export const F = {
   bytesUp: 'bytesUp',
   bytesDown: 'bytesDown',
   closedBy: 'closedBy',
+  sni: 'sni',
 } as const;
 
 export type { Logger };

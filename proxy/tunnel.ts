@@ -95,6 +95,7 @@ export async function handleConnect(ctx: ProxyContext, root: Logger, req: Incomi
 
 function splice(ctx: ProxyContext, log: Logger, client: Socket, upstream: Socket, meta: { host: string; port: number; started: number; head: Buffer }): void {
   let closedBy: string | undefined;
+  let sni: string | undefined;
   let open = 2;
   const teardown = (by: string) => (err?: Error) => {
     closedBy ??= err ? `${by}_error` : by;
@@ -114,6 +115,7 @@ function splice(ctx: ProxyContext, log: Logger, client: Socket, upstream: Socket
       [F.bytesDown]: upstream.bytesRead,
       [F.durationMs]: ms(meta.started),
       [F.closedBy]: closedBy ?? 'both',
+      [F.sni]: sni,
     });
   };
   client.removeAllListeners('error');
@@ -145,10 +147,11 @@ function splice(ctx: ProxyContext, log: Logger, client: Socket, upstream: Socket
   // Client bytes wait until the first record shows what they are (a server that speaks first is
   // not held up: only this direction waits).
   holdFirstRecord(client, meta.head, (bytes, scan) => {
+    if (scan.kind === 'tls') sni = scan.sni;
     const refusal = checkServerName(scan, meta.host, ctx.limits.requireSni);
-    log.info({ [F.event]: 'tls', [F.host]: meta.host, [F.port]: meta.port, tls: scan.kind === 'tls', sni: scan.kind === 'tls' ? scan.sni : undefined, [F.decision]: refusal ? 'deny' : 'allow', [F.reason]: refusal?.reason });
     if (refusal) {
       ctx.observer.decision('deny', refusal.reason);
+      log.info({ [F.event]: 'decision', [F.decision]: 'deny', [F.method]: 'CONNECT', [F.reason]: refusal.reason, [F.detail]: refusal.detail, [F.host]: meta.host, [F.port]: meta.port, [F.sni]: sni });
       closedBy = refusal.reason;
       // A TLS alert (access_denied, RFC 8446 §6.2) tells a TLS client why the handshake ended.
       if (scan.kind === 'tls') client.end(ACCESS_DENIED_ALERT);

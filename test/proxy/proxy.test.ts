@@ -130,9 +130,9 @@ t.test('a TLS server name that differs from the CONNECT host is refused', async 
   const before = upstreamBytes;
   const outcome = await tlsThrough('echo.test', 'evil.net');
   t.match(outcome, /ACCESS_DENIED|ECONNRESET|socket disconnected/i, 'the TLS client is told no');
-  await settle(() => proxyT.logs.some((l) => l.event === 'tls' && l.reason === 'sni_mismatch'), 'sni_mismatch line');
+  await settle(() => proxyT.logs.some((l) => l.event === 'decision' && l.reason === 'sni_mismatch'), 'sni_mismatch line');
   t.equal(upstreamBytes, before, 'no client byte reached the upstream');
-  const line = proxyT.logs.find((l) => l.event === 'tls' && l.reason === 'sni_mismatch');
+  const line = proxyT.logs.find((l) => l.event === 'decision' && l.reason === 'sni_mismatch');
   t.equal(line?.sni, 'evil.net');
 });
 
@@ -140,7 +140,7 @@ t.test('a matching TLS server name is passed through', async (t) => {
   const before = upstreamBytes;
   await tlsThrough('echo.test', 'ECHO.test');
   await settle(() => upstreamBytes > before, 'the ClientHello to reach the upstream');
-  t.ok(proxyT.logs.some((l) => l.event === 'tls' && l.sni === 'ECHO.test' && l.decision === 'allow'));
+  await settle(() => proxyT.logs.some((l) => l.event === 'tunnel_closed' && l.sni === 'ECHO.test'), 'the close line with the server name');
 });
 
 t.test('failover to the second checked address', async (t) => {
