@@ -5,6 +5,7 @@
  */
 import type { Duplex, Readable } from 'node:stream';
 import Docker from 'dockerode';
+import type { Logger } from 'pino';
 import { SandboxError } from './errors.js';
 import { modemOptions } from './endpoint.js';
 import { serialiseAsciiBody } from './ascii-body.js';
@@ -100,7 +101,7 @@ interface CallOptions {
 export class DockerEngine {
   private readonly modem: Modem;
 
-  constructor(endpoint: string, tlsCertDir: string | undefined) {
+  constructor(endpoint: string, tlsCertDir: string | undefined, private readonly logger?: Logger) {
     const docker = new Docker(modemOptions(endpoint, tlsCertDir) as Docker.DockerOptions);
     this.modem = docker.modem as unknown as Modem;
   }
@@ -118,6 +119,7 @@ export class DockerEngine {
     if (options.query !== undefined) dialOptions = { ...(dialOptions ?? { _body: {} }), _query: options.query };
     // The deadline covers the call until its answer arrives. For a stream (exec output, pull)
     // that is the response head: a long command must not be cut off by the call deadline.
+    const started = performance.now();
     const abort = new AbortController();
     const timer = setTimeout(() => abort.abort(), timeoutMs);
     return new Promise<T>((resolve, reject) => {
@@ -134,6 +136,7 @@ export class DockerEngine {
         },
         (err, data) => {
           clearTimeout(timer);
+          this.logger?.debug({ call: what, method, path, status: err?.statusCode, ms: Math.round(performance.now() - started) }, 'engine call');
           if (err !== null) reject(mapError(err, what, timeoutMs));
           else resolve(data as T);
         },

@@ -86,8 +86,15 @@ export class SandboxLifecycle {
   async ensureRunning(name: string): Promise<void> {
     const view = await this.deps.engine.inspectContainer(name);
     if (view === undefined) throw new SandboxError('not_found', `Sandbox ${name} does not exist (its container is gone); create it again.`);
-    if (view.running && !view.paused) return;
-    this.deps.logger.warn({ sandbox: name, status: view.status }, 'sandbox not running, starting it');
+    if (view.running && !view.paused) {
+      if (view.labels[LABEL_EGRESS] !== 'allowlist') return;
+      // Its proxy is part of a running allowlist sandbox: without it every request fails.
+      const egress = await this.deps.engine.inspectContainer(namesFor(name).egress);
+      if (egress?.running === true && !egress.paused) return;
+      this.deps.logger.warn({ sandbox: name }, 'egress proxy not running, recovering it');
+    } else {
+      this.deps.logger.warn({ sandbox: name, status: view.status }, 'sandbox not running, starting it');
+    }
     await this.recover(name, view);
   }
 

@@ -228,11 +228,16 @@ t.test('sandbox provider on the real engine', async (t) => {
     docker('stop', '-t', '0', name);
     await provider.killAll(h);
     t.equal((await s.inspect(name)).State.Running, true);
+    docker('stop', '-t', '0', `${name}-egress`);
+    const r = await provider.exec(h, `curl -sS -m 10 http://${UPSTREAM_HOST}/`);
+    t.equal(r.stdout, UPSTREAM_BODY, `a stopped egress proxy is started again: ${r.stderr}`);
   });
 
   await t.test('fork bomb hits the pids limit and the kill falls back to a restart', async (t) => {
+    const startedAt = (await s.inspect(name)).State.StartedAt;
     const started = Date.now();
     const r = await provider.exec(h, 'bomb() { bomb | bomb & }; bomb; sleep 30', { timeoutMs: 3000 });
+    t.not((await s.inspect(name)).State.StartedAt, startedAt, 'the container was restarted');
     t.equal(r.timedOut, true);
     t.ok(Date.now() - started < 60_000, `returned after ${Date.now() - started} ms`);
     const after = await provider.exec(h, 'ps -e --no-headers | wc -l; cat /workspace/kept');
