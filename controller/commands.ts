@@ -25,8 +25,8 @@ import {
 import { DEFAULT_MAX_OUTPUT_BYTES, OutputCapture } from './output-capture.js';
 import { checkTag } from './names.js';
 
-export const DEFAULT_EXEC_TIMEOUT_MS = 10 * 60_000;
-export const DEFAULT_TAG = 'default';
+const DEFAULT_EXEC_TIMEOUT_MS = 10 * 60_000;
+const DEFAULT_TAG = 'default';
 const KILL_DEADLINE_MS = 10_000;
 /** After a kill, how long the output stream may take to end before it is dropped. */
 const DRAIN_AFTER_KILL_MS = 5_000;

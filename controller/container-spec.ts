@@ -10,7 +10,7 @@ import { requirePrintableAscii } from './ascii-body.js';
 
 /** Where the skills volume is writable, under a root-only (0700) directory. */
 export const SKILLS_WRITABLE_ROOT = '/opt/capybara/skills';
-export const LABEL_ROLE = 'dev.capybara.sandbox.role';
+const LABEL_ROLE = 'dev.capybara.sandbox.role';
 
 const EGRESS_MEMORY_BYTES = 256 * 1024 * 1024;
 const EGRESS_PIDS_LIMIT = 256;
@@ -33,7 +33,7 @@ export interface ContainerCreateBody {
   HostConfig: Record<string, unknown> & { NetworkMode: string };
 }
 
-export function sandboxNetworkMode(plan: Pick<SandboxPlan, 'tier' | 'names' | 'sharedNetwork'>): string {
+function sandboxNetworkMode(plan: Pick<SandboxPlan, 'tier' | 'names' | 'sharedNetwork'>): string {
   switch (plan.tier) {
     case 'none':
       return 'none';

@@ -11,7 +11,7 @@ import { modemOptions } from './endpoint.js';
 import { serialiseAsciiBody } from './ascii-body.js';
 import { StreamDemux } from './stream-demux.js';
 
-export const DEFAULT_CALL_TIMEOUT_MS = 30_000;
+const DEFAULT_CALL_TIMEOUT_MS = 30_000;
 const CREATE_TIMEOUT_MS = 60_000;
 const PULL_TIMEOUT_MS = 10 * 60_000;
 const MAX_BODY_BYTES = 32 * 1024;

@@ -13,7 +13,7 @@ import { checkTag } from './names.js';
 
 export const SANDBOX_USER = '1000:1000';
 export const ROOT_USER = '0:0';
-export const CONTROL_FILE_PREFIX = '/tmp/.capybara-exec-';
+const CONTROL_FILE_PREFIX = '/tmp/.capybara-exec-';
 /** Printed by kill scripts once they ran; its absence means the kill could not start. */
 export const KILL_OK_MARKER = 'capybara-kill-ok';
 /** Seconds the in-sandbox backstop adds to the caller's timeout. */

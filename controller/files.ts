@@ -15,7 +15,7 @@ import { OutputCapture } from './output-capture.js';
 import type { WithRunning } from './commands.js';
 
 /** Without an explicit maxBytes a read is refused above this size rather than cut. */
-export const DEFAULT_READ_LIMIT = 256 * 1024 * 1024;
+const DEFAULT_READ_LIMIT = 256 * 1024 * 1024;
 const SKILLS_ROOT = '/skills';
 
 export interface FileDeps {

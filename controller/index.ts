@@ -13,6 +13,7 @@ export type {
   FileStat,
 } from './contract.js';
 export { SandboxError, isSandboxError, sandboxErrorCodes } from './errors.js';
+export { SANDBOX_TAG_RE } from './names.js';
 export type { SandboxErrorCode } from './errors.js';
 export { deploymentConfigSchema, parseDeploymentConfig } from './config.js';
 export type { DeploymentConfig, DeploymentConfigInput } from './config.js';

@@ -8,7 +8,7 @@ import type { DeploymentConfig } from './config.js';
 import type { DockerEngine, ContainerView } from './engine.js';
 import { engineStatus } from './engine.js';
 import { SandboxError } from './errors.js';
-import { LABEL_ALLOW_HOSTS, LABEL_EGRESS, namesFor, type SandboxNames } from './names.js';
+import { LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_NAME, namesFor, type SandboxNames } from './names.js';
 import { allowHostsFromLabel, EGRESS_PROXY_PORT, type SandboxPlan } from './sandbox-plan.js';
 import { egressContainerBody, sandboxBodyFromInspect, sandboxContainerBody, type EgressPlan } from './container-spec.js';
 import { internalNetworkBody, sharedNetworkBody } from './network-spec.js';
@@ -150,7 +150,7 @@ export class SandboxLifecycle {
     const labels = { ...view.labels };
     delete labels[LABEL_EGRESS];
     delete labels[LABEL_ALLOW_HOSTS];
-    labels['dev.capybara.sandbox.name'] = name;
+    labels[LABEL_NAME] = name;
     return labels;
   }
 

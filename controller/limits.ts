@@ -12,8 +12,8 @@ const MIN_MEMORY_MB = 6;
 /** Docker's NanoCpus granularity is 0.01 CPU. */
 const MIN_CPU = 0.01;
 
-export const DEFAULT_CPU = 1;
-export const DEFAULT_MEMORY_MB = 1024;
+const DEFAULT_CPU = 1;
+const DEFAULT_MEMORY_MB = 1024;
 export const PIDS_LIMIT = 1024;
 
 export interface DockerLimits {

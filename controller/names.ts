@@ -17,11 +17,11 @@ export const LABEL_WORKSPACE_KEY = 'dev.capybara.sandbox.workspace';
  * dials), so it is one DNS label at most 63 octets long once prefixed and suffixed. No dots:
  * that keeps sandbox names disjoint from persistent workspace volumes (`cap-ws.<key>`).
  */
-export const SANDBOX_ID_RE = /^[A-Za-z0-9][A-Za-z0-9_-]{0,51}$/;
+const SANDBOX_ID_RE = /^[A-Za-z0-9][A-Za-z0-9_-]{0,51}$/;
 /** Sandbox resource names: `cap-` plus an id. */
-export const SANDBOX_NAME_RE = /^cap-[A-Za-z0-9][A-Za-z0-9_-]{0,51}$/;
+const SANDBOX_NAME_RE = /^cap-[A-Za-z0-9][A-Za-z0-9_-]{0,51}$/;
 /** Persistent workspace keys. */
-export const WORKSPACE_KEY_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
+const WORKSPACE_KEY_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
 /**
  * Exec holder tags; they go into control file names (`/tmp/.capybara-exec-<tag>-<uuid>`) and
  * shell globs, so only characters without meaning to either.

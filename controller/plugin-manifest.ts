@@ -10,17 +10,17 @@ import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
 import { deploymentConfigSchema } from './config.js';
 
-export const PLUGIN_NAME = 'sandbox-docker';
+const PLUGIN_NAME = 'sandbox-docker';
 
 /** The JSON Schema of the deployment config (input side: defaulted keys are optional). */
-export function deploymentJsonSchema(): Record<string, unknown> {
+function deploymentJsonSchema(): Record<string, unknown> {
   const schema = z.toJSONSchema(deploymentConfigSchema, { io: 'input', target: 'draft-7' }) as Record<string, unknown>;
   // Hosts validate with their own draft; the manifest does not pin one.
   delete schema.$schema;
   return schema;
 }
 
-export function buildPluginManifest(version: string): Record<string, unknown> {
+function buildPluginManifest(version: string): Record<string, unknown> {
   const keys = Object.keys(deploymentConfigSchema.shape).sort();
   return {
     schemaVersion: 1,
@@ -55,7 +55,7 @@ export function renderPluginManifest(version: string): string {
 }
 
 /** Repository root, from either `controller/` (sources) or `dist/controller/` (compiled). */
-export function repoRoot(fromUrl: string = import.meta.url): string {
+function repoRoot(fromUrl: string = import.meta.url): string {
   const here = dirname(fileURLToPath(fromUrl));
   return here.endsWith(join('dist', 'controller')) ? join(here, '..', '..') : join(here, '..');
 }

@@ -63,7 +63,7 @@ function checkEnv(env: Record<string, string> | undefined, where: string): Recor
   return out;
 }
 
-export function checkAllowHosts(hosts: readonly string[] | undefined): string[] {
+function checkAllowHosts(hosts: readonly string[] | undefined): string[] {
   if (hosts === undefined) return [];
   if (!Array.isArray(hosts)) throw new SandboxError('invalid_spec', 'limits.allowHosts must be an array of host names.');
   return hosts.map((host, i) => {
