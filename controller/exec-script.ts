@@ -55,23 +55,34 @@ export function commandPayload(command: string, env: Readonly<Record<string, str
   return lines.join('\n');
 }
 
-// $1 control file, $2 backstop seconds, $3 base64 payload or @staged-file.
+// Runs as the session leader: records the session id, runs the command under the backstop,
+// and removes the control file only when no process of the session is left (a background child
+// still holding the output must stay findable for a timeout, abort or killTagged).
+const SESSION = String.raw`
+printf "%s\n" "$$" > "$1" || exit 125
+timeout -s KILL "$2" bash -c "$3"
+rc=$?
+for p in /proc/[0-9]*; do
+  [ "${'$'}{p#/proc/}" = "$$" ] && continue
+  read -r line < "$p/stat" 2>/dev/null || continue
+  read -r -a f <<< "${'$'}{line##*) }"
+  [ "${'$'}{f[3]}" = "$$" ] && exit $rc
+done
+rm -f -- "$1"
+exit $rc
+`;
+
+// $1 control file, $2 backstop seconds, $3 base64 payload or @staged-file, $4 the session script.
 const WRAPPER = String.raw`
 case $3 in
   @*) f=${'$'}{3#@}; script=$(cat -- "$f") || exit 125; rm -f -- "$f" ;;
   *) script=$(printf '%s' "$3" | base64 -d) || exit 125 ;;
 esac
-exec setsid -w bash -c '
-  printf "%s\n" "$$" > "$1" || exit 125
-  timeout -s KILL "$2" bash -c "$3"
-  rc=$?
-  rm -f -- "$1"
-  exit $rc
-' capybara-session "$1" "$2" "$script"
+exec setsid -w bash -c "$4" capybara-session "$1" "$2" "$script"
 `;
 
 export function wrapperCmd(ctlFile: string, backstopSeconds: number, payload: string): string[] {
-  return ['bash', '-c', WRAPPER, 'capybara-exec', ctlFile, String(backstopSeconds), payload];
+  return ['bash', '-c', WRAPPER, 'capybara-exec', ctlFile, String(backstopSeconds), payload, SESSION];
 }
 
 /** Stages a large payload: stdin is written to `file` (mode 0600). */

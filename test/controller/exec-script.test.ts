@@ -109,3 +109,15 @@ t.test('file scripts', async (t) => {
   t.equal(run(statCmd(join(dir, 'missing'))).status, FILE_EXIT.notFound);
   t.equal(run(writeFileCmd(join(dir, 'x', '..', '..', 'escape'), dir + '/x'), 'x').status, FILE_EXIT.permissionDenied, 'confined');
 });
+
+t.test('a background child holding the session keeps the control file for a later kill', async (t) => {
+  const ctl = controlFile('bg', randomUUID());
+  const [file, ...args] = wrapperCmd(ctl, 60, encodeArg('sleep 307 & echo main-done'));
+  const out = spawnSync(file ?? 'bash', args, { stdio: 'ignore' });
+  t.equal(out.status, 0, 'main command finished');
+  t.ok(existsSync(ctl), 'control file kept while the child lives');
+  const sid = readFileSync(ctl, 'utf8').trim();
+  t.match(run(killTaggedCmd(['bg'])).stdout.toString(), KILL_OK_MARKER);
+  t.equal(run(['ps', '-o', 'pid=', '-s', sid]).stdout.toString().trim(), '', 'child killed');
+  t.notOk(existsSync(ctl));
+});
