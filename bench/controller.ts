@@ -60,7 +60,7 @@ async function startSocketProxy(engine: Docker): Promise<{ endpoint: string; sto
   return {
     endpoint: `unix://${socket}`,
     stop: async () => {
-      await container.remove({ force: true });
+      await container.remove({ force: true }).catch(() => undefined);
       rmSync(dir, { recursive: true, force: true });
     },
   };
