@@ -1,6 +1,7 @@
 /**
  * The `capybara-egress` command as an operator meets it: fail-closed start-up with messages that
  * name the problem, and live policy reload by SIGHUP and by file change that never fails open.
+ * Runs dist/proxy/cli.js: run through `npm test`, which compiles first.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, renameSync, writeFileSync } from 'node:fs';
@@ -11,13 +12,14 @@ import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import { rawRequest, readUntil } from '../support/raw-client.js';
 
-const cli = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'proxy', 'cli.ts');
-const loader = process.execArgv.filter((a) => a.includes('typescript'));
+// The built command, as operators run it (`npm test` builds first); starting it through the
+// TypeScript loader would cost seconds per start.
+const cli = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'dist', 'proxy', 'cli.js');
 const dir = mkdtempSync(path.join(os.tmpdir(), 'egress-cli-'));
 const baseEnv = { PATH: process.env.PATH ?? '' };
 
 function run(args: string[], env: Record<string, string> = {}) {
-  return spawnSync(process.execPath, [...loader, cli, ...args], { encoding: 'utf8', env: { ...baseEnv, ...env }, timeout: 30_000 });
+  return spawnSync(process.execPath, [cli, ...args], { encoding: 'utf8', env: { ...baseEnv, ...env }, timeout: 30_000 });
 }
 
 const failures: { name: string; args: string[]; env?: Record<string, string>; file?: string; message: RegExp }[] = [
@@ -81,7 +83,7 @@ t.test('SIGHUP and file changes reload the policy; an invalid file keeps the old
   };
   write(`allowHosts: [one.test]\nconnectPorts: [${upstreamPort}]\n`);
   const output = { text: '' };
-  const child = spawn(process.execPath, [...loader, cli, '--policy', file, '--listen', `127.0.0.1:${port}`, '--metrics-listen', `127.0.0.1:${metricsPort}`], {
+  const child = spawn(process.execPath, [cli, '--policy', file, '--listen', `127.0.0.1:${port}`, '--metrics-listen', `127.0.0.1:${metricsPort}`], {
     env: { ...baseEnv, CAPYBARA_EGRESS_TEST_HOSTS: JSON.stringify({ 'one.test': '127.0.0.1', 'two.test': '127.0.0.1' }) },
   });
   child.stdout?.on('data', (d: Buffer) => (output.text += d.toString()));
