@@ -1,0 +1,163 @@
+/**
+ * The network measurements, each run for every peer in turn (interleaved, so drift on a shared
+ * machine spreads over all peers), each filling its table rows. Beside every wall-clock figure the
+ * proxy's own CPU time per operation is recorded from /proc/PID/stat: on a machine where other
+ * jobs steal cores, latency and throughput move with the neighbours, CPU per operation does not.
+ * A failing cell records why and the run goes on.
+ */
+import { readFileSync } from 'node:fs';
+import { memoryOf } from './peers.js';
+import { percentile, type PeerName, type Row } from './report.js';
+import { connectSetup, roundTrips, throughput, type Route } from './tunnel-load.js';
+import type { UpstreamPorts } from './upstream.js';
+import { runWrk, type WrkTarget } from './wrk.js';
+
+export interface Plan {
+  readonly connects: number;
+  readonly connectWarmup: number;
+  readonly echoes: number;
+  readonly echoWarmup: number;
+  readonly singleBytes: number;
+  readonly multiStreams: number;
+  readonly multiBytesEach: number;
+  readonly warmBytes: number;
+  readonly wrkSeconds: number;
+  readonly wrkWarmSeconds: number;
+}
+
+export interface Peer {
+  readonly name: PeerName;
+  readonly route: Route;
+  /** The proxy process, for CPU and memory; none for direct. */
+  readonly pid?: number;
+  readonly running?: () => boolean;
+}
+
+const MiB = 1024 * 1024;
+const USER_HZ = 100; // the unit of utime/stime in /proc/PID/stat on Linux, whatever the kernel HZ
+
+/** User + system CPU milliseconds of a process, all threads. */
+function cpuMs(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  // Fields after the parenthesised command name, which may itself contain spaces.
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return ((Number(fields[11]) + Number(fields[12])) * 1000) / USER_HZ;
+}
+
+export class Results {
+  readonly rows: Row[] = [];
+  readonly notes: string[] = [];
+
+  constructor(private readonly skipped: ReadonlyMap<PeerName, string>) {}
+
+  row(label: string, digits: number): Row {
+    const r: Row = { label, digits, cells: Object.fromEntries([...this.skipped].map(([p, why]) => [p, { missing: why }])) };
+    this.rows.push(r);
+    return r;
+  }
+
+  /** Runs one measurement into one cell; a failure becomes a note and a "(failed)" cell. */
+  async record(row: Row, peer: PeerName, measure: () => Promise<number>): Promise<void> {
+    try {
+      row.cells[peer] = await measure();
+    } catch (err) {
+      row.cells[peer] = { missing: 'failed' };
+      this.notes.push(`${row.label}, ${peer}: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  }
+}
+
+/** Runs `work` and stores the proxy's CPU µs per unit of work (units counted by `work`). */
+async function withCpu<T>(peer: Peer, row: Row, unitsOf: (result: T) => number, work: () => Promise<T>): Promise<T> {
+  const before = peer.pid === undefined ? undefined : cpuMs(peer.pid);
+  const result = await work();
+  if (peer.pid !== undefined && before !== undefined) row.cells[peer.name] = ((cpuMs(peer.pid) - before) * 1000) / unitsOf(result);
+  return result;
+}
+
+/** Returns the p50 row, which a target compares. */
+export async function measureConnectSetup(results: Results, peers: readonly Peer[], ports: UpstreamPorts, plan: Plan): Promise<Row> {
+  const p50 = results.row(`CONNECT set-up p50 (µs; direct = TCP connect), n=${plan.connects}`, 0);
+  const p99 = results.row('CONNECT set-up p99 (µs)', 0);
+  const cpu = results.row('  proxy CPU per CONNECT (µs)', 0);
+  for (const peer of peers) {
+    let samples: readonly number[] = [];
+    await results.record(p50, peer.name, async () => {
+      samples = await withCpu(peer, cpu, () => plan.connects + plan.connectWarmup, () => connectSetup(peer.route, ports.echo, plan.connects, plan.connectWarmup));
+      return percentile(samples, 50) * 1000;
+    });
+    p99.cells[peer.name] = samples.length > 0 ? percentile(samples, 99) * 1000 : p50.cells[peer.name];
+  }
+  return p50;
+}
+
+export async function measureRoundTrips(results: Results, peers: readonly Peer[], ports: UpstreamPorts, plan: Plan): Promise<void> {
+  const p50 = results.row(`tunnel round trip 64 B p50 (µs), n=${plan.echoes}`, 1);
+  const p99 = results.row('tunnel round trip 64 B p99 (µs)', 1);
+  for (const peer of peers) {
+    let samples: readonly number[] = [];
+    await results.record(p50, peer.name, async () => {
+      samples = await roundTrips(peer.route, ports.echo, plan.echoes, plan.echoWarmup);
+      return percentile(samples, 50) * 1000;
+    });
+    p99.cells[peer.name] = samples.length > 0 ? percentile(samples, 99) * 1000 : p50.cells[peer.name];
+  }
+}
+
+/** Returns the single-stream row, which a target compares. */
+export async function measureThroughput(results: Results, peers: readonly Peer[], ports: UpstreamPorts, plan: Plan): Promise<Row> {
+  const single = results.row(`throughput, 1 stream x ${plan.singleBytes / MiB} MiB (MB/s)`, 0);
+  const cpu = results.row('  proxy CPU per MB, 1 stream (µs)', 0);
+  const multi = results.row(`throughput, ${plan.multiStreams} streams x ${plan.multiBytesEach / MiB} MiB (MB/s total)`, 0);
+  for (const peer of peers) {
+    await results.record(single, peer.name, async () => {
+      await throughput(peer.route, ports.source, 1, plan.warmBytes);
+      return withCpu(peer, cpu, () => plan.singleBytes / 1e6, () => throughput(peer.route, ports.source, 1, plan.singleBytes));
+    });
+    await results.record(multi, peer.name, () => throughput(peer.route, ports.source, plan.multiStreams, plan.multiBytesEach));
+  }
+  return single;
+}
+
+export interface HttpOptions {
+  readonly wrk: string;
+  readonly tmp: string;
+  readonly connections: number;
+  readonly threads: number;
+}
+
+/** Returns the requests/s row, which a target compares. */
+export async function measureHttp(results: Results, peers: readonly Peer[], ports: UpstreamPorts, plan: Plan, options: HttpOptions | undefined): Promise<Row> {
+  const rps = results.row(`plain HTTP keep-alive, wrk -c${options?.connections ?? '?'} -t${options?.threads ?? '?'} -d${plan.wrkSeconds}s (req/s)`, 0);
+  const cpu = results.row('  proxy CPU per request (µs)', 1);
+  for (const peer of peers) {
+    if (options === undefined) {
+      rps.cells[peer.name] = { missing: 'no wrk' };
+      continue;
+    }
+    const { route } = peer;
+    const target: WrkTarget =
+      route.kind === 'direct' ? { connectPort: ports.http } : { connectPort: route.port, absoluteUrl: `http://${route.upstreamHost}:${ports.http}/` };
+    await results.record(rps, peer.name, async () => {
+      await runWrk(peer.name, target, { ...options, seconds: plan.wrkWarmSeconds });
+      const result = await withCpu(peer, cpu, (r) => r.requests, () => runWrk(peer.name, target, { ...options, seconds: plan.wrkSeconds }));
+      if (result.failures > 0) {
+        const closes = result.closesPerRequest ? ' (the proxy closes the connection after every response; wrk counts each close as a read error)' : '';
+        results.notes.push(`wrk ${peer.name}: ${result.failures} errors in ${result.requests} requests: ${result.detail}${closes}`);
+      }
+      return result.requestsPerSec;
+    });
+  }
+  return rps;
+}
+
+export function measureMemory(results: Results, peers: readonly Peer[]): void {
+  const rss = results.row('VmRSS after the runs (MiB)', 1);
+  const hwm = results.row('VmHWM, peak resident (MiB)', 1);
+  for (const peer of peers) {
+    if (peer.pid === undefined) continue;
+    const mem = peer.running?.() === false ? undefined : memoryOf(peer.pid);
+    rss.cells[peer.name] = mem ? mem.rssKiB / 1024 : { missing: 'exited' };
+    hwm.cells[peer.name] = mem ? mem.hwmKiB / 1024 : { missing: 'exited' };
+  }
+}

@@ -1,0 +1,197 @@
+/**
+ * `npm run bench` (`-- --quick` for a ~20 s smoke run): the egress proxy measured side by side
+ * with no proxy ("direct"), squid and tinyproxy, all on 127.0.0.1, against one upstream process
+ * (bench/upstream.ts). A benchmark, not a test: it prints numbers, ratios against the targets and
+ * PASS/MISS, and exits 0 whatever they are (non-zero only when it could not run).
+ *
+ * Layout on two cores: the load generators (except wrk) run in this process, the upstream in its
+ * own, each proxy in its own. Every peer meets the same upstream and the same client, and the
+ * peers are interleaved per measurement so drift on a shared machine spreads over all of them.
+ * Each proxy's CPU time per operation is printed beside the wall-clock figures (bench/measure.ts),
+ * and the policy micro-benchmark counts CPU time: both hold when other jobs share the cores.
+ * Each count and duration is bounded; children run under `timeout` and are stopped at the end,
+ * on error and on SIGINT/SIGTERM (bench/children.ts).
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { cpus, loadavg, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { killAllNow, stopAll } from './children.js';
+import { measureConnectSetup, measureHttp, measureMemory, measureRoundTrips, measureThroughput, Results, type Peer, type Plan } from './measure.js';
+import { findProgram, INSTALL_HINT, startCapybara, startSquid, startTinyproxy, startUpstream, type ProxyName, type RunningProxy, type StartContext } from './peers.js';
+import { runPolicyMicro, type MicroOptions } from './policy-micro.js';
+import { formatTable, formatTargets, PEERS, type PeerName, type Target } from './report.js';
+
+interface RunPlan extends Plan {
+  readonly micro: MicroOptions;
+  /** The whole run stops (children killed) after this long, whatever state it is in. */
+  readonly deadlineSec: number;
+}
+
+const MiB = 1024 * 1024;
+const FULL: RunPlan = {
+  connects: 2_000,
+  connectWarmup: 200,
+  echoes: 5_000,
+  echoWarmup: 500,
+  singleBytes: 512 * MiB,
+  multiStreams: 4,
+  multiBytesEach: 256 * MiB,
+  warmBytes: 32 * MiB,
+  wrkSeconds: 5,
+  wrkWarmSeconds: 1,
+  micro: { entries: 100_000, rounds: 5, iterationsPerRound: 400_000, warmup: 200_000 },
+  deadlineSec: 300,
+};
+const QUICK: RunPlan = {
+  connects: 200,
+  connectWarmup: 50,
+  echoes: 500,
+  echoWarmup: 100,
+  singleBytes: 64 * MiB,
+  multiStreams: 4,
+  multiBytesEach: 32 * MiB,
+  warmBytes: 8 * MiB,
+  wrkSeconds: 2,
+  wrkWarmSeconds: 1,
+  micro: { entries: 100_000, rounds: 3, iterationsPerRound: 100_000, warmup: 20_000 },
+  deadlineSec: 120,
+};
+const WRK_CONNECTIONS = 16;
+const WRK_THREADS = 2;
+
+const say = (text: string): void => void process.stdout.write(`${text}\n`);
+const progress = (text: string): void => void process.stderr.write(`bench: ${text}\n`);
+const message = (err: unknown): string => (err instanceof Error ? err.message : String(err));
+
+let tmp: string | undefined;
+function removeTmp(): void {
+  if (tmp !== undefined) rmSync(tmp, { recursive: true, force: true });
+  tmp = undefined;
+}
+
+let stopping = false;
+async function abort(why: string, code: number): Promise<void> {
+  if (stopping) return;
+  stopping = true;
+  progress(`${why}; stopping children`);
+  await stopAll();
+  removeTmp();
+  process.exit(code);
+}
+
+function parseArgs(argv: readonly string[]): { quick: boolean } | undefined {
+  const unknown = argv.filter((a) => a !== '--quick' && a !== '--help');
+  if (argv.includes('--help') || unknown.length > 0) {
+    if (unknown.length > 0) progress(`unknown argument ${unknown.join(' ')}`);
+    say('usage: npm run bench [-- --quick]   (--quick: fewer iterations, about 20 s)');
+    process.exitCode = unknown.length > 0 ? 2 : 0;
+    return undefined;
+  }
+  return { quick: argv.includes('--quick') };
+}
+
+async function startProxies(ctx: StartContext, skipped: Map<PeerName, string>): Promise<RunningProxy[]> {
+  const starters: [ProxyName, () => Promise<RunningProxy>][] = [['capybara', () => startCapybara(ctx)]];
+  for (const [name, start] of [
+    ['squid', startSquid],
+    ['tinyproxy', startTinyproxy],
+  ] as const) {
+    const program = findProgram(name);
+    if (program === undefined) {
+      progress(`${name} is not installed; skipping it (${INSTALL_HINT})`);
+      skipped.set(name, 'not installed');
+    } else starters.push([name, () => start(ctx, program)]);
+  }
+  const running: RunningProxy[] = [];
+  for (const [name, start] of starters) {
+    try {
+      running.push(await start());
+    } catch (err) {
+      progress(`${name} did not start, skipping it: ${message(err)}`);
+      skipped.set(name, 'did not start');
+    }
+  }
+  return running;
+}
+
+async function main(): Promise<void> {
+  const args = parseArgs(process.argv.slice(2));
+  if (args === undefined) return;
+  const plan = args.quick ? QUICK : FULL;
+  const deadline = setTimeout(() => void abort(`deadline of ${plan.deadlineSec} s passed`, 1), plan.deadlineSec * 1000);
+  deadline.unref();
+  const t0 = Date.now();
+  const loadBefore = loadavg()[0] ?? 0;
+  say(`egress proxy benchmark (${args.quick ? 'quick' : 'full'}) — node ${process.version}, ${cpus().length} CPUs (${cpus()[0]?.model ?? '?'}), load ${loadBefore.toFixed(1)}, loopback only`);
+
+  progress('policy micro-benchmark');
+  const micro = runPolicyMicro(plan.micro);
+
+  tmp = mkdtempSync(join(tmpdir(), 'capybara-bench-'));
+  const lifetimeSec = plan.deadlineSec + 30;
+  progress('starting upstream and proxies');
+  const upstream = await startUpstream(lifetimeSec);
+  const ports = upstream.ports;
+  const skipped = new Map<PeerName, string>();
+  const proxies = await startProxies({ tmp, upstream: ports, lifetimeSec }, skipped);
+  const peers: Peer[] = [
+    { name: 'direct', route: { kind: 'direct' } },
+    ...proxies.map((p) => ({ name: p.name, route: { kind: 'proxy', port: p.port, upstreamHost: p.upstreamHost } as const, pid: p.child.pid, running: p.child.running })),
+  ];
+
+  const results = new Results(skipped);
+  progress('CONNECT set-up');
+  const setup = await measureConnectSetup(results, peers, ports, plan);
+  progress('tunnel round trips');
+  await measureRoundTrips(results, peers, ports, plan);
+  progress('tunnel throughput');
+  const single = await measureThroughput(results, peers, ports, plan);
+  const wrk = findProgram('wrk');
+  if (wrk === undefined) progress(`wrk is not installed; skipping the plain-HTTP measurement (${INSTALL_HINT})`);
+  else progress('plain HTTP (wrk)');
+  const http = await measureHttp(results, peers, ports, plan, wrk === undefined ? undefined : { wrk, tmp, connections: WRK_CONNECTIONS, threads: WRK_THREADS });
+  measureMemory(results, peers);
+  for (const p of proxies) {
+    if (!p.child.running()) results.notes.push(`${p.name} exited during the run: ${p.child.stderr().trim().slice(-400)}`);
+  }
+  await stopAll();
+  removeTmp();
+  const loadAfter = loadavg()[0] ?? 0;
+
+  say('');
+  say(formatTable(results.rows, PEERS));
+  say('');
+  say(`policy decision micro-benchmark (${plan.micro.entries.toLocaleString('en-US')}-entry allowlist, median of ${plan.micro.rounds} rounds)`);
+  for (const m of micro) {
+    say(`  ${m.label.padEnd(40)} ${m.nsPerOp.toFixed(0).padStart(6)} ns/op CPU  ${m.wallNsPerOp.toFixed(0).padStart(6)} ns/op wall  (${m.iterations.toLocaleString('en-US')} iterations)`);
+  }
+  const worstDecision = Math.max(...micro.filter((m) => m.label.startsWith('decision')).map((m) => m.nsPerOp));
+
+  const targets: Target[] = [
+    { label: 'CONNECT set-up p50 vs tinyproxy', ours: setup.cells.capybara, reference: setup.cells.tinyproxy, referenceLabel: 'tinyproxy', bound: 'max', limit: 1.0 },
+    { label: 'plain HTTP req/s vs squid', ours: http.cells.capybara, reference: http.cells.squid, referenceLabel: 'squid', bound: 'min', limit: 1.2 },
+    { label: 'single-stream throughput vs direct', ours: single.cells.capybara, reference: single.cells.direct, referenceLabel: 'direct', bound: 'min', limit: 0.9 },
+    { label: 'policy decision, slowest case, vs 1 µs', ours: worstDecision, reference: 1000, referenceLabel: '1000 ns', bound: 'max', limit: 1.0 },
+  ];
+  say('');
+  say('targets (ratio = ours / reference)');
+  say(formatTargets(targets));
+  const busy = Math.max(loadBefore, loadAfter) > cpus().length;
+  if (busy) results.notes.push(`the machine was busy (1-min load average ${loadBefore.toFixed(1)} before, ${loadAfter.toFixed(1)} after, on ${cpus().length} CPUs): wall-clock figures are inflated; the CPU-per-operation rows hold`);
+  if (results.notes.length > 0) {
+    say('');
+    say('notes');
+    for (const n of results.notes) say(`  - ${n}`);
+  }
+  say('');
+  say(`done in ${((Date.now() - t0) / 1000).toFixed(0)} s`);
+  clearTimeout(deadline);
+}
+
+process.on('SIGINT', () => void abort('SIGINT', 130));
+process.on('SIGTERM', () => void abort('SIGTERM', 143));
+process.on('exit', () => {
+  killAllNow();
+  removeTmp();
+});
+main().catch((err: unknown) => void abort(`failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`, 1));
