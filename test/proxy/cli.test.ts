@@ -61,7 +61,7 @@ async function freePort(): Promise<number> {
   return port;
 }
 
-async function waitFor(child: ChildProcess, output: { text: string }, pattern: RegExp, ms = 15_000): Promise<void> {
+async function waitFor(child: ChildProcess, output: { text: string }, pattern: RegExp, ms = 30_000): Promise<void> {
   const end = Date.now() + ms;
   while (!pattern.test(output.text)) {
     if (Date.now() > end || child.exitCode !== null) throw new Error(`did not see ${pattern} in: ${output.text.slice(-2000)}`);
