@@ -11,7 +11,7 @@ import { decide } from '../policy/index.js';
 import { parseAbsoluteUrl } from './authority.js';
 import { connectionOf, type ProxyContext } from './context.js';
 import { DialError } from './dial.js';
-import { F, type Logger } from './log.js';
+import { F, ms, type Logger } from './log.js';
 import { refuseResponse, type Refusal } from './refusal.js';
 
 export const HEALTH_PATH = '/healthz';
@@ -43,9 +43,6 @@ function sameHost(a: string, b: string): boolean {
   return norm(a) === norm(b);
 }
 
-function ms(since: number): number {
-  return Math.round((performance.now() - since) * 1000) / 1000;
-}
 
 export function createForwarder(ctx: ProxyContext, root: Logger) {
   const proxy = httpProxy.createProxyServer({ xfwd: false, ws: false, changeOrigin: false, toProxy: true, proxyTimeout: ctx.limits.idleTimeoutMs });

@@ -3,6 +3,7 @@
  * decision line per request and one close line per tunnel, with the field names below.
  * Request and response bodies are never logged.
  */
+import { performance } from 'node:perf_hooks';
 import pino, { type DestinationStream, type Logger } from 'pino';
 
 /** Field names of the decision and close lines, shared so that every line spells them alike. */
@@ -38,4 +39,9 @@ export function createLogger(level: string, destination?: DestinationStream): Lo
     { level, base: { service: 'capybara-egress' }, timestamp: pino.stdTimeFunctions.isoTime },
     destination ?? pino.destination({ dest: 1, sync: false }),
   );
+}
+
+/** Milliseconds since a performance.now() reading, to the microsecond, for timing fields. */
+export function ms(since: number): number {
+  return Math.round((performance.now() - since) * 1000) / 1000;
 }

@@ -11,16 +11,13 @@ import { performance } from 'node:perf_hooks';
 import { decide } from '../policy/index.js';
 import { connectionOf, type ProxyContext } from './context.js';
 import { dialPinned, DialError } from './dial.js';
-import { F, type Logger } from './log.js';
+import { F, ms, type Logger } from './log.js';
 import { refuseSocket, type Refusal } from './refusal.js';
 import { parseConnectTarget } from './authority.js';
 import { scanClientHello, type HelloScan } from './client-hello.js';
 
 const ESTABLISHED = 'HTTP/1.1 200 Connection Established\r\n\r\n';
 
-function ms(since: number): number {
-  return Math.round((performance.now() - since) * 1000) / 1000;
-}
 
 function deny(ctx: ProxyContext, log: Logger, socket: Socket, refusal: Refusal, fields: Record<string, unknown>): void {
   ctx.observer.decision('deny', refusal.reason);
