@@ -5,6 +5,7 @@
  */
 import t, { type Test } from 'tap';
 import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { sandboxTestEnv, SANDBOX_IMAGE, UPSTREAM_BODY, UPSTREAM_HOST } from '../support/sandbox-env.js';
 import { createDockerSandbox, isSandboxError } from '../../controller/index.js';
@@ -233,16 +234,39 @@ t.test('sandbox provider on the real engine', async (t) => {
     t.equal(r.stdout, UPSTREAM_BODY, `a stopped egress proxy is started again: ${r.stderr}`);
   });
 
-  await t.test('fork bomb hits the pids limit and the kill falls back to a restart', async (t) => {
-    const startedAt = (await s.inspect(name)).State.StartedAt;
+  await t.test('fork bomb hits the pids limit and is ended', async (t) => {
     const started = Date.now();
     const r = await provider.exec(h, 'bomb() { bomb | bomb & }; bomb; sleep 30', { timeoutMs: 3000 });
-    t.not((await s.inspect(name)).State.StartedAt, startedAt, 'the container was restarted');
     t.equal(r.timedOut, true);
     t.ok(Date.now() - started < 60_000, `returned after ${Date.now() - started} ms`);
     const after = await provider.exec(h, 'ps -e --no-headers | wc -l; cat /workspace/kept');
     t.equal(after.exitCode, 0);
-    t.match(after.stdout, /kept/);
+    t.match(after.stdout, /^\d+\nkept\n$/);
+    t.ok(Number(after.stdout.split('\n')[0]) < 20, 'no bomb processes left');
+  });
+
+  await t.test('when the pids limit leaves no room for the kill, the container restarts', async (t) => {
+    const info = await s.inspect(name);
+    const startedAt = info.State.StartedAt;
+    // Sleepers hold every pid, so not even the kill exec can start. Abort once the cgroup is full.
+    const ac = new AbortController();
+    const pidsFiles = [`/sys/fs/cgroup/pids/docker/${info.Id}/pids.current`, `/sys/fs/cgroup/pids/system.slice/docker-${info.Id}.scope/pids.current`];
+    const watcher = (async () => {
+      const deadline = Date.now() + 30_000;
+      while (Date.now() < deadline) {
+        const current = pidsFiles.map((f) => { try { return Number(readFileSync(f, 'utf8')); } catch { return NaN; } }).find((n) => !Number.isNaN(n));
+        if (current === undefined && Date.now() > deadline - 20_000) break;
+        if (current !== undefined && current >= 1024) break;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      ac.abort();
+    })();
+    const r = await provider.exec(h, 'for i in $(seq 1 1100); do sleep 1007 & done 2>/dev/null; wait', { signal: ac.signal });
+    await watcher;
+    t.equal(r.aborted, true);
+    t.not((await s.inspect(name)).State.StartedAt, startedAt, 'the container was restarted');
+    const after = await provider.exec(h, 'pgrep -c -f "sleep 100[7]" || true; cat /workspace/kept');
+    t.equal(after.stdout, '0\nkept\n', 'sleepers gone, files kept');
   });
 
   await t.test('non-ASCII and open egress are refused before Docker sees them', async (t) => {
