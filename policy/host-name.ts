@@ -15,7 +15,7 @@ export type HostParse =
 const MAX_NAME = 253; // RFC 1035 §2.3.4, without the trailing dot
 const MAX_LABEL = 63;
 // Letters, digits, hyphen (RFC 1123) and underscore (seen in real service names, e.g. _dmarc).
-const NAME_CHARS = /^[a-z0-9_.-]+$/;
+const NAME_CHARS = /^[a-zA-Z0-9_.-]+$/;
 // WHATWG URL "ends in a number": the last label is decimal digits or 0x-hex. getaddrinfo and
 // browsers read such names as IPv4 addresses in inet_aton's dotted, octal and hex forms.
 const NUMERIC_LABEL = /^(?:[0-9]+|0x[0-9a-f]*)$/;
@@ -38,16 +38,17 @@ export function parseHostName(raw: string): HostParse {
       : malformed('unterminated IPv6 bracket');
   }
   if (raw.length > MAX_NAME + 1) return malformed(`name longer than ${MAX_NAME} octets`);
-  let name = raw.toLowerCase();
-  if (!NAME_CHARS.test(name)) {
+  // Characters are checked before lower-casing: U+212A KELVIN SIGN lower-cases to ASCII "k".
+  if (!NAME_CHARS.test(raw)) {
     // Name the class of problem, so the client learns what to fix.
-    for (const ch of name) {
+    for (const ch of raw) {
       const code = ch.codePointAt(0) ?? 0;
       if (code > 0x7e) return malformed('non-ASCII character in host (send punycode)');
       if (code < 0x21) return malformed('control character or space in host');
     }
     return malformed('character not allowed in a host name (only letters, digits, "-", "_" and ".")');
   }
+  let name = raw.toLowerCase();
   if (name.endsWith('.')) name = name.slice(0, -1);
   if (name.length === 0) return malformed('empty host');
   if (name.length > MAX_NAME) return malformed(`name longer than ${MAX_NAME} octets`);

@@ -9,11 +9,11 @@ import net, { type AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import type { Registry } from 'prom-client';
 import type { Lookup, Policy } from '../policy/index.js';
-import { attachConnection, DEFAULT_LIMITS, type ProxyContext, type ProxyLimits } from './context.js';
+import { attachConnection, connectionOf, DEFAULT_LIMITS, type ProxyContext, type ProxyLimits } from './context.js';
 import { defaultConnect, type Connect } from './dial.js';
 import { createForwarder } from './forward.js';
 import { F, type Logger } from './log.js';
-import { refuseSocket, type Refusal } from './refusal.js';
+import { refuseResponse, refuseSocket, type Refusal } from './refusal.js';
 import { createProxyMetrics } from './metrics.js';
 import { handleConnect } from './tunnel.js';
 import { UpstreamAgents } from './upstream-agents.js';
@@ -91,6 +91,14 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     handleConnect(ctx, log, req, socket, head).catch((err: unknown) =>
       failClosed('connect', err, () => refuseSocket(socket, { reason: 'internal_error', detail: 'the proxy failed while deciding' })),
     );
+  });
+  // Without this listener Node answers an Expect other than 100-continue with its own 417, which
+  // carries no X-Egress-Reason and keeps the connection alive.
+  httpServer.on('checkExpectation', (req: http.IncomingMessage, res: http.ServerResponse) => {
+    const refusal: Refusal = { reason: 'bad_request', detail: 'unsupported Expect header (only 100-continue)' };
+    observer.decision('deny', refusal.reason);
+    connectionOf(req.socket, log).log.info({ [F.event]: 'decision', [F.decision]: 'deny', [F.method]: req.method, [F.reason]: refusal.reason, [F.detail]: refusal.detail });
+    refuseResponse(res, refusal);
   });
   httpServer.on('clientError', (err: NodeJS.ErrnoException, socket: net.Socket) => {
     const refusal = clientError(err);

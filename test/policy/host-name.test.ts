@@ -82,3 +82,8 @@ t.test('never throws and never accepts a non-ASCII byte', async (t) => {
   );
   t.pass('property held');
 });
+
+t.test('a character that lower-cases to ASCII is still refused', async (t) => {
+  // U+212A KELVIN SIGN lower-cases to "k": checking after lower-casing would read this as key.com.
+  t.match(parseHostName('\u212aey.com'), { ok: false, reason: 'malformed_host' });
+});
