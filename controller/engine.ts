@@ -12,7 +12,6 @@ import { serialiseAsciiBody } from './ascii-body.js';
 import { StreamDemux } from './stream-demux.js';
 
 const DEFAULT_CALL_TIMEOUT_MS = 30_000;
-const CREATE_TIMEOUT_MS = 60_000;
 const PULL_TIMEOUT_MS = 10 * 60_000;
 const MAX_BODY_BYTES = 32 * 1024;
 
@@ -98,16 +97,29 @@ interface CallOptions {
   readonly hijack?: boolean;
 }
 
+export interface EngineOptions {
+  readonly endpoint: string;
+  readonly tlsCertDir?: string | undefined;
+  readonly logger?: Logger | undefined;
+  /** Deadline of ordinary calls (longer ones scale from it). */
+  readonly callTimeoutMs?: number | undefined;
+}
+
 export class DockerEngine {
   private readonly modem: Modem;
 
-  constructor(endpoint: string, tlsCertDir: string | undefined, private readonly logger?: Logger) {
-    const docker = new Docker(modemOptions(endpoint, tlsCertDir) as Docker.DockerOptions);
+  private readonly logger: Logger | undefined;
+  private readonly callTimeoutMs: number;
+
+  constructor(options: EngineOptions) {
+    const docker = new Docker(modemOptions(options.endpoint, options.tlsCertDir) as Docker.DockerOptions);
     this.modem = docker.modem as unknown as Modem;
+    this.logger = options.logger;
+    this.callTimeoutMs = options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
   }
 
   private call<T>(what: string, method: string, path: string, options: CallOptions = {}): Promise<T> {
-    const timeoutMs = options.timeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
+    const timeoutMs = options.timeoutMs ?? this.callTimeoutMs;
     let dialOptions: Record<string, unknown> | undefined;
     if (options.body !== undefined) {
       const json = serialiseAsciiBody(options.body, what);
@@ -182,7 +194,7 @@ export class DockerEngine {
   }
 
   async createContainer(name: string, body: unknown): Promise<void> {
-    await this.call(`create of container ${name}`, 'POST', '/containers/create', { query: { name }, body, timeoutMs: CREATE_TIMEOUT_MS });
+    await this.call(`create of container ${name}`, 'POST', '/containers/create', { query: { name }, body, timeoutMs: this.callTimeoutMs * 2 });
   }
 
   async startContainer(name: string): Promise<void> {
@@ -191,7 +203,7 @@ export class DockerEngine {
 
   async stopContainer(name: string, graceSeconds: number): Promise<void> {
     await this.optional(this.call(`stop of container ${name}`, 'POST', `/containers/${name}/stop`, {
-      query: { t: graceSeconds }, timeoutMs: DEFAULT_CALL_TIMEOUT_MS + graceSeconds * 1000,
+      query: { t: graceSeconds }, timeoutMs: this.callTimeoutMs + graceSeconds * 1000,
     }));
   }
 

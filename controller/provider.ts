@@ -46,7 +46,7 @@ export function createDockerSandbox(
   const extraLabels = checkStringMap(testOptions.labels, 'testOptions.labels');
   const egressTestHosts = testOptions.egressTestHosts === undefined ? undefined : checkStringMap(testOptions.egressTestHosts, 'testOptions.egressTestHosts');
   const logger = runtime.logger ?? pino({ name: 'sandbox-docker', level: 'warn' }, pino.destination(2));
-  const engine = new DockerEngine(parsed.endpoint, parsed.tlsCertDir, logger);
+  const engine = new DockerEngine({ endpoint: parsed.endpoint, tlsCertDir: parsed.tlsCertDir, logger });
   const lifecycle = new SandboxLifecycle({ engine, config: parsed, extraLabels, egressTestHosts, logger });
 
   const withRunning: WithRunning = async (name, fn) => {
