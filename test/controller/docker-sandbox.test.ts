@@ -101,6 +101,15 @@ t.test('sandbox provider on the real engine', async (t) => {
     t.comment(`exec round trip p50 ${rtt[10]?.toFixed(1)} ms, max ${rtt[19]?.toFixed(1)} ms`);
   });
 
+  await t.test('concurrent commands and file operations in one sandbox', async (t) => {
+    const jobs = await Promise.all([
+      ...Array.from({ length: 6 }, (_, i) => provider.exec(h, `sleep 0.$((RANDOM % 5)); echo ${i}`, { tag: `sub${i}` })),
+      ...Array.from({ length: 4 }, (_, i) => provider.writeFile(h, `/workspace/par-${i}`, `file ${i}`).then(() => provider.readFile(h, `/workspace/par-${i}`))),
+    ]);
+    for (let i = 0; i < 6; i += 1) t.equal((jobs[i] as { stdout: string }).stdout, `${i}\n`);
+    for (let i = 0; i < 4; i += 1) t.equal(Buffer.from(jobs[6 + i] as Uint8Array).toString(), `file ${i}`);
+  });
+
   await t.test('large commands are staged, not sent in the body', async (t) => {
     const big = `echo ${'x'.repeat(40_000)} | wc -c`;
     t.equal((await provider.exec(h, big)).stdout, '40001\n');
@@ -221,7 +230,9 @@ t.test('sandbox provider on the real engine', async (t) => {
 
   await t.test('auto-start after docker stop and docker pause', async (t) => {
     docker('stop', '-t', '0', name);
-    t.equal((await provider.exec(h, 'echo back')).stdout, 'back\n');
+    const both = await Promise.all([provider.exec(h, 'echo back'), provider.stat(h, '/workspace/kept')]);
+    t.equal(both[0].stdout, 'back\n', 'concurrent auto-starts share one recovery');
+    t.match(both[1], { type: 'file' });
     docker('pause', name);
     t.equal((await provider.exec(h, 'echo unpaused')).stdout, 'unpaused\n');
     docker('pause', name);
@@ -276,6 +287,16 @@ t.test('sandbox provider on the real engine', async (t) => {
     await rejectsCode(t, provider.create({ ...base, limits: { egress: 'allowlist', allowHosts: ['bücher.example'] } }), 'invalid_spec', 'punycode');
     await rejectsCode(t, provider.create({ ...base, limits: { egress: 'open' } }), 'open_egress_disabled', 'extensionConfig."sandbox-docker".allowOpenEgress');
     t.same(await s.labelled(`cap-${env.runId}-bad`), []);
+  });
+
+  await t.test('create replaces a stale instance of the same name', async (t) => {
+    const spec = { id: `${env.runId}-stale`, image: SANDBOX_IMAGE, limits: { egress: 'none' as const } };
+    const first = await provider.create(spec);
+    await provider.writeFile(first, '/workspace/old', 'old');
+    const second = await provider.create(spec);
+    t.equal(second.id, first.id);
+    t.equal(await provider.stat(second, '/workspace/old'), null, 'a fresh workspace');
+    await provider.destroy(second);
   });
 
   await t.test('persistent workspace survives destroy; teardown is unforced', async (t) => {
