@@ -41,6 +41,7 @@ export class SandboxLifecycle {
     const { names } = plan;
     // A stale instance (the host may have died before recording the handle) is replaced.
     await this.destroy(names.name);
+    const pending: Promise<unknown>[] = [];
     try {
       // Independent steps run side by side: create-to-ready is what a conversation waits for.
       await Promise.all([
@@ -48,16 +49,20 @@ export class SandboxLifecycle {
         plan.tier === 'allowlist' || plan.tier === 'internal' ? this.createInternalNetwork(names, plan.labels) : undefined,
         this.createVolumes(plan),
       ]);
-      await Promise.all([
-        plan.tier === 'allowlist' ? this.createEgress(plan) : undefined,
-        this.createContainerPullingOnce(names.container, plan.image, sandboxContainerBody(plan))
-          .then(() => engine.startContainer(names.container)),
-      ]);
-      if (plan.tier === 'allowlist') await this.waitForEgress(names);
+      const sandbox = this.createContainerPullingOnce(names.container, plan.image, sandboxContainerBody(plan))
+        .then(() => engine.startContainer(names.container));
+      // The readiness probe runs from inside the sandbox as soon as it is up, overlapping the
+      // proxy's own start.
+      pending.push(plan.tier === 'allowlist' ? this.createEgress(plan) : Promise.resolve());
+      pending.push(plan.tier === 'allowlist' ? sandbox.then(() => this.waitForEgress(names)) : sandbox);
+      await Promise.all(pending);
     } catch (err) {
+      // Removing the container also ends a probe still running; it is awaited, so no exec
+      // outlives a failed create.
       await this.destroy(names.name).catch((cleanupErr: unknown) => {
         this.deps.logger.warn({ sandbox: names.name, err: cleanupErr }, 'cleanup after failed create did not finish');
       });
+      await Promise.allSettled(pending);
       throw err;
     }
   }

@@ -9,6 +9,7 @@
 import t, { type Test } from 'tap';
 import { networkInterfaces } from 'node:os';
 import { sandboxTestEnv, SANDBOX_IMAGE, UPSTREAM_BODY, UPSTREAM_HOST, type SandboxTestEnv } from '../support/sandbox-env.js';
+import { createDockerSandbox, isSandboxError } from '../../controller/index.js';
 import type { SandboxHandle, SandboxProvider } from '../../controller/index.js';
 
 // Reads /proc/net/route and classifies each ip:port target by its route:
@@ -138,6 +139,18 @@ t.test('isolation of the none, internal and allowlist tiers', async (t) => {
   await t.test('none: loopback only', async (t) => {
     const r = await provider.exec(none, "awk 'NR>1' /proc/net/route | wc -l");
     t.equal(r.stdout, '0\n');
+  });
+
+  await t.test('an egress proxy that never listens fails the create and leaves nothing', async (t) => {
+    const broken = createDockerSandbox({ endpoint: s.proxy.endpoint, network: s.sharedNetwork, egressProxyImage: SANDBOX_IMAGE }, { labels: env.labels });
+    const id = `${env.runId}-broken`;
+    try {
+      await broken.create({ id, image: SANDBOX_IMAGE, limits: { egress: 'allowlist', allowHosts: [UPSTREAM_HOST] } });
+      t.fail('create succeeded without a working proxy');
+    } catch (err) {
+      t.ok(isSandboxError(err, 'egress_unavailable'), String(err));
+    }
+    t.same(await s.labelled(`cap-${id}`), []);
   });
 
   await Promise.all([allow, other, none, internal].map((h) => provider.destroy(h)));
