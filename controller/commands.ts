@@ -98,7 +98,11 @@ export class CommandRunner {
     if (encoded.length > MAX_INLINE_PAYLOAD) {
       // Too large for an exec body: stage the script through stdin first.
       const staged = `/tmp/.capybara-cmd-${uuid}`;
-      await this.runToEnd(name, stageCmd(staged), Buffer.from(commandPayload(command, checked.env, checked.cwd)));
+      const stagedRun = await this.deps.withRunning(name, () =>
+        this.runToEnd(name, stageCmd(staged), Buffer.from(commandPayload(command, checked.env, checked.cwd))));
+      if (stagedRun.exitCode !== 0) {
+        throw new SandboxError('invalid_spec', `The command is too large to pass inline and could not be staged in /tmp (${stagedRun.stderr.trim() || `exit ${String(stagedRun.exitCode)}`}).`);
+      }
       payload = `@${staged}`;
     }
     const backstop = Math.ceil(checked.timeoutMs / 1000) + BACKSTOP_GRACE_SECONDS;
@@ -162,7 +166,13 @@ export class CommandRunner {
   /** Kills one command's session; if the output has not ended soon after, kills again, then drops it. */
   private async killRun(name: string, ctl: string, run: ExecRun): Promise<void> {
     for (let attempt = 0; attempt < 2; attempt += 1) {
-      await this.runKill(name, killFilesCmd([ctl]));
+      try {
+        // Through withRunning: a container paused meanwhile is unpaused before the kill exec.
+        await this.deps.withRunning(name, () => this.runKill(name, killFilesCmd([ctl])));
+      } catch (err) {
+        if (err instanceof SandboxError && err.code === 'not_found') return;
+        throw err;
+      }
       const ended = await Promise.race([run.finished.then(() => true), delay(DRAIN_AFTER_KILL_MS).then(() => false)]);
       if (ended) return;
     }

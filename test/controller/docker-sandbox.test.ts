@@ -240,6 +240,14 @@ t.test('sandbox provider on the real engine', async (t) => {
     docker('stop', '-t', '0', name);
     await provider.killAll(h);
     t.equal((await s.inspect(name)).State.Running, true);
+    // Paused while a command runs: the timeout unpauses before its kill exec instead of hanging.
+    const during = provider.exec(h, 'sleep 1010', { timeoutMs: 2500 });
+    await new Promise((r) => setTimeout(r, 1000));
+    docker('pause', name);
+    const paused = await during;
+    t.equal(paused.timedOut, true);
+    t.equal((await s.inspect(name)).State.Paused, false);
+    t.equal((await provider.exec(h, 'pgrep -c -f "sleep 10[1]0" || true')).stdout, '0\n');
     docker('stop', '-t', '0', `${name}-egress`);
     const r = await provider.exec(h, `curl -sS -m 10 http://${UPSTREAM_HOST}/`);
     t.equal(r.stdout, UPSTREAM_BODY, `a stopped egress proxy is started again: ${r.stderr}`);
