@@ -130,7 +130,7 @@ t.test('sandbox provider on the real engine', async (t) => {
     t.equal(r.timedOut, true);
     t.equal(r.exitCode, null);
     t.equal(r.stdout, 'started\n');
-    t.ok(Date.now() - started < 10_000);
+    t.ok(Date.now() - started < 30_000, `returned after ${Date.now() - started} ms`);
     const left = await provider.exec(h, 'pgrep -f "sleep 100[012]" || true');
     t.equal(left.stdout, '', 'no sleep left');
   });
