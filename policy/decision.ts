@@ -40,6 +40,12 @@ export type LookupOutcome =
 /** Resolves A and AAAA for a name, once. Supplied by the caller (the proxy owns the sockets). */
 export type Lookup = (name: string) => Promise<LookupOutcome>;
 
+// Fields listed one by one: V8 gives an object built by spread-plus-properties a new hidden class
+// on every call, which costs microseconds on each request.
+function allowed(target: AllowedTarget, addresses: readonly string[], pinnedBy: Allowed['pinnedBy']): Allowed {
+  return { allowed: true, host: target.host, port: target.port, rule: target.rule, addresses, pinnedBy };
+}
+
 /** The checks that need no DNS: host syntax, literals, allowlist, port. */
 export function checkTarget(policy: Policy, rawHost: string, port: number): AllowedTarget | Denial {
   const parsed = parseHostName(rawHost);
@@ -75,7 +81,7 @@ export function checkAddresses(target: AllowedTarget, addresses: readonly string
       };
     }
   }
-  return { ...target, addresses: unique, pinnedBy: 'dns' };
+  return allowed(target, unique, 'dns');
 }
 
 /** The whole decision for one request. Never throws: a failure while deciding is a denial. */
@@ -84,7 +90,7 @@ export async function decide(policy: Policy, rawHost: string, port: number, look
     const target = checkTarget(policy, rawHost, port);
     if (!target.allowed) return target;
     const pinned = policy.testHosts.get(target.host);
-    if (pinned !== undefined) return { ...target, addresses: pinned, pinnedBy: 'test_host' };
+    if (pinned !== undefined) return allowed(target, pinned, 'test_host');
     const outcome = await lookup(target.host);
     if (!outcome.ok) {
       return { allowed: false, reason: outcome.reason, detail: outcome.detail, host: target.host, port };

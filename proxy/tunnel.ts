@@ -121,8 +121,12 @@ function splice(ctx: ProxyContext, log: Logger, client: Socket, upstream: Socket
   client.once('close', onClose);
   upstream.once('close', onClose);
   // A full close of one side (both directions done) ends the other once its writes are flushed.
-  client.once('close', () => upstream.end());
-  upstream.once('close', () => client.end());
+  client.once('close', () => {
+    if (!upstream.destroyed && !upstream.writableEnded) upstream.end();
+  });
+  upstream.once('close', () => {
+    if (!client.destroyed && !client.writableEnded) client.end();
+  });
 
   // Socket timeouts count traffic either way, so each side's timer sees the whole tunnel;
   // the upstream's also covers the flush after the client has gone.
