@@ -77,7 +77,8 @@ export class FileOps {
     if (maxBytes === undefined && bytes.length > DEFAULT_READ_LIMIT) {
       throw new SandboxError('file_too_large', `${path} is larger than ${DEFAULT_READ_LIMIT} bytes; pass maxBytes to read a prefix.`);
     }
-    return new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.length);
+    // A plain Uint8Array with its own ArrayBuffer (small Buffers share Node's allocation pool).
+    return new Uint8Array(bytes);
   }
 
   async writeFile(name: string, path: string, data: Uint8Array | string): Promise<void> {
