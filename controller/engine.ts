@@ -10,6 +10,7 @@ import { SandboxError } from './errors.js';
 import { modemOptions } from './endpoint.js';
 import { serialiseAsciiBody } from './ascii-body.js';
 import { StreamDemux } from './stream-demux.js';
+import { tlsFailure, type TlsContext } from './tls-failure.js';
 
 const DEFAULT_CALL_TIMEOUT_MS = 30_000;
 const PULL_TIMEOUT_MS = 10 * 60_000;
@@ -42,6 +43,32 @@ export interface ExecRun {
   readonly finished: Promise<number | null>;
   /** Drops the connection; the process keeps running (kill it separately). */
   detach(): void;
+}
+
+export interface ContainerSummary {
+  readonly id: string;
+  readonly name: string;
+  readonly image: string;
+  readonly state: string;
+  readonly status: string;
+  readonly createdMs: number;
+  readonly labels: Readonly<Record<string, string>>;
+}
+
+/** A listed network or volume (a volume's id is its name). */
+export interface ResourceSummary {
+  readonly id: string;
+  readonly name: string;
+  readonly createdMs: number;
+  readonly labels: Readonly<Record<string, string>>;
+}
+
+export interface NetworkView {
+  readonly internal: boolean;
+  readonly options: Readonly<Record<string, string>>;
+  readonly labels: Readonly<Record<string, string>>;
+  readonly gateways: readonly string[];
+  readonly members: ReadonlyArray<{ readonly name: string; readonly ipv4: string }>;
 }
 
 interface ModemError extends Error {
@@ -110,12 +137,14 @@ export class DockerEngine {
 
   private readonly logger: Logger | undefined;
   private readonly callTimeoutMs: number;
+  private readonly tls: TlsContext;
 
   constructor(options: EngineOptions) {
     const docker = new Docker(modemOptions(options.endpoint, options.tlsCertDir) as Docker.DockerOptions);
     this.modem = docker.modem as unknown as Modem;
     this.logger = options.logger;
     this.callTimeoutMs = options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
+    this.tls = { endpoint: options.endpoint, tlsCertDir: options.tlsCertDir };
   }
 
   private call<T>(what: string, method: string, path: string, options: CallOptions = {}): Promise<T> {
@@ -149,7 +178,7 @@ export class DockerEngine {
         (err, data) => {
           clearTimeout(timer);
           this.logger?.debug({ call: what, method, path, status: err?.statusCode, ms: Math.round(performance.now() - started) }, 'engine call');
-          if (err !== null) reject(mapError(err, what, timeoutMs));
+          if (err !== null) reject(tlsFailure(err, what, this.tls) ?? mapError(err, what, timeoutMs));
           else resolve(data as T);
         },
       );
@@ -247,6 +276,55 @@ export class DockerEngine {
 
   async connectNetwork(network: string, container: string): Promise<void> {
     await this.call(`connection of ${container} to network ${network}`, 'POST', `/networks/${network}/connect`, { body: { Container: container } });
+  }
+
+  /**
+   * Listing, for the operator CLI only: the socket proxy refuses these calls by design (403), so
+   * they work only against the engine itself. Filtered by one label, never unfiltered.
+   */
+  async listContainers(label: string): Promise<ContainerSummary[]> {
+    const rows = await this.call<Array<{ Id: string; Names?: string[]; Image?: string; State?: string; Status?: string; Created?: number; Labels?: Record<string, string> | null }>>(
+      'listing of containers', 'GET', '/containers/json', { query: { all: true, filters: JSON.stringify({ label: [label] }) } },
+    );
+    return rows.map((c) => ({
+      id: c.Id,
+      name: (c.Names?.[0] ?? '').replace(/^\//, ''),
+      image: c.Image ?? '',
+      state: c.State ?? 'unknown',
+      status: c.Status ?? '',
+      createdMs: (c.Created ?? 0) * 1000,
+      labels: c.Labels ?? {},
+    }));
+  }
+
+  async listNetworks(label: string): Promise<ResourceSummary[]> {
+    const rows = await this.call<Array<{ Id: string; Name: string; Created?: string; Labels?: Record<string, string> | null }>>(
+      'listing of networks', 'GET', '/networks', { query: { filters: JSON.stringify({ label: [label] }) } },
+    );
+    return rows.map((n) => ({ id: n.Id, name: n.Name, createdMs: Date.parse(n.Created ?? '') || 0, labels: n.Labels ?? {} }));
+  }
+
+  async listVolumes(label: string): Promise<ResourceSummary[]> {
+    const data = await this.call<{ Volumes?: Array<{ Name: string; CreatedAt?: string; Labels?: Record<string, string> | null }> | null }>(
+      'listing of volumes', 'GET', '/volumes', { query: { filters: JSON.stringify({ label: [label] }) } },
+    );
+    return (data.Volumes ?? []).map((v) => ({ id: v.Name, name: v.Name, createdMs: Date.parse(v.CreatedAt ?? '') || 0, labels: v.Labels ?? {} }));
+  }
+
+  async inspectNetwork(name: string): Promise<NetworkView | undefined> {
+    const data = await this.optional(this.call<{
+      Internal?: boolean; Options?: Record<string, string> | null; Labels?: Record<string, string> | null;
+      IPAM?: { Config?: Array<{ Gateway?: string; Subnet?: string }> | null };
+      Containers?: Record<string, { Name?: string; IPv4Address?: string }> | null;
+    }>(`inspect of network ${name}`, 'GET', `/networks/${name}`));
+    if (data === undefined) return undefined;
+    return {
+      internal: data.Internal === true,
+      options: data.Options ?? {},
+      labels: data.Labels ?? {},
+      gateways: (data.IPAM?.Config ?? []).map((c) => c.Gateway ?? '').filter((g) => g !== ''),
+      members: Object.values(data.Containers ?? {}).map((c) => ({ name: c.Name ?? '', ipv4: (c.IPv4Address ?? '').split('/')[0] ?? '' })),
+    };
   }
 
   async imageExists(image: string): Promise<boolean> {

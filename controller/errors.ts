@@ -13,6 +13,7 @@ export const sandboxErrorCodes = {
   not_found: 'The sandbox (its container) does not exist.',
   engine_unavailable: 'The Docker engine (through the socket proxy) did not answer or refused the call.',
   engine_timeout: 'A Docker engine call did not finish in time.',
+  engine_tls: 'The TLS connection to a remote engine failed: a client certificate was refused, the engine certificate is not trusted, or only one side speaks TLS.',
   engine_refused: 'The socket proxy or the engine refused a call (HTTP 4xx).',
   engine_error: 'The engine answered a call with an unexpected error.',
   image_unavailable: 'An image is not present on the engine and could not be pulled.',
