@@ -69,7 +69,7 @@ t.test('kill by control file ends the session including background children', as
   const [file, ...args] = wrapperCmd(ctl, 60, encodeArg(`sleep 300 & sleep 301; echo ${marker}`));
   const child = spawn(file ?? 'bash', args, { stdio: 'ignore' });
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
-  for (let i = 0; i < 100 && !existsSync(ctl); i += 1) await new Promise((r) => setTimeout(r, 20));
+  for (let i = 0; i < 500 && !existsSync(ctl); i += 1) await new Promise((r) => setTimeout(r, 20));
   const sid = readFileSync(ctl, 'utf8').trim();
   const other = controlFile('other', randomUUID());
   writeFileSync(other, '999999999\n');
