@@ -178,8 +178,14 @@ export class DockerEngine {
         (err, data) => {
           clearTimeout(timer);
           this.logger?.debug({ call: what, method, path, status: err?.statusCode, ms: Math.round(performance.now() - started) }, 'engine call');
-          if (err !== null) reject(tlsFailure(err, what, this.tls) ?? mapError(err, what, timeoutMs));
-          else resolve(data as T);
+          if (err !== null) {
+            void tlsFailure(err, what, this.tls).then(
+              (tlsErr) => reject(tlsErr ?? mapError(err, what, timeoutMs)),
+              () => reject(mapError(err, what, timeoutMs)),
+            );
+          } else {
+            resolve(data as T);
+          }
         },
       );
     });

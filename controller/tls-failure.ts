@@ -8,7 +8,11 @@
 import { X509Certificate, createPrivateKey } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { connect } from 'node:tls';
 import { SandboxError } from './errors.js';
+import { parseEndpoint } from './endpoint.js';
+
+const TLS_PROBE_TIMEOUT_MS = 3_000;
 
 export interface TlsContext {
   readonly endpoint: string;
@@ -63,16 +67,42 @@ export function diagnoseClientCertificate(tlsCertDir: string, now: Date = new Da
 }
 
 /**
- * A SandboxError with code `engine_tls` when `err` is a TLS failure (or plain HTTP sent to a
- * TLS engine); undefined for any other failure, which the caller maps as usual.
+ * True when the endpoint completes a TLS handshake (no certificate is sent or checked: this
+ * only asks whether the port speaks TLS at all).
  */
-export function tlsFailure(err: ConnectionError, what: string, context: TlsContext): SandboxError | undefined {
+export function speaksTls(host: string, port: number, timeoutMs = TLS_PROBE_TIMEOUT_MS): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect({ host, port, rejectUnauthorized: false }, () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.setTimeout(timeoutMs, () => {
+      socket.destroy();
+      resolve(false);
+    });
+    socket.on('error', () => resolve(false));
+  });
+}
+
+const PLAIN_TO_TLS = /HTTP request to an HTTPS server/i;
+
+/**
+ * A SandboxError with code `engine_tls` when `err` is a TLS failure, or plain HTTP sent to an
+ * engine that requires TLS; undefined for any other failure, which the caller maps as usual.
+ * A TLS engine answers plain HTTP with a 400 and closes at once, so the client often sees only
+ * a reset: for a plain tcp:// endpoint a reset is followed by one TLS handshake probe.
+ */
+export async function tlsFailure(err: ConnectionError, what: string, context: TlsContext): Promise<SandboxError | undefined> {
   const { endpoint, tlsCertDir } = context;
   const code = err.code ?? '';
   const message = err.message;
   if (tlsCertDir === undefined) {
-    const detail = typeof err.json === 'object' && err.json !== null ? String((err.json as { message?: unknown }).message ?? '') : message;
-    if (err.statusCode === 400 && /HTTP request to an HTTPS server/i.test(`${detail} ${message}`)) {
+    const address = parseEndpoint(endpoint);
+    if (address.kind !== 'tcp') return undefined;
+    const detail = typeof err.json === 'object' && err.json !== null ? String((err.json as { message?: unknown }).message ?? '') : '';
+    const plainRefused = err.statusCode === 400 && PLAIN_TO_TLS.test(`${detail} ${message}`);
+    const reset = err.statusCode === undefined && (code === 'ECONNRESET' || code === 'EPIPE' || /socket hang up/i.test(message));
+    if (plainRefused || (reset && (await speaksTls(address.host, address.port)))) {
       return new SandboxError(
         'engine_tls',
         `The engine at ${endpoint} requires TLS (${what} was refused): set tlsCertDir to the mounted directory holding ca.pem, cert.pem and key.pem.`,
