@@ -23,6 +23,8 @@ export type {
   FileStat,
   SandboxErrorCode,
   SandboxTestOptions,
+  DockerSandboxProvider,
+  EgressUsage,
   DeploymentConfig,
   DeploymentConfigInput,
 } from './controller/index.js';

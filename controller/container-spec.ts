@@ -5,6 +5,7 @@
  */
 import type { SandboxPlan } from './sandbox-plan.js';
 import { EGRESS_PROXY_PORT } from './sandbox-plan.js';
+import { EGRESS_METRICS_PORT } from './egress-usage.js';
 import { PIDS_LIMIT } from './limits.js';
 import { requirePrintableAscii } from './ascii-body.js';
 
@@ -106,6 +107,8 @@ export function egressContainerBody(plan: EgressPlan, testHosts: Readonly<Record
   const env: Record<string, string> = {
     EGRESS_ALLOW_HOSTS: plan.allowHosts.join(','),
     EGRESS_LISTEN: `0.0.0.0:${EGRESS_PROXY_PORT}`,
+    // Loopback of the proxy's own container: read by the controller (egressUsage), not by the sandbox.
+    EGRESS_METRICS_LISTEN: `127.0.0.1:${EGRESS_METRICS_PORT}`,
   };
   if (testHosts !== undefined && Object.keys(testHosts).length > 0) {
     for (const [host, ip] of Object.entries(testHosts)) {

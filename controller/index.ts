@@ -1,6 +1,7 @@
 /** The sandbox controller: a `sandbox@1` provider on a Docker engine. */
 export { createDockerSandbox } from './provider.js';
-export type { SandboxTestOptions, SandboxRuntimeOptions } from './provider.js';
+export type { SandboxTestOptions, SandboxRuntimeOptions, DockerSandboxProvider } from './provider.js';
+export type { EgressUsage } from './egress-usage.js';
 export type {
   SandboxProvider,
   SandboxHandle,

@@ -7,12 +7,22 @@ import type { SandboxHandle, SandboxProvider } from './contract.js';
 import { parseDeploymentConfig, type DeploymentConfigInput } from './config.js';
 import { DockerEngine, engineStatus } from './engine.js';
 import { SandboxError } from './errors.js';
-import { checkSandboxName, persistentWorkspaceVolume } from './names.js';
+import { checkSandboxName, namesFor, persistentWorkspaceVolume } from './names.js';
 import { planSandbox } from './sandbox-plan.js';
 import { SandboxLifecycle } from './lifecycle.js';
 import { CommandRunner, type WithRunning } from './commands.js';
 import { FileOps } from './files.js';
 import { requirePrintableAscii } from './ascii-body.js';
+import { METRICS_SCRIPT, parseEgressUsage, type EgressUsage } from './egress-usage.js';
+
+/** The `sandbox@1` provider plus what only this Docker implementation can tell. */
+export interface DockerSandboxProvider extends SandboxProvider {
+  /**
+   * Egress totals of an allowlist sandbox since its egress proxy last started (bytes each way,
+   * decisions by outcome and reason); null when the sandbox has no running egress proxy.
+   */
+  egressUsage(h: SandboxHandle): Promise<EgressUsage | null>;
+}
 
 /** Only for code that calls `createDockerSandbox` directly; plugin config cannot set these. */
 export interface SandboxTestOptions {
@@ -41,7 +51,7 @@ export function createDockerSandbox(
   config: DeploymentConfigInput,
   testOptions: SandboxTestOptions = {},
   runtime: SandboxRuntimeOptions = {},
-): SandboxProvider {
+): DockerSandboxProvider {
   const parsed = parseDeploymentConfig(config);
   const extraLabels = checkStringMap(testOptions.labels, 'testOptions.labels');
   const egressTestHosts = testOptions.egressTestHosts === undefined ? undefined : checkStringMap(testOptions.egressTestHosts, 'testOptions.egressTestHosts');
@@ -81,5 +91,19 @@ export function createDockerSandbox(
     killAll: (h) => commands.killAll(handleName(h)),
     killTagged: (h, tags) => commands.killTagged(handleName(h), tags),
     destroyWorkspace: (key) => lifecycle.destroyWorkspace(persistentWorkspaceVolume(key)),
-  } satisfies SandboxProvider);
+    async egressUsage(h) {
+      const egress = namesFor(handleName(h)).egress;
+      const view = await engine.inspectContainer(egress);
+      if (view === undefined || !view.running) return null;
+      const out: Buffer[] = [];
+      const err: Buffer[] = [];
+      // The image's own non-root user; never an exec into a paused container (checked above).
+      const run = await engine.startExec(egress, { cmd: ['node', '-e', METRICS_SCRIPT], user: view.user || 'egress', onOutput: (s, c) => (s === 'stdout' ? out : err).push(c) });
+      const code = await run.finished;
+      if (code !== 0) {
+        throw new SandboxError('engine_error', `Reading the egress metrics of ${egress} failed (exit ${String(code)}): ${Buffer.concat(err).toString().slice(0, 200)}`);
+      }
+      return parseEgressUsage(Buffer.concat(out).toString());
+    },
+  } satisfies DockerSandboxProvider);
 }

@@ -56,6 +56,8 @@ export interface Connection {
   readonly client: string;
   readonly clientIp: string;
   readonly log: Logger;
+  /** Client bytes already counted for earlier requests on this connection. */
+  readonly counted: { read: number };
 }
 
 const connections = new WeakMap<Socket, Connection>();
@@ -65,5 +67,5 @@ export function attachConnection(socket: Socket, connection: Connection): void {
 }
 
 export function connectionOf(socket: Socket, fallback: Logger): Connection {
-  return connections.get(socket) ?? { id: 0, client: 'unknown', clientIp: 'unknown', log: fallback };
+  return connections.get(socket) ?? { id: 0, client: 'unknown', clientIp: 'unknown', log: fallback, counted: { read: 0 } };
 }

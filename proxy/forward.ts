@@ -58,7 +58,7 @@ export function createForwarder(ctx: ProxyContext, root: Logger) {
 
   return async function handleRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const started = performance.now();
-    const { log } = connectionOf(req.socket, root);
+    const { log, counted } = connectionOf(req.socket, root);
     const url = req.url ?? '';
     if (url.startsWith('/')) {
       if (url === HEALTH_PATH && (req.method === 'GET' || req.method === 'HEAD')) {
@@ -94,8 +94,17 @@ export function createForwarder(ctx: ProxyContext, root: Logger) {
     stripHopByHop(req.headers);
     const agent = ctx.agents.forRequest(decision.host, decision.port, decision.addresses, target.path);
     ctx.observer.decision('allow', 'allowed');
+    // Socket counters, not per-chunk listeners: what the client sent since the previous request
+    // (this request's head and body) and what was written while this one was in flight (HTTP/1.1
+    // has one request in flight per connection).
+    const socket = req.socket;
+    const writtenAtStart = socket.bytesWritten;
     // 'close' rather than 'finish': a request the client abandons is logged too.
     res.once('close', () => {
+      const bytesUp = socket.bytesRead - counted.read;
+      counted.read = socket.bytesRead;
+      const bytesDown = socket.bytesWritten - writtenAtStart;
+      ctx.observer.httpBytes(bytesUp, bytesDown);
       log.info({
         [F.event]: 'decision',
         [F.decision]: 'allow',
@@ -107,6 +116,8 @@ export function createForwarder(ctx: ProxyContext, root: Logger) {
         [F.addresses]: decision.addresses,
         [F.status]: res.statusCode,
         completed: res.writableFinished,
+        [F.bytesUp]: bytesUp,
+        [F.bytesDown]: bytesDown,
         [F.decideMs]: decideMs,
         [F.durationMs]: ms(started),
       });

@@ -138,7 +138,7 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
       else perClient.set(clientIp, left);
     });
     const id = nextId++;
-    attachConnection(socket, { id, client, clientIp, log: log.child({ [F.conn]: id, [F.client]: client }) });
+    attachConnection(socket, { id, client, clientIp, log: log.child({ [F.conn]: id, [F.client]: client }), counted: { read: 0 } });
     httpServer.emit('connection', socket);
   });
 

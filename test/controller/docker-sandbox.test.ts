@@ -253,6 +253,20 @@ t.test('sandbox provider on the real engine', async (t) => {
     t.equal(r.stdout, UPSTREAM_BODY, `a stopped egress proxy is started again: ${r.stderr}`);
   });
 
+  await t.test('egress usage is read from the sandbox egress proxy', async (t) => {
+    const before = await provider.egressUsage(h);
+    if (before === null) return t.fail('an allowlist sandbox has an egress proxy to read');
+    const r = await provider.exec(h, `curl -sS -m 10 http://${UPSTREAM_HOST}/; curl -s -o /dev/null -m 10 http://not-allowed.example/`);
+    t.equal(r.exitCode, 0, r.stderr);
+    const after = await provider.egressUsage(h);
+    if (after === null) return t.fail('usage after');
+    t.ok(after.bytesDown >= before.bytesDown + UPSTREAM_BODY.length, `bytes down grew by the body (${before.bytesDown} -> ${after.bytesDown})`);
+    t.ok(after.bytesUp > before.bytesUp, 'bytes up grew');
+    t.equal(after.allowed, before.allowed + 1);
+    t.equal(after.deniedByReason.host_not_allowed ?? 0, (before.deniedByReason.host_not_allowed ?? 0) + 1);
+    t.equal(await provider.egressUsage({ id: `${name}x` }), null, 'a sandbox without an egress proxy has none');
+  });
+
   await t.test('fork bomb hits the pids limit and is ended', async (t) => {
     const started = Date.now();
     const r = await provider.exec(h, 'bomb() { bomb | bomb & }; bomb; sleep 30', { timeoutMs: 3000 });

@@ -175,6 +175,10 @@ t.test('plain HTTP is forwarded with the exact path, without hop-by-hop or Proxy
   for (const h of ['proxy-authorization', 'proxy-connection', 'x-secret', 'keep-alive', 'te']) t.notOk(echoed.headers[h], `${h} dropped`);
   t.notOk(echoed.headers['x-forwarded-for'], 'the client address is not disclosed');
   res.socket.destroy();
+  await settle(() => proxyT.logs.some((l) => l.method === 'POST' && l.decision === 'allow' && typeof l.bytesDown === 'number'), 'the request line');
+  const line = proxyT.logs.find((l) => l.method === 'POST' && l.decision === 'allow');
+  t.ok((line?.bytesUp as number) > 'body'.length, 'request head and body counted');
+  t.ok((line?.bytesDown as number) > res.body.length, 'response bytes counted');
 });
 
 t.test('keep-alive: several requests on one client connection', async (t) => {

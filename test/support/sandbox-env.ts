@@ -11,7 +11,7 @@ import type { Test } from 'tap';
 import type Docker from 'dockerode';
 import { dockerTest, startSocketProxy, type DockerTestEnv, type SocketProxy } from './docker.js';
 import { createDockerSandbox } from '../../controller/index.js';
-import type { SandboxProvider } from '../../controller/index.js';
+import type { DockerSandboxProvider, SandboxProvider } from '../../controller/index.js';
 
 export const SANDBOX_IMAGE = 'capybara-sandbox:latest';
 export const EGRESS_IMAGE = 'capybara-sandbox-egress:latest';
@@ -21,7 +21,7 @@ export const UPSTREAM_BODY = 'hello from the allowlisted upstream';
 export interface SandboxTestEnv {
   env: DockerTestEnv;
   proxy: SocketProxy;
-  provider: SandboxProvider;
+  provider: DockerSandboxProvider;
   openProvider: SandboxProvider;
   sharedNetwork: string;
   upstreamIp: string;
