@@ -6,6 +6,7 @@
  * old policy stays.
  */
 import { readFileSync, watch, type FSWatcher } from 'node:fs';
+import path from 'node:path';
 import { ConfigError, loadPolicy, parseConfig, usage, type ProxyConfig } from './config.js';
 import { createLookup } from './dns.js';
 import { createLogger, type Logger } from './log.js';
@@ -18,8 +19,11 @@ function watchPolicy(config: ProxyConfig, log: Logger, reload: (why: string) => 
   if (config.policySource.kind !== 'file') return undefined;
   let timer: NodeJS.Timeout | undefined;
   try {
-    // Editors replace files by rename; watching the file and debouncing catches both kinds.
-    const watcher = watch(config.policySource.path, { persistent: false }, () => {
+    // Editors and config managers replace the file by rename, which a watch on the file itself
+    // stops seeing after the first time: watch its directory and pick out the file's name.
+    const file = path.resolve(config.policySource.path);
+    const watcher = watch(path.dirname(file), { persistent: false }, (_event, name) => {
+      if (name !== null && name !== path.basename(file)) return;
       clearTimeout(timer);
       timer = setTimeout(() => reload('file changed'), 200);
     });

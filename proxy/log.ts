@@ -34,13 +34,18 @@ export const F = {
 
 export type { Logger };
 
+/** Longest a log line waits in the batch buffer. */
+const FLUSH_MS = 250;
+
 export function createLogger(level: string, destination?: DestinationStream): Logger {
-  return pino(
-    { level, base: { service: 'capybara-egress' }, timestamp: pino.stdTimeFunctions.isoTime },
-    // Lines are batched into 4 KiB writes: one write per line costs more than deciding the request.
-    // The CLI flushes on exit.
-    destination ?? pino.destination({ dest: 1, sync: false, minLength: 4096 }),
-  );
+  const options = { level, base: { service: 'capybara-egress' }, timestamp: pino.stdTimeFunctions.isoTime };
+  if (destination) return pino(options, destination);
+  // Lines are batched into 4 KiB writes (one write per line costs more than deciding the
+  // request), and flushed at least every FLUSH_MS so a quiet proxy's lines are not held back.
+  // The CLI flushes on exit too.
+  const logger = pino(options, pino.destination({ dest: 1, sync: false, minLength: 4096 }));
+  setInterval(() => logger.flush(), FLUSH_MS).unref();
+  return logger;
 }
 
 /** Milliseconds since a performance.now() reading, to the microsecond, for timing fields. */
