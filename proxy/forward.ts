@@ -14,14 +14,14 @@ import { DialError } from './dial.js';
 import { F, ms, type Logger } from './log.js';
 import { refuseResponse, type Refusal } from './refusal.js';
 
-export const HEALTH_PATH = '/healthz';
+const HEALTH_PATH = '/healthz';
 
 // RFC 9110 §7.6.1 hop-by-hop fields, plus the legacy ones proxies still meet. `expect` is
 // answered by this proxy itself (Node sends 100 Continue), so it is not passed on either.
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'expect']);
 
 /** Removes hop-by-hop fields, fields named by Connection, and every Proxy-* field. */
-export function stripHopByHop(headers: IncomingMessage['headers']): void {
+function stripHopByHop(headers: IncomingMessage['headers']): void {
   const named = String(headers.connection ?? '')
     .split(',')
     .map((s) => s.trim().toLowerCase())

@@ -7,7 +7,7 @@ import { STATUS_CODES, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { REASONS, type Reason } from '../policy/index.js';
 
-export const REASON_HEADER = 'X-Egress-Reason';
+const REASON_HEADER = 'X-Egress-Reason';
 
 const LINGER_MS = 5_000;
 
@@ -25,7 +25,7 @@ function isFailure(reason: Reason): boolean {
   return REASONS[reason].status >= 500;
 }
 
-export function refusalBody(refusal: Refusal): string {
+function refusalBody(refusal: Refusal): string {
   const target = refusal.host === undefined ? '' : ` ${refusal.host}${refusal.port === undefined ? '' : `:${refusal.port}`}`;
   const verb = isFailure(refusal.reason) ? 'egress failed' : 'egress denied';
   // Control characters never reach the body: details are built from validated names only, but
