@@ -1,0 +1,64 @@
+/**
+ * deploy/compose.yaml keeps the socket proxy where SECURITY.md wants it: no published port, only
+ * on an internal network shared with the host application, the engine socket mounted, and the
+ * container hardened.
+ */
+import t from 'tap';
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { parse } from 'yaml';
+
+interface Service {
+  image?: string;
+  ports?: unknown;
+  expose?: unknown;
+  network_mode?: string;
+  environment?: Record<string, string>;
+  volumes?: Array<{ type?: string; source?: string; target?: string; read_only?: boolean } | string>;
+  networks?: string[] | Record<string, unknown>;
+  cap_drop?: string[];
+  cap_add?: string[];
+  security_opt?: string[];
+  read_only?: boolean;
+  privileged?: boolean;
+}
+
+const compose = parse(readFileSync(fileURLToPath(new URL('../../deploy/compose.yaml', import.meta.url)), 'utf8')) as {
+  services: Record<string, Service>;
+  networks: Record<string, { internal?: boolean } | null>;
+};
+const networksOf = (s: Service): string[] => (Array.isArray(s.networks) ? s.networks : Object.keys(s.networks ?? {}));
+const proxy = compose.services['socket-proxy'] as Service;
+const app = compose.services.capybara as Service;
+
+t.test('the socket proxy publishes nothing', async (t) => {
+  t.ok(proxy, 'socket-proxy service exists');
+  t.equal(proxy.image, 'capybara-sandbox-proxy:latest');
+  t.equal(proxy.ports, undefined, 'no ports:');
+  t.equal(proxy.network_mode, undefined, 'not on the host network');
+});
+
+t.test('the proxy is only on internal networks, shared with the app', async (t) => {
+  const nets = networksOf(proxy);
+  t.ok(nets.length > 0);
+  for (const net of nets) t.equal(compose.networks[net]?.internal, true, `${net} is internal: true`);
+  t.ok(nets.every((n) => networksOf(app).includes(n)), 'the app joins the proxy network');
+});
+
+t.test('socket mounted and the proxy configured', async (t) => {
+  const env = proxy.environment ?? {};
+  t.match(env.SOCKET_PROXY_BIND, /^0\.0\.0\.0:\d+$/);
+  const socket = (proxy.volumes ?? []).find((v) => typeof v === 'object' && v.target === env.DOCKER_SOCKET);
+  t.same(socket && typeof socket === 'object' ? [socket.type, socket.source] : [], ['bind', '/var/run/docker.sock']);
+  t.equal((proxy.volumes ?? []).length, 1, 'nothing else mounted');
+  const port = env.SOCKET_PROXY_BIND?.split(':')[1];
+  t.match(JSON.stringify(app.environment ?? {}), `tcp://socket-proxy:${port}`, 'the app points endpoint at the proxy');
+});
+
+t.test('the proxy is hardened', async (t) => {
+  t.same(proxy.cap_drop, ['ALL']);
+  t.equal(proxy.cap_add, undefined);
+  t.ok(proxy.security_opt?.some((o) => /^no-new-privileges(:true)?$/.test(o)));
+  t.equal(proxy.read_only, true);
+  t.not(proxy.privileged, true);
+});
