@@ -1,5 +1,5 @@
 import t from 'tap';
-import { parseAbsoluteUrl, parseConnectTarget } from '../../proxy/authority.js';
+import { parseAbsoluteUrl, parseConnectTarget } from '../../proxy/index.js';
 
 const connect: { name: string; target: string; want: { host: string; port: number } | 'bad_request' | 'malformed_host' }[] = [
   { name: 'name and port', target: 'example.com:443', want: { host: 'example.com', port: 443 } },

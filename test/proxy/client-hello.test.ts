@@ -1,7 +1,7 @@
 import net from 'node:net';
 import tls from 'node:tls';
 import t from 'tap';
-import { scanClientHello } from '../../proxy/client-hello.js';
+import { scanClientHello } from '../../proxy/index.js';
 
 /** The first bytes a real TLS client (Node's OpenSSL) sends, captured on loopback. */
 async function captureHello(options: tls.ConnectionOptions): Promise<Buffer> {

@@ -1,11 +1,11 @@
 /** Starts the egress proxy in-process on loopback for a test, with its log lines captured. */
 import { Writable } from 'node:stream';
 import { buildPolicy, type Policy, type PolicyInput } from '../../policy/index.js';
-import type { ProxyLimits } from '../../proxy/context.js';
-import { defaultConnect, type Connect } from '../../proxy/dial.js';
-import { createLookup } from '../../proxy/dns.js';
-import { createLogger } from '../../proxy/log.js';
-import { createEgressProxy, type EgressProxy } from '../../proxy/server.js';
+import type { ProxyLimits } from '../../proxy/index.js';
+import { defaultConnect, type Connect } from '../../proxy/index.js';
+import { createLookup } from '../../proxy/index.js';
+import { createLogger } from '../../proxy/index.js';
+import { createEgressProxy, type EgressProxy } from '../../proxy/index.js';
 
 export interface TestProxy {
   readonly port: number;
