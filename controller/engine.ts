@@ -286,11 +286,11 @@ export class DockerEngine {
 
   /**
    * Listing, for the operator CLI only: the socket proxy refuses these calls by design (403), so
-   * they work only against the engine itself. Filtered by one label, never unfiltered.
+   * they work only against the engine itself. Always filtered by labels (all must match).
    */
-  async listContainers(label: string): Promise<ContainerSummary[]> {
+  async listContainers(labels: readonly string[]): Promise<ContainerSummary[]> {
     const rows = await this.call<Array<{ Id: string; Names?: string[]; Image?: string; State?: string; Status?: string; Created?: number; Labels?: Record<string, string> | null }>>(
-      'listing of containers', 'GET', '/containers/json', { query: { all: true, filters: JSON.stringify({ label: [label] }) } },
+      'listing of containers', 'GET', '/containers/json', { query: { all: true, filters: labelFilter(labels) } },
     );
     return rows.map((c) => ({
       id: c.Id,
@@ -303,16 +303,16 @@ export class DockerEngine {
     }));
   }
 
-  async listNetworks(label: string): Promise<ResourceSummary[]> {
+  async listNetworks(labels: readonly string[]): Promise<ResourceSummary[]> {
     const rows = await this.call<Array<{ Id: string; Name: string; Created?: string; Labels?: Record<string, string> | null }>>(
-      'listing of networks', 'GET', '/networks', { query: { filters: JSON.stringify({ label: [label] }) } },
+      'listing of networks', 'GET', '/networks', { query: { filters: labelFilter(labels) } },
     );
     return rows.map((n) => ({ id: n.Id, name: n.Name, createdMs: Date.parse(n.Created ?? '') || 0, labels: n.Labels ?? {} }));
   }
 
-  async listVolumes(label: string): Promise<ResourceSummary[]> {
+  async listVolumes(labels: readonly string[]): Promise<ResourceSummary[]> {
     const data = await this.call<{ Volumes?: Array<{ Name: string; CreatedAt?: string; Labels?: Record<string, string> | null }> | null }>(
-      'listing of volumes', 'GET', '/volumes', { query: { filters: JSON.stringify({ label: [label] }) } },
+      'listing of volumes', 'GET', '/volumes', { query: { filters: labelFilter(labels) } },
     );
     return (data.Volumes ?? []).map((v) => ({ id: v.Name, name: v.Name, createdMs: Date.parse(v.CreatedAt ?? '') || 0, labels: v.Labels ?? {} }));
   }
@@ -413,6 +413,11 @@ export class DockerEngine {
     }
     return null;
   }
+}
+
+function labelFilter(labels: readonly string[]): string {
+  if (labels.length === 0) throw new SandboxError('invalid_spec', 'A listing needs at least one label filter.');
+  return JSON.stringify({ label: labels });
 }
 
 /** Resolves on 'drain' or 'close', removing both listeners either way. */

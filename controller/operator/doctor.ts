@@ -1,0 +1,179 @@
+/**
+ * `doctor`: checks one deployment the way the controller will use it, through its configured
+ * endpoint, and says for each check what to do when it fails. It creates one throwaway
+ * sandbox (allowlist tier, one reserved .invalid host allowed) and always removes it again.
+ */
+import { lookup } from 'node:dns/promises';
+import { isIP } from 'node:net';
+import { X509Certificate } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import type { DeploymentConfig } from '../config.js';
+import type { SandboxHandle, SandboxProvider } from '../contract.js';
+import type { DockerEngine } from '../engine.js';
+import { engineStatus } from '../engine.js';
+import { parseEndpoint } from '../endpoint.js';
+import { isSandboxError } from '../errors.js';
+import { ISOLATION_PROBE, probeCommand, readProbeOutput } from './isolation-probe.js';
+
+export const DOCTOR_CHECKS = {
+  engine_reachable: 'The endpoint answers (over mTLS when tlsCertDir is set).',
+  socket_proxy_refuses: 'The endpoint refuses a forbidden call (a privileged container create).',
+  images_present: 'The sandbox and egress proxy images are on the engine.',
+  shared_network_icc_off: 'The shared network has inter-container traffic off.',
+  runtime_usable: 'A sandbox starts with the configured runtime and runs a command.',
+  isolation: 'Inside an allowlist sandbox: no metadata service, no socket proxy, no direct route out; the egress proxy refuses unlisted hosts.',
+} as const;
+export type DoctorCheckId = keyof typeof DOCTOR_CHECKS;
+
+export interface DoctorCheck {
+  readonly check: DoctorCheckId;
+  readonly status: 'pass' | 'fail' | 'skip';
+  readonly detail: string;
+  readonly fix?: string;
+}
+
+export interface DoctorOptions {
+  readonly config: DeploymentConfig;
+  readonly engine: DockerEngine;
+  readonly provider: SandboxProvider;
+  readonly image: string;
+  readonly labels: Readonly<Record<string, string>>;
+}
+
+/** A documentation-range address (RFC 5737): stands for "anywhere outside". */
+const OUTSIDE_TARGET = '192.0.2.1:443';
+const METADATA_TARGET = '169.254.169.254:80';
+/** The egress proxy refuses to start with an empty allowlist; this reserved name (RFC 2606) is never resolved. */
+const DOCTOR_ALLOWED_HOST = 'doctor.capybara.invalid';
+
+function clientCertSummary(tlsCertDir: string): string {
+  try {
+    const cert = new X509Certificate(readFileSync(join(tlsCertDir, 'cert.pem')));
+    return ` over mTLS (client certificate "${cert.subject.replace(/\n/g, ', ')}", valid until ${new Date(cert.validTo).toISOString()})`;
+  } catch {
+    return ' over mTLS';
+  }
+}
+
+async function checkEngine(o: DoctorOptions): Promise<DoctorCheck> {
+  try {
+    await o.engine.ping();
+    const tls = o.config.tlsCertDir === undefined ? '' : clientCertSummary(o.config.tlsCertDir);
+    return { check: 'engine_reachable', status: 'pass', detail: `${o.config.endpoint} answered${tls}.` };
+  } catch (err) {
+    const fix = isSandboxError(err, 'engine_tls')
+      ? 'Fix the certificates as the message says; the engine must trust the CA that issued cert.pem.'
+      : 'Start the socket proxy (deploy/compose.yaml) or the engine, and check the endpoint address.';
+    return { check: 'engine_reachable', status: 'fail', detail: (err as Error).message, fix };
+  }
+}
+
+async function checkProxyRefuses(o: DoctorOptions): Promise<DoctorCheck> {
+  const name = `cap-doctor-${randomBytes(4).toString('hex')}-privileged`;
+  const body = { Image: o.image, Cmd: ['true'], Labels: { ...o.labels }, HostConfig: { Privileged: true, NetworkMode: 'none' } };
+  const fix = 'Point endpoint at the socket proxy (haproxy/, deploy/compose.yaml), never at the engine itself; a remote engine over mTLS needs the socket proxy in front of it on its host.';
+  try {
+    await o.engine.createContainer(name, body);
+  } catch (err) {
+    if (engineStatus(err) === 403) return { check: 'socket_proxy_refuses', status: 'pass', detail: 'A privileged container create was refused with 403.' };
+    return { check: 'socket_proxy_refuses', status: 'fail', detail: `A privileged container create was not refused by a proxy: ${(err as Error).message}`, fix };
+  }
+  // Created, never started: remove it at once.
+  await o.engine.removeContainer(name).catch(() => undefined);
+  return { check: 'socket_proxy_refuses', status: 'fail', detail: `The endpoint accepted a privileged container create (${name}, removed again): it is the engine itself, not the socket proxy.`, fix };
+}
+
+async function checkImages(o: DoctorOptions): Promise<DoctorCheck> {
+  const images = [o.image, o.config.egressProxyImage];
+  const missing: string[] = [];
+  for (const image of images) if (!(await o.engine.imageExists(image))) missing.push(image);
+  if (missing.length === 0) return { check: 'images_present', status: 'pass', detail: `${images.join(', ')} present.` };
+  return { check: 'images_present', status: 'fail', detail: `Missing: ${missing.join(', ')}.`, fix: 'Build them on every engine node (bash scripts/build-images.sh) or pre-pull them.' };
+}
+
+async function checkSharedNetwork(o: DoctorOptions): Promise<DoctorCheck> {
+  const network = await o.engine.inspectNetwork(o.config.network);
+  if (network === undefined) {
+    return { check: 'shared_network_icc_off', status: 'pass', detail: `${o.config.network} does not exist yet; the controller creates it with inter-container traffic off.` };
+  }
+  if (network.options['com.docker.network.bridge.enable_icc'] === 'false') {
+    return { check: 'shared_network_icc_off', status: 'pass', detail: `${o.config.network} has inter-container traffic off.` };
+  }
+  return {
+    check: 'shared_network_icc_off',
+    status: 'fail',
+    detail: `${o.config.network} allows inter-container traffic: egress proxies (and open-tier sandboxes) of different conversations can reach each other.`,
+    fix: `When no sandbox uses it, remove it (docker network rm ${o.config.network}) and let the controller recreate it, or create it with -o com.docker.network.bridge.enable_icc=false.`,
+  };
+}
+
+/** Socket proxy address as seen from the engine host side, when it is a tcp endpoint. */
+async function proxyTarget(endpoint: string): Promise<string | undefined> {
+  const address = parseEndpoint(endpoint);
+  if (address.kind !== 'tcp') return undefined;
+  const ip = isIP(address.host) === 4 ? address.host : await lookup(address.host, { family: 4 }).then((r) => r.address, () => undefined);
+  return ip === undefined ? undefined : `${ip}:${address.port}`;
+}
+
+async function checkIsolation(o: DoctorOptions, h: SandboxHandle): Promise<DoctorCheck> {
+  const network = await o.engine.inspectNetwork(`${h.id}-net`);
+  const members = new Set(network?.members.map((m) => m.ipv4) ?? []);
+  // A gateway is phantom only on an internal bridge without a host address that no member holds.
+  const phantom = network !== undefined && network.internal && network.options['com.docker.network.bridge.inhibit_ipv4'] === 'true'
+    ? network.gateways.filter((g) => !members.has(g))
+    : [];
+  const proxy = await proxyTarget(o.config.endpoint);
+  const targets = [METADATA_TARGET, OUTSIDE_TARGET, ...(proxy === undefined ? [] : [proxy])];
+  const run = await o.provider.exec(h, probeCommand(phantom, targets), { env: { PROBE: ISOLATION_PROBE }, timeoutMs: 60_000 });
+  const problems: string[] = [];
+  if (run.exitCode !== 0) problems.push(`the probe did not run (exit ${run.exitCode}; the image needs python3): ${run.stderr.trim()}`);
+  else for (const v of readProbeOutput(run.stdout, targets)) if (!v.isolated) problems.push(`${v.target}: ${v.result}`);
+  const socket = await o.provider.exec(h, 'ls /var/run/docker.sock /run/docker.sock 2>/dev/null; echo "DOCKER_HOST=${DOCKER_HOST:-}"');
+  if (socket.stdout !== 'DOCKER_HOST=\n') problems.push(`an engine socket or DOCKER_HOST is visible inside: ${socket.stdout.trim()}`);
+  const denied = await o.provider.exec(h, 'curl -s -m 10 -o /dev/null -w "%{http_code}" http://not-allowed.invalid/');
+  if (denied.stdout !== '403') problems.push(`the egress proxy did not refuse an unlisted host (HTTP ${denied.stdout || 'none'})`);
+  const checked = `${targets.join(', ')}${proxy === undefined ? ' (unix endpoint: socket not mounted, DOCKER_HOST unset)' : ''}, egress proxy refusal`;
+  if (problems.length === 0) return { check: 'isolation', status: 'pass', detail: `Unreachable from ${h.id}: ${checked}.` };
+  return {
+    check: 'isolation',
+    status: 'fail',
+    detail: problems.join('; '),
+    fix: 'Do not attach sandbox networks to other networks or give them a host address; keep the socket proxy off sandbox networks; see docs/controller-security.md.',
+  };
+}
+
+export async function runDoctor(o: DoctorOptions): Promise<DoctorCheck[]> {
+  const checks: DoctorCheck[] = [await checkEngine(o)];
+  const later: DoctorCheckId[] = ['socket_proxy_refuses', 'images_present', 'shared_network_icc_off', 'runtime_usable', 'isolation'];
+  if (checks[0]?.status !== 'pass') {
+    return [...checks, ...later.map((check) => ({ check, status: 'skip' as const, detail: 'The engine is not reachable.' }))];
+  }
+  checks.push(await checkProxyRefuses(o), await checkImages(o), await checkSharedNetwork(o));
+  const id = `doctor-${randomBytes(4).toString('hex')}`;
+  let handle: SandboxHandle | undefined;
+  const started = Date.now();
+  try {
+    handle = await o.provider.create({ id, image: o.image, limits: { egress: 'allowlist', allowHosts: [DOCTOR_ALLOWED_HOST] } });
+    const r = await o.provider.exec(handle, 'true');
+    if (r.exitCode !== 0) throw new Error(`"true" exited with ${r.exitCode}: ${r.stderr.trim()}`);
+    checks.push({ check: 'runtime_usable', status: 'pass', detail: `Runtime ${o.config.runtime}: sandbox ${handle.id} started and ran a command in ${Date.now() - started} ms.` });
+  } catch (err) {
+    checks.push({
+      check: 'runtime_usable',
+      status: 'fail',
+      detail: `Runtime ${o.config.runtime}: ${(err as Error).message}`,
+      fix: o.config.runtime === 'runsc' ? 'Register gVisor with the daemon (runtimes.runsc in daemon.json) and check that runsc can start containers on this host, or use runtime "runc".' : 'Check the engine logs (journalctl -u docker) and the images.',
+    });
+  }
+  try {
+    if (handle === undefined) checks.push({ check: 'isolation', status: 'skip', detail: 'No throwaway sandbox could be started.' });
+    else checks.push(await checkIsolation(o, handle));
+  } catch (err) {
+    checks.push({ check: 'isolation', status: 'fail', detail: (err as Error).message, fix: 'Run doctor again; if it persists, check the engine logs.' });
+  } finally {
+    await o.provider.destroyByName(`cap-${id}`).catch(() => undefined);
+  }
+  return checks;
+}

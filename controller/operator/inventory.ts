@@ -1,0 +1,81 @@
+/**
+ * What the engine holds for sandboxes: every container, network and volume labelled
+ * dev.capybara.sandbox=1, and the per-sandbox rows `ls` shows. Listing is refused by the
+ * socket proxy on purpose, so a 403 becomes an error that says which endpoint to use instead.
+ */
+import type { ContainerSummary, DockerEngine, ResourceSummary } from '../engine.js';
+import { engineStatus } from '../engine.js';
+import { SandboxError } from '../errors.js';
+import { LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_NAME, LABEL_SANDBOX, namesFor } from '../names.js';
+import { allowHostsFromLabel } from '../sandbox-plan.js';
+
+export interface Inventory {
+  /** Every sandbox-labelled container (not narrowed by --label: used to tell live sandboxes). */
+  readonly allContainers: readonly ContainerSummary[];
+  /** Containers, networks and volumes carrying the sandbox label and every --label filter. */
+  readonly containers: readonly ContainerSummary[];
+  readonly networks: readonly ResourceSummary[];
+  readonly volumes: readonly ResourceSummary[];
+}
+
+export interface SandboxRow {
+  readonly name: string;
+  readonly state: string;
+  readonly tier: string;
+  readonly created: string;
+  readonly ageSeconds: number;
+  readonly image: string;
+  /** running, exited, paused, ..., `missing` (allowlist tier without its proxy) or `none`. */
+  readonly egress: string;
+  readonly allowHosts: readonly string[];
+}
+
+export function labelFilters(extra: Readonly<Record<string, string>>): string[] {
+  return [`${LABEL_SANDBOX}=1`, ...Object.entries(extra).map(([k, v]) => `${k}=${v}`)];
+}
+
+export async function readInventory(engine: DockerEngine, extraLabels: Readonly<Record<string, string>>, command: string): Promise<Inventory> {
+  const filters = labelFilters(extraLabels);
+  try {
+    const [allContainers, containers, networks, volumes] = await Promise.all([
+      engine.listContainers([`${LABEL_SANDBOX}=1`]),
+      engine.listContainers(filters),
+      engine.listNetworks(filters),
+      engine.listVolumes(filters),
+    ]);
+    return { allContainers, containers, networks, volumes };
+  } catch (err) {
+    if (engineStatus(err) === 403) {
+      throw new SandboxError(
+        'engine_refused',
+        `${command} needs to list containers, networks and volumes, which the socket proxy refuses by design. ` +
+          'Run it on the engine host against the engine itself: --endpoint unix:///var/run/docker.sock (or a tcp:// engine with --tls-cert-dir).',
+        { cause: err },
+      );
+    }
+    throw err;
+  }
+}
+
+/** A sandbox container is the one whose name equals its own sandbox-name label. */
+export function isSandboxContainer(c: ContainerSummary): boolean {
+  return c.labels[LABEL_NAME] !== undefined && c.labels[LABEL_NAME] === c.name;
+}
+
+export function sandboxRows(inventory: Inventory, nowMs: number): SandboxRow[] {
+  const byName = new Map(inventory.allContainers.map((c) => [c.name, c]));
+  return inventory.containers.filter(isSandboxContainer).map((c) => {
+    const tier = c.labels[LABEL_EGRESS] ?? 'unknown';
+    const proxy = byName.get(namesFor(c.name).egress);
+    return {
+      name: c.name,
+      state: c.state,
+      tier,
+      created: new Date(c.createdMs).toISOString(),
+      ageSeconds: Math.max(0, Math.round((nowMs - c.createdMs) / 1000)),
+      image: c.image,
+      egress: tier === 'allowlist' ? (proxy?.state ?? 'missing') : 'none',
+      allowHosts: allowHostsFromLabel(c.labels[LABEL_ALLOW_HOSTS]),
+    };
+  }).sort((a, b) => a.name.localeCompare(b.name));
+}

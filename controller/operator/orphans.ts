@@ -1,0 +1,63 @@
+/**
+ * Which sandbox resources are orphans. Pure: takes what the engine listed and the time, and
+ * returns a decision per resource with a reason code. A resource is an orphan only when all
+ * hold: it names a sandbox (dev.capybara.sandbox.name), that sandbox's container does not
+ * exist, it is not a persistent workspace, and it is older than the grace period. The grace
+ * period is what keeps gc off another controller replica's create in progress, which makes
+ * the volumes, network and egress proxy before the sandbox container.
+ */
+import type { ContainerSummary, ResourceSummary } from '../engine.js';
+import { LABEL_NAME, LABEL_WORKSPACE_KEY } from '../names.js';
+import { isSandboxContainer, type Inventory } from './inventory.js';
+
+export const KEEP_REASONS = {
+  sandbox_container: 'It is a sandbox container itself (a stopped one can still be resumed).',
+  sandbox_exists: 'Its sandbox container exists.',
+  persistent_workspace: 'A persistent workspace (cap-ws.*) is only removed by destroyWorkspace.',
+  no_sandbox_name: 'It names no sandbox (for example the shared network).',
+  too_young: 'Younger than --min-age: a create may still be in progress.',
+  age_unknown: 'The engine did not report when it was created.',
+} as const;
+export type KeepReason = keyof typeof KEEP_REASONS;
+
+export type ResourceKind = 'container' | 'network' | 'volume';
+
+export interface ResourceDecision {
+  readonly kind: ResourceKind;
+  /** Id for containers and networks (removal by id cannot hit a same-named newer one). */
+  readonly id: string;
+  readonly name: string;
+  readonly sandbox: string | undefined;
+  readonly ageSeconds: number;
+  readonly orphan: boolean;
+  readonly keep?: KeepReason;
+}
+
+function decide(
+  kind: ResourceKind,
+  resource: ContainerSummary | ResourceSummary,
+  liveSandboxes: ReadonlySet<string>,
+  nowMs: number,
+  minAgeMs: number,
+): ResourceDecision {
+  const sandbox = resource.labels[LABEL_NAME];
+  const ageMs = resource.createdMs > 0 ? nowMs - resource.createdMs : -1;
+  const base = { kind, id: resource.id, name: resource.name, sandbox, ageSeconds: Math.max(0, Math.round(ageMs / 1000)) };
+  const keep = (reason: KeepReason): ResourceDecision => ({ ...base, orphan: false, keep: reason });
+  if (kind === 'container' && isSandboxContainer(resource as ContainerSummary)) return keep('sandbox_container');
+  if (kind === 'volume' && (resource.labels[LABEL_WORKSPACE_KEY] !== undefined || resource.name.startsWith('cap-ws.'))) return keep('persistent_workspace');
+  if (sandbox === undefined || sandbox === '') return keep('no_sandbox_name');
+  if (liveSandboxes.has(sandbox)) return keep('sandbox_exists');
+  if (ageMs < 0) return keep('age_unknown');
+  if (ageMs < minAgeMs) return keep('too_young');
+  return { ...base, orphan: true };
+}
+
+export function decideOrphans(inventory: Inventory, nowMs: number, minAgeMs: number): ResourceDecision[] {
+  const liveSandboxes = new Set(inventory.allContainers.filter(isSandboxContainer).map((c) => c.name));
+  return [
+    ...inventory.containers.map((c) => decide('container', c, liveSandboxes, nowMs, minAgeMs)),
+    ...inventory.networks.map((n) => decide('network', n, liveSandboxes, nowMs, minAgeMs)),
+    ...inventory.volumes.map((v) => decide('volume', v, liveSandboxes, nowMs, minAgeMs)),
+  ];
+}
