@@ -256,8 +256,14 @@ export class SandboxLifecycle {
   /** The proxy listens within a second of start; wait so the first command can use it. */
   private async waitForEgress(names: SandboxNames): Promise<void> {
     const seconds = Math.ceil(EGRESS_READY_TIMEOUT_MS / 1000);
-    const probe = `for i in $(seq 1 ${seconds * 20}); do (exec 3<>/dev/tcp/${names.egress}/${EGRESS_PROXY_PORT}) 2>/dev/null && exit 0; sleep 0.05; done; exit 1`;
-    const run = await this.deps.engine.startExec(names.container, { cmd: ['bash', '-c', probe], user: SANDBOX_USER, onOutput: () => undefined });
+    // One attempt can block on a name lookup (a proxy that exited leaves its name unresolvable),
+    // so `timeout` holds the whole loop to the deadline, not just the attempt count.
+    const probe = `while ! (exec 3<>/dev/tcp/${names.egress}/${EGRESS_PROXY_PORT}) 2>/dev/null; do sleep 0.05; done`;
+    const run = await this.deps.engine.startExec(names.container, {
+      cmd: ['timeout', '-s', 'KILL', String(seconds), 'bash', '-c', probe],
+      user: SANDBOX_USER,
+      onOutput: () => undefined,
+    });
     const code = await run.finished;
     if (code !== 0) {
       throw new SandboxError('egress_unavailable', `The egress proxy ${names.egress} did not accept connections within ${seconds} s; check the image ${this.deps.config.egressProxyImage} and its logs.`);

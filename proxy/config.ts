@@ -105,7 +105,10 @@ function pick(values: Record<string, string | string[] | boolean | undefined>, e
   if (typeof flag === 'string') return { value: flag, from: `--${name}` };
   if (Array.isArray(flag) && flag.length > 0) return { value: flag.join(','), from: `--${name}` };
   const fromEnv = env[OPTIONS[name].env];
-  return fromEnv !== undefined && fromEnv !== '' ? { value: fromEnv, from: OPTIONS[name].env } : undefined;
+  // An empty variable counts as unset, except the allowlist: set and empty, it allows nothing
+  // (how the controller runs the proxy of a sandbox whose allowlist is empty).
+  if (fromEnv === undefined || (fromEnv === '' && name !== 'allow-hosts')) return undefined;
+  return { value: fromEnv, from: OPTIONS[name].env };
 }
 
 function parseWith<T>(schema: z.ZodType<T>, picked: { value: string; from: string }): T {

@@ -127,3 +127,16 @@ t.test('SIGHUP and file changes reload the policy; an invalid file keeps the old
   const code = await new Promise<number | null>((r) => child.once('exit', (c) => r(c)));
   t.equal(code, 0, 'SIGTERM stops cleanly');
 });
+
+t.test('an allowlist variable that is set but empty starts a proxy that allows nothing', async (t) => {
+  const port = await freePort();
+  const output = { text: '' };
+  const child = spawn(process.execPath, [cli, '--listen', `127.0.0.1:${port}`], { env: { ...baseEnv, EGRESS_ALLOW_HOSTS: '' } });
+  child.stdout?.on('data', (d: Buffer) => (output.text += d.toString()));
+  child.stderr?.on('data', (d: Buffer) => (output.text += d.toString()));
+  t.teardown(() => child.kill('SIGKILL'));
+  await waitFor(child, output, /egress proxy listening/);
+  const res = await rawRequest(port, 'CONNECT a.example:443 HTTP/1.1\r\nHost: x\r\n\r\n');
+  t.equal(res.reason, 'host_not_allowed');
+  res.socket.destroy();
+});
