@@ -63,7 +63,7 @@ export function checkTarget(policy: Policy, rawHost: string, port: number): Allo
 
 /** Every address must be public unicast; one that is not denies the whole request. */
 export function checkAddresses(target: AllowedTarget, addresses: readonly string[]): Decision {
-  const unique = [...new Set(addresses)];
+  const unique = addresses.length < 2 ? addresses : [...new Set(addresses)];
   if (unique.length === 0) {
     return { allowed: false, reason: 'dns_failed', detail: `${target.host} has no A or AAAA record`, host: target.host, port: target.port };
   }
