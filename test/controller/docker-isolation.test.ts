@@ -11,46 +11,9 @@ import { networkInterfaces } from 'node:os';
 import { sandboxTestEnv, SANDBOX_IMAGE, UPSTREAM_BODY, UPSTREAM_HOST, type SandboxTestEnv } from '../support/sandbox-env.js';
 import { createDockerSandbox, isSandboxError } from '../../controller/index.js';
 import type { SandboxHandle, SandboxProvider } from '../../controller/index.js';
-
-// Reads /proc/net/route and classifies each ip:port target by its route:
-// - no route at all: connects, expecting ENETUNREACH (the kernel refuses locally);
-// - only the default route, via a gateway the test proved nobody holds (argv[1]): connects,
-//   expecting EHOSTUNREACH or a timeout (ARP for the gateway goes unanswered, so no packet
-//   ever leaves the sandbox's own test-created bridge);
-// - anything else (an on-link address, or a gateway that might exist): prints "ROUTABLE" and
-//   never connects.
-const PROBE = String.raw`
-import socket, struct, sys, errno, threading
-phantom = set(g for g in sys.argv[1].split(',') if g)
-routes = []
-for line in open('/proc/net/route').read().splitlines()[1:]:
-    f = line.split()
-    routes.append((int(f[1], 16), int(f[7], 16), socket.inet_ntoa(struct.pack('<I', int(f[2], 16)))))
-def route(ip):
-    n = struct.unpack('<I', socket.inet_aton(ip))[0]
-    hits = [r for r in routes if (n & r[1]) == r[0]]
-    return max(hits, key=lambda r: bin(r[1]).count('1')) if hits else None
-out = {}
-def attempt(target):
-    ip, port = target.rsplit(':', 1)
-    r = route(ip)
-    if r is not None and not (r[1] == 0 and r[2] in phantom):
-        out[target] = 'ROUTABLE'
-        return
-    s = socket.socket()
-    s.settimeout(8)
-    try:
-        s.connect((ip, int(port)))
-        out[target] = 'CONNECTED'
-    except socket.timeout:
-        out[target] = 'unreachable timeout'
-    except OSError as e:
-        out[target] = 'unreachable ' + errno.errorcode.get(e.errno, str(e.errno))
-threads = [threading.Thread(target=attempt, args=(t,)) for t in sys.argv[2:]]
-for t in threads: t.start()
-for t in threads: t.join()
-for t in sys.argv[2:]: print(t, out.get(t))
-`;
+// The same route-aware probe that `capybara-sandbox doctor` runs: it connects only where the
+// sandbox has no route, or only a default route through a gateway nobody holds.
+import { ISOLATION_PROBE, probeCommand } from '../../controller/operator/isolation-probe.js';
 
 function hostAddresses(): string[] {
   return Object.values(networkInterfaces()).flat()
@@ -64,7 +27,7 @@ async function ipOf(s: SandboxTestEnv, container: string, network: string): Prom
 }
 
 async function probe(t: Test, provider: SandboxProvider, h: SandboxHandle, phantomGateways: string[], targets: string[]): Promise<void> {
-  const r = await provider.exec(h, `python3 -c "$PROBE" ${phantomGateways.join(',') || '-'} ${targets.join(' ')}`, { env: { PROBE }, timeoutMs: 60_000 });
+  const r = await provider.exec(h, probeCommand(phantomGateways, targets), { env: { PROBE: ISOLATION_PROBE }, timeoutMs: 60_000 });
   t.equal(r.exitCode, 0, r.stderr);
   const lines = r.stdout.trim().split('\n');
   t.equal(lines.length, targets.length);
