@@ -10,21 +10,5 @@ export default function activate(config: DeploymentConfigInput): { 'sandbox@1': 
   return { 'sandbox@1': createDockerSandbox(config) };
 }
 
-export { createDockerSandbox, SandboxError, isSandboxError, sandboxErrorCodes, deploymentConfigSchema, parseDeploymentConfig } from './controller/index.js';
-export type {
-  SandboxProvider,
-  SandboxHandle,
-  SandboxSpec,
-  SandboxLimits,
-  SandboxWorkspace,
-  EgressTier,
-  ExecOptions,
-  ExecResult,
-  FileStat,
-  SandboxErrorCode,
-  SandboxTestOptions,
-  DockerSandboxProvider,
-  EgressUsage,
-  DeploymentConfig,
-  DeploymentConfigInput,
-} from './controller/index.js';
+// Everything the controller exports: createDockerSandbox, the sandbox@1 contract types, errors.
+export * from './controller/index.js';
