@@ -283,6 +283,30 @@ t.test('connection limits answer 429 per client and 503 overall, with Retry-Afte
   for (const s of [...held, other]) s.destroy();
 });
 
+t.test('idle tunnels and tunnels past their lifetime are closed', async (t) => {
+  const limited = await startTestProxy({
+    policy: { allowHosts: ['echo.test'], connectPorts: [echoPort], testHosts: { 'echo.test': '127.0.0.1' } },
+    limits: { idleTimeoutMs: 300, maxTunnelMs: 1_500 },
+  });
+  t.teardown(() => limited.close());
+  const open = (): Promise<net.Socket> =>
+    rawRequest(limited.port, `CONNECT echo.test:${echoPort} HTTP/1.1\r\nHost: x\r\n\r\n`).then((r) => r.socket);
+  const idle = await open();
+  const idleStart = Date.now();
+  await readUntil(idle, undefined);
+  t.ok(Date.now() - idleStart < 1_400, 'the idle tunnel was closed by the idle timeout');
+  const busy = await open();
+  const busyStart = Date.now();
+  const ticker = setInterval(() => busy.write('.'), 100);
+  busy.resume();
+  await new Promise<void>((resolve) => busy.once('close', () => resolve()));
+  clearInterval(ticker);
+  const lived = Date.now() - busyStart;
+  t.ok(lived >= 1_300 && lived < 4_000, `a busy tunnel lived until its limit (${lived} ms)`);
+  await settle(() => limited.logs.filter((l) => l.event === 'tunnel_closed').length === 2, 'two close lines');
+  t.same(limited.logs.filter((l) => l.event === 'tunnel_closed').map((l) => l.closedBy), ['idle_timeout', 'max_lifetime']);
+});
+
 t.test('a new policy applies to new requests and leaves open tunnels alone', async (t) => {
   const res = await rawRequest(port, `CONNECT echo.test:${echoPort} HTTP/1.1\r\nHost: x\r\n\r\n`);
   t.equal(res.status, 200);
