@@ -283,6 +283,21 @@ t.test('connection limits answer 429 per client and 503 overall, with Retry-Afte
   for (const s of [...held, other]) s.destroy();
 });
 
+t.test('a client that never reads stalls only its own tunnel', async (t) => {
+  const stalled = await rawRequest(port, `CONNECT echo.test:${echoPort} HTTP/1.1\r\nHost: x\r\n\r\n`);
+  stalled.socket.pause();
+  const chunk = Buffer.alloc(64 * 1024, 0x61);
+  for (let i = 0; i < 320; i++) stalled.socket.write(chunk); // 20 MiB echoed back to a reader that never reads
+  await new Promise((r) => setTimeout(r, 300));
+  const other = await rawRequest(port, `CONNECT echo.test:${echoPort} HTTP/1.1\r\nHost: x\r\n\r\n`);
+  const started = Date.now();
+  other.socket.write('ping');
+  t.match(await readUntil(other.socket, 'echo:ping', 2_000), 'echo:ping');
+  t.ok(Date.now() - started < 1_000, `another tunnel answers at once (${Date.now() - started} ms)`);
+  other.socket.destroy();
+  stalled.socket.destroy();
+});
+
 t.test('idle tunnels and tunnels past their lifetime are closed', async (t) => {
   const limited = await startTestProxy({
     policy: { allowHosts: ['echo.test'], connectPorts: [echoPort], testHosts: { 'echo.test': '127.0.0.1' } },
