@@ -36,8 +36,7 @@ export async function handleConnect(ctx: ProxyContext, root: Logger, req: Incomi
   const decision = await decide(ctx.policy(), target.host, target.port, ctx.lookup);
   const decideMs = ms(started);
   if (!decision.allowed) {
-    const level = decision.reason === 'internal_error' ? 'error' : 'info';
-    if (level === 'error') log.error({ [F.reason]: decision.reason, [F.detail]: decision.detail }, 'decision failed');
+    if (decision.reason === 'internal_error') log.error({ [F.reason]: decision.reason, [F.detail]: decision.detail }, 'decision failed');
     return deny(ctx, log, client, decision, { [F.addresses]: decision.addresses, [F.decideMs]: decideMs });
   }
   if (client.destroyed) return;
