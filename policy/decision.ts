@@ -5,6 +5,7 @@
  */
 import { classifyAddress } from './address-class.js';
 import { parseHostName } from './host-name.js';
+import type { TunnelMode } from './host-pattern.js';
 import type { Policy } from './policy.js';
 import type { Reason } from './reason.js';
 
@@ -23,6 +24,8 @@ export interface AllowedTarget {
   readonly port: number;
   /** The allowlist entry that matched. */
   readonly rule: string;
+  /** What a CONNECT tunnel to this host may carry (the matched entry's mode). */
+  readonly tunnel: TunnelMode;
 }
 
 export interface Allowed extends AllowedTarget {
@@ -43,7 +46,7 @@ export type Lookup = (name: string) => Promise<LookupOutcome>;
 // Fields listed one by one: V8 gives an object built by spread-plus-properties a new hidden class
 // on every call, which costs microseconds on each request.
 function allowed(target: AllowedTarget, addresses: readonly string[], pinnedBy: Allowed['pinnedBy']): Allowed {
-  return { allowed: true, host: target.host, port: target.port, rule: target.rule, addresses, pinnedBy };
+  return { allowed: true, host: target.host, port: target.port, rule: target.rule, tunnel: target.tunnel, addresses, pinnedBy };
 }
 
 /** The checks that need no DNS: host syntax, literals, allowlist, port. */
@@ -51,14 +54,14 @@ export function checkTarget(policy: Policy, rawHost: string, port: number): Allo
   const parsed = parseHostName(rawHost);
   if (!parsed.ok) return { allowed: false, reason: parsed.reason, detail: parsed.detail, port };
   const host = parsed.name;
-  const rule = policy.allowlist.match(host);
-  if (rule === undefined) {
+  const pattern = policy.allowlist.match(host);
+  if (pattern === undefined) {
     return { allowed: false, reason: 'host_not_allowed', detail: `${host} is not on the allowlist`, host, port };
   }
   if (!policy.connectPorts.has(port)) {
     return { allowed: false, reason: 'port_not_allowed', detail: `port ${port} is not an allowed port`, host, port };
   }
-  return { allowed: true, host, port, rule };
+  return { allowed: true, host, port, rule: pattern.entry, tunnel: pattern.tunnel };
 }
 
 /** Every address must be public unicast; one that is not denies the whole request. */

@@ -1,9 +1,10 @@
 /** The policy module: pure decisions about names, addresses and allowlists. No I/O here. */
 export { REASONS, isReason, type Reason } from './reason.js';
 export { parseHostName, type HostParse } from './host-name.js';
-export { parseHostPattern, compileAllowlist, type Allowlist, type HostPattern } from './host-pattern.js';
+export { parseHostPattern, compileAllowlist, type Allowlist, type HostPattern, type TunnelMode } from './host-pattern.js';
+export { isPublicSuffix } from './public-suffix.js';
 export { classifyAddress, type AddressVerdict, type AddressClassName } from './address-class.js';
-export { buildPolicy, DEFAULT_CONNECT_PORTS, type Policy, type PolicyInput, type PolicyProblem } from './policy.js';
+export { buildPolicy, DEFAULT_CONNECT_PORTS, type AllowEntry, type Policy, type PolicyInput, type PolicyProblem } from './policy.js';
 export { parsePolicyText, PolicyError, PolicyFileSchema, type PolicyFile } from './policy-file.js';
 export {
   checkTarget,

@@ -4,13 +4,26 @@
  */
 import { parseDocument } from 'yaml';
 import { z } from 'zod';
+import { CodedError } from '../common/index.js';
 import { DEFAULT_CONNECT_PORTS, type PolicyProblem } from './policy.js';
+
+const TunnelModeSchema = z
+  .enum(['tls', 'opaque'])
+  .describe('What a CONNECT tunnel to this host may carry: "tls" (a TLS ClientHello naming the host must come first) or "opaque" (any bytes, for SSH, plain WebSocket and other non-TLS protocols; trusts the host\'s virtual hosting).');
 
 export const PolicyFileSchema = z.strictObject({
   version: z.literal(1).default(1).describe('Policy format version. Only 1 exists.'),
   allowHosts: z
-    .array(z.string())
-    .describe('Host names that may be reached: "example.com" exactly, "*.example.com" any name below it.'),
+    .array(
+      z.union([
+        z.string(),
+        z.strictObject({
+          host: z.string().describe('"example.com" or "*.example.com", as in the string form.'),
+          tunnel: TunnelModeSchema.optional().describe('Default: "tls", or the --tunnel-default of the proxy.'),
+        }),
+      ]),
+    )
+    .describe('Host names that may be reached: "example.com" exactly, "*.example.com" any name below it; or { host, tunnel } to set the tunnel mode of that entry.'),
   connectPorts: z
     .array(z.number().int().min(1).max(65535))
     .min(1)
@@ -20,15 +33,13 @@ export const PolicyFileSchema = z.strictObject({
 
 export type PolicyFile = z.infer<typeof PolicyFileSchema>;
 
-export class PolicyError extends Error {
-  readonly code = 'invalid_policy';
+export class PolicyError extends CodedError<'invalid_policy'> {
   readonly source: string;
   readonly problems: readonly PolicyProblem[];
 
   constructor(source: string, problems: readonly PolicyProblem[], options?: ErrorOptions) {
     const lines = problems.map((p) => `  ${p.path || '(top level)'}: ${p.message}`);
-    super(`invalid policy in ${source}:\n${lines.join('\n')}`, options);
-    this.name = 'PolicyError';
+    super('invalid_policy', `invalid policy in ${source}:\n${lines.join('\n')}`, options);
     this.source = source;
     this.problems = problems;
   }

@@ -3,7 +3,7 @@
  * the environment of the egress image), then frozen and shared by every request.
  */
 import ipaddr from 'ipaddr.js';
-import { compileAllowlist, parseHostPattern, type Allowlist, type HostPattern } from './host-pattern.js';
+import { compileAllowlist, parseHostPattern, type Allowlist, type HostPattern, type TunnelMode } from './host-pattern.js';
 import { parseHostName } from './host-name.js';
 
 export interface Policy {
@@ -20,8 +20,15 @@ export interface Policy {
 
 export const DEFAULT_CONNECT_PORTS: readonly number[] = [443, 80];
 
+/** An allowlist entry: a host pattern, or one with its tunnel mode spelled out. */
+export type AllowEntry = string | { readonly host: string; readonly tunnel?: TunnelMode | undefined };
+
 export interface PolicyInput {
-  readonly allowHosts: readonly string[];
+  readonly allowHosts: readonly AllowEntry[];
+  /** The tunnel mode of entries that do not name one (default `tls`). */
+  readonly tunnelDefault?: TunnelMode;
+  /** Refuse `opaque` entries (the operator's `--require-sni true`), so every tunnel carries TLS. */
+  readonly requireTls?: boolean;
   readonly connectPorts?: readonly number[];
   readonly testHosts?: Readonly<Record<string, string | readonly string[]>>;
 }
@@ -39,10 +46,27 @@ export type PolicyBuild =
 export function buildPolicy(input: PolicyInput): PolicyBuild {
   const problems: PolicyProblem[] = [];
   const patterns: HostPattern[] = [];
-  input.allowHosts.forEach((entry, i) => {
-    const parsed = parseHostPattern(entry.trim());
-    if (parsed.ok) patterns.push(parsed.pattern);
-    else problems.push({ path: `allowHosts[${i}]`, message: `"${entry}": ${parsed.problem}` });
+  const seen = new Map<string, HostPattern>();
+  input.allowHosts.forEach((item, i) => {
+    const entry = typeof item === 'string' ? item : item.host;
+    const tunnel = (typeof item === 'string' ? undefined : item.tunnel) ?? input.tunnelDefault ?? 'tls';
+    const parsed = parseHostPattern(entry.trim(), tunnel);
+    if (!parsed.ok) {
+      problems.push({ path: `allowHosts[${i}]`, message: `"${entry}": ${parsed.problem}` });
+      return;
+    }
+    const pattern = parsed.pattern;
+    if (pattern.tunnel === 'opaque' && input.requireTls === true) {
+      problems.push({ path: `allowHosts[${i}]`, message: `"${entry}": an opaque tunnel is refused because TLS is required for every tunnel (--require-sni true)` });
+      return;
+    }
+    const earlier = seen.get(pattern.entry);
+    if (earlier !== undefined && earlier.tunnel !== pattern.tunnel) {
+      problems.push({ path: `allowHosts[${i}]`, message: `"${entry}" is listed again with tunnel ${pattern.tunnel} (before: ${earlier.tunnel}); list it once` });
+      return;
+    }
+    seen.set(pattern.entry, pattern);
+    patterns.push(pattern);
   });
 
   const ports = input.connectPorts ?? DEFAULT_CONNECT_PORTS;

@@ -3,6 +3,7 @@
  * moving to the next when one fails. Only the addresses handed in are ever dialed.
  */
 import net from 'node:net';
+import { CodedError } from '../common/index.js';
 
 /** Opens a TCP connection; injectable so tests can observe or fake the network. */
 export type Connect = (address: string, port: number) => net.Socket;
@@ -10,15 +11,13 @@ export type Connect = (address: string, port: number) => net.Socket;
 export const defaultConnect: Connect = (address, port) =>
   net.connect({ host: address, port, allowHalfOpen: true, noDelay: true });
 
-export class DialError extends Error {
-  readonly code = 'connect_failed';
+export class DialError extends CodedError<'connect_failed'> {
   constructor(
     message: string,
     readonly attempts: readonly string[],
     options?: ErrorOptions,
   ) {
-    super(message, options);
-    this.name = 'DialError';
+    super('connect_failed', message, options);
   }
 }
 

@@ -6,7 +6,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
-import type { Endpoint } from './config.js';
+import { EGRESS_METRICS } from '../common/index.js';
 
 /** What the proxy reports as it works; the metrics below are one implementation. */
 export interface ProxyObserver {
@@ -27,11 +27,11 @@ export interface ProxyMetrics {
 
 export function createProxyMetrics(): ProxyMetrics {
   const registry = new Registry();
-  const decisions = new Counter({ name: 'egress_decisions_total', help: 'Decisions by outcome and reason', labelNames: ['outcome', 'reason'] as const, registers: [registry] });
-  const tunnels = new Gauge({ name: 'egress_open_tunnels', help: 'CONNECT tunnels open now', registers: [registry] });
-  const bytes = new Counter({ name: 'egress_bytes_total', help: 'Bytes relayed, by direction (up: client to upstream)', labelNames: ['direction', 'kind'] as const, registers: [registry] });
-  const dns = new Histogram({ name: 'egress_dns_seconds', help: 'DNS lookup latency', labelNames: ['outcome'] as const, buckets: LATENCY_BUCKETS, registers: [registry] });
-  const connect = new Histogram({ name: 'egress_connect_seconds', help: 'Upstream connect latency (all attempts of one request)', labelNames: ['outcome'] as const, buckets: LATENCY_BUCKETS, registers: [registry] });
+  const decisions = new Counter({ name: EGRESS_METRICS.decisions, help: 'Decisions by outcome and reason', labelNames: ['outcome', 'reason'] as const, registers: [registry] });
+  const tunnels = new Gauge({ name: EGRESS_METRICS.openTunnels, help: 'CONNECT tunnels open now', registers: [registry] });
+  const bytes = new Counter({ name: EGRESS_METRICS.bytes, help: 'Bytes relayed, by direction (up: client to upstream)', labelNames: ['direction', 'kind'] as const, registers: [registry] });
+  const dns = new Histogram({ name: EGRESS_METRICS.dnsSeconds, help: 'DNS lookup latency', labelNames: ['outcome'] as const, buckets: LATENCY_BUCKETS, registers: [registry] });
+  const connect = new Histogram({ name: EGRESS_METRICS.connectSeconds, help: 'Upstream connect latency (all attempts of one request)', labelNames: ['outcome'] as const, buckets: LATENCY_BUCKETS, registers: [registry] });
   return {
     registry,
     observer: {
@@ -57,7 +57,7 @@ export interface MetricsServer {
   close(): Promise<void>;
 }
 
-export async function startMetricsServer(endpoint: Endpoint, registry: Registry): Promise<MetricsServer> {
+export async function startMetricsServer(endpoint: { readonly host: string; readonly port: number }, registry: Registry): Promise<MetricsServer> {
   const server = http.createServer((req, res) => {
     if (req.method === 'GET' && req.url === '/metrics') {
       registry.metrics().then(

@@ -152,7 +152,7 @@ if selected egress; then
   # No registry is reachable from inside `docker build`, so the context is staged here: the
   # compiled proxy and policy, the package manifests and the production node_modules.
   [[ -f proxy/cli.ts ]] || die "proxy/cli.ts is missing: the egress image needs the egress proxy sources"
-  mapfile -t files < <({ find proxy policy -type f; ls -1 package.json package-lock.json tsconfig.json image/egress/Dockerfile image/egress/.dockerignore 2>/dev/null; } | sort)
+  mapfile -t files < <({ find common proxy policy -type f; ls -1 package.json package-lock.json tsconfig.json image/egress/Dockerfile image/egress/.dockerignore 2>/dev/null; } | sort)
   ctxhash=$(hash_files "${files[@]}")
   base_id=$(docker image inspect --format '{{.Id}}' "${BASE[egress]}")
   if [[ -z "${CAPYBARA_FORCE_REBUILD:-}" && "$(image_hash capybara-sandbox-egress:latest)" == "$(printf '%s\n' "$base_id" "$ctxhash" | sha)" ]]; then
@@ -162,15 +162,15 @@ if selected egress; then
     stage=$TMP/egress
     mkdir -p "$stage"
     [[ -d node_modules ]] || npm ci --no-audit --no-fund --loglevel=error
-    # Only proxy/ and policy/ go into the image, so only they are compiled (with the project's
+    # Only common/, proxy/ and policy/ go into the image, so only they are compiled (with the project's
     # compiler options): work in progress elsewhere in the tree cannot break this build.
-    log "compiling proxy/ and policy/ (tsc)"
+    log "compiling common/, proxy/ and policy/ (tsc)"
     mkdir -p "$stage/dist" "$stage/policy"
     cat > "$TMP/tsconfig.egress.json" <<JSON
 {
   "extends": "$ROOT/tsconfig.json",
   "compilerOptions": { "rootDir": "$ROOT", "outDir": "$stage/dist", "declaration": false, "sourceMap": false },
-  "include": ["$ROOT/proxy/**/*.ts", "$ROOT/policy/**/*.ts"],
+  "include": ["$ROOT/common/**/*.ts", "$ROOT/proxy/**/*.ts", "$ROOT/policy/**/*.ts"],
   "exclude": []
 }
 JSON

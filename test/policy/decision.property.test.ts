@@ -9,6 +9,7 @@ import { isIP } from 'node:net';
 import fc from 'fast-check';
 import ipaddr from 'ipaddr.js';
 import t, { type Test } from 'tap';
+import { getDomain } from 'tldts';
 import { buildPolicy, checkAddresses, checkTarget, decide, type LookupOutcome, type Policy } from '../../policy/index.js';
 
 // ---- reference: host names and allowlist -------------------------------------------------------
@@ -43,6 +44,9 @@ function refList(entries: readonly string[]): RefList | undefined {
     const wild = e.startsWith('*.');
     const name = refName(wild ? e.slice(2) : e);
     if (name === undefined) return undefined;
+    // The Public Suffix List (ICANN section, implicit "*" rule) is data, not logic: the library
+    // is the oracle for "is a public suffix", i.e. has no registrable domain of its own.
+    if (wild && getDomain(name, { allowPrivateDomains: false }) === null) return undefined;
     if (wild) below.push(name.split('.'));
     else exact.push(name);
   }

@@ -26,7 +26,7 @@ const cases: { name: string; host: string; rule: string | undefined }[] = [
   { name: 'entries are normalised', host: 'mixed.case.org', rule: 'mixed.case.org' },
   { name: 'unrelated name', host: 'evil.net', rule: undefined },
 ];
-for (const c of cases) t.test(c.name, async (t) => t.equal(list.match(c.host), c.rule));
+for (const c of cases) t.test(c.name, async (t) => t.equal(list.match(c.host)?.entry, c.rule));
 
 const bad: { name: string; entry: string }[] = [
   { name: 'IP literal', entry: '10.0.0.1' },
@@ -37,6 +37,11 @@ const bad: { name: string; entry: string }[] = [
   { name: 'non-ASCII', entry: 'bücher.example' },
   { name: 'empty label', entry: 'a..b' },
   { name: 'empty', entry: '' },
+  { name: 'wildcard over a TLD', entry: '*.com' },
+  { name: 'wildcard over a two-label public suffix', entry: '*.co.uk' },
+  { name: 'wildcard over a public suffix, trailing dot and case', entry: '*.CO.UK.' },
+  { name: 'wildcard over a PSL wildcard suffix (*.kawasaki.jp)', entry: '*.b.kawasaki.jp' },
+  { name: 'wildcard over a single unknown label (the PSL default rule)', entry: '*.corp' },
 ];
 for (const c of bad) {
   t.test(`refuses entry: ${c.name}`, async (t) => {
@@ -49,13 +54,13 @@ for (const c of bad) {
 t.test('100k entries: matching stays fast (no linear scan)', async (t) => {
   const patterns: HostPattern[] = [];
   for (let i = 0; i < 50_000; i++) {
-    patterns.push({ kind: 'exact', name: `host${i}.example${i % 97}.com`, entry: `host${i}.example${i % 97}.com` });
-    patterns.push({ kind: 'suffix', name: `zone${i}.example.net`, entry: `*.zone${i}.example.net` });
+    patterns.push({ kind: 'exact', name: `host${i}.example${i % 97}.com`, entry: `host${i}.example${i % 97}.com`, tunnel: 'tls' });
+    patterns.push({ kind: 'suffix', name: `zone${i}.example.net`, entry: `*.zone${i}.example.net`, tunnel: 'tls' });
   }
   const big = compileAllowlist(patterns);
   t.equal(big.size, 100_000);
-  t.equal(big.match('a.b.zone49999.example.net'), '*.zone49999.example.net');
-  t.equal(big.match('host123.example26.com'), 'host123.example26.com');
+  t.equal(big.match('a.b.zone49999.example.net')?.entry, '*.zone49999.example.net');
+  t.equal(big.match('host123.example26.com')?.entry, 'host123.example26.com');
   t.equal(big.match('zone1.example.net'), undefined);
   const n = 200_000;
   const start = process.hrtime.bigint();
@@ -64,4 +69,31 @@ t.test('100k entries: matching stays fast (no linear scan)', async (t) => {
   // A linear scan of 100k entries takes hundreds of microseconds per match; this bound is loose
   // on purpose (coverage instrumentation and a busy CI machine slow the loop several times).
   t.ok(nsPerMatch < 50_000, `${nsPerMatch.toFixed(0)} ns per match`);
+});
+
+t.test('a wildcard over a public suffix says which entry and why', async (t) => {
+  const p = parseHostPattern('*.co.uk');
+  t.equal(p.ok, false);
+  if (!p.ok) t.match(p.problem, /"co\.uk" is a public suffix/);
+});
+
+t.test('wildcards one label below a public suffix, and exact suffixes, are fine', async (t) => {
+  for (const entry of ['*.example.co.uk', '*.github.io', '*.city.kawasaki.jp', 'co.uk', '*.wild.example.com']) {
+    t.equal(parseHostPattern(entry).ok, true, entry);
+  }
+});
+
+t.test('the matched entry carries its tunnel mode; exact beats wildcard, deeper beats shallower', async (t) => {
+  const patterns = [
+    ['*.example.com', 'opaque'],
+    ['*.tls.example.com', 'tls'],
+    ['ssh.tls.example.com', 'opaque'],
+  ].map(([entry, mode]) => {
+    const p = parseHostPattern(entry as string, mode as 'tls' | 'opaque');
+    if (!p.ok) throw new Error(p.problem);
+    return p.pattern;
+  });
+  const list = compileAllowlist(patterns);
+  t.same([list.match('a.example.com')?.tunnel, list.match('a.tls.example.com')?.tunnel, list.match('ssh.tls.example.com')?.tunnel], ['opaque', 'tls', 'opaque']);
+  t.equal(parseHostPattern('a.example').ok && parseHostPattern('a.example').ok ? (parseHostPattern('a.example') as { pattern: { tunnel: string } }).pattern.tunnel : '', 'tls', 'tls by default');
 });

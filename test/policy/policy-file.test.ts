@@ -49,3 +49,52 @@ t.test('test hosts are validated', async (t) => {
   t.ok(ok.ok);
   if (ok.ok) t.same(ok.policy.testHosts.get('a.example'), ['127.0.0.1', '::1']);
 });
+
+t.test('allowHosts entries may be objects with a tunnel mode', async (t) => {
+  const file = parsePolicyText('allowHosts:\n  - a.example\n  - { host: ssh.example, tunnel: opaque }\n  - { host: "*.b.example", tunnel: tls }\n  - { host: c.example }\n', 'p.yaml');
+  const built = buildPolicy({ allowHosts: file.allowHosts });
+  t.ok(built.ok);
+  if (!built.ok) return;
+  const mode = (name: string) => built.policy.allowlist.match(name)?.tunnel;
+  t.same([mode('a.example'), mode('ssh.example'), mode('x.b.example'), mode('c.example')], ['tls', 'opaque', 'tls', 'tls']);
+});
+
+t.test('tunnel modes: a default for unmarked entries, and an operator switch that refuses opaque', async (t) => {
+  const opaqueByDefault = buildPolicy({ allowHosts: ['a.example', { host: 'b.example', tunnel: 'tls' }], tunnelDefault: 'opaque' });
+  t.ok(opaqueByDefault.ok);
+  if (opaqueByDefault.ok) t.same([opaqueByDefault.policy.allowlist.match('a.example')?.tunnel, opaqueByDefault.policy.allowlist.match('b.example')?.tunnel], ['opaque', 'tls']);
+  const strict = buildPolicy({ allowHosts: ['a.example', { host: 'ssh.example', tunnel: 'opaque' }], requireTls: true });
+  t.equal(strict.ok, false);
+  if (!strict.ok) {
+    t.equal(strict.problems[0]?.path, 'allowHosts[1]');
+    t.match(strict.problems[0]?.message, /opaque tunnel is refused/);
+  }
+});
+
+const badEntries: { name: string; text: string; path: string; message: RegExp }[] = [
+  { name: 'unknown tunnel mode', text: 'allowHosts:\n  - { host: a.example, tunnel: ssh }\n', path: 'allowHosts[0]', message: /./ },
+  { name: 'unknown key in an entry', text: 'allowHosts:\n  - { host: a.example, mode: opaque }\n', path: 'allowHosts[0]', message: /./ },
+  { name: 'entry without host', text: 'allowHosts:\n  - { tunnel: opaque }\n', path: 'allowHosts[0]', message: /./ },
+];
+for (const c of badEntries) {
+  t.test(`bad object entry: ${c.name}`, async (t) => {
+    const err = t.throws(() => parsePolicyText(c.text, 'p.yaml')) as PolicyError;
+    t.equal(err.code, 'invalid_policy');
+    t.match(err.message, c.path);
+  });
+}
+
+t.test('the same entry twice with different tunnel modes is refused', async (t) => {
+  const built = buildPolicy({ allowHosts: [{ host: 'a.example', tunnel: 'opaque' }, 'A.example.'] });
+  t.equal(built.ok, false);
+  if (!built.ok) t.match(built.problems[0], { path: 'allowHosts[1]', message: /listed again with tunnel tls/ });
+});
+
+t.test('a wildcard over a public suffix is a load error naming the entry', async (t) => {
+  const built = buildPolicy({ allowHosts: ['good.example', '*.com', '*.co.uk'] });
+  t.equal(built.ok, false);
+  if (!built.ok) {
+    t.same(built.problems.map((p) => p.path), ['allowHosts[1]', 'allowHosts[2]']);
+    t.match(built.problems[1]?.message, /"\*\.co\.uk".*public suffix/);
+  }
+});

@@ -1,0 +1,62 @@
+/**
+ * The interface of the egress proxy image as other programs meet it: the environment variables
+ * it reads, the port it listens on, the metric names it serves and how an allowlist is written
+ * into one string. The proxy defines its configuration with these names and the controller
+ * configures its per-sandbox proxies with them, so neither can drift from the other. Names and
+ * numbers only: importing this never loads the proxy.
+ */
+
+/** Environment variables of `capybara-egress` (each but the last the twin of a flag). */
+export const EGRESS_ENV = {
+  policyFile: 'EGRESS_POLICY_FILE',
+  allowHosts: 'EGRESS_ALLOW_HOSTS',
+  listen: 'EGRESS_LISTEN',
+  dnsServers: 'EGRESS_DNS_SERVERS',
+  connectPorts: 'ALLOW_CONNECT_PORTS',
+  metricsListen: 'EGRESS_METRICS_LISTEN',
+  logLevel: 'EGRESS_LOG_LEVEL',
+  tunnelDefault: 'EGRESS_TUNNEL_DEFAULT',
+  requireSni: 'EGRESS_REQUIRE_SNI',
+  maxConnections: 'EGRESS_MAX_CONNECTIONS',
+  maxConnectionsPerClient: 'EGRESS_MAX_CONNECTIONS_PER_CLIENT',
+  idleTimeoutMs: 'EGRESS_IDLE_TIMEOUT_MS',
+  maxTunnelMs: 'EGRESS_MAX_TUNNEL_MS',
+  headerTimeoutMs: 'EGRESS_HEADER_TIMEOUT_MS',
+  helloTimeoutMs: 'EGRESS_TLS_HELLO_TIMEOUT_MS',
+  maxHeaderBytes: 'EGRESS_MAX_HEADER_BYTES',
+  dnsTimeoutMs: 'EGRESS_DNS_TIMEOUT_MS',
+  connectTimeoutMs: 'EGRESS_CONNECT_TIMEOUT_MS',
+  /** Tests only: a JSON map of host to address(es) that pins those names. */
+  testHosts: 'CAPYBARA_EGRESS_TEST_HOSTS',
+} as const;
+
+/** The proxy port: the CLI's default on loopback, and what the image listens on everywhere. */
+export const EGRESS_PROXY_PORT = 3128;
+
+/** The port the controller has its per-sandbox proxies serve metrics on (loopback only). */
+export const EGRESS_METRICS_PORT = 9464;
+
+/** The proxy's own health endpoint on the proxy port. */
+export const EGRESS_HEALTH_PATH = '/healthz';
+
+/** Prometheus metric names served at /metrics. */
+export const EGRESS_METRICS = {
+  decisions: 'egress_decisions_total',
+  openTunnels: 'egress_open_tunnels',
+  bytes: 'egress_bytes_total',
+  dnsSeconds: 'egress_dns_seconds',
+  connectSeconds: 'egress_connect_seconds',
+} as const;
+
+/**
+ * An allowlist as one string (`EGRESS_ALLOW_HOSTS`, and the label a sandbox records its
+ * allowlist in): entries joined by commas. Entries are host names or `*.` patterns, which never
+ * contain a comma, so the codec is exact.
+ */
+export function encodeAllowHosts(hosts: readonly string[]): string {
+  return hosts.join(',');
+}
+
+export function decodeAllowHosts(text: string): string[] {
+  return text.split(',').map((s) => s.trim()).filter((s) => s !== '');
+}

@@ -1,0 +1,11 @@
+/** What every part of the project shares: the error base class and the egress image's interface. */
+export { CodedError } from './coded-error.js';
+export {
+  decodeAllowHosts,
+  EGRESS_ENV,
+  EGRESS_HEALTH_PATH,
+  EGRESS_METRICS,
+  EGRESS_METRICS_PORT,
+  EGRESS_PROXY_PORT,
+  encodeAllowHosts,
+} from './egress-image.js';
