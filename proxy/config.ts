@@ -1,91 +1,87 @@
 /**
  * Configuration of the egress proxy from command-line flags and their environment twins (the
- * egress image uses only the environment). Parsed and validated once at start-up; any problem is
- * an error naming the flag or variable and what is wrong, and the proxy does not start.
+ * egress image uses only the environment). One zod schema parses and validates everything once at
+ * start-up, and `ProxyConfig` is its output type; any problem is an error naming the flag or
+ * variable and what is wrong, and the proxy does not start.
  */
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
-import { buildPolicy, parsePolicyText, PolicyError, type Policy, type PolicyProblem } from '../policy/index.js';
-import { DEFAULT_LIMITS, type ProxyLimits } from './context.js';
+import { CodedError, decodeAllowHosts, EGRESS_ENV, EGRESS_PROXY_PORT } from '../common/index.js';
+import { buildPolicy, parsePolicyText, PolicyError, type AllowEntry, type Policy, type PolicyProblem } from '../policy/index.js';
+import { DEFAULT_LIMITS, LimitsSchema, type ProxyLimits } from './limits.js';
 
-export class ConfigError extends Error {
-  readonly code = 'invalid_config';
+export class ConfigError extends CodedError<'invalid_config'> {
   constructor(message: string, options?: ErrorOptions) {
-    super(message, options);
-    this.name = 'ConfigError';
+    super('invalid_config', message, options);
   }
 }
 
+const limitHelp = (key: keyof ProxyLimits): string => `${LimitsSchema.shape[key].description ?? key} (default ${DEFAULT_LIMITS[key]})`;
+
 /** Each option: its flag, its environment variable, and what it means (also the --help text). */
 export const OPTIONS = {
-  policy: { env: 'EGRESS_POLICY_FILE', arg: 'FILE', help: 'policy file (JSON or YAML) with allowHosts and connectPorts' },
-  'allow-hosts': { env: 'EGRESS_ALLOW_HOSTS', arg: 'LIST', help: 'comma-separated allowlist, instead of a policy file' },
-  listen: { env: 'EGRESS_LISTEN', arg: 'HOST:PORT', help: 'address to listen on (default 127.0.0.1:3128)' },
-  'dns-server': { env: 'EGRESS_DNS_SERVERS', arg: 'IP:PORT', help: 'DNS server to ask, repeatable (env: comma-separated); default: the system resolver' },
-  'connect-ports': { env: 'ALLOW_CONNECT_PORTS', arg: 'LIST', help: 'comma-separated destination ports (overrides the policy file; default 443,80)' },
-  'metrics-listen': { env: 'EGRESS_METRICS_LISTEN', arg: 'HOST:PORT', help: 'serve Prometheus metrics at /metrics on this address (off by default)' },
-  'log-level': { env: 'EGRESS_LOG_LEVEL', arg: 'LEVEL', help: 'pino log level (default info)' },
-  'max-connections': { env: 'EGRESS_MAX_CONNECTIONS', arg: 'N', help: `open client connections in total (default ${DEFAULT_LIMITS.maxConnections})` },
-  'max-connections-per-client': { env: 'EGRESS_MAX_CONNECTIONS_PER_CLIENT', arg: 'N', help: `open connections per client address (default ${DEFAULT_LIMITS.maxConnectionsPerClient})` },
-  'idle-timeout-ms': { env: 'EGRESS_IDLE_TIMEOUT_MS', arg: 'MS', help: `close tunnels idle this long (default ${DEFAULT_LIMITS.idleTimeoutMs})` },
-  'max-tunnel-ms': { env: 'EGRESS_MAX_TUNNEL_MS', arg: 'MS', help: 'longest tunnel lifetime, 0 for none (default 0)' },
-  'header-timeout-ms': { env: 'EGRESS_HEADER_TIMEOUT_MS', arg: 'MS', help: `time for a complete request head (default ${DEFAULT_LIMITS.headerTimeoutMs})` },
-  'max-header-bytes': { env: 'EGRESS_MAX_HEADER_BYTES', arg: 'N', help: `largest request head (default ${DEFAULT_LIMITS.maxHeaderBytes})` },
-  'dns-timeout-ms': { env: 'EGRESS_DNS_TIMEOUT_MS', arg: 'MS', help: `DNS deadline per request (default ${DEFAULT_LIMITS.dnsTimeoutMs})` },
-  'require-sni': { env: 'EGRESS_REQUIRE_SNI', arg: 'true|false', help: 'refuse tunnels that do not open with a TLS server name (default false: allow and log)' },
-  'connect-timeout-ms': { env: 'EGRESS_CONNECT_TIMEOUT_MS', arg: 'MS', help: `connect deadline per address (default ${DEFAULT_LIMITS.connectTimeoutMs})` },
+  policy: { env: EGRESS_ENV.policyFile, arg: 'FILE', help: 'policy file (JSON or YAML) with allowHosts and connectPorts' },
+  'allow-hosts': { env: EGRESS_ENV.allowHosts, arg: 'LIST', help: 'comma-separated allowlist, instead of a policy file' },
+  listen: { env: EGRESS_ENV.listen, arg: 'HOST:PORT', help: `address to listen on (default 127.0.0.1:${EGRESS_PROXY_PORT})` },
+  'dns-server': { env: EGRESS_ENV.dnsServers, arg: 'IP:PORT', help: 'DNS server to ask, repeatable (env: comma-separated); default: the system resolver' },
+  'connect-ports': { env: EGRESS_ENV.connectPorts, arg: 'LIST', help: 'comma-separated destination ports (overrides the policy file; default 443,80)' },
+  'metrics-listen': { env: EGRESS_ENV.metricsListen, arg: 'HOST:PORT', help: 'serve Prometheus metrics at /metrics on this address (off by default)' },
+  'log-level': { env: EGRESS_ENV.logLevel, arg: 'LEVEL', help: 'pino log level: fatal, error, warn, info, debug, trace or silent (default info)' },
+  'tunnel-default': { env: EGRESS_ENV.tunnelDefault, arg: 'tls|opaque', help: 'tunnel mode of allowlist entries that name none (default tls: a TLS ClientHello naming the CONNECT host must come first)' },
+  'require-sni': { env: EGRESS_ENV.requireSni, arg: 'true|false', help: 'true: refuse opaque entries, so every tunnel must start with TLS naming the CONNECT host (default false: the policy decides)' },
+  'max-connections': { env: EGRESS_ENV.maxConnections, arg: 'N', help: limitHelp('maxConnections') },
+  'max-connections-per-client': { env: EGRESS_ENV.maxConnectionsPerClient, arg: 'N', help: limitHelp('maxConnectionsPerClient') },
+  'idle-timeout-ms': { env: EGRESS_ENV.idleTimeoutMs, arg: 'MS', help: limitHelp('idleTimeoutMs') },
+  'max-tunnel-ms': { env: EGRESS_ENV.maxTunnelMs, arg: 'MS', help: limitHelp('maxTunnelMs') },
+  'header-timeout-ms': { env: EGRESS_ENV.headerTimeoutMs, arg: 'MS', help: limitHelp('headerTimeoutMs') },
+  'tls-hello-timeout-ms': { env: EGRESS_ENV.helloTimeoutMs, arg: 'MS', help: limitHelp('helloTimeoutMs') },
+  'max-header-bytes': { env: EGRESS_ENV.maxHeaderBytes, arg: 'N', help: limitHelp('maxHeaderBytes') },
+  'dns-timeout-ms': { env: EGRESS_ENV.dnsTimeoutMs, arg: 'MS', help: limitHelp('dnsTimeoutMs') },
+  'connect-timeout-ms': { env: EGRESS_ENV.connectTimeoutMs, arg: 'MS', help: limitHelp('connectTimeoutMs') },
 } as const;
 
 type OptionName = keyof typeof OPTIONS;
 
-export const TEST_HOSTS_ENV = 'CAPYBARA_EGRESS_TEST_HOSTS';
+export const TEST_HOSTS_ENV = EGRESS_ENV.testHosts;
 
-export interface Endpoint {
-  readonly host: string;
-  readonly port: number;
-}
-
-export interface ProxyConfig {
-  readonly listen: Endpoint;
-  readonly metricsListen: Endpoint | undefined;
-  readonly dnsServers: readonly string[];
-  readonly logLevel: string;
-  readonly limits: ProxyLimits;
-  /** Where the policy came from, to re-read it on SIGHUP or change. */
-  readonly policySource: { readonly kind: 'file'; readonly path: string } | { readonly kind: 'env'; readonly name: string };
-  readonly connectPorts: readonly number[] | undefined;
-  readonly testHosts: Readonly<Record<string, string | readonly string[]>> | undefined;
-  readonly allowHosts: readonly string[] | undefined;
-}
-
-const Endpoint = z.string().transform((text, ctx): Endpoint => {
+const Endpoint = z.string().transform((text, ctx) => {
   const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:[\]]+)):([0-9]{1,5})$/.exec(text);
   const port = m ? Number(m[3]) : NaN;
   if (!m || port > 65535) {
     ctx.addIssue({ code: 'custom', message: `"${text}" is not HOST:PORT (IPv6 in brackets)` });
     return z.NEVER;
   }
-  return { host: (m[1] ?? m[2]) as string, port };
+  return Object.freeze({ host: (m[1] ?? m[2]) as string, port });
 });
 
 const PortList = z.string().transform((text, ctx): number[] => {
   const parts = text.split(',').map((s) => s.trim()).filter(Boolean);
-  const ports = parts.map(Number);
   const bad = parts.find((p) => !/^[1-9][0-9]{0,4}$/.test(p) || Number(p) > 65535);
-  if (bad !== undefined || ports.length === 0) {
+  if (bad !== undefined || parts.length === 0) {
     ctx.addIssue({ code: 'custom', message: `"${bad ?? text}" is not a port list like 443,80` });
     return z.NEVER;
   }
-  return ports;
+  return parts.map(Number);
 });
 
-const DnsServer = z.string().refine((s) => /^(?:[0-9.]+|\[[0-9a-fA-F:.]+\])(?::[0-9]{1,5})?$|^[0-9a-fA-F:]+$/.test(s), {
-  message: 'expected IP, IP:PORT or [IPv6]:PORT',
-});
+const DnsServers = z
+  .string()
+  .transform((text) => text.split(',').map((s) => s.trim()).filter(Boolean))
+  .pipe(
+    z.array(
+      z.string().refine((s) => /^(?:[0-9.]+|\[[0-9a-fA-F:.]+\])(?::[0-9]{1,5})?$|^[0-9a-fA-F:]+$/.test(s), {
+        message: 'expected IP, IP:PORT or [IPv6]:PORT',
+      }),
+    ),
+  );
 
 const Bool = z.enum(['true', 'false'], { message: 'expected true or false' }).transform((v) => v === 'true');
 
-const Count = z.string().regex(/^[0-9]+$/, 'expected a whole number').transform(Number);
+const Count = z.string().regex(/^[0-9]{1,15}$/, 'expected a whole number').transform(Number);
+
+const LogLevel = z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], { message: 'expected fatal, error, warn, info, debug, trace or silent' });
+
+const TunnelMode = z.enum(['tls', 'opaque'], { message: 'expected tls or opaque' });
 
 const TestHosts = z
   .string()
@@ -99,6 +95,68 @@ const TestHosts = z
   })
   .pipe(z.record(z.string(), z.union([z.string(), z.array(z.string()).min(1)])));
 
+/** A limit given as text: a whole number, then the limit's own range from LimitsSchema. */
+const limit = (key: keyof ProxyLimits) => Count.pipe(LimitsSchema.shape[key].unwrap()).optional();
+
+/**
+ * Option values as given (flag, else environment), keyed by flag name, to the configuration the
+ * proxy runs with. The key of an issue is the option it came from.
+ */
+const ConfigSchema = z
+  .strictObject({
+    policy: z.string().optional(),
+    'allow-hosts': z.string().transform(decodeAllowHosts).optional(),
+    listen: Endpoint.optional(),
+    'dns-server': DnsServers.optional(),
+    'connect-ports': PortList.optional(),
+    'metrics-listen': Endpoint.optional(),
+    'log-level': LogLevel.optional(),
+    'tunnel-default': TunnelMode.optional(),
+    'require-sni': Bool.optional(),
+    'max-connections': limit('maxConnections'),
+    'max-connections-per-client': limit('maxConnectionsPerClient'),
+    'idle-timeout-ms': limit('idleTimeoutMs'),
+    'max-tunnel-ms': limit('maxTunnelMs'),
+    'header-timeout-ms': limit('headerTimeoutMs'),
+    'tls-hello-timeout-ms': limit('helloTimeoutMs'),
+    'max-header-bytes': limit('maxHeaderBytes'),
+    'dns-timeout-ms': limit('dnsTimeoutMs'),
+    'connect-timeout-ms': limit('connectTimeoutMs'),
+    [TEST_HOSTS_ENV]: TestHosts.optional(),
+    /** Which of --allow-hosts and its variable gave the list, to name it in policy errors. */
+    allowHostsFrom: z.string().optional(),
+  })
+  .transform((o) =>
+    Object.freeze({
+      listen: o.listen ?? Object.freeze({ host: '127.0.0.1', port: EGRESS_PROXY_PORT }),
+      metricsListen: o['metrics-listen'],
+      dnsServers: Object.freeze(o['dns-server'] ?? []),
+      logLevel: o['log-level'] ?? 'info',
+      limits: Object.freeze({
+        maxHeaderBytes: o['max-header-bytes'] ?? DEFAULT_LIMITS.maxHeaderBytes,
+        headerTimeoutMs: o['header-timeout-ms'] ?? DEFAULT_LIMITS.headerTimeoutMs,
+        idleTimeoutMs: o['idle-timeout-ms'] ?? DEFAULT_LIMITS.idleTimeoutMs,
+        maxTunnelMs: o['max-tunnel-ms'] ?? DEFAULT_LIMITS.maxTunnelMs,
+        helloTimeoutMs: o['tls-hello-timeout-ms'] ?? DEFAULT_LIMITS.helloTimeoutMs,
+        dnsTimeoutMs: o['dns-timeout-ms'] ?? DEFAULT_LIMITS.dnsTimeoutMs,
+        connectTimeoutMs: o['connect-timeout-ms'] ?? DEFAULT_LIMITS.connectTimeoutMs,
+        maxConnections: o['max-connections'] ?? DEFAULT_LIMITS.maxConnections,
+        maxConnectionsPerClient: o['max-connections-per-client'] ?? DEFAULT_LIMITS.maxConnectionsPerClient,
+      }) satisfies ProxyLimits,
+      /** Where the allowlist comes from: a file (re-read on SIGHUP or change) or a list. */
+      policySource:
+        o.policy !== undefined
+          ? Object.freeze({ kind: 'file' as const, path: o.policy })
+          : Object.freeze({ kind: 'list' as const, allowHosts: Object.freeze(o['allow-hosts'] ?? []), from: o.allowHostsFrom ?? OPTIONS['allow-hosts'].env }),
+      connectPorts: o['connect-ports'],
+      tunnelDefault: o['tunnel-default'] ?? 'tls',
+      requireTls: o['require-sni'] ?? false,
+      testHosts: o[TEST_HOSTS_ENV],
+    }),
+  );
+
+export type ProxyConfig = z.output<typeof ConfigSchema>;
+
 /** Reads one option: the flag wins over the environment variable. */
 function pick(values: Record<string, string | string[] | boolean | undefined>, env: NodeJS.ProcessEnv, name: OptionName): { value: string; from: string } | undefined {
   const flag = values[name];
@@ -109,12 +167,6 @@ function pick(values: Record<string, string | string[] | boolean | undefined>, e
   // (how the controller runs the proxy of a sandbox whose allowlist is empty).
   if (fromEnv === undefined || (fromEnv === '' && name !== 'allow-hosts')) return undefined;
   return { value: fromEnv, from: OPTIONS[name].env };
-}
-
-function parseWith<T>(schema: z.ZodType<T>, picked: { value: string; from: string }): T {
-  const result = schema.safeParse(picked.value);
-  if (!result.success) throw new ConfigError(`${picked.from}: ${result.error.issues.map((i) => i.message).join('; ')}`);
-  return result.data;
 }
 
 export function usage(): string {
@@ -145,51 +197,39 @@ export function parseConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Pr
   }
   if (values.help === true) return undefined;
 
-  const get = (name: OptionName) => pick(values, env, name);
-  const count = (name: OptionName, fallback: number): number => {
-    const p = get(name);
-    return p === undefined ? fallback : parseWith(Count, p);
-  };
-  const flagValue = (name: OptionName, fallback: boolean): boolean => {
-    const p = get(name);
-    return p === undefined ? fallback : parseWith(Bool, p);
-  };
-
-  const policyFile = get('policy');
-  const allowHosts = get('allow-hosts');
-  if (policyFile && allowHosts) {
-    throw new ConfigError(`both ${policyFile.from} and ${allowHosts.from} are set: give the allowlist one way only`);
+  const raw: Record<string, string> = {};
+  const from: Record<string, string> = {};
+  for (const name of Object.keys(OPTIONS) as OptionName[]) {
+    const picked = pick(values, env, name);
+    if (picked === undefined) continue;
+    raw[name] = picked.value;
+    from[name] = picked.from;
   }
-  if (!policyFile && !allowHosts) {
+  const testHosts = env[TEST_HOSTS_ENV];
+  if (testHosts) {
+    raw[TEST_HOSTS_ENV] = testHosts;
+    from[TEST_HOSTS_ENV] = TEST_HOSTS_ENV;
+  }
+
+  if (from['allow-hosts']) raw.allowHostsFrom = from['allow-hosts'];
+  if (from.policy && from['allow-hosts']) {
+    throw new ConfigError(`both ${from.policy} and ${from['allow-hosts']} are set: give the allowlist one way only`);
+  }
+  if (!from.policy && !from['allow-hosts']) {
     throw new ConfigError(`no policy: give --policy FILE (${OPTIONS.policy.env}) or --allow-hosts LIST (${OPTIONS['allow-hosts'].env})`);
   }
-
-  const listen = get('listen');
-  const metrics = get('metrics-listen');
-  const dns = get('dns-server');
-  const ports = get('connect-ports');
-  const testHosts = env[TEST_HOSTS_ENV];
-  return Object.freeze({
-    listen: listen ? parseWith(Endpoint, listen) : { host: '127.0.0.1', port: 3128 },
-    metricsListen: metrics ? parseWith(Endpoint, metrics) : undefined,
-    dnsServers: dns ? dns.value.split(',').map((s) => s.trim()).filter(Boolean).map((s) => parseWith(DnsServer, { value: s, from: dns.from })) : [],
-    logLevel: get('log-level')?.value ?? 'info',
-    limits: Object.freeze({
-      maxConnections: count('max-connections', DEFAULT_LIMITS.maxConnections),
-      maxConnectionsPerClient: count('max-connections-per-client', DEFAULT_LIMITS.maxConnectionsPerClient),
-      idleTimeoutMs: count('idle-timeout-ms', DEFAULT_LIMITS.idleTimeoutMs),
-      maxTunnelMs: count('max-tunnel-ms', DEFAULT_LIMITS.maxTunnelMs),
-      headerTimeoutMs: count('header-timeout-ms', DEFAULT_LIMITS.headerTimeoutMs),
-      maxHeaderBytes: count('max-header-bytes', DEFAULT_LIMITS.maxHeaderBytes),
-      dnsTimeoutMs: count('dns-timeout-ms', DEFAULT_LIMITS.dnsTimeoutMs),
-      connectTimeoutMs: count('connect-timeout-ms', DEFAULT_LIMITS.connectTimeoutMs),
-      requireSni: flagValue('require-sni', DEFAULT_LIMITS.requireSni),
-    }),
-    policySource: policyFile ? { kind: 'file' as const, path: policyFile.value } : { kind: 'env' as const, name: allowHosts?.from ?? '' },
-    connectPorts: ports ? parseWith(PortList, ports) : undefined,
-    testHosts: testHosts ? parseWith(TestHosts, { value: testHosts, from: TEST_HOSTS_ENV }) : undefined,
-    allowHosts: allowHosts ? allowHosts.value.split(',').map((s) => s.trim()).filter(Boolean) : undefined,
-  });
+  const result = ConfigSchema.safeParse(raw);
+  if (!result.success) {
+    const [issue] = result.error.issues;
+    const key = String(issue?.path[0] ?? '');
+    const sameKey = result.error.issues.filter((i) => String(i.path[0] ?? '') === key);
+    throw new ConfigError(`${from[key] ?? key}: ${sameKey.map((i) => i.message).join('; ')}`);
+  }
+  const config = result.data;
+  if (config.requireTls && config.tunnelDefault === 'opaque') {
+    throw new ConfigError(`${from['require-sni']} is true but ${from['tunnel-default']} is opaque: TLS cannot be both required and optional; drop one`);
+  }
+  return config;
 }
 
 /**
@@ -198,9 +238,9 @@ export function parseConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Pr
  */
 export function loadPolicy(config: ProxyConfig, readFile: (path: string) => string): Policy {
   const source = config.policySource;
-  let allowHosts: readonly string[];
+  let allowHosts: readonly AllowEntry[];
   let filePorts: readonly number[] | undefined;
-  const sourceName = source.kind === 'file' ? source.path : source.name;
+  const sourceName = source.kind === 'file' ? source.path : source.from;
   if (source.kind === 'file') {
     let text: string;
     try {
@@ -212,19 +252,21 @@ export function loadPolicy(config: ProxyConfig, readFile: (path: string) => stri
     allowHosts = file.allowHosts;
     filePorts = file.connectPorts;
   } else {
-    allowHosts = config.allowHosts ?? [];
+    allowHosts = source.allowHosts;
   }
   const built = buildPolicy({
     allowHosts,
     connectPorts: config.connectPorts ?? filePorts,
+    tunnelDefault: config.tunnelDefault,
+    requireTls: config.requireTls,
     ...(config.testHosts ? { testHosts: config.testHosts } : {}),
   });
   if (built.ok) return built.policy;
   // Name the variable a problem came from when it did not come from the file.
   const bySource = new Map<string, PolicyProblem[]>();
   for (const p of built.problems) {
-    const from = p.path.startsWith('testHosts') ? TEST_HOSTS_ENV : p.path.startsWith('connectPorts') && config.connectPorts ? 'ALLOW_CONNECT_PORTS' : sourceName;
-    bySource.set(from, [...(bySource.get(from) ?? []), p]);
+    const where = p.path.startsWith('testHosts') ? TEST_HOSTS_ENV : p.path.startsWith('connectPorts') && config.connectPorts ? OPTIONS['connect-ports'].env : sourceName;
+    bySource.set(where, [...(bySource.get(where) ?? []), p]);
   }
   const [first] = bySource;
   throw new PolicyError(first?.[0] ?? sourceName, first?.[1] ?? built.problems);

@@ -2,43 +2,10 @@
 import type { Socket } from 'node:net';
 import type { Lookup, Policy } from '../policy/index.js';
 import type { Connect } from './dial.js';
+import type { ProxyLimits } from './limits.js';
 import type { Logger } from './log.js';
 import type { ProxyObserver } from './metrics.js';
 import type { UpstreamAgents } from './upstream-agents.js';
-
-export interface ProxyLimits {
-  /** Largest request head, in bytes (431 beyond). */
-  readonly maxHeaderBytes: number;
-  /** Time allowed for a complete request head (408 beyond). */
-  readonly headerTimeoutMs: number;
-  /** A tunnel or connection with no traffic either way for this long is closed. */
-  readonly idleTimeoutMs: number;
-  /** Longest life of a tunnel; 0 for no limit. */
-  readonly maxTunnelMs: number;
-  readonly dnsTimeoutMs: number;
-  readonly connectTimeoutMs: number;
-  /**
-   * Refuse tunnels whose first bytes are not a TLS ClientHello with a server name. A server name
-   * that differs from the CONNECT host is always refused.
-   */
-  readonly requireSni: boolean;
-  /** Open client connections in total (503 beyond). */
-  readonly maxConnections: number;
-  /** Open client connections from one client address (429 beyond). */
-  readonly maxConnectionsPerClient: number;
-}
-
-export const DEFAULT_LIMITS: ProxyLimits = Object.freeze({
-  maxHeaderBytes: 16 * 1024,
-  headerTimeoutMs: 10_000,
-  idleTimeoutMs: 300_000,
-  maxTunnelMs: 0,
-  dnsTimeoutMs: 5_000,
-  connectTimeoutMs: 10_000,
-  requireSni: false,
-  maxConnections: 16_384,
-  maxConnectionsPerClient: 4_096,
-});
 
 export interface ProxyContext {
   policy(): Policy;

@@ -8,7 +8,7 @@
 import type { IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
-import { decide } from '../policy/index.js';
+import { decide, type TunnelMode } from '../policy/index.js';
 import { connectionOf, type ProxyContext } from './context.js';
 import { dialPinned, DialError } from './dial.js';
 import { F, ms, type Logger } from './log.js';
@@ -86,10 +86,10 @@ export async function handleConnect(ctx: ProxyContext, root: Logger, req: Incomi
     [F.connectMs]: connectMs,
   });
   client.write(ESTABLISHED);
-  splice(ctx, log, client, upstream, { host: decision.host, port: decision.port, started, head });
+  splice(ctx, log, client, upstream, { host: decision.host, port: decision.port, tunnel: decision.tunnel, started, head });
 }
 
-function splice(ctx: ProxyContext, log: Logger, client: Socket, upstream: Socket, meta: { host: string; port: number; started: number; head: Buffer }): void {
+function splice(ctx: ProxyContext, log: Logger, client: Socket, upstream: Socket, meta: { host: string; port: number; tunnel: TunnelMode; started: number; head: Buffer }): void {
   let closedBy: string | undefined;
   let sni: string | undefined;
   let open = 2;
@@ -148,7 +148,7 @@ function splice(ctx: ProxyContext, log: Logger, client: Socket, upstream: Socket
   // not held up: only this direction waits).
   holdFirstRecord(client, meta.head, (bytes, scan) => {
     if (scan.kind === 'tls') sni = scan.sni;
-    const refusal = checkServerName(scan, meta.host, ctx.limits.requireSni);
+    const refusal = checkServerName(scan, meta.host, meta.tunnel === 'tls');
     if (refusal) {
       ctx.observer.decision('deny', refusal.reason);
       log.info({ [F.event]: 'decision', [F.decision]: 'deny', [F.method]: 'CONNECT', [F.reason]: refusal.reason, [F.detail]: refusal.detail, [F.host]: meta.host, [F.port]: meta.port, [F.sni]: sni });
