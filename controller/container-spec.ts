@@ -83,6 +83,9 @@ export function sandboxContainerBody(plan: SandboxPlan): ContainerCreateBody {
       // A fork bomb stops at this count instead of exhausting the host.
       PidsLimit: PIDS_LIMIT,
       IpcMode: 'private',
+      // On cgroup v1 Docker 20.10 otherwise shares the host's cgroup namespace, so the sandbox
+      // would see the host's cgroup tree (and every other container's path in it).
+      CgroupnsMode: 'private',
       NanoCpus: plan.limits.nanoCpus,
       Memory: plan.limits.memoryBytes,
       // Equal to Memory: no swap, so the memory cap is real.
@@ -129,6 +132,7 @@ export function egressContainerBody(plan: EgressPlan, testHosts: Readonly<Record
       ReadonlyRootfs: true,
       PidsLimit: EGRESS_PIDS_LIMIT,
       IpcMode: 'private',
+      CgroupnsMode: 'private',
       Memory: EGRESS_MEMORY_BYTES,
       MemorySwap: EGRESS_MEMORY_BYTES,
       Init: true,
@@ -137,7 +141,11 @@ export function egressContainerBody(plan: EgressPlan, testHosts: Readonly<Record
   };
 }
 
-/** The HostConfig keys `sandboxContainerBody` sets; a rebuilt container copies exactly these. */
+/**
+ * The HostConfig keys `sandboxContainerBody` sets that a rebuilt container copies from its
+ * inspect data. `CgroupnsMode` is not copied but set again: a container created before the
+ * controller set it records the engine's default (`host` on cgroup v1).
+ */
 const SANDBOX_HOST_KEYS = [
   'NetworkMode', 'Init', 'CapDrop', 'SecurityOpt', 'ReadonlyRootfs', 'PidsLimit', 'IpcMode',
   'NanoCpus', 'Memory', 'MemorySwap', 'Tmpfs', 'Runtime', 'RestartPolicy',
@@ -164,7 +172,11 @@ export function sandboxBodyFromInspect(view: InspectedContainer): ContainerCreat
     if (view.hostConfig[key] !== undefined && view.hostConfig[key] !== null) copied[key] = view.hostConfig[key];
   }
   const networkMode = view.hostConfig.NetworkMode;
-  const hostConfig: Record<string, unknown> & { NetworkMode: string } = { ...copied, NetworkMode: typeof networkMode === 'string' ? networkMode : 'none' };
+  const hostConfig: Record<string, unknown> & { NetworkMode: string } = {
+    ...copied,
+    NetworkMode: typeof networkMode === 'string' ? networkMode : 'none',
+    CgroupnsMode: 'private',
+  };
   const mounts = Array.isArray(view.hostConfig.Mounts) ? (view.hostConfig.Mounts as Record<string, unknown>[]) : [];
   hostConfig.Mounts = mounts.map((m): MountBody => {
     const mount: MountBody = { Type: 'volume', Source: String(m.Source), Target: String(m.Target) };

@@ -5,7 +5,7 @@
  */
 import t, { type Test } from 'tap';
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readFileSync, readlinkSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { sandboxTestEnv, SANDBOX_IMAGE, UPSTREAM_BODY, UPSTREAM_HOST } from '../support/sandbox-env.js';
 import { createDockerSandbox, isSandboxError } from '../../controller/index.js';
@@ -55,6 +55,7 @@ t.test('sandbox provider on the real engine', async (t) => {
     t.equal(hc.Privileged, false);
     t.equal(hc.PidsLimit, 1024);
     t.equal(hc.IpcMode, 'private');
+    t.equal(hc.CgroupnsMode, 'private');
     t.equal(hc.NanoCpus, 1e9);
     t.equal(hc.Memory, 512 * 1024 * 1024);
     t.equal(hc.MemorySwap, 512 * 1024 * 1024);
@@ -75,6 +76,7 @@ t.test('sandbox provider on the real engine', async (t) => {
     const egress = await s.inspect(`${name}-egress`);
     t.same(egress.HostConfig.CapDrop, ['ALL']);
     t.equal(egress.HostConfig.ReadonlyRootfs, true);
+    t.equal(egress.HostConfig.CgroupnsMode, 'private');
     t.same(Object.keys(egress.NetworkSettings.Networks).sort(), [`${name}-net`, s.sharedNetwork].sort());
     const net = await env.docker.getNetwork(`${name}-net`).inspect();
     t.equal(net.Internal, true);
@@ -91,6 +93,9 @@ t.test('sandbox provider on the real engine', async (t) => {
     await provider.exec(h, 'kill -9 1; pkill -9 sleep; kill -9 -1');
     t.equal((await s.inspect(name)).State.Running, true, 'main processes are out of reach of uid 1000');
     t.equal((await provider.exec(h, 'touch /etc/x')).exitCode, 1, 'root filesystem is read-only');
+    const cgroupns = (await provider.exec(h, 'readlink /proc/self/ns/cgroup')).stdout.trim();
+    t.match(cgroupns, /^cgroup:\[\d+\]$/);
+    t.not(cgroupns, readlinkSync('/proc/self/ns/cgroup'), 'a cgroup namespace of its own, not the host one');
     const rtt: number[] = [];
     for (let i = 0; i < 20; i += 1) {
       const t0 = process.hrtime.bigint();
