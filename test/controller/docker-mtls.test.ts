@@ -11,7 +11,7 @@
  */
 import t from 'tap';
 import { connect } from 'node:tls';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { dockerTest } from '../support/docker.js';
 import { SANDBOX_IMAGE } from '../support/sandbox-env.js';
 import { makeTestPki, type TestPki } from '../support/test-certs.js';
@@ -35,6 +35,9 @@ t.test('sandbox lifecycle over mTLS to a second engine', async (t) => {
     return;
   }
 
+  // The machine engine's default bridge must outlive the second engine (dockerd --bridge=none
+  // deletes the host's docker0 at start).
+  const docker0Before = existsSync('/sys/class/net/docker0');
   const pki: TestPki = makeTestPki();
   t.teardown(() => pki.remove());
   let engine: SecondEngine;
@@ -48,6 +51,7 @@ t.test('sandbox lifecycle over mTLS to a second engine', async (t) => {
     return;
   }
   t.teardown(() => engine.stop());
+  t.equal(existsSync('/sys/class/net/docker0'), docker0Before, 'the machine engine keeps its docker0 while a second engine runs');
   t.comment(`second dockerd up in ${Date.now() - startedAt} ms on 127.0.0.1:${engine.port}`);
 
   // Only the sandbox image is needed: the none tier has no egress proxy and no network.
