@@ -17,7 +17,8 @@
  *   env.cleanup()    removes every container, network and volume carrying the label or the runId
  *                    in its name; already registered with t.teardown, safe to call again
  *
- *   const proxy = await startSocketProxy(t, env);
+ *   const proxy = await startSocketProxy(t, env, { sharedNetwork });   // options optional
+ *                     sharedNetwork: SOCKET_PROXY_SHARED_NETWORK (default: the image's, capybara-sandbox)
  *   proxy.socketPath  host path of the proxy's unix socket (talk HTTP to it, or
  *                     new Docker({ socketPath }))
  *   proxy.endpoint    the same as "unix://<path>", the controller's `endpoint` config value
@@ -123,7 +124,7 @@ function ignoreMissing(err: { statusCode?: number }): void {
 }
 
 /** Starts capybara-sandbox-proxy:latest for this test, reachable on a host unix socket. */
-export async function startSocketProxy(t: Test, env: DockerTestEnv): Promise<SocketProxy> {
+export async function startSocketProxy(t: Test, env: DockerTestEnv, options: { sharedNetwork?: string } = {}): Promise<SocketProxy> {
   const dir = mkdtempSync(join(tmpdir(), `cap-${env.runId}-proxy-`));
   const socketPath = join(dir, 'docker.sock');
   const name = env.name(`sockproxy-${randomBytes(2).toString('hex')}`);
@@ -136,7 +137,11 @@ export async function startSocketProxy(t: Test, env: DockerTestEnv): Promise<Soc
     _body: {
       Image: SOCKET_PROXY_IMAGE,
       Labels: env.labels,
-      Env: ['SOCKET_PROXY_BIND=unix@/run/capybara-proxy/docker.sock', 'DOCKER_SOCKET=/var/run/docker.sock'],
+      Env: [
+        'SOCKET_PROXY_BIND=unix@/run/capybara-proxy/docker.sock',
+        'DOCKER_SOCKET=/var/run/docker.sock',
+        ...(options.sharedNetwork === undefined ? [] : [`SOCKET_PROXY_SHARED_NETWORK=${options.sharedNetwork}`]),
+      ],
       HostConfig: {
         Binds: [`${engineSocketPath()}:/var/run/docker.sock`, `${dir}:/run/capybara-proxy`],
         NetworkMode: 'none',
