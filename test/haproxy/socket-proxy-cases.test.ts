@@ -45,12 +45,8 @@ const EXPECTED_STATUS: Record<string, number[]> = {
 };
 
 t.test('socket proxy cases against the real engine', async (t) => {
-  const env = await dockerTest(t);
+  const env = await dockerTest(t, [SOCKET_PROXY_IMAGE, TEST_NODE_IMAGE]);
   if (!env) return;
-  for (const image of [SOCKET_PROXY_IMAGE, TEST_NODE_IMAGE]) {
-    const found = await env.docker.getImage(image).inspect().then(() => true, () => false);
-    if (!found) { t.fail(`image ${image} is missing: run bash scripts/build-images.sh`); return; }
-  }
   // The deployment's shared network: starts "cap" but not "cap-", so only the exact-name rule admits it.
   const sharedNetwork = `capshared${env.runId}`;
   const proxy = await startSocketProxy(t, env, { sharedNetwork });

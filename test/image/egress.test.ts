@@ -57,13 +57,9 @@ const direct = (ip) => new Promise((done) => {
 `;
 
 t.test('egress image between an internal client network and an upstream', async (t) => {
-  const env = await dockerTest(t);
+  const env = await dockerTest(t, [IMAGE]);
   if (!env) return;
   const { docker } = env;
-  if (!(await docker.getImage(IMAGE).inspect().then(() => true, () => false))) {
-    t.fail(`image ${IMAGE} is missing: run bash scripts/build-images.sh`);
-    return;
-  }
   const netA = env.name('egress-client-net');
   const netB = env.name('egress-upstream-net');
   for (const Name of [netA, netB]) {

@@ -9,12 +9,8 @@ import { dockerTest } from '../support/docker.js';
 const IMAGE = 'capybara-sandbox:latest';
 
 t.test('sandbox image', async (t) => {
-  const env = await dockerTest(t);
+  const env = await dockerTest(t, [IMAGE]);
   if (!env) return;
-  if (!(await env.docker.getImage(IMAGE).inspect().then(() => true, () => false))) {
-    t.fail(`image ${IMAGE} is missing: run bash scripts/build-images.sh`);
-    return;
-  }
   const name = env.name('image-sandbox');
   const box = await env.docker.createContainer({
     name,

@@ -9,7 +9,7 @@
  */
 import type { Test } from 'tap';
 import type Docker from 'dockerode';
-import { dockerTest, startSocketProxy, type DockerTestEnv, type SocketProxy } from './docker.js';
+import { dockerTest, startSocketProxy, SOCKET_PROXY_IMAGE, type DockerTestEnv, type SocketProxy } from './docker.js';
 import { createDockerSandbox } from '../../controller/index.js';
 import type { DockerSandboxProvider, SandboxProvider } from '../../controller/index.js';
 
@@ -31,21 +31,9 @@ export interface SandboxTestEnv {
   labelled(name: string): Promise<string[]>;
 }
 
-async function imageMissing(docker: Docker, image: string): Promise<boolean> {
-  return docker.getImage(image).inspect().then(() => false, () => true);
-}
-
 export async function sandboxTestEnv(t: Test): Promise<SandboxTestEnv | null> {
-  const env = await dockerTest(t);
+  const env = await dockerTest(t, [SANDBOX_IMAGE, EGRESS_IMAGE, SOCKET_PROXY_IMAGE]);
   if (!env) return null;
-  for (const image of [SANDBOX_IMAGE, EGRESS_IMAGE]) {
-    if (await imageMissing(env.docker, image)) {
-      const reason = `image ${image} is missing: run bash scripts/build-images.sh`;
-      if (process.env.CI === 'true' || process.env.CI === '1') t.fail(reason);
-      else t.plan(0, `skipped: ${reason}`);
-      return null;
-    }
-  }
   const proxy = await startSocketProxy(t, env);
   const sharedNetwork = env.name('shared');
   await env.docker.createNetwork({ Name: sharedNetwork, Driver: 'bridge', Labels: env.labels, CheckDuplicate: true });
