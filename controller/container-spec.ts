@@ -3,9 +3,8 @@
  * here is a security decision; the comments say which attack each one stops. The socket proxy
  * re-checks the dangerous ones, so these bodies stay minimal.
  */
+import { EGRESS_ENV, EGRESS_METRICS_PORT, EGRESS_PROXY_PORT, encodeAllowHosts } from '../common/index.js';
 import type { SandboxPlan } from './sandbox-plan.js';
-import { EGRESS_PROXY_PORT } from './sandbox-plan.js';
-import { EGRESS_METRICS_PORT } from './egress-usage.js';
 import { PIDS_LIMIT } from './limits.js';
 import { requirePrintableAscii } from './ascii-body.js';
 
@@ -108,17 +107,17 @@ export type EgressPlan = Pick<SandboxPlan, 'names' | 'allowHosts' | 'labels' | '
 
 export function egressContainerBody(plan: EgressPlan, testHosts: Readonly<Record<string, string>> | undefined): ContainerCreateBody {
   const env: Record<string, string> = {
-    EGRESS_ALLOW_HOSTS: plan.allowHosts.join(','),
-    EGRESS_LISTEN: `0.0.0.0:${EGRESS_PROXY_PORT}`,
+    [EGRESS_ENV.allowHosts]: encodeAllowHosts(plan.allowHosts),
+    [EGRESS_ENV.listen]: `0.0.0.0:${EGRESS_PROXY_PORT}`,
     // Loopback of the proxy's own container: read by the controller (egressUsage), not by the sandbox.
-    EGRESS_METRICS_LISTEN: `127.0.0.1:${EGRESS_METRICS_PORT}`,
+    [EGRESS_ENV.metricsListen]: `127.0.0.1:${EGRESS_METRICS_PORT}`,
   };
   if (testHosts !== undefined && Object.keys(testHosts).length > 0) {
     for (const [host, ip] of Object.entries(testHosts)) {
       requirePrintableAscii(host, 'egressTestHosts key');
       requirePrintableAscii(ip, `egressTestHosts.${host}`);
     }
-    env.CAPYBARA_EGRESS_TEST_HOSTS = JSON.stringify(testHosts);
+    env[EGRESS_ENV.testHosts] = JSON.stringify(testHosts);
   }
   return {
     // No User: the image's own non-root user runs the proxy.
