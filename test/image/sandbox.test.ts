@@ -1,5 +1,5 @@
 /**
- * The sandbox image (capybara-sandbox:latest) as SPEC §5 describes it: user sandbox uid 1000, HOME
+ * The sandbox image (capybara-sandbox:latest) as README.md (Images) describes it: user sandbox uid 1000, HOME
  * and working directory /workspace, the listed tools, and a read-only root filesystem that still
  * works (writes go to /workspace and /tmp only).
  */

@@ -9,6 +9,8 @@
  */
 import type { Test } from 'tap';
 import type Docker from 'dockerode';
+import { Writable } from 'node:stream';
+import pino from 'pino';
 import { dockerTest, startSocketProxy, SOCKET_PROXY_IMAGE, type DockerTestEnv, type SocketProxy } from './docker.js';
 import { createDockerSandbox } from '../../controller/index.js';
 import type { DockerSandboxProvider, SandboxProvider } from '../../controller/index.js';
@@ -25,6 +27,8 @@ export interface SandboxTestEnv {
   openProvider: SandboxProvider;
   sharedNetwork: string;
   upstreamIp: string;
+  /** Every log record `provider` wrote (warn and above), parsed: what the controller reports. */
+  logs: Record<string, unknown>[];
   /** `docker inspect` of a container, straight from the engine. */
   inspect(name: string): Promise<Docker.ContainerInspectInfo>;
   /** Names of every container, network and volume labelled with this sandbox name. */
@@ -40,7 +44,14 @@ export async function sandboxTestEnv(t: Test): Promise<SandboxTestEnv | null> {
   const upstreamIp = await startUpstream(env, sharedNetwork);
   const config = { endpoint: proxy.endpoint, network: sharedNetwork };
   const testOptions = { labels: env.labels, egressTestHosts: { [UPSTREAM_HOST]: upstreamIp } };
-  const provider = createDockerSandbox(config, testOptions);
+  const logs: Record<string, unknown>[] = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      for (const line of chunk.toString('utf8').split('\n')) if (line !== '') logs.push(JSON.parse(line) as Record<string, unknown>);
+      done();
+    },
+  });
+  const provider = createDockerSandbox(config, testOptions, { logger: pino({ level: 'warn' }, sink) });
   const openProvider = createDockerSandbox({ ...config, allowOpenEgress: true }, testOptions);
   return {
     env,
@@ -49,6 +60,7 @@ export async function sandboxTestEnv(t: Test): Promise<SandboxTestEnv | null> {
     openProvider,
     sharedNetwork,
     upstreamIp,
+    logs,
     inspect: (name) => env.docker.getContainer(name).inspect(),
     labelled: async (name) => {
       const filters = { label: [`dev.capybara.sandbox.name=${name}`] };
