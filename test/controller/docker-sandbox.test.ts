@@ -419,7 +419,7 @@ t.test('sandbox provider on the real engine', async (t) => {
       const started = Date.now();
       const mentions = new RegExp(`"${(entry as string).replace(/[.*]/g, '\\$&')}" is not allowed: .*${reason as string}`);
       await rejectsCode(t, provider.create({ ...base, limits: { egress: 'allowlist', allowHosts: ['ok.example.com', entry as string] } }), 'invalid_spec', mentions);
-      t.ok(Date.now() - started < 1000, `${entry} refused without waiting for a proxy (${Date.now() - started} ms)`);
+      t.ok(Date.now() - started < 5000, `${entry} refused without waiting for a proxy (${Date.now() - started} ms)`);
     }
     t.same(await s.labelled(`cap-${env.runId}-bad`), []);
   });
