@@ -59,7 +59,7 @@ function mapError(err: ModemError, what: string, timeoutMs: number): SandboxErro
   return new SandboxError('engine_unavailable', `Cannot reach the Docker endpoint for ${what}: ${err.message}`, { cause: err });
 }
 
-export interface CallOptions {
+interface CallOptions {
   readonly query?: Record<string, string | number | boolean>;
   readonly body?: unknown;
   readonly timeoutMs?: number;

@@ -16,7 +16,7 @@ const DEFAULT_TAG = 'default';
 
 const noNul = z.string().refine((s) => !s.includes('\0'), 'contains a NUL character, which bash cannot carry');
 
-export const execOptionsSchema = z.strictObject({
+const execOptionsSchema = z.strictObject({
   timeoutMs: z.number().finite().positive().default(DEFAULT_EXEC_TIMEOUT_MS),
   signal: z.instanceof(AbortSignal).optional(),
   cwd: noNul.optional(),

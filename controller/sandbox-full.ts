@@ -8,7 +8,7 @@
  */
 import { SANDBOX_FULL_EXIT, SANDBOX_FULL_MARKER } from './exec-script.js';
 
-export type StartFailure =
+type StartFailure =
   | { readonly kind: 'full'; readonly detail: string }
   | { readonly kind: 'runtime'; readonly detail: string };
 

@@ -34,9 +34,9 @@ const allowHostSchema = z.string().transform((entry, ctx) => {
 
 const positive = z.number().finite().positive();
 
-export const egressTierSchema = z.enum(['none', 'internal', 'allowlist', 'open']);
+const egressTierSchema = z.enum(['none', 'internal', 'allowlist', 'open']);
 
-export const sandboxLimitsSchema = z.strictObject({
+const sandboxLimitsSchema = z.strictObject({
   /** CPUs (fractions allowed). */
   cpu: positive.optional(),
   memoryMb: positive.int('must be a whole number of MiB').optional(),
@@ -46,13 +46,13 @@ export const sandboxLimitsSchema = z.strictObject({
   allowHosts: z.array(allowHostSchema).optional(),
 });
 
-export const sandboxWorkspaceSchema = z.strictObject({
+const sandboxWorkspaceSchema = z.strictObject({
   key: z.string(),
   /** Default `ephemeral`. A persistent workspace survives `destroy`. */
   durability: z.enum(['ephemeral', 'persistent']).default('ephemeral'),
 });
 
-export const sandboxSpecSchema = z.strictObject({
+const sandboxSpecSchema = z.strictObject({
   /** Conversation id; the resource name is `cap-${id}` (checked by names.ts). */
   id: z.string(),
   image: z.string().min(1, 'must be a non-empty image reference').regex(PRINTABLE_ASCII, ASCII_HINT),
