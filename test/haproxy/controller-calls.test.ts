@@ -124,7 +124,12 @@ t.test('the controller engine layer through the socket proxy', async (t) => {
     }
   }
 
-  // The proxy's own log: only the listing calls were refused.
-  const denied = (await proxy.logs()).split('\n').filter((line) => /deny=\S/.test(line) && !/deny=-/.test(line));
+  // The proxy's own log: only the listing calls were refused. HAProxy writes its log lines a moment
+  // after the answers, so wait (with a deadline) until the last call's line is there.
+  const deniedLines = async (): Promise<string[]> => (await proxy.logs()).split('\n').filter((line) => /deny=\S/.test(line) && !/deny=-/.test(line));
+  let denied = await deniedLines();
+  for (const deadline = Date.now() + 10_000; !denied.some((l) => l.includes('/volumes')) && Date.now() < deadline; denied = await deniedLines()) {
+    await new Promise((r) => setTimeout(r, 50));
+  }
   t.same(denied.map((line) => /(GET|POST|DELETE|HEAD) (\S+)/.exec(line)?.[2]?.replace(/\?.*/, '')), ['/containers/json', '/networks', '/volumes'], 'the proxy refused nothing but listing');
 });
