@@ -3,7 +3,7 @@
  * of its own container only (the sandbox cannot read or reset them); the controller reads them
  * with an exec in that container, through the socket proxy like every other call.
  */
-import { EGRESS_METRICS, EGRESS_METRICS_PORT } from '../common/index.js';
+import { EGRESS_METRICS, EGRESS_METRICS_PATH, EGRESS_METRICS_PORT } from '../common/index.js';
 import type { DockerEngine } from './engine.js';
 import { SandboxError } from './errors.js';
 
@@ -20,7 +20,7 @@ export interface EgressUsage {
 }
 
 /** Run with `node -e` inside the egress container: prints the metrics text. */
-const METRICS_SCRIPT = `require('http').get({host:'127.0.0.1',port:${EGRESS_METRICS_PORT},path:'/metrics',timeout:5000},r=>{r.pipe(process.stdout);r.on('end',()=>process.exit(r.statusCode===200?0:1))}).on('error',e=>{process.stderr.write(String(e));process.exit(1)})`;
+const METRICS_SCRIPT = `require('http').get({host:'127.0.0.1',port:${EGRESS_METRICS_PORT},path:'${EGRESS_METRICS_PATH}',timeout:5000},r=>{r.pipe(process.stdout);r.on('end',()=>process.exit(r.statusCode===200?0:1))}).on('error',e=>{process.stderr.write(String(e));process.exit(1)})`;
 
 const SAMPLE = /^([a-z_]+)(?:\{([^}]*)\})? ([0-9.eE+-]+)$/;
 
