@@ -87,19 +87,31 @@ export function checkAddresses(target: AllowedTarget, addresses: readonly string
   return allowed(target, unique, 'dns');
 }
 
-/** The whole decision for one request. Never throws: a failure while deciding is a denial. */
-export async function decide(policy: Policy, rawHost: string, port: number, lookup: Lookup): Promise<Decision> {
+/**
+ * Pins an allowed target: its test-host addresses, or a lookup whose every answer is checked.
+ * Never throws: a failure while deciding is a denial.
+ */
+export async function resolveTarget(policy: Policy, target: AllowedTarget, lookup: Lookup): Promise<Decision> {
   try {
-    const target = checkTarget(policy, rawHost, port);
-    if (!target.allowed) return target;
     const pinned = policy.testHosts.get(target.host);
     if (pinned !== undefined) return allowed(target, pinned, 'test_host');
     const outcome = await lookup(target.host);
     if (!outcome.ok) {
-      return { allowed: false, reason: outcome.reason, detail: outcome.detail, host: target.host, port };
+      return { allowed: false, reason: outcome.reason, detail: outcome.detail, host: target.host, port: target.port };
     }
     return checkAddresses(target, outcome.addresses);
   } catch (err) {
+    return { allowed: false, reason: 'internal_error', detail: `decision failed: ${(err as Error).message}`, port: target.port };
+  }
+}
+
+/** The whole decision for one request. Never throws: a failure while deciding is a denial. */
+export async function decide(policy: Policy, rawHost: string, port: number, lookup: Lookup): Promise<Decision> {
+  let target: AllowedTarget | Denial;
+  try {
+    target = checkTarget(policy, rawHost, port);
+  } catch (err) {
     return { allowed: false, reason: 'internal_error', detail: `decision failed: ${(err as Error).message}`, port };
   }
+  return target.allowed ? resolveTarget(policy, target, lookup) : target;
 }

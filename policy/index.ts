@@ -10,6 +10,7 @@ export {
   checkTarget,
   checkAddresses,
   decide,
+  resolveTarget,
   type Decision,
   type Allowed,
   type AllowedTarget,

@@ -37,6 +37,18 @@ export const REASONS = {
     status: 502,
     advice: 'no checked address of the host accepted a connection; retry later',
   },
+  bad_upstream_response: {
+    status: 502,
+    advice: 'the upstream answered with something that is not valid HTTP/1.1; nothing of it was passed on; report it to the upstream',
+  },
+  upstream_failed: {
+    status: 502,
+    advice: 'the upstream closed or reset the connection before a complete response head; retry later',
+  },
+  upstream_timeout: {
+    status: 504,
+    advice: 'the upstream did not answer in time; retry later',
+  },
   bad_request: {
     status: 400,
     advice: 'send CONNECT host:port or an absolute http:// URL through the proxy',
@@ -47,7 +59,15 @@ export const REASONS = {
   },
   sni_missing: {
     status: 403,
-    advice: 'send TLS with a server name (SNI) equal to the CONNECT host; this proxy requires it',
+    advice: 'start the tunnel with a TLS ClientHello whose server name (SNI) is the CONNECT host; for a protocol other than TLS, mark the host tunnel: opaque in the policy',
+  },
+  tls_hello_malformed: {
+    status: 403,
+    advice: 'start the tunnel with one well-formed TLS ClientHello (nothing before it); for a protocol other than TLS, mark the host tunnel: opaque in the policy',
+  },
+  tls_hello_timeout: {
+    status: 408,
+    advice: 'send the TLS ClientHello promptly after the tunnel opens',
   },
   too_many_connections: {
     status: 503,

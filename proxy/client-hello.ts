@@ -1,73 +1,259 @@
 /**
- * Reads the server name (SNI, RFC 6066 §3) from the first bytes a client sends into a tunnel,
- * without consuming them. Pure: the tunnel feeds it what it has buffered and acts on the result.
- * Only the first TLS record is read (RFC 8446 §5.1): a ClientHello split over several records is
- * treated as having no SNI.
+ * Reads the first TLS handshake message a client sends into a tunnel and returns its server name
+ * (SNI, RFC 6066 §3), strictly: the ClientHello is reassembled across records (RFC 8446 §5.1) and
+ * TCP segments, every length is checked against its container, and anything a real client does
+ * not send before its ClientHello is refused instead of skipped. A reader that clipped a length,
+ * skipped an odd record or guessed at a cut-off name could be shown one name while the server
+ * behind it completes the handshake for another.
+ *
+ * Pure and incremental: the tunnel feeds it chunks as they arrive; each byte is examined once, so
+ * a hello trickled a byte at a time costs no more than one sent whole.
  */
 
-export type HelloScan =
-  /** More bytes are needed to decide. */
+export type HelloResult =
+  /** More bytes are needed. */
   | { readonly kind: 'incomplete' }
-  /** The bytes are not a TLS handshake. */
-  | { readonly kind: 'not_tls' }
-  | { readonly kind: 'tls'; readonly sni: string | undefined };
+  /** A complete, well-formed ClientHello; `serverName` is the raw host_name bytes, if any. */
+  | { readonly kind: 'hello'; readonly serverName: Buffer | undefined }
+  | { readonly kind: 'refused'; readonly reason: 'sni_missing' | 'tls_hello_malformed'; readonly detail: string };
 
-const HANDSHAKE = 0x16;
-const CLIENT_HELLO = 0x01;
-const SERVER_NAME = 0x0000;
-const HOST_NAME = 0x00;
+/** Largest ClientHello accepted, in bytes of the handshake message body (2^15: a hello with post-quantum key shares is under 2 KiB). */
+export const MAX_HELLO_BYTES = 32 * 1024;
 
-export function scanClientHello(buf: Buffer): HelloScan {
-  if (buf.length === 0) return { kind: 'incomplete' };
-  if (buf[0] !== HANDSHAKE) return { kind: 'not_tls' };
-  if (buf.length < 5) return { kind: 'incomplete' };
-  if (buf[1] !== 0x03) return { kind: 'not_tls' };
-  const recordLength = buf.readUInt16BE(3);
-  if (buf.length < 5 + recordLength) return { kind: 'incomplete' };
-  const record = buf.subarray(5, 5 + recordLength);
-  // A record too short to hold the fields below is read as having no SNI, never as an error
-  // that could let bytes through unseen: the caller decides what "no SNI" means.
-  try {
-    if (record[0] !== CLIENT_HELLO) return { kind: 'tls', sni: undefined };
-    let at = 4 + 2 + 32; // handshake header, legacy_version, random
-    at += 1 + read8(record, at); // session id
-    at += 2 + read16(record, at); // cipher suites
-    at += 1 + read8(record, at); // compression methods
-    if (at >= record.length) return { kind: 'tls', sni: undefined };
-    const end = Math.min(record.length, at + 2 + read16(record, at));
-    at += 2;
-    while (at + 4 <= end) {
-      const type = read16(record, at);
-      const length = read16(record, at + 2);
-      at += 4;
-      if (type === SERVER_NAME) return { kind: 'tls', sni: readServerName(record.subarray(at, at + length)) };
-      at += length;
+const RECORD_HEADER = 5;
+const HANDSHAKE_HEADER = 4;
+const MAX_FRAGMENT = 16 * 1024; // RFC 8446 §5.1: a record's length MUST NOT exceed 2^14
+const CONTENT_HANDSHAKE = 22;
+const CLIENT_HELLO = 1;
+const EXT_SERVER_NAME = 0;
+const NAME_TYPE_HOST = 0;
+
+const CONTENT_TYPES: Record<number, string> = { 20: 'change_cipher_spec', 21: 'alert', 23: 'application_data', 24: 'heartbeat' };
+
+function refused(reason: 'sni_missing' | 'tls_hello_malformed', detail: string): HelloResult {
+  return { kind: 'refused', reason, detail };
+}
+
+function malformed(detail: string): HelloResult {
+  return refused('tls_hello_malformed', detail);
+}
+
+/**
+ * TLS versions a client puts in a record header or in legacy_version: 1.0 (0x0301, the usual
+ * record version of a first ClientHello) to 1.2 (0x0303, also what TLS 1.3 sends). SSL 3.0 and
+ * anything newer-looking are refused: no client this proxy serves sends them.
+ */
+function isClientVersion(major: number, minor: number): boolean {
+  return major === 3 && minor >= 1 && minor <= 3;
+}
+
+export class ClientHelloReader {
+  /** Received bytes not yet taken by a step, in arrival order. */
+  private pending: Buffer[] = [];
+  private pendingLength = 0;
+  /** Handshake bytes gathered from record fragments so far. */
+  private handshake: Buffer[] = [];
+  private handshakeLength = 0;
+  /** Body length from the handshake header, once known. */
+  private helloLength = -1;
+  /** Bytes still to come of the record being read, or -1 while between records. */
+  private recordLeft = -1;
+  private result: HelloResult = { kind: 'incomplete' };
+
+  /** Feeds the next bytes; returns the outcome so far (final once not `incomplete`). */
+  push(chunk: Buffer): HelloResult {
+    if (this.result.kind !== 'incomplete' || chunk.length === 0) return this.result;
+    this.pending.push(chunk);
+    this.pendingLength += chunk.length;
+    this.result = this.advance();
+    return this.result;
+  }
+
+  /** The client closed its side: whatever is incomplete now never will be. */
+  end(): HelloResult {
+    if (this.result.kind !== 'incomplete') return this.result;
+    this.result =
+      this.pendingLength === 0 && this.handshakeLength === 0 && this.recordLeft === -1
+        ? refused('sni_missing', 'the client sent nothing and closed')
+        : malformed('the client closed before its ClientHello was complete');
+    return this.result;
+  }
+
+  private advance(): HelloResult {
+    for (;;) {
+      if (this.recordLeft === -1) {
+        // The first byte alone decides "not TLS at all", so a plain-text protocol is named at once.
+        const first = this.peekFirst();
+        if (first === undefined) return { kind: 'incomplete' };
+        if (first !== CONTENT_HANDSHAKE) {
+          const type = CONTENT_TYPES[first];
+          if (type !== undefined) return malformed(`a TLS ${type} record came before the ClientHello was complete`);
+          return this.handshakeLength === 0
+            ? refused('sni_missing', 'the tunnel does not start with TLS')
+            : malformed(`a record of unknown type ${first} came before the ClientHello was complete`);
+        }
+        if (this.pendingLength < RECORD_HEADER) return { kind: 'incomplete' };
+        const header = this.take(RECORD_HEADER);
+        if (!isClientVersion(header[1]!, header[2]!)) {
+          return malformed(`record version 0x${header.readUInt16BE(1).toString(16).padStart(4, '0')} is not one a TLS client sends`);
+        }
+        const length = header.readUInt16BE(3);
+        // Empty handshake records are forbidden (RFC 8446 §5.1) and a favourite way to make two
+        // parsers disagree about where a message starts.
+        if (length === 0) return malformed('an empty handshake record');
+        if (length > MAX_FRAGMENT) return malformed(`a record of ${length} bytes is over the 16384-byte limit`);
+        this.recordLeft = length;
+      }
+      if (this.pendingLength === 0) return { kind: 'incomplete' };
+      const fragment = this.take(Math.min(this.recordLeft, this.pendingLength));
+      this.recordLeft -= fragment.length;
+      this.handshake.push(fragment);
+      this.handshakeLength += fragment.length;
+
+      if (this.helloLength === -1 && this.handshakeLength >= HANDSHAKE_HEADER) {
+        const head = this.handshakeBytes(HANDSHAKE_HEADER);
+        if (head[0] !== CLIENT_HELLO) return malformed(`the first handshake message is type ${head[0]}, not a ClientHello`);
+        this.helloLength = head.readUIntBE(1, 3);
+        if (this.helloLength > MAX_HELLO_BYTES) return malformed(`a ClientHello of ${this.helloLength} bytes is over the ${MAX_HELLO_BYTES}-byte limit`);
+      }
+      if (this.helloLength !== -1 && this.handshakeLength >= HANDSHAKE_HEADER + this.helloLength) {
+        // The record that completes the ClientHello must end with it: a client sends nothing else
+        // in its first flight of handshake records.
+        if (this.handshakeLength !== HANDSHAKE_HEADER + this.helloLength || this.recordLeft > 0) {
+          return malformed('more handshake data follows the ClientHello in its record');
+        }
+        const message = this.handshakeBytes(this.handshakeLength);
+        return parseClientHello(message.subarray(HANDSHAKE_HEADER));
+      }
+      if (this.recordLeft === 0) this.recordLeft = -1;
     }
-    return { kind: 'tls', sni: undefined };
-  } catch {
-    return { kind: 'tls', sni: undefined };
+  }
+
+  private peekFirst(): number | undefined {
+    return this.pendingLength === 0 ? undefined : this.pending[0]![0];
+  }
+
+  /** Removes and returns the first `n` pending bytes (n ≤ pendingLength); copies only when they span chunks. */
+  private take(n: number): Buffer {
+    const first = this.pending[0]!;
+    let out: Buffer;
+    if (first.length > n) {
+      out = first.subarray(0, n);
+      this.pending[0] = first.subarray(n);
+    } else if (first.length === n) {
+      out = first;
+      this.pending.shift();
+    } else {
+      out = Buffer.allocUnsafe(n);
+      let at = 0;
+      while (at < n) {
+        const chunk = this.pending[0]!;
+        const used = Math.min(chunk.length, n - at);
+        chunk.copy(out, at, 0, used);
+        at += used;
+        if (used === chunk.length) this.pending.shift();
+        else this.pending[0] = chunk.subarray(used);
+      }
+    }
+    this.pendingLength -= n;
+    return out;
+  }
+
+  /** The first `n` handshake bytes as one buffer (joined once, and kept joined). */
+  private handshakeBytes(n: number): Buffer {
+    if (this.handshake.length > 1) this.handshake = [Buffer.concat(this.handshake, this.handshakeLength)];
+    return this.handshake[0]!.subarray(0, n);
   }
 }
 
-function read8(buf: Buffer, at: number): number {
-  if (at >= buf.length) throw new RangeError('short');
-  return buf[at] as number;
-}
+/** A cursor over one length-delimited structure; every read is checked against its end. */
+class Cursor {
+  constructor(
+    private readonly buf: Buffer,
+    public at: number,
+    readonly end: number,
+  ) {}
 
-function read16(buf: Buffer, at: number): number {
-  if (at + 2 > buf.length) throw new RangeError('short');
-  return buf.readUInt16BE(at);
-}
-
-function readServerName(ext: Buffer): string | undefined {
-  const listEnd = Math.min(ext.length, 2 + read16(ext, 0));
-  let at = 2;
-  while (at + 3 <= listEnd) {
-    const type = ext[at];
-    const length = read16(ext, at + 1);
-    at += 3;
-    if (type === HOST_NAME) return ext.subarray(at, at + length).toString('latin1');
-    at += length;
+  get left(): number {
+    return this.end - this.at;
   }
-  return undefined;
+
+  u8(): number | undefined {
+    if (this.left < 1) return undefined;
+    return this.buf[this.at++];
+  }
+
+  u16(): number | undefined {
+    if (this.left < 2) return undefined;
+    const v = this.buf.readUInt16BE(this.at);
+    this.at += 2;
+    return v;
+  }
+
+  /** A sub-cursor over the next `length` bytes, or undefined when they are not all there. */
+  sub(length: number | undefined): Cursor | undefined {
+    if (length === undefined || length > this.left) return undefined;
+    const inner = new Cursor(this.buf, this.at, this.at + length);
+    this.at += length;
+    return inner;
+  }
+
+  bytes(length: number): Buffer | undefined {
+    if (length > this.left) return undefined;
+    const out = this.buf.subarray(this.at, this.at + length);
+    this.at += length;
+    return out;
+  }
+}
+
+/** Parses a ClientHello body (RFC 8446 §4.1.2, RFC 5246 §7.4.1.2); the whole body must be used. */
+export function parseClientHello(body: Buffer): HelloResult {
+  const c = new Cursor(body, 0, body.length);
+  const major = c.u8();
+  const minor = c.u8();
+  if (major === undefined || minor === undefined || !isClientVersion(major, minor)) return malformed('the ClientHello version is not one a TLS client sends');
+  if (c.bytes(32) === undefined) return malformed('the ClientHello is too short for its random');
+  const sessionIdLength = c.u8();
+  if (sessionIdLength === undefined || sessionIdLength > 32 || c.sub(sessionIdLength) === undefined) return malformed('bad legacy_session_id length');
+  const suitesLength = c.u16();
+  if (suitesLength === undefined || suitesLength < 2 || suitesLength % 2 !== 0 || c.sub(suitesLength) === undefined) return malformed('bad cipher_suites length');
+  const compressionLength = c.u8();
+  if (compressionLength === undefined || compressionLength < 1 || c.sub(compressionLength) === undefined) return malformed('bad legacy_compression_methods length');
+  // Extensions may be absent altogether before TLS 1.3 (RFC 5246 §7.4.1.2); then there is no name.
+  if (c.left === 0) return { kind: 'hello', serverName: undefined };
+  const extensionsLength = c.u16();
+  if (extensionsLength === undefined || extensionsLength !== c.left) return malformed('the extensions length does not match the rest of the ClientHello');
+  const seen = new Set<number>();
+  let serverName: Buffer | undefined;
+  while (c.left > 0) {
+    const type = c.u16();
+    const data = c.sub(c.u16());
+    if (type === undefined || data === undefined) return malformed('an extension runs past the end of the ClientHello');
+    // RFC 8446 §4.2: at most one extension of each type. Two server_name extensions are two
+    // answers to "which name", and parsers disagree about which one counts.
+    if (seen.has(type)) return malformed(`extension ${type} appears twice`);
+    seen.add(type);
+    if (type === EXT_SERVER_NAME) {
+      const name = readServerName(data);
+      if (typeof name === 'string') return malformed(name);
+      serverName = name;
+    }
+  }
+  return { kind: 'hello', serverName };
+}
+
+/** The host_name of a server_name extension (RFC 6066 §3), or a string saying what is wrong. */
+function readServerName(ext: Cursor): Buffer | string {
+  const list = ext.sub(ext.u16());
+  if (list === undefined || ext.left !== 0) return 'the server_name list length does not match its extension';
+  if (list.left === 0) return 'an empty server_name list';
+  const type = list.u8();
+  const length = list.u16();
+  // Only host_name is defined, and a list MUST NOT hold two names of one type: exactly one entry.
+  if (type !== NAME_TYPE_HOST) return `server name type ${type ?? '(missing)'} is not host_name`;
+  if (length === undefined || length === 0) return 'an empty host_name';
+  const name = list.bytes(length);
+  if (name === undefined) return 'the host_name runs past the end of its list';
+  if (list.left !== 0) return 'more than one entry in the server_name list';
+  return name;
 }

@@ -5,14 +5,14 @@ import type { Connect } from './dial.js';
 import type { ProxyLimits } from './limits.js';
 import type { Logger } from './log.js';
 import type { ProxyObserver } from './metrics.js';
-import type { UpstreamAgents } from './upstream-agents.js';
+import type { UpstreamPools } from './upstream-pools.js';
 
 export interface ProxyContext {
   policy(): Policy;
   readonly lookup: Lookup;
   readonly limits: ProxyLimits;
   readonly connect: Connect;
-  readonly agents: UpstreamAgents;
+  readonly pools: UpstreamPools;
   readonly observer: ProxyObserver;
 }
 
@@ -25,6 +25,8 @@ export interface Connection {
   readonly log: Logger;
   /** Client bytes already counted for earlier requests on this connection. */
   readonly counted: { read: number };
+  /** Stops counting this connection against the limits (idempotent): on close, or at once when it is refused. */
+  release(): void;
 }
 
 const connections = new WeakMap<Socket, Connection>();
@@ -33,6 +35,12 @@ export function attachConnection(socket: Socket, connection: Connection): void {
   connections.set(socket, connection);
 }
 
+/** The connection's facts; a socket not (or not yet) accepted gets an anonymous stand-in. */
 export function connectionOf(socket: Socket, fallback: Logger): Connection {
-  return connections.get(socket) ?? { id: 0, client: 'unknown', clientIp: 'unknown', log: fallback, counted: { read: 0 } };
+  return connections.get(socket) ?? { id: 0, client: 'unknown', clientIp: 'unknown', log: fallback, counted: { read: 0 }, release: () => undefined };
+}
+
+/** Stops counting the socket's connection against the limits, if it was counted. */
+export function releaseConnection(socket: Socket): void {
+  connections.get(socket)?.release();
 }

@@ -1,134 +1,201 @@
 /**
- * Plain HTTP by absolute URL: decide on the URL's authority, then forward with http-proxy over a
- * pooled connection to the pinned addresses. The Host header must name the same host and port as
- * the URL (otherwise the upstream could route on a name that was never checked); hop-by-hop and
- * Proxy-* headers stop here.
+ * Plain HTTP by absolute URL: decide on the URL's authority, judge the request head, then forward
+ * with undici over a pooled connection to the pinned addresses.
+ *
+ * The proxy owns the framing on both sides. Upstream, it sends the checked authority as Host and
+ * frames the body itself (Content-Length or chunked, for any method), so a body can never be read
+ * as a second request. Downstream, the upstream's status line and fields are validated before
+ * anything is written; once a response has started, a failure ends that client connection and
+ * never writes a second response. Each request gets exactly one decision line and one decision
+ * metric, whatever its outcome.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
-import httpProxy from 'http-proxy';
-import { decide } from '../policy/index.js';
+import type { Dispatcher } from 'undici';
+import { EGRESS_HEALTH_PATH } from '../common/index.js';
+import { checkTarget, resolveTarget, type Allowed, type Reason } from '../policy/index.js';
 import { parseAbsoluteUrl } from './authority.js';
 import { connectionOf, type ProxyContext } from './context.js';
 import { DialError } from './dial.js';
 import { F, ms, type Logger } from './log.js';
 import { refuseResponse, type Refusal } from './refusal.js';
+import { checkRequestHead, type BodyFraming } from './request-head.js';
+import { checkResponseHead } from './response-head.js';
 
-const HEALTH_PATH = '/healthz';
-
-// RFC 9110 §7.6.1 hop-by-hop fields, plus the legacy ones proxies still meet. `expect` is
-// answered by this proxy itself (Node sends 100 Continue), so it is not passed on either.
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'expect']);
-
-/** Removes hop-by-hop fields, fields named by Connection, and every Proxy-* field. */
-function stripHopByHop(headers: IncomingMessage['headers']): void {
-  const named = String(headers.connection ?? '')
-    .split(',')
-    .map((s) => s.trim().toLowerCase())
-    .filter(Boolean);
-  for (const name of Object.keys(headers)) {
-    if (HOP_BY_HOP.has(name) || name.startsWith('proxy-') || named.includes(name)) delete headers[name];
-  }
+/** An upstream failure, as the reason a refusal gives for it. */
+function upstreamReason(err: Error): Reason {
+  if (err instanceof DialError) return 'connect_failed';
+  const code = (err as NodeJS.ErrnoException).code;
+  if (code === 'UND_ERR_HEADERS_TIMEOUT') return 'upstream_timeout';
+  if (code === 'UND_ERR_SOCKET' || code === 'ECONNRESET' || code === 'EPIPE' || code === 'UND_ERR_CLOSED') return 'upstream_failed';
+  return 'bad_upstream_response';
 }
 
-function countHost(raw: readonly string[]): number {
-  let n = 0;
-  for (let i = 0; i < raw.length; i += 2) if (raw[i]?.toLowerCase() === 'host') n += 1;
-  return n;
+function latin1(values: readonly Buffer[]): string[] {
+  return values.map((v) => v.toString('latin1'));
 }
-
-/** Compares two hosts as a resolver would read them: case and one trailing dot do not matter. */
-function sameHost(a: string, b: string): boolean {
-  const norm = (h: string): string => (h.endsWith('.') ? h.slice(0, -1) : h).toLowerCase();
-  return norm(a) === norm(b);
-}
-
 
 export function createForwarder(ctx: ProxyContext, root: Logger) {
-  const proxy = httpProxy.createProxyServer({ xfwd: false, ws: false, changeOrigin: false, toProxy: true, proxyTimeout: ctx.limits.idleTimeoutMs });
-  // Errors are handled per request through the web() callback; this keeps stray ones from
-  // becoming unhandled 'error' events.
-  proxy.on('error', () => undefined);
-
-  function deny(log: Logger, req: IncomingMessage, res: ServerResponse, refusal: Refusal, fields: Record<string, unknown> = {}): void {
-    ctx.observer.decision('deny', refusal.reason);
-    log.info({ [F.event]: 'decision', [F.decision]: 'deny', [F.method]: req.method, [F.reason]: refusal.reason, [F.detail]: refusal.detail, [F.host]: refusal.host, [F.port]: refusal.port, ...fields });
-    refuseResponse(res, refusal);
-  }
-
   return async function handleRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const started = performance.now();
     const { log, counted } = connectionOf(req.socket, root);
+    const deny = (refusal: Refusal, fields: Record<string, unknown> = {}): void => {
+      ctx.observer.decision('deny', refusal.reason);
+      log.info({ [F.event]: 'decision', [F.decision]: 'deny', [F.method]: req.method, [F.reason]: refusal.reason, [F.detail]: refusal.detail, [F.host]: refusal.host, [F.port]: refusal.port, ...fields });
+      refuseResponse(res, refusal);
+    };
+
     const url = req.url ?? '';
     if (url.startsWith('/')) {
-      if (url === HEALTH_PATH && (req.method === 'GET' || req.method === 'HEAD')) {
+      if (url === EGRESS_HEALTH_PATH && (req.method === 'GET' || req.method === 'HEAD')) {
         res.writeHead(200, { 'Content-Type': 'text/plain', 'Content-Length': '3' }).end(req.method === 'GET' ? 'ok\n' : undefined);
         return;
       }
-      return deny(log, req, res, { reason: 'bad_request', detail: 'this is a proxy: send an absolute http:// URL or CONNECT host:port' });
+      return deny({ reason: 'bad_request', detail: 'this is a proxy: send an absolute http:// URL or CONNECT host:port' });
     }
+    const parsed = parseAbsoluteUrl(url);
+    if (!parsed.ok) return deny({ reason: parsed.reason, detail: parsed.detail });
 
-    const target = parseAbsoluteUrl(url);
-    if (!target.ok) return deny(log, req, res, { reason: target.reason, detail: target.detail });
+    const policy = ctx.policy();
+    const target = checkTarget(policy, parsed.host, parsed.port);
+    if (!target.allowed) return deny(target);
+    const head = checkRequestHead(req.rawHeaders, target.host, target.port, req.httpVersion !== '1.0');
+    if (!head.ok) return deny({ reason: 'bad_request', detail: head.detail, host: target.host, port: target.port });
 
-    const hosts = countHost(req.rawHeaders);
-    if (hosts > 1) return deny(log, req, res, { reason: 'bad_request', detail: 'more than one Host header' });
-    const hostHeader = req.headers.host;
-    if (hostHeader === undefined && req.httpVersion !== '1.0') {
-      return deny(log, req, res, { reason: 'bad_request', detail: 'an HTTP/1.1 request needs a Host header' });
-    }
-    if (hostHeader !== undefined) {
-      const fromHeader = parseAbsoluteUrl(`http://${hostHeader}/`);
-      const same = fromHeader.ok && sameHost(fromHeader.host, target.host) && fromHeader.port === target.port;
-      if (!same) return deny(log, req, res, { reason: 'bad_request', detail: 'the Host header does not name the host and port of the URL' });
-    }
-
-    const decision = await decide(ctx.policy(), target.host, target.port, ctx.lookup);
+    const decision = await resolveTarget(policy, target, ctx.lookup);
     const decideMs = ms(started);
     if (!decision.allowed) {
       if (decision.reason === 'internal_error') log.error({ [F.reason]: decision.reason, [F.detail]: decision.detail }, 'decision failed');
-      return deny(log, req, res, decision, { [F.addresses]: decision.addresses, [F.decideMs]: decideMs });
+      return deny(decision, { [F.addresses]: decision.addresses, [F.decideMs]: decideMs });
     }
     if (req.socket.destroyed) return;
+    forward(ctx, log, req, res, { decision, path: parsed.path, headers: head.headers, framing: head.framing, started, decideMs, counted, deny });
+  };
+}
 
-    stripHopByHop(req.headers);
-    const agent = ctx.agents.forRequest(decision.host, decision.port, decision.addresses, target.path);
+interface Forwarding {
+  readonly decision: Allowed;
+  readonly path: string;
+  readonly headers: readonly string[];
+  readonly framing: BodyFraming;
+  readonly started: number;
+  readonly decideMs: number;
+  readonly counted: { read: number };
+  readonly deny: (refusal: Refusal, fields?: Record<string, unknown>) => void;
+}
+
+function forward(ctx: ProxyContext, log: Logger, req: IncomingMessage, res: ServerResponse, f: Forwarding): void {
+  const { decision } = f;
+  const socket = req.socket;
+  const writtenAtStart = socket.bytesWritten;
+  let abort: ((err?: Error) => void) | undefined;
+  let settled = false;
+
+  /** The one decision line (and metric) of a request that reached the upstream. */
+  const allowLine = (error: string | undefined): void => {
+    const bytesUp = socket.bytesRead - f.counted.read;
+    f.counted.read = socket.bytesRead;
+    const bytesDown = socket.bytesWritten - writtenAtStart;
     ctx.observer.decision('allow', 'allowed');
-    // Socket counters, not per-chunk listeners: what the client sent since the previous request
-    // (this request's head and body) and what was written while this one was in flight (HTTP/1.1
-    // has one request in flight per connection).
-    const socket = req.socket;
-    const writtenAtStart = socket.bytesWritten;
-    // 'close' rather than 'finish': a request the client abandons is logged too.
-    res.once('close', () => {
-      const bytesUp = socket.bytesRead - counted.read;
-      counted.read = socket.bytesRead;
-      const bytesDown = socket.bytesWritten - writtenAtStart;
-      ctx.observer.httpBytes(bytesUp, bytesDown);
-      log.info({
-        [F.event]: 'decision',
-        [F.decision]: 'allow',
-        [F.method]: req.method,
-        [F.host]: decision.host,
-        [F.port]: decision.port,
-        [F.rule]: decision.rule,
-        [F.pinnedBy]: decision.pinnedBy,
-        [F.addresses]: decision.addresses,
-        [F.status]: res.statusCode,
-        completed: res.writableFinished,
-        [F.bytesUp]: bytesUp,
-        [F.bytesDown]: bytesDown,
-        [F.decideMs]: decideMs,
-        [F.durationMs]: ms(started),
-      });
-    });
-    proxy.web(req, res, { target: { protocol: 'http:', host: decision.host, port: decision.port }, agent }, (err: Error) => {
-      if (err instanceof DialError || res.headersSent === false) {
-        const detail = err instanceof DialError ? err.message : `upstream failed: ${(err as NodeJS.ErrnoException).code ?? err.message}`;
-        deny(log, req, res, { reason: 'connect_failed', detail, host: decision.host, port: decision.port }, { [F.addresses]: decision.addresses, [F.dialed]: err instanceof DialError ? err.attempts : undefined });
-      } else {
-        res.destroy();
-      }
+    ctx.observer.httpBytes(bytesUp, bytesDown);
+    log.info({
+      [F.event]: 'decision',
+      [F.decision]: 'allow',
+      [F.method]: req.method,
+      [F.host]: decision.host,
+      [F.port]: decision.port,
+      [F.rule]: decision.rule,
+      [F.pinnedBy]: decision.pinnedBy,
+      [F.addresses]: decision.addresses,
+      [F.status]: res.statusCode,
+      completed: error === undefined,
+      [F.error]: error,
+      [F.bytesUp]: bytesUp,
+      [F.bytesDown]: bytesDown,
+      [F.decideMs]: f.decideMs,
+      [F.durationMs]: ms(f.started),
     });
   };
+  /** Ends the request once: a refusal before the response started, else the client connection. */
+  const fail = (err: Error): void => {
+    if (settled) return;
+    settled = true;
+    const reason = upstreamReason(err);
+    if (!res.headersSent) {
+      f.counted.read = socket.bytesRead;
+      f.deny(
+        { reason, detail: err instanceof DialError ? err.message : `${err.message}${(err as NodeJS.ErrnoException).code ? ` (${(err as NodeJS.ErrnoException).code})` : ''}`, host: decision.host, port: decision.port },
+        { [F.addresses]: decision.addresses, [F.dialed]: err instanceof DialError ? err.attempts : undefined, [F.decideMs]: f.decideMs },
+      );
+    } else {
+      allowLine(reason);
+      res.destroy();
+    }
+  };
+
+  // The client went away before the response was complete: stop the upstream exchange too.
+  res.once('close', () => {
+    if (settled) return;
+    settled = true;
+    abort?.();
+    allowLine('client_closed');
+  });
+
+  const handler: Dispatcher.DispatchHandler = {
+    onConnect(abortRequest) {
+      abort = abortRequest;
+    },
+    onHeaders(status, rawHeaders, resume, statusText) {
+      // Interim 1xx responses are not passed on; the final one follows.
+      if (status >= 100 && status < 200) return true;
+      const checked = checkResponseHead(status, statusText, latin1(rawHeaders));
+      if (!checked.ok) {
+        const err = Object.assign(new Error(checked.detail), { code: 'bad_upstream_response' });
+        abort?.(err);
+        fail(err);
+        return false;
+      }
+      try {
+        res.writeHead(status, statusText, checked.headers as string[]);
+      } catch (err) {
+        abort?.(err as Error);
+        fail(err as Error);
+        return false;
+      }
+      res.on('drain', resume);
+      return true;
+    },
+    onData(chunk) {
+      if (res.destroyed) return false;
+      return res.write(chunk);
+    },
+    onComplete() {
+      if (settled) return;
+      settled = true;
+      res.end();
+      allowLine(undefined);
+    },
+    onError(err) {
+      fail(err);
+    },
+  };
+
+  const headers = [...f.headers, 'host', decision.port === 80 ? decision.host : `${decision.host}:${decision.port}`];
+  if (f.framing.kind === 'length') headers.push('content-length', String(f.framing.length));
+  const pool = ctx.pools.forTarget(decision.host, decision.port, decision.addresses);
+  try {
+    pool.dispatch(
+      {
+        method: req.method as Dispatcher.HttpMethod,
+        path: f.path,
+        headers,
+        // No body: nothing after the head belongs to this request. Otherwise the client's body
+        // stream, which undici frames with the Content-Length given or as chunked.
+        body: f.framing.kind === 'none' ? null : req,
+      },
+      handler,
+    );
+  } catch (err) {
+    fail(err as Error);
+  }
 }

@@ -5,4 +5,4 @@ export { createLookup, type LookupOptions } from './dns.js';
 export { createLogger } from './log.js';
 export { defaultConnect, type Connect } from './dial.js';
 export { parseAbsoluteUrl, parseConnectTarget, type ParsedTarget } from './authority.js';
-export { scanClientHello, type HelloScan } from './client-hello.js';
+export { ClientHelloReader, MAX_HELLO_BYTES, parseClientHello, type HelloResult } from './client-hello.js';

@@ -30,6 +30,8 @@ export const F = {
   bytesDown: 'bytesDown',
   closedBy: 'closedBy',
   sni: 'sni',
+  tunnel: 'tunnel',
+  error: 'error',
 } as const;
 
 export type { Logger };
@@ -51,4 +53,19 @@ export function createLogger(level: string, destination?: DestinationStream): Lo
 /** Milliseconds since a performance.now() reading, to the microsecond, for timing fields. */
 export function ms(since: number): number {
   return Math.round((performance.now() - since) * 1000) / 1000;
+}
+
+/**
+ * Bytes from a peer (a TLS server name, say) as log-safe text: printable ASCII as is, everything
+ * else as `\xNN`, at most 255 bytes. JSON escaping alone would let U+0085 or U+2028 through, which
+ * some log pipelines read as line breaks.
+ */
+export function printable(bytes: Buffer): string {
+  let out = '';
+  const n = Math.min(bytes.length, 255);
+  for (let i = 0; i < n; i++) {
+    const c = bytes[i]!;
+    out += c > 0x20 && c < 0x7f && c !== 0x5c ? String.fromCharCode(c) : `\\x${c.toString(16).padStart(2, '0')}`;
+  }
+  return bytes.length > n ? `${out}...` : out;
 }

@@ -6,6 +6,7 @@
 import { STATUS_CODES, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { REASONS, type Reason } from '../policy/index.js';
+import { releaseConnection } from './context.js';
 
 const REASON_HEADER = 'X-Egress-Reason';
 
@@ -45,20 +46,32 @@ function headers(refusal: Refusal, body: string): Record<string, string> {
   return h;
 }
 
-/** Writes a refusal on a raw socket (CONNECT, or before HTTP parsing) and closes it. */
-export function refuseSocket(socket: Socket, refusal: Refusal): void {
+/**
+ * Ends a refused connection: writes `last` (a response or a TLS alert), closes the proxy's side,
+ * and gives the client a short linger to read it. The connection stops counting against the
+ * limits at once; a client that never reads or never closes cannot hold the socket open.
+ */
+export function closeRefused(socket: Socket, last: string | Buffer | undefined): void {
+  releaseConnection(socket);
   if (!socket.writable) {
     socket.destroy();
     return;
   }
-  const status = REASONS[refusal.reason].status;
-  const body = refusalBody(refusal);
-  const lines = Object.entries(headers(refusal, body)).map(([k, v]) => `${k}: ${v}\r\n`);
-  socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\n${lines.join('')}\r\n${body}`);
-  // A client that never reads or never closes must not hold the socket open.
+  if (last === undefined) socket.end();
+  else socket.end(last);
+  // Reading on (and discarding) lets the client's own close end the socket promptly.
+  if (socket.listenerCount('data') === 0) socket.resume();
   const linger = setTimeout(() => socket.destroy(), LINGER_MS);
   linger.unref();
   socket.once('close', () => clearTimeout(linger));
+}
+
+/** Writes a refusal on a raw socket (CONNECT, or before HTTP parsing) and closes it. */
+export function refuseSocket(socket: Socket, refusal: Refusal): void {
+  const status = REASONS[refusal.reason].status;
+  const body = refusalBody(refusal);
+  const lines = Object.entries(headers(refusal, body)).map(([k, v]) => `${k}: ${v}\r\n`);
+  closeRefused(socket, `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\n${lines.join('')}\r\n${body}`);
 }
 
 /** Writes a refusal as the response to a parsed plain-HTTP request. */

@@ -17,7 +17,7 @@ import { F, type Logger } from './log.js';
 import { refuseResponse, refuseSocket, type Refusal } from './refusal.js';
 import { createProxyMetrics } from './metrics.js';
 import { handleConnect } from './tunnel.js';
-import { UpstreamAgents } from './upstream-agents.js';
+import { UpstreamPools } from './upstream-pools.js';
 
 export interface EgressProxyOptions {
   readonly policy: Policy;
@@ -57,14 +57,14 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   const connect = options.connect ?? defaultConnect;
   const metrics = createProxyMetrics();
   const observer = metrics.observer;
-  const agents = new UpstreamAgents({ connect, connectTimeoutMs: limits.connectTimeoutMs, idleTimeoutMs: limits.idleTimeoutMs, maxPools: 1024 });
+  const pools = new UpstreamPools({ connect, connectTimeoutMs: limits.connectTimeoutMs, idleTimeoutMs: limits.idleTimeoutMs, maxHeaderBytes: 64 * 1024, maxPools: 1024 });
   const lookup: Lookup = async (name) => {
     const t = performance.now();
     const outcome = await options.lookup(name);
     observer.dnsLookup((performance.now() - t) / 1000, outcome.ok ? 'ok' : outcome.reason);
     return outcome;
   };
-  const ctx: ProxyContext = { policy: () => policy, lookup, limits, connect, agents, observer };
+  const ctx: ProxyContext = { policy: () => policy, lookup, limits, connect, pools, observer };
 
   const httpServer = http.createServer({
     maxHeaderSize: limits.maxHeaderBytes,
@@ -104,7 +104,7 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   httpServer.on('clientError', (err: NodeJS.ErrnoException, socket: net.Socket) => {
     const refusal = clientError(err);
     observer.decision('deny', refusal.reason);
-    log.info({ [F.event]: 'decision', [F.decision]: 'deny', [F.reason]: refusal.reason, [F.detail]: refusal.detail });
+    connectionOf(socket, log).log.info({ [F.event]: 'decision', [F.decision]: 'deny', [F.reason]: refusal.reason, [F.detail]: refusal.detail });
     refuseSocket(socket, refusal);
   });
 
@@ -131,15 +131,21 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     open += 1;
     perClient.set(clientIp, fromClient + 1);
     sockets.add(socket);
-    socket.once('close', () => {
+    let counted = true;
+    const release = (): void => {
+      if (!counted) return;
+      counted = false;
       open -= 1;
-      sockets.delete(socket);
       const left = (perClient.get(clientIp) ?? 1) - 1;
       if (left === 0) perClient.delete(clientIp);
       else perClient.set(clientIp, left);
+    };
+    socket.once('close', () => {
+      sockets.delete(socket);
+      release();
     });
     const id = nextId++;
-    attachConnection(socket, { id, client, clientIp, log: log.child({ [F.conn]: id, [F.client]: client }), counted: { read: 0 } });
+    attachConnection(socket, { id, client, clientIp, log: log.child({ [F.conn]: id, [F.client]: client }), counted: { read: 0 }, release });
     httpServer.emit('connection', socket);
   });
 
@@ -162,7 +168,7 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
         httpServer.close(() => undefined); // stops the header-timeout sweep
         httpServer.closeAllConnections();
         for (const socket of sockets) socket.destroy();
-        agents.destroy();
+        pools.destroy();
       });
     },
     setPolicy(next) {

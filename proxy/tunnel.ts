@@ -1,6 +1,12 @@
 /**
- * CONNECT: decide on the authority, dial the pinned addresses, check the TLS server name of the
- * client's first record against the CONNECT host, then splice raw bytes both ways.
+ * CONNECT: decide on the authority, dial the pinned addresses, then splice raw bytes both ways.
+ *
+ * A `tls` tunnel (every allowlist entry unless the policy marks it `opaque`) holds the client's
+ * bytes until a complete, well-formed ClientHello has arrived and its server name equals the
+ * CONNECT host; only then does any client byte reach the upstream. Without this, one allowed name
+ * on a shared (CDN) address would reach every site behind it, and a tunnel to port 80 would carry
+ * plain HTTP whose Host the proxy never saw.
+ *
  * The Host header of a CONNECT request is ignored: only the request-target is decided on and
  * dialed. Half-closes are passed on (each direction ends on its own); an error on either side
  * tears down both.
@@ -8,21 +14,31 @@
 import type { IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
-import { decide, type TunnelMode } from '../policy/index.js';
+import { decide, parseHostName } from '../policy/index.js';
+import { ClientHelloReader, type HelloResult } from './client-hello.js';
 import { connectionOf, type ProxyContext } from './context.js';
 import { dialPinned, DialError } from './dial.js';
-import { F, ms, type Logger } from './log.js';
-import { refuseSocket, type Refusal } from './refusal.js';
+import { F, ms, printable, type Logger } from './log.js';
+import { closeRefused, refuseSocket, type Refusal } from './refusal.js';
 import { parseConnectTarget } from './authority.js';
-import { scanClientHello, type HelloScan } from './client-hello.js';
 
 const ESTABLISHED = 'HTTP/1.1 200 Connection Established\r\n\r\n';
 
+// A TLS alert, fatal access_denied (RFC 8446 §6.2): tells a TLS client why the handshake ended.
+const ACCESS_DENIED_ALERT = Buffer.from([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x31]);
 
 function deny(ctx: ProxyContext, log: Logger, socket: Socket, refusal: Refusal, fields: Record<string, unknown>): void {
   ctx.observer.decision('deny', refusal.reason);
   log.info({ [F.event]: 'decision', [F.decision]: 'deny', [F.method]: 'CONNECT', [F.reason]: refusal.reason, [F.detail]: refusal.detail, [F.host]: refusal.host, [F.port]: refusal.port, ...fields });
   refuseSocket(socket, refusal);
+}
+
+/** CONNECT has no content (RFC 9110 §9.3.6): framing headers would smuggle bytes past the hello check. */
+function connectBodyProblem(req: IncomingMessage): string | undefined {
+  if (req.headers['transfer-encoding'] !== undefined) return 'a CONNECT request must not carry Transfer-Encoding';
+  const length = req.headers['content-length'];
+  if (length !== undefined && length !== '0') return 'a CONNECT request must not carry a body (Content-Length)';
+  return undefined;
 }
 
 export async function handleConnect(ctx: ProxyContext, root: Logger, req: IncomingMessage, client: Socket, head: Buffer): Promise<void> {
@@ -32,6 +48,8 @@ export async function handleConnect(ctx: ProxyContext, root: Logger, req: Incomi
 
   const target = parseConnectTarget(req.url ?? '');
   if (!target.ok) return deny(ctx, log, client, { reason: target.reason, detail: target.detail }, {});
+  const bodyProblem = connectBodyProblem(req);
+  if (bodyProblem !== undefined) return deny(ctx, log, client, { reason: 'bad_request', detail: bodyProblem }, {});
 
   const decision = await decide(ctx.policy(), target.host, target.port, ctx.lookup);
   const decideMs = ms(started);
@@ -79,6 +97,7 @@ export async function handleConnect(ctx: ProxyContext, root: Logger, req: Incomi
     [F.host]: decision.host,
     [F.port]: decision.port,
     [F.rule]: decision.rule,
+    [F.tunnel]: decision.tunnel,
     [F.pinnedBy]: decision.pinnedBy,
     [F.addresses]: decision.addresses,
     [F.dialed]: dialed,
@@ -86,10 +105,22 @@ export async function handleConnect(ctx: ProxyContext, root: Logger, req: Incomi
     [F.connectMs]: connectMs,
   });
   client.write(ESTABLISHED);
-  splice(ctx, log, client, upstream, { host: decision.host, port: decision.port, tunnel: decision.tunnel, started, head });
+  splice(ctx, log, client, upstream, { host: decision.host, port: decision.port, tls: decision.tunnel === 'tls', started, head });
 }
 
-function splice(ctx: ProxyContext, log: Logger, client: Socket, upstream: Socket, meta: { host: string; port: number; tunnel: TunnelMode; started: number; head: Buffer }): void {
+/** What holding the client's first bytes ended with. */
+type HoldOutcome = HelloResult | { readonly kind: 'timeout' };
+
+interface TunnelMeta {
+  readonly host: string;
+  readonly port: number;
+  /** Hold client bytes until a ClientHello naming `host` has arrived. */
+  readonly tls: boolean;
+  readonly started: number;
+  readonly head: Buffer;
+}
+
+function splice(ctx: ProxyContext, log: Logger, client: Socket, upstream: Socket, meta: TunnelMeta): void {
   let closedBy: string | undefined;
   let sni: string | undefined;
   let open = 2;
@@ -143,67 +174,73 @@ function splice(ctx: ProxyContext, log: Logger, client: Socket, upstream: Socket
         }, ctx.limits.maxTunnelMs)
       : undefined;
 
+  // A server that speaks first is not held up: only the client's direction waits.
   upstream.pipe(client);
-  // Client bytes wait until the first record shows what they are (a server that speaks first is
-  // not held up: only this direction waits).
-  holdFirstRecord(client, meta.head, (bytes, scan) => {
-    if (scan.kind === 'tls') sni = scan.sni;
-    const refusal = checkServerName(scan, meta.host, meta.tunnel === 'tls');
-    if (refusal) {
-      ctx.observer.decision('deny', refusal.reason);
-      log.info({ [F.event]: 'decision', [F.decision]: 'deny', [F.method]: 'CONNECT', [F.reason]: refusal.reason, [F.detail]: refusal.detail, [F.host]: meta.host, [F.port]: meta.port, [F.sni]: sni });
-      closedBy = refusal.reason;
-      // A TLS alert (access_denied, RFC 8446 §6.2) tells a TLS client why the handshake ended.
-      if (scan.kind === 'tls') client.end(ACCESS_DENIED_ALERT);
-      else client.end();
-      upstream.destroy();
-      return;
-    }
-    if (bytes.length > 0) upstream.write(bytes);
+  const forward = (held: readonly Buffer[]): void => {
+    for (const chunk of held) upstream.write(chunk);
     if (client.readableEnded) upstream.end();
     else client.pipe(upstream);
+  };
+  if (!meta.tls) {
+    forward(meta.head.length > 0 ? [meta.head] : []);
+    return;
+  }
+  holdClientHello(client, meta.head, ctx.limits.helloTimeoutMs, (held, result) => {
+    const refusal = checkHello(result, meta.host);
+    if (result.kind === 'hello' && result.serverName !== undefined) sni = printable(result.serverName);
+    if (refusal === undefined) {
+      forward(held);
+      return;
+    }
+    ctx.observer.decision('deny', refusal.reason);
+    log.info({ [F.event]: 'decision', [F.decision]: 'deny', [F.method]: 'CONNECT', [F.reason]: refusal.reason, [F.detail]: refusal.detail, [F.host]: meta.host, [F.port]: meta.port, [F.sni]: sni });
+    closedBy = refusal.reason;
+    upstream.destroy();
+    // Only a client that spoke TLS understands an alert.
+    closeRefused(client, result.kind === 'hello' || refusal.reason === 'tls_hello_malformed' ? ACCESS_DENIED_ALERT : undefined);
   });
 }
 
-const ACCESS_DENIED_ALERT = Buffer.from([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x31]);
-// A ClientHello fits one record (at most 16 KiB plus its header); beyond that, stop looking.
-const MAX_HELLO_BYTES = 16 * 1024 + 5;
-
-function checkServerName(scan: HelloScan, host: string, requireSni: boolean): Refusal | undefined {
-  if (scan.kind === 'tls' && scan.sni !== undefined) {
-    const sni = scan.sni.toLowerCase().replace(/\.$/, '');
-    // Without this, one allowed name on a shared (CDN) address would reach every site behind it.
-    return sni === host ? undefined : { reason: 'sni_mismatch', detail: `TLS server name ${JSON.stringify(sni.slice(0, 255))} is not the CONNECT host ${host}`, host };
-  }
-  if (!requireSni) return undefined;
-  return { reason: 'sni_missing', detail: scan.kind === 'tls' ? 'TLS without a server name' : 'the tunnel does not start with TLS', host };
+/** Whether the hello lets the tunnel through to `host`; the refusal otherwise. */
+function checkHello(result: HoldOutcome, host: string): Refusal | undefined {
+  if (result.kind === 'timeout') return { reason: 'tls_hello_timeout', detail: 'no complete TLS ClientHello arrived in time', host };
+  if (result.kind === 'refused') return { reason: result.reason, detail: result.detail, host };
+  if (result.kind === 'incomplete') return { reason: 'tls_hello_malformed', detail: 'incomplete ClientHello', host };
+  if (result.serverName === undefined) return { reason: 'sni_missing', detail: 'the TLS ClientHello carries no server name', host };
+  // The name is normalised exactly as the CONNECT host was, so case and one trailing dot agree
+  // and nothing else can.
+  const parsed = parseHostName(result.serverName.toString('latin1'));
+  if (parsed.ok && parsed.name === host) return undefined;
+  return { reason: 'sni_mismatch', detail: `TLS server name "${printable(result.serverName)}" is not the CONNECT host ${host}`, host };
 }
 
-/** Buffers client bytes until the first TLS record is complete (or is not TLS), then hands them on. */
-function holdFirstRecord(client: Socket, head: Buffer, done: (bytes: Buffer, scan: HelloScan) => void): void {
-  let bytes = head;
-  const finish = (scan: HelloScan): void => {
+/**
+ * Reads client bytes into a ClientHelloReader until it decides, the client closes, or the
+ * deadline passes; then hands over every byte received so far, unmodified, with the outcome.
+ */
+function holdClientHello(client: Socket, head: Buffer, timeoutMs: number, done: (held: readonly Buffer[], result: HoldOutcome) => void): void {
+  const reader = new ClientHelloReader();
+  const held: Buffer[] = [];
+  let finished = false;
+  const finish = (result: HoldOutcome): void => {
+    if (finished) return;
+    finished = true;
+    clearTimeout(deadline);
     client.off('data', onData);
     client.off('end', onEnd);
     client.pause();
-    done(bytes, scan);
+    done(held, result);
   };
-  const check = (): boolean => {
-    const scan = scanClientHello(bytes);
-    if (scan.kind !== 'incomplete') finish(scan);
-    else if (bytes.length >= MAX_HELLO_BYTES) finish({ kind: 'tls', sni: undefined });
-    else return false;
-    return true;
+  const take = (chunk: Buffer): void => {
+    held.push(chunk);
+    const result = reader.push(chunk);
+    if (result.kind !== 'incomplete') finish(result);
   };
-  const onData = (chunk: Buffer): void => {
-    bytes = bytes.length === 0 ? chunk : Buffer.concat([bytes, chunk]);
-    check();
-  };
-  const onEnd = (): void => {
-    const scan = scanClientHello(bytes);
-    finish(scan.kind === 'incomplete' ? { kind: 'not_tls' } : scan);
-  };
-  if (bytes.length > 0 && check()) return;
+  const onData = (chunk: Buffer): void => take(chunk);
+  const onEnd = (): void => finish(reader.end());
+  const deadline = setTimeout(() => finish({ kind: 'timeout' }), timeoutMs);
   client.on('data', onData);
   client.once('end', onEnd);
+  client.once('close', () => clearTimeout(deadline));
+  if (head.length > 0) take(head);
 }

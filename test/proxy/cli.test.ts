@@ -10,6 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
+import { EGRESS_ENV } from '../../common/index.js';
 import { rawRequest, readUntil } from '../support/raw-client.js';
 
 // The built command, as operators run it (`npm test` builds first); starting it through the
@@ -35,6 +36,12 @@ const failures: { name: string; args: string[]; env?: Record<string, string>; fi
   { name: 'bad allowlist from the environment', args: [], env: { EGRESS_ALLOW_HOSTS: 'a.example,*' }, message: /EGRESS_ALLOW_HOSTS[\s\S]*allowHosts\[1\]/ },
   { name: 'unknown flag', args: ['--allow-hosts', 'a.example', '--frobnicate'], message: /Unknown option '--frobnicate'/ },
   { name: 'bad DNS server', args: ['--allow-hosts', 'a.example', '--dns-server', 'dns.example'], message: /--dns-server: expected IP/ },
+  { name: 'a wildcard over a public suffix', args: [], env: { EGRESS_ALLOW_HOSTS: 'a.example,*.co.uk' }, message: /EGRESS_ALLOW_HOSTS[\s\S]*allowHosts\[1\][\s\S]*public suffix/ },
+  { name: 'unknown tunnel mode', args: ['--allow-hosts', 'a.example', '--tunnel-default', 'raw'], message: /--tunnel-default: expected tls or opaque/ },
+  { name: 'TLS required and optional at once', args: ['--allow-hosts', 'a.example', '--tunnel-default', 'opaque'], env: { EGRESS_REQUIRE_SNI: 'true' }, message: /EGRESS_REQUIRE_SNI is true but --tunnel-default is opaque/ },
+  { name: 'an opaque entry while TLS is required', args: ['--policy', 'FILE', '--require-sni', 'true'], file: 'allowHosts:\n  - a.example\n  - { host: ssh.example, tunnel: opaque }\n', message: /policy\.yaml[\s\S]*allowHosts\[1\][\s\S]*opaque tunnel is refused/ },
+  { name: 'unknown log level', args: ['--allow-hosts', 'a.example', '--log-level', 'loud'], message: /--log-level: expected fatal, error/ },
+  { name: 'a limit below its minimum', args: ['--allow-hosts', 'a.example', '--max-header-bytes', '10'], message: /--max-header-bytes: .*1024/ },
 ];
 for (const c of failures) {
   t.test(`start-up fails closed: ${c.name}`, async (t) => {
@@ -50,7 +57,7 @@ for (const c of failures) {
 t.test('--help prints usage and every environment twin', async (t) => {
   const res = run(['--help']);
   t.equal(res.status, 0);
-  for (const v of ['EGRESS_POLICY_FILE', 'EGRESS_LISTEN', 'EGRESS_DNS_SERVERS', 'ALLOW_CONNECT_PORTS', 'EGRESS_ALLOW_HOSTS', 'EGRESS_METRICS_LISTEN']) t.match(res.stdout, v);
+  for (const v of Object.values(EGRESS_ENV)) t.match(res.stdout, v);
 });
 
 async function freePort(): Promise<number> {
@@ -83,7 +90,8 @@ t.test('SIGHUP and file changes reload the policy; an invalid file keeps the old
   };
   write(`allowHosts: [one.test]\nconnectPorts: [${upstreamPort}]\n`);
   const output = { text: '' };
-  const child = spawn(process.execPath, [cli, '--policy', file, '--listen', `127.0.0.1:${port}`, '--metrics-listen', `127.0.0.1:${metricsPort}`], {
+  // The upstream echoes plain bytes: entries without a tunnel mode are opaque here.
+  const child = spawn(process.execPath, [cli, '--policy', file, '--listen', `127.0.0.1:${port}`, '--metrics-listen', `127.0.0.1:${metricsPort}`, '--tunnel-default', 'opaque'], {
     env: { ...baseEnv, CAPYBARA_EGRESS_TEST_HOSTS: JSON.stringify({ 'one.test': '127.0.0.1', 'two.test': '127.0.0.1' }) },
   });
   child.stdout?.on('data', (d: Buffer) => (output.text += d.toString()));

@@ -7,7 +7,11 @@
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import http from 'node:http';
+import net from 'node:net';
+import { Duplex } from 'node:stream';
+import tls from 'node:tls';
 import { rawRequest, readUntil } from '../support/raw-client.js';
+import { selfSignedCert } from '../support/tls-cert.js';
 import { startDnsServer, type DnsBehaviour } from '../support/dns-server.js';
 import { startTestProxy } from '../support/test-proxy.js';
 
@@ -32,8 +36,22 @@ const ip = (...args: string[]): void => {
 ip('link', 'set', 'lo', 'up');
 for (const a of PUBLIC) ip('addr', 'add', a.includes(':') ? `${a}/128` : `${a}/32`, 'dev', 'lo');
 
-const upstream = (): http.Server =>
-  http.createServer((req, res) => res.writeHead(200, { 'Content-Type': 'text/plain' }).end(`upstream ok ${req.url ?? ''}\n`));
+// The upstream on both ports answers plain HTTP, and on a connection that starts with a TLS
+// record, HTTP inside TLS: allowed tunnels carry TLS (the proxy requires a ClientHello naming the
+// CONNECT host), while plain-HTTP cases may name port 443 too.
+const web = http.createServer((req, res) => res.writeHead(200, { 'Content-Type': 'text/plain' }).end(`upstream ok ${req.url ?? ''}\n`));
+const tlsServer = tls.createServer(selfSignedCert(), (socket) => web.emit('connection', socket));
+const upstream = (): net.Server =>
+  net.createServer((socket) => {
+    socket.once('data', (first: Buffer) => {
+      socket.pause();
+      socket.unshift(first);
+      // TLS takes the socket's handle and would miss the byte read here: it gets a stream view.
+      if (first[0] === 0x16) tlsServer.emit('connection', Duplex.from({ readable: socket, writable: socket }));
+      else web.emit('connection', socket);
+      socket.resume();
+    });
+  });
 const servers = [upstream(), upstream()];
 await Promise.all(servers.map((s, i) => new Promise<void>((resolve) => s.listen(i === 0 ? 443 : 80, '::', resolve))));
 
@@ -67,8 +85,12 @@ for (const c of fixture.cases) {
     const res = await rawRequest(proxy.port, c.request);
     let reached = false;
     if (res.status === 200 && c.request.startsWith('CONNECT')) {
-      res.socket.write('GET /through-tunnel HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
-      reached = (await readUntil(res.socket, 'upstream ok')).includes('upstream ok /through-tunnel');
+      res.socket.resume();
+      const secure = tls.connect({ socket: res.socket, servername: host, rejectUnauthorized: false });
+      secure.on('error', () => undefined);
+      secure.write('GET /through-tunnel HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+      reached = (await readUntil(secure, 'upstream ok')).includes('upstream ok /through-tunnel');
+      secure.destroy();
     } else {
       reached = res.body.includes('upstream ok');
     }

@@ -1,0 +1,48 @@
+/**
+ * The head of an upstream's response, judged before a byte of it reaches the client: a final
+ * status 200-599, a reason phrase and header fields that are valid HTTP/1.1 (RFC 9110 §5.5,
+ * RFC 9112 §4). A hostile or broken upstream can send anything; what it sends is either passed on
+ * as a well-formed response or not at all. Pure: takes what the HTTP client parsed, returns the
+ * fields to write, without hop-by-hop fields (the proxy frames its own response to the client).
+ */
+
+export type ResponseHead =
+  | { readonly ok: true; readonly headers: readonly string[] }
+  | { readonly ok: false; readonly detail: string };
+
+const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'http2-settings']);
+
+const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+// A field value: visible ASCII, obs-text, space and tab; never CR, LF, NUL or another control.
+const FIELD_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
+const REASON_PHRASE = /^[\t\x20-\x7e]*$/;
+
+function bad(detail: string): ResponseHead {
+  return { ok: false, detail };
+}
+
+/** `rawHeaders` alternate names and values, as the bytes arrived (decoded one byte per character). */
+export function checkResponseHead(status: number, reason: string, rawHeaders: readonly string[]): ResponseHead {
+  if (!Number.isInteger(status) || status < 200 || status > 599) return bad(`status ${status} is not a final HTTP status (200-599)`);
+  if (!REASON_PHRASE.test(reason)) return bad('the reason phrase holds a control or non-ASCII byte');
+  const named = new Set<string>();
+  let chunked = false;
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    const name = rawHeaders[i]!;
+    const value = rawHeaders[i + 1]!;
+    if (!TOKEN.test(name)) return bad('a header name is not a token');
+    if (!FIELD_VALUE.test(value)) return bad(`header ${name} holds a control byte`);
+    const lower = name.toLowerCase();
+    if (lower === 'connection') for (const option of value.split(',')) named.add(option.trim().toLowerCase());
+    if (lower === 'transfer-encoding') chunked = true;
+  }
+  const headers: string[] = [];
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    const lower = rawHeaders[i]!.toLowerCase();
+    // A body that arrived chunked is re-framed by the proxy; a Content-Length beside it (which
+    // the parser would have refused anyway) must not reach the client.
+    if (HOP_BY_HOP.has(lower) || named.has(lower) || (chunked && lower === 'content-length')) continue;
+    headers.push(rawHeaders[i]!, rawHeaders[i + 1]!);
+  }
+  return { ok: true, headers };
+}
