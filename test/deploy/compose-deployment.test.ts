@@ -10,11 +10,11 @@ import t from 'tap';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type Docker from 'dockerode';
-import { dockerTest, TEST_LABEL } from '../support/docker.js';
+import { dockerTest, SOCKET_PROXY_IMAGE, TEST_LABEL } from '../support/docker.js';
 import { composeProject } from './compose-cli.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
-const IMAGES = ['capybara-sandbox:latest', 'capybara-sandbox-egress:latest', 'capybara-sandbox-proxy:latest', 'capybara-sandbox-cli:latest'];
+const IMAGES = ['capybara-sandbox:latest', 'capybara-sandbox-egress:latest', SOCKET_PROXY_IMAGE, 'capybara-sandbox-cli:latest'];
 
 async function healthOf(docker: Docker, id: string): Promise<string> {
   const info = await docker.getContainer(id).inspect();
@@ -33,7 +33,7 @@ t.test('the compose deployment starts and serves sandboxes', async (t) => {
     }
   }
   const shared = env.name('shared');
-  const project = composeProject(t, `deploy-${env.runId}`, [join(root, 'deploy/compose.yaml')], { CAPYBARA_SANDBOX_NETWORK: shared });
+  const project = composeProject(t, `deploy-${env.runId}`, [join(root, 'deploy/compose.yaml')], { CAPYBARA_SANDBOX_NETWORK: shared, CAPYBARA_PROXY_IMAGE: SOCKET_PROXY_IMAGE });
   if (!project) return;
 
   const started = Date.now();

@@ -35,7 +35,7 @@ const app = compose.services.capybara as Service;
 
 t.test('the socket proxy publishes nothing', async (t) => {
   t.ok(proxy, 'socket-proxy service exists');
-  t.equal(proxy.image, 'capybara-sandbox-proxy:latest');
+  t.equal(proxy.image, '${CAPYBARA_PROXY_IMAGE:-capybara-sandbox-proxy:latest}');
   t.equal(proxy.ports, undefined, 'no ports:');
   t.equal(proxy.network_mode, undefined, 'not on the host network');
 });
