@@ -42,6 +42,14 @@ apt_packages() {
   echo "$line"
 }
 
+# Prints a progress line every 30 s while a long step (mmdebstrap, docker build) runs, so a cold
+# build of several minutes is never silent. Usage: heartbeat WHAT & hb=$!; ...; stop_heartbeat $hb
+heartbeat() {
+  local what=$1 start=$SECONDS
+  while sleep 30; do log "$what: still running ($((SECONDS - start))s)"; done
+}
+stop_heartbeat() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
+
 image_hash() { docker image inspect --format "{{index .Config.Labels \"$HASH_LABEL\"}}" "$1" 2>/dev/null || true; }
 
 # mmdebstrap options: minimal variant, no documentation, manuals or translations (copyright files
@@ -71,12 +79,15 @@ build_base() {
   log "building base $tag with mmdebstrap ($SUITE: $pkgs)"
   local started=$SECONDS logfile
   logfile=$(mktemp)
+  heartbeat "base $name (mmdebstrap)" >/dev/null & local hb=$!
   # shellcheck disable=SC2086  # the package list is split on purpose
   if ! mmdebstrap "${MM_OPTS[@]}" --include="$(echo $pkgs | tr ' ' ',')" "$SUITE" - "$MIRROR" 2>"$logfile" \
       | docker import --change "LABEL $HASH_LABEL=$hash" --change 'CMD ["bash"]' - "$tag" >/dev/null; then
+    stop_heartbeat "$hb"
     tail -n 30 "$logfile" >&2; rm -f "$logfile"
     die "mmdebstrap or docker import failed for base $name"
   fi
+  stop_heartbeat "$hb"
   rm -f "$logfile"
   docker tag "$tag" "capybara-base-$name:latest"
   log "base $tag built in $((SECONDS - started))s"
@@ -94,10 +105,15 @@ build_image() {
   fi
   log "building $tag (${hash:0:12})"
   local started=$SECONDS
-  docker build --quiet --pull=false \
-    --build-arg "BASE=$base" \
-    --label "$HASH_LABEL=$hash" \
-    -f "$dockerfile" -t "$tag" -t "${tag%:*}:${hash:0:12}" "$context" >/dev/null
+  heartbeat "$tag (docker build)" & local hb=$!
+  if ! docker build --quiet --pull=false \
+      --build-arg "BASE=$base" \
+      --label "$HASH_LABEL=$hash" \
+      -f "$dockerfile" -t "$tag" -t "${tag%:*}:${hash:0:12}" "$context" >/dev/null; then
+    stop_heartbeat "$hb"
+    die "docker build of $tag failed"
+  fi
+  stop_heartbeat "$hb"
   log "$tag built in $((SECONDS - started))s"
 }
 
