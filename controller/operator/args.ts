@@ -44,10 +44,10 @@ export interface OperatorArgs {
 
 const DEFAULT_MIN_AGE_MS = 10 * 60_000;
 /** Where `up` puts the socket proxy's unix socket: a directory only root can open. */
-export const DEFAULT_SOCKET_DIR = '/run/capybara-sandbox';
+const DEFAULT_SOCKET_DIR = '/run/capybara-sandbox';
 /** The container `up` starts. Not `cap-`: the socket proxy never lets a controller touch it. */
-export const DEFAULT_PROXY_NAME = 'capybara-socket-proxy';
-export const DEFAULT_PROXY_IMAGE = 'capybara-sandbox-proxy:latest';
+const DEFAULT_PROXY_NAME = 'capybara-socket-proxy';
+const DEFAULT_PROXY_IMAGE = 'capybara-sandbox-proxy:latest';
 
 export function usageError(message: string): SandboxError {
   return new SandboxError('invalid_config', `${message} (see capybara-sandbox --help)`);

@@ -13,7 +13,7 @@ import { EGRESS_ENV } from '../../common/index.js';
 import { ENGINE_COMMANDS, type OperatorArgs } from './args.js';
 
 /** The host's variable: `{"sandbox-docker": {...deployment config...}}`. */
-export const EXTENSION_CONFIG_ENV = 'CAPYBARA_EXTENSION_CONFIG';
+const EXTENSION_CONFIG_ENV = 'CAPYBARA_EXTENSION_CONFIG';
 const PLUGIN_KEY = 'sandbox-docker';
 export const PROXY_SOCKET_FILE = 'docker.sock';
 
@@ -27,12 +27,12 @@ export interface OperatorConfig {
 }
 
 /** The engine's own socket on this host: DOCKER_HOST when it names a unix socket. */
-export function localEngineEndpoint(env: NodeJS.ProcessEnv): string {
+function localEngineEndpoint(env: NodeJS.ProcessEnv): string {
   const host = env.DOCKER_HOST;
   return host?.startsWith('unix://') ? host : 'unix:///var/run/docker.sock';
 }
 
-export function proxySocketEndpoint(socketDir: string): string {
+function proxySocketEndpoint(socketDir: string): string {
   return `unix://${join(socketDir, PROXY_SOCKET_FILE)}`;
 }
 

@@ -171,6 +171,7 @@ async function dispatch(args: OperatorArgs, loaded: OperatorConfig, io: Operator
 export async function runOperator(argv: readonly string[], io: OperatorIo): Promise<number> {
   let jsonErrors = argv.includes('--json');
   const env = io.env ?? process.env;
+  let proxyOnDemand = false;
   try {
     const args = parseOperatorArgs(argv);
     jsonErrors = args.json;
@@ -178,10 +179,14 @@ export async function runOperator(argv: readonly string[], io: OperatorIo): Prom
       io.stdout(OPERATOR_HELP);
       return 0;
     }
-    return await dispatch(args, loadOperatorConfig(args, env), io, env);
+    const loaded = loadOperatorConfig(args, env);
+    proxyOnDemand = loaded.proxyOnDemand && args.command !== 'up' && args.command !== 'down';
+    return await dispatch(args, loaded, io, env);
   } catch (err) {
     const code = isSandboxError(err) ? err.code : 'internal_error';
-    const message = (err as Error).message;
+    // Nothing was configured and nothing answers on the socket of up: say how to start it.
+    const hint = proxyOnDemand && code === 'engine_unavailable' ? ' Start the socket proxy first: capybara-sandbox up (create and run do it themselves).' : '';
+    const message = `${(err as Error).message}${hint}`;
     io.stderr(jsonErrors ? `${JSON.stringify({ error: { code, message } })}\n` : `capybara-sandbox: ${code}: ${message}\n`);
     return isSandboxError(err, 'invalid_config') ? 2 : 1;
   }

@@ -6,7 +6,7 @@
  * removed again, with its log in the error.
  */
 import http from 'node:http';
-import { lstatSync, mkdirSync, rmdirSync, readdirSync, rmSync } from 'node:fs';
+import { existsSync, lstatSync, mkdirSync, rmdirSync, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import Docker from 'dockerode';
 import { SandboxError } from '../errors.js';
@@ -76,15 +76,26 @@ export function proxyAnswers(socketPath: string): Promise<boolean> {
   });
 }
 
-/** Creates the socket directory root-only, or checks an existing one is. */
-function prepareSocketDir(dir: string): void {
+/** Creates the socket directory root-only, or checks an existing one is; true when created. */
+function prepareSocketDir(dir: string): boolean {
   if (process.getuid?.() !== 0) {
     throw new SandboxError('invalid_config', `up must run as root: the socket proxy's socket goes in ${dir}, a directory only root may open.`);
   }
+  const created = !existsSync(dir);
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   const st = lstatSync(dir);
   const problem = socketDirProblem(dir, { isDirectory: st.isDirectory(), isSymbolicLink: st.isSymbolicLink(), uid: st.uid, mode: st.mode });
   if (problem !== undefined) throw new SandboxError('invalid_config', `The socket directory is not private to root: ${problem}; or choose another with --socket-dir.`);
+  return created;
+}
+
+/** Removes a directory up made, when nothing is in it (the proxy never answered). */
+function removeIfEmpty(dir: string): void {
+  try {
+    if (readdirSync(dir).length === 0) rmdirSync(dir);
+  } catch {
+    // Gone already, or not ours to read: nothing to tidy.
+  }
 }
 
 /** Docker's log stream without a TTY: 8-byte frame headers before each chunk. */
@@ -130,7 +141,7 @@ export async function socketProxyUp(s: SocketProxySettings, images: readonly str
   if (missing.length > 0) {
     throw new SandboxError('image_unavailable', `Missing on the engine: ${missing.join(', ')}. Build them first: bash scripts/build-images.sh (offline, a few minutes the first time).`);
   }
-  prepareSocketDir(s.socketDir);
+  const dirCreated = prepareSocketDir(s.socketDir);
   const socketPath = join(s.socketDir, PROXY_SOCKET_FILE);
   const endpoint = `unix://${socketPath}`;
   const imageId = (await docker.getImage(s.image).inspect()).Id;
@@ -163,7 +174,12 @@ export async function socketProxyUp(s: SocketProxySettings, images: readonly str
     }
   }
   if (action === 'created') progress(`socket proxy ${s.name}: creating (${s.image}, socket ${socketPath})`);
-  await docker.createContainer({ name: s.name, ...socketProxyBody(s) } as Docker.ContainerCreateOptions);
+  try {
+    await docker.createContainer({ name: s.name, ...socketProxyBody(s) } as Docker.ContainerCreateOptions);
+  } catch (err) {
+    if (dirCreated) removeIfEmpty(s.socketDir);
+    throw err;
+  }
   const created = docker.getContainer(s.name);
   try {
     await created.start();
@@ -173,6 +189,7 @@ export async function socketProxyUp(s: SocketProxySettings, images: readonly str
     }
   } catch (err) {
     await created.remove({ force: true }).catch(() => undefined);
+    if (dirCreated) removeIfEmpty(s.socketDir);
     throw err;
   }
   return { endpoint, container: s.name, action, images: allImages, ms: Date.now() - started };
@@ -206,11 +223,7 @@ export async function socketProxyDown(engineSocket: string, name: string, defaul
     }
   })();
   if (st?.isSocket() === true) rmSync(socketPath);
-  try {
-    if (readdirSync(socketDir).length === 0) rmdirSync(socketDir);
-  } catch {
-    // Missing already, or not ours to read: nothing to tidy.
-  }
+  removeIfEmpty(socketDir);
   const sandboxes = await docker.listContainers({ all: true, filters: { label: [...labelFilters] } });
   const names = sandboxes
     .filter((c) => c.Labels[LABEL_NAME] !== undefined && c.Names.includes(`/${c.Labels[LABEL_NAME]}`))

@@ -23,7 +23,7 @@ export interface SocketProxySettings {
   readonly labels: Readonly<Record<string, string>>;
 }
 
-export function socketProxyEnv(s: SocketProxySettings): string[] {
+function socketProxyEnv(s: SocketProxySettings): string[] {
   return [
     `SOCKET_PROXY_BIND=unix@${INNER_SOCKET_DIR}/docker.sock`,
     `DOCKER_SOCKET=${INNER_ENGINE_SOCKET}`,
@@ -31,7 +31,7 @@ export function socketProxyEnv(s: SocketProxySettings): string[] {
   ];
 }
 
-export function socketProxyBinds(s: SocketProxySettings): string[] {
+function socketProxyBinds(s: SocketProxySettings): string[] {
   return [`${s.engineSocket}:${INNER_ENGINE_SOCKET}`, `${s.socketDir}:${INNER_SOCKET_DIR}`];
 }
 
@@ -41,7 +41,7 @@ export function socketDirOfBinds(binds: readonly string[]): string | undefined {
   return binds.find((b) => b.endsWith(suffix))?.slice(0, -suffix.length);
 }
 
-export function socketProxyLabels(s: SocketProxySettings): Record<string, string> {
+function socketProxyLabels(s: SocketProxySettings): Record<string, string> {
   return { ...s.labels, [LABEL_OPERATOR]: OPERATOR_ROLE };
 }
 

@@ -99,6 +99,11 @@ t.test('up, create, run and down through a socket proxy that up started', async 
     t.notOk(existsSync(socketDir), 'the socket and its directory are gone');
     t.ok(await env.docker.getContainer(proxyName).inspect().then(() => false, () => true), 'the proxy container is gone');
     t.match(await op(['down']), { code: 0, stdout: /^no socket proxy \S+ was running/ });
+    const unreachable = await op(['--json', 'exec', demo, '--', 'true']);
+    t.equal(unreachable.code, 1);
+    const error = JSON.parse(unreachable.stderr).error as { code: string; message: string };
+    t.equal(error.code, 'engine_unavailable');
+    t.match(error.message, /Start the socket proxy first: capybara-sandbox up/);
   });
 
   await t.test('run starts the proxy itself when nothing answers', async (t) => {
