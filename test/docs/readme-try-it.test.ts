@@ -85,6 +85,7 @@ t.test('the README try-it commands, as written', { skip: existsSync(join(root, '
       t.match(r.stderr, /starting one \(capybara-sandbox up\)/, 'the socket proxy was started on first use');
       t.match(r.stderr, /creating cap-\S+-demo: image capybara-sandbox:latest, egress allowlist \[deb\.debian\.org\]/);
     }
+    if (/; id'/.test(command)) t.match(r.stdout, /^uid=1000\(sandbox\) /m, 'commands run as the unprivileged sandbox user');
   }
   t.same(await s.labelled(`cap-${demo}`), [], 'destroy left nothing of the sandbox');
   t.ok(await env.docker.getContainer(env.name('readme-proxy')).inspect().then(() => false, () => true), 'down removed the socket proxy');
