@@ -133,6 +133,11 @@ function forward(ctx: ProxyContext, log: Logger, req: IncomingMessage, res: Serv
     }
   };
 
+  // While the request waits on the upstream, the upstream's own deadlines apply (504 after the
+  // idle timeout); the client connection's idle timer only ends a client that stalls its upload.
+  res.on('timeout', () => {
+    if (!req.complete) socket.destroy();
+  });
   // The client went away before the response was complete: stop the upstream exchange too.
   res.once('close', () => {
     if (settled) return;

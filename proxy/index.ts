@@ -6,3 +6,5 @@ export { createLogger } from './log.js';
 export { defaultConnect, type Connect } from './dial.js';
 export { parseAbsoluteUrl, parseConnectTarget, type ParsedTarget } from './authority.js';
 export { ClientHelloReader, MAX_HELLO_BYTES, parseClientHello, type HelloResult } from './client-hello.js';
+export { checkRequestHead, type BodyFraming, type RequestHead } from './request-head.js';
+export { checkResponseHead, type ResponseHead } from './response-head.js';

@@ -1,0 +1,266 @@
+/**
+ * Plain HTTP through the proxy against real servers on loopback, as a hostile client and a
+ * hostile upstream would drive it: bodies that are themselves requests (smuggling), Connection
+ * options that name framing fields, Host headers with more than an authority; and upstreams that
+ * answer with bad status lines, control bytes, broken chunking, extra responses and early closes.
+ * The proxy must never let one request become two, never pass on what it did not validate, never
+ * write a second response, write exactly one decision line per request, and keep serving
+ * everyone else (an uncaught error here would end this test process).
+ */
+import http from 'node:http';
+import net from 'node:net';
+import t from 'tap';
+import { rawRequest, readUntil } from '../support/raw-client.js';
+import { startTestProxy } from '../support/test-proxy.js';
+
+async function listen(server: net.Server): Promise<number> {
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return (server.address() as net.AddressInfo).port;
+}
+
+async function settle(check: () => boolean, what: string, ms = 5_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+// An honest upstream that records every request it parses.
+interface Seen {
+  method: string;
+  url: string;
+  host: string | undefined;
+  framing: string;
+  body: string;
+}
+const seen: Seen[] = [];
+const web = http.createServer((req, res) => {
+  let body = '';
+  req.on('data', (d: Buffer) => (body += d.toString('latin1')));
+  req.on('end', () => {
+    const framing = req.headers['transfer-encoding'] ?? (req.headers['content-length'] !== undefined ? `length ${req.headers['content-length']}` : 'none');
+    seen.push({ method: req.method ?? '', url: req.url ?? '', host: req.headers.host, framing, body });
+    const text = `seen ${req.method} ${req.url}\n`;
+    res.writeHead(200, { 'Content-Type': 'text/plain', 'Content-Length': Buffer.byteLength(text) }).end(req.method === 'HEAD' ? undefined : text);
+  });
+});
+const webPort = await listen(web);
+
+// A scripted upstream: each connection reads one request head and answers with the script of
+// the path it asked for.
+const scripts = new Map<string, (socket: net.Socket) => void>();
+const scripted = net.createServer((socket) => {
+  socket.on('error', () => undefined);
+  let head = '';
+  socket.on('data', (d: Buffer) => {
+    head += d.toString('latin1');
+    const end = head.indexOf('\r\n\r\n');
+    if (end === -1) return;
+    const path = /^[A-Z]+ (\S+)/.exec(head)?.[1] ?? '';
+    head = head.slice(end + 4);
+    (scripts.get(path) ?? ((s: net.Socket) => s.destroy()))(socket);
+  });
+});
+const scriptedPort = await listen(scripted);
+
+// An echo service behind an opaque tunnel that must outlive everything below.
+const echo = net.createServer((s) => {
+  s.on('error', () => undefined);
+  s.on('data', (d: Buffer) => s.write(d));
+});
+const echoPort = await listen(echo);
+t.teardown(() => {
+  web.close();
+  scripted.close();
+  echo.close();
+});
+
+const proxyT = await startTestProxy({
+  policy: {
+    allowHosts: ['allowed.test', 'hostile.test', 'dead.test', { host: 'echo.test', tunnel: 'opaque' }],
+    connectPorts: [webPort, scriptedPort, echoPort, 80],
+    testHosts: { 'allowed.test': '127.0.0.1', 'hostile.test': '127.0.0.1', 'dead.test': '127.0.0.3', 'echo.test': '127.0.0.1' },
+  },
+});
+t.teardown(() => proxyT.close());
+const { port } = proxyT;
+const allowed = `allowed.test:${webPort}`;
+const hostile = `hostile.test:${scriptedPort}`;
+
+const tunnel = await rawRequest(port, `CONNECT echo.test:${echoPort} HTTP/1.1\r\n\r\n`);
+t.equal(tunnel.status, 200, 'a long-lived opaque tunnel is open');
+
+const decisions = (): Record<string, unknown>[] => proxyT.logs.filter((l) => l.event === 'decision');
+
+/**
+ * Sends raw bytes and returns everything the proxy wrote until it closed. The requests ask for
+ * `Connection: close` (a client's half-close would abort them: Node's HTTP server does not keep
+ * half-open connections).
+ */
+async function exchange(bytes: string): Promise<string> {
+  const socket = net.connect(port, '127.0.0.1');
+  socket.on('error', () => undefined);
+  socket.write(Buffer.from(bytes, 'latin1'));
+  return readUntil(socket, undefined);
+}
+
+const smuggled = 'GET /smuggled HTTP/1.1\r\nHost: other.test\r\n\r\n';
+const chunked = (text: string): string => `${text.length.toString(16)}\r\n${text}\r\n0\r\n\r\n`;
+
+for (const method of ['GET', 'HEAD', 'DELETE', 'OPTIONS', 'POST']) {
+  t.test(`${method} with a chunked body that is a request: one request upstream, the body framed by the proxy`, async (t) => {
+    seen.length = 0;
+    const out = await exchange(`${method} http://${allowed}/first HTTP/1.1\r\nHost: ${allowed}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n${chunked(smuggled)}`);
+    t.match(out, /^HTTP\/1\.1 200 /);
+    await settle(() => seen.length >= 1, 'the upstream request');
+    await new Promise((r) => setTimeout(r, 50));
+    t.same(seen.map((s) => [s.method, s.url, s.host]), [[method, '/first', allowed]], 'exactly one request, to the checked host');
+    t.match(seen[0]?.framing, new RegExp(`^(chunked|length ${smuggled.length})$`), 'framed explicitly');
+    t.equal(seen[0]?.body, smuggled, 'the body arrived as a body');
+  });
+}
+
+t.test('a Content-Length body is forwarded with that length, for any method', async (t) => {
+  seen.length = 0;
+  await exchange(`GET http://${allowed}/len HTTP/1.1\r\nHost: ${allowed}\r\nContent-Length: ${smuggled.length}\r\nConnection: close\r\n\r\n${smuggled}`);
+  await settle(() => seen.length >= 1, 'the upstream request');
+  await new Promise((r) => setTimeout(r, 50));
+  t.same(seen.map((s) => [s.url, s.framing, s.body]), [['/len', `length ${smuggled.length}`, smuggled]]);
+});
+
+const refused: { name: string; request: string }[] = [
+  { name: 'Connection names Content-Length', request: `GET http://${allowed}/ HTTP/1.1\r\nHost: ${allowed}\r\nConnection: content-length\r\nContent-Length: ${smuggled.length}\r\n\r\n${smuggled}` },
+  { name: 'Connection names Transfer-Encoding', request: `GET http://${allowed}/ HTTP/1.1\r\nHost: ${allowed}\r\nConnection: keep-alive, Transfer-Encoding\r\nTransfer-Encoding: chunked\r\n\r\n${chunked(smuggled)}` },
+  { name: 'Connection names Host', request: `GET http://${allowed}/ HTTP/1.1\r\nHost: ${allowed}\r\nConnection: host\r\n\r\n` },
+  { name: 'a coding before chunked', request: `POST http://${allowed}/ HTTP/1.1\r\nHost: ${allowed}\r\nTransfer-Encoding: gzip, chunked\r\n\r\n${chunked('x')}` },
+  { name: 'Host with a path', request: `GET http://${allowed}/ HTTP/1.1\r\nHost: ${allowed}/evil\r\n\r\n` },
+  { name: 'Host with a query', request: `GET http://${allowed}/ HTTP/1.1\r\nHost: ${allowed}?x\r\n\r\n` },
+  { name: 'Host with userinfo', request: `GET http://${allowed}/ HTTP/1.1\r\nHost: evil.net@${allowed}\r\n\r\n` },
+  { name: 'Host with userinfo after the port', request: `GET http://${allowed}/ HTTP/1.1\r\nHost: ${allowed}@evil.net\r\n\r\n` },
+  { name: 'Host with another port', request: `GET http://${allowed}/ HTTP/1.1\r\nHost: allowed.test:1\r\n\r\n` },
+  { name: 'Host with a leading-zero port', request: `GET http://${allowed}/ HTTP/1.1\r\nHost: allowed.test:0${webPort}\r\n\r\n` },
+  { name: 'no Host on HTTP/1.1', request: `GET http://${allowed}/ HTTP/1.1\r\n\r\n` },
+];
+for (const c of refused) {
+  t.test(`refused before the upstream sees it: ${c.name}`, async (t) => {
+    seen.length = 0;
+    const before = decisions().length;
+    const res = await rawRequest(port, c.request);
+    t.equal(res.status, 400);
+    t.equal(res.reason, 'bad_request');
+    res.socket.destroy();
+    await new Promise((r) => setTimeout(r, 50));
+    t.same(seen, [], 'nothing reached the upstream');
+    t.equal(decisions().length - before, 1, 'one decision line');
+  });
+}
+
+t.test('HTTP/1.0 without Host is forwarded with the checked authority as Host', async (t) => {
+  seen.length = 0;
+  await exchange(`GET http://${allowed}/old HTTP/1.0\r\nConnection: close\r\n\r\n`);
+  await settle(() => seen.length >= 1, 'the upstream request');
+  t.equal(seen[0]?.host, allowed);
+});
+
+interface Hostile {
+  name: string;
+  answer: string | ((s: net.Socket) => void);
+  /** What the client gets: a refusal with this reason, a passed-on status, or a cut-off response. */
+  expect: { reason: string } | { status: number; body?: string } | 'cut';
+}
+const hostileCases: Hostile[] = [
+  { name: 'status 000', answer: 'HTTP/1.1 000 OK\r\nContent-Length: 0\r\n\r\n', expect: { reason: 'bad_upstream_response' } },
+  { name: 'status 099', answer: 'HTTP/1.1 099 Hm\r\nContent-Length: 0\r\n\r\n', expect: { reason: 'bad_upstream_response' } },
+  { name: 'status 600', answer: 'HTTP/1.1 600 Hm\r\nContent-Length: 0\r\n\r\n', expect: { reason: 'bad_upstream_response' } },
+  { name: 'status 999', answer: 'HTTP/1.1 999 Hm\r\nContent-Length: 0\r\n\r\n', expect: { reason: 'bad_upstream_response' } },
+  { name: 'a control byte in the reason phrase', answer: 'HTTP/1.1 200 O\x01K\r\nContent-Length: 0\r\n\r\n', expect: { reason: 'bad_upstream_response' } },
+  { name: 'a non-ASCII reason phrase', answer: 'HTTP/1.1 200 \xc3\xa9\r\nContent-Length: 0\r\n\r\n', expect: { reason: 'bad_upstream_response' } },
+  { name: 'a NUL in a header value', answer: 'HTTP/1.1 200 OK\r\nX-A: a\x00b\r\nContent-Length: 0\r\n\r\n', expect: { reason: 'bad_upstream_response' } },
+  { name: 'a space in a header name', answer: 'HTTP/1.1 200 OK\r\nX A: b\r\nContent-Length: 0\r\n\r\n', expect: { reason: 'bad_upstream_response' } },
+  { name: 'two different Content-Lengths', answer: 'HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab', expect: { reason: 'bad_upstream_response' } },
+  { name: 'Content-Length beside chunked', answer: 'HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\n\r\n', expect: { reason: 'bad_upstream_response' } },
+  { name: 'an unasked 101', answer: 'HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: upgrade\r\n\r\n', expect: { reason: 'upstream_failed' } },
+  { name: 'not HTTP at all', answer: 'SSH-2.0-OpenSSH\r\n', expect: { reason: 'bad_upstream_response' } },
+  { name: 'closed before the head', answer: (s) => s.destroy(), expect: { reason: 'upstream_failed' } },
+  { name: 'closed in the middle of the head', answer: (s) => s.end('HTTP/1.1 200 OK\r\nContent-Le'), expect: { reason: 'upstream_failed' } },
+  { name: 'a head over the size limit', answer: `HTTP/1.1 200 OK\r\nX-Big: ${'a'.repeat(70 * 1024)}\r\nContent-Length: 0\r\n\r\n`, expect: { reason: 'bad_upstream_response' } },
+  // undici refuses a 100 Continue that was not asked for (the proxy never sends Expect).
+  { name: 'an unasked 100 Continue', answer: 'HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok', expect: { reason: 'upstream_failed' } },
+  { name: 'an interim 103 before the answer', answer: 'HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok', expect: { status: 200, body: 'ok' } },
+  { name: 'a bad chunk size after the first chunk', answer: 'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\nzz\r\nevil\r\n0\r\n\r\n', expect: 'cut' },
+  { name: 'closed in the middle of the body', answer: (s) => s.end('HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly this'), expect: 'cut' },
+  { name: 'a body longer than its Content-Length, then another response', answer: 'HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nevil', expect: { status: 200, body: 'ok' } },
+  { name: 'trailing garbage after a complete response', answer: 'HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok\x00\xff\r\n\r\ngarbage', expect: { status: 200, body: 'ok' } },
+  { name: 'a valid answer with hop-by-hop fields', answer: 'HTTP/1.1 203 Fine\r\nConnection: close, X-Private\r\nX-Private: 1\r\nKeep-Alive: timeout=1\r\nX-Kept: 1\r\nContent-Length: 2\r\n\r\nok', expect: { status: 203, body: 'ok' } },
+];
+for (const [i, c] of hostileCases.entries()) {
+  t.test(`hostile upstream: ${c.name}`, async (t) => {
+    const path = `/case${i}`;
+    scripts.set(path, typeof c.answer === 'string' ? ((s) => s.write(Buffer.from(c.answer as string, 'latin1'))) : c.answer);
+    const before = decisions().length;
+    const out = await exchange(`GET http://${hostile}${path} HTTP/1.1\r\nHost: ${hostile}\r\nConnection: close\r\n\r\n`);
+    const heads = out.match(/HTTP\/1\.1 \d{3}/g) ?? [];
+    t.ok(heads.length <= 1, `at most one response was written (${heads.length})`);
+    if (c.expect === 'cut') {
+      t.match(out, /^HTTP\/1\.1 200 /, 'the response had started');
+      t.notMatch(out, /evil|\r\n0\r\n\r\n$/, 'and was cut off, not completed or extended');
+    } else if ('reason' in c.expect) {
+      t.match(out, /^HTTP\/1\.1 50[24] /);
+      t.match(out, new RegExp(`\\r\\nX-Egress-Reason: ${c.expect.reason}\\r\\n`, 'i'));
+    } else {
+      t.match(out, new RegExp(`^HTTP/1\\.1 ${c.expect.status} `));
+      if (c.expect.body !== undefined) t.match(out, new RegExp(`\\r\\n\\r\\n(2\\r\\n)?${c.expect.body}(\\r\\n0\\r\\n\\r\\n)?$`));
+      t.notMatch(out, /evil|X-Private|Keep-Alive|garbage/i, 'nothing unvalidated passed on');
+    }
+    await settle(() => decisions().length > before, 'the decision line');
+    await new Promise((r) => setTimeout(r, 30));
+    const lines = decisions().slice(before);
+    t.equal(lines.length, 1, 'exactly one decision line');
+    if (typeof c.expect === 'object' && 'reason' in c.expect) t.match(lines[0], { decision: 'deny', reason: c.expect.reason });
+    else t.match(lines[0], { decision: 'allow', completed: c.expect !== 'cut' });
+  });
+}
+
+t.test('an upstream that never answers: 504 upstream_timeout at the idle timeout, one line', async (t) => {
+  const slow = await startTestProxy({ policy: { allowHosts: ['hostile.test'], connectPorts: [scriptedPort], testHosts: { 'hostile.test': '127.0.0.1' } }, limits: { idleTimeoutMs: 400 } });
+  t.teardown(() => slow.close());
+  scripts.set('/silent', () => undefined);
+  const res = await rawRequest(slow.port, `GET http://${hostile}/silent HTTP/1.1\r\nHost: ${hostile}\r\n\r\n`);
+  t.equal(res.status, 504);
+  t.equal(res.reason, 'upstream_timeout');
+  res.socket.destroy();
+  await settle(() => slow.logs.some((l) => l.event === 'decision'), 'the decision line');
+  t.same(slow.logs.filter((l) => l.event === 'decision').map((l) => [l.decision, l.reason]), [['deny', 'upstream_timeout']]);
+});
+
+t.test('a smuggled extra response never reaches the next client', async (t) => {
+  // The upstream answers the first request with two responses in one write; the second must be
+  // dropped with its connection, not handed to whoever asks next.
+  scripts.set('/desync', (s) => s.write('HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nevil'));
+  scripts.set('/next', (s) => s.write('HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext'));
+  const first = await exchange(`GET http://${hostile}/desync HTTP/1.1\r\nHost: ${hostile}\r\nConnection: close\r\n\r\n`);
+  t.match(first, /\r\n\r\nok$/);
+  const second = await exchange(`GET http://${hostile}/next HTTP/1.1\r\nHost: ${hostile}\r\nConnection: close\r\n\r\n`);
+  t.match(second, /\r\n\r\nnext$/, 'the next client gets its own response');
+});
+
+t.test('an upstream that refuses the connection: one deny line, no allow', async (t) => {
+  const before = decisions().length;
+  const res = await rawRequest(port, 'GET http://dead.test/ HTTP/1.1\r\nHost: dead.test\r\n\r\n');
+  t.equal(res.status, 502);
+  t.equal(res.reason, 'connect_failed');
+  res.socket.destroy();
+  await settle(() => decisions().length > before, 'the decision line');
+  await new Promise((r) => setTimeout(r, 30));
+  t.same(decisions().slice(before).map((l) => [l.decision, l.reason]), [['deny', 'connect_failed']]);
+  const metrics = await proxyT.proxy.metrics.metrics();
+  t.notMatch(metrics, /outcome="allow",reason="connect_failed"/);
+});
+
+t.test('the long-lived tunnel survived all of it', async (t) => {
+  tunnel.socket.write('still here');
+  t.match(await readUntil(tunnel.socket, 'still here'), 'still here');
+  tunnel.socket.destroy();
+  await settle(() => proxyT.logs.some((l) => l.event === 'tunnel_closed' && l.host === 'echo.test'), 'its close line');
+});

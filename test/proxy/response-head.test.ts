@@ -1,0 +1,34 @@
+/** The response-head verdict on its own: final status, reason and field bytes, hop-by-hop fields dropped. */
+import t from 'tap';
+import { checkResponseHead } from '../../proxy/index.js';
+
+const cases: { name: string; status: number; reason?: string; headers?: string[]; ok: boolean }[] = [
+  { name: '200', status: 200, ok: true },
+  { name: '599', status: 599, ok: true },
+  { name: '0', status: 0, ok: false },
+  { name: '99', status: 99, ok: false },
+  { name: 'an interim 1xx is not a final status', status: 103, ok: false },
+  { name: '600', status: 600, ok: false },
+  { name: 'not an integer', status: 200.5, ok: false },
+  { name: 'a reason with a tab', status: 200, reason: 'O\tK', ok: true },
+  { name: 'a reason with a control byte', status: 200, reason: 'O\x01K', ok: false },
+  { name: 'a reason with CR', status: 200, reason: 'OK\rX', ok: false },
+  { name: 'a non-ASCII reason', status: 200, reason: 'caf\xe9', ok: false },
+  { name: 'obs-text in a value', status: 200, headers: ['X-A', 'caf\xe9'], ok: true },
+  { name: 'NUL in a value', status: 200, headers: ['X-A', 'a\0b'], ok: false },
+  { name: 'LF in a value', status: 200, headers: ['X-A', 'a\nb'], ok: false },
+  { name: 'a space in a name', status: 200, headers: ['X A', 'b'], ok: false },
+  { name: 'a colon in a name', status: 200, headers: ['X:A', 'b'], ok: false },
+  { name: 'an empty name', status: 200, headers: ['', 'b'], ok: false },
+];
+for (const c of cases) {
+  t.test(c.name, async (t) => t.equal(checkResponseHead(c.status, c.reason ?? 'OK', c.headers ?? []).ok, c.ok));
+}
+
+t.test('hop-by-hop fields and those named by Connection are dropped; a length beside chunked too', async (t) => {
+  const head = checkResponseHead(200, 'OK', ['Connection', 'close, X-Hop', 'X-Hop', '1', 'Keep-Alive', 'timeout=1', 'Transfer-Encoding', 'chunked', 'Content-Length', '5', 'Set-Cookie', 'a=1', 'Set-Cookie', 'b=2', 'Upgrade', 'x', 'Trailer', 'X']);
+  t.ok(head.ok);
+  if (head.ok) t.same(head.headers, ['Set-Cookie', 'a=1', 'Set-Cookie', 'b=2']);
+  const plain = checkResponseHead(200, 'OK', ['Content-Length', '5']);
+  if (plain.ok) t.same(plain.headers, ['Content-Length', '5'], 'a length alone is kept');
+});
