@@ -76,7 +76,8 @@ function upLines(r: UpResult, config: DeploymentConfig): string {
 async function dispatch(args: OperatorArgs, loaded: OperatorConfig, io: OperatorIo, env: NodeJS.ProcessEnv): Promise<number> {
   const { config } = loaded;
   const now = io.now ?? Date.now;
-  const progress = (line: string): void => io.stderr(`capybara-sandbox: ${line}\n`);
+  // With --json every stderr line is a JSON object, the progress lines included.
+  const progress = (line: string): void => io.stderr(args.json ? `${JSON.stringify({ progress: line })}\n` : `capybara-sandbox: ${line}\n`);
   const logger = pino({ name: 'capybara-sandbox', level: 'warn' }, pino.destination(2));
   const engine = new DockerEngine({ endpoint: config.endpoint, tlsCertDir: config.tlsCertDir, logger });
   const testHosts = args.command === 'create' || args.command === 'run' ? egressTestHostsFromEnv(env) : undefined;

@@ -58,6 +58,12 @@ t.test('up, create, run and down through a socket proxy that up started', async 
     t.equal(created.stdout, `${demo}\n`);
     t.match(created.stderr, new RegExp(`creating ${demo}: image capybara-sandbox:latest, egress allowlist \\[${UPSTREAM_HOST.replace(/\./g, '\\.')}\\], memory 512 MB`));
     t.match(created.stderr, new RegExp(`${demo} is ready \\(\\d+\\.\\d s\\)`));
+    const inspected = JSON.parse((await op(['--json', 'inspect', demo])).stdout) as { limits: { memory: number }; allowHosts: string[] };
+    t.same([inspected.limits.memory, inspected.allowHosts], [512 * 1024 * 1024, [UPSTREAM_HOST]], 'the limits and allowlist asked for');
+    const open = await op(['--json', 'create', `${env.runId}-open`, '--egress', 'open']);
+    const lines = open.stderr.trim().split('\n').map((l) => JSON.parse(l) as { progress?: string; error?: { code: string } });
+    t.match(lines[0]?.progress, /^creating /, 'with --json the progress lines are JSON too');
+    t.equal(lines.at(-1)?.error?.code, 'open_egress_disabled', 'open egress needs allowOpenEgress in the config');
     const twice = await op(['--json', 'create', demo]);
     t.equal(twice.code, 1);
     t.equal(JSON.parse(twice.stderr).error.code, 'invalid_spec', twice.stderr);
@@ -89,6 +95,15 @@ t.test('up, create, run and down through a socket proxy that up started', async 
     t.same([r.code, r.stdout], [0, 'once\n'], r.stderr);
     t.match(r.stderr, /creating .*egress none/);
     t.same(await s.labelled(name), [], 'nothing of it is left');
+  });
+
+  await t.test('--workspace mounts a persistent workspace that outlives the sandbox', async (t) => {
+    const key = `${env.runId}-ws`;
+    const first = await op(['run', `${env.runId}-w1`, '--egress', 'none', '--workspace', key, '--rm', '--', 'echo kept > /workspace/note']);
+    t.equal(first.code, 0, first.stderr);
+    const second = await op(['run', `${env.runId}-w2`, '--egress', 'none', '--workspace', key, '--rm', '--', 'cat /workspace/note']);
+    t.same([second.code, second.stdout], [0, 'kept\n'], second.stderr);
+    t.ok(await env.docker.getVolume(`cap-ws.${key}`).inspect().then(() => true, () => false), 'the workspace volume stays after --rm');
   });
 
   await t.test('down removes the proxy and names the sandboxes that stay', async (t) => {
