@@ -105,15 +105,19 @@ build_image() {
   fi
   log "building $tag (${hash:0:12})"
   local started=$SECONDS
+  local logfile
+  logfile=$(mktemp)
   heartbeat "$tag (docker build)" & local hb=$!
   if ! docker build --quiet --pull=false \
       --build-arg "BASE=$base" \
       --label "$HASH_LABEL=$hash" \
-      -f "$dockerfile" -t "$tag" -t "${tag%:*}:${hash:0:12}" "$context" >/dev/null; then
+      -f "$dockerfile" -t "$tag" -t "${tag%:*}:${hash:0:12}" "$context" >/dev/null 2>"$logfile"; then
     stop_heartbeat "$hb"
+    tail -n 30 "$logfile" >&2; rm -f "$logfile"
     die "docker build of $tag failed"
   fi
   stop_heartbeat "$hb"
+  rm -f "$logfile"
   log "$tag built in $((SECONDS - started))s"
 }
 
