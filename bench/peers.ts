@@ -104,7 +104,10 @@ export async function startCapybara(ctx: StartContext): Promise<RunningProxy> {
   // Only our variables: an EGRESS_* left in the caller's environment must not change the run.
   const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('EGRESS_') && k !== 'ALLOW_CONNECT_PORTS'));
   env.CAPYBARA_EGRESS_TEST_HOSTS = JSON.stringify({ 'bench.test': '127.0.0.1' });
-  const args = [cli, '--allow-hosts', 'bench.test', '--connect-ports', `${echo},${source},${http}`, '--listen', `127.0.0.1:${port}`, '--log-level', 'info'];
+  // The tunnel measurements carry raw bytes to echo and sink services, as they do through the
+  // peers, so the allowlist entry is an opaque tunnel; TLS tunnels differ only in holding the
+  // first record until the ClientHello is read.
+  const args = [cli, '--allow-hosts', 'bench.test', '--tunnel-default', 'opaque', '--connect-ports', `${echo},${source},${http}`, '--listen', `127.0.0.1:${port}`, '--log-level', 'info'];
   const child = await startChild('capybara', process.execPath, args, { env, lifetimeSec: ctx.lifetimeSec });
   await waitReady(child, async () => /^HTTP\/1\.1 200/.test(await ask(port, 'GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n')));
   return { name: 'capybara', port, upstreamHost: 'bench.test', child };

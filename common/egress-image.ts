@@ -39,6 +39,9 @@ export const EGRESS_METRICS_PORT = 9464;
 /** The proxy's own health endpoint on the proxy port. */
 export const EGRESS_HEALTH_PATH = '/healthz';
 
+/** Where the metrics listener serves Prometheus text. */
+export const EGRESS_METRICS_PATH = '/metrics';
+
 /** Prometheus metric names served at /metrics. */
 export const EGRESS_METRICS = {
   decisions: 'egress_decisions_total',

@@ -5,6 +5,7 @@
  */
 import { z } from 'zod';
 import { SandboxError } from './errors.js';
+import { describeIssues } from './input-issues.js';
 
 const ENDPOINT_RE = /^(tcp:\/\/(\[[^\]]+\]|[^:/]+):\d{1,5}\/?|unix:\/\/\/.+)$/;
 
@@ -61,14 +62,7 @@ export type DeploymentConfigInput = z.input<typeof deploymentConfigSchema>;
 export function parseDeploymentConfig(input: unknown, source = 'extensionConfig."sandbox-docker"'): DeploymentConfig {
   const result = deploymentConfigSchema.safeParse(input);
   if (!result.success) {
-    const problems = result.error.issues.map((issue) => {
-      if (issue.code === 'unrecognized_keys') {
-        return `unknown key${issue.keys.length > 1 ? 's' : ''} ${issue.keys.map((k) => JSON.stringify(k)).join(', ')}`;
-      }
-      const path = issue.path.length > 0 ? issue.path.join('.') : '(root)';
-      return `${path}: ${issue.message}`;
-    });
-    throw new SandboxError('invalid_config', `${source} is invalid: ${problems.join('; ')}`, { cause: result.error });
+    throw new SandboxError('invalid_config', `${source} is invalid: ${describeIssues(result.error, '')}`, { cause: result.error });
   }
   return Object.freeze(result.data);
 }

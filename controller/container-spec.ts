@@ -3,9 +3,8 @@
  * here is a security decision; the comments say which attack each one stops. The socket proxy
  * re-checks the dangerous ones, so these bodies stay minimal.
  */
+import { EGRESS_ENV, EGRESS_METRICS_PORT, EGRESS_PROXY_PORT, encodeAllowHosts } from '../common/index.js';
 import type { SandboxPlan } from './sandbox-plan.js';
-import { EGRESS_PROXY_PORT } from './sandbox-plan.js';
-import { EGRESS_METRICS_PORT } from './egress-usage.js';
 import { PIDS_LIMIT } from './limits.js';
 import { requirePrintableAscii } from './ascii-body.js';
 
@@ -83,6 +82,9 @@ export function sandboxContainerBody(plan: SandboxPlan): ContainerCreateBody {
       // A fork bomb stops at this count instead of exhausting the host.
       PidsLimit: PIDS_LIMIT,
       IpcMode: 'private',
+      // On cgroup v1 Docker 20.10 otherwise shares the host's cgroup namespace, so the sandbox
+      // would see the host's cgroup tree (and every other container's path in it).
+      CgroupnsMode: 'private',
       NanoCpus: plan.limits.nanoCpus,
       Memory: plan.limits.memoryBytes,
       // Equal to Memory: no swap, so the memory cap is real.
@@ -105,17 +107,17 @@ export type EgressPlan = Pick<SandboxPlan, 'names' | 'allowHosts' | 'labels' | '
 
 export function egressContainerBody(plan: EgressPlan, testHosts: Readonly<Record<string, string>> | undefined): ContainerCreateBody {
   const env: Record<string, string> = {
-    EGRESS_ALLOW_HOSTS: plan.allowHosts.join(','),
-    EGRESS_LISTEN: `0.0.0.0:${EGRESS_PROXY_PORT}`,
+    [EGRESS_ENV.allowHosts]: encodeAllowHosts(plan.allowHosts),
+    [EGRESS_ENV.listen]: `0.0.0.0:${EGRESS_PROXY_PORT}`,
     // Loopback of the proxy's own container: read by the controller (egressUsage), not by the sandbox.
-    EGRESS_METRICS_LISTEN: `127.0.0.1:${EGRESS_METRICS_PORT}`,
+    [EGRESS_ENV.metricsListen]: `127.0.0.1:${EGRESS_METRICS_PORT}`,
   };
   if (testHosts !== undefined && Object.keys(testHosts).length > 0) {
     for (const [host, ip] of Object.entries(testHosts)) {
       requirePrintableAscii(host, 'egressTestHosts key');
       requirePrintableAscii(ip, `egressTestHosts.${host}`);
     }
-    env.CAPYBARA_EGRESS_TEST_HOSTS = JSON.stringify(testHosts);
+    env[EGRESS_ENV.testHosts] = JSON.stringify(testHosts);
   }
   return {
     // No User: the image's own non-root user runs the proxy.
@@ -129,6 +131,7 @@ export function egressContainerBody(plan: EgressPlan, testHosts: Readonly<Record
       ReadonlyRootfs: true,
       PidsLimit: EGRESS_PIDS_LIMIT,
       IpcMode: 'private',
+      CgroupnsMode: 'private',
       Memory: EGRESS_MEMORY_BYTES,
       MemorySwap: EGRESS_MEMORY_BYTES,
       Init: true,
@@ -137,7 +140,11 @@ export function egressContainerBody(plan: EgressPlan, testHosts: Readonly<Record
   };
 }
 
-/** The HostConfig keys `sandboxContainerBody` sets; a rebuilt container copies exactly these. */
+/**
+ * The HostConfig keys `sandboxContainerBody` sets that a rebuilt container copies from its
+ * inspect data. `CgroupnsMode` is not copied but set again: a container created before the
+ * controller set it records the engine's default (`host` on cgroup v1).
+ */
 const SANDBOX_HOST_KEYS = [
   'NetworkMode', 'Init', 'CapDrop', 'SecurityOpt', 'ReadonlyRootfs', 'PidsLimit', 'IpcMode',
   'NanoCpus', 'Memory', 'MemorySwap', 'Tmpfs', 'Runtime', 'RestartPolicy',
@@ -164,7 +171,11 @@ export function sandboxBodyFromInspect(view: InspectedContainer): ContainerCreat
     if (view.hostConfig[key] !== undefined && view.hostConfig[key] !== null) copied[key] = view.hostConfig[key];
   }
   const networkMode = view.hostConfig.NetworkMode;
-  const hostConfig: Record<string, unknown> & { NetworkMode: string } = { ...copied, NetworkMode: typeof networkMode === 'string' ? networkMode : 'none' };
+  const hostConfig: Record<string, unknown> & { NetworkMode: string } = {
+    ...copied,
+    NetworkMode: typeof networkMode === 'string' ? networkMode : 'none',
+    CgroupnsMode: 'private',
+  };
   const mounts = Array.isArray(view.hostConfig.Mounts) ? (view.hostConfig.Mounts as Record<string, unknown>[]) : [];
   hostConfig.Mounts = mounts.map((m): MountBody => {
     const mount: MountBody = { Type: 'volume', Source: String(m.Source), Target: String(m.Target) };

@@ -2,6 +2,8 @@
  * The `sandbox@1` contract. The host application's SDK is not published, so this package owns
  * the types; names are fixed by the product spec (conformance tests call them).
  */
+import type { SandboxSpec } from './sandbox-spec.js';
+import type { ExecOptions } from './exec-options.js';
 
 /** What the `sandbox@1` capability provides. */
 export interface SandboxProvider {
@@ -36,45 +38,9 @@ export interface SandboxHandle {
   id: string;
 }
 
-export type EgressTier = 'none' | 'internal' | 'allowlist' | 'open';
-
-export interface SandboxLimits {
-  /** CPUs (fractions allowed). */
-  cpu?: number;
-  memoryMb?: number;
-  diskMb?: number;
-  egress: EgressTier;
-  /** Host names (punycode) the allowlist tier may reach; `*.example.com` for subdomains. */
-  allowHosts?: string[];
-}
-
-export interface SandboxWorkspace {
-  key: string;
-  /** Default `ephemeral`. A persistent workspace survives `destroy`. */
-  durability: 'ephemeral' | 'persistent';
-}
-
-export interface SandboxSpec {
-  /** Conversation id; the resource name is `cap-${id}`. */
-  id: string;
-  image: string;
-  limits: SandboxLimits;
-  env?: Record<string, string>;
-  workspace?: SandboxWorkspace;
-}
-
-export interface ExecOptions {
-  timeoutMs?: number;
-  signal?: AbortSignal;
-  cwd?: string;
-  env?: Record<string, string>;
-  /** Holder tag for `killTagged`. */
-  tag?: string;
-  /** Cap per output stream; the cut backs up to a whole UTF-8 character. */
-  maxOutputBytes?: number;
-  stdin?: Uint8Array | string;
-}
-
+// The spec and exec option types are inferred from the schemas that check them at the edge.
+export type { EgressTier, SandboxLimits, SandboxSpec, SandboxWorkspace } from './sandbox-spec.js';
+export type { ExecOptions } from './exec-options.js';
 export interface ExecResult {
   /** `null` when the command was killed (timeout or abort). */
   exitCode: number | null;

@@ -3,9 +3,9 @@
  * of its own container only (the sandbox cannot read or reset them); the controller reads them
  * with an exec in that container, through the socket proxy like every other call.
  */
-
-/** Port of the egress proxy's metrics listener, on 127.0.0.1 inside its container. */
-export const EGRESS_METRICS_PORT = 9464;
+import { EGRESS_METRICS, EGRESS_METRICS_PATH, EGRESS_METRICS_PORT } from '../common/index.js';
+import type { DockerEngine } from './engine.js';
+import { SandboxError } from './errors.js';
 
 export interface EgressUsage {
   /** Bytes from the sandbox to the outside (tunnels and plain HTTP). */
@@ -20,7 +20,7 @@ export interface EgressUsage {
 }
 
 /** Run with `node -e` inside the egress container: prints the metrics text. */
-export const METRICS_SCRIPT = `require('http').get({host:'127.0.0.1',port:${EGRESS_METRICS_PORT},path:'/metrics',timeout:5000},r=>{r.pipe(process.stdout);r.on('end',()=>process.exit(r.statusCode===200?0:1))}).on('error',e=>{process.stderr.write(String(e));process.exit(1)})`;
+const METRICS_SCRIPT = `require('http').get({host:'127.0.0.1',port:${EGRESS_METRICS_PORT},path:'${EGRESS_METRICS_PATH}',timeout:5000},r=>{r.pipe(process.stdout);r.on('end',()=>process.exit(r.statusCode===200?0:1))}).on('error',e=>{process.stderr.write(String(e));process.exit(1)})`;
 
 const SAMPLE = /^([a-z_]+)(?:\{([^}]*)\})? ([0-9.eE+-]+)$/;
 
@@ -43,19 +43,38 @@ export function parseEgressUsage(text: string): EgressUsage {
     if (!m) continue;
     const value = Number(m[3]);
     const labels = labelsOf(m[2]);
-    if (m[1] === 'egress_bytes_total') {
+    if (m[1] === EGRESS_METRICS.bytes) {
       if (labels.direction === 'up') bytesUp += value;
       else if (labels.direction === 'down') bytesDown += value;
-    } else if (m[1] === 'egress_decisions_total') {
+    } else if (m[1] === EGRESS_METRICS.decisions) {
       if (labels.outcome === 'allow') allowed += value;
       else if (labels.outcome === 'deny') {
         denied += value;
         const reason = labels.reason ?? 'unknown';
         deniedByReason[reason] = (deniedByReason[reason] ?? 0) + value;
       }
-    } else if (m[1] === 'egress_open_tunnels') {
+    } else if (m[1] === EGRESS_METRICS.openTunnels) {
       openTunnels = value;
     }
   }
   return { bytesUp, bytesDown, allowed, denied, deniedByReason, openTunnels };
+}
+
+/**
+ * The usage of one egress proxy container, or null when it is not running. A paused proxy counts
+ * as not running: never exec into a paused container (on Docker 20.10 with cgroup v1 that exec
+ * can hang holding the container lock, which then blocks inspect, unpause and remove).
+ */
+export async function readEgressUsage(engine: DockerEngine, egress: string): Promise<EgressUsage | null> {
+  const view = await engine.inspectContainer(egress);
+  if (view === undefined || !view.running || view.paused) return null;
+  const out: Buffer[] = [];
+  const err: Buffer[] = [];
+  // The image's own non-root user.
+  const run = await engine.startExec(egress, { cmd: ['node', '-e', METRICS_SCRIPT], user: view.user || 'egress', onOutput: (s, c) => (s === 'stdout' ? out : err).push(c) });
+  const code = await run.finished;
+  if (code !== 0) {
+    throw new SandboxError('engine_error', `Reading the egress metrics of ${egress} failed (exit ${String(code)}): ${Buffer.concat(err).toString().slice(0, 200)}`);
+  }
+  return parseEgressUsage(Buffer.concat(out).toString());
 }

@@ -1,20 +1,20 @@
 /**
- * The only file that talks to Docker. Thin: every call names its path, query and body
- * explicitly (dockerode's own helpers would copy create bodies into the query string), has a
- * deadline, and maps failures to SandboxErrors. Containers are always addressed by name.
+ * The Docker objects the controller uses, by name: containers, volumes, networks, images. Every
+ * call goes through engine-call.ts (exact requests, deadlines, error mapping); exec streaming
+ * and the operator's listing live in engine-exec.ts and engine-listing.ts and are reached here
+ * so that callers hold one engine object. Containers are always addressed by name.
  */
-import type { Duplex, Readable } from 'node:stream';
-import Docker from 'dockerode';
-import type { Logger } from 'pino';
+import type { Readable } from 'node:stream';
 import { SandboxError } from './errors.js';
-import { modemOptions } from './endpoint.js';
-import { serialiseAsciiBody } from './ascii-body.js';
-import { StreamDemux } from './stream-demux.js';
-import { tlsFailure, type TlsContext } from './tls-failure.js';
+import { EngineCaller, type EngineOptions } from './engine-call.js';
+import { startExec, type ExecRequest, type ExecRun } from './engine-exec.js';
+import { listContainers, listNetworks, listVolumes, type ContainerSummary, type ResourceSummary } from './engine-listing.js';
 
-const DEFAULT_CALL_TIMEOUT_MS = 30_000;
+export { EngineStatusError, engineStatus } from './engine-call.js';
+export type { ExecRequest, ExecRun } from './engine-exec.js';
+export type { ContainerSummary, ResourceSummary } from './engine-listing.js';
+
 const PULL_TIMEOUT_MS = 10 * 60_000;
-const MAX_BODY_BYTES = 32 * 1024;
 
 export interface ContainerView {
   readonly status: string;
@@ -30,39 +30,6 @@ export interface ContainerView {
   readonly hostConfig: Readonly<Record<string, unknown>>;
 }
 
-export interface ExecRequest {
-  readonly cmd: readonly string[];
-  readonly user: string;
-  readonly stdin?: Uint8Array | undefined;
-  readonly onOutput: (stream: 'stdout' | 'stderr', chunk: Buffer) => void;
-}
-
-export interface ExecRun {
-  readonly id: string;
-  /** Resolves when the output stream has ended, with the exit code (null if unknown). */
-  readonly finished: Promise<number | null>;
-  /** Drops the connection; the process keeps running (kill it separately). */
-  detach(): void;
-}
-
-export interface ContainerSummary {
-  readonly id: string;
-  readonly name: string;
-  readonly image: string;
-  readonly state: string;
-  readonly status: string;
-  readonly createdMs: number;
-  readonly labels: Readonly<Record<string, string>>;
-}
-
-/** A listed network or volume (a volume's id is its name). */
-export interface ResourceSummary {
-  readonly id: string;
-  readonly name: string;
-  readonly createdMs: number;
-  readonly labels: Readonly<Record<string, string>>;
-}
-
 export interface NetworkView {
   readonly internal: boolean;
   readonly options: Readonly<Record<string, string>>;
@@ -71,134 +38,23 @@ export interface NetworkView {
   readonly members: ReadonlyArray<{ readonly name: string; readonly ipv4: string }>;
 }
 
-interface ModemError extends Error {
-  statusCode?: number;
-  json?: unknown;
-  code?: string;
-}
-
-type Modem = {
-  dial(options: Record<string, unknown>, callback: (err: ModemError | null, data: unknown) => void): void;
-};
-
-export class EngineStatusError extends SandboxError {
-  readonly status: number;
-
-  constructor(code: 'engine_refused' | 'engine_error', status: number, message: string, cause: unknown) {
-    super(code, message, { cause });
-    this.status = status;
-  }
-}
-
-function engineMessage(err: ModemError): string {
-  const json = err.json as { message?: unknown } | undefined;
-  if (json !== null && typeof json === 'object' && typeof json.message === 'string') return json.message;
-  return err.message;
-}
-
-/** HTTP status of a failed engine call, if it got that far. */
-export function engineStatus(err: unknown): number | undefined {
-  return err instanceof EngineStatusError ? err.status : undefined;
-}
-
-function mapError(err: ModemError, what: string, timeoutMs: number): SandboxError {
-  if (err.name === 'AbortError' || err.code === 'ABORT_ERR') {
-    return new SandboxError('engine_timeout', `Docker did not answer ${what} within ${timeoutMs} ms; check the engine and the socket proxy.`, { cause: err });
-  }
-  if (typeof err.statusCode === 'number') {
-    const status = err.statusCode;
-    const detail = engineMessage(err).trim();
-    if (status === 403) {
-      return new EngineStatusError('engine_refused', status, `The socket proxy refused ${what} (403): ${detail}`, err);
-    }
-    return new EngineStatusError(status < 500 ? 'engine_refused' : 'engine_error', status, `Docker answered ${what} with ${status}: ${detail}`, err);
-  }
-  return new SandboxError('engine_unavailable', `Cannot reach the Docker endpoint for ${what}: ${err.message}`, { cause: err });
-}
-
-interface CallOptions {
-  readonly query?: Record<string, string | number | boolean>;
-  readonly body?: unknown;
-  readonly timeoutMs?: number;
-  readonly stream?: boolean;
-  readonly hijack?: boolean;
-}
-
-export interface EngineOptions {
-  readonly endpoint: string;
-  readonly tlsCertDir?: string | undefined;
-  readonly logger?: Logger | undefined;
-  /** Deadline of ordinary calls (longer ones scale from it). */
-  readonly callTimeoutMs?: number | undefined;
-}
-
 export class DockerEngine {
-  private readonly modem: Modem;
-
-  private readonly logger: Logger | undefined;
-  private readonly callTimeoutMs: number;
-  private readonly tls: TlsContext;
+  private readonly engine: EngineCaller;
 
   constructor(options: EngineOptions) {
-    const docker = new Docker(modemOptions(options.endpoint, options.tlsCertDir) as Docker.DockerOptions);
-    this.modem = docker.modem as unknown as Modem;
-    this.logger = options.logger;
-    this.callTimeoutMs = options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
-    this.tls = { endpoint: options.endpoint, tlsCertDir: options.tlsCertDir };
+    this.engine = new EngineCaller(options);
   }
 
-  private call<T>(what: string, method: string, path: string, options: CallOptions = {}): Promise<T> {
-    const timeoutMs = options.timeoutMs ?? this.callTimeoutMs;
-    let dialOptions: Record<string, unknown> | undefined;
-    if (options.body !== undefined) {
-      const json = serialiseAsciiBody(options.body, what);
-      if (Buffer.byteLength(json) > MAX_BODY_BYTES) {
-        throw new SandboxError('invalid_spec', `The ${what} body is ${Buffer.byteLength(json)} bytes, over the socket proxy's 32 KiB limit (a very long allowlist or env?).`);
-      }
-      dialOptions = { _body: options.body };
-    }
-    if (options.query !== undefined) dialOptions = { ...(dialOptions ?? { _body: {} }), _query: options.query };
-    // The deadline covers the call until its answer arrives. For a stream (exec output, pull)
-    // that is the response head: a long command must not be cut off by the call deadline.
-    const started = performance.now();
-    const abort = new AbortController();
-    const timer = setTimeout(() => abort.abort(), timeoutMs);
-    return new Promise<T>((resolve, reject) => {
-      this.modem.dial(
-        {
-          path: options.query === undefined ? path : `${path}?`,
-          method,
-          options: dialOptions,
-          abortSignal: abort.signal,
-          isStream: options.stream === true || options.hijack === true,
-          hijack: options.hijack === true,
-          openStdin: false,
-          statusCodes: { 200: true, 201: true, 204: true, 304: true },
-        },
-        (err, data) => {
-          clearTimeout(timer);
-          this.logger?.debug({ call: what, method, path, status: err?.statusCode, ms: Math.round(performance.now() - started) }, 'engine call');
-          if (err !== null) {
-            void tlsFailure(err, what, this.tls).then(
-              (tlsErr) => reject(tlsErr ?? mapError(err, what, timeoutMs)),
-              () => reject(mapError(err, what, timeoutMs)),
-            );
-          } else {
-            resolve(data as T);
-          }
-        },
-      );
-    });
+  private call<T>(...args: Parameters<EngineCaller['call']>): Promise<T> {
+    return this.engine.call<T>(...args);
   }
 
-  /** Runs a call that may 404; returns undefined then. */
-  private async optional<T>(promise: Promise<T>): Promise<T | undefined> {
-    try {
-      return await promise;
-    } catch (err) {
-      if (engineStatus(err) === 404) return undefined;
-      throw err;
-    }
+  private optional<T>(promise: Promise<T>): Promise<T | undefined> {
+    return this.engine.optional(promise);
+  }
+
+  private get callTimeoutMs(): number {
+    return this.engine.callTimeoutMs;
   }
 
   async ping(): Promise<void> {
@@ -284,39 +140,6 @@ export class DockerEngine {
     await this.call(`connection of ${container} to network ${network}`, 'POST', `/networks/${network}/connect`, { body: { Container: container } });
   }
 
-  /**
-   * Listing, for the operator CLI only: the socket proxy refuses these calls by design (403), so
-   * they work only against the engine itself. Always filtered by labels (all must match).
-   */
-  async listContainers(labels: readonly string[]): Promise<ContainerSummary[]> {
-    const rows = await this.call<Array<{ Id: string; Names?: string[]; Image?: string; State?: string; Status?: string; Created?: number; Labels?: Record<string, string> | null }>>(
-      'listing of containers', 'GET', '/containers/json', { query: { all: true, filters: labelFilter(labels) } },
-    );
-    return rows.map((c) => ({
-      id: c.Id,
-      name: (c.Names?.[0] ?? '').replace(/^\//, ''),
-      image: c.Image ?? '',
-      state: c.State ?? 'unknown',
-      status: c.Status ?? '',
-      createdMs: (c.Created ?? 0) * 1000,
-      labels: c.Labels ?? {},
-    }));
-  }
-
-  async listNetworks(labels: readonly string[]): Promise<ResourceSummary[]> {
-    const rows = await this.call<Array<{ Id: string; Name: string; Created?: string; Labels?: Record<string, string> | null }>>(
-      'listing of networks', 'GET', '/networks', { query: { filters: labelFilter(labels) } },
-    );
-    return rows.map((n) => ({ id: n.Id, name: n.Name, createdMs: Date.parse(n.Created ?? '') || 0, labels: n.Labels ?? {} }));
-  }
-
-  async listVolumes(labels: readonly string[]): Promise<ResourceSummary[]> {
-    const data = await this.call<{ Volumes?: Array<{ Name: string; CreatedAt?: string; Labels?: Record<string, string> | null }> | null }>(
-      'listing of volumes', 'GET', '/volumes', { query: { filters: labelFilter(labels) } },
-    );
-    return (data.Volumes ?? []).map((v) => ({ id: v.Name, name: v.Name, createdMs: Date.parse(v.CreatedAt ?? '') || 0, labels: v.Labels ?? {} }));
-  }
-
   async inspectNetwork(name: string): Promise<NetworkView | undefined> {
     const data = await this.optional(this.call<{
       Internal?: boolean; Options?: Record<string, string> | null; Labels?: Record<string, string> | null;
@@ -358,77 +181,23 @@ export class DockerEngine {
   }
 
   /**
-   * Creates and starts an exec. Output is delivered as it arrives; stdin, if any, is streamed
-   * over the hijacked connection (never in a request body) and then half-closed.
+   * Creates and starts an exec (engine-exec.ts): output as it arrives, stdin over the hijacked
+   * connection, then the exit code.
    */
-  async startExec(container: string, request: ExecRequest): Promise<ExecRun> {
-    const withStdin = request.stdin !== undefined;
-    const created = await this.call<{ Id: string }>(`exec in container ${container}`, 'POST', `/containers/${container}/exec`, {
-      body: { AttachStdin: withStdin, AttachStdout: true, AttachStderr: true, Tty: false, User: request.user, Cmd: request.cmd },
-    });
-    const id = created.Id;
-    if (!/^[0-9a-f]{64}$/.test(id)) throw new SandboxError('engine_error', `Docker returned an unexpected exec id for ${container}.`);
-    const stream = await this.call<Duplex>(`start of exec in ${container}`, 'POST', `/exec/${id}/start`, {
-      body: { Detach: false, Tty: false }, hijack: withStdin, stream: true,
-    });
-    const demux = new StreamDemux(request.onOutput);
-    const ended = new Promise<void>((resolve, reject) => {
-      stream.on('data', (chunk: Buffer) => {
-        try {
-          demux.push(chunk);
-        } catch (err) {
-          stream.destroy();
-          reject(new SandboxError('engine_error', `Exec output from ${container} was malformed.`, { cause: err }));
-        }
-      });
-      stream.on('end', () => resolve());
-      stream.on('close', () => resolve());
-      stream.on('error', () => resolve());
-    });
-    if (withStdin) void this.feedStdin(stream, request.stdin ?? new Uint8Array());
-    const finished = ended.then(() => this.exitCode(id));
-    return { id, finished, detach: () => stream.destroy() };
+  startExec(container: string, request: ExecRequest): Promise<ExecRun> {
+    return startExec(this.engine, container, request);
   }
 
-  private async feedStdin(stream: Duplex, data: Uint8Array): Promise<void> {
-    const CHUNK = 64 * 1024;
-    try {
-      for (let offset = 0; offset < data.length; offset += CHUNK) {
-        if (stream.destroyed) return;
-        if (!stream.write(data.subarray(offset, offset + CHUNK))) await drained(stream);
-      }
-      stream.end();
-    } catch {
-      // The command stopped reading (or the connection was dropped); its exit code says why.
-    }
+  /** Operator CLI only (engine-listing.ts): refused by the socket proxy by design. */
+  listContainers(labels: readonly string[]): Promise<ContainerSummary[]> {
+    return listContainers(this.engine, labels);
   }
 
-  /** The exit code of a finished exec; polls briefly because the stream can end first. */
-  private async exitCode(id: string): Promise<number | null> {
-    for (let attempt = 0; attempt < 20; attempt += 1) {
-      const data = await this.optional(this.call<{ Running?: boolean; ExitCode?: number | null }>('exec inspect', 'GET', `/exec/${id}/json`));
-      if (data === undefined) return null;
-      if (data.Running !== true) return typeof data.ExitCode === 'number' ? data.ExitCode : null;
-      await new Promise((r) => setTimeout(r, 25 * (attempt + 1)));
-    }
-    return null;
+  listNetworks(labels: readonly string[]): Promise<ResourceSummary[]> {
+    return listNetworks(this.engine, labels);
   }
-}
 
-function labelFilter(labels: readonly string[]): string {
-  if (labels.length === 0) throw new SandboxError('invalid_spec', 'A listing needs at least one label filter.');
-  return JSON.stringify({ label: labels });
-}
-
-/** Resolves on 'drain' or 'close', removing both listeners either way. */
-function drained(stream: Duplex): Promise<void> {
-  return new Promise((resolve) => {
-    const done = (): void => {
-      stream.off('drain', done);
-      stream.off('close', done);
-      resolve();
-    };
-    stream.on('drain', done);
-    stream.on('close', done);
-  });
+  listVolumes(labels: readonly string[]): Promise<ResourceSummary[]> {
+    return listVolumes(this.engine, labels);
+  }
 }

@@ -3,6 +3,7 @@
  * `SandboxError` with a stable `code` from one catalog, so callers (and tests) branch on
  * the code and people read the message. Messages say what to do next.
  */
+import { CodedError } from '../common/index.js';
 
 /** One entry per failure class; the key is the code. */
 export const sandboxErrorCodes = {
@@ -24,20 +25,14 @@ export const sandboxErrorCodes = {
   file_error: 'A file operation inside the sandbox failed.',
   workspace_in_use: 'A persistent workspace is still mounted by a sandbox.',
   egress_unavailable: 'The egress proxy of an allowlist sandbox did not come up.',
+  sandbox_full: 'The sandbox stayed at its process limit even after its processes were ended, so the command could not start.',
+  exec_failed: 'Docker could not start the command in the sandbox (the container runtime refused the exec).',
 } as const;
 
 export type SandboxErrorCode = keyof typeof sandboxErrorCodes;
 
-/** The single base class of every error the controller throws. */
-export class SandboxError extends Error {
-  readonly code: SandboxErrorCode;
-
-  constructor(code: SandboxErrorCode, message: string, options?: { cause?: unknown }) {
-    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
-    this.name = 'SandboxError';
-    this.code = code;
-  }
-}
+/** Every error the controller throws; the project's one base class gives it `code` and `cause`. */
+export class SandboxError extends CodedError<SandboxErrorCode> {}
 
 /** True when `err` is a SandboxError, optionally with the given code. */
 export function isSandboxError(err: unknown, code?: SandboxErrorCode): err is SandboxError {

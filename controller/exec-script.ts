@@ -21,6 +21,29 @@ export const BACKSTOP_GRACE_SECONDS = 5;
 /** Inline payloads above this go through a staged file (exec bodies are capped at 32 KiB). */
 export const MAX_INLINE_PAYLOAD = 24 * 1024;
 
+/**
+ * Printed to stderr, with exit code SANDBOX_FULL_EXIT, by every script that found the sandbox at
+ * its process limit before starting anything: the command did not run (sandbox-full.ts).
+ */
+export const SANDBOX_FULL_MARKER = 'capybara-sandbox-full';
+export const SANDBOX_FULL_EXIT = 190;
+/** Free process slots a command needs to start: wrapper, setsid, session shell, timeout, shell. */
+const START_HEADROOM = 8;
+
+// Builtins only (read, test, arithmetic, echo): at the pids limit any fork blocks in bash's retry
+// loop for ~15 s and then fails, which would look like the command's own failure. The sandbox's
+// own cgroup is mounted at /sys/fs/cgroup/pids (cgroup v1) or /sys/fs/cgroup (v2).
+const ROOM_CHECK = String.raw`
+for d in /sys/fs/cgroup/pids /sys/fs/cgroup; do
+  { read -r cur < "$d/pids.current" && read -r max < "$d/pids.max"; } 2>/dev/null || continue
+  if [ "$max" != max ] && (( max - cur < ${START_HEADROOM} )); then
+    echo "${SANDBOX_FULL_MARKER} $cur/$max" >&2
+    exit ${SANDBOX_FULL_EXIT}
+  fi
+  break
+done
+`;
+
 /** Exit codes of the file scripts, mapped to error codes by the provider. */
 export const FILE_EXIT = {
   permissionDenied: 43,
@@ -73,7 +96,7 @@ exit $rc
 `;
 
 // $1 control file, $2 backstop seconds, $3 base64 payload or @staged-file, $4 the session script.
-const WRAPPER = String.raw`
+const WRAPPER = String.raw`${ROOM_CHECK}
 case $3 in
   @*) f=${'$'}{3#@}; script=$(cat -- "$f") || exit 125; rm -f -- "$f" ;;
   *) script=$(printf '%s' "$3" | base64 -d) || exit 125 ;;
@@ -87,7 +110,7 @@ export function wrapperCmd(ctlFile: string, backstopSeconds: number, payload: st
 
 /** Stages a large payload: stdin is written to `file` (mode 0600). */
 export function stageCmd(file: string): string[] {
-  return ['bash', '-c', 'umask 077; cat > "$1"', 'capybara-stage', file];
+  return ['bash', '-c', `${ROOM_CHECK}umask 077; cat > "$1"`, 'capybara-stage', file];
 }
 
 // Kills every process whose session id is listed in the given control files.
@@ -136,7 +159,7 @@ echo ${KILL_OK_MARKER}
 }
 
 // Classifies an open failure by its C-locale message.
-const CLASSIFY = String.raw`
+const CLASSIFY = String.raw`${ROOM_CHECK}
 classify() {
   case $1 in
     *"No such file"*|*"Not a directory"*) echo "$1" >&2; exit ${FILE_EXIT.notFound} ;;

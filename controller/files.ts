@@ -10,9 +10,10 @@ import type { FileStat } from './contract.js';
 import type { DockerEngine } from './engine.js';
 import { SandboxError } from './errors.js';
 import { FILE_EXIT, ROOT_USER, SANDBOX_USER, readFileCmd, statCmd, writeFileCmd } from './exec-script.js';
+import { startFailure } from './sandbox-full.js';
 import { SKILLS_WRITABLE_ROOT } from './container-spec.js';
 import { OutputCapture } from './output-capture.js';
-import type { WithRunning } from './commands.js';
+import type { CommandRunner, WithRunning } from './commands.js';
 
 /** Without an explicit maxBytes a read is refused above this size rather than cut. */
 const DEFAULT_READ_LIMIT = 256 * 1024 * 1024;
@@ -21,7 +22,17 @@ const SKILLS_ROOT = '/skills';
 export interface FileDeps {
   readonly engine: DockerEngine;
   readonly withRunning: WithRunning;
+  /** Frees a sandbox found at its process limit and tries once more (commands.ts). */
+  readonly withRoom: CommandRunner['withRoom'];
 }
+
+/** The exit code and stderr of one file script; stdout is data and is collected by the caller. */
+interface ScriptEnd {
+  readonly exitCode: number | null;
+  readonly stderr: string;
+}
+
+const noRoom = (r: ScriptEnd) => startFailure(r.exitCode, '', r.stderr);
 
 function checkPath(path: string): string {
   if (typeof path !== 'string' || path.length === 0) throw new SandboxError('invalid_spec', 'A path must be a non-empty string.');
@@ -62,17 +73,12 @@ export class FileOps {
     }
     // Without a caller limit, read one byte more than the default to tell "too large" apart.
     const readBytes = maxBytes ?? DEFAULT_READ_LIMIT + 1;
-    const out = new OutputCapture(readBytes);
-    const err = new OutputCapture(16 * 1024);
-    const exitCode = await this.deps.withRunning(name, async () => {
-      const run = await this.deps.engine.startExec(name, {
-        cmd: readFileCmd(path, readBytes),
-        user: SANDBOX_USER,
-        onOutput: (stream, chunk) => (stream === 'stdout' ? out : err).push(chunk),
-      });
-      return run.finished;
-    });
-    if (exitCode !== 0) throw fileError(exitCode, path, err.text(), 'read');
+    let out = new OutputCapture(readBytes);
+    const { exitCode, stderr } = await this.deps.withRoom(name, () => {
+      out = new OutputCapture(readBytes);
+      return this.runScript(name, readFileCmd(path, readBytes), SANDBOX_USER, undefined, out);
+    }, noRoom);
+    if (exitCode !== 0) throw fileError(exitCode, path, stderr, 'read');
     const bytes = out.bytesRaw();
     if (maxBytes === undefined && bytes.length > DEFAULT_READ_LIMIT) {
       throw new SandboxError('file_too_large', `${path} is larger than ${DEFAULT_READ_LIMIT} bytes; pass maxBytes to read a prefix.`);
@@ -86,36 +92,34 @@ export class FileOps {
     if (typeof data !== 'string' && !(data instanceof Uint8Array)) throw new SandboxError('invalid_spec', 'data must be a string or a Uint8Array.');
     const bytes = typeof data === 'string' ? Buffer.from(data, 'utf8') : data;
     const target = writeTarget(path);
-    const err = new OutputCapture(16 * 1024);
-    const exitCode = await this.deps.withRunning(name, async () => {
-      const run = await this.deps.engine.startExec(name, {
-        cmd: writeFileCmd(target.path, target.confineTo),
-        user: target.user,
-        stdin: bytes,
-        onOutput: (stream, chunk) => {
-          if (stream === 'stderr') err.push(chunk);
-        },
-      });
-      return run.finished;
-    });
-    if (exitCode !== 0) throw fileError(exitCode, path, err.text(), 'write');
+    const { exitCode, stderr } = await this.deps.withRoom(name, () => this.runScript(name, writeFileCmd(target.path, target.confineTo), target.user, bytes, undefined), noRoom);
+    if (exitCode !== 0) throw fileError(exitCode, path, stderr, 'write');
   }
 
   async stat(name: string, path: string): Promise<FileStat | null> {
     checkPath(path);
-    const out = new OutputCapture(4096);
-    const err = new OutputCapture(16 * 1024);
-    const exitCode = await this.deps.withRunning(name, async () => {
-      const run = await this.deps.engine.startExec(name, {
-        cmd: statCmd(path),
-        user: SANDBOX_USER,
-        onOutput: (stream, chunk) => (stream === 'stdout' ? out : err).push(chunk),
-      });
-      return run.finished;
-    });
+    let out = new OutputCapture(4096);
+    const { exitCode, stderr } = await this.deps.withRoom(name, () => {
+      out = new OutputCapture(4096);
+      return this.runScript(name, statCmd(path), SANDBOX_USER, undefined, out);
+    }, noRoom);
     if (exitCode === FILE_EXIT.notFound) return null;
-    if (exitCode !== 0) throw fileError(exitCode, path, err.text(), 'stat');
+    if (exitCode !== 0) throw fileError(exitCode, path, stderr, 'stat');
     return parseStat(out.text());
+  }
+
+  /** Runs one file script on the running sandbox; stdout goes to `out` (dropped without one). */
+  private runScript(name: string, cmd: string[], user: string, stdin: Uint8Array | undefined, out: OutputCapture | undefined): Promise<ScriptEnd> {
+    const err = new OutputCapture(16 * 1024);
+    return this.deps.withRunning(name, async () => {
+      const run = await this.deps.engine.startExec(name, {
+        cmd,
+        user,
+        stdin,
+        onOutput: (stream, chunk) => (stream === 'stdout' ? out?.push(chunk) : err.push(chunk)),
+      });
+      return { exitCode: await run.finished, stderr: err.text() };
+    });
   }
 }
 

@@ -1,10 +1,11 @@
 /**
  * Turns a spec's resource limits into Docker values. A limit the engine cannot enforce is
  * refused (`limit_not_expressible`) rather than dropped: a sandbox that silently runs without
- * a cap the caller asked for is worse than no sandbox.
+ * a cap the caller asked for is worse than no sandbox. Types and signs are the schema's job
+ * (sandbox-spec.ts); what is left here is what Docker and the deployment can express.
  */
 import { SandboxError } from './errors.js';
-import type { SandboxLimits } from './contract.js';
+import type { CheckedSandboxSpec } from './sandbox-spec.js';
 
 const MIB = 1024 * 1024;
 /** Docker refuses memory limits below 6 MiB. */
@@ -25,37 +26,21 @@ export interface DockerLimits {
   readonly volumeSize: string | undefined;
 }
 
-function positiveNumber(value: unknown, field: string): number {
-  if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0) {
-    throw new SandboxError('invalid_spec', `limits.${field} must be a positive number, got ${String(value)}.`);
-  }
-  return value;
-}
-
-export function dockerLimits(limits: SandboxLimits, volumeDriver: string | undefined): DockerLimits {
-  const cpu = limits.cpu === undefined ? DEFAULT_CPU : positiveNumber(limits.cpu, 'cpu');
+export function dockerLimits(limits: CheckedSandboxSpec['limits'], volumeDriver: string | undefined): DockerLimits {
+  const cpu = limits.cpu ?? DEFAULT_CPU;
   if (cpu < MIN_CPU) {
     throw new SandboxError('limit_not_expressible', `limits.cpu ${cpu} is below Docker's smallest CPU quota (${MIN_CPU}).`);
   }
-  const memoryMb = limits.memoryMb === undefined ? DEFAULT_MEMORY_MB : positiveNumber(limits.memoryMb, 'memoryMb');
-  if (!Number.isInteger(memoryMb)) {
-    throw new SandboxError('invalid_spec', `limits.memoryMb must be a whole number of MiB, got ${memoryMb}.`);
-  }
+  const memoryMb = limits.memoryMb ?? DEFAULT_MEMORY_MB;
   if (memoryMb < MIN_MEMORY_MB) {
     throw new SandboxError('limit_not_expressible', `limits.memoryMb ${memoryMb} is below Docker's minimum of ${MIN_MEMORY_MB} MiB.`);
   }
-  let diskMb: number | undefined;
-  if (limits.diskMb !== undefined) {
-    diskMb = positiveNumber(limits.diskMb, 'diskMb');
-    if (!Number.isInteger(diskMb)) {
-      throw new SandboxError('invalid_spec', `limits.diskMb must be a whole number of MiB, got ${diskMb}.`);
-    }
-    if (volumeDriver === undefined) {
-      throw new SandboxError(
-        'limit_not_expressible',
-        `limits.diskMb (${diskMb}) cannot be enforced: the local volume driver has no size limit. Set extensionConfig."sandbox-docker".volumeDriver to a driver that honours size=, or omit diskMb.`,
-      );
-    }
+  const diskMb = limits.diskMb;
+  if (diskMb !== undefined && volumeDriver === undefined) {
+    throw new SandboxError(
+      'limit_not_expressible',
+      `limits.diskMb (${diskMb}) cannot be enforced: the local volume driver has no size limit. Set extensionConfig."sandbox-docker".volumeDriver to a driver that honours size=, or omit diskMb.`,
+    );
   }
   const memoryBytes = memoryMb * MIB;
   const halfMemory = Math.floor(memoryBytes / 2);

@@ -10,10 +10,11 @@ import { SandboxError } from './errors.js';
 import { checkSandboxName, namesFor, persistentWorkspaceVolume } from './names.js';
 import { planSandbox } from './sandbox-plan.js';
 import { SandboxLifecycle } from './lifecycle.js';
+import { SandboxRecovery } from './recovery.js';
 import { CommandRunner, type WithRunning } from './commands.js';
 import { FileOps } from './files.js';
 import { requirePrintableAscii } from './ascii-body.js';
-import { METRICS_SCRIPT, parseEgressUsage, type EgressUsage } from './egress-usage.js';
+import { readEgressUsage, type EgressUsage } from './egress-usage.js';
 
 /** The `sandbox@1` provider plus what only this Docker implementation can tell. */
 export interface DockerSandboxProvider extends SandboxProvider {
@@ -57,21 +58,23 @@ export function createDockerSandbox(
   const egressTestHosts = testOptions.egressTestHosts === undefined ? undefined : checkStringMap(testOptions.egressTestHosts, 'testOptions.egressTestHosts');
   const logger = runtime.logger ?? pino({ name: 'sandbox-docker', level: 'warn' }, pino.destination(2));
   const engine = new DockerEngine({ endpoint: parsed.endpoint, tlsCertDir: parsed.tlsCertDir, logger });
-  const lifecycle = new SandboxLifecycle({ engine, config: parsed, extraLabels, egressTestHosts, logger });
+  const buildDeps = { engine, config: parsed, extraLabels, egressTestHosts, logger };
+  const lifecycle = new SandboxLifecycle(buildDeps);
+  const recovery = new SandboxRecovery(buildDeps);
 
   const withRunning: WithRunning = async (name, fn) => {
-    await lifecycle.ensureRunning(name);
+    await recovery.ensureRunning(name);
     try {
       return await fn();
     } catch (err) {
       // 409: stopped or paused between the check and the call (host restart, docker pause).
       if (engineStatus(err) !== 409) throw err;
-      await lifecycle.ensureRunning(name);
+      await recovery.ensureRunning(name);
       return fn();
     }
   };
   const commands = new CommandRunner({ engine, withRunning, logger });
-  const files = new FileOps({ engine, withRunning });
+  const files = new FileOps({ engine, withRunning, withRoom: (name, attempt, failureOf) => commands.withRoom(name, attempt, failureOf) });
 
   return Object.freeze({
     concurrentExec: true as const,
@@ -81,7 +84,7 @@ export function createDockerSandbox(
       return { id: plan.names.name };
     },
     suspend: (h) => lifecycle.suspend(handleName(h)),
-    resume: (h) => lifecycle.resume(handleName(h)),
+    resume: (h) => recovery.resume(handleName(h)),
     destroy: (h) => lifecycle.destroy(handleName(h)),
     destroyByName: (name) => lifecycle.destroy(checkSandboxName(name)),
     exec: (h, command, opts) => commands.exec(handleName(h), command, opts),
@@ -91,19 +94,6 @@ export function createDockerSandbox(
     killAll: (h) => commands.killAll(handleName(h)),
     killTagged: (h, tags) => commands.killTagged(handleName(h), tags),
     destroyWorkspace: (key) => lifecycle.destroyWorkspace(persistentWorkspaceVolume(key)),
-    async egressUsage(h) {
-      const egress = namesFor(handleName(h)).egress;
-      const view = await engine.inspectContainer(egress);
-      if (view === undefined || !view.running) return null;
-      const out: Buffer[] = [];
-      const err: Buffer[] = [];
-      // The image's own non-root user; never an exec into a paused container (checked above).
-      const run = await engine.startExec(egress, { cmd: ['node', '-e', METRICS_SCRIPT], user: view.user || 'egress', onOutput: (s, c) => (s === 'stdout' ? out : err).push(c) });
-      const code = await run.finished;
-      if (code !== 0) {
-        throw new SandboxError('engine_error', `Reading the egress metrics of ${egress} failed (exit ${String(code)}): ${Buffer.concat(err).toString().slice(0, 200)}`);
-      }
-      return parseEgressUsage(Buffer.concat(out).toString());
-    },
+    egressUsage: (h) => readEgressUsage(engine, namesFor(handleName(h)).egress),
   } satisfies DockerSandboxProvider);
 }

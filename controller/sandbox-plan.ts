@@ -1,10 +1,11 @@
 /**
- * Validates a `SandboxSpec` against the deployment config and resolves it into a plan: every
- * name, label, limit and network decision needed to build the Docker bodies. Pure; everything
- * that can be refused is refused here, before any engine call.
+ * Resolves a sandbox spec against the deployment config into a plan: every name, label, limit
+ * and network decision needed to build the Docker bodies. Pure; everything that can be refused is
+ * refused here (the spec by its schema, then what depends on the deployment), before any engine
+ * call.
  */
+import { EGRESS_PROXY_PORT, encodeAllowHosts } from '../common/index.js';
 import type { DeploymentConfig } from './config.js';
-import type { EgressTier, SandboxSpec } from './contract.js';
 import { requirePrintableAscii } from './ascii-body.js';
 import { SandboxError } from './errors.js';
 import { dockerLimits, type DockerLimits } from './limits.js';
@@ -19,12 +20,7 @@ import {
   sandboxNameForId,
   type SandboxNames,
 } from './names.js';
-
-const EGRESS_TIERS: readonly EgressTier[] = ['none', 'internal', 'allowlist', 'open'];
-/** An allowlist entry as the proxy accepts it: punycode labels, optionally `*.` in front. */
-const ALLOW_HOST_RE = /^(\*\.)?[A-Za-z0-9_](?:[A-Za-z0-9_-]*[A-Za-z0-9_])?(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]*[A-Za-z0-9_])?)*\.?$/;
-const ENV_NAME_RE = /^[A-Za-z_][A-Za-z0-9_]*$/;
-export const EGRESS_PROXY_PORT = 3128;
+import { checkSandboxSpec, type EgressTier } from './sandbox-spec.js';
 
 export interface SandboxPlan {
   readonly names: SandboxNames;
@@ -49,59 +45,18 @@ export interface PlanOptions {
   readonly extraLabels: Readonly<Record<string, string>>;
 }
 
-function checkEnv(env: Record<string, string> | undefined, where: string): Record<string, string> {
-  const out: Record<string, string> = {};
-  if (env === undefined) return out;
-  if (typeof env !== 'object' || env === null) throw new SandboxError('invalid_spec', `${where} must be an object of strings.`);
-  for (const [key, value] of Object.entries(env)) {
-    if (!ENV_NAME_RE.test(key)) {
-      throw new SandboxError('invalid_spec', `${where} name ${JSON.stringify(key)} is not a valid variable name (letters, digits, "_", not starting with a digit).`);
-    }
-    if (typeof value !== 'string') throw new SandboxError('invalid_spec', `${where}.${key} must be a string.`);
-    out[key] = requirePrintableAscii(value, `${where}.${key}`);
-  }
-  return out;
-}
-
-function checkAllowHosts(hosts: readonly string[] | undefined): string[] {
-  if (hosts === undefined) return [];
-  if (!Array.isArray(hosts)) throw new SandboxError('invalid_spec', 'limits.allowHosts must be an array of host names.');
-  return hosts.map((host, i) => {
-    if (typeof host !== 'string') throw new SandboxError('invalid_spec', `limits.allowHosts[${i}] must be a string.`);
-    requirePrintableAscii(host, `limits.allowHosts[${i}] (${JSON.stringify(host)})`);
-    if (host.length > 253 || !ALLOW_HOST_RE.test(host)) {
-      throw new SandboxError('invalid_spec', `limits.allowHosts[${i}] ${JSON.stringify(host)} is not a host name or *.suffix pattern.`);
-    }
-    return host.toLowerCase();
-  });
-}
-
-/** Labels record the allowlist as a comma list; decodes what `planSandbox` wrote. */
-export function allowHostsFromLabel(value: string | undefined): string[] {
-  return value === undefined || value === '' ? [] : value.split(',');
-}
-
-export function planSandbox(spec: SandboxSpec, config: DeploymentConfig, options: PlanOptions): SandboxPlan {
-  if (typeof spec !== 'object' || spec === null) throw new SandboxError('invalid_spec', 'The sandbox spec must be an object.');
+export function planSandbox(input: unknown, config: DeploymentConfig, options: PlanOptions): SandboxPlan {
+  const spec = checkSandboxSpec(input);
   const name = sandboxNameForId(spec.id);
-  if (typeof spec.image !== 'string' || spec.image.length === 0) {
-    throw new SandboxError('invalid_spec', 'spec.image must be a non-empty image reference.');
-  }
-  const image = requirePrintableAscii(spec.image, 'spec.image');
-  if (typeof spec.limits !== 'object' || spec.limits === null) throw new SandboxError('invalid_spec', 'spec.limits is required.');
-  const tier = spec.limits.egress ?? 'allowlist';
-  if (!EGRESS_TIERS.includes(tier)) {
-    throw new SandboxError('invalid_spec', `limits.egress ${JSON.stringify(tier)} is not one of ${EGRESS_TIERS.join(', ')}.`);
-  }
+  const tier = spec.limits.egress;
   if (tier === 'open' && !config.allowOpenEgress) {
     throw new SandboxError(
       'open_egress_disabled',
       'limits.egress "open" is disabled: an open sandbox can reach the host, the local network and cloud metadata. Set extensionConfig."sandbox-docker".allowOpenEgress to true only in a trusted environment, or use "allowlist".',
     );
   }
-  // Validated for every tier, used only by the allowlist tier (the others have no proxy).
-  const checkedHosts = checkAllowHosts(spec.limits.allowHosts);
-  const allowHosts = tier === 'allowlist' ? checkedHosts : [];
+  // Validated for every tier (by the schema), used only by the allowlist tier (the others have no proxy).
+  const allowHosts = tier === 'allowlist' ? spec.limits.allowHosts ?? [] : [];
   const limits = dockerLimits(spec.limits, config.volumeDriver);
   const extraLabels: Record<string, string> = {};
   for (const [key, value] of Object.entries(options.extraLabels)) {
@@ -110,9 +65,9 @@ export function planSandbox(spec: SandboxSpec, config: DeploymentConfig, options
   const names = namesFor(name);
   const labels = sandboxLabels(name, extraLabels);
   const containerLabels: Record<string, string> = { ...labels, [LABEL_EGRESS]: tier };
-  if (tier === 'allowlist') containerLabels[LABEL_ALLOW_HOSTS] = allowHosts.join(',');
+  if (tier === 'allowlist') containerLabels[LABEL_ALLOW_HOSTS] = encodeAllowHosts(allowHosts);
 
-  const env = checkEnv(spec.env, 'spec.env');
+  const env: Record<string, string> = { ...spec.env };
   if (tier === 'allowlist') {
     const proxy = `http://${names.egress}:${EGRESS_PROXY_PORT}`;
     Object.assign(env, {
@@ -127,24 +82,18 @@ export function planSandbox(spec: SandboxSpec, config: DeploymentConfig, options
 
   let workspaceVolume = names.workspaceVolume;
   let persistentWorkspace: SandboxPlan['persistentWorkspace'];
-  if (spec.workspace !== undefined) {
-    const durability = spec.workspace.durability ?? 'ephemeral';
-    if (durability !== 'ephemeral' && durability !== 'persistent') {
-      throw new SandboxError('invalid_spec', `workspace.durability ${JSON.stringify(durability)} is not "ephemeral" or "persistent".`);
-    }
-    if (durability === 'persistent') {
-      workspaceVolume = persistentWorkspaceVolume(spec.workspace.key);
-      persistentWorkspace = {
-        key: spec.workspace.key,
-        // Not tied to one sandbox name: it outlives the session that created it.
-        labels: { ...extraLabels, [LABEL_SANDBOX]: '1', [LABEL_WORKSPACE_KEY]: spec.workspace.key },
-      };
-    }
+  if (spec.workspace?.durability === 'persistent') {
+    workspaceVolume = persistentWorkspaceVolume(spec.workspace.key);
+    persistentWorkspace = {
+      key: spec.workspace.key,
+      // Not tied to one sandbox name: it outlives the session that created it.
+      labels: { ...extraLabels, [LABEL_SANDBOX]: '1', [LABEL_WORKSPACE_KEY]: spec.workspace.key },
+    };
   }
 
   return {
     names,
-    image,
+    image: spec.image,
     tier,
     allowHosts,
     limits,

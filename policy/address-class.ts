@@ -1,7 +1,7 @@
 /**
  * Classifies one resolved IP address as public unicast or as the class that denies it. The
  * allowlist checks names, but the proxy dials addresses: a listed name whose DNS answer is
- * 127.0.0.1, 169.254.169.254 or ::ffff:10.0.0.1 must still be refused (SPEC §1.2).
+ * 127.0.0.1, 169.254.169.254 or ::ffff:10.0.0.1 must still be refused.
  *
  * Parsing is strict and hand-written: only the forms inet_pton accepts (dotted decimal without
  * leading zeros; RFC 4291 text IPv6 without zone id). ipaddr.js is the reference (it compiles the

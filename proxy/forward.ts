@@ -146,6 +146,29 @@ function forward(ctx: ProxyContext, log: Logger, req: IncomingMessage, res: Serv
     allowLine('client_closed');
   });
 
+  // The validated head waits for the first body byte (or the end): an upstream that fails before
+  // sending any of its body still gets the client a clean refusal instead of a cut connection.
+  let head: { status: number; reason: string; fields: string[] } | undefined;
+  const flushHead = (): boolean => {
+    if (head === undefined) return true;
+    const { status, reason, fields } = head;
+    head = undefined;
+    try {
+      res.writeHead(status, reason, fields);
+      return true;
+    } catch (err) {
+      abort?.(err as Error);
+      fail(err as Error);
+      return false;
+    }
+  };
+  const complete = (): void => {
+    if (settled || !flushHead()) return;
+    settled = true;
+    res.end();
+    allowLine(undefined);
+  };
+
   const handler: Dispatcher.DispatchHandler = {
     onConnect(abortRequest) {
       abort = abortRequest;
@@ -160,25 +183,22 @@ function forward(ctx: ProxyContext, log: Logger, req: IncomingMessage, res: Serv
         fail(err);
         return false;
       }
-      try {
-        res.writeHead(status, statusText, checked.headers as string[]);
-      } catch (err) {
-        abort?.(err as Error);
-        fail(err as Error);
-        return false;
+      head = { status, reason: statusText, fields: checked.headers as string[] };
+      // These have no body whatever their fields say (RFC 9110 §6.4.1): the response is complete
+      // here, and anything the upstream sends after the head is not passed on.
+      if (status === 204 || status === 304 || req.method === 'HEAD') {
+        complete();
+        return true;
       }
       res.on('drain', resume);
       return true;
     },
     onData(chunk) {
-      if (res.destroyed) return false;
+      if (settled || res.destroyed || !flushHead()) return false;
       return res.write(chunk);
     },
     onComplete() {
-      if (settled) return;
-      settled = true;
-      res.end();
-      allowLine(undefined);
+      complete();
     },
     onError(err) {
       fail(err);

@@ -6,7 +6,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
-import { EGRESS_METRICS } from '../common/index.js';
+import { EGRESS_METRICS, EGRESS_METRICS_PATH } from '../common/index.js';
 
 /** What the proxy reports as it works; the metrics below are one implementation. */
 export interface ProxyObserver {
@@ -59,14 +59,14 @@ export interface MetricsServer {
 
 export async function startMetricsServer(endpoint: { readonly host: string; readonly port: number }, registry: Registry): Promise<MetricsServer> {
   const server = http.createServer((req, res) => {
-    if (req.method === 'GET' && req.url === '/metrics') {
+    if (req.method === 'GET' && req.url === EGRESS_METRICS_PATH) {
       registry.metrics().then(
         (text) => res.writeHead(200, { 'Content-Type': registry.contentType }).end(text),
         () => res.writeHead(500).end(),
       );
       return;
     }
-    res.writeHead(404, { 'Content-Type': 'text/plain' }).end('metrics are at /metrics\n');
+    res.writeHead(404, { 'Content-Type': 'text/plain' }).end(`metrics are at ${EGRESS_METRICS_PATH}\n`);
   });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);

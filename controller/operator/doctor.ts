@@ -140,7 +140,7 @@ async function checkIsolation(o: DoctorOptions, h: SandboxHandle): Promise<Docto
     check: 'isolation',
     status: 'fail',
     detail: problems.join('; '),
-    fix: 'Do not attach sandbox networks to other networks or give them a host address; keep the socket proxy off sandbox networks; see docs/controller-security.md.',
+    fix: 'Do not attach sandbox networks to other networks or give them a host address; keep the socket proxy off sandbox networks; see SECURITY.md, section 3.',
   };
 }
 

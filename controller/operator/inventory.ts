@@ -7,7 +7,7 @@ import type { ContainerSummary, DockerEngine, ResourceSummary } from '../engine.
 import { engineStatus } from '../engine.js';
 import { SandboxError } from '../errors.js';
 import { LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_NAME, LABEL_SANDBOX, namesFor } from '../names.js';
-import { allowHostsFromLabel } from '../sandbox-plan.js';
+import { decodeAllowHosts } from '../../common/index.js';
 
 export interface Inventory {
   /** Every sandbox-labelled container (not narrowed by --label: used to tell live sandboxes). */
@@ -75,7 +75,7 @@ export function sandboxRows(inventory: Inventory, nowMs: number): SandboxRow[] {
       ageSeconds: Math.max(0, Math.round((nowMs - c.createdMs) / 1000)),
       image: c.image,
       egress: tier === 'allowlist' ? (proxy?.state ?? 'missing') : 'none',
-      allowHosts: allowHostsFromLabel(c.labels[LABEL_ALLOW_HOSTS]),
+      allowHosts: decodeAllowHosts(c.labels[LABEL_ALLOW_HOSTS] ?? ''),
     };
   }).sort((a, b) => a.name.localeCompare(b.name));
 }

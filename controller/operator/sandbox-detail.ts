@@ -5,7 +5,7 @@
 import type { DockerEngine } from '../engine.js';
 import { SandboxError } from '../errors.js';
 import { LABEL_ALLOW_HOSTS, LABEL_EGRESS, checkSandboxName, namesFor } from '../names.js';
-import { allowHostsFromLabel } from '../sandbox-plan.js';
+import { decodeAllowHosts } from '../../common/index.js';
 
 export interface SandboxDetail {
   readonly name: string;
@@ -34,7 +34,7 @@ export async function inspectSandbox(engine: DockerEngine, rawName: string): Pro
     state: view.paused ? 'paused' : view.status,
     tier,
     image: view.image,
-    allowHosts: allowHostsFromLabel(view.labels[LABEL_ALLOW_HOSTS]),
+    allowHosts: decodeAllowHosts(view.labels[LABEL_ALLOW_HOSTS] ?? ''),
     runtime: String(view.hostConfig.Runtime ?? ''),
     egress,
     network: hasNetwork ? ((await engine.networkExists(names.network)) ? names.network : `${names.network} (missing)`) : 'none',

@@ -39,6 +39,7 @@ t.test('sandbox container carries every hardening flag', async (t) => {
   t.equal(hc.ReadonlyRootfs, true);
   t.equal(hc.PidsLimit, 1024);
   t.equal(hc.IpcMode, 'private');
+  t.equal(hc.CgroupnsMode, 'private', 'cgroup v1 engines default to the host cgroup namespace');
   t.equal(hc.NanoCpus, 1.5e9);
   t.equal(hc.Memory, 512 * 1024 * 1024);
   t.equal(hc.MemorySwap, 512 * 1024 * 1024);
@@ -123,6 +124,7 @@ t.test('egress proxy body', async (t) => {
   t.ok(body.Env.includes('CAPYBARA_EGRESS_TEST_HOSTS={"upstream.test":"10.0.0.5"}'));
   t.same(body.HostConfig.CapDrop, ['ALL']);
   t.equal(body.HostConfig.ReadonlyRootfs, true);
+  t.equal(body.HostConfig.CgroupnsMode, 'private');
   t.notOk('User' in body);
   t.doesNotThrow(() => serialiseAsciiBody(body, 'test'));
 });
@@ -150,7 +152,8 @@ t.test('a container rebuilt from inspect keeps every hardening field and mount',
     env: original.Env,
     labels: original.Labels,
     // Docker adds defaults to what it stores; they must not be copied back.
-    hostConfig: { ...original.HostConfig, Binds: null, Privileged: false, CgroupnsMode: 'private',
+    // A container created before the controller set CgroupnsMode records the engine's `host`.
+    hostConfig: { ...original.HostConfig, Binds: null, Privileged: false, CgroupnsMode: 'host',
       Mounts: (original.HostConfig.Mounts as object[]).map((m) => ({ ...m, VolumeOptions: {} })) },
   };
   const rebuilt = sandboxBodyFromInspect(inspected);

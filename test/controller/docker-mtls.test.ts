@@ -5,36 +5,28 @@
  * from a tlsCertDir. Clients without a certificate, with one from another CA, with an expired
  * one, or that do not trust the engine are refused with `engine_tls`.
  *
- * Skips (outside CI) when the machine's engine does not answer; skips even under CI when a
- * second dockerd cannot run here at all (not root, no dockerd binary); fails under CI when the
- * second engine was startable in principle but did not come up.
+ * Needs (support/needs.ts: skip outside CI, fail under CI) the machine's engine and the sandbox
+ * image, root, dockerd, ip and openssl, and a second engine that comes up.
  */
 import t from 'tap';
 import { connect } from 'node:tls';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { dockerTest } from '../support/docker.js';
+import { needUnmet } from '../support/needs.js';
 import { SANDBOX_IMAGE } from '../support/sandbox-env.js';
-import { makeTestPki, type TestPki } from '../support/test-certs.js';
+import { makeTestPki, pkiUnsupported, type TestPki } from '../support/test-certs.js';
 import { secondEngineUnsupported, startSecondEngine, type SecondEngine } from '../support/second-engine.js';
 import { createDockerSandbox, isSandboxError } from '../../controller/index.js';
 
-const inCi = process.env.CI === 'true' || process.env.CI === '1';
-
 t.test('sandbox lifecycle over mTLS to a second engine', async (t) => {
-  const env = await dockerTest(t);
+  const env = await dockerTest(t, [SANDBOX_IMAGE]);
   if (!env) return;
-  const unsupported = secondEngineUnsupported();
-  if (unsupported !== null) {
-    t.plan(0, `skipped: ${unsupported}`);
-    return;
-  }
-  if (!(await env.docker.getImage(SANDBOX_IMAGE).inspect().then(() => true, () => false))) {
-    const reason = `image ${SANDBOX_IMAGE} is missing: run bash scripts/build-images.sh`;
-    if (inCi) t.fail(reason);
-    else t.plan(0, `skipped: ${reason}`);
-    return;
-  }
+  const unsupported = secondEngineUnsupported() ?? pkiUnsupported();
+  if (unsupported !== null) return needUnmet(t, unsupported);
 
+  // The machine engine's default bridge must outlive the second engine (dockerd --bridge=none
+  // deletes the host's docker0 at start).
+  const docker0Before = existsSync('/sys/class/net/docker0');
   const pki: TestPki = makeTestPki();
   t.teardown(() => pki.remove());
   let engine: SecondEngine;
@@ -42,12 +34,10 @@ t.test('sandbox lifecycle over mTLS to a second engine', async (t) => {
   try {
     engine = await startSecondEngine({ caCert: pki.caCert, serverCert: pki.serverCert, serverKey: pki.serverKey });
   } catch (err) {
-    const reason = `a second dockerd could not start on this machine: ${(err as Error).message}`;
-    if (inCi) t.fail(reason);
-    else t.plan(0, `skipped: ${reason}`);
-    return;
+    return needUnmet(t, `a second dockerd could not start on this machine: ${(err as Error).message}`);
   }
   t.teardown(() => engine.stop());
+  t.equal(existsSync('/sys/class/net/docker0'), docker0Before, 'the machine engine keeps its docker0 while a second engine runs');
   t.comment(`second dockerd up in ${Date.now() - startedAt} ms on 127.0.0.1:${engine.port}`);
 
   // Only the sandbox image is needed: the none tier has no egress proxy and no network.

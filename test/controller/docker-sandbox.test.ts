@@ -5,15 +5,63 @@
  */
 import t, { type Test } from 'tap';
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readFileSync, readlinkSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { sandboxTestEnv, SANDBOX_IMAGE, UPSTREAM_BODY, UPSTREAM_HOST } from '../support/sandbox-env.js';
+import { needUnmet, platformCannot } from '../support/needs.js';
 import { createDockerSandbox, isSandboxError } from '../../controller/index.js';
-import type { SandboxHandle } from '../../controller/index.js';
+import type { SandboxHandle, SandboxProvider } from '../../controller/index.js';
 
 const docker = (...args: string[]) => execFileSync('docker', args, { encoding: 'utf8' }).trim();
 
-async function rejectsCode(t: Test, promise: Promise<unknown>, code: string, mentions?: string): Promise<void> {
+/**
+ * A readiness signal: polls `check` inside the sandbox until it exits 0 (a process has started,
+ * a file exists), within a deadline with room for a loaded 2-core machine.
+ */
+async function until(provider: SandboxProvider, h: SandboxHandle, check: string, deadlineMs = 30_000): Promise<void> {
+  const deadline = Date.now() + deadlineMs;
+  while ((await provider.exec(h, check, { timeoutMs: 10_000 })).exitCode !== 0) {
+    if (Date.now() > deadline) throw new Error(`not ready within ${deadlineMs} ms: ${check}`);
+  }
+}
+
+/** pids.current of a container's cgroup, read on the engine host (cgroup v1 or v2 layout). */
+function pidsCurrent(id: string): number | undefined {
+  for (const file of [`/sys/fs/cgroup/pids/docker/${id}/pids.current`, `/sys/fs/cgroup/system.slice/docker-${id}.scope/pids.current`]) {
+    try {
+      return Number(readFileSync(file, 'utf8'));
+    } catch {
+      // the other layout
+    }
+  }
+  return undefined;
+}
+
+/** Waits until the container's cgroup holds at least `pids` tasks; false at the deadline. */
+async function filledTo(id: string, pids: number, deadlineMs = 60_000): Promise<boolean> {
+  const deadline = Date.now() + deadlineMs;
+  for (;;) {
+    const current = pidsCurrent(id);
+    if (current !== undefined && current >= pids) return true;
+    if (Date.now() > deadline) return false;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/**
+ * Keeps every free pid of the sandbox taken, in a session of its own: a python loop that forks
+ * without bash's back-off, so a pid freed by a kill is taken again within microseconds.
+ */
+const PID_FILLER = `setsid python3 -c 'import os, time
+while True:
+    try:
+        if os.fork() == 0:
+            time.sleep(100000)
+            os._exit(0)
+    except OSError:
+        pass' >/dev/null 2>&1 < /dev/null &`;
+
+async function rejectsCode(t: Test, promise: Promise<unknown>, code: string, mentions?: string | RegExp): Promise<void> {
   try {
     await promise;
     t.fail(`expected ${code}`);
@@ -55,6 +103,7 @@ t.test('sandbox provider on the real engine', async (t) => {
     t.equal(hc.Privileged, false);
     t.equal(hc.PidsLimit, 1024);
     t.equal(hc.IpcMode, 'private');
+    t.equal(hc.CgroupnsMode, 'private');
     t.equal(hc.NanoCpus, 1e9);
     t.equal(hc.Memory, 512 * 1024 * 1024);
     t.equal(hc.MemorySwap, 512 * 1024 * 1024);
@@ -75,6 +124,7 @@ t.test('sandbox provider on the real engine', async (t) => {
     const egress = await s.inspect(`${name}-egress`);
     t.same(egress.HostConfig.CapDrop, ['ALL']);
     t.equal(egress.HostConfig.ReadonlyRootfs, true);
+    t.equal(egress.HostConfig.CgroupnsMode, 'private');
     t.same(Object.keys(egress.NetworkSettings.Networks).sort(), [`${name}-net`, s.sharedNetwork].sort());
     const net = await env.docker.getNetwork(`${name}-net`).inspect();
     t.equal(net.Internal, true);
@@ -91,6 +141,20 @@ t.test('sandbox provider on the real engine', async (t) => {
     await provider.exec(h, 'kill -9 1; pkill -9 sleep; kill -9 -1');
     t.equal((await s.inspect(name)).State.Running, true, 'main processes are out of reach of uid 1000');
     t.equal((await provider.exec(h, 'touch /etc/x')).exitCode, 1, 'root filesystem is read-only');
+    // The writable places: /workspace, /skills through the controller, /tmp, and /dev/shm, Docker's
+    // 64 MiB tmpfs (nosuid, nodev, noexec), whose pages count against the memory limit.
+    const shm = await provider.exec(h, `df -k --output=size /dev/shm | tail -1; grep ' /dev/shm ' /proc/mounts; m=/sys/fs/cgroup/memory/memory.usage_in_bytes; read a < $m; head -c 16M /dev/zero > /dev/shm/x; read b < $m; rm /dev/shm/x; echo $(( (b - a) / 1048576 ))`);
+    const [shmKb, shmMount, grewMb] = shm.stdout.trim().split('\n');
+    t.equal(shmKb?.trim(), '65536', '/dev/shm is 64 MiB');
+    t.match(shmMount, /\brw,nosuid,nodev,noexec\b/, '/dev/shm is writable, nosuid, nodev, noexec');
+    t.ok(Number(grewMb) >= 15, `16 MiB written to /dev/shm count against the memory cgroup (+${grewMb} MiB)`);
+    // IPv6 is off: Docker disables it in a container whose networks have no IPv6 (the socket
+    // proxy refuses EnableIPv6 on network creates and Sysctls on container creates).
+    const ipv6 = await provider.exec(h, 'cat /proc/sys/net/ipv6/conf/all/disable_ipv6; wc -l < /proc/net/if_inet6');
+    t.equal(ipv6.stdout, '1\n0\n', 'no IPv6 address, not even link-local');
+    const cgroupns = (await provider.exec(h, 'readlink /proc/self/ns/cgroup')).stdout.trim();
+    t.match(cgroupns, /^cgroup:\[\d+\]$/);
+    t.not(cgroupns, readlinkSync('/proc/self/ns/cgroup'), 'a cgroup namespace of its own, not the host one');
     const rtt: number[] = [];
     for (let i = 0; i < 20; i += 1) {
       const t0 = process.hrtime.bigint();
@@ -135,10 +199,27 @@ t.test('sandbox provider on the real engine', async (t) => {
     t.equal(left.stdout, '', 'no sleep left');
   });
 
+  await t.test('a backgrounded child outlives its command and keeps serving; killTagged ends it', async (t) => {
+    // Agents start dev servers this way. The command returns when its shell exits (Docker closes
+    // the output about 2 s after that even while a child still holds it); the children keep
+    // running, past the command's timeout, until killTagged, killAll or a restart.
+    const started = Date.now();
+    const r = await provider.exec(h, 'nohup python3 -m http.server 8123 --bind 127.0.0.1 >/dev/null 2>&1 & sleep 1011 & echo started', { tag: 'dev-server', timeoutMs: 60_000 });
+    t.same([r.exitCode, r.stdout, r.timedOut], [0, 'started\n', false], 'the command returns with its own exit code');
+    t.ok(Date.now() - started < 30_000, `returned after ${Date.now() - started} ms, long before its children end`);
+    await until(provider, h, 'curl -s -o /dev/null http://127.0.0.1:8123/');
+    t.equal((await provider.exec(h, 'pgrep -c -f "sleep 10[1]1"')).stdout, '1\n', 'the child that held the output still runs');
+    await provider.killTagged(h, ['dev-server']);
+    const after = await provider.exec(h, 'curl -s -o /dev/null -w "%{http_code}" http://127.0.0.1:8123/; echo; pgrep -c -f "sleep 10[1]1|http.serve[r]" || true');
+    t.equal(after.stdout, '000\n0\n', 'killTagged ended the server and the child');
+  });
+
   await t.test('abort kills the command', async (t) => {
     const ac = new AbortController();
-    setTimeout(() => ac.abort(), 500);
-    const r = await provider.exec(h, 'sleep 1003', { signal: ac.signal });
+    const running = provider.exec(h, 'sleep 1003', { signal: ac.signal });
+    await until(provider, h, 'pgrep -f "sleep 100[3]"');
+    ac.abort();
+    const r = await running;
     t.equal(r.aborted, true);
     t.equal(r.exitCode, null);
     t.equal((await provider.exec(h, 'pgrep -f "sleep 100[3]" || true')).stdout, '');
@@ -149,10 +230,13 @@ t.test('sandbox provider on the real engine', async (t) => {
 
   await t.test('killTagged stops only its tags while another tag finishes', async (t) => {
     const victim = provider.exec(h, 'sleep 1004; echo not-killed', { tag: 'agent-a' });
-    const survivor = provider.exec(h, 'sleep 2; echo finished', { tag: 'agent-b' });
-    await new Promise((r) => setTimeout(r, 700));
+    // The survivor runs until the test says go, so it is certainly running during the kill.
+    const survivor = provider.exec(h, 'touch /tmp/b-started; while [ ! -e /tmp/b-go ]; do sleep 0.05; done; echo finished', { tag: 'agent-b' });
+    await until(provider, h, 'pgrep -f "sleep 100[4]" && test -e /tmp/b-started');
     await provider.killTagged(h, ['agent-a']);
-    const [v, sv] = await Promise.all([victim, survivor]);
+    const v = await victim;
+    await provider.exec(h, 'touch /tmp/b-go');
+    const sv = await survivor;
     t.not(v.exitCode, 0);
     t.equal(v.stdout, '');
     t.same([sv.exitCode, sv.stdout], [0, 'finished\n']);
@@ -162,7 +246,7 @@ t.test('sandbox provider on the real engine', async (t) => {
   await t.test('killAll stops every running command', async (t) => {
     const a = provider.exec(h, 'sleep 1005', { tag: 'x1' });
     const b = provider.exec(h, 'setsid sleep 1006 & wait', { tag: 'x2' });
-    await new Promise((r) => setTimeout(r, 700));
+    await until(provider, h, 'pgrep -f "sleep 100[5]" && pgrep -f "sleep 100[6]"');
     await provider.killAll(h);
     const [ra, rb] = await Promise.all([a, b]);
     t.not(ra.exitCode, 0);
@@ -241,8 +325,8 @@ t.test('sandbox provider on the real engine', async (t) => {
     await provider.killAll(h);
     t.equal((await s.inspect(name)).State.Running, true);
     // Paused while a command runs: the timeout unpauses before its kill exec instead of hanging.
-    const during = provider.exec(h, 'sleep 1010', { timeoutMs: 2500 });
-    await new Promise((r) => setTimeout(r, 1000));
+    const during = provider.exec(h, 'sleep 1010', { timeoutMs: 8000 });
+    await until(provider, h, 'pgrep -f "sleep 10[1]0"');
     docker('pause', name);
     const paused = await during;
     t.equal(paused.timedOut, true);
@@ -265,6 +349,14 @@ t.test('sandbox provider on the real engine', async (t) => {
     t.equal(after.allowed, before.allowed + 1);
     t.equal(after.deniedByReason.host_not_allowed ?? 0, (before.deniedByReason.host_not_allowed ?? 0) + 1);
     t.equal(await provider.egressUsage({ id: `${name}x` }), null, 'a sandbox without an egress proxy has none');
+    // Never an exec into a paused container: on cgroup v1 it can hang holding the container lock.
+    docker('pause', `${name}-egress`);
+    try {
+      const paused = await Promise.race([provider.egressUsage(h), new Promise((r) => setTimeout(() => r('hung'), 20_000).unref())]);
+      t.equal(paused, null, 'a paused egress proxy reports no usage');
+    } finally {
+      docker('unpause', `${name}-egress`);
+    }
   });
 
   await t.test('fork bomb hits the pids limit and is ended', async (t) => {
@@ -278,28 +370,41 @@ t.test('sandbox provider on the real engine', async (t) => {
     t.ok(Number(after.stdout.split('\n')[0]) < 20, 'no bomb processes left');
   });
 
+  await t.test('a command that leaves the sandbox at its pids limit does not break the next one', async (t) => {
+    const id = (await s.inspect(name)).Id;
+    // Returns at once with exit 0 and leaves every pid of the sandbox taken.
+    const bomb = await provider.exec(h, PID_FILLER);
+    t.equal(bomb.exitCode, 0);
+    t.ok(await filledTo(id, 1024), 'the sandbox is at its 1024 pids');
+    const logged = s.logs.length;
+    const next = await provider.exec(h, 'echo still-works; cat /workspace/kept', { timeoutMs: 60_000 });
+    t.same([next.exitCode, next.stdout, next.timedOut], [0, 'still-works\nkept\n', false], 'the command ran, after the controller freed the sandbox');
+    t.match(s.logs.slice(logged), [{ sandbox: name, event: 'sandbox_full' }], 'the controller reports why it ended the processes');
+    t.equal((await provider.exec(h, 'pgrep -c python3 || true')).stdout, '0\n', 'the filler is gone');
+    // The same for a file operation.
+    t.equal((await provider.exec(h, PID_FILLER)).exitCode, 0);
+    t.ok(await filledTo(id, 1024));
+    t.equal(Buffer.from(await provider.readFile(h, '/workspace/kept')).toString(), 'kept\n', 'readFile too');
+  });
+
   await t.test('when the pids limit leaves no room for the kill, the container restarts', async (t) => {
     const info = await s.inspect(name);
-    const startedAt = info.State.StartedAt;
-    // Sleepers hold every pid, so not even the kill exec can start. Abort once the cgroup is full.
+    // The victim is one command; the filler, in a session of its own, takes back at once every
+    // pid the kill frees, so the kill script cannot start the one program it needs (rm) and never
+    // confirms: only a restart ends the command.
     const ac = new AbortController();
-    const pidsFiles = [`/sys/fs/cgroup/pids/docker/${info.Id}/pids.current`, `/sys/fs/cgroup/pids/system.slice/docker-${info.Id}.scope/pids.current`];
-    const watcher = (async () => {
-      const deadline = Date.now() + 30_000;
-      while (Date.now() < deadline) {
-        const current = pidsFiles.map((f) => { try { return Number(readFileSync(f, 'utf8')); } catch { return NaN; } }).find((n) => !Number.isNaN(n));
-        if (current === undefined && Date.now() > deadline - 20_000) break;
-        if (current !== undefined && current >= 1024) break;
-        await new Promise((r) => setTimeout(r, 100));
-      }
-      ac.abort();
-    })();
-    const r = await provider.exec(h, 'for i in $(seq 1 1100); do sleep 1007 & done 2>/dev/null; wait', { signal: ac.signal });
-    await watcher;
-    t.equal(r.aborted, true);
-    t.not((await s.inspect(name)).State.StartedAt, startedAt, 'the container was restarted');
-    const after = await provider.exec(h, 'pgrep -c -f "sleep 100[7]" || true; cat /workspace/kept');
-    t.equal(after.stdout, '0\nkept\n', 'sleepers gone, files kept');
+    const victim = provider.exec(h, 'sleep 1007', { signal: ac.signal, tag: 'victim' });
+    await until(provider, h, 'pgrep -f "sleep 100[7]"');
+    t.equal((await provider.exec(h, PID_FILLER)).exitCode, 0);
+    t.ok(await filledTo(info.Id, 1024), 'the sandbox is at its 1024 pids before the kill');
+    const logged = s.logs.length;
+    ac.abort();
+    const r = await victim;
+    t.same([r.aborted, r.exitCode], [true, null]);
+    t.match(s.logs.slice(logged), [{ sandbox: name, event: 'container_restart', cause: 'kill_not_confirmed' }], 'the controller reports the restart and why');
+    t.not((await s.inspect(name)).State.StartedAt, info.State.StartedAt, 'the container was restarted');
+    const after = await provider.exec(h, 'pgrep -c -f "sleep 100[7]" || true; pgrep -c -x python3 || true; cat /workspace/kept');
+    t.equal(after.stdout, '0\n0\nkept\n', 'victim and filler gone, files kept');
   });
 
   await t.test('non-ASCII and open egress are refused before Docker sees them', async (t) => {
@@ -308,6 +413,14 @@ t.test('sandbox provider on the real engine', async (t) => {
     await rejectsCode(t, provider.create({ ...base, env: { A: 'ünï' } }), 'invalid_spec', 'spec.env.A');
     await rejectsCode(t, provider.create({ ...base, limits: { egress: 'allowlist', allowHosts: ['bücher.example'] } }), 'invalid_spec', 'punycode');
     await rejectsCode(t, provider.create({ ...base, limits: { egress: 'open' } }), 'open_egress_disabled', 'extensionConfig."sandbox-docker".allowOpenEgress');
+    // Entries the egress proxy would refuse (it would exit, and the create fail ~15 s later with
+    // egress_unavailable) are refused at once, naming the entry and the reason.
+    for (const [entry, reason] of [['10.0.0.1', 'IP literal'], ['0x7f.1', 'IP literal'], ['2130706433', 'IP literal'], ['*.com', 'public suffix']]) {
+      const started = Date.now();
+      const mentions = new RegExp(`"${(entry as string).replace(/[.*]/g, '\\$&')}" is not allowed: .*${reason as string}`);
+      await rejectsCode(t, provider.create({ ...base, limits: { egress: 'allowlist', allowHosts: ['ok.example.com', entry as string] } }), 'invalid_spec', mentions);
+      t.ok(Date.now() - started < 5000, `${entry} refused without waiting for a proxy (${Date.now() - started} ms)`);
+    }
     t.same(await s.labelled(`cap-${env.runId}-bad`), []);
   });
 
@@ -349,19 +462,28 @@ t.test('sandbox provider on the real engine', async (t) => {
   await t.test('runsc', async (t) => {
     const runtimes = docker('info', '--format', '{{json .Runtimes}}');
     if (!runtimes.includes('"runsc"')) {
-      t.skip('runsc is not registered with this Docker daemon');
-      return;
+      return needUnmet(t, 'runsc is not registered with this Docker daemon (bash scripts/docker-up.sh installs and registers it)');
+    }
+    // The precise probe: can runsc start any container at all here, with nothing of this project
+    // involved (the engine itself, no socket proxy, no hardening, no network)? Only a failure of
+    // the runtime itself to start that container turns the block into a skip, even under CI.
+    const probe = `${name}-runsc-probe`;
+    try {
+      const c = await env.docker.createContainer({ name: probe, Image: SANDBOX_IMAGE, Cmd: ['true'], Labels: env.labels, HostConfig: { Runtime: 'runsc', NetworkMode: 'none' } });
+      let cannot: string | undefined;
+      await c.start().catch((err: { statusCode?: number; message: string }) => {
+        if (err.statusCode === 500 && /OCI runtime (create|start) failed/.test(err.message)) cannot = err.message;
+        else throw err;
+      });
+      if (cannot !== undefined) return platformCannot(t, `runsc cannot start even a minimal container: ${cannot}`);
+    } finally {
+      await env.docker.getContainer(probe).remove({ force: true }).catch(() => undefined);
     }
     const gvisor = createDockerSandbox({ endpoint: s.proxy.endpoint, network: s.sharedNetwork, runtime: 'runsc' }, { labels: env.labels });
-    try {
-      const g = await gvisor.create({ id: `${env.runId}-gv`, image: SANDBOX_IMAGE, limits: { egress: 'none' } });
-      t.equal((await s.inspect(g.id)).HostConfig.Runtime, 'runsc');
-      t.equal((await gvisor.exec(g, 'echo gvisor')).stdout, 'gvisor\n');
-      await gvisor.destroy(g);
-    } catch (err) {
-      t.skip(`runsc is registered but cannot start containers here: ${(err as Error).message}`);
-      await gvisor.destroyByName(`cap-${env.runId}-gv`);
-    }
+    const g = await gvisor.create({ id: `${env.runId}-gv`, image: SANDBOX_IMAGE, limits: { egress: 'none' } });
+    t.teardown(() => gvisor.destroy(g));
+    t.equal((await s.inspect(g.id)).HostConfig.Runtime, 'runsc');
+    t.equal((await gvisor.exec(g, 'echo gvisor')).stdout, 'gvisor\n');
   });
 
   await t.test('destroy leaves nothing labelled, twice', async (t) => {

@@ -78,7 +78,7 @@ t.test('deadlines and error mapping', async (t) => {
   const engine = new DockerEngine({ endpoint, callTimeoutMs: 300 });
   const started = Date.now();
   t.equal(await codeOf(engine.inspectContainer('cap-slow')), 'engine_timeout');
-  t.ok(Date.now() - started < 2000, 'a call that hangs ends at its deadline');
+  t.ok(Date.now() - started < 5000, 'a call that hangs ends at its deadline (300 ms), not at the 30 s default');
   t.equal(await engine.inspectContainer('cap-missing'), undefined, '404 on inspect is "absent"');
   t.equal(await codeOf(engine.inspectContainer('cap-denied')), 'engine_refused');
   const gone = new DockerEngine({ endpoint: 'unix:///nonexistent/capybara.sock', callTimeoutMs: 300 });

@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { sandboxTestEnv, SANDBOX_IMAGE, UPSTREAM_HOST } from '../support/sandbox-env.js';
 import { engineSocketPath, TEST_LABEL } from '../support/docker.js';
+import { needUnmet } from '../support/needs.js';
 import { runOperator } from '../../controller/operator/index.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
@@ -54,7 +55,8 @@ t.test('usage and config errors (no engine needed)', async (t) => {
   for (const word of ['up', 'down', 'create', 'run', 'ls', 'inspect', 'exec', 'destroy', 'gc', 'doctor', '--json', '--config', '--min-age', '--dry-run', '--egress', '--allow', '--socket-dir', '--rm']) t.match(help.stdout, word);
 });
 
-t.test('the built bin prints help', { skip: existsSync(join(root, 'dist/controller/operator/cli.js')) ? false : 'dist not built (npm run build)' }, async (t) => {
+t.test('the built bin prints help', async (t) => {
+  if (!existsSync(join(root, 'dist/controller/operator/cli.js'))) return needUnmet(t, 'dist not built (npm run build)');
   const out = execFileSync(process.execPath, [join(root, 'dist/controller/operator/cli.js'), '--help'], { encoding: 'utf8' });
   t.match(out, /^capybara-sandbox: operator tool/);
 });

@@ -1,133 +1,135 @@
 /**
- * Every Docker call the sandbox controller makes, made with dockerode through the real socket proxy
- * in front of the real engine, in the request shapes the proxy allows. It doubles as the reference
- * for how the controller must call dockerode:
- * - options go in `_query` and the JSON body in `_body`: plain options would be copied into both
- *   the query string and a body (refused on lifecycle calls), and `docker.pull` adds a `tag`
- *   parameter (refused: a pull takes a single fromImage);
- * - objects are always re-fetched by name (`getContainer(name)`): the create calls resolve to an
- *   object addressed by ID, which the proxy refuses.
+ * Every Docker call the controller can make, made by the controller's own engine layer
+ * (controller/engine.ts) with the bodies its own pure builders produce (sandbox-plan.ts,
+ * container-spec.ts, network-spec.ts, volume-spec.ts), through the real socket proxy in front of
+ * the real engine. Nothing here is a hand-copied request: when the controller changes a request
+ * shape the proxy refuses, a row fails; when the engine layer grows a method, the test fails until
+ * a row calls it through the proxy. The operator's listing calls must be refused (by design).
  */
 import t from 'tap';
-import type { Duplex } from 'node:stream';
-import { PassThrough } from 'node:stream';
-import Docker from 'dockerode';
 import { dockerTest, startSocketProxy } from '../support/docker.js';
+import { DockerEngine, engineStatus } from '../../controller/engine.js';
+import { parseDeploymentConfig } from '../../controller/config.js';
+import { planSandbox } from '../../controller/sandbox-plan.js';
+import { egressContainerBody, sandboxContainerBody } from '../../controller/container-spec.js';
+import { internalNetworkBody, sharedNetworkBody } from '../../controller/network-spec.js';
+import { volumeBody } from '../../controller/volume-spec.js';
+import { SANDBOX_USER } from '../../controller/exec-script.js';
+import { isSandboxError } from '../../controller/errors.js';
 
 const SANDBOX_IMAGE = 'capybara-sandbox:latest';
+const EGRESS_IMAGE = 'capybara-sandbox-egress:latest';
 
-type Opts = Record<string, unknown>;
-/** dockerode's escape hatch: exactly this query, exactly this body (none when empty). */
-const shape = (query: Opts, body: Opts = {}) => ({ _query: query, _body: body }) as unknown as Opts;
-
-t.test('controller calls through the socket proxy', async (t) => {
-  const env = await dockerTest(t);
+t.test('the controller engine layer through the socket proxy', async (t) => {
+  const env = await dockerTest(t, [SANDBOX_IMAGE, EGRESS_IMAGE, 'capybara-sandbox-proxy:latest']);
   if (!env) return;
-  if (!(await env.docker.getImage(SANDBOX_IMAGE).inspect().then(() => true, () => false))) {
-    t.fail(`image ${SANDBOX_IMAGE} is missing: run bash scripts/build-images.sh`);
-    return;
-  }
-  const proxy = await startSocketProxy(t, env);
-  const px = new Docker({ socketPath: proxy.socketPath });
-  const name = env.name('sbx');
-  const net = `${name}-net`;
-  const labels = { ...env.labels, 'dev.capybara.sandbox': '1', 'dev.capybara.sandbox.name': name };
+  // The deployment's shared network: starts "cap" but not "cap-", so only the proxy's exact-name
+  // rule for SOCKET_PROXY_SHARED_NETWORK admits it.
+  const shared = `capshared${env.runId}`;
+  const proxy = await startSocketProxy(t, env, { sharedNetwork: shared });
+  const engine = new DockerEngine({ endpoint: proxy.endpoint });
+  const config = parseDeploymentConfig({ endpoint: proxy.endpoint, network: shared });
+  const plan = planSandbox(
+    { id: `${env.runId}-calls`, image: SANDBOX_IMAGE, limits: { egress: 'allowlist', allowHosts: ['example.com'], memoryMb: 256 } },
+    config,
+    { extraLabels: env.labels },
+  );
+  const { names } = plan;
 
-  t.equal((await px.ping()).toString(), 'OK', '_ping');
-  t.match(await px.version(), { ApiVersion: String }, 'version');
-  t.match(await px.getImage(SANDBOX_IMAGE).inspect(), { Id: /^sha256:/ }, 'image inspect');
-
-  // A pull is forwarded: Docker itself fails it (the registry is a closed loopback port), not the proxy.
-  const pull = await px.createImage(shape({ fromImage: '127.0.0.1:9/capybara-none:1' }))
-    .then(() => null, (err: { statusCode?: number; message: string }) => err);
-  t.ok(pull && pull.statusCode !== 403 && !/socket proxy/.test(pull.message),
-    `image pull reaches Docker (${pull?.statusCode} ${pull?.message?.slice(0, 120)})`);
-
-  await px.createNetwork(shape({}, {
-    Name: net, Driver: 'bridge', Internal: true, CheckDuplicate: true, Labels: labels,
-    Options: { 'com.docker.network.bridge.enable_icc': 'false' },
-  }));
-  t.match(await px.getNetwork(net).inspect(), { Name: net, Internal: true }, 'network create and inspect');
-
-  for (const suffix of ['workspace', 'skills']) {
-    await px.createVolume(shape({}, { Name: `${name}-${suffix}`, Labels: labels }));
-    t.match(await px.getVolume(`${name}-${suffix}`).inspect(), { Name: `${name}-${suffix}` }, `volume ${suffix}`);
-  }
-
-  await px.createContainer(shape({ name }, {
-    Image: SANDBOX_IMAGE,
-    User: '0:0',
-    Labels: labels,
-    Env: ['NO_PROXY=localhost,127.0.0.1'],
-    HostConfig: {
-      NetworkMode: net,
-      Runtime: 'runc',
-      CapDrop: ['ALL'],
-      SecurityOpt: ['no-new-privileges'],
-      ReadonlyRootfs: true,
-      Privileged: false,
-      PidsLimit: 1024,
-      IpcMode: 'private',
-      NanoCpus: 1_000_000_000,
-      Memory: 256 * 1024 * 1024,
-      MemorySwap: 256 * 1024 * 1024,
-      Mounts: [
-        { Type: 'volume', Source: `${name}-workspace`, Target: '/workspace' },
-        { Type: 'volume', Source: `${name}-skills`, Target: '/skills', ReadOnly: true },
-        { Type: 'volume', Source: `${name}-skills`, Target: '/opt/capybara/skills' },
-        { Type: 'tmpfs', Target: '/tmp', TmpfsOptions: { SizeBytes: 64 * 1024 * 1024, Mode: 0o1777 } },
-      ],
+  // Each row is one method of DockerEngine, called as the controller calls it.
+  const rows: Array<{ method: string; run: () => Promise<unknown> }> = [
+    { method: 'ping', run: () => engine.ping() },
+    { method: 'imageExists', run: async () => t.equal(await engine.imageExists(SANDBOX_IMAGE), true) },
+    {
+      method: 'pullImage',
+      // Forwarded to Docker, which fails it itself (the registry is a closed loopback port).
+      run: async () => {
+        const err = await engine.pullImage('127.0.0.1:9/capybara-none:1').then(() => undefined, (e: unknown) => e);
+        t.ok(isSandboxError(err, 'image_unavailable') || (isSandboxError(err) && engineStatus(err) !== 403), `Docker, not the proxy, failed the pull: ${String(err)}`);
+      },
     },
-    NetworkingConfig: { EndpointsConfig: { [net]: {} } },
-  }));
-  const box = px.getContainer(name);
-  await box.start();
-  t.match(await box.inspect(), { State: { Running: true }, HostConfig: { ReadonlyRootfs: true } }, 'hardened container runs');
+    { method: 'createNetwork', run: async () => {
+      await engine.createNetwork(sharedNetworkBody(shared, env.labels));
+      await engine.createNetwork(internalNetworkBody(names.network, plan.labels));
+    } },
+    { method: 'networkExists', run: async () => t.same([await engine.networkExists(shared), await engine.networkExists(names.network)], [true, true]) },
+    { method: 'inspectNetwork', run: async () => t.match(await engine.inspectNetwork(names.network), { internal: true }) },
+    { method: 'createVolume', run: async () => {
+      await engine.createVolume(volumeBody(names.workspaceVolume, plan.labels, undefined, undefined));
+      await engine.createVolume(volumeBody(names.skillsVolume, plan.labels, undefined, undefined));
+    } },
+    { method: 'volumeExists', run: async () => t.equal(await engine.volumeExists(names.workspaceVolume), true) },
+    { method: 'createContainer', run: async () => {
+      await engine.createContainer(names.container, sandboxContainerBody(plan));
+      await engine.createContainer(names.egress, egressContainerBody(plan, undefined));
+    } },
+    { method: 'connectNetwork', run: () => engine.connectNetwork(shared, names.egress) },
+    { method: 'startContainer', run: async () => {
+      await engine.startContainer(names.container);
+      await engine.startContainer(names.egress);
+    } },
+    { method: 'inspectContainer', run: async () => t.match(await engine.inspectContainer(names.container), { running: true, paused: false }) },
+    {
+      method: 'startExec',
+      run: async () => {
+        let stdout = '';
+        const run = await engine.startExec(names.container, { cmd: ['bash', '-c', 'cat; id -u'], user: SANDBOX_USER, stdin: Buffer.from('in '), onOutput: (_s, c) => (stdout += c.toString()) });
+        t.same([await run.finished, stdout], [0, 'in 1000\n'], 'stdin in, stdout out, exit code');
+      },
+    },
+    { method: 'restartContainer', run: () => engine.restartContainer(names.container) },
+    {
+      method: 'unpauseContainer',
+      // Pausing is not a controller call; the engine itself does it here.
+      run: async () => {
+        await env.docker.getContainer(names.container).pause();
+        await engine.unpauseContainer(names.container);
+        t.match(await engine.inspectContainer(names.container), { paused: false });
+      },
+    },
+    { method: 'stopContainer', run: () => engine.stopContainer(names.container, 1) },
+    { method: 'removeContainer', run: async () => {
+      await engine.removeContainer(names.container);
+      await engine.removeContainer(names.egress);
+      t.equal(await engine.inspectContainer(names.container), undefined);
+    } },
+    { method: 'removeNetwork', run: async () => {
+      await engine.removeNetwork(names.network);
+      await engine.removeNetwork(shared);
+    } },
+    { method: 'removeVolume', run: async () => {
+      await engine.removeVolume(names.workspaceVolume);
+      await engine.removeVolume(names.skillsVolume);
+      t.equal(await engine.volumeExists(names.workspaceVolume), false);
+    } },
+    // The operator's listing works only against the engine itself: the proxy refuses it.
+    ...(['listContainers', 'listNetworks', 'listVolumes'] as const).map((method) => ({
+      method,
+      run: async () => {
+        const err = await engine[method]([`dev.capybara.test=${env.runId}`]).then(() => undefined, (e: unknown) => e);
+        t.equal(engineStatus(err), 403, `${method} is refused by the socket proxy`);
+      },
+    })),
+  ];
 
-  // exec with stdin, stdout and stderr through the hijacked stream
-  const run = async (cmd: string, stdin: string, user = '1000') => {
-    const exec = await box.exec({
-      Cmd: ['bash', '-c', cmd], AttachStdin: true, AttachStdout: true, AttachStderr: true, User: user,
-    });
-    const stream = await exec.start({ hijack: true, stdin: true }) as Duplex;
-    const out = new PassThrough();
-    const err = new PassThrough();
-    const chunks = { out: [] as Buffer[], err: [] as Buffer[] };
-    out.on('data', (b: Buffer) => chunks.out.push(b));
-    err.on('data', (b: Buffer) => chunks.err.push(b));
-    px.modem.demuxStream(stream, out, err);
-    const ended = new Promise<void>((resolve) => stream.on('end', resolve));
-    stream.end(stdin);
-    await ended;
-    const info = await exec.inspect();
-    return { stdout: Buffer.concat(chunks.out).toString('utf8'), stderr: Buffer.concat(chunks.err).toString('utf8'), code: info.ExitCode };
-  };
-  const r = await run('cat > /workspace/note.txt; cat /workspace/note.txt; id -u >&2; exit 3', 'héllo\n');
-  t.same(r, { stdout: 'héllo\n', stderr: '1000\n', code: 3 }, 'exec: stdin in, stdout and stderr out, exit code by exec inspect');
+  const methods = Object.getOwnPropertyNames(DockerEngine.prototype).filter((m) => m !== 'constructor' && !m.startsWith('call') && !['optional', 'callTimeoutMs'].includes(m));
+  t.same([...new Set(rows.map((r) => r.method))].sort(), methods.sort(), 'every method of the engine layer has a row here');
 
-  await box.stop(shape({ t: 1 }));
-  t.match(await box.inspect(), { State: { Running: false } }, 'stop');
-  await box.start();
-  await box.restart(shape({ t: 0 }));
-  t.match(await box.inspect(), { State: { Running: true } }, 'restart');
-  await env.docker.getContainer(name).pause(); // pause is not a controller call; the engine does it here
-  await box.unpause();
-  t.match(await box.inspect(), { State: { Running: true, Paused: false } }, 'unpause');
-  const again = await run('cat /workspace/note.txt', '');
-  t.equal(again.stdout, 'héllo\n', 'workspace survives a restart');
-  await box.kill(shape({ signal: 'SIGKILL' }));
-  t.match(await box.inspect(), { State: { Running: false } }, 'kill');
-
-  await box.remove({ force: true, v: true });
-  t.equal(await box.inspect().then(() => 200, (e: { statusCode: number }) => e.statusCode), 404, 'container remove');
-  for (const suffix of ['workspace', 'skills']) {
-    await px.getVolume(`${name}-${suffix}`).remove();
+  for (const row of rows) {
+    try {
+      await row.run();
+      t.pass(`${row.method} passes the socket proxy`);
+    } catch (err) {
+      t.fail(`${row.method}: ${String(err)}`);
+    }
   }
-  t.equal(await px.getVolume(`${name}-workspace`).inspect().then(() => 200, (e: { statusCode: number }) => e.statusCode), 404, 'volume remove');
-  await px.getNetwork(net).remove();
-  t.equal(await px.getNetwork(net).inspect().then(() => 200, (e: { statusCode: number }) => e.statusCode), 404, 'network remove');
 
-  // The same client cannot step outside: listing and ID addressing are refused by the proxy.
-  const list = await px.listContainers().then(() => null, (e: { statusCode?: number }) => e.statusCode);
-  t.equal(list, 403, 'container list is refused');
+  // The proxy's own log: only the listing calls were refused. HAProxy writes its log lines a moment
+  // after the answers, so wait (with a deadline) until the last call's line is there.
+  const deniedLines = async (): Promise<string[]> => (await proxy.logs()).split('\n').filter((line) => /deny=\S/.test(line) && !/deny=-/.test(line));
+  let denied = await deniedLines();
+  for (const deadline = Date.now() + 10_000; !denied.some((l) => l.includes('/volumes')) && Date.now() < deadline; denied = await deniedLines()) {
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  t.same(denied.map((line) => /(GET|POST|DELETE|HEAD) (\S+)/.exec(line)?.[2]?.replace(/\?.*/, '')), ['/containers/json', '/networks', '/volumes'], 'the proxy refused nothing but listing');
 });

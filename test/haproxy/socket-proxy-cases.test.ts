@@ -1,7 +1,10 @@
 /**
  * Every case of fixtures/socket-proxy-cases.json against the real engine behind the real socket
  * proxy (capybara-sandbox-proxy:latest): allowed requests must reach Docker, refused ones must get
- * the proxy's 403 (or HAProxy's own 400 for broken framing) and leave nothing behind in Docker.
+ * the proxy's 403 with exactly the reason the case names (or HAProxy's own 400 for broken framing,
+ * where the case says so) and leave nothing behind in Docker. The exact reason is what proves a
+ * case tests its own rule: a body refused by some earlier, unrelated rule would hide the one the
+ * case is about.
  */
 import t from 'tap';
 import { readFileSync } from 'node:fs';
@@ -18,6 +21,10 @@ interface Case {
   headers: Record<string, string | string[]>;
   body: string | null;
   verdict: 'allow' | '403';
+  /** For a 403: the X-Socket-Proxy-Deny reason. */
+  deny?: string;
+  /** For a refusal HAProxy answers itself (broken framing): its status. */
+  status?: number;
   why: string;
   raw?: string;
 }
@@ -38,19 +45,17 @@ const EXPECTED_STATUS: Record<string, number[]> = {
 };
 
 t.test('socket proxy cases against the real engine', async (t) => {
-  const env = await dockerTest(t);
+  const env = await dockerTest(t, [SOCKET_PROXY_IMAGE, TEST_NODE_IMAGE]);
   if (!env) return;
-  for (const image of [SOCKET_PROXY_IMAGE, TEST_NODE_IMAGE]) {
-    const found = await env.docker.getImage(image).inspect().then(() => true, () => false);
-    if (!found) { t.fail(`image ${image} is missing: run bash scripts/build-images.sh`); return; }
-  }
-  const proxy = await startSocketProxy(t, env);
+  // The deployment's shared network: starts "cap" but not "cap-", so only the exact-name rule admits it.
+  const sharedNetwork = `capshared${env.runId}`;
+  const proxy = await startSocketProxy(t, env, { sharedNetwork });
 
   // A network whose name does not start with "cap": its ID is what F40/H08 try to smuggle in.
   const other = await env.docker.createNetwork({ Name: `other${env.runId}`, Labels: env.labels, Internal: true });
   const vars: Record<string, string> = {
     P: `cap-${env.runId}`, R: env.runId, IMAGE: TEST_NODE_IMAGE, OTHER_NET_ID: other.id,
-    EXEC_ID: '0'.repeat(64), STDIN_EXEC_ID: '0'.repeat(64),
+    EXEC_ID: '0'.repeat(64), STDIN_EXEC_ID: '0'.repeat(64), SHARED: sharedNetwork,
   };
   const fill = (s: string) => s.replace(/\{([A-Z_]+)\}/g, (m, k: string) => vars[k] ?? m);
   const created = new Set<string>([proxy.container, `other${env.runId}`]);
@@ -81,8 +86,11 @@ t.test('socket proxy cases against the real engine', async (t) => {
       await followUp(c, res, vars, t);
       for (const n of createdNames(c, req.path, req.body)) created.add(n);
     } else {
-      const refused = (res.status === 403 && denied !== undefined) || res.status === 400 || res.status === 0;
-      t.ok(refused, `${label}: refused by the proxy (status ${res.status}, reason ${denied ?? '-'})`);
+      if (c.deny !== undefined) {
+        t.same([res.status, denied], [403, c.deny], `${label}: refused with ${c.deny}`);
+      } else {
+        t.same([res.status, denied], [c.status, undefined], `${label}: HAProxy itself answers ${String(c.status)}`);
+      }
       t.notOk(res.headers['api-version'], `${label}: Docker never saw it`);
       for (const n of createdNames(c, req.path, req.body)) {
         t.notOk(await exists(env.docker, n), `${label}: ${n} does not exist afterwards`);
@@ -119,6 +127,10 @@ function createdNames(c: Case, path: string, body: string | null): string[] {
   const names: string[] = [];
   const q = /\/containers\/create\?(?:.*&)?name=([^&;]+)/.exec(path);
   if (q?.[1]) names.push(decodeURIComponent(q[1]));
+  // A volume mount names a volume that Docker creates when it does not exist yet.
+  if (q?.[1] && body) {
+    for (const m of body.matchAll(/"source"\s*:\s*"([a-zA-Z0-9][a-zA-Z0-9_.-]*)"/gi)) if (m[1]) names.push(m[1]);
+  }
   if (/\/(volumes|networks)\/create/.test(path) && body) {
     for (const m of body.matchAll(/"name"\s*:\s*"([^"]*)"/gi)) if (m[1]) names.push(m[1]);
   }

@@ -13,12 +13,14 @@ import { dockerTest } from '../support/docker.js';
 
 const IMAGE = 'capybara-sandbox-egress:latest';
 
-const UPSTREAM = `require('http').createServer((q, s) => s.end('upstream-ok ' + q.url)).listen(80)`;
+/** Answers every request and logs its path, so the test can count what reached it. */
+const UPSTREAM = `require('http').createServer((q, s) => { console.log(q.url); s.end('upstream-ok ' + q.url); }).listen(80)`;
 
 /** Runs in the client container; prints one JSON line with every observation. */
-const CLIENT = (egressIp: string, upstreamIp: string) => `
+const CLIENT = (egressIp: string, opaqueIp: string, upstreamIp: string) => `
 const http = require('http'), net = require('net');
 const proxy = { host: ${JSON.stringify(egressIp)}, port: 3128 };
+const opaque = { host: ${JSON.stringify(opaqueIp)}, port: 3128 };
 const viaProxy = (url) => new Promise((done) => {
   const req = http.request({ ...proxy, path: url, headers: { Host: new URL(url).host }, timeout: 10000 }, (res) => {
     let body = ''; res.on('data', (d) => body += d);
@@ -28,11 +30,12 @@ const viaProxy = (url) => new Promise((done) => {
   req.on('timeout', () => req.destroy(new Error('timeout')));
   req.end();
 });
-const tunnel = (host) => new Promise((done) => {
-  const req = http.request({ ...proxy, method: 'CONNECT', path: host + ':80', timeout: 10000 });
+const tunnel = (via, host) => new Promise((done) => {
+  const req = http.request({ ...via, method: 'CONNECT', path: host + ':80', timeout: 10000 });
   req.on('connect', (res, socket) => {
     if (res.statusCode !== 200) { socket.destroy(); return done({ status: res.statusCode }); }
-    let body = ''; socket.on('data', (d) => body += d); socket.on('end', () => done({ status: 200, body }));
+    let body = ''; socket.on('data', (d) => body += d); socket.on('close', () => done({ status: 200, body }));
+    socket.on('error', () => undefined);
     socket.write('GET /tunnel HTTP/1.1\\r\\nHost: ' + host + '\\r\\nConnection: close\\r\\n\\r\\n');
   });
   req.on('error', (e) => done({ error: e.code || e.message }));
@@ -49,7 +52,8 @@ const direct = (ip) => new Promise((done) => {
   const out = {
     allowed: await viaProxy('http://upstream.test/hello'),
     blocked: await viaProxy('http://blocked.test/'),
-    tunnel: await tunnel('upstream.test'),
+    tunnel: await tunnel(opaque, 'upstream.test'),
+    plainInTlsTunnel: await tunnel(proxy, 'upstream.test'),
     direct: await direct(${JSON.stringify(upstreamIp)}),
   };
   console.log(JSON.stringify(out));
@@ -57,13 +61,9 @@ const direct = (ip) => new Promise((done) => {
 `;
 
 t.test('egress image between an internal client network and an upstream', async (t) => {
-  const env = await dockerTest(t);
+  const env = await dockerTest(t, [IMAGE]);
   if (!env) return;
   const { docker } = env;
-  if (!(await docker.getImage(IMAGE).inspect().then(() => true, () => false))) {
-    t.fail(`image ${IMAGE} is missing: run bash scripts/build-images.sh`);
-    return;
-  }
   const netA = env.name('egress-client-net');
   const netB = env.name('egress-upstream-net');
   for (const Name of [netA, netB]) {
@@ -76,17 +76,27 @@ t.test('egress image between an internal client network and an upstream', async 
   });
   const upstreamIp = await ipOn(upstream, netB);
 
-  const egress = await docker.createContainer({
-    name: env.name('egress'), Image: IMAGE, Labels: env.labels,
-    Env: [
-      'EGRESS_ALLOW_HOSTS=upstream.test',
-      `CAPYBARA_EGRESS_TEST_HOSTS=${JSON.stringify({ 'upstream.test': upstreamIp })}`,
-    ],
-    HostConfig: { NetworkMode: netA, ReadonlyRootfs: true, CapDrop: ['ALL'], SecurityOpt: ['no-new-privileges'] },
-  });
-  await docker.getNetwork(netB).connect({ Container: egress.id });
-  await egress.start();
+  // Two proxies: the default (a tunnel must start with a TLS ClientHello naming its host) and
+  // one whose entries default to opaque tunnels (any bytes).
+  const startEgress = async (suffix: string, extraEnv: string[]): Promise<Docker.Container> => {
+    const c = await docker.createContainer({
+      name: env.name(suffix), Image: IMAGE, Labels: env.labels,
+      Env: [
+        'EGRESS_ALLOW_HOSTS=upstream.test',
+        `CAPYBARA_EGRESS_TEST_HOSTS=${JSON.stringify({ 'upstream.test': upstreamIp })}`,
+        ...extraEnv,
+      ],
+      HostConfig: { NetworkMode: netA, ReadonlyRootfs: true, CapDrop: ['ALL'], SecurityOpt: ['no-new-privileges'] },
+    });
+    await docker.getNetwork(netB).connect({ Container: c.id });
+    await c.start();
+    return c;
+  };
+  const egress = await startEgress('egress', []);
+  const opaque = await startEgress('egress-opaque', ['EGRESS_TUNNEL_DEFAULT=opaque']);
   const egressIp = await ipOn(egress, netA);
+  const opaqueIp = await ipOn(opaque, netA);
+  t.equal(await waitHealthy(opaque, 45_000), 'healthy');
 
   const health = await waitHealthy(egress, 45_000);
   t.equal(health, 'healthy', 'the image health check (node asking /healthz) reports healthy');
@@ -95,7 +105,7 @@ t.test('egress image between an internal client network and an upstream', async 
   t.ok(info.Config.Env.includes('EGRESS_LISTEN=0.0.0.0:3128'), 'listens on all interfaces through EGRESS_LISTEN');
 
   const client = await run(docker, {
-    name: env.name('egress-client'), Image: IMAGE, Entrypoint: ['node'], Cmd: ['-e', CLIENT(egressIp, upstreamIp)],
+    name: env.name('egress-client'), Image: IMAGE, Entrypoint: ['node'], Cmd: ['-e', CLIENT(egressIp, opaqueIp, upstreamIp)],
     Labels: env.labels, HostConfig: { NetworkMode: netA },
   });
   await client.wait();
@@ -106,7 +116,10 @@ t.test('egress image between an internal client network and an upstream', async 
   const seen = JSON.parse(logs.slice(start, logs.indexOf('\n', start))) as Record<string, Record<string, unknown>>;
   t.match(seen.allowed, { status: 200, body: 'upstream-ok /hello' }, 'allowed host reached through the proxy');
   t.match(seen.blocked, { status: 403, reason: 'host_not_allowed' }, 'host not on the allowlist: 403 with its reason');
-  t.match(seen.tunnel, { status: 200, body: /upstream-ok \/tunnel/ }, 'CONNECT tunnel to the allowed host');
+  t.match(seen.tunnel, { status: 200, body: /upstream-ok \/tunnel/ }, 'opaque CONNECT tunnel to the allowed host carries plain bytes');
+  t.notMatch(seen.plainInTlsTunnel, { body: /upstream-ok/ }, 'by default a tunnel that does not start with TLS reaches nothing');
+  const reached = (await upstream.logs({ stdout: true })).toString('utf8').match(/\/[a-z]+/g);
+  t.same(reached, ['/hello', '/tunnel'], 'the upstream saw the plain request and the opaque tunnel only');
   t.match(seen.direct, { connected: false }, 'a direct connection to the upstream without the proxy fails');
 });
 

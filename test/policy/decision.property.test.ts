@@ -14,7 +14,7 @@ import { buildPolicy, checkAddresses, checkTarget, decide, type LookupOutcome, t
 
 // ---- reference: host names and allowlist -------------------------------------------------------
 
-/** The SPEC §1.1 rules, spelled out plainly; undefined when the name must be refused. */
+/** The host-name rules of the README, spelled out plainly; undefined when the name must be refused. */
 function refName(raw: string): string | undefined {
   // ASCII letters, digits, '-', '_', '.' before anything else: no case mapping happens on the rest.
   for (let i = 0; i < raw.length; i++) {
@@ -200,8 +200,8 @@ t.test('checkAddresses never allows an address the reference denies, and pins th
     return answer.length > 0 && answer.every(refPublic) && got.addresses.every((a) => answer.includes(a));
   }), 8_000));
 
-// The policy also denies AS112 and AMT anycast (policy/address-ranges.ts says why); SPEC §1.2
-// does not require it, so the converse below leaves them out.
+// The policy also denies AS112 and AMT anycast (policy/address-ranges.ts says why); the reference
+// does not, so the converse below leaves them out.
 const V4_EXTRA = ['192.31.196.0/24', '192.52.193.0/24', '192.175.48.0/24'].map((c) => ipaddr.IPv4.parseCIDR(c));
 
 t.test('IPv4: every address the reference finds public is allowed (no over-blocking)', (tt) =>
@@ -246,7 +246,7 @@ t.test('decide never rejects, even when the lookup throws or fails', (tt) =>
 
 t.test('a non-ASCII letter that lower-cases to ASCII is refused, in a request and in an entry', (tt) => {
   // U+212A KELVIN SIGN lower-cases to an ASCII "k": checking the characters after lower-casing
-  // maps Unicode onto an allowed name, which SPEC §1.1 forbids.
+  // maps Unicode onto an allowed name, which the host-name rules forbid.
   const policy = policyFor(['key.example.com'])!;
   const got = checkTarget(policy, '\u212aey.example.com', 443);
   tt.equal(got.allowed, false, 'request host with U+212A is not allowed');

@@ -1,13 +1,14 @@
 /**
  * Shared helper for tests that need a real Docker engine.
  *
- * Why: Docker tests must never pass by accident. Outside CI (env CI unset) they skip with a stated
- * reason when no engine answers; under CI=true a missing engine is a failure that says why. And
- * everything they create must disappear again, also when a test fails half-way.
+ * Why: Docker tests must never pass by accident. A missing engine or image is a need (needs.ts):
+ * outside CI the test skips with the reason, under CI it fails with it. And everything they create
+ * must disappear again, also when a test fails half-way.
  *
  * API (keep it small; the controller tests reuse it):
  *
- *   const env = await dockerTest(t);     // null: the test was skipped or failed (no engine)
+ *   const env = await dockerTest(t, [images]); // null: the test was skipped or failed (no engine,
+ *                                              // or one of the images is missing)
  *   if (!env) return;
  *   env.docker       dockerode client on the engine itself (setup and checks, never the product path)
  *   env.runId        random id of this test file's run, e.g. "t3f9a1c2e"
@@ -17,7 +18,8 @@
  *   env.cleanup()    removes every container, network and volume carrying the label or the runId
  *                    in its name; already registered with t.teardown, safe to call again
  *
- *   const proxy = await startSocketProxy(t, env);
+ *   const proxy = await startSocketProxy(t, env, { sharedNetwork });   // options optional
+ *                     sharedNetwork: SOCKET_PROXY_SHARED_NETWORK (default: the image's, capybara-sandbox)
  *   proxy.socketPath  host path of the proxy's unix socket (talk HTTP to it, or
  *                     new Docker({ socketPath }))
  *   proxy.endpoint    the same as "unix://<path>", the controller's `endpoint` config value
@@ -35,6 +37,7 @@ import { join } from 'node:path';
 import http from 'node:http';
 import Docker from 'dockerode';
 import type { Test } from 'tap';
+import { needUnmet } from './needs.js';
 
 export const TEST_LABEL = 'dev.capybara.test';
 /**
@@ -78,18 +81,19 @@ async function engineProblem(docker: Docker): Promise<string | null> {
   }
 }
 
-/** Outside CI: skip when no engine answers. Under CI=true: fail, saying why. */
-export async function dockerTest(t: Test): Promise<DockerTestEnv | null> {
+/** The engine must answer and every image in `images` be on it (needs.ts decides skip or fail). */
+export async function dockerTest(t: Test, images: readonly string[] = []): Promise<DockerTestEnv | null> {
   const docker = new Docker({ socketPath: engineSocketPath() });
   const problem = await engineProblem(docker);
   if (problem) {
-    if (process.env.CI === 'true' || process.env.CI === '1') {
-      t.fail(`Docker test cannot run under CI: ${problem}`);
-      t.end();
-    } else {
-      t.plan(0, `skipped: ${problem}`);
-    }
+    needUnmet(t, problem);
     return null;
+  }
+  for (const image of images) {
+    if (!(await docker.getImage(image).inspect().then(() => true, () => false))) {
+      needUnmet(t, `image ${image} is missing: run bash scripts/build-images.sh`);
+      return null;
+    }
   }
   const runId = `t${randomBytes(4).toString('hex')}`;
   const labels = { [TEST_LABEL]: runId };
@@ -127,7 +131,7 @@ function ignoreMissing(err: { statusCode?: number }): void {
 }
 
 /** Starts capybara-sandbox-proxy:latest for this test, reachable on a host unix socket. */
-export async function startSocketProxy(t: Test, env: DockerTestEnv): Promise<SocketProxy> {
+export async function startSocketProxy(t: Test, env: DockerTestEnv, options: { sharedNetwork?: string } = {}): Promise<SocketProxy> {
   const dir = mkdtempSync(join(tmpdir(), `cap-${env.runId}-proxy-`));
   const socketPath = join(dir, 'docker.sock');
   const name = env.name(`sockproxy-${randomBytes(2).toString('hex')}`);
@@ -140,7 +144,11 @@ export async function startSocketProxy(t: Test, env: DockerTestEnv): Promise<Soc
     _body: {
       Image: SOCKET_PROXY_IMAGE,
       Labels: env.labels,
-      Env: ['SOCKET_PROXY_BIND=unix@/run/capybara-proxy/docker.sock', 'DOCKER_SOCKET=/var/run/docker.sock'],
+      Env: [
+        'SOCKET_PROXY_BIND=unix@/run/capybara-proxy/docker.sock',
+        'DOCKER_SOCKET=/var/run/docker.sock',
+        ...(options.sharedNetwork === undefined ? [] : [`SOCKET_PROXY_SHARED_NETWORK=${options.sharedNetwork}`]),
+      ],
       HostConfig: {
         Binds: [`${engineSocketPath()}:/var/run/docker.sock`, `${dir}:/run/capybara-proxy`],
         NetworkMode: 'none',

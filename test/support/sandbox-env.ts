@@ -9,7 +9,9 @@
  */
 import type { Test } from 'tap';
 import type Docker from 'dockerode';
-import { dockerTest, startSocketProxy, type DockerTestEnv, type SocketProxy } from './docker.js';
+import { Writable } from 'node:stream';
+import pino from 'pino';
+import { dockerTest, startSocketProxy, SOCKET_PROXY_IMAGE, type DockerTestEnv, type SocketProxy } from './docker.js';
 import { createDockerSandbox } from '../../controller/index.js';
 import type { DockerSandboxProvider, SandboxProvider } from '../../controller/index.js';
 
@@ -25,34 +27,31 @@ export interface SandboxTestEnv {
   openProvider: SandboxProvider;
   sharedNetwork: string;
   upstreamIp: string;
+  /** Every log record `provider` wrote (warn and above), parsed: what the controller reports. */
+  logs: Record<string, unknown>[];
   /** `docker inspect` of a container, straight from the engine. */
   inspect(name: string): Promise<Docker.ContainerInspectInfo>;
   /** Names of every container, network and volume labelled with this sandbox name. */
   labelled(name: string): Promise<string[]>;
 }
 
-async function imageMissing(docker: Docker, image: string): Promise<boolean> {
-  return docker.getImage(image).inspect().then(() => false, () => true);
-}
-
 export async function sandboxTestEnv(t: Test): Promise<SandboxTestEnv | null> {
-  const env = await dockerTest(t);
+  const env = await dockerTest(t, [SANDBOX_IMAGE, EGRESS_IMAGE, SOCKET_PROXY_IMAGE]);
   if (!env) return null;
-  for (const image of [SANDBOX_IMAGE, EGRESS_IMAGE]) {
-    if (await imageMissing(env.docker, image)) {
-      const reason = `image ${image} is missing: run bash scripts/build-images.sh`;
-      if (process.env.CI === 'true' || process.env.CI === '1') t.fail(reason);
-      else t.plan(0, `skipped: ${reason}`);
-      return null;
-    }
-  }
   const proxy = await startSocketProxy(t, env);
   const sharedNetwork = env.name('shared');
   await env.docker.createNetwork({ Name: sharedNetwork, Driver: 'bridge', Labels: env.labels, CheckDuplicate: true });
   const upstreamIp = await startUpstream(env, sharedNetwork);
   const config = { endpoint: proxy.endpoint, network: sharedNetwork };
   const testOptions = { labels: env.labels, egressTestHosts: { [UPSTREAM_HOST]: upstreamIp } };
-  const provider = createDockerSandbox(config, testOptions);
+  const logs: Record<string, unknown>[] = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      for (const line of chunk.toString('utf8').split('\n')) if (line !== '') logs.push(JSON.parse(line) as Record<string, unknown>);
+      done();
+    },
+  });
+  const provider = createDockerSandbox(config, testOptions, { logger: pino({ level: 'warn' }, sink) });
   const openProvider = createDockerSandbox({ ...config, allowOpenEgress: true }, testOptions);
   return {
     env,
@@ -61,6 +60,7 @@ export async function sandboxTestEnv(t: Test): Promise<SandboxTestEnv | null> {
     openProvider,
     sharedNetwork,
     upstreamIp,
+    logs,
     inspect: (name) => env.docker.getContainer(name).inspect(),
     labelled: async (name) => {
       const filters = { label: [`dev.capybara.sandbox.name=${name}`] };

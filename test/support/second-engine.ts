@@ -2,8 +2,10 @@
  * A second, throwaway dockerd for tests that need an engine of their own (mTLS on a loopback
  * port). It shares nothing with the machine's engine: its own data root, exec root (and with
  * it its own supervised containerd), pid file, unix socket and an empty config file, so
- * /etc/docker/daemon.json cannot leak in. `--bridge=none --iptables=false --ip-masq=false`
- * keep it away from the host's networking: it creates no bridge and writes no firewall rule.
+ * /etc/docker/daemon.json cannot leak in. `--iptables=false --ip-masq=false` keep it away from
+ * the host's firewall, and its default bridge is one this helper creates for it (`capdd<hex>`,
+ * removed at stop). Not `--bridge=none`: with that, dockerd deletes the host's `docker0` at
+ * start, which breaks the machine's own engine (its default bridge, and every `docker build`).
  *
  * Teardown always runs: SIGTERM (dockerd stops its containers and containerd), SIGKILL after
  * a grace period, then every process still naming the state directory (containerd, shims) is
@@ -13,6 +15,7 @@ import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync, closeSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
 import Docker from 'dockerode';
 
 export interface SecondEngine {
@@ -34,10 +37,12 @@ export interface SecondEngineTls {
 /** Why a second engine cannot run here at all (not the test's fault), or null. */
 export function secondEngineUnsupported(): string | null {
   if (process.getuid?.() !== 0) return 'a second dockerd needs root (the test runs as a regular user)';
-  try {
-    execFileSync('dockerd', ['--version'], { stdio: 'ignore' });
-  } catch {
-    return 'no dockerd binary on PATH';
+  for (const [tool, args] of [['dockerd', ['--version']], ['ip', ['-V']]] as const) {
+    try {
+      execFileSync(tool, args, { stdio: 'ignore' });
+    } catch {
+      return `no ${tool} binary on PATH`;
+    }
   }
   return null;
 }
@@ -98,6 +103,8 @@ export async function startSecondEngine(tls: SecondEngineTls, startTimeoutMs = 3
   const port = await freeLoopbackPort();
   const socketPath = join(dir, 'docker.sock');
   writeFileSync(join(dir, 'daemon.json'), '{}\n');
+  const bridge = `capdd${randomBytes(4).toString('hex')}`;
+  execFileSync('ip', ['link', 'add', 'name', bridge, 'type', 'bridge']);
   const logFd = openSync(join(dir, 'dockerd.log'), 'a');
   const child = spawn('dockerd', [
     '--config-file', join(dir, 'daemon.json'),
@@ -107,7 +114,7 @@ export async function startSecondEngine(tls: SecondEngineTls, startTimeoutMs = 3
     '-H', `unix://${socketPath}`,
     '-H', `tcp://127.0.0.1:${port}`,
     '--tlsverify', '--tlscacert', tls.caCert, '--tlscert', tls.serverCert, '--tlskey', tls.serverKey,
-    '--bridge=none', '--iptables=false', '--ip-masq=false',
+    `--bridge=${bridge}`, '--iptables=false', '--ip-masq=false',
   ], { stdio: ['ignore', logFd, logFd] });
   closeSync(logFd);
   const log = (): string => {
@@ -136,6 +143,11 @@ export async function startSecondEngine(tls: SecondEngineTls, startTimeoutMs = 3
       }
       detachMounts(dir);
       rmSync(dir, { recursive: true, force: true });
+      try {
+        execFileSync('ip', ['link', 'del', bridge], { stdio: 'ignore' });
+      } catch {
+        // never created, or already gone
+      }
     })();
     return stopped;
   };

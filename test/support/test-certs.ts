@@ -25,6 +25,16 @@ export interface TestPki {
   remove(): void;
 }
 
+/** Why the PKI cannot be made here (no openssl command), or null. */
+export function pkiUnsupported(): string | null {
+  try {
+    execFileSync('openssl', ['version'], { stdio: 'ignore' });
+    return null;
+  } catch {
+    return 'no openssl command on PATH (apt-get install openssl)';
+  }
+}
+
 function openssl(cwd: string, args: string[]): void {
   execFileSync('openssl', args, { cwd, stdio: ['ignore', 'ignore', 'pipe'] });
 }

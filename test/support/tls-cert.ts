@@ -13,6 +13,16 @@ export interface TestCert {
   readonly cert: string;
 }
 
+/** Why no certificate can be made here, or undefined when one can. */
+export function opensslUnavailable(): string | undefined {
+  try {
+    execFileSync('openssl', ['version'], { stdio: 'ignore' });
+    return undefined;
+  } catch {
+    return 'no openssl command (apt-get install openssl) to make a test certificate';
+  }
+}
+
 export function selfSignedCert(names: readonly string[] = ['localhost']): TestCert {
   const dir = mkdtempSync(join(tmpdir(), 'egress-cert-'));
   try {

@@ -1,0 +1,33 @@
+/**
+ * How the controller tells "the sandbox had no room to start the command" from the command's
+ * own result. A command that leaves the sandbox at its process limit (a self-backgrounding fork
+ * bomb returns at once, exit 0, and keeps every pid taken) must not make the next command look
+ * as if it had failed: either the controller's script saw the limit before starting anything
+ * (exec-script.ts ROOM_CHECK), or Docker itself could not start the exec ("OCI runtime exec
+ * failed", written into the output stream with an exit code of 126 or so).
+ */
+import { SANDBOX_FULL_EXIT, SANDBOX_FULL_MARKER } from './exec-script.js';
+
+type StartFailure =
+  | { readonly kind: 'full'; readonly detail: string }
+  | { readonly kind: 'runtime'; readonly detail: string };
+
+/**
+ * Docker writes a failed exec start as one stdout line ending in CRLF, and nothing on stderr. Our
+ * scripts print nothing on stdout before the command runs, so only a command that printed
+ * exactly this line and nothing else could be mistaken for it.
+ */
+const RUNTIME_FAILURE = /^(OCI runtime exec failed[^\r\n]*)\r\n$/;
+
+export function startFailure(exitCode: number | null, stdout: string, stderr: string): StartFailure | undefined {
+  if (exitCode === SANDBOX_FULL_EXIT && stderr.startsWith(SANDBOX_FULL_MARKER)) {
+    return { kind: 'full', detail: `${stderr.slice(SANDBOX_FULL_MARKER.length).trim()} processes` };
+  }
+  const runtime = stderr === '' ? RUNTIME_FAILURE.exec(stdout) : null;
+  if (runtime !== null) {
+    const detail = runtime[1] ?? '';
+    // EAGAIN from the runtime's own fork is the process limit again.
+    return /resource temporarily unavailable/i.test(detail) ? { kind: 'full', detail } : { kind: 'runtime', detail };
+  }
+  return undefined;
+}

@@ -1,0 +1,140 @@
+/**
+ * The edge checks of the sandbox spec and exec options (zod schemas), without Docker: allowlist
+ * entries judged by policy/ exactly as the egress proxy judges them, the one environment-name
+ * rule for both spec.env and exec env, unknown keys, and the codes of each refusal.
+ */
+import t, { type Test } from 'tap';
+import fc from 'fast-check';
+import { buildPolicy } from '../../policy/index.js';
+import { decodeAllowHosts, EGRESS_ENV } from '../../common/index.js';
+import { parseDeploymentConfig } from '../../controller/config.js';
+import { planSandbox } from '../../controller/sandbox-plan.js';
+import { egressContainerBody } from '../../controller/container-spec.js';
+import { checkExecOptions } from '../../controller/exec-options.js';
+import { isSandboxError } from '../../controller/errors.js';
+
+const config = parseDeploymentConfig({ endpoint: 'tcp://proxy:2375', allowOpenEgress: true });
+const opts = { extraLabels: {} };
+const withHosts = (allowHosts: unknown[]) => ({ id: 'c1', image: 'img', limits: { egress: 'allowlist', allowHosts } });
+
+function refused(t: Test, fn: () => unknown, code: string, mentions?: RegExp): void {
+  try {
+    fn();
+    t.fail(`expected ${code}`);
+  } catch (err) {
+    t.equal(isSandboxError(err) ? err.code : String(err), code);
+    if (mentions !== undefined) t.match((err as Error).message, mentions);
+  }
+}
+
+t.test('allowlist entries the egress proxy would refuse are refused, naming the entry and why', async (t) => {
+  const rows: { name: string; entry: string; why: RegExp }[] = [
+    { name: 'dotted IPv4', entry: '10.0.0.1', why: /IP literal/ },
+    { name: 'hex IPv4', entry: '0x7f.1', why: /IP literal/ },
+    { name: 'decimal IPv4', entry: '2130706433', why: /IP literal/ },
+    { name: 'bracketed IPv6', entry: '[::1]', why: /"\[::1\]"/ },
+    { name: 'wildcard over a public suffix', entry: '*.com', why: /public suffix/ },
+    { name: 'wildcard over a two-label public suffix', entry: '*.co.uk', why: /public suffix/ },
+    { name: 'wildcard in the middle', entry: 'a.*.example.com', why: /wildcard/ },
+    { name: 'bare wildcard', entry: '*', why: /"\*"/ },
+    { name: 'empty label', entry: 'a..example.com', why: /"a\.\.example\.com"/ },
+    { name: 'Unicode (must be punycode)', entry: 'bücher.example', why: /punycode/ },
+    { name: 'a path', entry: 'example.com/x', why: /"example\.com\/x"/ },
+    { name: 'a comma (would split the label codec)', entry: 'a.example,b.example', why: /"a\.example,b\.example"/ },
+  ];
+  for (const row of rows) {
+    refused(t, () => planSandbox(withHosts(['ok.example.com', row.entry]), config, opts), 'invalid_spec', row.why);
+    refused(t, () => planSandbox(withHosts([row.entry]), config, opts), 'invalid_spec', /limits\.allowHosts\[0\]/);
+  }
+});
+
+t.test('accepted entries are kept as the proxy writes them', async (t) => {
+  const plan = planSandbox(withHosts(['Example.COM.', '*.PyPI.org', 'files.pythonhosted.org']), config, opts);
+  t.same(plan.allowHosts, ['example.com', '*.pypi.org', 'files.pythonhosted.org']);
+});
+
+t.test('anything the controller accepts, the egress proxy accepts (property)', async (t) => {
+  const label = fc.stringMatching(/^[a-z0-9_-]{1,12}$/);
+  const entry = fc.oneof(
+    fc.array(label, { minLength: 1, maxLength: 4 }).map((labels) => labels.join('.')),
+    fc.array(label, { minLength: 1, maxLength: 4 }).map((labels) => `*.${labels.join('.')}`),
+    fc.string({ maxLength: 20 }),
+    fc.constantFrom('com', 'co.uk', '*.com', '*.co.uk', '127.1', '0x7f.1', 'example.com.', '*.github.io', 'localhost'),
+  );
+  let accepted = 0;
+  fc.assert(
+    fc.property(fc.array(entry, { maxLength: 5 }), (hosts) => {
+      let plan;
+      try {
+        plan = planSandbox(withHosts(hosts), config, opts);
+      } catch (err) {
+        if (isSandboxError(err, 'invalid_spec')) return true;
+        throw err;
+      }
+      accepted += 1;
+      // What the proxy receives is the environment variable of its create body, decoded.
+      const env = egressContainerBody(plan, undefined).Env.find((e) => e.startsWith(`${EGRESS_ENV.allowHosts}=`)) ?? '';
+      const sent = decodeAllowHosts(env.slice(EGRESS_ENV.allowHosts.length + 1));
+      return sent.length === plan.allowHosts.length && buildPolicy({ allowHosts: sent }).ok;
+    }),
+    { numRuns: 2000, seed: 20261201 },
+  );
+  t.ok(accepted > 200, `the property saw ${accepted} accepted allowlists`);
+});
+
+t.test('one rule for environment names, in the spec and in exec options', async (t) => {
+  const names: { name: string; key: string; ok: boolean }[] = [
+    { name: 'letters', key: 'FOO', ok: true },
+    { name: 'leading underscore', key: '_x1', ok: true },
+    { name: 'leading digit', key: '1X', ok: false },
+    { name: 'dash', key: 'A-B', ok: false },
+    { name: 'equals sign', key: 'A=B', ok: false },
+    { name: 'empty', key: '', ok: false },
+    { name: 'space', key: 'A B', ok: false },
+  ];
+  for (const row of names) {
+    const spec = () => planSandbox({ id: 'c1', image: 'img', limits: { egress: 'none' }, env: { [row.key]: 'v' } }, config, opts);
+    const exec = () => checkExecOptions('true', { env: { [row.key]: 'v' } });
+    if (row.ok) {
+      t.doesNotThrow(spec, `spec: ${row.name}`);
+      t.doesNotThrow(exec, `exec: ${row.name}`);
+    } else {
+      refused(t, spec, 'invalid_spec', /spec\.env/);
+      refused(t, exec, 'invalid_spec', /opts\.env/);
+    }
+  }
+});
+
+t.test('spec refusals and their codes', async (t) => {
+  const base = { id: 'c1', image: 'img', limits: { egress: 'none' } };
+  const rows: { name: string; spec: unknown; code: string; mentions: RegExp }[] = [
+    { name: 'not an object', spec: 'x', code: 'invalid_spec', mentions: /spec/ },
+    { name: 'unknown top-level key', spec: { ...base, imgae: 'x' }, code: 'invalid_spec', mentions: /unknown key "imgae"/ },
+    { name: 'unknown limit is not dropped', spec: { ...base, limits: { egress: 'none', gpus: 1 } }, code: 'limit_not_expressible', mentions: /"gpus"/ },
+    { name: 'memory not whole', spec: { ...base, limits: { egress: 'none', memoryMb: 1.5 } }, code: 'invalid_spec', mentions: /limits\.memoryMb/ },
+    { name: 'cpu a string', spec: { ...base, limits: { egress: 'none', cpu: '2' } }, code: 'invalid_spec', mentions: /limits\.cpu/ },
+    { name: 'env value not a string', spec: { ...base, env: { A: 1 } }, code: 'invalid_spec', mentions: /spec\.env\.A/ },
+    { name: 'unknown durability', spec: { ...base, workspace: { key: 'k', durability: 'forever' } }, code: 'invalid_spec', mentions: /workspace\.durability/ },
+    { name: 'allowHosts not an array', spec: { ...base, limits: { egress: 'allowlist', allowHosts: 'a.com' } }, code: 'invalid_spec', mentions: /allowHosts/ },
+    { name: 'empty image', spec: { ...base, image: '' }, code: 'invalid_spec', mentions: /spec\.image/ },
+  ];
+  for (const row of rows) refused(t, () => planSandbox(row.spec, config, opts), row.code, row.mentions);
+  t.equal(planSandbox({ id: 'c1', image: 'img', limits: {} }, config, opts).tier, 'allowlist', 'the allowlist tier is the default');
+});
+
+t.test('exec option refusals', async (t) => {
+  const rows: { name: string; command: unknown; options: unknown; mentions: RegExp }[] = [
+    { name: 'misspelt option', command: 'true', options: { timeout: 5 }, mentions: /unknown key "timeout"/ },
+    { name: 'NUL in the command', command: 'a\0b', options: {}, mentions: /command/ },
+    { name: 'command not a string', command: 42, options: {}, mentions: /command/ },
+    { name: 'negative timeout', command: 'true', options: { timeoutMs: -1 }, mentions: /opts\.timeoutMs/ },
+    { name: 'fractional output cap', command: 'true', options: { maxOutputBytes: 1.5 }, mentions: /opts\.maxOutputBytes/ },
+    { name: 'tag with a space', command: 'true', options: { tag: 'a b' }, mentions: /opts\.tag/ },
+    { name: 'NUL in cwd', command: 'true', options: { cwd: '/tmp\0' }, mentions: /opts\.cwd/ },
+    { name: 'stdin a number', command: 'true', options: { stdin: 5 }, mentions: /opts\.stdin/ },
+    { name: 'signal not an AbortSignal', command: 'true', options: { signal: {} }, mentions: /opts\.signal/ },
+  ];
+  for (const row of rows) refused(t, () => checkExecOptions(row.command, row.options), 'invalid_spec', row.mentions);
+  const { options } = checkExecOptions('true', undefined);
+  t.same([options.timeoutMs, options.tag, options.maxOutputBytes, options.env], [600_000, 'default', 1024 * 1024, {}], 'defaults');
+});
