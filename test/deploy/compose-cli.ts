@@ -1,10 +1,11 @@
 /**
- * Runs Debian's docker-compose (1.29, installed by .ci/run) for the deploy/ tests, with the
- * engine rules of test/support/docker.ts: outside CI a missing docker-compose skips with the
- * reason, under CI it fails. Every project is brought down (volumes too) at teardown.
+ * Runs Debian's docker-compose (1.29, installed by .ci/run) for the deploy/ tests, under the one
+ * rule of test/support/needs.ts: outside CI a missing docker-compose skips with the reason, under
+ * CI it fails. Every project is brought down (volumes too) at teardown.
  */
 import { execFile, execFileSync } from 'node:child_process';
 import type { Test } from 'tap';
+import { needUnmet } from '../support/needs.js';
 
 export interface Ran {
   readonly code: number;
@@ -42,12 +43,7 @@ function composeMissing(): string | undefined {
 export function composeProject(t: Test, name: string, files: readonly string[], baseEnv: Record<string, string> = {}): ComposeProject | null {
   const missing = composeMissing();
   if (missing !== undefined) {
-    if (process.env.CI === 'true' || process.env.CI === '1') {
-      t.fail(`compose test cannot run under CI: ${missing}`);
-      t.end();
-    } else {
-      t.plan(0, `skipped: ${missing}`);
-    }
+    needUnmet(t, missing);
     return null;
   }
   const fileArgs = files.flatMap((f) => ['-f', f]);

@@ -20,7 +20,7 @@ import { upstreamOverride, UPSTREAM_TEXT } from './upstream.js';
 const root = fileURLToPath(new URL('../..', import.meta.url));
 
 t.test('a workload behind the egress image, with docker-compose', async (t) => {
-  const env = await dockerTest(t);
+  const env = await dockerTest(t, ['capybara-sandbox-egress:latest', 'capybara-sandbox:latest']);
   if (!env) return;
   const dir = mkdtempSync(join(tmpdir(), 'cap-egress-compose-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));

@@ -19,7 +19,7 @@ const root = fileURLToPath(new URL('../..', import.meta.url));
 const script = join(root, 'deploy/egress/sidecar.sh');
 
 t.test('the sidecar pattern for docker run', async (t) => {
-  const env = await dockerTest(t);
+  const env = await dockerTest(t, ['capybara-sandbox-egress:latest', 'capybara-sandbox:latest']);
   if (!env) return;
   const dir = mkdtempSync(join(tmpdir(), 'cap-sidecar-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
