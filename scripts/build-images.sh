@@ -108,7 +108,7 @@ build_image() {
   local logfile
   logfile=$(mktemp)
   heartbeat "$tag (docker build)" & local hb=$!
-  if ! docker build --quiet --pull=false \
+  if ! docker build --quiet --pull=false --force-rm \
       --build-arg "BASE=$base" \
       --label "$HASH_LABEL=$hash" \
       -f "$dockerfile" -t "$tag" -t "${tag%:*}:${hash:0:12}" "$context" >/dev/null 2>"$logfile"; then
