@@ -145,7 +145,19 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
       release();
     });
     const id = nextId++;
-    attachConnection(socket, { id, client, clientIp, log: log.child({ [F.conn]: id, [F.client]: client }), counted: { read: 0 }, release });
+    let child: Logger | undefined;
+    attachConnection(socket, {
+      id,
+      client,
+      clientIp,
+      // Built on first use: a connection refused before it logs anything never pays for it.
+      get log() {
+        child ??= log.child({ [F.conn]: id, [F.client]: client });
+        return child;
+      },
+      counted: { read: 0 },
+      release,
+    });
     httpServer.emit('connection', socket);
   });
 

@@ -90,6 +90,8 @@ export async function handleConnect(ctx: ProxyContext, root: Logger, req: Incomi
   ctx.observer.connect(connectMs / 1000, true);
   ctx.observer.decision('allow', 'allowed');
   ctx.observer.tunnelOpened();
+  // The client may go on at once; the decision line is written after the answer.
+  client.write(ESTABLISHED);
   log.info({
     [F.event]: 'decision',
     [F.decision]: 'allow',
@@ -104,7 +106,6 @@ export async function handleConnect(ctx: ProxyContext, root: Logger, req: Incomi
     [F.decideMs]: decideMs,
     [F.connectMs]: connectMs,
   });
-  client.write(ESTABLISHED);
   splice(ctx, log, client, upstream, { host: decision.host, port: decision.port, tls: decision.tunnel === 'tls', started, head });
 }
 
