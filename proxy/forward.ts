@@ -68,7 +68,12 @@ export function createForwarder(ctx: ProxyContext, root: Logger) {
       if (decision.reason === 'internal_error') log.error({ [F.reason]: decision.reason, [F.detail]: decision.detail }, 'decision failed');
       return deny(decision, { [F.addresses]: decision.addresses, [F.decideMs]: decideMs });
     }
-    if (req.socket.destroyed) return;
+    if (req.socket.destroyed) {
+      // Gone while its request was decided: still one decision line.
+      ctx.observer.decision('allow', 'allowed');
+      log.info({ [F.event]: 'decision', [F.decision]: 'allow', [F.method]: req.method, [F.host]: decision.host, [F.port]: decision.port, [F.rule]: decision.rule, [F.addresses]: decision.addresses, [F.decideMs]: decideMs, [F.error]: 'client_closed' });
+      return;
+    }
     forward(ctx, log, req, res, { decision, path: parsed.path, headers: head.headers, framing: head.framing, started, decideMs, counted, deny });
   };
 }

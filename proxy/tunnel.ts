@@ -60,7 +60,12 @@ export async function handleConnect(ctx: ProxyContext, root: Logger, request: { 
     if (decision.reason === 'internal_error') log.error({ [F.reason]: decision.reason, [F.detail]: decision.detail }, 'decision failed');
     return deny(ctx, log, client, decision, { [F.addresses]: decision.addresses, [F.decideMs]: decideMs });
   }
-  if (client.destroyed) return;
+  // A client gone while its request was decided still gets its one decision line.
+  const clientGone = (): void => {
+    ctx.observer.decision('allow', 'allowed');
+    log.info({ [F.event]: 'decision', [F.decision]: 'allow', [F.method]: 'CONNECT', [F.host]: decision.host, [F.port]: decision.port, [F.rule]: decision.rule, [F.tunnel]: decision.tunnel, [F.addresses]: decision.addresses, [F.decideMs]: decideMs, [F.error]: 'client_closed' });
+  };
+  if (client.destroyed) return clientGone();
 
   const dialStarted = performance.now();
   let upstream: Socket;
@@ -86,7 +91,7 @@ export async function handleConnect(ctx: ProxyContext, root: Logger, request: { 
   }
   if (client.destroyed) {
     upstream.destroy();
-    return;
+    return clientGone();
   }
 
   const connectMs = ms(dialStarted);
