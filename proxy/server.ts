@@ -40,12 +40,14 @@ export interface EgressProxy {
   readonly metrics: Registry;
 }
 
+const HEAD_TIMEOUT: Refusal = { reason: 'header_timeout', detail: 'the request head did not arrive in time' };
+
 function clientError(err: NodeJS.ErrnoException): Refusal {
   switch (err.code) {
     case 'HPE_HEADER_OVERFLOW':
       return { reason: 'headers_too_large', detail: 'the request head is too large' };
     case 'ERR_HTTP_REQUEST_TIMEOUT':
-      return { reason: 'header_timeout', detail: 'the request head did not arrive in time' };
+      return HEAD_TIMEOUT;
     default:
       return { reason: 'bad_request', detail: `malformed request (${err.code ?? 'parse error'})` };
   }
@@ -179,7 +181,7 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   };
   const headTimedOut = (socket: net.Socket): void => {
     firstHeadTimers.delete(socket);
-    const refusal = clientError(Object.assign(new Error('header timeout'), { code: 'ERR_HTTP_REQUEST_TIMEOUT' }));
+    const refusal = HEAD_TIMEOUT;
     observer.decision('deny', refusal.reason);
     logLine(connectionOf(socket, log).log, { [F.event]: 'decision', [F.decision]: 'deny', [F.reason]: refusal.reason, [F.detail]: refusal.detail });
     refuseSocket(socket, refusal);
@@ -188,7 +190,14 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     const accepted = Date.now();
     firstHeadTimers.set(socket, setTimeout(() => headTimedOut(socket), limits.headerTimeoutMs));
     socket.once('close', () => firstHead(socket));
+    // A client that closes before sending anything gets nothing and frees its slot at once.
+    const onEnd = (): void => {
+      firstHead(socket);
+      socket.destroy();
+    };
+    socket.once('end', onEnd);
     socket.once('data', (chunk: Buffer) => {
+      socket.off('end', onEnd);
       const fast = readConnectHead(chunk, limits.maxHeaderBytes);
       if (fast !== undefined) {
         firstHead(socket);

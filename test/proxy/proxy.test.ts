@@ -407,3 +407,14 @@ t.test('the head deadline counts from the accept, whatever path the first bytes 
   t.ok(Date.now() - lateStart < 650, `still at the first deadline (${Date.now() - lateStart} ms)`);
   await settle(() => slow.proxy.openConnections === 0, 'connections to close');
 });
+
+t.test('a client that closes before sending anything frees its slot at once', async (t) => {
+  const socket = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true });
+  await new Promise<void>((r) => socket.once('connect', () => r()));
+  await settle(() => proxyT.proxy.openConnections === 1, 'the connection to count');
+  socket.end();
+  // Well before the 10 s head deadline.
+  await settle(() => proxyT.proxy.openConnections === 0, 'the slot to be freed', 2_000);
+  t.pass('freed');
+  socket.destroy();
+});
