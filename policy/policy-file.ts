@@ -7,7 +7,8 @@ import { z } from 'zod';
 import { CodedError, requireCjs } from '../common/index.js';
 import { DEFAULT_CONNECT_PORTS, type PolicyProblem } from './policy.js';
 
-const yaml = requireCjs('yaml') as typeof Yaml;
+// Loaded with the first policy file: a proxy configured by its environment never needs it.
+let yaml: typeof Yaml | undefined;
 
 const TunnelModeSchema = z
   .enum(['tls', 'opaque'])
@@ -55,6 +56,7 @@ function zodPath(path: readonly PropertyKey[]): string {
 export function parsePolicyText(text: string, source: string): PolicyFile {
   // YAML 1.2 reads JSON too, and unlike JSON.parse it refuses duplicate keys, which would
   // otherwise let a later key silently override an earlier one.
+  yaml ??= requireCjs('yaml') as typeof Yaml;
   const doc = yaml.parseDocument(text, { uniqueKeys: true, prettyErrors: true });
   if (doc.errors.length > 0) {
     throw new PolicyError(

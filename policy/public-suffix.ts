@@ -8,12 +8,15 @@
 import type * as Tldts from 'tldts';
 import { requireCjs } from '../common/index.js';
 
-const { parse } = requireCjs('tldts') as typeof Tldts;
+// Loaded on the first wildcard entry: the list is several MiB resident, and an allowlist of exact
+// names (the common case for a sandbox's proxy) never needs it.
+let tldts: typeof Tldts | undefined;
 
 const OPTIONS = { allowPrivateDomains: false, detectIp: false, extractHostname: false, validateHostname: false } as const;
 
 /** `name` must already be a normalised host name (policy/host-name.ts). */
 export function isPublicSuffix(name: string): boolean {
   // A public suffix has no registrable domain of its own: the domain starts one label below it.
-  return parse(name, OPTIONS).domain === null;
+  tldts ??= requireCjs('tldts') as typeof Tldts;
+  return tldts.parse(name, OPTIONS).domain === null;
 }
