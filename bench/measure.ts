@@ -1,13 +1,14 @@
 /**
  * The network measurements, each run for every peer in turn (interleaved, so drift on a shared
- * machine spreads over all peers), each filling its table rows. Beside every wall-clock figure the
+ * machine spreads over all peers), each adding one round's value to its table rows; run.ts calls
+ * them once per round. Beside every wall-clock figure the
  * proxy's own CPU time per operation is recorded from /proc/PID/stat: on a machine where other
  * jobs steal cores, latency and throughput move with the neighbours, CPU per operation does not.
  * A failing cell records why and the run goes on.
  */
 import { readFileSync } from 'node:fs';
 import { memoryOf } from './peers.js';
-import { percentile, type PeerName, type Row } from './report.js';
+import { percentile, put, type PeerName, type Row } from './report.js';
 import { connectSetup, roundTrips, throughput, type Route } from './tunnel-load.js';
 import type { UpstreamPorts } from './upstream.js';
 import { runWrk, type WrkTarget } from './wrk.js';
@@ -50,7 +51,10 @@ export class Results {
 
   constructor(private readonly skipped: ReadonlyMap<PeerName, string>) {}
 
+  /** The row with this label, created on first use (later rounds add to it). */
   row(label: string, digits: number): Row {
+    const existing = this.rows.find((r) => r.label === label);
+    if (existing !== undefined) return existing;
     const r: Row = { label, digits, cells: Object.fromEntries([...this.skipped].map(([p, why]) => [p, { missing: why }])) };
     this.rows.push(r);
     return r;
@@ -59,9 +63,9 @@ export class Results {
   /** Runs one measurement into one cell; a failure becomes a note and a "(failed)" cell. */
   async record(row: Row, peer: PeerName, measure: () => Promise<number>): Promise<void> {
     try {
-      row.cells[peer] = await measure();
+      put(row, peer, await measure());
     } catch (err) {
-      row.cells[peer] = { missing: 'failed' };
+      put(row, peer, { missing: 'failed' });
       this.notes.push(`${row.label}, ${peer}: ${err instanceof Error ? err.message : String(err)}`);
     }
   }
@@ -71,7 +75,7 @@ export class Results {
 async function withCpu<T>(peer: Peer, row: Row, unitsOf: (result: T) => number, work: () => Promise<T>): Promise<T> {
   const before = peer.pid === undefined ? undefined : cpuMs(peer.pid);
   const result = await work();
-  if (peer.pid !== undefined && before !== undefined) row.cells[peer.name] = ((cpuMs(peer.pid) - before) * 1000) / unitsOf(result);
+  if (peer.pid !== undefined && before !== undefined) put(row, peer.name, ((cpuMs(peer.pid) - before) * 1000) / unitsOf(result));
   return result;
 }
 
@@ -86,12 +90,13 @@ export async function measureConnectSetup(results: Results, peers: readonly Peer
       samples = await withCpu(peer, cpu, () => plan.connects + plan.connectWarmup, () => connectSetup(peer.route, ports.echo, plan.connects, plan.connectWarmup));
       return percentile(samples, 50) * 1000;
     });
-    p99.cells[peer.name] = samples.length > 0 ? percentile(samples, 99) * 1000 : p50.cells[peer.name];
+    if (samples.length > 0) put(p99, peer.name, percentile(samples, 99) * 1000);
   }
   return p50;
 }
 
-export async function measureRoundTrips(results: Results, peers: readonly Peer[], ports: UpstreamPorts, plan: Plan): Promise<void> {
+/** Returns the p50 row, which a target compares. */
+export async function measureRoundTrips(results: Results, peers: readonly Peer[], ports: UpstreamPorts, plan: Plan): Promise<Row> {
   const p50 = results.row(`tunnel round trip 64 B p50 (µs), n=${plan.echoes}`, 1);
   const p99 = results.row('tunnel round trip 64 B p99 (µs)', 1);
   for (const peer of peers) {
@@ -100,8 +105,9 @@ export async function measureRoundTrips(results: Results, peers: readonly Peer[]
       samples = await roundTrips(peer.route, ports.echo, plan.echoes, plan.echoWarmup);
       return percentile(samples, 50) * 1000;
     });
-    p99.cells[peer.name] = samples.length > 0 ? percentile(samples, 99) * 1000 : p50.cells[peer.name];
+    if (samples.length > 0) put(p99, peer.name, percentile(samples, 99) * 1000);
   }
+  return p50;
 }
 
 /** Returns the single-stream row, which a target compares. */
@@ -132,7 +138,11 @@ export async function measureHttp(results: Results, peers: readonly Peer[], port
   const cpu = results.row('  proxy CPU per request (µs)', 1);
   for (const peer of peers) {
     if (options === undefined) {
-      rps.cells[peer.name] = { missing: 'no wrk' };
+      put(rps, peer.name, { missing: 'no wrk' });
+      continue;
+    }
+    if (peer.name === 'floor') {
+      put(rps, peer.name, { missing: 'CONNECT only' });
       continue;
     }
     const { route } = peer;
@@ -151,13 +161,24 @@ export async function measureHttp(results: Results, peers: readonly Peer[], port
   return rps;
 }
 
-export function measureMemory(results: Results, peers: readonly Peer[]): void {
-  const rss = results.row('VmRSS after the runs (MiB)', 1);
-  const hwm = results.row('VmHWM, peak resident (MiB)', 1);
+/** Resident memory of each proxy now, as one round of the row `label`. */
+export function measureMemory(results: Results, peers: readonly Peer[], label: string): Row {
+  const rss = results.row(label, 1);
   for (const peer of peers) {
     if (peer.pid === undefined) continue;
     const mem = peer.running?.() === false ? undefined : memoryOf(peer.pid);
-    rss.cells[peer.name] = mem ? mem.rssKiB / 1024 : { missing: 'exited' };
-    hwm.cells[peer.name] = mem ? mem.hwmKiB / 1024 : { missing: 'exited' };
+    put(rss, peer.name, mem ? mem.rssKiB / 1024 : { missing: 'exited' });
+  }
+  return rss;
+}
+
+/** Peak resident memory of each proxy over the whole run. */
+export function measurePeakMemory(results: Results, peers: readonly Peer[]): void {
+  const hwm = results.row('VmHWM, peak resident over the run (MiB)', 1);
+  for (const peer of peers) {
+    if (peer.pid === undefined) continue;
+    const mem = peer.running?.() === false ? undefined : memoryOf(peer.pid);
+    put(hwm, peer.name, mem ? mem.hwmKiB / 1024 : { missing: 'exited' });
   }
 }
+

@@ -1,7 +1,8 @@
 /**
- * Starting the measured proxies (ours, squid, tinyproxy) and the upstream process, each on a free
- * loopback port with its configuration in a temporary directory, and reading their memory. A peer
- * whose program is not installed is skipped with the apt-get line that installs it.
+ * Starting the measured proxies (the bare Node relay that is the floor, ours, squid, tinyproxy,
+ * and smokescreen when a binary is given) and the upstream process, each on a free loopback port
+ * with its configuration in a temporary directory, and reading their memory. A peer whose program
+ * is not installed is skipped with the apt-get line that installs it.
  */
 import { accessSync, chmodSync, chownSync, constants, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
@@ -12,7 +13,7 @@ import { startChild, type Child } from './children.js';
 import type { UpstreamPorts } from './upstream.js';
 
 export const INSTALL_HINT = 'apt-get install squid tinyproxy wrk';
-export type ProxyName = 'capybara' | 'squid' | 'tinyproxy';
+export type ProxyName = 'floor' | 'capybara' | 'squid' | 'tinyproxy' | 'smokescreen';
 
 export interface RunningProxy {
   readonly name: ProxyName;
@@ -95,6 +96,28 @@ export async function startUpstream(lifetimeSec: number): Promise<{ child: Child
     await sleep(20);
   }
   return { child, ports: JSON.parse(child.stdout().split('\n')[0] ?? '') as UpstreamPorts };
+}
+
+/** The bare Node CONNECT relay (bench/bare-relay.ts): the floor the proxy is measured against. */
+export async function startFloor(ctx: StartContext): Promise<RunningProxy> {
+  const port = await freePort();
+  const script = fileURLToPath(new URL('./bare-relay.js', import.meta.url));
+  const child = await startChild('floor', process.execPath, [script, String(port)], { lifetimeSec: ctx.lifetimeSec });
+  await waitReady(child, tunnels(port, 'bench.test', ctx.upstream.echo));
+  return { name: 'floor', port, upstreamHost: 'bench.test', child };
+}
+
+/**
+ * Stripe's smokescreen (Go), from a binary the caller names: no ACL file (every host), loopback
+ * allowed as a destination (it refuses private ranges by default), and `localhost` as the name it
+ * resolves itself.
+ */
+export async function startSmokescreen(ctx: StartContext, program: string): Promise<RunningProxy> {
+  const port = await freePort();
+  const args = ['--listen-ip', '127.0.0.1', '--listen-port', String(port), '--allow-range', '127.0.0.1/32', '--allow-range', '::1/128'];
+  const child = await startChild('smokescreen', program, args, { lifetimeSec: ctx.lifetimeSec });
+  await waitReady(child, tunnels(port, 'localhost', ctx.upstream.echo));
+  return { name: 'smokescreen', port, upstreamHost: 'localhost', child };
 }
 
 export async function startCapybara(ctx: StartContext): Promise<RunningProxy> {

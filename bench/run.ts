@@ -1,8 +1,12 @@
 /**
- * `npm run bench` (`-- --quick` for a ~20 s smoke run): the egress proxy measured side by side
- * with no proxy ("direct"), squid and tinyproxy, all on 127.0.0.1, against one upstream process
- * (bench/upstream.ts). A benchmark, not a test: it prints numbers, ratios against the targets and
- * PASS/MISS, and exits 0 whatever they are (non-zero only when it could not run).
+ * `npm run bench` (`-- --quick` for a short smoke run; `-- --smokescreen PATH` adds Stripe's
+ * smokescreen from that binary): the egress proxy measured side by side with no proxy ("direct"),
+ * the bare Node relay that is Node's floor on this machine ("floor", bench/bare-relay.ts), squid
+ * and tinyproxy, all on 127.0.0.1, against one upstream process (bench/upstream.ts). Every
+ * measurement runs in several rounds, each round interleaving the peers after a warm-up; the
+ * table shows each median with its spread. A benchmark, not a test: it prints numbers, ratios
+ * against the targets and PASS/MISS, and exits 0 whatever they are (non-zero only when it could
+ * not run).
  *
  * Layout on two cores: the load generators (except wrk) run in this process, the upstream in its
  * own, each proxy in its own. Every peer meets the same upstream and the same client, and the
@@ -16,13 +20,16 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { killAllNow, stopAll } from './children.js';
-import { measureConnectSetup, measureHttp, measureMemory, measureRoundTrips, measureThroughput, Results, type Peer, type Plan } from './measure.js';
-import { findProgram, INSTALL_HINT, startCapybara, startSquid, startTinyproxy, startUpstream, type ProxyName, type RunningProxy, type StartContext } from './peers.js';
+import { measureConnectSetup, measureHttp, measureMemory, measurePeakMemory, measureRoundTrips, measureThroughput, Results, type Peer, type Plan } from './measure.js';
+import { findProgram, INSTALL_HINT, startCapybara, startFloor, startSmokescreen, startSquid, startTinyproxy, startUpstream, type ProxyName, type RunningProxy, type StartContext } from './peers.js';
 import { runPolicyMicro, type MicroOptions } from './policy-micro.js';
-import { formatTable, formatTargets, PEERS, type PeerName, type Target } from './report.js';
+import { formatTable, formatTargets, PEERS, type PeerName, type Row, type Target } from './report.js';
+import { connectSetup } from './tunnel-load.js';
 
 interface RunPlan extends Plan {
   readonly micro: MicroOptions;
+  /** Interleaved rounds of every network measurement. */
+  readonly rounds: number;
   /** The whole run stops (children killed) after this long, whatever state it is in. */
   readonly deadlineSec: number;
 }
@@ -40,7 +47,8 @@ const FULL: RunPlan = {
   wrkSeconds: 5,
   wrkWarmSeconds: 1,
   micro: { entries: 100_000, rounds: 5, iterationsPerRound: 400_000, warmup: 200_000 },
-  deadlineSec: 300,
+  rounds: 3,
+  deadlineSec: 600,
 };
 const QUICK: RunPlan = {
   connects: 200,
@@ -54,7 +62,8 @@ const QUICK: RunPlan = {
   wrkSeconds: 2,
   wrkWarmSeconds: 1,
   micro: { entries: 100_000, rounds: 3, iterationsPerRound: 100_000, warmup: 20_000 },
-  deadlineSec: 120,
+  rounds: 2,
+  deadlineSec: 240,
 };
 const WRK_CONNECTIONS = 16;
 const WRK_THREADS = 2;
@@ -79,19 +88,32 @@ async function abort(why: string, code: number): Promise<void> {
   process.exit(code);
 }
 
-function parseArgs(argv: readonly string[]): { quick: boolean } | undefined {
-  const unknown = argv.filter((a) => a !== '--quick' && a !== '--help');
-  if (argv.includes('--help') || unknown.length > 0) {
-    if (unknown.length > 0) progress(`unknown argument ${unknown.join(' ')}`);
-    say('usage: npm run bench [-- --quick]   (--quick: fewer iterations, about 20 s)');
-    process.exitCode = unknown.length > 0 ? 2 : 0;
-    return undefined;
-  }
-  return { quick: argv.includes('--quick') };
+interface Args {
+  readonly quick: boolean;
+  readonly smokescreen: string | undefined;
 }
 
-async function startProxies(ctx: StartContext, skipped: Map<PeerName, string>): Promise<RunningProxy[]> {
-  const starters: [ProxyName, () => Promise<RunningProxy>][] = [['capybara', () => startCapybara(ctx)]];
+function parseArgs(argv: readonly string[]): Args | undefined {
+  const at = argv.indexOf('--smokescreen');
+  const smokescreen = at === -1 ? undefined : argv[at + 1];
+  const rest = at === -1 ? argv : [...argv.slice(0, at), ...argv.slice(at + 2)];
+  const unknown = rest.filter((a) => a !== '--quick' && a !== '--help');
+  const missing = at !== -1 && (smokescreen === undefined || smokescreen.startsWith('--'));
+  if (argv.includes('--help') || unknown.length > 0 || missing) {
+    if (unknown.length > 0) progress(`unknown argument ${unknown.join(' ')}`);
+    if (missing) progress('--smokescreen needs the path of a smokescreen binary');
+    say('usage: npm run bench [-- [--quick] [--smokescreen PATH]]   (--quick: fewer iterations and rounds)');
+    process.exitCode = unknown.length > 0 || missing ? 2 : 0;
+    return undefined;
+  }
+  return { quick: argv.includes('--quick'), smokescreen };
+}
+
+async function startProxies(ctx: StartContext, skipped: Map<PeerName, string>, smokescreen: string | undefined): Promise<RunningProxy[]> {
+  const starters: [ProxyName, () => Promise<RunningProxy>][] = [
+    ['floor', () => startFloor(ctx)],
+    ['capybara', () => startCapybara(ctx)],
+  ];
   for (const [name, start] of [
     ['squid', startSquid],
     ['tinyproxy', startTinyproxy],
@@ -102,6 +124,8 @@ async function startProxies(ctx: StartContext, skipped: Map<PeerName, string>): 
       skipped.set(name, 'not installed');
     } else starters.push([name, () => start(ctx, program)]);
   }
+  if (smokescreen === undefined) skipped.set('smokescreen', 'not given');
+  else starters.push(['smokescreen', () => startSmokescreen(ctx, smokescreen)]);
   const running: RunningProxy[] = [];
   for (const [name, start] of starters) {
     try {
@@ -133,24 +157,34 @@ async function main(): Promise<void> {
   const upstream = await startUpstream(lifetimeSec);
   const ports = upstream.ports;
   const skipped = new Map<PeerName, string>();
-  const proxies = await startProxies({ tmp, upstream: ports, lifetimeSec }, skipped);
+  const proxies = await startProxies({ tmp, upstream: ports, lifetimeSec }, skipped, args.smokescreen);
   const peers: Peer[] = [
     { name: 'direct', route: { kind: 'direct' } },
     ...proxies.map((p) => ({ name: p.name, route: { kind: 'proxy', port: p.port, upstreamHost: p.upstreamHost } as const, pid: p.child.pid, running: p.child.running })),
   ];
 
   const results = new Results(skipped);
-  progress('CONNECT set-up');
-  const setup = await measureConnectSetup(results, peers, ports, plan);
-  progress('tunnel round trips');
-  await measureRoundTrips(results, peers, ports, plan);
-  progress('tunnel throughput');
-  const single = await measureThroughput(results, peers, ports, plan);
+  // Idle: started, one tunnel opened and closed, nothing else yet.
+  for (const peer of peers) if (peer.route.kind === 'proxy') await connectSetup(peer.route, ports.echo, 1, 0).catch(() => undefined);
+  const idle = measureMemory(results, peers, 'VmRSS idle, after start-up (MiB)');
   const wrk = findProgram('wrk');
   if (wrk === undefined) progress(`wrk is not installed; skipping the plain-HTTP measurement (${INSTALL_HINT})`);
-  else progress('plain HTTP (wrk)');
-  const http = await measureHttp(results, peers, ports, plan, wrk === undefined ? undefined : { wrk, tmp, connections: WRK_CONNECTIONS, threads: WRK_THREADS });
-  measureMemory(results, peers);
+  let setup: Row | undefined;
+  let rtt: Row | undefined;
+  let single: Row | undefined;
+  let http: Row | undefined;
+  for (let round = 1; round <= plan.rounds; round++) {
+    progress(`round ${round} of ${plan.rounds}: CONNECT set-up`);
+    setup = await measureConnectSetup(results, peers, ports, plan);
+    progress(`round ${round} of ${plan.rounds}: tunnel round trips`);
+    rtt = await measureRoundTrips(results, peers, ports, plan);
+    progress(`round ${round} of ${plan.rounds}: tunnel throughput`);
+    single = await measureThroughput(results, peers, ports, plan);
+    if (wrk !== undefined) progress(`round ${round} of ${plan.rounds}: plain HTTP (wrk)`);
+    http = await measureHttp(results, peers, ports, plan, wrk === undefined ? undefined : { wrk, tmp, connections: WRK_CONNECTIONS, threads: WRK_THREADS });
+  }
+  measureMemory(results, peers, 'VmRSS after the runs (MiB)');
+  measurePeakMemory(results, peers);
   for (const p of proxies) {
     if (!p.child.running()) results.notes.push(`${p.name} exited during the run: ${p.child.stderr().trim().slice(-400)}`);
   }
@@ -168,9 +202,12 @@ async function main(): Promise<void> {
   const worstDecision = Math.max(...micro.filter((m) => m.label.startsWith('decision')).map((m) => m.nsPerOp));
 
   const targets: Target[] = [
-    { label: 'CONNECT set-up p50 vs tinyproxy', ours: setup.cells.capybara, reference: setup.cells.tinyproxy, referenceLabel: 'tinyproxy', bound: 'max', limit: 1.0 },
-    { label: 'plain HTTP req/s vs squid', ours: http.cells.capybara, reference: http.cells.squid, referenceLabel: 'squid', bound: 'min', limit: 1.2 },
-    { label: 'single-stream throughput vs direct', ours: single.cells.capybara, reference: single.cells.direct, referenceLabel: 'direct', bound: 'min', limit: 0.9 },
+    { label: 'CONNECT set-up p50 vs the bare Node relay', ours: setup?.cells.capybara, reference: setup?.cells.floor, referenceLabel: 'floor', bound: 'max', limit: 1.15 },
+    { label: 'CONNECT set-up p50 vs smokescreen', ours: setup?.cells.capybara, reference: setup?.cells.smokescreen, referenceLabel: 'smokescreen', bound: 'max', limit: 0.8 },
+    { label: 'tunnel round trip p50 vs the bare Node relay', ours: rtt?.cells.capybara, reference: rtt?.cells.floor, referenceLabel: 'floor', bound: 'max', limit: 1.2 },
+    { label: 'single-stream throughput vs the bare Node relay', ours: single?.cells.capybara, reference: single?.cells.floor, referenceLabel: 'floor', bound: 'min', limit: 0.95 },
+    { label: 'plain HTTP req/s vs squid', ours: http?.cells.capybara, reference: http?.cells.squid, referenceLabel: 'squid', bound: 'min', limit: 1.2 },
+    { label: 'idle resident memory vs 60 MiB', ours: idle.cells.capybara, reference: 60, referenceLabel: '60 MiB', bound: 'max', limit: 1.0 },
     { label: 'policy decision, slowest case, vs 1 µs', ours: worstDecision, reference: 1000, referenceLabel: '1000 ns', bound: 'max', limit: 1.0 },
   ];
   say('');

@@ -1,5 +1,6 @@
 /** What every part of the project shares: the error base class and the egress image's interface. */
 export { CodedError } from './coded-error.js';
+export { requireCjs } from './require-cjs.js';
 export {
   decodeAllowHosts,
   EGRESS_ENV,

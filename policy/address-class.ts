@@ -10,7 +10,8 @@
  * reads `0x7f.1` and `0177.0.0.1` as 127.0.0.1 and turns `::1.2.3.4` into `::ffff:1.2.3.4`.
  * Anything else is denied as 'invalid' rather than guessed at.
  */
-import ipaddr from 'ipaddr.js';
+import type Ipaddr from 'ipaddr.js';
+import { requireCjs } from '../common/index.js';
 import {
   ADDRESS_CLASSES,
   IPV4_DENIED,
@@ -21,6 +22,8 @@ import {
   type Embedding,
   type EmbeddingRange,
 } from './address-ranges.js';
+
+const ipaddr = requireCjs('ipaddr.js') as typeof Ipaddr;
 
 export { ADDRESS_CLASSES, type AddressClassName, type Embedding };
 

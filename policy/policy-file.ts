@@ -2,10 +2,12 @@
  * Policy files: JSON or YAML text, validated by zod. Reading the file is the caller's job (this
  * module stays free of I/O); every error names the source, the path inside it and the problem.
  */
-import { parseDocument } from 'yaml';
+import type * as Yaml from 'yaml';
 import { z } from 'zod';
-import { CodedError } from '../common/index.js';
+import { CodedError, requireCjs } from '../common/index.js';
 import { DEFAULT_CONNECT_PORTS, type PolicyProblem } from './policy.js';
+
+const yaml = requireCjs('yaml') as typeof Yaml;
 
 const TunnelModeSchema = z
   .enum(['tls', 'opaque'])
@@ -53,7 +55,7 @@ function zodPath(path: readonly PropertyKey[]): string {
 export function parsePolicyText(text: string, source: string): PolicyFile {
   // YAML 1.2 reads JSON too, and unlike JSON.parse it refuses duplicate keys, which would
   // otherwise let a later key silently override an earlier one.
-  const doc = parseDocument(text, { uniqueKeys: true, prettyErrors: true });
+  const doc = yaml.parseDocument(text, { uniqueKeys: true, prettyErrors: true });
   if (doc.errors.length > 0) {
     throw new PolicyError(
       source,

@@ -2,9 +2,12 @@
  * The egress policy: what may be reached. Built once from a validated source (a policy file, or
  * the environment of the egress image), then frozen and shared by every request.
  */
-import ipaddr from 'ipaddr.js';
+import type Ipaddr from 'ipaddr.js';
+import { requireCjs } from '../common/index.js';
 import { compileAllowlist, parseHostPattern, type Allowlist, type HostPattern, type TunnelMode } from './host-pattern.js';
 import { parseHostName } from './host-name.js';
+
+const ipaddr = requireCjs('ipaddr.js') as typeof Ipaddr;
 
 export interface Policy {
   /** The allowlist entries as written, normalised. */

@@ -5,7 +5,10 @@
  * tldts (kept up to date upstream, not by hand here), with the list's implicit `*` rule: a
  * single label the list does not know (`test`, `corp`) counts as a suffix too.
  */
-import { parse } from 'tldts';
+import type * as Tldts from 'tldts';
+import { requireCjs } from '../common/index.js';
+
+const { parse } = requireCjs('tldts') as typeof Tldts;
 
 const OPTIONS = { allowPrivateDomains: false, detectIp: false, extractHostname: false, validateHostname: false } as const;
 

@@ -21,9 +21,11 @@ function watchPolicy(config: ProxyConfig, log: Logger, reload: (why: string) => 
   try {
     // Editors and config managers replace the file by rename, which a watch on the file itself
     // stops seeing after the first time: watch its directory and pick out the file's name.
+    // A Kubernetes ConfigMap volume changes no file name at all: it swaps the `..data` symlink
+    // that the file name points through, so a change of a `..` entry counts too.
     const file = path.resolve(config.policySource.path);
     const watcher = watch(path.dirname(file), { persistent: false }, (_event, name) => {
-      if (name !== null && name !== path.basename(file)) return;
+      if (name !== null && name !== path.basename(file) && !name.startsWith('..')) return;
       clearTimeout(timer);
       timer = setTimeout(() => reload('file changed'), 200);
     });

@@ -8,3 +8,4 @@ export { parseAbsoluteUrl, parseConnectTarget, type ParsedTarget } from './autho
 export { ClientHelloReader, MAX_HELLO_BYTES, parseClientHello, type HelloResult } from './client-hello.js';
 export { checkRequestHead, type BodyFraming, type RequestHead } from './request-head.js';
 export { checkResponseHead, type ResponseHead } from './response-head.js';
+export { readConnectHead, type ConnectHead } from './connect-head.js';

@@ -5,8 +5,11 @@
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
-import { EGRESS_METRICS, EGRESS_METRICS_PATH } from '../common/index.js';
+import type * as PromClient from 'prom-client';
+import type { Registry } from 'prom-client';
+import { EGRESS_METRICS, EGRESS_METRICS_PATH, requireCjs } from '../common/index.js';
+
+const { Counter, Gauge, Histogram, Registry: RegistryClass } = requireCjs('prom-client') as typeof PromClient;
 
 /** What the proxy reports as it works; the metrics below are one implementation. */
 export interface ProxyObserver {
@@ -26,28 +29,46 @@ export interface ProxyMetrics {
 }
 
 export function createProxyMetrics(): ProxyMetrics {
-  const registry = new Registry();
+  const registry = new RegistryClass();
   const decisions = new Counter({ name: EGRESS_METRICS.decisions, help: 'Decisions by outcome and reason', labelNames: ['outcome', 'reason'] as const, registers: [registry] });
   const tunnels = new Gauge({ name: EGRESS_METRICS.openTunnels, help: 'CONNECT tunnels open now', registers: [registry] });
   const bytes = new Counter({ name: EGRESS_METRICS.bytes, help: 'Bytes relayed, by direction (up: client to upstream)', labelNames: ['direction', 'kind'] as const, registers: [registry] });
   const dns = new Histogram({ name: EGRESS_METRICS.dnsSeconds, help: 'DNS lookup latency', labelNames: ['outcome'] as const, buckets: LATENCY_BUCKETS, registers: [registry] });
   const connect = new Histogram({ name: EGRESS_METRICS.connectSeconds, help: 'Upstream connect latency (all attempts of one request)', labelNames: ['outcome'] as const, buckets: LATENCY_BUCKETS, registers: [registry] });
+  // Label sets are bound once: prom-client hashes the label object on every unbound call, which
+  // cost more than the decision itself.
+  const decisionOf = new Map<string, { inc(): void }>();
+  const decided = (outcome: 'allow' | 'deny', reason: string): { inc(): void } => {
+    const key = `${outcome} ${reason}`;
+    let bound = decisionOf.get(key);
+    if (bound === undefined) {
+      bound = decisions.labels({ outcome, reason });
+      decisionOf.set(key, bound);
+    }
+    return bound;
+  };
+  const tunnelUp = bytes.labels({ direction: 'up', kind: 'tunnel' });
+  const tunnelDown = bytes.labels({ direction: 'down', kind: 'tunnel' });
+  const httpUp = bytes.labels({ direction: 'up', kind: 'http' });
+  const httpDown = bytes.labels({ direction: 'down', kind: 'http' });
+  const connectOk = connect.labels({ outcome: 'ok' });
+  const connectFailed = connect.labels({ outcome: 'failed' });
   return {
     registry,
     observer: {
-      decision: (outcome, reason) => decisions.inc({ outcome, reason }),
+      decision: (outcome, reason) => decided(outcome, reason).inc(),
       tunnelOpened: () => tunnels.inc(),
       tunnelClosed: (up, down) => {
         tunnels.dec();
-        bytes.inc({ direction: 'up', kind: 'tunnel' }, up);
-        bytes.inc({ direction: 'down', kind: 'tunnel' }, down);
+        tunnelUp.inc(up);
+        tunnelDown.inc(down);
       },
       httpBytes: (up, down) => {
-        bytes.inc({ direction: 'up', kind: 'http' }, up);
-        bytes.inc({ direction: 'down', kind: 'http' }, down);
+        httpUp.inc(up);
+        httpDown.inc(down);
       },
       dnsLookup: (seconds, outcome) => dns.observe({ outcome }, seconds),
-      connect: (seconds, ok) => connect.observe({ outcome: ok ? 'ok' : 'failed' }, seconds),
+      connect: (seconds, ok) => (ok ? connectOk : connectFailed).observe(seconds),
     },
   };
 }

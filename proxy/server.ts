@@ -16,7 +16,8 @@ import { createForwarder } from './forward.js';
 import { F, type Logger } from './log.js';
 import { refuseResponse, refuseSocket, type Refusal } from './refusal.js';
 import { createProxyMetrics } from './metrics.js';
-import { handleConnect } from './tunnel.js';
+import { readConnectHead } from './connect-head.js';
+import { connectBodyProblem, handleConnect } from './tunnel.js';
 import { UpstreamPools } from './upstream-pools.js';
 
 export interface EgressProxyOptions {
@@ -84,14 +85,19 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     fallback();
   };
   httpServer.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
+    firstHead(req.socket);
     forward(req, res).catch((err: unknown) =>
       failClosed('request', err, () => res.headersSent ? res.destroy() : res.writeHead(500, { 'X-Egress-Reason': 'internal_error', Connection: 'close' }).end('egress failed: internal_error\n')),
     );
   });
-  httpServer.on('connect', (req: http.IncomingMessage, socket: net.Socket, head: Buffer) => {
-    handleConnect(ctx, log, req, socket, head).catch((err: unknown) =>
+  const onConnect = (request: { target: string; bodyProblem: string | undefined }, socket: net.Socket, head: Buffer): void => {
+    handleConnect(ctx, log, request, socket, head).catch((err: unknown) =>
       failClosed('connect', err, () => refuseSocket(socket, { reason: 'internal_error', detail: 'the proxy failed while deciding' })),
     );
+  };
+  httpServer.on('connect', (req: http.IncomingMessage, socket: net.Socket, head: Buffer) => {
+    firstHead(socket);
+    onConnect({ target: req.url ?? '', bodyProblem: connectBodyProblem(req.headers) }, socket, head);
   });
   // Without this listener Node answers an Expect other than 100-continue with its own 417, which
   // carries no X-Egress-Reason and keeps the connection alive.
@@ -145,9 +151,58 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
       release();
     });
     const id = nextId++;
-    attachConnection(socket, { id, client, clientIp, log: log.child({ [F.conn]: id, [F.client]: client }), counted: { read: 0 }, release });
-    httpServer.emit('connection', socket);
+    let child: Logger | undefined;
+    attachConnection(socket, {
+      id,
+      client,
+      clientIp,
+      // Built on first use: a connection refused before it logs anything never pays for it.
+      get log() {
+        child ??= log.child({ [F.conn]: id, [F.client]: client });
+        return child;
+      },
+      counted: { read: 0 },
+      release,
+    });
+    readFirstChunk(socket);
   });
+
+  /**
+   * The first bytes decide the path: a complete, plain CONNECT head goes straight to the tunnel;
+   * anything else is handed to Node's HTTP server, with those bytes, as if it had read them
+   * itself. The head's deadline runs from the accept on either path.
+   */
+  const firstHeadTimers = new WeakMap<net.Socket, NodeJS.Timeout>();
+  const firstHead = (socket: net.Socket): void => {
+    clearTimeout(firstHeadTimers.get(socket));
+    firstHeadTimers.delete(socket);
+  };
+  const headTimedOut = (socket: net.Socket): void => {
+    firstHeadTimers.delete(socket);
+    const refusal = clientError(Object.assign(new Error('header timeout'), { code: 'ERR_HTTP_REQUEST_TIMEOUT' }));
+    observer.decision('deny', refusal.reason);
+    connectionOf(socket, log).log.info({ [F.event]: 'decision', [F.decision]: 'deny', [F.reason]: refusal.reason, [F.detail]: refusal.detail });
+    refuseSocket(socket, refusal);
+  };
+  function readFirstChunk(socket: net.Socket): void {
+    const accepted = Date.now();
+    firstHeadTimers.set(socket, setTimeout(() => headTimedOut(socket), limits.headerTimeoutMs));
+    socket.once('close', () => firstHead(socket));
+    socket.once('data', (chunk: Buffer) => {
+      const fast = readConnectHead(chunk, limits.maxHeaderBytes);
+      if (fast !== undefined) {
+        firstHead(socket);
+        socket.pause();
+        onConnect({ target: fast.target, bodyProblem: undefined }, socket, chunk.subarray(fast.length));
+        return;
+      }
+      // Node's own header timer starts now; ours keeps the deadline counted from the accept.
+      clearTimeout(firstHeadTimers.get(socket));
+      firstHeadTimers.set(socket, setTimeout(() => headTimedOut(socket), Math.max(0, limits.headerTimeoutMs - (Date.now() - accepted))));
+      httpServer.emit('connection', socket);
+      socket.emit('data', chunk);
+    });
+  }
 
   return {
     listen(host, port) {

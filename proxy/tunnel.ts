@@ -11,7 +11,7 @@
  * dialed. Half-closes are passed on (each direction ends on its own); an error on either side
  * tears down both.
  */
-import type { IncomingMessage } from 'node:http';
+import type { IncomingHttpHeaders } from 'node:http';
 import type { Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { decide, parseHostName } from '../policy/index.js';
@@ -34,22 +34,25 @@ function deny(ctx: ProxyContext, log: Logger, socket: Socket, refusal: Refusal, 
 }
 
 /** CONNECT has no content (RFC 9110 §9.3.6): framing headers would smuggle bytes past the hello check. */
-function connectBodyProblem(req: IncomingMessage): string | undefined {
-  if (req.headers['transfer-encoding'] !== undefined) return 'a CONNECT request must not carry Transfer-Encoding';
-  const length = req.headers['content-length'];
+export function connectBodyProblem(headers: IncomingHttpHeaders): string | undefined {
+  if (headers['transfer-encoding'] !== undefined) return 'a CONNECT request must not carry Transfer-Encoding';
+  const length = headers['content-length'];
   if (length !== undefined && length !== '0') return 'a CONNECT request must not carry a body (Content-Length)';
   return undefined;
 }
 
-export async function handleConnect(ctx: ProxyContext, root: Logger, req: IncomingMessage, client: Socket, head: Buffer): Promise<void> {
+/**
+ * One CONNECT request: its request-target, and why its head cannot be accepted (framing fields)
+ * if that is so; `head` is what the client sent after the head.
+ */
+export async function handleConnect(ctx: ProxyContext, root: Logger, request: { target: string; bodyProblem: string | undefined }, client: Socket, head: Buffer): Promise<void> {
   const started = performance.now();
   const { log } = connectionOf(client, root);
   client.on('error', () => client.destroy()); // reported by the close line; never crashes the process
 
-  const target = parseConnectTarget(req.url ?? '');
+  const target = parseConnectTarget(request.target);
   if (!target.ok) return deny(ctx, log, client, { reason: target.reason, detail: target.detail }, {});
-  const bodyProblem = connectBodyProblem(req);
-  if (bodyProblem !== undefined) return deny(ctx, log, client, { reason: 'bad_request', detail: bodyProblem }, {});
+  if (request.bodyProblem !== undefined) return deny(ctx, log, client, { reason: 'bad_request', detail: request.bodyProblem }, {});
 
   const decision = await decide(ctx.policy(), target.host, target.port, ctx.lookup);
   const decideMs = ms(started);
@@ -90,6 +93,8 @@ export async function handleConnect(ctx: ProxyContext, root: Logger, req: Incomi
   ctx.observer.connect(connectMs / 1000, true);
   ctx.observer.decision('allow', 'allowed');
   ctx.observer.tunnelOpened();
+  // The client may go on at once; the decision line is written after the answer.
+  client.write(ESTABLISHED);
   log.info({
     [F.event]: 'decision',
     [F.decision]: 'allow',
@@ -104,7 +109,6 @@ export async function handleConnect(ctx: ProxyContext, root: Logger, req: Incomi
     [F.decideMs]: decideMs,
     [F.connectMs]: connectMs,
   });
-  client.write(ESTABLISHED);
   splice(ctx, log, client, upstream, { host: decision.host, port: decision.port, tls: decision.tunnel === 'tls', started, head });
 }
 
@@ -243,4 +247,6 @@ function holdClientHello(client: Socket, head: Buffer, timeoutMs: number, done: 
   client.once('end', onEnd);
   client.once('close', () => clearTimeout(deadline));
   if (head.length > 0) take(head);
+  // A socket handed over paused (the fast CONNECT path) flows from here.
+  if (!finished) client.resume();
 }

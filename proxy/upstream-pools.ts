@@ -3,9 +3,16 @@
  * pool key includes the checked addresses and every connection is opened by the pinned dialer, so
  * a pooled connection is always to an address that was checked for the request that reuses it; a
  * new DNS answer means a new pool.
+ *
+ * undici is loaded on the first plain-HTTP request: it is a fifth of the proxy's resident memory,
+ * and a proxy that only ever tunnels (HTTPS) never needs it.
  */
-import { Pool } from 'undici';
+import type { Pool } from 'undici';
+import type * as Undici from 'undici';
+import { requireCjs } from '../common/index.js';
 import { dialPinned, type Connect } from './dial.js';
+
+type PoolClass = typeof Pool;
 
 export interface PoolOptions {
   readonly connect: Connect;
@@ -20,6 +27,7 @@ export interface PoolOptions {
 
 export class UpstreamPools {
   private readonly pools = new Map<string, Pool>();
+  private PoolClass: PoolClass | undefined;
 
   constructor(private readonly options: PoolOptions) {}
 
@@ -49,7 +57,8 @@ export class UpstreamPools {
 
   private create(host: string, port: number, addresses: readonly string[]): Pool {
     const { connect, connectTimeoutMs, idleTimeoutMs, maxHeaderBytes } = this.options;
-    return new Pool(`http://${host}:${port}`, {
+    this.PoolClass ??= (requireCjs('undici') as typeof Undici).Pool;
+    return new this.PoolClass(`http://${host}:${port}`, {
       connect: (_options, callback) => {
         dialPinned(addresses, port, { connect, timeoutMs: connectTimeoutMs }).then(
           (dialed) => callback(null, dialed.socket),

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds the three product images without any container registry:
+# Builds the product images without any container registry:
 #   capybara-sandbox:latest         image/sandbox/Dockerfile
 #   capybara-sandbox-egress:latest  image/egress/Dockerfile
 #   capybara-sandbox-proxy:latest   haproxy/Dockerfile
+#   capybara-sandbox-cli:latest     image/cli/Dockerfile (the plugin and its CLI; on the egress base)
 #
 # Each Dockerfile takes its base image as the BASE build argument. Here every base is a Debian
 # trixie root filesystem made by mmdebstrap from the machine's reachable Debian mirror (already
@@ -15,7 +16,7 @@
 # Environment:
 #   CAPYBARA_DEBIAN_MIRROR   Debian mirror for mmdebstrap (default http://deb.debian.org/debian)
 #   CAPYBARA_FORCE_REBUILD=1 ignore the hashes and build everything again
-# Usage: bash scripts/build-images.sh [sandbox|egress|proxy ...]   (default: all three)
+# Usage: bash scripts/build-images.sh [sandbox|egress|proxy|cli ...]   (default: all four)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -40,6 +41,14 @@ apt_packages() {
   line=${line//\"/}
   echo "$line"
 }
+
+# Prints a progress line every 30 s while a long step (mmdebstrap, docker build) runs, so a cold
+# build of several minutes is never silent. Usage: heartbeat WHAT & hb=$!; ...; stop_heartbeat $hb
+heartbeat() {
+  local what=$1 start=$SECONDS
+  while sleep 30; do log "$what: still running ($((SECONDS - start))s)"; done
+}
+stop_heartbeat() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
 
 image_hash() { docker image inspect --format "{{index .Config.Labels \"$HASH_LABEL\"}}" "$1" 2>/dev/null || true; }
 
@@ -70,12 +79,15 @@ build_base() {
   log "building base $tag with mmdebstrap ($SUITE: $pkgs)"
   local started=$SECONDS logfile
   logfile=$(mktemp)
+  heartbeat "base $name (mmdebstrap)" >/dev/null & local hb=$!
   # shellcheck disable=SC2086  # the package list is split on purpose
   if ! mmdebstrap "${MM_OPTS[@]}" --include="$(echo $pkgs | tr ' ' ',')" "$SUITE" - "$MIRROR" 2>"$logfile" \
       | docker import --change "LABEL $HASH_LABEL=$hash" --change 'CMD ["bash"]' - "$tag" >/dev/null; then
+    stop_heartbeat "$hb"
     tail -n 30 "$logfile" >&2; rm -f "$logfile"
     die "mmdebstrap or docker import failed for base $name"
   fi
+  stop_heartbeat "$hb"
   rm -f "$logfile"
   docker tag "$tag" "capybara-base-$name:latest"
   log "base $tag built in $((SECONDS - started))s"
@@ -93,10 +105,19 @@ build_image() {
   fi
   log "building $tag (${hash:0:12})"
   local started=$SECONDS
-  docker build --quiet --pull=false \
-    --build-arg "BASE=$base" \
-    --label "$HASH_LABEL=$hash" \
-    -f "$dockerfile" -t "$tag" -t "${tag%:*}:${hash:0:12}" "$context" >/dev/null
+  local logfile
+  logfile=$(mktemp)
+  heartbeat "$tag (docker build)" & local hb=$!
+  if ! docker build --quiet --pull=false --force-rm \
+      --build-arg "BASE=$base" \
+      --label "$HASH_LABEL=$hash" \
+      -f "$dockerfile" -t "$tag" -t "${tag%:*}:${hash:0:12}" "$context" >/dev/null 2>"$logfile"; then
+    stop_heartbeat "$hb"
+    tail -n 30 "$logfile" >&2; rm -f "$logfile"
+    die "docker build of $tag failed"
+  fi
+  stop_heartbeat "$hb"
+  rm -f "$logfile"
   log "$tag built in $((SECONDS - started))s"
 }
 
@@ -110,9 +131,9 @@ hash_files() {
 }
 
 TARGETS=("$@")
-[[ ${#TARGETS[@]} -gt 0 ]] || TARGETS=(sandbox egress proxy)
+[[ ${#TARGETS[@]} -gt 0 ]] || TARGETS=(sandbox egress proxy cli)
 for t in "${TARGETS[@]}"; do
-  case $t in sandbox|egress|proxy) ;; *) die "unknown image '$t' (sandbox, egress or proxy)";; esac
+  case $t in sandbox|egress|proxy|cli) ;; *) die "unknown image '$t' (sandbox, egress, proxy or cli)";; esac
 done
 selected() { local t; for t in "${TARGETS[@]}"; do [[ $t == "$1" ]] && return 0; done; return 1; }
 
@@ -123,17 +144,22 @@ command -v mmdebstrap >/dev/null || die "mmdebstrap is not installed (run script
 TOTAL_START=$SECONDS
 
 # Bases are independent: build the missing ones in parallel (mostly download and dpkg time).
-declare -A DOCKERFILE=([sandbox]=image/sandbox/Dockerfile [egress]=image/egress/Dockerfile [proxy]=haproxy/Dockerfile)
+declare -A DOCKERFILE=([sandbox]=image/sandbox/Dockerfile [egress]=image/egress/Dockerfile [proxy]=haproxy/Dockerfile [cli]=image/cli/Dockerfile)
+# The cli image needs the same packages as the egress image (Node.js), so it shares its base.
+declare -A BASE_OF=([sandbox]=sandbox [egress]=egress [proxy]=proxy [cli]=egress)
 declare -A BASE PID
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-for t in "${TARGETS[@]}"; do
-  build_base "$t" "${DOCKERFILE[$t]}" >"$TMP/$t.base" &
-  PID[$t]=$!
+mapfile -t BASES < <(for t in "${TARGETS[@]}"; do echo "${BASE_OF[$t]}"; done | sort -u)
+for b in "${BASES[@]}"; do
+  build_base "$b" "${DOCKERFILE[$b]}" >"$TMP/$b.base" &
+  PID[$b]=$!
+done
+for b in "${BASES[@]}"; do
+  wait "${PID[$b]}" || die "base for $b failed"
 done
 for t in "${TARGETS[@]}"; do
-  wait "${PID[$t]}" || die "base for $t failed"
-  BASE[$t]=$(cat "$TMP/$t.base")
+  BASE[$t]=$(cat "$TMP/${BASE_OF[$t]}.base")
 done
 
 if selected proxy; then
@@ -186,6 +212,40 @@ JSON
   fi
 fi
 
+if selected cli; then
+  # The plugin (dist/index.mjs and the controller), its manifest and the CLI, compiled here as
+  # for the egress image; deploy/host-stub.mjs is the stand-in host of deploy/compose.yaml.
+  mapfile -t files < <({ find common policy controller .capybara-plugin -type f; ls -1 index.mts package.json package-lock.json tsconfig.json image/cli/Dockerfile deploy/host-stub.mjs 2>/dev/null; } | sort)
+  ctxhash=$(hash_files "${files[@]}")
+  base_id=$(docker image inspect --format '{{.Id}}' "${BASE[cli]}")
+  if [[ -z "${CAPYBARA_FORCE_REBUILD:-}" && "$(image_hash capybara-sandbox-cli:latest)" == "$(printf '%s\n' "$base_id" "$ctxhash" | sha)" ]]; then
+    log "capybara-sandbox-cli:latest is up to date"
+  else
+    started=$SECONDS
+    stage=$TMP/cli
+    mkdir -p "$stage/dist" "$stage/deploy"
+    [[ -d node_modules ]] || npm ci --no-audit --no-fund --loglevel=error
+    log "compiling common/, policy/, controller/ and index.mts (tsc)"
+    cat > "$TMP/tsconfig.cli.json" <<JSON
+{
+  "extends": "$ROOT/tsconfig.json",
+  "compilerOptions": { "rootDir": "$ROOT", "outDir": "$stage/dist", "declaration": false, "sourceMap": false },
+  "include": ["$ROOT/common/**/*.ts", "$ROOT/policy/**/*.ts", "$ROOT/controller/**/*.ts", "$ROOT/index.mts"],
+  "exclude": []
+}
+JSON
+    npx --no-install tsc -p "$TMP/tsconfig.cli.json"
+    cp -r .capybara-plugin "$stage/"
+    cp deploy/host-stub.mjs "$stage/deploy/"
+    cp image/cli/Dockerfile "$stage/Dockerfile"
+    cp package.json package-lock.json "$stage/"
+    log "installing production dependencies into the staging context (npm ci --omit=dev)"
+    (cd "$stage" && npm ci --omit=dev --ignore-scripts --no-audit --no-fund --loglevel=error)
+    log "cli context staged in $((SECONDS - started))s"
+    build_image capybara-sandbox-cli:latest "$stage/Dockerfile" "$stage" "${BASE[cli]}" "$ctxhash"
+  fi
+fi
+
 log "done in $((SECONDS - TOTAL_START))s"
 docker image ls --format '{{.Repository}}:{{.Tag}}  {{.Size}}' \
-  | grep -E '^capybara-sandbox(-egress|-proxy)?:latest ' >&2 || true
+  | grep -E '^capybara-sandbox(-egress|-proxy|-cli)?:latest ' >&2 || true

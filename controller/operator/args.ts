@@ -1,13 +1,18 @@
 /**
  * Command line of `capybara-sandbox`: global options, one command, its arguments. Parsed once
  * with node:util parseArgs (strict: an unknown option is an error naming it); everything after
- * `--` is the command line of `exec`, never read as options.
+ * `--` is the command line of `exec` and `run`, never read as options. An option given to a
+ * command that does not use it is an error too, so a mistyped command line never half-works.
  */
 import { parseArgs } from 'node:util';
 import { SandboxError } from '../errors.js';
+import { DEFAULT_SANDBOX_IMAGE, parseSandboxOptions, sandboxName, type SandboxOptions } from './sandbox-options.js';
 
-export const OPERATOR_COMMANDS = ['ls', 'inspect', 'exec', 'destroy', 'gc', 'doctor'] as const;
+export const OPERATOR_COMMANDS = ['up', 'down', 'create', 'run', 'ls', 'inspect', 'exec', 'destroy', 'gc', 'doctor'] as const;
 export type OperatorCommand = (typeof OPERATOR_COMMANDS)[number];
+
+/** Commands that talk to the engine itself, not to the socket proxy. */
+export const ENGINE_COMMANDS: readonly OperatorCommand[] = ['up', 'down', 'ls', 'gc'];
 
 export interface OperatorArgs {
   readonly command: OperatorCommand | undefined;
@@ -17,18 +22,32 @@ export interface OperatorArgs {
   readonly endpoint: string | undefined;
   readonly tlsCertDir: string | undefined;
   readonly network: string | undefined;
-  /** `KEY=VALUE` filters (ls, gc) and labels of doctor's throwaway sandbox. */
+  /** `KEY=VALUE` filters (ls, gc) and labels of what up, create, run and doctor make. */
   readonly labels: Readonly<Record<string, string>>;
+  /** The sandbox name (`cap-<id>`), for the commands that take one. */
   readonly name: string | undefined;
+  /** The command line after `--` (exec, run), joined for `bash -c`. */
   readonly execCommand: string | undefined;
   readonly timeoutMs: number | undefined;
   readonly dryRun: boolean;
   readonly minAgeMs: number;
   readonly image: string;
+  /** create and run: what to create. */
+  readonly sandbox: SandboxOptions;
+  /** run: destroy the sandbox after the command. */
+  readonly remove: boolean;
+  /** The socket proxy of up and down (and of create/run when they start it themselves). */
+  readonly socketDir: string;
+  readonly proxyName: string;
+  readonly proxyImage: string;
 }
 
-export const DEFAULT_MIN_AGE_MS = 10 * 60_000;
-export const DEFAULT_SANDBOX_IMAGE = 'capybara-sandbox:latest';
+const DEFAULT_MIN_AGE_MS = 10 * 60_000;
+/** Where `up` puts the socket proxy's unix socket: a directory only root can open. */
+const DEFAULT_SOCKET_DIR = '/run/capybara-sandbox';
+/** The container `up` starts. Not `cap-`: the socket proxy never lets a controller touch it. */
+const DEFAULT_PROXY_NAME = 'capybara-socket-proxy';
+const DEFAULT_PROXY_IMAGE = 'capybara-sandbox-proxy:latest';
 
 export function usageError(message: string): SandboxError {
   return new SandboxError('invalid_config', `${message} (see capybara-sandbox --help)`);
@@ -52,30 +71,52 @@ function parseLabels(values: readonly string[]): Record<string, string> {
   return labels;
 }
 
+const OPTIONS = {
+  help: { type: 'boolean', short: 'h' },
+  json: { type: 'boolean' },
+  config: { type: 'string' },
+  endpoint: { type: 'string' },
+  'tls-cert-dir': { type: 'string' },
+  network: { type: 'string' },
+  label: { type: 'string', multiple: true },
+  timeout: { type: 'string' },
+  'dry-run': { type: 'boolean' },
+  'min-age': { type: 'string' },
+  image: { type: 'string' },
+  egress: { type: 'string' },
+  allow: { type: 'string', multiple: true },
+  cpu: { type: 'string' },
+  memory: { type: 'string' },
+  workspace: { type: 'string' },
+  rm: { type: 'boolean' },
+  'socket-dir': { type: 'string' },
+  'proxy-name': { type: 'string' },
+  'proxy-image': { type: 'string' },
+} as const;
+type OptionName = keyof typeof OPTIONS;
+
+const SANDBOX_OPTIONS: readonly OptionName[] = ['egress', 'allow', 'cpu', 'memory', 'workspace'];
+/** Options that only some commands read; every other option is global. */
+const COMMAND_OPTIONS: Partial<Record<OptionName, readonly OperatorCommand[]>> = {
+  timeout: ['exec', 'run'],
+  'dry-run': ['gc'],
+  'min-age': ['gc'],
+  image: ['up', 'create', 'run', 'doctor'],
+  rm: ['run'],
+  ...Object.fromEntries(SANDBOX_OPTIONS.map((o) => [o, ['create', 'run']])),
+};
+
+/** Commands taking one sandbox name; `--` commands take a command line after it. */
+const NAMED: readonly OperatorCommand[] = ['create', 'run', 'inspect', 'exec', 'destroy'];
+const DASH_DASH: readonly OperatorCommand[] = ['exec', 'run'];
+
 export function parseOperatorArgs(argv: readonly string[]): OperatorArgs {
   const dashDash = argv.indexOf('--');
   const head = dashDash === -1 ? argv : argv.slice(0, dashDash);
   const tail = dashDash === -1 ? undefined : argv.slice(dashDash + 1);
   let parsed;
   try {
-    parsed = parseArgs({
-      args: [...head],
-      allowPositionals: true,
-      strict: true,
-      options: {
-        help: { type: 'boolean', short: 'h' },
-        json: { type: 'boolean' },
-        config: { type: 'string' },
-        endpoint: { type: 'string' },
-        'tls-cert-dir': { type: 'string' },
-        network: { type: 'string' },
-        label: { type: 'string', multiple: true },
-        timeout: { type: 'string' },
-        'dry-run': { type: 'boolean' },
-        'min-age': { type: 'string' },
-        image: { type: 'string' },
-      },
-    });
+    parsed = parseArgs({ args: [...head], allowPositionals: true, strict: true, options: OPTIONS });
   } catch (err) {
     throw usageError((err as Error).message);
   }
@@ -91,11 +132,19 @@ export function parseOperatorArgs(argv: readonly string[]): OperatorArgs {
   } else if (!help) {
     throw usageError('a command is required');
   }
-  const needsName = command === 'inspect' || command === 'exec' || command === 'destroy';
-  if (!help && needsName && rest.length !== 1) throw usageError(`${command} takes exactly one sandbox name`);
-  if (!help && !needsName && command !== undefined && rest.length > 0) throw usageError(`${command} takes no arguments, got ${JSON.stringify(rest.join(' '))}`);
-  if (!help && command === 'exec' && (tail === undefined || tail.length === 0)) throw usageError('exec needs a command after --, e.g. exec cap-x -- ls -la');
-  if (!help && command !== 'exec' && tail !== undefined) throw usageError('"--" is only used by exec');
+  const needsName = command !== undefined && NAMED.includes(command);
+  if (!help && command !== undefined) {
+    if (needsName && rest.length !== 1) throw usageError(`${command} takes exactly one sandbox name`);
+    if (!needsName && rest.length > 0) throw usageError(`${command} takes no arguments, got ${JSON.stringify(rest.join(' '))}`);
+    const takesTail = DASH_DASH.includes(command);
+    if (takesTail && (tail === undefined || tail.length === 0)) throw usageError(`${command} needs a command after --, e.g. ${command} demo -- ls -la`);
+    if (!takesTail && tail !== undefined) throw usageError('"--" is only used by exec and run');
+    for (const [option, commands] of Object.entries(COMMAND_OPTIONS)) {
+      if (values[option as OptionName] !== undefined && !commands.includes(command)) {
+        throw usageError(`--${option} does not apply to ${command} (only to ${commands.join(', ')})`);
+      }
+    }
+  }
   return {
     command,
     help,
@@ -105,54 +154,97 @@ export function parseOperatorArgs(argv: readonly string[]): OperatorArgs {
     tlsCertDir: values['tls-cert-dir'],
     network: values.network,
     labels: parseLabels(values.label ?? []),
-    name: needsName ? rest[0] : undefined,
+    name: needsName && !help ? sandboxName(rest[0] ?? '') : undefined,
     execCommand: tail?.join(' '),
     timeoutMs: values.timeout === undefined ? undefined : parseDuration(values.timeout, '--timeout'),
     dryRun: values['dry-run'] === true,
     minAgeMs: values['min-age'] === undefined ? DEFAULT_MIN_AGE_MS : parseDuration(values['min-age'], '--min-age'),
     image: values.image ?? DEFAULT_SANDBOX_IMAGE,
+    sandbox: parseSandboxOptions({
+      egress: values.egress,
+      allow: values.allow,
+      cpu: values.cpu,
+      memory: values.memory,
+      workspace: values.workspace,
+      image: values.image,
+    }),
+    remove: values.rm === true,
+    socketDir: values['socket-dir'] ?? DEFAULT_SOCKET_DIR,
+    proxyName: values['proxy-name'] ?? DEFAULT_PROXY_NAME,
+    proxyImage: values['proxy-image'] ?? DEFAULT_PROXY_IMAGE,
   };
 }
 
 export const OPERATOR_HELP = `capybara-sandbox: operator tool for the sandbox-docker deployment
 
 Usage:
-  capybara-sandbox [options] ls
-  capybara-sandbox [options] inspect NAME
+  capybara-sandbox [options] up [--socket-dir DIR] [--image IMAGE]
+  capybara-sandbox [options] run NAME [sandbox options] [--rm] [--timeout 10m] -- COMMAND...
+  capybara-sandbox [options] create NAME [sandbox options]
   capybara-sandbox [options] exec NAME [--timeout 10m] -- COMMAND...
+  capybara-sandbox [options] inspect NAME
   capybara-sandbox [options] destroy NAME
+  capybara-sandbox [options] down
+  capybara-sandbox [options] ls
   capybara-sandbox [options] gc [--dry-run] [--min-age 10m]
   capybara-sandbox [options] doctor [--image IMAGE]
 
 Commands:
-  ls        every sandbox (containers labelled dev.capybara.sandbox=1): name, state, tier,
-            age, image, egress proxy state. Needs an endpoint that allows listing.
+  up        start (or reuse) the socket proxy container on a unix socket in --socket-dir
+            (default ${DEFAULT_SOCKET_DIR}, root only), check the images, print the endpoint.
+  run       run COMMAND (bash -c, as the sandbox user) in sandbox NAME, creating it first
+            with the sandbox options when it does not exist; prints the output and exits
+            with the command's exit code (124 when it timed out). --rm destroys it after.
+  create    create sandbox NAME; refused when it already exists.
+  exec      run COMMAND in an existing sandbox and exit with its exit code.
   inspect   one sandbox: state, tier, allowlist, image, egress proxy, network, volumes.
-  exec      run COMMAND (bash -c, as the sandbox user) and exit with its exit code
-            (124 when it timed out).
   destroy   remove the sandbox and its egress proxy, network and ephemeral volumes.
+  down      stop and remove the socket proxy container that up started (sandboxes stay).
+  ls        every sandbox (containers labelled dev.capybara.sandbox=1): name, state, tier,
+            age, image, egress proxy state.
   gc        remove orphans: an egress proxy, network or volume whose sandbox container is
             gone and that is older than --min-age (default 10m, so a create in progress in
             another controller replica is never touched). Persistent workspaces (cap-ws.*)
-            and live sandboxes are never removed. --dry-run only lists. Needs listing.
+            and live sandboxes are never removed. --dry-run only lists.
   doctor    check the deployment and print each check with pass/fail and what to do.
             Starts and removes one throwaway sandbox (allowlist tier, --image).
 
+NAME is a sandbox name (cap-demo) or its id (demo, meaning cap-demo).
+
+Sandbox options (create, run):
+  --egress TIER        none | internal | allowlist (default) | open (needs allowOpenEgress)
+  --allow HOST         allowlist entry: a host name or *.example.com (repeatable, or
+                       comma-separated); only with the allowlist tier
+  --image IMAGE        sandbox image (default ${DEFAULT_SANDBOX_IMAGE})
+  --cpu N              CPUs (fractions allowed; default 1)
+  --memory MB          memory in MiB (default 1024)
+  --workspace KEY      mount the persistent workspace KEY (volume cap-ws.KEY, kept by destroy)
+  run reuses an existing sandbox, but refuses when an option given differs from what the
+  sandbox was created with.
+
 Options:
   --config FILE        deployment config as JSON (the same strict schema as the plugin's
-                       extensionConfig."sandbox-docker")
-  --endpoint URL       tcp://host:port or unix:///path (overrides the file)
+                       extensionConfig."sandbox-docker"); without it, the environment
+                       variable CAPYBARA_EXTENSION_CONFIG is read as the host reads it
+  --endpoint URL       tcp://host:port or unix:///path (overrides the config). For up, down,
+                       ls and gc it names the engine (default unix:///var/run/docker.sock);
+                       for the other commands the socket proxy (default: the socket of up)
   --tls-cert-dir DIR   ca.pem, cert.pem, key.pem for mTLS to a tcp:// engine
-  --network NAME       shared sandbox network (overrides the file)
-  --label KEY=VALUE    ls/gc: only resources that also carry this label; doctor: put it on
-                       the throwaway sandbox (repeatable)
+  --network NAME       shared sandbox network (overrides the config; default capybara-sandbox)
+  --socket-dir DIR     directory of the socket of up (default ${DEFAULT_SOCKET_DIR}); its
+                       socket is the default endpoint of the commands that use the proxy
+  --proxy-name NAME    the socket proxy container of up and down (default ${DEFAULT_PROXY_NAME})
+  --proxy-image IMAGE  its image (default ${DEFAULT_PROXY_IMAGE})
+  --label KEY=VALUE    ls/gc: only resources that also carry this label; up, create, run,
+                       doctor: put it on what they create (repeatable)
   --json               machine-readable output
   -h, --help           this text
 
-The socket proxy refuses listing by design: run ls and gc on the engine host against the
-engine itself (--endpoint unix:///var/run/docker.sock). inspect, exec, destroy and doctor
-work through the socket proxy the controller uses.
+Without an endpoint anywhere, create and run start the socket proxy as up does when nothing
+answers on its socket, so that the first command needs no set-up beyond the images.
 
-Exit codes: 0 ok, 1 failure (or a failed doctor check), 2 bad usage or config; exec exits
-with the command's code.
+The socket proxy refuses listing by design: ls and gc run against the engine itself.
+
+Exit codes: 0 ok, 1 failure (or a failed doctor check), 2 bad usage or config; exec and run
+exit with the command's code.
 `;

@@ -1,38 +1,126 @@
 /**
  * The operator CLI's deployment config: the plugin's own strict schema, read from a JSON file
- * and/or overridden by flags, validated once. Errors name the file (or the command line).
+ * (or, without one, from CAPYBARA_EXTENSION_CONFIG as the host reads it), overridden by flags
+ * and validated once. Errors name the file or variable. Without an endpoint anywhere, engine
+ * commands use the local engine socket and the others the socket `up` makes; the result says
+ * which, because only a default endpoint may be started on demand.
  */
 import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { parseDeploymentConfig, type DeploymentConfig } from '../config.js';
 import { SandboxError } from '../errors.js';
-import type { OperatorArgs } from './args.js';
+import { EGRESS_ENV } from '../../common/index.js';
+import { ENGINE_COMMANDS, type OperatorArgs } from './args.js';
 
-export function loadOperatorConfig(args: OperatorArgs): DeploymentConfig {
-  let input: Record<string, unknown> = {};
-  if (args.configFile !== undefined) {
-    let text: string;
-    try {
-      text = readFileSync(args.configFile, 'utf8');
-    } catch (err) {
-      throw new SandboxError('invalid_config', `Cannot read config file ${args.configFile}: ${(err as Error).message}`, { cause: err });
-    }
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(text);
-    } catch (err) {
-      throw new SandboxError('invalid_config', `Config file ${args.configFile} is not valid JSON: ${(err as Error).message}`, { cause: err });
-    }
-    if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
-      throw new SandboxError('invalid_config', `Config file ${args.configFile} must hold a JSON object (the value of extensionConfig."sandbox-docker").`);
-    }
-    input = { ...(parsed as Record<string, unknown>) };
+/** The host's variable: `{"sandbox-docker": {...deployment config...}}`. */
+const EXTENSION_CONFIG_ENV = 'CAPYBARA_EXTENSION_CONFIG';
+const PLUGIN_KEY = 'sandbox-docker';
+export const PROXY_SOCKET_FILE = 'docker.sock';
+
+export interface OperatorConfig {
+  readonly config: DeploymentConfig;
+  /**
+   * True when the endpoint is the socket of `up` because nothing named one: only then may
+   * create and run start the socket proxy themselves.
+   */
+  readonly proxyOnDemand: boolean;
+}
+
+/** The engine's own socket on this host: DOCKER_HOST when it names a unix socket. */
+function localEngineEndpoint(env: NodeJS.ProcessEnv): string {
+  const host = env.DOCKER_HOST;
+  return host?.startsWith('unix://') ? host : 'unix:///var/run/docker.sock';
+}
+
+function proxySocketEndpoint(socketDir: string): string {
+  return `unix://${join(socketDir, PROXY_SOCKET_FILE)}`;
+}
+
+function parseObject(text: string, source: string, what: string): Record<string, unknown> {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch (err) {
+    throw new SandboxError('invalid_config', `${source} is not valid JSON: ${(err as Error).message}`, { cause: err });
   }
-  if (args.endpoint !== undefined) input.endpoint = args.endpoint;
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
+    throw new SandboxError('invalid_config', `${source} must hold a JSON object (${what}).`);
+  }
+  return parsed as Record<string, unknown>;
+}
+
+function fromFile(file: string): Record<string, unknown> {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new SandboxError('invalid_config', `Cannot read config file ${file}: ${(err as Error).message}`, { cause: err });
+  }
+  return parseObject(text, `Config file ${file}`, 'the value of extensionConfig."sandbox-docker"');
+}
+
+function fromEnv(text: string): Record<string, unknown> {
+  const all = parseObject(text, `${EXTENSION_CONFIG_ENV}`, `{"${PLUGIN_KEY}": {...}}`);
+  const mine = all[PLUGIN_KEY];
+  if (mine === undefined) return {};
+  if (typeof mine !== 'object' || mine === null || Array.isArray(mine)) {
+    throw new SandboxError('invalid_config', `${EXTENSION_CONFIG_ENV}."${PLUGIN_KEY}" must be a JSON object.`);
+  }
+  return { ...(mine as Record<string, unknown>) };
+}
+
+export function loadOperatorConfig(args: OperatorArgs, env: NodeJS.ProcessEnv): OperatorConfig {
+  const envText = env[EXTENSION_CONFIG_ENV];
+  let input: Record<string, unknown> = {};
+  let source = 'command line';
+  if (args.configFile !== undefined) {
+    input = fromFile(args.configFile);
+    source = `config file ${args.configFile} (with command-line overrides)`;
+  } else if (envText !== undefined && envText !== '') {
+    input = fromEnv(envText);
+    source = `${EXTENSION_CONFIG_ENV}."${PLUGIN_KEY}" (with command-line overrides)`;
+  }
   if (args.tlsCertDir !== undefined) input.tlsCertDir = args.tlsCertDir;
   if (args.network !== undefined) input.network = args.network;
-  if (input.endpoint === undefined) {
-    throw new SandboxError('invalid_config', 'No endpoint: pass --config FILE or --endpoint tcp://host:port | unix:///path (see capybara-sandbox --help)');
+  let proxyOnDemand = false;
+  if (args.command === 'up' || args.command === 'down') {
+    // Their --endpoint names the engine; the deployment's endpoint is the socket they manage.
+    input.endpoint = proxySocketEndpoint(args.socketDir);
+    proxyOnDemand = true;
+  } else if (args.endpoint !== undefined) {
+    input.endpoint = args.endpoint;
+  } else if (input.endpoint === undefined) {
+    const engineCommand = args.command !== undefined && ENGINE_COMMANDS.includes(args.command);
+    input.endpoint = engineCommand ? localEngineEndpoint(env) : proxySocketEndpoint(args.socketDir);
+    proxyOnDemand = !engineCommand;
   }
-  const source = args.configFile === undefined ? 'command line' : `config file ${args.configFile} (with command-line overrides)`;
-  return parseDeploymentConfig(input, source);
+  return { config: parseDeploymentConfig(input, source), proxyOnDemand };
+}
+
+/** The engine `up` and `down` talk to: --endpoint, else the local socket. Unix only. */
+export function engineSocketFor(args: OperatorArgs, env: NodeJS.ProcessEnv): string {
+  const endpoint = args.endpoint ?? localEngineEndpoint(env);
+  if (!endpoint.startsWith('unix:///')) {
+    throw new SandboxError('invalid_config', `${args.command ?? 'up'} needs the engine's own unix socket (its path is mounted into the socket proxy), got --endpoint ${endpoint}; run it on the engine host.`);
+  }
+  return endpoint.slice('unix://'.length);
+}
+
+/**
+ * Tests pin a host name to a test server with the egress image's own variable; the CLI passes
+ * it on to the egress proxies of the sandboxes it creates (and says so each time).
+ */
+export function egressTestHostsFromEnv(env: NodeJS.ProcessEnv): Record<string, string> | undefined {
+  const text = env[EGRESS_ENV.testHosts];
+  if (text === undefined || text === '') return undefined;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch (err) {
+    throw new SandboxError('invalid_config', `${EGRESS_ENV.testHosts} is not valid JSON: ${(err as Error).message}`, { cause: err });
+  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed) || !Object.values(parsed).every((v) => typeof v === 'string')) {
+    throw new SandboxError('invalid_config', `${EGRESS_ENV.testHosts} must be a JSON object of host name to IP address, e.g. {"example.test":"10.0.0.2"}.`);
+  }
+  return parsed as Record<string, string>;
 }

@@ -1,25 +1,34 @@
 /**
  * Runs one `capybara-sandbox` invocation: parses the command line, loads the config, does the
  * command through the controller's engine layer or provider, and renders a table or JSON.
- * Returns the exit code instead of exiting, so tests run it in-process.
+ * Returns the exit code instead of exiting, so tests run it in-process. Progress lines of the
+ * long steps (starting the socket proxy, creating a sandbox) go to stderr, so stdout carries
+ * only the result (for run: the command's own output).
  */
 import pino from 'pino';
+import { join } from 'node:path';
 import { DockerEngine } from '../engine.js';
 import { isSandboxError } from '../errors.js';
 import { createDockerSandbox } from '../provider.js';
 import type { DeploymentConfig } from '../config.js';
+import type { ExecResult } from '../contract.js';
 import { OPERATOR_HELP, parseOperatorArgs, type OperatorArgs } from './args.js';
-import { loadOperatorConfig } from './operator-config.js';
-import { readInventory, sandboxRows } from './inventory.js';
+import { egressTestHostsFromEnv, engineSocketFor, loadOperatorConfig, PROXY_SOCKET_FILE, type OperatorConfig } from './operator-config.js';
+import { labelFilters, readInventory, sandboxRows } from './inventory.js';
 import { inspectSandbox } from './sandbox-detail.js';
 import { collectGarbage } from './gc.js';
 import { runDoctor } from './doctor.js';
 import { age, table } from './render.js';
+import type { SocketProxySettings } from './socket-proxy-spec.js';
+import { proxyAnswers, socketProxyDown, socketProxyUp, type UpResult } from './socket-proxy-service.js';
+import { createSandbox, ensureSandbox } from './sandbox-commands.js';
 
 export interface OperatorIo {
   readonly stdout: (text: string) => void;
   readonly stderr: (text: string) => void;
   readonly now?: () => number;
+  /** The environment to read (default process.env). */
+  readonly env?: NodeJS.ProcessEnv;
 }
 
 /** Exit code of exec when the command was ended by its timeout, as timeout(1) does. */
@@ -30,12 +39,92 @@ function print(io: OperatorIo, args: OperatorArgs, json: unknown, human: string)
   io.stdout(args.json ? `${JSON.stringify(json, null, 2)}\n` : human);
 }
 
-async function dispatch(args: OperatorArgs, config: DeploymentConfig, io: OperatorIo): Promise<number> {
+function printExec(io: OperatorIo, args: OperatorArgs, r: ExecResult): number {
+  if (args.json) {
+    io.stdout(`${JSON.stringify({ ...r }, null, 2)}\n`);
+  } else {
+    io.stdout(r.stdout);
+    io.stderr(r.stderr);
+    if (r.truncated) io.stderr('capybara-sandbox: output was truncated at the output cap\n');
+    if (r.timedOut) io.stderr('capybara-sandbox: the command timed out and was killed\n');
+  }
+  return r.exitCode ?? (r.timedOut ? EXIT_TIMED_OUT : EXIT_NO_CODE);
+}
+
+function proxySettings(args: OperatorArgs, config: DeploymentConfig, env: NodeJS.ProcessEnv): SocketProxySettings {
+  return {
+    name: args.proxyName,
+    image: args.proxyImage,
+    socketDir: args.socketDir,
+    engineSocket: engineSocketFor(args, env),
+    sharedNetwork: config.network,
+    labels: { ...args.labels },
+  };
+}
+
+function upLines(r: UpResult, config: DeploymentConfig): string {
+  const verb = { reused: 'already running', started: 'started', created: 'started', recreated: 'recreated and started' }[r.action];
+  return [
+    `socket proxy ${r.container}: ${verb} (${(r.ms / 1000).toFixed(1)} s)`,
+    `images: ${r.images.join(', ')} present`,
+    `endpoint: ${r.endpoint}`,
+    `the plugin's config: extensionConfig."sandbox-docker" = ${JSON.stringify({ endpoint: r.endpoint, network: config.network })}`,
+    '',
+  ].join('\n');
+}
+
+async function dispatch(args: OperatorArgs, loaded: OperatorConfig, io: OperatorIo, env: NodeJS.ProcessEnv): Promise<number> {
+  const { config } = loaded;
   const now = io.now ?? Date.now;
+  // With --json every stderr line is a JSON object, the progress lines included.
+  const progress = (line: string): void => io.stderr(args.json ? `${JSON.stringify({ progress: line })}\n` : `capybara-sandbox: ${line}\n`);
   const logger = pino({ name: 'capybara-sandbox', level: 'warn' }, pino.destination(2));
   const engine = new DockerEngine({ endpoint: config.endpoint, tlsCertDir: config.tlsCertDir, logger });
-  const provider = (): ReturnType<typeof createDockerSandbox> => createDockerSandbox(config, { labels: { ...args.labels } }, { logger });
+  const testHosts = args.command === 'create' || args.command === 'run' ? egressTestHostsFromEnv(env) : undefined;
+  if (testHosts !== undefined) progress(`test hosts pinned for new egress proxies: ${JSON.stringify(testHosts)} (tests only)`);
+  const provider = (): ReturnType<typeof createDockerSandbox> =>
+    createDockerSandbox(config, { labels: { ...args.labels }, ...(testHosts === undefined ? {} : { egressTestHosts: testHosts }) }, { logger });
+  // Nothing was configured: the socket of up is the endpoint, and it is started on demand.
+  const startProxyIfNeeded = async (): Promise<void> => {
+    if (!loaded.proxyOnDemand || (await proxyAnswers(join(args.socketDir, PROXY_SOCKET_FILE)))) return;
+    progress(`no socket proxy answers on ${config.endpoint}; starting one (capybara-sandbox up)`);
+    const r = await socketProxyUp(proxySettings(args, config, env), [args.sandbox.image, config.egressProxyImage], progress);
+    progress(`socket proxy ${r.container} answers on ${r.endpoint} (${(r.ms / 1000).toFixed(1)} s)`);
+  };
   switch (args.command) {
+    case 'up': {
+      const r = await socketProxyUp(proxySettings(args, config, env), [args.image, config.egressProxyImage], progress);
+      print(io, args, r, upLines(r, config));
+      return 0;
+    }
+    case 'down': {
+      const r = await socketProxyDown(engineSocketFor(args, env), args.proxyName, args.socketDir, labelFilters(args.labels));
+      const left = r.sandboxes.length === 0
+        ? ''
+        : `${r.sandboxes.length} sandbox(es) remain and keep running: ${r.sandboxes.join(', ')}; remove them with capybara-sandbox destroy NAME (after up)\n`;
+      print(io, args, r, `${r.action === 'removed' ? `socket proxy ${r.container} stopped and removed` : `no socket proxy ${r.container} was running`}\n${left}`);
+      return 0;
+    }
+    case 'create': {
+      await startProxyIfNeeded();
+      const r = await createSandbox({ provider: provider(), engine, progress }, args.name ?? '', args.sandbox);
+      print(io, args, { name: r.handle.id, ms: r.ms }, `${r.handle.id}\n`);
+      return 0;
+    }
+    case 'run': {
+      await startProxyIfNeeded();
+      const p = provider();
+      const { handle } = await ensureSandbox({ provider: p, engine, progress }, args.name ?? '', args.sandbox);
+      try {
+        const r = await p.exec(handle, args.execCommand ?? '', args.timeoutMs === undefined ? {} : { timeoutMs: args.timeoutMs });
+        return printExec(io, args, r);
+      } finally {
+        if (args.remove) {
+          await p.destroy(handle);
+          progress(`${handle.id} destroyed (--rm)`);
+        }
+      }
+    }
     case 'ls': {
       const rows = sandboxRows(await readInventory(engine, args.labels, 'ls'), now());
       print(io, args, rows, table(['NAME', 'STATE', 'TIER', 'AGE', 'IMAGE', 'EGRESS'], rows.map((r) => [r.name, r.state, r.tier, age(r.ageSeconds), r.image, r.egress])));
@@ -53,16 +142,7 @@ async function dispatch(args: OperatorArgs, config: DeploymentConfig, io: Operat
     }
     case 'exec': {
       const r = await provider().exec({ id: args.name ?? '' }, args.execCommand ?? '', args.timeoutMs === undefined ? {} : { timeoutMs: args.timeoutMs });
-      const code = r.exitCode ?? (r.timedOut ? EXIT_TIMED_OUT : EXIT_NO_CODE);
-      if (args.json) {
-        io.stdout(`${JSON.stringify({ ...r }, null, 2)}\n`);
-      } else {
-        io.stdout(r.stdout);
-        io.stderr(r.stderr);
-        if (r.truncated) io.stderr('capybara-sandbox: output was truncated at the output cap\n');
-        if (r.timedOut) io.stderr('capybara-sandbox: the command timed out and was killed\n');
-      }
-      return code;
+      return printExec(io, args, r);
     }
     case 'destroy': {
       const name = args.name ?? '';
@@ -91,6 +171,8 @@ async function dispatch(args: OperatorArgs, config: DeploymentConfig, io: Operat
 
 export async function runOperator(argv: readonly string[], io: OperatorIo): Promise<number> {
   let jsonErrors = argv.includes('--json');
+  const env = io.env ?? process.env;
+  let proxyOnDemand = false;
   try {
     const args = parseOperatorArgs(argv);
     jsonErrors = args.json;
@@ -98,11 +180,14 @@ export async function runOperator(argv: readonly string[], io: OperatorIo): Prom
       io.stdout(OPERATOR_HELP);
       return 0;
     }
-    const config = loadOperatorConfig(args);
-    return await dispatch(args, config, io);
+    const loaded = loadOperatorConfig(args, env);
+    proxyOnDemand = loaded.proxyOnDemand && args.command !== 'up' && args.command !== 'down';
+    return await dispatch(args, loaded, io, env);
   } catch (err) {
     const code = isSandboxError(err) ? err.code : 'internal_error';
-    const message = (err as Error).message;
+    // Nothing was configured and nothing answers on the socket of up: say how to start it.
+    const hint = proxyOnDemand && code === 'engine_unavailable' ? ' Start the socket proxy first: capybara-sandbox up (create and run do it themselves).' : '';
+    const message = `${(err as Error).message}${hint}`;
     io.stderr(jsonErrors ? `${JSON.stringify({ error: { code, message } })}\n` : `capybara-sandbox: ${code}: ${message}\n`);
     return isSandboxError(err, 'invalid_config') ? 2 : 1;
   }

@@ -34,7 +34,6 @@ t.test('usage and config errors (no engine needed)', async (t) => {
     { name: 'no command', argv: [], code: 2, err: /a command is required/ },
     { name: 'unknown command', argv: ['--endpoint', 'unix:///x.sock', 'list'], code: 2, err: /unknown command "list"/ },
     { name: 'unknown option', argv: ['--endpoint', 'unix:///x.sock', 'ls', '--all'], code: 2, err: /--all/ },
-    { name: 'no endpoint', argv: ['ls'], code: 2, err: /No endpoint/ },
     { name: 'missing config file', argv: ['--config', join(dir, 'nope.json'), 'ls'], code: 2, err: /Cannot read config file/ },
     { name: 'config file not JSON', argv: ['--config', join(dir, 'bad-json.json'), 'ls'], code: 2, err: /not valid JSON/ },
     { name: 'unknown key in config file', argv: ['--config', join(dir, 'unknown-key.json'), 'ls'], code: 2, err: /unknown-key\.json.*unknown key "endpiont"/ },
@@ -42,18 +41,18 @@ t.test('usage and config errors (no engine needed)', async (t) => {
     { name: 'exec without --', argv: ['--endpoint', 'unix:///x.sock', 'exec', 'cap-x'], code: 2, err: /needs a command after --/ },
     { name: 'inspect without a name', argv: ['--endpoint', 'unix:///x.sock', 'inspect'], code: 2, err: /exactly one sandbox name/ },
     { name: 'bad --min-age', argv: ['--endpoint', 'unix:///x.sock', 'gc', '--min-age', 'soon'], code: 2, err: /not a duration/ },
-    { name: 'bad sandbox name', argv: ['--endpoint', 'unix:///x.sock', 'inspect', 'web-1'], code: 1, err: /invalid_spec/ },
+    { name: 'bad sandbox name', argv: ['--endpoint', 'unix:///x.sock', 'inspect', 'web 1'], code: 1, err: /invalid_spec/ },
   ];
   for (const row of rows) {
     const r = await op(row.argv);
     t.equal(r.code, row.code, `${row.name}: exit code`);
     t.match(r.stderr, row.err, `${row.name}: ${r.stderr.trim()}`);
   }
-  const json = await op(['--json', 'ls']);
+  const json = await op(['--json', '--endpoint', 'unix:///x.sock', 'ls', 'extra']);
   t.same(JSON.parse(json.stderr).error.code, 'invalid_config', '--json errors are JSON');
   const help = await op(['--help']);
   t.equal(help.code, 0);
-  for (const word of ['ls', 'inspect', 'exec', 'destroy', 'gc', 'doctor', '--json', '--config', '--min-age', '--dry-run']) t.match(help.stdout, word);
+  for (const word of ['up', 'down', 'create', 'run', 'ls', 'inspect', 'exec', 'destroy', 'gc', 'doctor', '--json', '--config', '--min-age', '--dry-run', '--egress', '--allow', '--socket-dir', '--rm']) t.match(help.stdout, word);
 });
 
 t.test('the built bin prints help', async (t) => {

@@ -4,7 +4,7 @@
  * Runs dist/proxy/cli.js: run through `npm test`, which compiles first.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, renameSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, renameSync, symlinkSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -134,6 +134,33 @@ t.test('SIGHUP and file changes reload the policy; an invalid file keeps the old
   child.kill('SIGTERM');
   const code = await new Promise<number | null>((r) => child.once('exit', (c) => r(c)));
   t.equal(code, 0, 'SIGTERM stops cleanly');
+});
+
+t.test('a ConfigMap-style swap of the ..data symlink reloads the policy', async (t) => {
+  // The layout Kubernetes gives a ConfigMap volume: policy.yaml -> ..data/policy.yaml, and
+  // ..data -> a timestamped directory, replaced by renaming a new symlink over ..data.
+  const volume = mkdtempSync(path.join(os.tmpdir(), 'egress-configmap-'));
+  let generation = 0;
+  const publish = (text: string): void => {
+    generation += 1;
+    const dir = `..gen_${generation}`;
+    mkdirSync(path.join(volume, dir));
+    writeFileSync(path.join(volume, dir, 'policy.yaml'), text);
+    symlinkSync(dir, path.join(volume, '..data_tmp'));
+    renameSync(path.join(volume, '..data_tmp'), path.join(volume, '..data'));
+  };
+  publish('allowHosts: [one.test]\n');
+  symlinkSync('..data/policy.yaml', path.join(volume, 'policy.yaml'));
+  const port = await freePort();
+  const output = { text: '' };
+  const child = spawn(process.execPath, [cli, '--policy', path.join(volume, 'policy.yaml'), '--listen', `127.0.0.1:${port}`], { env: baseEnv });
+  child.stdout?.on('data', (d: Buffer) => (output.text += d.toString()));
+  child.stderr?.on('data', (d: Buffer) => (output.text += d.toString()));
+  t.teardown(() => child.kill('SIGKILL'));
+  await waitFor(child, output, /egress proxy listening/);
+  publish('allowHosts: [one.test, two.test]\n');
+  await waitFor(child, output, /"policy_reloaded","why":"file changed","allowHosts":2/);
+  t.pass('reloaded after the symlink swap');
 });
 
 t.test('an allowlist variable that is set but empty starts a proxy that allows nothing', async (t) => {

@@ -378,3 +378,23 @@ t.test('after all of this the proxy holds no connection', async (t) => {
   await settle(() => proxyT.proxy.openConnections === 0, 'all connections to close', 5_000);
   t.pass('back to zero');
 });
+
+t.test('the head deadline counts from the accept, whatever path the first bytes take', async (t) => {
+  const slow = await startTestProxy({ policy: { allowHosts: ['a.example'] }, limits: { headerTimeoutMs: 400 } });
+  t.teardown(() => slow.close());
+  // Nothing at all: refused at the deadline.
+  const silent = net.connect(slow.port, '127.0.0.1');
+  const started = Date.now();
+  const text = await readUntil(silent, undefined, 3_000);
+  t.match(text, /^HTTP\/1\.1 408 /);
+  t.match(text, /x-egress-reason: header_timeout/i);
+  t.ok(Date.now() - started < 1_500, `answered at the deadline (${Date.now() - started} ms)`);
+  // A first byte late, then nothing: the deadline is not restarted by the first byte.
+  const late = net.connect(slow.port, '127.0.0.1');
+  const lateStart = Date.now();
+  setTimeout(() => late.write('G'), 250);
+  const lateText = await readUntil(late, undefined, 3_000);
+  t.match(lateText, /^HTTP\/1\.1 408 /);
+  t.ok(Date.now() - lateStart < 650, `still at the first deadline (${Date.now() - lateStart} ms)`);
+  await settle(() => slow.proxy.openConnections === 0, 'connections to close');
+});

@@ -40,7 +40,11 @@ import type { Test } from 'tap';
 import { needUnmet } from './needs.js';
 
 export const TEST_LABEL = 'dev.capybara.test';
-export const SOCKET_PROXY_IMAGE = 'capybara-sandbox-proxy:latest';
+/**
+ * CAPYBARA_TEST_PROXY_IMAGE picks another build of the socket proxy, for engineers who share one
+ * engine while another of them is rebuilding :latest from a branch with different rules.
+ */
+export const SOCKET_PROXY_IMAGE = process.env.CAPYBARA_TEST_PROXY_IMAGE ?? 'capybara-sandbox-proxy:latest';
 
 export interface DockerTestEnv {
   docker: Docker;

@@ -1,7 +1,8 @@
 /**
  * deploy/compose.yaml keeps the socket proxy where SECURITY.md wants it: no published port, only
  * on an internal network shared with the host application, the engine socket mounted, and the
- * container hardened.
+ * container hardened; the project's networks cannot start with "cap", and the controller and
+ * the socket proxy agree on the shared sandbox network. (compose-deployment.test.ts starts it.)
  */
 import t from 'tap';
 import { readFileSync } from 'node:fs';
@@ -24,6 +25,7 @@ interface Service {
 }
 
 const compose = parse(readFileSync(fileURLToPath(new URL('../../deploy/compose.yaml', import.meta.url)), 'utf8')) as {
+  name?: string;
   services: Record<string, Service>;
   networks: Record<string, { internal?: boolean } | null>;
 };
@@ -33,7 +35,7 @@ const app = compose.services.capybara as Service;
 
 t.test('the socket proxy publishes nothing', async (t) => {
   t.ok(proxy, 'socket-proxy service exists');
-  t.equal(proxy.image, 'capybara-sandbox-proxy:latest');
+  t.equal(proxy.image, '${CAPYBARA_PROXY_IMAGE:-capybara-sandbox-proxy:latest}');
   t.equal(proxy.ports, undefined, 'no ports:');
   t.equal(proxy.network_mode, undefined, 'not on the host network');
 });
@@ -61,4 +63,19 @@ t.test('the proxy is hardened', async (t) => {
   t.ok(proxy.security_opt?.some((o) => /^no-new-privileges(:true)?$/.test(o)));
   t.equal(proxy.read_only, true);
   t.not(proxy.privileged, true);
+});
+
+t.test('no network of the project can start with cap', async (t) => {
+  t.equal(compose.name, undefined, 'no top-level name: docker-compose 1.29 refuses it; deploy/.env names the project');
+  const dotenv = readFileSync(fileURLToPath(new URL('../../deploy/.env', import.meta.url)), 'utf8');
+  const project = /^COMPOSE_PROJECT_NAME=(.+)$/m.exec(dotenv)?.[1] ?? '';
+  t.match(project, /^[a-z0-9][a-z0-9_-]*$/, 'a valid project name');
+  t.notOk(project.startsWith('cap'), `${project}_<network> does not start with "cap"`);
+});
+
+t.test('controller and socket proxy name the same shared network', async (t) => {
+  const shared = proxy.environment?.SOCKET_PROXY_SHARED_NETWORK;
+  t.equal(shared, '${CAPYBARA_SANDBOX_NETWORK:-capybara-sandbox}');
+  const config = JSON.parse(app.environment?.CAPYBARA_EXTENSION_CONFIG ?? '{}') as Record<string, { network?: string }>;
+  t.equal(config['sandbox-docker']?.network, shared);
 });

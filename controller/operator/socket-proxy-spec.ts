@@ -1,0 +1,114 @@
+/**
+ * The socket proxy container that `up` runs for a controller on the engine host, as pure data:
+ * its create body, the check that an existing container still matches it, and the check of the
+ * directory its unix socket lives in. The proxy listens only on that socket (no network at
+ * all), so the directory's permissions are what keep everyone but root away from it: whoever
+ * can open the socket can nearly drive the engine.
+ */
+
+/** Marks containers `up` made; `down` and `up` never touch a same-named container without it. */
+export const LABEL_OPERATOR = 'dev.capybara.operator';
+export const OPERATOR_ROLE = 'socket-proxy';
+/** Paths inside the proxy container. */
+const INNER_SOCKET_DIR = '/run/capybara-proxy';
+const INNER_ENGINE_SOCKET = '/var/run/docker.sock';
+
+export interface SocketProxySettings {
+  readonly name: string;
+  readonly image: string;
+  readonly socketDir: string;
+  readonly engineSocket: string;
+  /** The deployment's shared network, the one non-`cap-` network the proxy admits. */
+  readonly sharedNetwork: string;
+  readonly labels: Readonly<Record<string, string>>;
+}
+
+function socketProxyEnv(s: SocketProxySettings): string[] {
+  return [
+    `SOCKET_PROXY_BIND=unix@${INNER_SOCKET_DIR}/docker.sock`,
+    `DOCKER_SOCKET=${INNER_ENGINE_SOCKET}`,
+    `SOCKET_PROXY_SHARED_NETWORK=${s.sharedNetwork}`,
+  ];
+}
+
+function socketProxyBinds(s: SocketProxySettings): string[] {
+  return [`${s.engineSocket}:${INNER_ENGINE_SOCKET}`, `${s.socketDir}:${INNER_SOCKET_DIR}`];
+}
+
+/** The host directory an existing proxy container serves its socket from, if any. */
+export function socketDirOfBinds(binds: readonly string[]): string | undefined {
+  const suffix = `:${INNER_SOCKET_DIR}`;
+  return binds.find((b) => b.endsWith(suffix))?.slice(0, -suffix.length);
+}
+
+function socketProxyLabels(s: SocketProxySettings): Record<string, string> {
+  return { ...s.labels, [LABEL_OPERATOR]: OPERATOR_ROLE };
+}
+
+/** The create body sent to the engine itself (the proxy cannot be created through a proxy). */
+export function socketProxyBody(s: SocketProxySettings): Record<string, unknown> {
+  return {
+    Image: s.image,
+    Env: socketProxyEnv(s),
+    Labels: socketProxyLabels(s),
+    HostConfig: {
+      Binds: socketProxyBinds(s),
+      // No network: the only way in is the unix socket in the root-only directory.
+      NetworkMode: 'none',
+      CapDrop: ['ALL'],
+      SecurityOpt: ['no-new-privileges'],
+      ReadonlyRootfs: true,
+      PidsLimit: 256,
+      Memory: 256 * 1024 * 1024,
+      // Comes back with the engine, as the controller expects its endpoint to.
+      RestartPolicy: { Name: 'unless-stopped' },
+    },
+  };
+}
+
+/** What `docker inspect` says about an existing container, as far as the check needs. */
+export interface ExistingProxy {
+  readonly imageId: string;
+  readonly env: readonly string[];
+  readonly binds: readonly string[];
+  readonly labels: Readonly<Record<string, string>>;
+}
+
+/**
+ * Why an existing container is not the one `up` would create now (a rebuilt image, another
+ * socket directory or shared network); empty when it can be reused.
+ */
+export function socketProxyDrift(existing: ExistingProxy, s: SocketProxySettings, currentImageId: string): string[] {
+  const out: string[] = [];
+  if (existing.imageId !== currentImageId) out.push(`${s.image} is not the image the container runs (rebuilt or renamed since)`);
+  for (const entry of socketProxyEnv(s)) if (!existing.env.includes(entry)) out.push(`environment lacks ${entry}`);
+  const binds = socketProxyBinds(s);
+  if (binds.length !== existing.binds.length || binds.some((b) => !existing.binds.includes(b))) {
+    out.push(`mounts are ${existing.binds.join(', ')}, not ${binds.join(', ')}`);
+  }
+  for (const [key, value] of Object.entries(socketProxyLabels(s))) {
+    if (existing.labels[key] !== value) out.push(`label ${key} is not ${value}`);
+  }
+  return out;
+}
+
+export interface DirectoryFacts {
+  readonly isDirectory: boolean;
+  readonly isSymbolicLink: boolean;
+  readonly uid: number;
+  readonly mode: number;
+}
+
+/**
+ * Why the socket directory is not private to root; undefined when it is. Group or other access
+ * of any kind is refused (execute alone is enough to reach a socket whose name is known), and so
+ * is a symlink, which could be pointed elsewhere after the check.
+ */
+export function socketDirProblem(dir: string, facts: DirectoryFacts): string | undefined {
+  if (facts.isSymbolicLink) return `${dir} is a symbolic link; use a real directory`;
+  if (!facts.isDirectory) return `${dir} exists and is not a directory`;
+  if (facts.uid !== 0) return `${dir} is owned by uid ${facts.uid}, not root`;
+  const perms = facts.mode & 0o777;
+  if ((perms & 0o077) !== 0) return `${dir} has mode ${perms.toString(8).padStart(3, '0')}; only root may open it (chmod 700 ${dir})`;
+  return undefined;
+}
