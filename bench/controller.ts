@@ -4,7 +4,8 @@
  *     (the allowlist sandbox is two containers), in interleaved rounds so that load from other
  *     work on the machine falls on all of them alike; medians, spread and per-round ratios;
  *   - each step of those creates, from the controller's own engine-call log (engine-timeline.ts);
- *   - the egress image's start-to-listening (egress-listen.ts);
+ *   - the egress image's start-to-listening, and a bare Node server's in the same image
+ *     (egress-listen.ts);
  *   - exec round trip through the socket proxy against `docker exec`, interleaved;
  *   - 20 MB file throughput and 20 concurrent creates.
  * Needs a local engine and the images from scripts/build-images.sh. Everything it creates is
@@ -139,6 +140,7 @@ interface Samples {
   allowlist: number[];
   plainTwo: number[];
   listen: ListenSample[];
+  bareListen: ListenSample[];
   noneSteps: StepSpan[][];
   allowlistSteps: StepSpan[][];
 }
@@ -154,12 +156,12 @@ async function round(r: number, provider: DockerSandboxProvider, timeline: Engin
     async () => { const ms = await plainRun(`${tag}-one`, [SANDBOX_IMAGE]); samples?.plainOne.push(ms); },
     async () => { const c = await create(provider, timeline, tag, 'allowlist'); samples?.allowlist.push(c.ms); samples?.allowlistSteps.push(c.steps); },
     async () => { const ms = await plainRun(`${tag}-two`, [SANDBOX_IMAGE, EGRESS_IMAGE]); samples?.plainTwo.push(ms); },
-    async () => {
-      const name = `cap-${runId}-listen-${tag}`;
-      const s = await egressStartToListening(docker, engine, { image: EGRESS_IMAGE, name, network: listenNetwork, label: `${LABEL}=${runId}` });
+    ...[false, true].map((bareNode) => async () => {
+      const name = `cap-${runId}-listen-${tag}${bareNode ? '-bare' : ''}`;
+      const s = await egressStartToListening(docker, engine, { image: EGRESS_IMAGE, name, network: listenNetwork, label: `${LABEL}=${runId}`, bareNode });
       await docker('rm', '-f', name);
-      samples?.listen.push(s);
-    },
+      (bareNode ? samples?.bareListen : samples?.listen)?.push(s);
+    }),
   ];
   for (let i = 0; i < work.length; i += 1) await work[(i + r) % work.length]!();
 }
@@ -177,14 +179,17 @@ async function main(): Promise<void> {
   const out: string[] = [];
   try {
     await docker('network', 'create', '--label', `${LABEL}=${runId}`, listenNetwork);
-    const samples: Samples = { none: [], plainOne: [], allowlist: [], plainTwo: [], listen: [], noneSteps: [], allowlistSteps: [] };
+    const samples: Samples = { none: [], plainOne: [], allowlist: [], plainTwo: [], listen: [], bareListen: [], noneSteps: [], allowlistSteps: [] };
     for (let r = 0; r <= rounds; r += 1) await round(r, provider, timeline, engine, listenNetwork, r === 0 ? undefined : samples);
     const paired = (a: number[], b: number[]) => a.map((v, i) => v / (b[i] ?? NaN));
 
     out.push(`create to ready, ${rounds} interleaved rounds after a warm-up; ms p50 [min-max]; ratios per round`);
     out.push(`  create none:      ${spread(samples.none)}  vs one docker run -d:   ${spread(samples.plainOne)}  ${ratioSpread(paired(samples.none, samples.plainOne))}`);
     out.push(`  create allowlist: ${spread(samples.allowlist)}  vs two docker run -ds: ${spread(samples.plainTwo)}  ${ratioSpread(paired(samples.allowlist, samples.plainTwo))} (target <= ${TARGET_ALLOWLIST_RATIO}; ratio of medians x${(percentile(samples.allowlist, 50) / percentile(samples.plainTwo, 50)).toFixed(2)})`);
-    out.push(`  egress image start-to-listening: docker run -d ${spread(samples.listen.map((s) => s.runMs))}, then /healthz answers after ${spread(samples.listen.map((s) => s.afterRunMs))}, in all ${spread(samples.listen.map((s) => s.runMs + s.afterRunMs))}`);
+    for (const [label, listen] of [['egress image start-to-listening:', samples.listen], ['  the same image, bare Node server:', samples.bareListen]] as const) {
+      out.push(`  ${label} docker run -d ${spread(listen.map((s) => s.runMs))}, then it answers after ${spread(listen.map((s) => s.afterRunMs))}, in all ${spread(listen.map((s) => s.runMs + s.afterRunMs))}`);
+    }
+    out.push(`  egress image in all against two docker run -ds: ${ratioSpread(paired(samples.listen.map((s) => s.runMs + s.afterRunMs), samples.plainTwo))}`);
     out.push('', 'allowlist create, by step (offsets from the start of create):', stepTable(samples.allowlistSteps));
     out.push('', 'none create, by step:', stepTable(samples.noneSteps));
     process.stdout.write(`${out.join('\n')}\n`);

@@ -3,13 +3,17 @@
  * `docker run -d` of the image on a plain bridge network, then GET /healthz from the host every
  * few milliseconds until it answers 200. Splits the time into what `docker run -d` takes and what
  * the proxy process adds after it returns, which is the part of a sandbox create that no change
- * to the controller's sequence can remove.
+ * to the controller's sequence can remove. The same image running a bare Node HTTP server
+ * instead of the proxy is the floor of that part: what Node itself costs in that container.
  */
 import http from 'node:http';
 import type Docker from 'dockerode';
 import { EGRESS_ENV, EGRESS_HEALTH_PATH, EGRESS_PROXY_PORT } from '../common/index.js';
 
 const POLL_MS = 2;
+
+/** A server that answers every request 200 on the proxy port: the Node floor. */
+const BARE_NODE_SERVER = `require('http').createServer((q, s) => s.end('ok')).listen(${EGRESS_PROXY_PORT})`;
 const DEADLINE_MS = 15_000;
 
 export interface ListenSample {
@@ -34,17 +38,19 @@ function healthStatus(address: string): Promise<number> {
 }
 
 /**
- * One start of `image` named `name` on `network` (a bridge the host has an address on). `docker`
- * runs the CLI; `engine` finds the container's address without a second CLI start.
+ * One start of `image` named `name` on `network` (a bridge the host has an address on), running
+ * the proxy or, with `bareNode`, the bare server. `docker` runs the CLI; `engine` finds the
+ * container's address without a second CLI start.
  */
 export async function egressStartToListening(
   docker: (...args: string[]) => Promise<string>,
   engine: Docker,
-  options: { image: string; name: string; network: string; label: string },
+  options: { image: string; name: string; network: string; label: string; bareNode?: boolean },
 ): Promise<ListenSample> {
+  const what = options.bareNode === true ? ['--entrypoint', 'node', options.image, '-e', BARE_NODE_SERVER] : [options.image];
   const started = performance.now();
   await docker('run', '-d', '--name', options.name, '--label', options.label, '--network', options.network,
-    '-e', `${EGRESS_ENV.allowHosts}=example.com`, options.image);
+    '-e', `${EGRESS_ENV.allowHosts}=example.com`, ...what);
   const returned = performance.now();
   const info = await engine.getContainer(options.name).inspect();
   const address = info.NetworkSettings.Networks[options.network]?.IPAddress ?? '';

@@ -57,7 +57,7 @@ export async function createContainerPullingOnce(deps: BuildDeps, name: string, 
 
 /**
  * Creates the egress proxy on the shared network, starts it, then connects its leg on the
- * sandbox's internal network once `internalNetwork` has settled (API 1.41 takes one endpoint
+ * sandbox's internal network once `internalNetwork` exists (API 1.41 takes one endpoint
  * per create). Starting first lets the proxy process load while the rest of the sandbox is
  * built: its start-up is the longest step of a create. Nothing can reach the proxy meanwhile but
  * what the shared network allows (no inter-container traffic), and the sandbox is only ever on
