@@ -17,7 +17,7 @@ import { checkTarget, resolveTarget, type Allowed, type Reason } from '../policy
 import { parseAbsoluteUrl } from './authority.js';
 import { connectionOf, type ProxyContext } from './context.js';
 import { DialError } from './dial.js';
-import { F, ms, type Logger } from './log.js';
+import { F, logLine, ms, type LineValue, type Logger } from './log.js';
 import { refuseResponse, type Refusal } from './refusal.js';
 import { checkRequestHead, type BodyFraming } from './request-head.js';
 import { checkResponseHead } from './response-head.js';
@@ -39,9 +39,9 @@ export function createForwarder(ctx: ProxyContext, root: Logger) {
   return async function handleRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const started = performance.now();
     const { log, counted } = connectionOf(req.socket, root);
-    const deny = (refusal: Refusal, fields: Record<string, unknown> = {}): void => {
+    const deny = (refusal: Refusal, fields: Record<string, LineValue> = {}): void => {
       ctx.observer.decision('deny', refusal.reason);
-      log.info({ [F.event]: 'decision', [F.decision]: 'deny', [F.method]: req.method, [F.reason]: refusal.reason, [F.detail]: refusal.detail, [F.host]: refusal.host, [F.port]: refusal.port, ...fields });
+      logLine(log, { [F.event]: 'decision', [F.decision]: 'deny', [F.method]: req.method, [F.reason]: refusal.reason, [F.detail]: refusal.detail, [F.host]: refusal.host, [F.port]: refusal.port, ...fields });
       refuseResponse(res, refusal);
     };
 
@@ -68,7 +68,12 @@ export function createForwarder(ctx: ProxyContext, root: Logger) {
       if (decision.reason === 'internal_error') log.error({ [F.reason]: decision.reason, [F.detail]: decision.detail }, 'decision failed');
       return deny(decision, { [F.addresses]: decision.addresses, [F.decideMs]: decideMs });
     }
-    if (req.socket.destroyed) return;
+    if (req.socket.destroyed) {
+      // Gone while its request was decided: still one decision line.
+      ctx.observer.decision('allow', 'allowed');
+      logLine(log, { [F.event]: 'decision', [F.decision]: 'allow', [F.method]: req.method, [F.host]: decision.host, [F.port]: decision.port, [F.rule]: decision.rule, [F.addresses]: decision.addresses, [F.decideMs]: decideMs, [F.error]: 'client_closed' });
+      return;
+    }
     forward(ctx, log, req, res, { decision, path: parsed.path, headers: head.headers, framing: head.framing, started, decideMs, counted, deny });
   };
 }
@@ -81,7 +86,7 @@ interface Forwarding {
   readonly started: number;
   readonly decideMs: number;
   readonly counted: { read: number };
-  readonly deny: (refusal: Refusal, fields?: Record<string, unknown>) => void;
+  readonly deny: (refusal: Refusal, fields?: Record<string, LineValue>) => void;
 }
 
 function forward(ctx: ProxyContext, log: Logger, req: IncomingMessage, res: ServerResponse, f: Forwarding): void {
@@ -98,7 +103,7 @@ function forward(ctx: ProxyContext, log: Logger, req: IncomingMessage, res: Serv
     const bytesDown = socket.bytesWritten - writtenAtStart;
     ctx.observer.decision('allow', 'allowed');
     ctx.observer.httpBytes(bytesUp, bytesDown);
-    log.info({
+    logLine(log, {
       [F.event]: 'decision',
       [F.decision]: 'allow',
       [F.method]: req.method,

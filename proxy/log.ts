@@ -71,6 +71,27 @@ export function createLogger(level: string, destination?: DestinationStream): Lo
   return logger;
 }
 
+/** A value of a decision or close line: flat, so one native JSON.stringify serializes the line. */
+export type LineValue = string | number | boolean | undefined | readonly string[];
+
+const { streamSym, chindingsSym, timeSym } = pino.symbols;
+
+/**
+ * Writes one info-level line of flat fields through `logger` exactly as pino would (its level
+ * check, timestamp, bindings and destination), but serializes the fields with one native
+ * `JSON.stringify` instead of pino's field-by-field serializer: the decision and close lines are
+ * written for every request, and pino's serializer was the larger part of their cost.
+ */
+export function logLine(logger: Logger, fields: Readonly<Record<string, LineValue>>): void {
+  if (!logger.isLevelEnabled('info')) return;
+  const internals = logger as unknown as Record<symbol, unknown>;
+  const time = (internals[timeSym] as () => string)();
+  const bindings = internals[chindingsSym] as string;
+  // `fields` always holds `event`, so the serialized object is never empty.
+  const line = `{"level":30${time}${bindings},${JSON.stringify(fields).slice(1)}\n`;
+  (internals[streamSym] as { write(text: string): unknown }).write(line);
+}
+
 /** Milliseconds since a performance.now() reading, to the microsecond, for timing fields. */
 export function ms(since: number): number {
   return Math.round((performance.now() - since) * 1000) / 1000;

@@ -13,7 +13,7 @@ import { attachConnection, connectionOf, type ProxyContext } from './context.js'
 import { DEFAULT_LIMITS, type ProxyLimits } from './limits.js';
 import { defaultConnect, type Connect } from './dial.js';
 import { createForwarder } from './forward.js';
-import { F, type Logger } from './log.js';
+import { F, logLine, type Logger } from './log.js';
 import { refuseResponse, refuseSocket, type Refusal } from './refusal.js';
 import { createProxyMetrics } from './metrics.js';
 import { readConnectHead } from './connect-head.js';
@@ -104,13 +104,13 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   httpServer.on('checkExpectation', (req: http.IncomingMessage, res: http.ServerResponse) => {
     const refusal: Refusal = { reason: 'bad_request', detail: 'unsupported Expect header (only 100-continue)' };
     observer.decision('deny', refusal.reason);
-    connectionOf(req.socket, log).log.info({ [F.event]: 'decision', [F.decision]: 'deny', [F.method]: req.method, [F.reason]: refusal.reason, [F.detail]: refusal.detail });
+    logLine(connectionOf(req.socket, log).log, { [F.event]: 'decision', [F.decision]: 'deny', [F.method]: req.method, [F.reason]: refusal.reason, [F.detail]: refusal.detail });
     refuseResponse(res, refusal);
   });
   httpServer.on('clientError', (err: NodeJS.ErrnoException, socket: net.Socket) => {
     const refusal = clientError(err);
     observer.decision('deny', refusal.reason);
-    connectionOf(socket, log).log.info({ [F.event]: 'decision', [F.decision]: 'deny', [F.reason]: refusal.reason, [F.detail]: refusal.detail });
+    logLine(connectionOf(socket, log).log, { [F.event]: 'decision', [F.decision]: 'deny', [F.reason]: refusal.reason, [F.detail]: refusal.detail });
     refuseSocket(socket, refusal);
   });
 
@@ -181,7 +181,7 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     firstHeadTimers.delete(socket);
     const refusal = clientError(Object.assign(new Error('header timeout'), { code: 'ERR_HTTP_REQUEST_TIMEOUT' }));
     observer.decision('deny', refusal.reason);
-    connectionOf(socket, log).log.info({ [F.event]: 'decision', [F.decision]: 'deny', [F.reason]: refusal.reason, [F.detail]: refusal.detail });
+    logLine(connectionOf(socket, log).log, { [F.event]: 'decision', [F.decision]: 'deny', [F.reason]: refusal.reason, [F.detail]: refusal.detail });
     refuseSocket(socket, refusal);
   };
   function readFirstChunk(socket: net.Socket): void {

@@ -18,7 +18,7 @@ import { decide, parseHostName } from '../policy/index.js';
 import { ClientHelloReader, type HelloResult } from './client-hello.js';
 import { connectionOf, type ProxyContext } from './context.js';
 import { dialPinned, DialError } from './dial.js';
-import { F, ms, printable, type Logger } from './log.js';
+import { F, logLine, ms, printable, type LineValue, type Logger } from './log.js';
 import { closeRefused, refuseSocket, type Refusal } from './refusal.js';
 import { parseConnectTarget } from './authority.js';
 
@@ -27,9 +27,9 @@ const ESTABLISHED = 'HTTP/1.1 200 Connection Established\r\n\r\n';
 // A TLS alert, fatal access_denied (RFC 8446 §6.2): tells a TLS client why the handshake ended.
 const ACCESS_DENIED_ALERT = Buffer.from([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x31]);
 
-function deny(ctx: ProxyContext, log: Logger, socket: Socket, refusal: Refusal, fields: Record<string, unknown>): void {
+function deny(ctx: ProxyContext, log: Logger, socket: Socket, refusal: Refusal, fields: Record<string, LineValue>): void {
   ctx.observer.decision('deny', refusal.reason);
-  log.info({ [F.event]: 'decision', [F.decision]: 'deny', [F.method]: 'CONNECT', [F.reason]: refusal.reason, [F.detail]: refusal.detail, [F.host]: refusal.host, [F.port]: refusal.port, ...fields });
+  logLine(log, { [F.event]: 'decision', [F.decision]: 'deny', [F.method]: 'CONNECT', [F.reason]: refusal.reason, [F.detail]: refusal.detail, [F.host]: refusal.host, [F.port]: refusal.port, ...fields });
   refuseSocket(socket, refusal);
 }
 
@@ -60,7 +60,12 @@ export async function handleConnect(ctx: ProxyContext, root: Logger, request: { 
     if (decision.reason === 'internal_error') log.error({ [F.reason]: decision.reason, [F.detail]: decision.detail }, 'decision failed');
     return deny(ctx, log, client, decision, { [F.addresses]: decision.addresses, [F.decideMs]: decideMs });
   }
-  if (client.destroyed) return;
+  // A client gone while its request was decided still gets its one decision line.
+  const clientGone = (): void => {
+    ctx.observer.decision('allow', 'allowed');
+    logLine(log, { [F.event]: 'decision', [F.decision]: 'allow', [F.method]: 'CONNECT', [F.host]: decision.host, [F.port]: decision.port, [F.rule]: decision.rule, [F.tunnel]: decision.tunnel, [F.addresses]: decision.addresses, [F.decideMs]: decideMs, [F.error]: 'client_closed' });
+  };
+  if (client.destroyed) return clientGone();
 
   const dialStarted = performance.now();
   let upstream: Socket;
@@ -86,7 +91,7 @@ export async function handleConnect(ctx: ProxyContext, root: Logger, request: { 
   }
   if (client.destroyed) {
     upstream.destroy();
-    return;
+    return clientGone();
   }
 
   const connectMs = ms(dialStarted);
@@ -95,7 +100,7 @@ export async function handleConnect(ctx: ProxyContext, root: Logger, request: { 
   ctx.observer.tunnelOpened();
   // The client may go on at once; the decision line is written after the answer.
   client.write(ESTABLISHED);
-  log.info({
+  logLine(log, {
     [F.event]: 'decision',
     [F.decision]: 'allow',
     [F.method]: 'CONNECT',
@@ -138,7 +143,7 @@ function splice(ctx: ProxyContext, log: Logger, client: Socket, upstream: Socket
     if (open > 0) return;
     clearTimeout(lifetime);
     ctx.observer.tunnelClosed(upstream.bytesWritten, upstream.bytesRead);
-    log.info({
+    logLine(log, {
       [F.event]: 'tunnel_closed',
       [F.host]: meta.host,
       [F.port]: meta.port,
@@ -197,7 +202,7 @@ function splice(ctx: ProxyContext, log: Logger, client: Socket, upstream: Socket
       return;
     }
     ctx.observer.decision('deny', refusal.reason);
-    log.info({ [F.event]: 'decision', [F.decision]: 'deny', [F.method]: 'CONNECT', [F.reason]: refusal.reason, [F.detail]: refusal.detail, [F.host]: meta.host, [F.port]: meta.port, [F.sni]: sni });
+    logLine(log, { [F.event]: 'decision', [F.decision]: 'deny', [F.method]: 'CONNECT', [F.reason]: refusal.reason, [F.detail]: refusal.detail, [F.host]: meta.host, [F.port]: meta.port, [F.sni]: sni });
     closedBy = refusal.reason;
     upstream.destroy();
     // Only a client that spoke TLS understands an alert.

@@ -11,6 +11,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import { EGRESS_ENV } from '../../common/index.js';
+import { freePort } from '../support/loopback.js';
 import { rawRequest, readUntil } from '../support/raw-client.js';
 
 // The built command, as operators run it (`npm test` builds first); starting it through the
@@ -59,14 +60,6 @@ t.test('--help prints usage and every environment twin', async (t) => {
   t.equal(res.status, 0);
   for (const v of Object.values(EGRESS_ENV)) t.match(res.stdout, v);
 });
-
-async function freePort(): Promise<number> {
-  const s = net.createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const { port } = s.address() as net.AddressInfo;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
-}
 
 async function waitFor(child: ChildProcess, output: { text: string }, pattern: RegExp, ms = 30_000): Promise<void> {
   const end = Date.now() + ms;

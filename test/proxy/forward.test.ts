@@ -10,21 +10,10 @@
 import http from 'node:http';
 import net from 'node:net';
 import t from 'tap';
+import { listen } from '../support/loopback.js';
+import { settle } from '../support/settle.js';
 import { rawRequest, readUntil } from '../support/raw-client.js';
 import { startTestProxy } from '../support/test-proxy.js';
-
-async function listen(server: net.Server): Promise<number> {
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return (server.address() as net.AddressInfo).port;
-}
-
-async function settle(check: () => boolean, what: string, ms = 5_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!check()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
 
 // An honest upstream that records every request it parses.
 interface Seen {

@@ -12,6 +12,7 @@ import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import t from 'tap';
+import { prng } from '../support/prng.js';
 import { isReason } from '../../policy/index.js';
 import { startDnsServer } from '../support/dns-server.js';
 import { rawRequest } from '../support/raw-client.js';
@@ -23,17 +24,6 @@ const PARALLEL = 64;
 const CASE_TIMEOUT_MS = 3_000;
 
 const corpus = (JSON.parse(readFileSync(new URL('./fixtures/fuzz-corpus.json', import.meta.url), 'utf8')) as { cases: { name: string; request: string }[] }).cases;
-
-/** mulberry32: small, seedable, and the same sequence on every machine. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let x = Math.imul(a ^ (a >>> 15), 1 | a);
-    x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x;
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const SPECIAL = ['\r', '\n', '\r\n', '\0', ' ', '\t', '@', '#', '%', '%00', '%2e', '\\', '[', ']', ':', '/', '?', '*', '.', '..', '\u212a', 'ⓔ', 'é', '\u0130', '\u{1f600}', '\xff', '\x7f', ':0', ':65536', '[::1]', '127.0.0.1', 'up.test'];
 

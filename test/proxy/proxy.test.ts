@@ -7,22 +7,11 @@ import http from 'node:http';
 import net from 'node:net';
 import tls from 'node:tls';
 import t from 'tap';
+import { listen } from '../support/loopback.js';
+import { settle } from '../support/settle.js';
 import { rawRequest, readUntil } from '../support/raw-client.js';
 import { startDnsServer } from '../support/dns-server.js';
 import { policyOf, startTestProxy } from '../support/test-proxy.js';
-
-async function listen(server: net.Server): Promise<number> {
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return (server.address() as net.AddressInfo).port;
-}
-
-async function settle(check: () => boolean, what: string, ms = 3_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!check()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 // Upstreams: a TCP service that answers each chunk with "echo:" + chunk and reports end of
 // input, and an HTTP server that returns what it received.
@@ -250,6 +239,26 @@ for (const c of malformed) {
     t.equal(res.reason, c.reason);
   });
 }
+
+t.test('a client gone while its request is decided still gets exactly one decision line', async (t) => {
+  for (const [name, request] of [
+    ['late1.dns.test', 'CONNECT late1.dns.test:443 HTTP/1.1\r\n\r\n'],
+    ['late2.dns.test', 'GET http://late2.dns.test/ HTTP/1.1\r\nHost: late2.dns.test\r\n\r\n'],
+  ] as const) {
+    dns.set(name, { answers: ['93.184.215.14'], delayMs: 200 });
+    const before = proxyT.dialed.length;
+    const socket = net.connect(port, '127.0.0.1', () => socket.write(request));
+    socket.on('error', () => undefined);
+    await settle(() => dns.questions(name) > 0, 'the lookup');
+    socket.resetAndDestroy(); // abruptly: a FIN alone would be a half-close, which a tunnel may carry
+    await settle(() => proxyT.logs.some((l) => l.event === 'decision' && l.host === name), 'the decision line');
+    await new Promise((r) => setTimeout(r, 300));
+    const lines = proxyT.logs.filter((l) => l.event === 'decision' && l.host === name);
+    t.equal(lines.length, 1, `${name}: one line`);
+    t.match(lines[0], { decision: 'allow', error: 'client_closed' });
+    t.same(proxyT.dialed.slice(before), [], `${name}: nothing dialed`);
+  }
+});
 
 t.test('a request head that never completes times out with 408', async (t) => {
   const slow = await startTestProxy({ policy: { allowHosts: ['a.example'] }, limits: { headerTimeoutMs: 300 } });

@@ -9,19 +9,12 @@ import net from 'node:net';
 import { Duplex } from 'node:stream';
 import tls from 'node:tls';
 import t from 'tap';
+import { settle } from '../support/settle.js';
 import { rawRequest, readUntil } from '../support/raw-client.js';
 import { startTestProxy } from '../support/test-proxy.js';
 import { needUnmet } from '../support/needs.js';
 import { opensslUnavailable } from '../support/tls-cert.js';
 import { goUnavailable, startGoUpstream, startOpensslUpstream, type TlsUpstream } from '../support/tls-upstreams.js';
-
-async function settle(check: () => boolean, what: string, ms = 5_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!check()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
 
 const noOpenssl = opensslUnavailable();
 const noGo = goUnavailable();

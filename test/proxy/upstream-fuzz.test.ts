@@ -13,23 +13,14 @@ import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
+import { freePort } from '../support/loopback.js';
+import { prng } from '../support/prng.js';
 import { isReason } from '../../policy/index.js';
 import { rawRequest, readUntil } from '../support/raw-client.js';
 
 const SEED = Number(process.env.FUZZ_SEED ?? 0x0badf00d);
 const CASES = Number(process.env.FUZZ_CASES ?? 400);
 const PARALLEL = 8;
-
-/** mulberry32: small, seedable, and the same sequence on every machine. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let x = Math.imul(a ^ (a >>> 15), 1 | a);
-    x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x;
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 interface Answer {
   /** Pieces written in order, with a pause in milliseconds before each. */
@@ -122,14 +113,6 @@ const echo = net.createServer((s) => {
 await Promise.all([upstream, echo].map((s) => new Promise<void>((r) => s.listen(0, '127.0.0.1', r))));
 const upstreamPort = (upstream.address() as net.AddressInfo).port;
 const echoPort = (echo.address() as net.AddressInfo).port;
-
-async function freePort(): Promise<number> {
-  const s = net.createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const { port } = s.address() as net.AddressInfo;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
-}
 
 const cli = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'dist', 'proxy', 'cli.js');
 const port = await freePort();

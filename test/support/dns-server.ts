@@ -1,13 +1,13 @@
 /**
  * A small authoritative DNS server for tests, on a loopback UDP port: answers A and AAAA per
- * name from a table, can change its answer between lookups (rebinding), never answer (timeout)
- * or answer NXDOMAIN, and counts the questions it gets per name.
+ * name from a table (at once or after a delay), can change its answer between lookups
+ * (rebinding), never answer (timeout) or answer NXDOMAIN, and counts the questions it gets per name.
  */
 import dgram from 'node:dgram';
 import ipaddr from 'ipaddr.js';
 
 export type DnsBehaviour =
-  | { readonly answers: readonly string[] }
+  | { readonly answers: readonly string[]; readonly delayMs?: number }
   /** The first lookup gets `first`, every later one `then` (a rebinding attacker). */
   | { readonly first: readonly string[]; readonly then: readonly string[] }
   | { readonly timeout: true }
@@ -72,7 +72,10 @@ export async function startDnsServer(): Promise<TestDnsServer> {
       .map((a) => ipaddr.parse(a))
       .filter((a) => (qtype === 1 ? a.kind() === 'ipv4' : a.kind() === 'ipv6' && qtype === 28))
       .map((a) => Buffer.from(a.toByteArray()));
-    socket.send(answer(msg, qEnd, 0, records), peer.port, peer.address);
+    const reply = answer(msg, qEnd, 0, records);
+    const delay = 'delayMs' in behaviour ? (behaviour.delayMs ?? 0) : 0;
+    if (delay > 0) setTimeout(() => socket.send(reply, peer.port, peer.address), delay);
+    else socket.send(reply, peer.port, peer.address);
   });
   await new Promise<void>((resolve) => socket.bind(0, '127.0.0.1', resolve));
   return {

@@ -14,11 +14,13 @@
  *   needUnmet(t, reason)       outside CI: t skips with `reason`; under CI: t fails with it.
  *                              Call it inside the test and return:
  *                                if (problem) return needUnmet(t, problem);
+ *   toolMissing(cmd, args, how)  the reason to give when a command-line tool is not installed
  *   platformCannot(t, reason)  skips everywhere, CI included. Only for a precise probe of the
  *                              platform itself (not of this project's code) that proved the
  *                              machine cannot do the thing at all, e.g. "runsc cannot start any
  *                              container here", with the probe's finding in `reason`.
  */
+import { execFileSync } from 'node:child_process';
 import type { Test } from 'tap';
 
 export function underCi(): boolean {
@@ -35,4 +37,14 @@ export function needUnmet(t: Test, reason: string): void {
 
 export function platformCannot(t: Test, reason: string): void {
   t.plan(0, `skipped: this machine cannot: ${reason}`);
+}
+
+/** Why the command-line tool `command` cannot be run here, or undefined when `command ...versionArgs` runs. */
+export function toolMissing(command: string, versionArgs: readonly string[], install: string): string | undefined {
+  try {
+    execFileSync(command, [...versionArgs], { stdio: 'ignore' });
+    return undefined;
+  } catch {
+    return `no ${command} command on PATH (${install})`;
+  }
 }

@@ -15,6 +15,7 @@ import { execFileSync } from 'node:child_process';
 import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { toolMissing } from './needs.js';
 
 export interface TestPki {
   readonly dir: string;
@@ -27,12 +28,7 @@ export interface TestPki {
 
 /** Why the PKI cannot be made here (no openssl command), or null. */
 export function pkiUnsupported(): string | null {
-  try {
-    execFileSync('openssl', ['version'], { stdio: 'ignore' });
-    return null;
-  } catch {
-    return 'no openssl command on PATH (apt-get install openssl)';
-  }
+  return toolMissing('openssl', ['version'], 'apt-get install openssl') ?? null;
 }
 
 function openssl(cwd: string, args: string[]): void {

@@ -7,6 +7,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { toolMissing } from './needs.js';
 
 export interface TestCert {
   readonly key: string;
@@ -15,12 +16,7 @@ export interface TestCert {
 
 /** Why no certificate can be made here, or undefined when one can. */
 export function opensslUnavailable(): string | undefined {
-  try {
-    execFileSync('openssl', ['version'], { stdio: 'ignore' });
-    return undefined;
-  } catch {
-    return 'no openssl command (apt-get install openssl) to make a test certificate';
-  }
+  return toolMissing('openssl', ['version'], 'apt-get install openssl');
 }
 
 export function selfSignedCert(names: readonly string[] = ['localhost']): TestCert {

@@ -11,6 +11,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import tls from 'node:tls';
 import { fileURLToPath } from 'node:url';
+import { toolMissing } from './needs.js';
 import { selfSignedCert } from './tls-cert.js';
 
 export interface TlsUpstream {
@@ -65,12 +66,7 @@ const goSource = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '
 
 /** Why the Go upstream cannot run here, or undefined when it can. */
 export function goUnavailable(): string | undefined {
-  try {
-    execFileSync('go', ['version'], { stdio: 'ignore' });
-    return undefined;
-  } catch {
-    return 'no go command (apt-get install golang-go) for the Go crypto/tls upstream';
-  }
+  return toolMissing('go', ['version'], 'apt-get install golang-go');
 }
 
 export async function startGoUpstream(): Promise<TlsUpstream> {
