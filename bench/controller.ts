@@ -1,19 +1,29 @@
 /**
- * Controller benchmark (not a test): create-to-ready against plain `docker run`, exec round trip
- * through the socket proxy against `docker exec`, 20 MB file throughput, 20 concurrent creates.
+ * Controller benchmark (not a test), everything side by side in one run on one engine:
+ *   - create to ready, tiers none and allowlist, against one and two plain `docker run -d`s
+ *     (the allowlist sandbox is two containers), in interleaved rounds so that load from other
+ *     work on the machine falls on all of them alike; medians, spread and per-round ratios;
+ *   - each step of those creates, from the controller's own engine-call log (engine-timeline.ts);
+ *   - the egress image's start-to-listening, and a bare Node server's in the same image
+ *     (egress-listen.ts);
+ *   - exec round trip through the socket proxy against `docker exec`, interleaved;
+ *   - 20 MB file throughput and 20 concurrent creates.
  * Needs a local engine and the images from scripts/build-images.sh. Everything it creates is
- * named cap-bench-<run>-... and labelled, and removed at the end.
+ * named cap-bench<run>-... and labelled, and removed at the end.
  *
- *   npm run build && node dist/bench/controller.js
+ *   npm run bench:controller -- [--rounds N]
  */
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
+import { parseArgs, promisify } from 'node:util';
 import Docker from 'dockerode';
-import { createDockerSandbox, type SandboxProvider } from '../controller/index.js';
+import { createDockerSandbox, type DockerSandboxProvider } from '../controller/index.js';
+import { percentile } from './report.js';
+import { EngineTimeline, type StepSpan } from './engine-timeline.js';
+import { egressStartToListening, type ListenSample } from './egress-listen.js';
 
 const run = promisify(execFile);
 const SANDBOX_IMAGE = 'capybara-sandbox:latest';
@@ -22,11 +32,7 @@ const PROXY_IMAGE = 'capybara-sandbox-proxy:latest';
 const runId = `bench${randomBytes(3).toString('hex')}`;
 const LABEL = 'dev.capybara.bench';
 const labels = { [LABEL]: runId };
-
-function quantile(values: number[], q: number): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN;
-}
+const TARGET_ALLOWLIST_RATIO = 1.5;
 
 async function timed(fn: () => Promise<unknown>): Promise<number> {
   const start = performance.now();
@@ -38,6 +44,17 @@ async function docker(...args: string[]): Promise<string> {
   return (await run('docker', args)).stdout.trim();
 }
 
+/** "p50 [min-max]" of samples in ms. */
+function spread(samples: readonly number[]): string {
+  if (samples.length === 0) return '-';
+  const ms = (v: number) => v.toFixed(0);
+  return `${ms(percentile(samples, 50))} [${ms(Math.min(...samples))}-${ms(Math.max(...samples))}]`;
+}
+
+function ratioSpread(samples: readonly number[]): string {
+  return `x${percentile(samples, 50).toFixed(2)} [${Math.min(...samples).toFixed(2)}-${Math.max(...samples).toFixed(2)}]`;
+}
+
 async function startSocketProxy(engine: Docker): Promise<{ endpoint: string; stop: () => Promise<void> }> {
   const dir = mkdtempSync(join(tmpdir(), `cap-${runId}-`));
   const name = `cap-${runId}-sockproxy`;
@@ -46,7 +63,7 @@ async function startSocketProxy(engine: Docker): Promise<{ endpoint: string; sto
     _body: {
       Image: PROXY_IMAGE,
       Labels: labels,
-      Env: ['SOCKET_PROXY_BIND=unix@/run/capybara-proxy/docker.sock', 'DOCKER_SOCKET=/var/run/docker.sock'],
+      Env: ['SOCKET_PROXY_BIND=unix@/run/capybara-proxy/docker.sock', 'DOCKER_SOCKET=/var/run/docker.sock', `SOCKET_PROXY_SHARED_NETWORK=cap-${runId}-shared`],
       HostConfig: {
         Binds: ['/var/run/docker.sock:/var/run/docker.sock', `${dir}:/run/capybara-proxy`],
         NetworkMode: 'none', CapDrop: ['ALL'], SecurityOpt: ['no-new-privileges'], ReadonlyRootfs: true,
@@ -74,75 +91,130 @@ async function cleanup(engine: Docker): Promise<void> {
   for (const v of Volumes ?? []) await engine.getVolume(v.Name).remove({ force: true }).catch(() => undefined);
 }
 
-async function plainRuns(n: number, images: string[]): Promise<number[]> {
-  const out: number[] = [];
-  for (let i = 0; i < n; i += 1) {
-    const names = images.map((_, j) => `cap-${runId}-plain-${i}-${j}`);
-    out.push(await timed(async () => {
-      for (const [j, image] of images.entries()) {
-        await docker('run', '-d', '--name', names[j] ?? '', '--label', `${LABEL}=${runId}`, '--network', 'none', image, ...(image === SANDBOX_IMAGE ? ['sleep', 'infinity'] : []));
-      }
-    }));
-    await docker('rm', '-f', ...names);
-  }
-  return out;
+/** Plain `docker run -d`s one after the other (what a person would type), then removed. */
+async function plainRun(tag: string, images: readonly string[]): Promise<number> {
+  const names = images.map((_, j) => `cap-${runId}-plain-${tag}-${j}`);
+  const ms = await timed(async () => {
+    for (const [j, image] of images.entries()) {
+      await docker('run', '-d', '--name', names[j] ?? '', '--label', `${LABEL}=${runId}`, '--network', 'none', image, ...(image === SANDBOX_IMAGE ? ['sleep', 'infinity'] : []));
+    }
+  });
+  await docker('rm', '-f', ...names);
+  return ms;
 }
 
-async function creates(provider: SandboxProvider, n: number, egress: 'none' | 'allowlist'): Promise<number[]> {
-  const out: number[] = [];
-  for (let i = 0; i < n; i += 1) {
-    const id = `${runId}-${egress}-${i}`;
-    out.push(await timed(() => provider.create({ id, image: SANDBOX_IMAGE, limits: { egress, allowHosts: egress === 'allowlist' ? ['example.com'] : [] } })));
-    await provider.destroyByName(`cap-${id}`);
-  }
-  return out;
+type Tier = 'none' | 'allowlist';
+
+async function create(provider: DockerSandboxProvider, timeline: EngineTimeline, tag: string, egress: Tier): Promise<{ ms: number; steps: StepSpan[] }> {
+  const id = `${runId}-${egress}-${tag}`;
+  timeline.take(0, '');
+  const since = Date.now();
+  const ms = await timed(() => provider.create({ id, image: SANDBOX_IMAGE, limits: { egress, allowHosts: egress === 'allowlist' ? ['example.com'] : [] } }));
+  const steps = timeline.take(since, `cap-${id}`);
+  await provider.destroyByName(`cap-${id}`);
+  return { ms, steps };
+}
+
+/** Per step of a tier's creates: duration, start and end offset, each p50 [min-max]. */
+function stepTable(rounds: readonly StepSpan[][]): string {
+  const byLabel = new Map<string, StepSpan[]>();
+  for (const steps of rounds) for (const s of steps) byLabel.set(s.label, [...(byLabel.get(s.label) ?? []), s]);
+  const rows = [...byLabel]
+    .map(([label, spans]) => ({ label, spans, start: percentile(spans.map((s) => s.start), 50) }))
+    .sort((a, b) => a.start - b.start)
+    .map(({ label, spans }) => [
+      `${label}${spans.some((s) => s.calls > 1) ? ` (x${percentile(spans.map((s) => s.calls), 50)})` : ''}${spans.length < rounds.length ? ` (${spans.length}/${rounds.length} rounds)` : ''}`,
+      spread(spans.map((s) => s.end - s.start)),
+      spread(spans.map((s) => s.start)),
+      spread(spans.map((s) => s.end)),
+    ]);
+  const header = ['step (engine call)', 'duration ms', 'starts at ms', 'ends at ms'];
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
+  const line = (cells: readonly string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i] ?? 0) : c.padStart(widths[i] ?? 0))).join('  ');
+  return [line(header), ...rows.map(line)].join('\n');
+}
+
+interface Samples {
+  none: number[];
+  plainOne: number[];
+  allowlist: number[];
+  plainTwo: number[];
+  listen: ListenSample[];
+  bareListen: ListenSample[];
+  noneSteps: StepSpan[][];
+  allowlistSteps: StepSpan[][];
+}
+
+/**
+ * One round: each measurement once, starting at a different one each round. Round 0 is a warm-up
+ * (first creates pay for cold caches in the engine and the socket proxy) and is not recorded.
+ */
+async function round(r: number, provider: DockerSandboxProvider, timeline: EngineTimeline, engine: Docker, listenNetwork: string, samples: Samples | undefined): Promise<void> {
+  const tag = `r${r}`;
+  const work: Array<() => Promise<void>> = [
+    async () => { const c = await create(provider, timeline, tag, 'none'); samples?.none.push(c.ms); samples?.noneSteps.push(c.steps); },
+    async () => { const ms = await plainRun(`${tag}-one`, [SANDBOX_IMAGE]); samples?.plainOne.push(ms); },
+    async () => { const c = await create(provider, timeline, tag, 'allowlist'); samples?.allowlist.push(c.ms); samples?.allowlistSteps.push(c.steps); },
+    async () => { const ms = await plainRun(`${tag}-two`, [SANDBOX_IMAGE, EGRESS_IMAGE]); samples?.plainTwo.push(ms); },
+    ...[false, true].map((bareNode) => async () => {
+      const name = `cap-${runId}-listen-${tag}${bareNode ? '-bare' : ''}`;
+      const s = await egressStartToListening(docker, engine, { image: EGRESS_IMAGE, name, network: listenNetwork, label: `${LABEL}=${runId}`, bareNode });
+      await docker('rm', '-f', name);
+      (bareNode ? samples?.bareListen : samples?.listen)?.push(s);
+    }),
+  ];
+  for (let i = 0; i < work.length; i += 1) await work[(i + r) % work.length]!();
 }
 
 async function main(): Promise<void> {
+  const { values } = parseArgs({ options: { rounds: { type: 'string', default: '9' } } });
+  const rounds = Number(values.rounds);
+  if (!Number.isInteger(rounds) || rounds < 1) throw new Error(`--rounds must be a positive integer, not ${values.rounds}`);
   const engine = new Docker({ socketPath: '/var/run/docker.sock' });
   const proxy = await startSocketProxy(engine);
   const network = `cap-${runId}-shared`;
-  const provider = createDockerSandbox({ endpoint: proxy.endpoint, network }, { labels });
-  const results: Record<string, unknown> = {};
-  const fmt = (ms: number) => `${ms.toFixed(0)} ms`;
+  const listenNetwork = `cap-${runId}-listen`;
+  const timeline = new EngineTimeline();
+  const provider = createDockerSandbox({ endpoint: proxy.endpoint, network }, { labels }, { logger: timeline.logger });
+  const out: string[] = [];
   try {
-    const rounds = 5;
-    const noneCreate = await creates(provider, rounds, 'none');
-    const plainOne = await plainRuns(rounds, [SANDBOX_IMAGE]);
-    const allowCreate = await creates(provider, rounds, 'allowlist');
-    const plainTwo = await plainRuns(rounds, [SANDBOX_IMAGE, EGRESS_IMAGE]);
-    results.createNone = { p50: quantile(noneCreate, 0.5), plainDockerRun: quantile(plainOne, 0.5), ratio: quantile(noneCreate, 0.5) / quantile(plainOne, 0.5) };
-    results.createAllowlist = { p50: quantile(allowCreate, 0.5), twoPlainDockerRuns: quantile(plainTwo, 0.5), ratio: quantile(allowCreate, 0.5) / quantile(plainTwo, 0.5) };
+    await docker('network', 'create', '--label', `${LABEL}=${runId}`, listenNetwork);
+    const samples: Samples = { none: [], plainOne: [], allowlist: [], plainTwo: [], listen: [], bareListen: [], noneSteps: [], allowlistSteps: [] };
+    for (let r = 0; r <= rounds; r += 1) await round(r, provider, timeline, engine, listenNetwork, r === 0 ? undefined : samples);
+    const paired = (a: number[], b: number[]) => a.map((v, i) => v / (b[i] ?? NaN));
+
+    out.push(`create to ready, ${rounds} interleaved rounds after a warm-up; ms p50 [min-max]; ratios per round`);
+    out.push(`  create none:      ${spread(samples.none)}  vs one docker run -d:   ${spread(samples.plainOne)}  ${ratioSpread(paired(samples.none, samples.plainOne))}`);
+    out.push(`  create allowlist: ${spread(samples.allowlist)}  vs two docker run -ds: ${spread(samples.plainTwo)}  ${ratioSpread(paired(samples.allowlist, samples.plainTwo))} (target <= ${TARGET_ALLOWLIST_RATIO}; ratio of medians x${(percentile(samples.allowlist, 50) / percentile(samples.plainTwo, 50)).toFixed(2)})`);
+    for (const [label, listen] of [['egress image start-to-listening:', samples.listen], ['  the same image, bare Node server:', samples.bareListen]] as const) {
+      out.push(`  ${label} docker run -d ${spread(listen.map((s) => s.runMs))}, then it answers after ${spread(listen.map((s) => s.afterRunMs))}, in all ${spread(listen.map((s) => s.runMs + s.afterRunMs))}`);
+    }
+    out.push(`  egress image in all against two docker run -ds: ${ratioSpread(paired(samples.listen.map((s) => s.runMs + s.afterRunMs), samples.plainTwo))}`);
+    out.push('', 'allowlist create, by step (offsets from the start of create):', stepTable(samples.allowlistSteps));
+    out.push('', 'none create, by step:', stepTable(samples.noneSteps));
+    process.stdout.write(`${out.join('\n')}\n`);
 
     const h = await provider.create({ id: `${runId}-exec`, image: SANDBOX_IMAGE, limits: { egress: 'none' } });
     const rtt: number[] = [];
-    for (let i = 0; i < 60; i += 1) rtt.push(await timed(() => provider.exec(h, 'true')));
     const cli: number[] = [];
-    for (let i = 0; i < 30; i += 1) cli.push(await timed(() => docker('exec', '-u', '1000', h.id, 'true')));
-    results.execRoundTrip = { p50: quantile(rtt, 0.5), p99: quantile(rtt, 0.99), dockerExecP50: quantile(cli, 0.5), dockerExecP99: quantile(cli, 0.99) };
+    for (let i = 0; i < 30; i += 1) {
+      rtt.push(await timed(() => provider.exec(h, 'true')));
+      cli.push(await timed(() => docker('exec', '-u', '1000', h.id, 'true')));
+    }
+    process.stdout.write(`\nexec round trip: ${spread(rtt)} (p99 ${percentile(rtt, 99).toFixed(0)}) vs docker exec ${spread(cli)} (p99 ${percentile(cli, 99).toFixed(0)}), interleaved, n=30\n`);
 
     const data = new Uint8Array(randomBytes(20 * 1024 * 1024));
     const writeMs = await timed(() => provider.writeFile(h, '/workspace/bench.bin', data));
     let back: Uint8Array = new Uint8Array();
     const readMs = await timed(async () => { back = await provider.readFile(h, '/workspace/bench.bin'); });
     if (!Buffer.from(back).equals(Buffer.from(data))) throw new Error('20 MB round trip mismatch');
-    results.files20MB = { writeMs, readMs, writeMBps: 20.97 / (writeMs / 1000), readMBps: 20.97 / (readMs / 1000) };
+    process.stdout.write(`20 MB: write ${(20.97 / (writeMs / 1000)).toFixed(0)} MB/s, read ${(20.97 / (readMs / 1000)).toFixed(0)} MB/s\n`);
     await provider.destroy(h);
 
     const ids = Array.from({ length: 20 }, (_, i) => `${runId}-c${i}`);
     const concurrentMs = await timed(() => Promise.all(ids.map((id) => provider.create({ id, image: SANDBOX_IMAGE, limits: { egress: 'none' } }))));
     await Promise.all(ids.map((id) => provider.destroyByName(`cap-${id}`)));
-    results.concurrent20 = { totalMs: concurrentMs, perSandboxMs: concurrentMs / 20 };
-
-    process.stdout.write(`${JSON.stringify(results, null, 2)}\n`);
-    const r = results as Record<string, Record<string, number>>;
-    process.stdout.write([
-      `create none: ${fmt(r.createNone!.p50!)} vs docker run ${fmt(r.createNone!.plainDockerRun!)} (x${r.createNone!.ratio!.toFixed(2)})`,
-      `create allowlist: ${fmt(r.createAllowlist!.p50!)} vs two docker runs ${fmt(r.createAllowlist!.twoPlainDockerRuns!)} (x${r.createAllowlist!.ratio!.toFixed(2)}; target <= 1.5)`,
-      `exec round trip: p50 ${fmt(r.execRoundTrip!.p50!)} p99 ${fmt(r.execRoundTrip!.p99!)} vs docker exec p50 ${fmt(r.execRoundTrip!.dockerExecP50!)} (target p50 <= 30 ms)`,
-      `20 MB: write ${r.files20MB!.writeMBps!.toFixed(0)} MB/s, read ${r.files20MB!.readMBps!.toFixed(0)} MB/s`,
-      `20 concurrent creates: ${fmt(r.concurrent20!.totalMs!)}`,
-    ].join('\n') + '\n');
+    process.stdout.write(`20 concurrent creates (none): ${concurrentMs.toFixed(0)} ms\n`);
   } finally {
     await cleanup(engine);
     await proxy.stop();

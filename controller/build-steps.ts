@@ -1,11 +1,12 @@
 /**
  * The steps that both a create (lifecycle.ts) and a recovery (recovery.ts) run to bring parts
  * of a sandbox up: the shared network, a container create that pulls a missing image once, and
- * the per-sandbox egress proxy (created, connected to the shared network, started, and waited
- * for from inside the sandbox so the first command can use it).
+ * the per-sandbox egress proxy (created on the shared network, started, given its leg on the
+ * sandbox's internal network, and asked for its health from inside the sandbox so the first
+ * command can use it).
  */
 import type { Logger } from 'pino';
-import { EGRESS_PROXY_PORT } from '../common/index.js';
+import { EGRESS_HEALTH_PATH, EGRESS_PROXY_PORT } from '../common/index.js';
 import type { DeploymentConfig } from './config.js';
 import { egressContainerBody, type EgressPlan } from './container-spec.js';
 import { engineStatus, type DockerEngine } from './engine.js';
@@ -15,6 +16,8 @@ import type { SandboxNames } from './names.js';
 import { sharedNetworkBody } from './network-spec.js';
 
 const EGRESS_READY_TIMEOUT_MS = 15_000;
+/** Between health attempts: the proxy is usually up within a second of its start. */
+const EGRESS_PROBE_PAUSE_S = 0.02;
 
 export interface BuildDeps {
   readonly engine: DockerEngine;
@@ -52,20 +55,48 @@ export async function createContainerPullingOnce(deps: BuildDeps, name: string, 
   }
 }
 
-/** Creates the egress proxy on the sandbox's internal network, adds its shared-network leg, starts it. */
-export async function createEgress(deps: BuildDeps, plan: EgressPlan): Promise<void> {
+/**
+ * Creates the egress proxy on the shared network, starts it, then connects its leg on the
+ * sandbox's internal network once `internalNetwork` exists (API 1.41 takes one endpoint
+ * per create). Starting first lets the proxy process load while the rest of the sandbox is
+ * built: its start-up is the longest step of a create. Nothing can reach the proxy meanwhile but
+ * what the shared network allows (no inter-container traffic), and the sandbox is only ever on
+ * its internal network. `proceed` is asked before each call (step-group.ts).
+ */
+export async function createEgress(
+  deps: BuildDeps,
+  plan: EgressPlan,
+  internalNetwork: Promise<unknown> = Promise.resolve(),
+  proceed: () => void = () => undefined,
+): Promise<void> {
   const body = egressContainerBody(plan, deps.egressTestHosts);
   await createContainerPullingOnce(deps, plan.names.egress, plan.egressProxyImage, body);
-  await deps.engine.connectNetwork(plan.sharedNetwork, plan.names.egress);
+  proceed();
   await deps.engine.startContainer(plan.names.egress);
+  await internalNetwork;
+  proceed();
+  await deps.engine.connectNetwork(plan.names.network, plan.names.egress);
 }
 
-/** The proxy listens within a second of start; wait so the first command can use it. */
+/**
+ * Waits until the egress proxy answers its health endpoint, asked from inside the sandbox by
+ * the name the sandbox's proxy variables use: that proves the proxy process serves HTTP and
+ * that the sandbox reaches it through its internal network. One exec, all in bash: no process
+ * is forked per attempt (the pause is a `read` timeout on a pipe nobody writes), so waiting
+ * costs next to no CPU while the proxy itself starts.
+ */
 export async function waitForEgress(deps: BuildDeps, names: SandboxNames): Promise<void> {
   const seconds = Math.ceil(EGRESS_READY_TIMEOUT_MS / 1000);
+  const authority = `${names.egress}:${EGRESS_PROXY_PORT}`;
+  const probe = [
+    'exec 2>/dev/null 4<> <(:)',
+    `until exec 3<>/dev/tcp/${names.egress}/${EGRESS_PROXY_PORT} &&`,
+    `  printf 'GET ${EGRESS_HEALTH_PATH} HTTP/1.1\\r\\nHost: ${authority}\\r\\nConnection: close\\r\\n\\r\\n' >&3 &&`,
+    "  read -r -t 2 -u 3 status && [[ $status == 'HTTP/1.1 200 '* ]]",
+    `do exec 3>&-; read -r -t ${EGRESS_PROBE_PAUSE_S} -u 4 || :; done`,
+  ].join('\n');
   // One attempt can block on a name lookup (a proxy that exited leaves its name unresolvable),
   // so `timeout` holds the whole loop to the deadline, not just the attempt count.
-  const probe = `while ! (exec 3<>/dev/tcp/${names.egress}/${EGRESS_PROXY_PORT}) 2>/dev/null; do sleep 0.05; done`;
   const run = await deps.engine.startExec(names.container, {
     cmd: ['timeout', '-s', 'KILL', String(seconds), 'bash', '-c', probe],
     user: SANDBOX_USER,
@@ -73,6 +104,6 @@ export async function waitForEgress(deps: BuildDeps, names: SandboxNames): Promi
   });
   const code = await run.finished;
   if (code !== 0) {
-    throw new SandboxError('egress_unavailable', `The egress proxy ${names.egress} did not accept connections within ${seconds} s; check the image ${deps.config.egressProxyImage} and its logs.`);
+    throw new SandboxError('egress_unavailable', `The egress proxy ${names.egress} did not answer ${EGRESS_HEALTH_PATH} within ${seconds} s; check the image ${deps.config.egressProxyImage} and its logs.`);
   }
 }

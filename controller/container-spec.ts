@@ -101,8 +101,9 @@ export function sandboxContainerBody(plan: SandboxPlan): ContainerCreateBody {
   };
 }
 
-/** The egress proxy of an allowlist sandbox. It starts on the internal network; the shared
- * network is connected before start (one endpoint per create on API < 1.44). */
+/** The egress proxy of an allowlist sandbox. It is created and started on the shared network;
+ * its leg on the sandbox's internal network is connected after (one endpoint per create on API
+ * < 1.44; build-steps.ts says why in that order). */
 export type EgressPlan = Pick<SandboxPlan, 'names' | 'allowHosts' | 'labels' | 'egressProxyImage' | 'sharedNetwork'>;
 
 export function egressContainerBody(plan: EgressPlan, testHosts: Readonly<Record<string, string>> | undefined): ContainerCreateBody {
@@ -125,7 +126,7 @@ export function egressContainerBody(plan: EgressPlan, testHosts: Readonly<Record
     Env: envList(env),
     Labels: { ...plan.labels, [LABEL_ROLE]: 'egress' },
     HostConfig: {
-      NetworkMode: plan.names.network,
+      NetworkMode: plan.sharedNetwork,
       CapDrop: ['ALL'],
       SecurityOpt: ['no-new-privileges'],
       ReadonlyRootfs: true,

@@ -10,6 +10,7 @@ import { sandboxContainerBody } from './container-spec.js';
 import { internalNetworkBody } from './network-spec.js';
 import { volumeBody } from './volume-spec.js';
 import { createContainerPullingOnce, createEgress, ensureSharedNetwork, waitForEgress, type BuildDeps } from './build-steps.js';
+import { StepGroup } from './step-group.js';
 
 const STOP_GRACE_SECONDS = 2;
 
@@ -18,31 +19,40 @@ export class SandboxLifecycle {
 
   async create(plan: SandboxPlan): Promise<void> {
     const { engine } = this.deps;
-    const { names } = plan;
+    const { names, tier } = plan;
     // A stale instance (the host may have died before recording the handle) is replaced.
     await this.destroy(names.name);
-    const pending: Promise<unknown>[] = [];
+    const steps = new StepGroup();
     try {
-      // Independent steps run side by side: create-to-ready is what a conversation waits for.
-      await Promise.all([
-        plan.tier === 'allowlist' || plan.tier === 'open' ? ensureSharedNetwork(this.deps) : undefined,
-        plan.tier === 'allowlist' || plan.tier === 'internal' ? this.createInternalNetwork(names, plan.labels) : undefined,
-        this.createVolumes(plan),
-      ]);
-      const sandbox = createContainerPullingOnce(this.deps, names.container, plan.image, sandboxContainerBody(plan))
-        .then(() => engine.startContainer(names.container));
-      // The readiness probe runs from inside the sandbox as soon as it is up, overlapping the
-      // proxy's own start.
-      pending.push(plan.tier === 'allowlist' ? createEgress(this.deps, plan) : Promise.resolve());
-      pending.push(plan.tier === 'allowlist' ? sandbox.then(() => waitForEgress(this.deps, names)) : sandbox);
-      await Promise.all(pending);
+      // Create-to-ready is what a conversation waits for: every step starts as soon as what it
+      // needs exists (step-group.ts keeps a failure from leaving anything behind).
+      const shared = tier === 'allowlist' || tier === 'open' ? steps.run(() => ensureSharedNetwork(this.deps)) : undefined;
+      const internal = tier === 'allowlist' || tier === 'internal' ? steps.run(() => this.createInternalNetwork(names, plan.labels)) : undefined;
+      const volumes = steps.run(() => this.createVolumes(plan));
+      if (tier === 'allowlist') {
+        steps.run(async () => {
+          await shared;
+          steps.proceed();
+          await createEgress(this.deps, plan, internal ?? Promise.resolve(), steps.proceed);
+        });
+      }
+      steps.run(async () => {
+        // The sandbox's own network must exist before its create names it, and its volumes
+        // too: a create would otherwise make them, unlabelled.
+        await Promise.all([tier === 'open' ? shared : internal, volumes]);
+        steps.proceed();
+        await createContainerPullingOnce(this.deps, names.container, plan.image, sandboxContainerBody(plan));
+        steps.proceed();
+        await engine.startContainer(names.container);
+      });
+      await steps.settled();
+      // Both containers are up and the proxy holds its leg on the internal network.
+      if (tier === 'allowlist') await waitForEgress(this.deps, names);
     } catch (err) {
-      // Removing the container also ends a probe still running; it is awaited, so no exec
-      // outlives a failed create.
+      // Every step has finished (settled), so the cleanup finds all they made.
       await this.destroy(names.name).catch((cleanupErr: unknown) => {
         this.deps.logger.warn({ sandbox: names.name, err: cleanupErr }, 'cleanup after failed create did not finish');
       });
-      await Promise.allSettled(pending);
       throw err;
     }
   }
@@ -62,10 +72,10 @@ export class SandboxLifecycle {
   async destroy(name: string): Promise<void> {
     const { engine } = this.deps;
     const names = namesFor(name);
+    // Networks and volumes can only go once no container uses them.
     await Promise.all([engine.removeContainer(names.container), engine.removeContainer(names.egress)]);
-    await engine.removeNetwork(names.network);
     // Ephemeral volumes only; a persistent workspace is named cap-ws.<key> and stays.
-    await Promise.all([engine.removeVolume(names.workspaceVolume), engine.removeVolume(names.skillsVolume)]);
+    await Promise.all([engine.removeNetwork(names.network), engine.removeVolume(names.workspaceVolume), engine.removeVolume(names.skillsVolume)]);
   }
 
   async destroyWorkspace(volume: string): Promise<void> {

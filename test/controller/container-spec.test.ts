@@ -119,7 +119,7 @@ t.test('persistent workspace uses its own volume', async (t) => {
 t.test('egress proxy body', async (t) => {
   const plan = planSandbox(spec(), config, opts);
   const body = egressContainerBody(plan, { 'upstream.test': '10.0.0.5' });
-  t.equal(body.HostConfig.NetworkMode, 'cap-conv1-net');
+  t.equal(body.HostConfig.NetworkMode, 'capybara-sandbox', 'created on the shared network; the internal leg is connected after start');
   t.ok(body.Env.includes('EGRESS_ALLOW_HOSTS=example.com,*.pypi.org'));
   t.ok(body.Env.includes('CAPYBARA_EGRESS_TEST_HOSTS={"upstream.test":"10.0.0.5"}'));
   t.same(body.HostConfig.CapDrop, ['ALL']);

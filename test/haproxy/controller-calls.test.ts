@@ -63,7 +63,7 @@ t.test('the controller engine layer through the socket proxy', async (t) => {
       await engine.createContainer(names.container, sandboxContainerBody(plan));
       await engine.createContainer(names.egress, egressContainerBody(plan, undefined));
     } },
-    { method: 'connectNetwork', run: () => engine.connectNetwork(shared, names.egress) },
+    { method: 'connectNetwork', run: () => engine.connectNetwork(names.network, names.egress) },
     { method: 'startContainer', run: async () => {
       await engine.startContainer(names.container);
       await engine.startContainer(names.egress);
