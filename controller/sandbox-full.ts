@@ -26,8 +26,11 @@ export function startFailure(exitCode: number | null, stdout: string, stderr: st
   const runtime = stderr === '' ? RUNTIME_FAILURE.exec(stdout) : null;
   if (runtime !== null) {
     const detail = runtime[1] ?? '';
-    // EAGAIN from the runtime's own fork is the process limit again.
-    return /resource temporarily unavailable/i.test(detail) ? { kind: 'full', detail } : { kind: 'runtime', detail };
+    // The process limit again, as runc reports it: EAGAIN from its own fork, or the exec's init
+    // process dying before it could report back ("read init-p: connection reset by peer"), which
+    // is what a failed fork inside the pids cgroup looks like from outside (seen in the
+    // pids-limit test on this engine).
+    return /resource temporarily unavailable|read init-p: connection reset by peer/i.test(detail) ? { kind: 'full', detail } : { kind: 'runtime', detail };
   }
   return undefined;
 }

@@ -6,6 +6,7 @@ import { SANDBOX_FULL_EXIT, SANDBOX_FULL_MARKER } from '../../controller/exec-sc
 const rows: { name: string; exitCode: number | null; stdout: string; stderr: string; want: string | undefined }[] = [
   { name: 'the room check refused to start', exitCode: SANDBOX_FULL_EXIT, stdout: '', stderr: `${SANDBOX_FULL_MARKER} 1020/1024\n`, want: 'full' },
   { name: 'Docker could not fork the exec', exitCode: 126, stdout: 'OCI runtime exec failed: exec failed: unable to start container process: read init-p: connection reset by peer: resource temporarily unavailable\r\n', stderr: '', want: 'full' },
+  { name: 'the exec init died before reporting back (runc, pids limit reached)', exitCode: 126, stdout: 'OCI runtime exec failed: exec failed: unable to start container process: read init-p: connection reset by peer: unknown\r\n', stderr: '', want: 'full' },
   { name: 'Docker refused the exec for another reason', exitCode: 127, stdout: 'OCI runtime exec failed: exec failed: unable to start container process: exec: "bash": executable file not found in $PATH: unknown\r\n', stderr: '', want: 'runtime' },
   { name: 'the command exited 190 itself', exitCode: SANDBOX_FULL_EXIT, stdout: '', stderr: 'my own error\n', want: undefined },
   { name: 'the command printed the marker but exited 0', exitCode: 0, stdout: '', stderr: `${SANDBOX_FULL_MARKER} 1/2\n`, want: undefined },
