@@ -13,6 +13,7 @@ import net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { EGRESS_NODE_OPTIONS } from '../common/index.js';
 
 const TUNNELS = Number(process.env.LOAD_TUNNELS ?? 10_000);
 const SLOW = Number(process.env.LOAD_SLOW ?? 1_000);
@@ -200,7 +201,7 @@ async function main(): Promise<void> {
   const proxy = spawnNode(
     // Opaque tunnels: an idle tunnel here is an open one with no traffic; a tls tunnel that never
     // sent its ClientHello would be closed at the hello deadline instead.
-    ['dist/proxy/cli.js', '--allow-hosts', 'load.test', '--tunnel-default', 'opaque', '--connect-ports', String(upPort), '--listen', `127.0.0.1:${proxyPort}`,
+    [...EGRESS_NODE_OPTIONS, 'dist/proxy/cli.js', '--allow-hosts', 'load.test', '--tunnel-default', 'opaque', '--connect-ports', String(upPort), '--listen', `127.0.0.1:${proxyPort}`,
       '--log-level', 'warn', '--max-connections', limit, '--max-connections-per-client', limit],
     { ...process.env, CAPYBARA_EGRESS_TEST_HOSTS: JSON.stringify({ 'load.test': '127.0.0.1' }) },
   );

@@ -9,6 +9,7 @@ import net from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { EGRESS_NODE_OPTIONS } from '../common/index.js';
 import { startChild, type Child } from './children.js';
 import type { UpstreamPorts } from './upstream.js';
 
@@ -131,7 +132,7 @@ export async function startCapybara(ctx: StartContext): Promise<RunningProxy> {
   // peers, so the allowlist entry is an opaque tunnel; TLS tunnels differ only in holding the
   // first record until the ClientHello is read.
   const args = [cli, '--allow-hosts', 'bench.test', '--tunnel-default', 'opaque', '--connect-ports', `${echo},${source},${http}`, '--listen', `127.0.0.1:${port}`, '--log-level', 'info'];
-  const child = await startChild('capybara', process.execPath, args, { env, lifetimeSec: ctx.lifetimeSec });
+  const child = await startChild('capybara', process.execPath, [...EGRESS_NODE_OPTIONS, ...args], { env, lifetimeSec: ctx.lifetimeSec });
   await waitReady(child, async () => /^HTTP\/1\.1 200/.test(await ask(port, 'GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n')));
   return { name: 'capybara', port, upstreamHost: 'bench.test', child };
 }

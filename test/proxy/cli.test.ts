@@ -4,13 +4,13 @@
  * Runs dist/proxy/cli.js: run through `npm test`, which compiles first.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, renameSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, renameSync, symlinkSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
-import { EGRESS_ENV } from '../../common/index.js';
+import { EGRESS_ENV, EGRESS_NODE_OPTIONS } from '../../common/index.js';
 import { freePort } from '../support/loopback.js';
 import { rawRequest, readUntil } from '../support/raw-client.js';
 
@@ -167,4 +167,17 @@ t.test('an allowlist variable that is set but empty starts a proxy that allows n
   const res = await rawRequest(port, 'CONNECT a.example:443 HTTP/1.1\r\nHost: x\r\n\r\n');
   t.equal(res.reason, 'host_not_allowed');
   res.socket.destroy();
+});
+
+t.test('every way the proxy is started passes the same Node options', async (t) => {
+  const root = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+  const read = (file: string): string => readFileSync(path.join(root, file), 'utf8');
+  const shebang = read('proxy/cli.ts').split('\n')[0] ?? '';
+  const start = (JSON.parse(read('package.json')) as { scripts: Record<string, string> }).scripts.start ?? '';
+  const entrypoint = /^ENTRYPOINT (.*)$/m.exec(read('image/egress/Dockerfile'))?.[1] ?? '';
+  for (const option of EGRESS_NODE_OPTIONS) {
+    t.match(shebang, new RegExp(`^#!/usr/bin/env -S node .*${option}`), `the bin's shebang has ${option}`);
+    t.match(start, `node ${option}`, `npm start has ${option}`);
+    t.ok((JSON.parse(entrypoint) as string[]).includes(option), `the image's entrypoint has ${option}`);
+  }
 });
