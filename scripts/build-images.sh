@@ -174,76 +174,71 @@ if selected sandbox; then
     "$(cd image/sandbox && hash_files "${files[@]}")"
 fi
 
-if selected egress; then
-  # No registry is reachable from inside `docker build`, so the context is staged here: the
-  # compiled proxy and policy, the package manifests and the production node_modules.
-  [[ -f proxy/cli.ts ]] || die "proxy/cli.ts is missing: the egress image needs the egress proxy sources"
-  mapfile -t files < <({ find common proxy policy -type f; ls -1 package.json package-lock.json tsconfig.json image/egress/Dockerfile image/egress/.dockerignore 2>/dev/null; } | sort)
+# A Node.js image from a staged context: no registry is reachable from inside `docker build`, so
+# the given source folders are compiled here (with the project's compiler options; work in
+# progress elsewhere in the tree cannot break the build), and the package manifests and production
+# node_modules are staged beside them. Rebuilt only when the base or an input changed.
+#   build_node_image NAME TAG DOCKERFILE "SOURCE DIRS" "OTHER INPUT FILES" [STAGE_EXTRA_FN]
+build_node_image() {
+  local name=$1 tag=$2 dockerfile=$3 sources=$4 inputs=$5 extra=${6:-}
+  local files ctxhash base_id started stage include=""
+  # shellcheck disable=SC2086 # word lists on purpose
+  mapfile -t files < <({ find $sources -type f; ls -1 package.json package-lock.json tsconfig.json "$dockerfile" $inputs 2>/dev/null; } | sort)
   ctxhash=$(hash_files "${files[@]}")
-  base_id=$(docker image inspect --format '{{.Id}}' "${BASE[egress]}")
-  if [[ -z "${CAPYBARA_FORCE_REBUILD:-}" && "$(image_hash capybara-sandbox-egress:latest)" == "$(printf '%s\n' "$base_id" "$ctxhash" | sha)" ]]; then
-    log "capybara-sandbox-egress:latest is up to date"
-  else
-    started=$SECONDS
-    stage=$TMP/egress
-    mkdir -p "$stage"
-    [[ -d node_modules ]] || npm ci --no-audit --no-fund --loglevel=error
-    # Only common/, proxy/ and policy/ go into the image, so only they are compiled (with the project's
-    # compiler options): work in progress elsewhere in the tree cannot break this build.
-    log "compiling common/, proxy/ and policy/ (tsc)"
-    mkdir -p "$stage/dist" "$stage/policy"
-    cat > "$TMP/tsconfig.egress.json" <<JSON
+  base_id=$(docker image inspect --format '{{.Id}}' "${BASE[$name]}")
+  if [[ -z "${CAPYBARA_FORCE_REBUILD:-}" && "$(image_hash "$tag")" == "$(printf '%s\n' "$base_id" "$ctxhash" | sha)" ]]; then
+    log "$tag is up to date"
+    return
+  fi
+  started=$SECONDS
+  stage=$TMP/$name
+  mkdir -p "$stage/dist"
+  [[ -d node_modules ]] || npm ci --no-audit --no-fund --loglevel=error
+  for dir in $sources; do
+    if [[ -d $dir ]]; then include+="${include:+, }\"$ROOT/$dir/**/*.ts\""; else include+="${include:+, }\"$ROOT/$dir\""; fi
+  done
+  log "compiling $sources (tsc)"
+  cat > "$TMP/tsconfig.$name.json" <<JSON
 {
   "extends": "$ROOT/tsconfig.json",
   "compilerOptions": { "rootDir": "$ROOT", "outDir": "$stage/dist", "declaration": false, "sourceMap": false },
-  "include": ["$ROOT/common/**/*.ts", "$ROOT/proxy/**/*.ts", "$ROOT/policy/**/*.ts"],
+  "include": [$include],
   "exclude": []
 }
 JSON
-    npx --no-install tsc -p "$TMP/tsconfig.egress.json"
-    cp policy/default-policy.yaml "$stage/policy/" 2>/dev/null || true
-    cp package.json package-lock.json "$stage/"
-    cp image/egress/Dockerfile "$stage/Dockerfile"
-    [[ ! -f image/egress/.dockerignore ]] || cp image/egress/.dockerignore "$stage/.dockerignore"
-    log "installing production dependencies into the staging context (npm ci --omit=dev)"
-    (cd "$stage" && npm ci --omit=dev --ignore-scripts --no-audit --no-fund --loglevel=error)
-    log "egress context staged in $((SECONDS - started))s"
-    build_image capybara-sandbox-egress:latest "$stage/Dockerfile" "$stage" "${BASE[egress]}" "$ctxhash"
-  fi
+  npx --no-install tsc -p "$TMP/tsconfig.$name.json"
+  cp package.json package-lock.json "$stage/"
+  cp "$dockerfile" "$stage/Dockerfile"
+  [[ -z $extra ]] || "$extra" "$stage"
+  log "installing production dependencies into the staging context (npm ci --omit=dev)"
+  (cd "$stage" && npm ci --omit=dev --ignore-scripts --no-audit --no-fund --loglevel=error)
+  log "$name context staged in $((SECONDS - started))s"
+  build_image "$tag" "$stage/Dockerfile" "$stage" "${BASE[$name]}" "$ctxhash"
+}
+
+stage_egress_extra() {
+  mkdir -p "$1/policy"
+  cp policy/default-policy.yaml "$1/policy/"
+  [[ ! -f image/egress/.dockerignore ]] || cp image/egress/.dockerignore "$1/.dockerignore"
+}
+
+# The plugin's manifest and deploy/host-stub.mjs, the stand-in host of deploy/compose.yaml.
+stage_cli_extra() {
+  mkdir -p "$1/deploy"
+  cp -r .capybara-plugin "$1/"
+  cp deploy/host-stub.mjs "$1/deploy/"
+}
+
+if selected egress; then
+  [[ -f proxy/cli.ts ]] || die "proxy/cli.ts is missing: the egress image needs the egress proxy sources"
+  build_node_image egress capybara-sandbox-egress:latest image/egress/Dockerfile "common proxy policy" \
+    "image/egress/.dockerignore" stage_egress_extra
 fi
 
 if selected cli; then
-  # The plugin (dist/index.mjs and the controller), its manifest and the CLI, compiled here as
-  # for the egress image; deploy/host-stub.mjs is the stand-in host of deploy/compose.yaml.
-  mapfile -t files < <({ find common policy controller .capybara-plugin -type f; ls -1 index.mts package.json package-lock.json tsconfig.json image/cli/Dockerfile deploy/host-stub.mjs 2>/dev/null; } | sort)
-  ctxhash=$(hash_files "${files[@]}")
-  base_id=$(docker image inspect --format '{{.Id}}' "${BASE[cli]}")
-  if [[ -z "${CAPYBARA_FORCE_REBUILD:-}" && "$(image_hash capybara-sandbox-cli:latest)" == "$(printf '%s\n' "$base_id" "$ctxhash" | sha)" ]]; then
-    log "capybara-sandbox-cli:latest is up to date"
-  else
-    started=$SECONDS
-    stage=$TMP/cli
-    mkdir -p "$stage/dist" "$stage/deploy"
-    [[ -d node_modules ]] || npm ci --no-audit --no-fund --loglevel=error
-    log "compiling common/, policy/, controller/ and index.mts (tsc)"
-    cat > "$TMP/tsconfig.cli.json" <<JSON
-{
-  "extends": "$ROOT/tsconfig.json",
-  "compilerOptions": { "rootDir": "$ROOT", "outDir": "$stage/dist", "declaration": false, "sourceMap": false },
-  "include": ["$ROOT/common/**/*.ts", "$ROOT/policy/**/*.ts", "$ROOT/controller/**/*.ts", "$ROOT/index.mts"],
-  "exclude": []
-}
-JSON
-    npx --no-install tsc -p "$TMP/tsconfig.cli.json"
-    cp -r .capybara-plugin "$stage/"
-    cp deploy/host-stub.mjs "$stage/deploy/"
-    cp image/cli/Dockerfile "$stage/Dockerfile"
-    cp package.json package-lock.json "$stage/"
-    log "installing production dependencies into the staging context (npm ci --omit=dev)"
-    (cd "$stage" && npm ci --omit=dev --ignore-scripts --no-audit --no-fund --loglevel=error)
-    log "cli context staged in $((SECONDS - started))s"
-    build_image capybara-sandbox-cli:latest "$stage/Dockerfile" "$stage" "${BASE[cli]}" "$ctxhash"
-  fi
+  # The plugin (dist/index.mjs and the controller) and the operator CLI.
+  build_node_image cli capybara-sandbox-cli:latest image/cli/Dockerfile "common policy controller index.mts" \
+    ".capybara-plugin/plugin.json deploy/host-stub.mjs" stage_cli_extra
 fi
 
 log "done in $((SECONDS - TOTAL_START))s"
