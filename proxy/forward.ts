@@ -154,6 +154,7 @@ function forward(ctx: ProxyContext, log: Logger, req: IncomingMessage, res: Serv
   // The validated head waits for the first body byte (or the end): an upstream that fails before
   // sending any of its body still gets the client a clean refusal instead of a cut connection.
   let head: { status: number; reason: string; fields: string[] } | undefined;
+  let drain: () => void = () => undefined;
   const flushHead = (): boolean => {
     if (head === undefined) return true;
     const { status, reason, fields } = head;
@@ -195,12 +196,15 @@ function forward(ctx: ProxyContext, log: Logger, req: IncomingMessage, res: Serv
         complete();
         return true;
       }
-      res.on('drain', resume);
+      drain = resume;
       return true;
     },
     onData(chunk) {
       if (settled || res.destroyed || !flushHead()) return false;
-      return res.write(chunk);
+      if (res.write(chunk)) return true;
+      // The client reads slower than the upstream sends: undici pauses until the client drains.
+      res.once('drain', drain);
+      return false;
     },
     onComplete() {
       complete();

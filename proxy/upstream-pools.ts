@@ -27,6 +27,7 @@ export interface PoolOptions {
 
 export class UpstreamPools {
   private readonly pools = new Map<string, Pool>();
+  private newest: string | undefined;
   private PoolClass: PoolClass | undefined;
 
   constructor(private readonly options: PoolOptions) {}
@@ -36,7 +37,9 @@ export class UpstreamPools {
     const key = `${host}|${port}|${addresses.join(',')}`;
     let pool = this.pools.get(key);
     if (pool !== undefined) {
-      this.pools.delete(key); // re-inserted below as the most recently used
+      // Moved to the end (most recently used) only when it is not there already.
+      if (key === this.newest) return pool;
+      this.pools.delete(key);
     } else {
       pool = this.create(host, port, addresses);
       if (this.pools.size >= this.options.maxPools) {
@@ -47,12 +50,14 @@ export class UpstreamPools {
       }
     }
     this.pools.set(key, pool);
+    this.newest = key;
     return pool;
   }
 
   destroy(): void {
     for (const pool of this.pools.values()) pool.destroy().catch(() => undefined);
     this.pools.clear();
+    this.newest = undefined;
   }
 
   private create(host: string, port: number, addresses: readonly string[]): Pool {

@@ -247,6 +247,29 @@ t.test('an upstream that refuses the connection: one deny line, no allow', async
   t.notMatch(metrics, /outcome="allow",reason="connect_failed"/);
 });
 
+t.test('a client that does not read holds the upstream back (backpressure), not the proxy memory', async (t) => {
+  const total = 64 * 1024 * 1024;
+  let upstream: net.Socket | undefined;
+  scripts.set('/big', (s) => {
+    upstream = s;
+    s.write(`HTTP/1.1 200 OK\r\nContent-Length: ${total}\r\n\r\n`);
+    const chunk = Buffer.alloc(256 * 1024, 0x61);
+    const pump = (): void => {
+      while (s.bytesWritten < total) if (!s.write(chunk)) return void s.once('drain', pump);
+    };
+    pump();
+  });
+  const client = net.connect(port, '127.0.0.1');
+  client.on('error', () => undefined);
+  client.write(`GET http://${hostile}/big HTTP/1.1\r\nHost: ${hostile}\r\nConnection: close\r\n\r\n`);
+  client.pause(); // and never read
+  await settle(() => upstream !== undefined, 'the upstream request');
+  await new Promise((r) => setTimeout(r, 1_500));
+  // Kernel buffers on both legs hold a few MiB; without backpressure the proxy would take it all.
+  t.ok((upstream?.bytesWritten ?? total) < total / 4, `the upstream could send only ${upstream?.bytesWritten} of ${total} bytes`);
+  client.destroy();
+});
+
 t.test('the long-lived tunnel survived all of it', async (t) => {
   tunnel.socket.write('still here');
   t.match(await readUntil(tunnel.socket, 'still here'), 'still here');
