@@ -10,6 +10,8 @@
  * a hello trickled a byte at a time costs no more than one sent whole.
  */
 
+import { GrowableBuffer } from './growable-buffer.js';
+
 export type HelloResult =
   /** More bytes are needed. */
   | { readonly kind: 'incomplete' }
@@ -19,6 +21,9 @@ export type HelloResult =
 
 /** Largest ClientHello accepted, in bytes of the handshake message body (2^15: a hello with post-quantum key shares is under 2 KiB). */
 export const MAX_HELLO_BYTES = 32 * 1024;
+
+/** Most records a ClientHello may be spread over (real clients use one, or a few past 16 KiB). */
+export const MAX_HELLO_RECORDS = 64;
 
 const RECORD_HEADER = 5;
 const HANDSHAKE_HEADER = 4;
@@ -51,29 +56,37 @@ export class ClientHelloReader {
   /** Received bytes not yet taken by a step, in arrival order. */
   private pending: Buffer[] = [];
   private pendingLength = 0;
-  /** Handshake bytes gathered from record fragments so far. */
-  private handshake: Buffer[] = [];
-  private handshakeLength = 0;
+  /** Handshake bytes gathered from record fragments so far (the message, and at most one record more). */
+  private readonly handshake = new GrowableBuffer(HANDSHAKE_HEADER + MAX_HELLO_BYTES + MAX_FRAGMENT);
+  private records = 0;
   /** Body length from the handshake header, once known. */
   private helloLength = -1;
   /** Bytes still to come of the record being read, or -1 while between records. */
   private recordLeft = -1;
   private result: HelloResult = { kind: 'incomplete' };
 
+  private received = 0;
+
   /** Feeds the next bytes; returns the outcome so far (final once not `incomplete`). */
   push(chunk: Buffer): HelloResult {
     if (this.result.kind !== 'incomplete' || chunk.length === 0) return this.result;
     this.pending.push(chunk);
     this.pendingLength += chunk.length;
+    this.received += chunk.length;
     this.result = this.advance();
     return this.result;
+  }
+
+  /** Bytes of the input that belong to the ClientHello's records; what was pushed beyond them follows it. */
+  get consumed(): number {
+    return this.received - this.pendingLength;
   }
 
   /** The client closed its side: whatever is incomplete now never will be. */
   end(): HelloResult {
     if (this.result.kind !== 'incomplete') return this.result;
     this.result =
-      this.pendingLength === 0 && this.handshakeLength === 0 && this.recordLeft === -1
+      this.pendingLength === 0 && this.handshake.length === 0 && this.recordLeft === -1
         ? refused('sni_missing', 'the client sent nothing and closed')
         : malformed('the client closed before its ClientHello was complete');
     return this.result;
@@ -88,7 +101,7 @@ export class ClientHelloReader {
         if (first !== CONTENT_HANDSHAKE) {
           const type = CONTENT_TYPES[first];
           if (type !== undefined) return malformed(`a TLS ${type} record came before the ClientHello was complete`);
-          return this.handshakeLength === 0
+          return this.handshake.length === 0
             ? refused('sni_missing', 'the tunnel does not start with TLS')
             : malformed(`a record of unknown type ${first} came before the ClientHello was complete`);
         }
@@ -102,28 +115,30 @@ export class ClientHelloReader {
         // parsers disagree about where a message starts.
         if (length === 0) return malformed('an empty handshake record');
         if (length > MAX_FRAGMENT) return malformed(`a record of ${length} bytes is over the 16384-byte limit`);
+        this.records += 1;
+        if (this.records > MAX_HELLO_RECORDS) return malformed(`a ClientHello spread over more than ${MAX_HELLO_RECORDS} records`);
         this.recordLeft = length;
       }
       if (this.pendingLength === 0) return { kind: 'incomplete' };
       const fragment = this.take(Math.min(this.recordLeft, this.pendingLength));
       this.recordLeft -= fragment.length;
-      this.handshake.push(fragment);
-      this.handshakeLength += fragment.length;
+      // The cap holds the largest hello plus one record more, and the checks below refuse as
+      // soon as the message is complete or announced too large; the test is a backstop.
+      if (!this.handshake.append(fragment)) return malformed('the ClientHello is over its size limit');
 
-      if (this.helloLength === -1 && this.handshakeLength >= HANDSHAKE_HEADER) {
-        const head = this.handshakeBytes(HANDSHAKE_HEADER);
+      if (this.helloLength === -1 && this.handshake.length >= HANDSHAKE_HEADER) {
+        const head = this.handshake.bytes();
         if (head[0] !== CLIENT_HELLO) return malformed(`the first handshake message is type ${head[0]}, not a ClientHello`);
         this.helloLength = head.readUIntBE(1, 3);
         if (this.helloLength > MAX_HELLO_BYTES) return malformed(`a ClientHello of ${this.helloLength} bytes is over the ${MAX_HELLO_BYTES}-byte limit`);
       }
-      if (this.helloLength !== -1 && this.handshakeLength >= HANDSHAKE_HEADER + this.helloLength) {
+      if (this.helloLength !== -1 && this.handshake.length >= HANDSHAKE_HEADER + this.helloLength) {
         // The record that completes the ClientHello must end with it: a client sends nothing else
         // in its first flight of handshake records.
-        if (this.handshakeLength !== HANDSHAKE_HEADER + this.helloLength || this.recordLeft > 0) {
+        if (this.handshake.length !== HANDSHAKE_HEADER + this.helloLength || this.recordLeft > 0) {
           return malformed('more handshake data follows the ClientHello in its record');
         }
-        const message = this.handshakeBytes(this.handshakeLength);
-        return parseClientHello(message.subarray(HANDSHAKE_HEADER));
+        return parseClientHello(this.handshake.bytes().subarray(HANDSHAKE_HEADER));
       }
       if (this.recordLeft === 0) this.recordLeft = -1;
     }
@@ -157,12 +172,6 @@ export class ClientHelloReader {
     }
     this.pendingLength -= n;
     return out;
-  }
-
-  /** The first `n` handshake bytes as one buffer (joined once, and kept joined). */
-  private handshakeBytes(n: number): Buffer {
-    if (this.handshake.length > 1) this.handshake = [Buffer.concat(this.handshake, this.handshakeLength)];
-    return this.handshake[0]!.subarray(0, n);
   }
 }
 

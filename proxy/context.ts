@@ -3,6 +3,7 @@ import type { Socket } from 'node:net';
 import type { Lookup, Policy } from '../policy/index.js';
 import type { Connect } from './dial.js';
 import type { ProxyLimits } from './limits.js';
+import type { Refusal } from './refusal.js';
 import type { Logger } from './log.js';
 import type { ProxyObserver } from './metrics.js';
 import type { UpstreamPools } from './upstream-pools.js';
@@ -14,6 +15,12 @@ export interface ProxyContext {
   readonly connect: Connect;
   readonly pools: UpstreamPools;
   readonly observer: ProxyObserver;
+  /**
+   * The request a connection has in flight, as the way to refuse it: the HTTP parser can fail on a
+   * request's body (or on the next request pipelined behind it) while the request is decided or
+   * forwarded, and that request must end with its own one refusal or cut, never a second answer.
+   */
+  readonly inFlight: WeakMap<Socket, (refusal: Refusal) => void>;
 }
 
 /** Per-client-connection facts, attached when the connection is accepted. */

@@ -1,13 +1,18 @@
 /**
  * The lookups the policy's pinned resolution runs: A and AAAA once per request, with a timeout,
- * through the system resolver (getaddrinfo, so /etc/hosts and the container's resolv.conf apply)
- * or through the DNS servers the operator named.
+ * asked of the DNS servers the operator named, or of those in /etc/resolv.conf.
+ *
+ * Always through c-ares on the event loop, never getaddrinfo: getaddrinfo runs on libuv's
+ * threadpool (four threads) and cannot be cancelled, so a few lookups of names whose servers never
+ * answer (any name under an allowed wildcard will do) held every thread for the resolver's whole
+ * retry schedule and stalled DNS for every other request. c-ares queries end at their deadline.
+ * /etc/hosts is not consulted.
  */
 import { promises as dnsPromises } from 'node:dns';
 import type { Lookup, LookupOutcome } from '../policy/index.js';
 
 export interface LookupOptions {
-  /** `IP` or `IP:PORT` / `[IPv6]:PORT`; empty means the system resolver. */
+  /** `IP` or `IP:PORT` / `[IPv6]:PORT`; empty means the servers of /etc/resolv.conf. */
   readonly servers: readonly string[];
   readonly timeoutMs: number;
 }
@@ -33,22 +38,12 @@ async function withDeadline(name: string, timeoutMs: number, work: Promise<Looku
   }
 }
 
-function systemLookup(timeoutMs: number): Lookup {
-  return (name) =>
-    withDeadline(
-      name,
-      timeoutMs,
-      dnsPromises.lookup(name, { all: true, order: 'ipv4first' }).then(
-        (answers): LookupOutcome => ({ ok: true, addresses: answers.map((a) => a.address) }),
-        (err: unknown) => failed(name, err),
-      ),
-    );
-}
-
-function serverLookup(servers: readonly string[], timeoutMs: number): Lookup {
+export function createLookup(options: LookupOptions): Lookup {
+  const { servers, timeoutMs } = options;
   // Two tries inside the deadline; c-ares retries on its own schedule.
   const resolver = new dnsPromises.Resolver({ timeout: Math.max(1, Math.floor(timeoutMs / 2)), tries: 2 });
-  resolver.setServers([...servers]);
+  // Without servers of its own the resolver keeps those of /etc/resolv.conf.
+  if (servers.length > 0) resolver.setServers([...servers]);
   return (name) =>
     withDeadline(
       name,
@@ -67,8 +62,4 @@ function serverLookup(servers: readonly string[], timeoutMs: number): Lookup {
         return first ? failed(name, first) : { ok: false, reason: 'dns_failed', detail: `${name} has no A or AAAA record` };
       }),
     );
-}
-
-export function createLookup(options: LookupOptions): Lookup {
-  return options.servers.length === 0 ? systemLookup(options.timeoutMs) : serverLookup(options.servers, options.timeoutMs);
 }

@@ -56,6 +56,17 @@ export function createForwarder(ctx: ProxyContext, root: Logger) {
     const parsed = parseAbsoluteUrl(url);
     if (!parsed.ok) return deny({ reason: parsed.reason, detail: parsed.detail });
 
+    // Until forwarding starts, a parse error later on this connection refuses this request.
+    let refusedMeanwhile = false;
+    const early = (refusal: Refusal): void => {
+      refusedMeanwhile = true;
+      deny(refusal);
+    };
+    ctx.inFlight.set(req.socket, early);
+    res.once('close', () => {
+      if (ctx.inFlight.get(req.socket) === early) ctx.inFlight.delete(req.socket);
+    });
+
     const policy = ctx.policy();
     const target = checkTarget(policy, parsed.host, parsed.port);
     if (!target.allowed) return deny(target);
@@ -63,6 +74,7 @@ export function createForwarder(ctx: ProxyContext, root: Logger) {
     if (!head.ok) return deny({ reason: 'bad_request', detail: head.detail, host: target.host, port: target.port });
 
     const decision = await resolveTarget(policy, target, ctx.lookup);
+    if (refusedMeanwhile) return;
     const decideMs = ms(started);
     if (!decision.allowed) {
       if (decision.reason === 'internal_error') log.error({ [F.reason]: decision.reason, [F.detail]: decision.detail }, 'decision failed');
@@ -137,6 +149,28 @@ function forward(ctx: ProxyContext, log: Logger, req: IncomingMessage, res: Serv
       res.destroy();
     }
   };
+
+  // A parse error on this connection while the exchange runs: refused if nothing of the response
+  // went out yet, otherwise the client connection is cut (never a second answer inside this one).
+  const parseFailed = (refusal: Refusal): void => {
+    if (settled) {
+      socket.destroy();
+      return;
+    }
+    settled = true;
+    abort?.();
+    if (!res.headersSent) {
+      f.counted.read = socket.bytesRead;
+      f.deny(refusal, { [F.addresses]: decision.addresses, [F.decideMs]: f.decideMs });
+    } else {
+      allowLine(refusal.reason);
+      res.destroy();
+    }
+  };
+  ctx.inFlight.set(socket, parseFailed);
+  res.once('close', () => {
+    if (ctx.inFlight.get(socket) === parseFailed) ctx.inFlight.delete(socket);
+  });
 
   // While the request waits on the upstream, the upstream's own deadlines apply (504 after the
   // idle timeout); the client connection's idle timer only ends a client that stalls its upload.

@@ -46,12 +46,20 @@ function headers(refusal: Refusal, body: string): Record<string, string> {
   return h;
 }
 
+const refused = new WeakSet<Socket>();
+
+/** Whether the connection was already refused (a second refusal must write nothing). */
+export function wasRefused(socket: Socket): boolean {
+  return refused.has(socket);
+}
+
 /**
  * Ends a refused connection: writes `last` (a response or a TLS alert), closes the proxy's side,
  * and gives the client a short linger to read it. The connection stops counting against the
  * limits at once; a client that never reads or never closes cannot hold the socket open.
  */
 export function closeRefused(socket: Socket, last: string | Buffer | undefined): void {
+  refused.add(socket);
   releaseConnection(socket);
   if (!socket.writable) {
     socket.destroy();

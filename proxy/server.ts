@@ -14,7 +14,7 @@ import { DEFAULT_LIMITS, type ProxyLimits } from './limits.js';
 import { defaultConnect, type Connect } from './dial.js';
 import { createForwarder } from './forward.js';
 import { F, logLine, type Logger } from './log.js';
-import { refuseResponse, refuseSocket, type Refusal } from './refusal.js';
+import { refuseResponse, refuseSocket, wasRefused, type Refusal } from './refusal.js';
 import { createProxyMetrics } from './metrics.js';
 import { readConnectHead } from './connect-head.js';
 import { connectBodyProblem, handleConnect } from './tunnel.js';
@@ -67,7 +67,7 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     observer.dnsLookup((performance.now() - t) / 1000, outcome.ok ? 'ok' : outcome.reason);
     return outcome;
   };
-  const ctx: ProxyContext = { policy: () => policy, lookup, limits, connect, pools, observer };
+  const ctx: ProxyContext = { policy: () => policy, lookup, limits, connect, pools, observer, inFlight: new WeakMap() };
 
   const httpServer = http.createServer({
     maxHeaderSize: limits.maxHeaderBytes,
@@ -80,6 +80,9 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     requireHostHeader: false,
   });
   httpServer.timeout = limits.idleTimeoutMs;
+  // Every field reaches the checks (the head is already bounded by maxHeaderBytes): Node's
+  // default of 2000 would let a framing field hide behind 2000 others.
+  httpServer.maxHeadersCount = 0;
   const forward = createForwarder(ctx, log);
 
   const failClosed = (what: string, err: unknown, fallback: () => void): void => {
@@ -99,7 +102,7 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   };
   httpServer.on('connect', (req: http.IncomingMessage, socket: net.Socket, head: Buffer) => {
     firstHead(socket);
-    onConnect({ target: req.url ?? '', bodyProblem: connectBodyProblem(req.headers) }, socket, head);
+    onConnect({ target: req.url ?? '', bodyProblem: connectBodyProblem(req.rawHeaders) }, socket, head);
   });
   // Without this listener Node answers an Expect other than 100-continue with its own 417, which
   // carries no X-Egress-Reason and keeps the connection alive.
@@ -109,8 +112,30 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     logLine(connectionOf(req.socket, log).log, { [F.event]: 'decision', [F.decision]: 'deny', [F.method]: req.method, [F.reason]: refusal.reason, [F.detail]: refusal.detail });
     refuseResponse(res, refusal);
   });
+  // Node keeps a socket that asked for an upgrade out of its request flow (and would drop any
+  // request pipelined behind it): refused, with its reason, like every other request it cannot take.
+  httpServer.on('upgrade', (req: http.IncomingMessage, socket: net.Socket) => {
+    firstHead(socket);
+    const refusal: Refusal = { reason: 'bad_request', detail: 'protocol upgrades are not forwarded (use CONNECT for WebSocket and other protocols)' };
+    observer.decision('deny', refusal.reason);
+    logLine(connectionOf(socket, log).log, { [F.event]: 'decision', [F.decision]: 'deny', [F.method]: req.method, [F.reason]: refusal.reason, [F.detail]: refusal.detail });
+    refuseSocket(socket, refusal);
+  });
   httpServer.on('clientError', (err: NodeJS.ErrnoException, socket: net.Socket) => {
+    firstHead(socket);
+    // A client that reset or left is not a request to refuse, and a refused connection is only closed.
+    if (err.code === 'ECONNRESET' || err.code === 'EPIPE' || wasRefused(socket)) {
+      socket.destroy();
+      return;
+    }
     const refusal = clientError(err);
+    // A request in flight on this connection ends with this refusal (or is cut if its response
+    // has started), through its own decision line.
+    const inFlight = ctx.inFlight.get(socket);
+    if (inFlight !== undefined) {
+      inFlight(refusal);
+      return;
+    }
     observer.decision('deny', refusal.reason);
     logLine(connectionOf(socket, log).log, { [F.event]: 'decision', [F.decision]: 'deny', [F.reason]: refusal.reason, [F.detail]: refusal.detail });
     refuseSocket(socket, refusal);
@@ -181,6 +206,7 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   };
   const headTimedOut = (socket: net.Socket): void => {
     firstHeadTimers.delete(socket);
+    if (wasRefused(socket)) return;
     const refusal = HEAD_TIMEOUT;
     observer.decision('deny', refusal.reason);
     logLine(connectionOf(socket, log).log, { [F.event]: 'decision', [F.decision]: 'deny', [F.reason]: refusal.reason, [F.detail]: refusal.detail });

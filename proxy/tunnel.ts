@@ -11,16 +11,15 @@
  * dialed. Half-closes are passed on (each direction ends on its own); an error on either side
  * tears down both.
  */
-import type { IncomingHttpHeaders } from 'node:http';
 import type { Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
-import { decide, parseHostName } from '../policy/index.js';
-import { ClientHelloReader, type HelloResult } from './client-hello.js';
+import { decide } from '../policy/index.js';
 import { connectionOf, type ProxyContext } from './context.js';
 import { dialPinned, DialError } from './dial.js';
 import { F, logLine, ms, printable, type LineValue, type Logger } from './log.js';
 import { closeRefused, refuseSocket, type Refusal } from './refusal.js';
 import { parseConnectTarget } from './authority.js';
+import { TlsGuard, type GuardStep, type GuardVerdict } from './tls-guard.js';
 
 const ESTABLISHED = 'HTTP/1.1 200 Connection Established\r\n\r\n';
 
@@ -33,11 +32,16 @@ function deny(ctx: ProxyContext, log: Logger, socket: Socket, refusal: Refusal, 
   refuseSocket(socket, refusal);
 }
 
-/** CONNECT has no content (RFC 9110 §9.3.6): framing headers would smuggle bytes past the hello check. */
-export function connectBodyProblem(headers: IncomingHttpHeaders): string | undefined {
-  if (headers['transfer-encoding'] !== undefined) return 'a CONNECT request must not carry Transfer-Encoding';
-  const length = headers['content-length'];
-  if (length !== undefined && length !== '0') return 'a CONNECT request must not carry a body (Content-Length)';
+/**
+ * CONNECT has no content (RFC 9110 §9.3.6): framing fields would smuggle bytes past the hello
+ * check. Read from the raw list, every occurrence, so no count limit or merge can hide one.
+ */
+export function connectBodyProblem(rawHeaders: readonly string[]): string | undefined {
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    const name = rawHeaders[i]!.toLowerCase();
+    if (name === 'transfer-encoding') return 'a CONNECT request must not carry Transfer-Encoding';
+    if (name === 'content-length' && rawHeaders[i + 1]!.trim() !== '0') return 'a CONNECT request must not carry a body (Content-Length)';
+  }
   return undefined;
 }
 
@@ -96,11 +100,10 @@ export async function handleConnect(ctx: ProxyContext, root: Logger, request: { 
 
   const connectMs = ms(dialStarted);
   ctx.observer.connect(connectMs / 1000, true);
-  ctx.observer.decision('allow', 'allowed');
   ctx.observer.tunnelOpened();
   // The client may go on at once; the decision line is written after the answer.
   client.write(ESTABLISHED);
-  logLine(log, {
+  const allowLine: Record<string, LineValue> = {
     [F.event]: 'decision',
     [F.decision]: 'allow',
     [F.method]: 'CONNECT',
@@ -113,12 +116,9 @@ export async function handleConnect(ctx: ProxyContext, root: Logger, request: { 
     [F.dialed]: dialed,
     [F.decideMs]: decideMs,
     [F.connectMs]: connectMs,
-  });
-  splice(ctx, log, client, upstream, { host: decision.host, port: decision.port, tls: decision.tunnel === 'tls', started, head });
+  };
+  splice(ctx, log, client, upstream, { host: decision.host, port: decision.port, tls: decision.tunnel === 'tls', started, head, allowLine });
 }
-
-/** What holding the client's first bytes ended with. */
-type HoldOutcome = HelloResult | { readonly kind: 'timeout' };
 
 interface TunnelMeta {
   readonly host: string;
@@ -127,6 +127,8 @@ interface TunnelMeta {
   readonly tls: boolean;
   readonly started: number;
   readonly head: Buffer;
+  /** The decision line of an allowed tunnel, written once its verdict is known. */
+  readonly allowLine: Readonly<Record<string, LineValue>>;
 }
 
 function splice(ctx: ProxyContext, log: Logger, client: Socket, upstream: Socket, meta: TunnelMeta): void {
@@ -183,75 +185,115 @@ function splice(ctx: ProxyContext, log: Logger, client: Socket, upstream: Socket
         }, ctx.limits.maxTunnelMs)
       : undefined;
 
-  // A server that speaks first is not held up: only the client's direction waits.
+  // A server that speaks first is not held up: only the client's direction is checked.
   upstream.pipe(client);
-  const forward = (held: readonly Buffer[]): void => {
-    for (const chunk of held) upstream.write(chunk);
-    if (client.readableEnded) upstream.end();
-    else client.pipe(upstream);
+  let decided = false;
+  const allow = (): void => {
+    if (decided) return;
+    decided = true;
+    ctx.observer.decision('allow', 'allowed');
+    logLine(log, { ...meta.allowLine, [F.sni]: sni });
   };
   if (!meta.tls) {
-    forward(meta.head.length > 0 ? [meta.head] : []);
+    allow();
+    if (meta.head.length > 0) upstream.write(meta.head);
+    if (client.readableEnded) upstream.end();
+    else client.pipe(upstream);
     return;
   }
-  holdClientHello(client, meta.head, ctx.limits.helloTimeoutMs, (held, result) => {
-    const refusal = checkHello(result, meta.host);
-    if (result.kind === 'hello' && result.serverName !== undefined) sni = printable(result.serverName);
-    if (refusal === undefined) {
-      forward(held);
-      return;
-    }
-    ctx.observer.decision('deny', refusal.reason);
-    logLine(log, { [F.event]: 'decision', [F.decision]: 'deny', [F.method]: 'CONNECT', [F.reason]: refusal.reason, [F.detail]: refusal.detail, [F.host]: meta.host, [F.port]: meta.port, [F.sni]: sni });
-    closedBy = refusal.reason;
-    upstream.destroy();
-    // Only a client that spoke TLS understands an alert.
-    closeRefused(client, result.kind === 'hello' || refusal.reason === 'tls_hello_malformed' ? ACCESS_DENIED_ALERT : undefined);
+  guardTls(ctx, client, upstream, meta, {
+    allow: (serverName) => {
+      if (serverName !== undefined) sni = printable(serverName);
+      allow();
+    },
+    deny: (verdict, serverName) => {
+      decided = true;
+      if (serverName !== undefined) sni = printable(serverName);
+      ctx.observer.decision('deny', verdict.reason);
+      logLine(log, { [F.event]: 'decision', [F.decision]: 'deny', [F.method]: 'CONNECT', [F.reason]: verdict.reason, [F.detail]: verdict.detail, [F.host]: meta.host, [F.port]: meta.port, [F.sni]: sni });
+      closedBy = verdict.reason;
+      upstream.destroy();
+      // Only a client that spoke TLS understands an alert.
+      closeRefused(client, verdict.tls ? ACCESS_DENIED_ALERT : undefined);
+    },
+    // A tunnel that closed before any verdict had its first hello accepted: allowed.
+    undecided: () => !decided,
   });
 }
 
-/** Whether the hello lets the tunnel through to `host`; the refusal otherwise. */
-function checkHello(result: HoldOutcome, host: string): Refusal | undefined {
-  if (result.kind === 'timeout') return { reason: 'tls_hello_timeout', detail: 'no complete TLS ClientHello arrived in time', host };
-  if (result.kind === 'refused') return { reason: result.reason, detail: result.detail, host };
-  if (result.kind === 'incomplete') return { reason: 'tls_hello_malformed', detail: 'incomplete ClientHello', host };
-  if (result.serverName === undefined) return { reason: 'sni_missing', detail: 'the TLS ClientHello carries no server name', host };
-  // The name is normalised exactly as the CONNECT host was, so case and one trailing dot agree
-  // and nothing else can.
-  const parsed = parseHostName(result.serverName.toString('latin1'));
-  if (parsed.ok && parsed.name === host) return undefined;
-  return { reason: 'sni_mismatch', detail: `TLS server name "${printable(result.serverName)}" is not the CONNECT host ${host}`, host };
+interface GuardOutcomes {
+  allow(serverName: Buffer | undefined): void;
+  deny(verdict: Extract<GuardVerdict, { kind: 'deny' }>, serverName: Buffer | undefined): void;
+  undecided(): boolean;
 }
 
 /**
- * Reads client bytes into a ClientHelloReader until it decides, the client closes, or the
- * deadline passes; then hands over every byte received so far, unmodified, with the outcome.
+ * Runs a `tls` tunnel's client direction through the TlsGuard: client bytes go upstream only as
+ * the guard releases them, the server's first bytes are shown to it as they pass, and the hello
+ * deadline runs while a ClientHello is due. Once the guard opens, the client is piped as usual.
  */
-function holdClientHello(client: Socket, head: Buffer, timeoutMs: number, done: (held: readonly Buffer[], result: HoldOutcome) => void): void {
-  const reader = new ClientHelloReader();
-  const held: Buffer[] = [];
-  let finished = false;
-  const finish = (result: HoldOutcome): void => {
-    if (finished) return;
-    finished = true;
+function guardTls(ctx: ProxyContext, client: Socket, upstream: Socket, meta: TunnelMeta, outcomes: GuardOutcomes): void {
+  const guard = new TlsGuard(meta.host);
+  let deadline: NodeJS.Timeout | undefined;
+  let clientEnded = false;
+  const stop = (): void => {
     clearTimeout(deadline);
-    client.off('data', onData);
+    client.off('data', onClient);
     client.off('end', onEnd);
-    client.pause();
-    done(held, result);
+    upstream.off('data', onServer);
   };
-  const take = (chunk: Buffer): void => {
-    held.push(chunk);
-    const result = reader.push(chunk);
-    if (result.kind !== 'incomplete') finish(result);
+  const apply = (step: GuardStep): void => {
+    for (const bytes of step.forward) {
+      if (!upstream.write(bytes)) {
+        client.pause();
+        upstream.once('drain', () => client.resume());
+      }
+    }
+    if (step.verdict?.kind === 'deny') {
+      stop();
+      outcomes.deny(step.verdict, guard.serverName);
+      return;
+    }
+    if (step.verdict?.kind === 'allow') {
+      stop();
+      outcomes.allow(guard.serverName);
+      if (clientEnded) upstream.end();
+      else {
+        client.pipe(upstream);
+        client.resume();
+      }
+      return;
+    }
+    // Deadline while a hello is due (the first, or the second after a retry request).
+    if (guard.awaitingHello && deadline === undefined) deadline = setTimeout(() => apply(guard.timedOut()), ctx.limits.helloTimeoutMs);
+    if (!guard.awaitingHello && deadline !== undefined) {
+      clearTimeout(deadline);
+      deadline = undefined;
+    }
+    if (guard.full) client.pause();
   };
-  const onData = (chunk: Buffer): void => take(chunk);
-  const onEnd = (): void => finish(reader.end());
-  const deadline = setTimeout(() => finish({ kind: 'timeout' }), timeoutMs);
-  client.on('data', onData);
+  const onClient = (chunk: Buffer): void => apply(guard.fromClient(chunk));
+  const onServer = (chunk: Buffer): void => {
+    const step = guard.fromServer(chunk);
+    if (step.verdict !== undefined || step.forward.length > 0) client.resume();
+    apply(step);
+  };
+  const onEnd = (): void => {
+    clientEnded = true;
+    apply(guard.clientEnded());
+  };
+  client.on('data', onClient);
   client.once('end', onEnd);
-  client.once('close', () => clearTimeout(deadline));
-  if (head.length > 0) take(head);
+  upstream.on('data', onServer);
+  client.once('close', () => {
+    if (!outcomes.undecided()) return;
+    stop();
+    // Closed while a hello was due: refused as the guard sees it; otherwise the hello had passed.
+    const step = guard.clientEnded();
+    if (step.verdict?.kind === 'deny') outcomes.deny(step.verdict, guard.serverName);
+    else outcomes.allow(guard.serverName);
+  });
+  apply(meta.head.length > 0 ? guard.fromClient(meta.head) : { forward: [] });
   // A socket handed over paused (the fast CONNECT path) flows from here.
-  if (!finished) client.resume();
+  if (guard.inspecting) client.resume();
 }

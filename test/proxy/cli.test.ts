@@ -43,6 +43,7 @@ const failures: { name: string; args: string[]; env?: Record<string, string>; fi
   { name: 'an opaque entry while TLS is required', args: ['--policy', 'FILE', '--require-sni', 'true'], file: 'allowHosts:\n  - a.example\n  - { host: ssh.example, tunnel: opaque }\n', message: /policy\.yaml[\s\S]*allowHosts\[1\][\s\S]*opaque tunnel is refused/ },
   { name: 'unknown log level', args: ['--allow-hosts', 'a.example', '--log-level', 'loud'], message: /--log-level: expected fatal, error/ },
   { name: 'a limit below its minimum', args: ['--allow-hosts', 'a.example', '--max-header-bytes', '10'], message: /--max-header-bytes: .*1024/ },
+  { name: 'a timeout longer than a Node timer holds', args: ['--allow-hosts', 'a.example', '--header-timeout-ms', '3000000000'], message: /--header-timeout-ms: .*2147483647/ },
 ];
 for (const c of failures) {
   t.test(`start-up fails closed: ${c.name}`, async (t) => {

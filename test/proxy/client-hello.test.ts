@@ -7,7 +7,7 @@ import net from 'node:net';
 import tls from 'node:tls';
 import fc from 'fast-check';
 import t from 'tap';
-import { ClientHelloReader, MAX_HELLO_BYTES, type HelloResult } from '../../proxy/index.js';
+import { ClientHelloReader, MAX_HELLO_BYTES, MAX_HELLO_RECORDS, type HelloResult } from '../../proxy/index.js';
 
 /** The first bytes a real TLS client (Node's OpenSSL) sends, captured on loopback. */
 async function captureHello(options: tls.ConnectionOptions): Promise<Buffer> {
@@ -93,7 +93,7 @@ t.test('a real ClientHello, whole, byte by byte, and re-recorded at every kind o
     { name: 'inside the server name', cuts: [sniAt + 4] },
     { name: 'right after the server name', cuts: [sniAt + 'api.example.com'.length] },
     { name: 'three records', cuts: [40, sniAt + 3] },
-    { name: 'one byte per record', cuts: Array.from({ length: realMessage.length - 1 }, (_, i) => i + 1) },
+    { name: 'the most records allowed, one byte each but the last', cuts: Array.from({ length: MAX_HELLO_RECORDS - 1 }, (_, i) => i + 1) },
   ];
   for (const c of cuts) {
     const bytes = records(realMessage, c.cuts);
@@ -101,6 +101,12 @@ t.test('a real ClientHello, whole, byte by byte, and re-recorded at every kind o
     t.equal(nameOf(read(bytes, 3)), 'api.example.com', `${c.name}, in 3-byte segments`);
   }
   t.equal(nameOf(read(records(realMessage, [], 0x0303))), 'api.example.com', 'record version 1.2');
+});
+
+t.test('a hello spread over more records than any client uses is refused (and its bytes stay bounded)', async (t) => {
+  const bytes = records(realMessage, Array.from({ length: MAX_HELLO_RECORDS }, (_, i) => i + 1));
+  t.match(read(bytes), { kind: 'refused', reason: 'tls_hello_malformed' });
+  t.match(read(bytes, 1), { kind: 'refused', reason: 'tls_hello_malformed' }, 'a byte at a time too');
 });
 
 t.test('the name a server would see is the name read, even when a record ends inside it', async (t) => {

@@ -267,7 +267,27 @@ t.test('a client that does not read holds the upstream back (backpressure), not 
   await new Promise((r) => setTimeout(r, 1_500));
   // Kernel buffers on both legs hold a few MiB; without backpressure the proxy would take it all.
   t.ok((upstream?.bytesWritten ?? total) < total / 4, `the upstream could send only ${upstream?.bytesWritten} of ${total} bytes`);
+  const before = decisions().length;
   client.destroy();
+  await settle(() => decisions().length > before, 'its decision line');
+});
+
+t.test('garbage pipelined behind a request whose response is on its way never lands inside it', async (t) => {
+  scripts.set('/slow-body', (s) => {
+    s.write('HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\n0123456789');
+    setTimeout(() => s.write('abcdefghij'), 600);
+  });
+  const before = decisions().length;
+  const socket = net.connect(port, '127.0.0.1');
+  socket.on('error', () => undefined);
+  socket.write(`GET http://${hostile}/slow-body HTTP/1.1\r\nHost: ${hostile}\r\n\r\n`);
+  setTimeout(() => socket.write('GARBAGE\x01\r\n\r\n'), 250);
+  const out = await readUntil(socket, undefined, 5_000);
+  t.notMatch(out, /HTTP\/1\.1 400/, 'no refusal written into the response');
+  t.match(out, /^HTTP\/1\.1 200 /);
+  await settle(() => decisions().length > before, 'the line');
+  await new Promise((r) => setTimeout(r, 50));
+  t.equal(decisions().length - before, 1, 'one decision line');
 });
 
 t.test('the long-lived tunnel survived all of it', async (t) => {

@@ -418,3 +418,43 @@ t.test('a client that closes before sending anything frees its slot at once', as
   t.pass('freed');
   socket.destroy();
 });
+
+t.test('a CONNECT hiding a framing field behind 2000 others is still refused', async (t) => {
+  const filler = 'a:\r\n'.repeat(2_000);
+  const res = await rawRequest(port, `CONNECT echo.test:${echoPort} HTTP/1.1\r\n${filler}Transfer-Encoding: chunked\r\n\r\n`);
+  t.equal(res.status, 400);
+  t.equal(res.reason, 'bad_request');
+  res.socket.destroy();
+});
+
+t.test('an Upgrade request is refused with its reason, one decision line', async (t) => {
+  const before = proxyT.logs.length;
+  const res = await rawRequest(port, `GET http://web.test:${webPort}/ HTTP/1.1\r\nHost: web.test:${webPort}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\nGET http://web.test:${webPort}/two HTTP/1.1\r\nHost: web.test:${webPort}\r\n\r\n`);
+  t.equal(res.status, 400);
+  t.equal(res.reason, 'bad_request');
+  t.match(res.body, /protocol upgrades are not forwarded/);
+  res.socket.destroy();
+  await settle(() => proxyT.logs.slice(before).some((l) => l.event === 'decision'), 'the line');
+  t.same(proxyT.logs.slice(before).filter((l) => l.event === 'decision').map((l) => l.reason), ['bad_request']);
+});
+
+t.test('a client that resets after a completed request gets no refusal line', async (t) => {
+  const before = proxyT.logs.length;
+  const socket = net.connect(port, '127.0.0.1');
+  socket.write(`GET http://web.test:${webPort}/done HTTP/1.1\r\nHost: web.test:${webPort}\r\n\r\n`);
+  await readUntil(socket, '"body"');
+  socket.resetAndDestroy();
+  await settle(() => proxyT.logs.slice(before).some((l) => l.event === 'decision' && l.decision === 'allow'), 'the allow line');
+  await new Promise((r) => setTimeout(r, 200));
+  t.same(proxyT.logs.slice(before).filter((l) => l.event === 'decision').map((l) => l.decision), ['allow']);
+});
+
+t.test('a head that times out gets one refusal, not one from each timer', async (t) => {
+  const slow = await startTestProxy({ policy: { allowHosts: ['a.example'] }, limits: { headerTimeoutMs: 300 } });
+  t.teardown(() => slow.close());
+  const res = await rawRequest(slow.port, 'GET http://a.example/ HTTP/1.1\r\n');
+  t.equal(res.status, 408);
+  res.socket.destroy();
+  await new Promise((r) => setTimeout(r, 1_200));
+  t.equal(slow.logs.filter((l) => l.event === 'decision').length, 1);
+});

@@ -19,8 +19,15 @@ import { goUnavailable, startGoUpstream, startOpensslUpstream, type TlsUpstream 
 const noOpenssl = opensslUnavailable();
 const noGo = goUnavailable();
 const upstreams: TlsUpstream[] = [];
+// An OpenSSL server that takes P-256 only, so a client offering an X25519 key share first gets a
+// TLS 1.3 HelloRetryRequest and sends a second ClientHello.
+let retrying: TlsUpstream | undefined;
 if (noOpenssl !== undefined) t.test('TLS tunnels against OpenSSL', async (t) => needUnmet(t, noOpenssl));
-else upstreams.push(await startOpensslUpstream());
+else {
+  upstreams.push(await startOpensslUpstream());
+  retrying = await startOpensslUpstream('P-256');
+  t.teardown(() => retrying?.close());
+}
 // The Go upstream also needs a certificate, so openssl too.
 const goProblem = noGo ?? noOpenssl;
 if (goProblem !== undefined) t.test('TLS tunnels against Go crypto/tls', async (t) => needUnmet(t, goProblem));
@@ -39,7 +46,7 @@ t.teardown(() => plain.close());
 const proxyT = await startTestProxy({
   policy: {
     allowHosts: ['allowed.test', 'other.test', { host: 'opaque.test', tunnel: 'opaque' }],
-    connectPorts: [...upstreams.map((u) => u.port), plainPort],
+    connectPorts: [...upstreams.map((u) => u.port), ...(retrying ? [retrying.port] : []), plainPort],
     testHosts: { 'allowed.test': '127.0.0.1', 'other.test': '127.0.0.1', 'opaque.test': '127.0.0.1' },
   },
   limits: { helloTimeoutMs: 500 },
@@ -69,19 +76,26 @@ function recut(record: Buffer, cuts: (message: Buffer) => number[]): Buffer {
  * A TLS client (Node's OpenSSL) through a CONNECT tunnel, whose first flight is rewritten on the
  * wire and sent in `segment`-byte writes. Resolves with what the server answered, or the error.
  */
-async function handshakeThrough(upstream: TlsUpstream, connectHost: string, servername: string, rewrite: Rewrite, segment = 0): Promise<string> {
+async function handshakeThrough(
+  upstream: TlsUpstream,
+  connectHost: string,
+  servername: string,
+  rewrite: Rewrite,
+  segment = 0,
+  options: { later?: (bytes: Buffer, write: number) => Buffer; ecdhCurve?: string } = {},
+): Promise<string> {
   const res = await rawRequest(proxyT.port, `CONNECT ${connectHost}:${upstream.port} HTTP/1.1\r\nHost: x\r\n\r\n`);
   if (res.status !== 200) return `status ${res.status}`;
   tunnels.set(upstream, (tunnels.get(upstream) ?? 0) + 1);
   const socket = res.socket;
-  let first = true;
+  let writes = 0;
   const wire = new Duplex({
     read() {
       socket.resume();
     },
     write(chunk: Buffer, _encoding, done) {
-      const bytes = first ? rewrite(chunk) : chunk;
-      first = false;
+      const bytes = writes === 0 ? rewrite(chunk) : (options.later?.(chunk, writes) ?? chunk);
+      writes += 1;
       if (segment === 0) socket.write(bytes, () => done());
       else {
         for (let at = 0; at < bytes.length; at += segment) socket.write(bytes.subarray(at, at + segment));
@@ -97,7 +111,7 @@ async function handshakeThrough(upstream: TlsUpstream, connectHost: string, serv
   socket.on('end', () => wire.push(null));
   socket.on('error', () => wire.destroy());
   return new Promise((resolve) => {
-    const secure = tls.connect({ socket: wire, servername, rejectUnauthorized: false });
+    const secure = tls.connect({ socket: wire, servername, rejectUnauthorized: false, ...(options.ecdhCurve ? { ecdhCurve: options.ecdhCurve } : {}) });
     let answer = '';
     secure.on('data', (d: Buffer) => (answer += d.toString()));
     secure.on('error', (err: NodeJS.ErrnoException) => resolve(`error ${err.code ?? err.message}`));
@@ -168,6 +182,51 @@ for (const upstream of upstreams) {
     });
   }
 }
+
+/** Whether a client write holds a ClientHello (a handshake record whose message is type 1). */
+const isHello = (bytes: Buffer): boolean => {
+  for (let at = 0; at + 5 < bytes.length; at += 5 + bytes.readUInt16BE(at + 3)) if (bytes[at] === 0x16 && bytes[at + 5] === 1) return true;
+  return false;
+};
+
+t.test('a HelloRetryRequest and a second ClientHello for the same host: the handshake completes', { skip: retrying === undefined && 'no openssl' }, async (t) => {
+  const hellos: number[] = [];
+  const answer = await handshakeThrough(retrying!, 'allowed.test', 'allowed.test', asIs, 0, {
+    ecdhCurve: 'X25519:P-256',
+    later: (bytes, write) => {
+      if (isHello(bytes)) hellos.push(write);
+      return bytes;
+    },
+  });
+  t.equal(answer, 'openssl allowed.test');
+  t.equal(hellos.length, 1, 'the client did send a second ClientHello (the server asked for a retry)');
+  const lines = proxyT.logs.filter((l) => l.event === 'decision' && l.host === 'allowed.test' && l.port === retrying!.port);
+  t.same(lines.map((l) => l.decision), ['allow'], 'one decision line');
+});
+
+t.test('a HelloRetryRequest and a second ClientHello for another host: refused before the server sees it', { skip: retrying === undefined && 'no openssl' }, async (t) => {
+  const handshakes = retrying!.handshakes.length;
+  const deniedBefore = reasons().length;
+  const answer = await handshakeThrough(retrying!, 'allowed.test', 'allowed.test', asIs, 0, {
+    ecdhCurve: 'X25519:P-256',
+    // The same length, so every length in the hello stays right.
+    later: (bytes) => (isHello(bytes) ? Buffer.from(bytes.toString('latin1').replace('allowed.test', 'allowee.test'), 'latin1') : bytes),
+  });
+  t.notMatch(answer, /^openssl /, `no handshake completed (${answer})`);
+  await settle(() => reasons().length > deniedBefore, 'the deny line');
+  t.equal(reasons()[deniedBefore], 'sni_mismatch');
+  t.equal(retrying!.handshakes.length, handshakes, 'the server completed no handshake');
+});
+
+t.test('a refused tls tunnel has exactly one decision line, a deny', async (t) => {
+  const before = proxyT.logs.length;
+  const res = await rawRequest(proxyT.port, `CONNECT allowed.test:${plainPort} HTTP/1.1\r\n\r\n`);
+  res.socket.write('GET / HTTP/1.1\r\nHost: other.test\r\n\r\n');
+  await readUntil(res.socket, undefined);
+  await settle(() => proxyT.logs.slice(before).some((l) => l.event === 'decision'), 'the decision line');
+  await new Promise((r) => setTimeout(r, 50));
+  t.same(proxyT.logs.slice(before).filter((l) => l.event === 'decision').map((l) => [l.decision, l.reason]), [['deny', 'sni_missing']]);
+});
 
 t.test('plain HTTP in a tunnel to port 80-style service is refused (sni_missing); nothing reaches it', async (t) => {
   const res = await rawRequest(proxyT.port, `CONNECT allowed.test:${plainPort} HTTP/1.1\r\n\r\n`);

@@ -50,7 +50,8 @@ function answer(query: Buffer, qEnd: number, rcode: number, records: readonly Bu
   return Buffer.concat([header, query.subarray(12, qEnd), ...rrs]);
 }
 
-export async function startDnsServer(): Promise<TestDnsServer> {
+/** `port`: 0 for any free one (53 inside a test's own network namespace). */
+export async function startDnsServer(port = 0): Promise<TestDnsServer> {
   const table = new Map<string, DnsBehaviour>();
   const counts = new Map<string, number>();
   const socket = dgram.createSocket('udp4');
@@ -77,7 +78,7 @@ export async function startDnsServer(): Promise<TestDnsServer> {
     if (delay > 0) setTimeout(() => socket.send(reply, peer.port, peer.address), delay);
     else socket.send(reply, peer.port, peer.address);
   });
-  await new Promise<void>((resolve) => socket.bind(0, '127.0.0.1', resolve));
+  await new Promise<void>((resolve) => socket.bind(port, '127.0.0.1', resolve));
   return {
     address: `127.0.0.1:${socket.address().port}`,
     set: (name, behaviour) => {

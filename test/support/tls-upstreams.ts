@@ -26,12 +26,13 @@ export interface TlsUpstream {
   close(): Promise<void>;
 }
 
-export async function startOpensslUpstream(): Promise<TlsUpstream> {
+/** `groups`: the key-exchange groups the server accepts (`P-256` alone makes a TLS 1.3 client that offered X25519 get a HelloRetryRequest). */
+export async function startOpensslUpstream(groups?: string): Promise<TlsUpstream> {
   const handshakes: string[] = [];
   const sockets = new Set<net.Socket>();
   let closedBytes = 0;
   let closed = 0;
-  const server = tls.createServer(selfSignedCert(), (socket) => {
+  const server = tls.createServer({ ...selfSignedCert(), ...(groups ? { ecdhCurve: groups } : {}) }, (socket) => {
     const name = (socket as tls.TLSSocket & { servername?: string | false }).servername || '';
     handshakes.push(name);
     socket.end(`openssl ${name}\n`);
