@@ -38,28 +38,53 @@ async function withDeadline(name: string, timeoutMs: number, work: Promise<Looku
   }
 }
 
+/**
+ * Most lookups in flight at once (each holds two c-ares queries, A and AAAA). c-ares numbers its
+ * queries with 16 bits and, with all 65,536 numbers taken, loops forever on the event loop: a
+ * flood of lookups for names whose servers never answer (pipelined requests under a wildcard entry)
+ * froze the process. Beyond the cap a lookup fails at once instead. c-ares also does work per
+ * query on every timeout pass (measured: 4,096 silent lookups stalled the loop ~370 ms, 1,024 ~100
+ * ms), so the cap is kept well below what one workload's distinct names in flight need.
+ */
+export const MAX_LOOKUPS_IN_FLIGHT = 1_024;
+
 export function createLookup(options: LookupOptions): Lookup {
   const { servers, timeoutMs } = options;
-  // Two tries inside the deadline; c-ares retries on its own schedule.
-  const resolver = new dnsPromises.Resolver({ timeout: Math.max(1, Math.floor(timeoutMs / 2)), tries: 2 });
+  // c-ares doubles its timeout on each retry: a first try of a third of the deadline and one
+  // retry end, together, at the deadline, so no query outlives the lookup that asked for it.
+  const resolver = new dnsPromises.Resolver({ timeout: Math.max(1, Math.floor(timeoutMs / 3)), tries: 2 });
   // Without servers of its own the resolver keeps those of /etc/resolv.conf.
   if (servers.length > 0) resolver.setServers([...servers]);
-  return (name) =>
-    withDeadline(
-      name,
-      timeoutMs,
-      Promise.allSettled([resolver.resolve4(name), resolver.resolve6(name)]).then(([v4, v6]): LookupOutcome => {
-        const addresses = [
-          ...(v4.status === 'fulfilled' ? v4.value : []),
-          ...(v6.status === 'fulfilled' ? v6.value : []),
-        ];
-        if (addresses.length > 0) return { ok: true, addresses };
-        // Prefer the more telling error: a timeout on either family beats "no data" on the other.
-        const errors = [v4, v6].flatMap((r) => (r.status === 'rejected' ? [r.reason as NodeJS.ErrnoException] : []));
-        const timeout = errors.find((e) => e.code === 'ETIMEOUT');
-        if (timeout) return failed(name, timeout);
-        const first = errors.find((e) => !NOT_FOUND.has(e.code ?? '')) ?? errors[0];
-        return first ? failed(name, first) : { ok: false, reason: 'dns_failed', detail: `${name} has no A or AAAA record` };
-      }),
-    );
+  // Concurrent lookups of one name share one answer (each request still dials only what it checked).
+  const inFlight = new Map<string, Promise<LookupOutcome>>();
+  return (name) => {
+    const shared = inFlight.get(name);
+    if (shared !== undefined) return shared;
+    if (inFlight.size >= MAX_LOOKUPS_IN_FLIGHT) {
+      return Promise.resolve({ ok: false, reason: 'dns_failed', detail: `too many DNS lookups in flight (${MAX_LOOKUPS_IN_FLIGHT}); retry later` });
+    }
+    const lookup = resolveBoth(resolver, name, timeoutMs).finally(() => inFlight.delete(name));
+    inFlight.set(name, lookup);
+    return lookup;
+  };
+}
+
+function resolveBoth(resolver: InstanceType<typeof dnsPromises.Resolver>, name: string, timeoutMs: number): Promise<LookupOutcome> {
+  return withDeadline(
+    name,
+    timeoutMs,
+    Promise.allSettled([resolver.resolve4(name), resolver.resolve6(name)]).then(([v4, v6]): LookupOutcome => {
+      const addresses = [
+        ...(v4.status === 'fulfilled' ? v4.value : []),
+        ...(v6.status === 'fulfilled' ? v6.value : []),
+      ];
+      if (addresses.length > 0) return { ok: true, addresses };
+      // Prefer the more telling error: a timeout on either family beats "no data" on the other.
+      const errors = [v4, v6].flatMap((r) => (r.status === 'rejected' ? [r.reason as NodeJS.ErrnoException] : []));
+      const timeout = errors.find((e) => e.code === 'ETIMEOUT');
+      if (timeout) return failed(name, timeout);
+      const first = errors.find((e) => !NOT_FOUND.has(e.code ?? '')) ?? errors[0];
+      return first ? failed(name, first) : { ok: false, reason: 'dns_failed', detail: `${name} has no A or AAAA record` };
+    }),
+  );
 }
