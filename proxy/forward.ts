@@ -39,26 +39,25 @@ export function createForwarder(ctx: ProxyContext, root: Logger) {
   return async function handleRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const started = performance.now();
     const { log, counted } = connectionOf(req.socket, root);
+    let answered = false;
     const deny = (refusal: Refusal, fields: Record<string, LineValue> = {}): void => {
+      answered = true;
       ctx.observer.decision('deny', refusal.reason);
       logLine(log, { [F.event]: 'decision', [F.decision]: 'deny', [F.method]: req.method, [F.reason]: refusal.reason, [F.detail]: refusal.detail, [F.host]: refusal.host, [F.port]: refusal.port, ...fields });
       refuseResponse(res, refusal);
     };
 
     const url = req.url ?? '';
-    if (url.startsWith('/')) {
-      if (url === EGRESS_HEALTH_PATH && (req.method === 'GET' || req.method === 'HEAD')) {
-        res.writeHead(200, { 'Content-Type': 'text/plain', 'Content-Length': '3' }).end(req.method === 'GET' ? 'ok\n' : undefined);
-        return;
-      }
-      return deny({ reason: 'bad_request', detail: 'this is a proxy: send an absolute http:// URL or CONNECT host:port' });
+    if (url === EGRESS_HEALTH_PATH && (req.method === 'GET' || req.method === 'HEAD')) {
+      res.writeHead(200, { 'Content-Type': 'text/plain', 'Content-Length': '3' }).end(req.method === 'GET' ? 'ok\n' : undefined);
+      return;
     }
-    const parsed = parseAbsoluteUrl(url);
-    if (!parsed.ok) return deny({ reason: parsed.reason, detail: parsed.detail });
 
-    // Until forwarding starts, a parse error later on this connection refuses this request.
+    // Until forwarding starts, a parse error later on this connection refuses this request, unless
+    // it was refused already: that refusal closes the connection, and nothing answers it twice.
     let refusedMeanwhile = false;
     const early = (refusal: Refusal): void => {
+      if (answered) return;
       refusedMeanwhile = true;
       deny(refusal);
     };
@@ -66,6 +65,10 @@ export function createForwarder(ctx: ProxyContext, root: Logger) {
     res.once('close', () => {
       if (ctx.inFlight.get(req.socket) === early) ctx.inFlight.delete(req.socket);
     });
+
+    if (url.startsWith('/')) return deny({ reason: 'bad_request', detail: 'this is a proxy: send an absolute http:// URL or CONNECT host:port' });
+    const parsed = parseAbsoluteUrl(url);
+    if (!parsed.ok) return deny({ reason: parsed.reason, detail: parsed.detail });
 
     const policy = ctx.policy();
     const target = checkTarget(policy, parsed.host, parsed.port);
@@ -124,7 +127,7 @@ function forward(ctx: ProxyContext, log: Logger, req: IncomingMessage, res: Serv
       [F.rule]: decision.rule,
       [F.pinnedBy]: decision.pinnedBy,
       [F.addresses]: decision.addresses,
-      [F.status]: res.statusCode,
+      [F.status]: res.headersSent ? res.statusCode : undefined,
       completed: error === undefined,
       [F.error]: error,
       [F.bytesUp]: bytesUp,

@@ -100,8 +100,21 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
       failClosed('connect', err, () => refuseSocket(socket, { reason: 'internal_error', detail: 'the proxy failed while deciding' })),
     );
   };
+  // Node hands a CONNECT or an Upgrade over as the raw socket even while an earlier request's
+  // response on that connection is still pending: anything written to the socket then would land
+  // inside that response. Such a request gets its own deny line and the connection is cut (the
+  // earlier request logs client_closed); a client sends these on a connection of their own.
+  const behindPending = (req: http.IncomingMessage, socket: net.Socket): boolean => {
+    if (!ctx.inFlight.has(socket)) return false;
+    const refusal: Refusal = { reason: 'bad_request', detail: `${req.method === 'CONNECT' ? 'CONNECT' : 'an Upgrade request'} pipelined behind a request still being answered` };
+    observer.decision('deny', refusal.reason);
+    logLine(connectionOf(socket, log).log, { [F.event]: 'decision', [F.decision]: 'deny', [F.method]: req.method, [F.reason]: refusal.reason, [F.detail]: refusal.detail });
+    socket.destroy();
+    return true;
+  };
   httpServer.on('connect', (req: http.IncomingMessage, socket: net.Socket, head: Buffer) => {
     firstHead(socket);
+    if (behindPending(req, socket)) return;
     onConnect({ target: req.url ?? '', bodyProblem: connectBodyProblem(req.rawHeaders) }, socket, head);
   });
   // Without this listener Node answers an Expect other than 100-continue with its own 417, which
@@ -116,6 +129,7 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   // request pipelined behind it): refused, with its reason, like every other request it cannot take.
   httpServer.on('upgrade', (req: http.IncomingMessage, socket: net.Socket) => {
     firstHead(socket);
+    if (behindPending(req, socket)) return;
     const refusal: Refusal = { reason: 'bad_request', detail: 'protocol upgrades are not forwarded (use CONNECT for WebSocket and other protocols)' };
     observer.decision('deny', refusal.reason);
     logLine(connectionOf(socket, log).log, { [F.event]: 'decision', [F.decision]: 'deny', [F.method]: req.method, [F.reason]: refusal.reason, [F.detail]: refusal.detail });

@@ -10,6 +10,7 @@
 import http from 'node:http';
 import net from 'node:net';
 import t from 'tap';
+import { startDnsServer } from '../support/dns-server.js';
 import { listen } from '../support/loopback.js';
 import { settle } from '../support/settle.js';
 import { rawRequest, readUntil } from '../support/raw-client.js';
@@ -272,22 +273,62 @@ t.test('a client that does not read holds the upstream back (backpressure), not 
   await settle(() => decisions().length > before, 'its decision line');
 });
 
-t.test('garbage pipelined behind a request whose response is on its way never lands inside it', async (t) => {
-  scripts.set('/slow-body', (s) => {
-    s.write('HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\n0123456789');
-    setTimeout(() => s.write('abcdefghij'), 600);
+// Whatever a client pipelines behind a request whose response is on its way must never be
+// answered inside that response: a parse error, an Upgrade and a CONNECT (Node hands the last two
+// over as raw sockets) cut the connection instead, and every request keeps its own one line.
+const behind: { name: string; bytes: string; lines: [string, string | undefined][] }[] = [
+  { name: 'garbage', bytes: 'GARBAGE\x01\r\n\r\n', lines: [['allow', 'bad_request']] },
+  { name: 'an Upgrade request', bytes: `GET http://${allowed}/ HTTP/1.1\r\nHost: ${allowed}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n`, lines: [['deny', 'bad_request'], ['allow', 'client_closed']] },
+  { name: 'a CONNECT request', bytes: `CONNECT echo.test:${echoPort} HTTP/1.1\r\nHost: echo.test:${echoPort}\r\n\r\nhello`, lines: [['deny', 'bad_request'], ['allow', 'client_closed']] },
+];
+for (const c of behind) {
+  t.test(`${c.name} pipelined behind a request whose response is on its way never lands inside it`, async (t) => {
+    scripts.set('/slow-body', (s) => {
+      s.write('HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\n0123456789');
+      setTimeout(() => s.write('abcdefghij'), 600);
+    });
+    const before = decisions().length;
+    const socket = net.connect(port, '127.0.0.1');
+    socket.on('error', () => undefined);
+    socket.write(`GET http://${hostile}/slow-body HTTP/1.1\r\nHost: ${hostile}\r\n\r\n`);
+    setTimeout(() => socket.write(Buffer.from(c.bytes, 'latin1')), 250);
+    const out = await readUntil(socket, undefined, 5_000);
+    t.match(out, /^HTTP\/1\.1 200 OK\r\n[^]*\r\n\r\n0123456789/, 'the first response had started');
+    t.equal(out.match(/HTTP\/1\.1 \d{3}/g)?.length, 1, 'and no other response head was written');
+    t.notMatch(out, /hello|Connection established/);
+    await settle(() => decisions().length >= before + c.lines.length, 'the lines');
+    await new Promise((r) => setTimeout(r, 50));
+    const lines = decisions().slice(before);
+    t.same(lines.map((l) => [l.decision, l.decision === 'deny' ? l.reason : l.error]).sort(), [...c.lines].sort(), 'one line per request');
   });
-  const before = decisions().length;
-  const socket = net.connect(port, '127.0.0.1');
-  socket.on('error', () => undefined);
-  socket.write(`GET http://${hostile}/slow-body HTTP/1.1\r\nHost: ${hostile}\r\n\r\n`);
-  setTimeout(() => socket.write('GARBAGE\x01\r\n\r\n'), 250);
-  const out = await readUntil(socket, undefined, 5_000);
-  t.notMatch(out, /HTTP\/1\.1 400/, 'no refusal written into the response');
-  t.match(out, /^HTTP\/1\.1 200 /);
-  await settle(() => decisions().length > before, 'the line');
-  await new Promise((r) => setTimeout(r, 50));
-  t.equal(decisions().length - before, 1, 'one decision line');
+}
+
+// A request refused before its response started, with bytes it cannot parse behind it: still one
+// refusal and one line (a later parse error must not answer or log the same request again).
+t.test('a refused request with garbage behind it: one refusal, one line', async (t) => {
+  const dns = await startDnsServer();
+  t.teardown(() => dns.close());
+  dns.set('private.test', { answers: ['10.0.0.1'] });
+  dns.set('slow.test', { answers: ['10.0.0.1'], delayMs: 300 });
+  const p = await startTestProxy({ policy: { allowHosts: ['private.test', 'slow.test'] }, dnsServer: dns.address });
+  t.teardown(() => p.close());
+  const cases = [
+    { name: 'by policy', request: 'GET http://denied.test/ HTTP/1.1\r\nHost: denied.test\r\n\r\n', garbageAfterMs: 0, reason: 'host_not_allowed' },
+    { name: 'after its lookup', request: 'GET http://private.test/ HTTP/1.1\r\nHost: private.test\r\n\r\n', garbageAfterMs: 200, reason: 'address_not_allowed' },
+    { name: 'by the garbage, during its lookup', request: 'GET http://slow.test/ HTTP/1.1\r\nHost: slow.test\r\n\r\n', garbageAfterMs: 100, reason: 'bad_request' },
+  ];
+  for (const c of cases) {
+    const before = p.logs.filter((l) => l.event === 'decision').length;
+    const socket = net.connect(p.port, '127.0.0.1');
+    socket.on('error', () => undefined);
+    socket.write(c.request);
+    setTimeout(() => socket.write('GARBAGE\x01\r\n\r\n'), c.garbageAfterMs);
+    const out = await readUntil(socket, undefined);
+    t.equal(out.match(/HTTP\/1\.1 \d{3}/g)?.length, 1, `${c.name}: one response`);
+    t.match(out, new RegExp(`\\r\\nX-Egress-Reason: ${c.reason}\\r\\n`), `${c.name}: its reason`);
+    await new Promise((r) => setTimeout(r, 400));
+    t.same(p.logs.filter((l) => l.event === 'decision').slice(before).map((l) => l.reason), [c.reason], `${c.name}: one line`);
+  }
 });
 
 t.test('the long-lived tunnel survived all of it', async (t) => {
