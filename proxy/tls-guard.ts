@@ -42,7 +42,7 @@ type Phase = 'hello' | 'watch' | 'retry' | 'open' | 'refused';
 const RECORD_HEADER = 5;
 const CONTENT_HANDSHAKE = 22;
 /** Client bytes held while waiting on the server's first answer; the tunnel stops reading beyond. */
-export const MAX_WATCH_BYTES = 64 * 1024;
+export const MAX_WATCH_BYTES = 16 * 1024;
 /** Client bytes held while a ClientHello is incomplete: the largest hello and the records around it. */
 const MAX_HELD_BYTES = 2 * MAX_HELLO_BYTES + MAX_WATCH_BYTES;
 
@@ -136,6 +136,9 @@ export class TlsGuard {
 
   /** The client closed its side. */
   clientEnded(): GuardStep {
+    if (this.phase === 'retry') {
+      return this.refuse({ kind: 'deny', reason: 'tls_hello_malformed', detail: 'the client closed before its second ClientHello was complete', tls: true });
+    }
     return this.awaitingHello ? this.refuse(this.verdictOf(this.reader.end())) : NO_STEP;
   }
 

@@ -243,11 +243,13 @@ function guardTls(ctx: ProxyContext, client: Socket, upstream: Socket, meta: Tun
     upstream.off('data', onServer);
   };
   const apply = (step: GuardStep): void => {
-    for (const bytes of step.forward) {
-      if (!upstream.write(bytes)) {
-        client.pause();
-        upstream.once('drain', () => client.resume());
-      }
+    // One write however many records the step released (a run of tiny records is many pieces).
+    const bytes = step.forward.length === 1 ? step.forward[0]! : Buffer.concat(step.forward);
+    if (bytes.length > 0 && !upstream.write(bytes)) {
+      client.pause();
+      upstream.once('drain', () => {
+        if (!guard.full) client.resume();
+      });
     }
     if (step.verdict?.kind === 'deny') {
       stop();

@@ -93,7 +93,7 @@ t.test('deadlines and ends', async (t) => {
   const retry = new TlsGuard('allowed.test');
   retry.fromClient(hello);
   retry.fromServer(HRR);
-  t.match(retry.clientEnded().verdict, { kind: 'deny' }, 'a client gone before its second hello');
+  t.match(retry.clientEnded().verdict, { kind: 'deny', reason: 'tls_hello_malformed', detail: /before its second ClientHello/, tls: true }, 'a client gone before its second hello');
   const watching = new TlsGuard('allowed.test');
   watching.fromClient(hello);
   t.equal(watching.timedOut().verdict, undefined, 'no hello is due while the server has not answered');

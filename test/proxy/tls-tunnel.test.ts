@@ -204,6 +204,15 @@ t.test('a HelloRetryRequest and a second ClientHello for the same host: the hand
   t.same(lines.map((l) => l.decision), ['allow'], 'one decision line');
 });
 
+t.test('a second ClientHello behind a run of change_cipher_spec records: the handshake completes', { skip: retrying === undefined && 'no openssl' }, async (t) => {
+  const ccs = Buffer.from([0x14, 0x03, 0x03, 0x00, 0x01, 0x01]);
+  const answer = await handshakeThrough(retrying!, 'allowed.test', 'allowed.test', asIs, 0, {
+    ecdhCurve: 'X25519:P-256',
+    later: (bytes) => (isHello(bytes) ? Buffer.concat([...Array.from({ length: 20 }, () => ccs), bytes]) : bytes),
+  });
+  t.equal(answer, 'openssl allowed.test');
+});
+
 t.test('a HelloRetryRequest and a second ClientHello for another host: refused before the server sees it', { skip: retrying === undefined && 'no openssl' }, async (t) => {
   const handshakes = retrying!.handshakes.length;
   const deniedBefore = reasons().length;
