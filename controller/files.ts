@@ -30,9 +30,15 @@ export interface FileDeps {
 interface ScriptEnd {
   readonly exitCode: number | null;
   readonly stderr: string;
+  /** All of stdout when it is short, else empty: Docker writes a failed exec start there. */
+  readonly shortStdout: string;
 }
 
-const noRoom = (r: ScriptEnd) => startFailure(r.exitCode, '', r.stderr);
+/**
+ * Whether a file script could not start for want of room (or Docker could not start it). A file
+ * script that ran prints its result on stdout and exits 0, so only a failed one's stdout is read.
+ */
+const noRoom = (r: ScriptEnd) => startFailure(r.exitCode, r.exitCode === 0 ? '' : r.shortStdout, r.stderr);
 
 function checkPath(path: string): string {
   if (typeof path !== 'string' || path.length === 0) throw new SandboxError('invalid_spec', 'A path must be a non-empty string.');
@@ -111,14 +117,20 @@ export class FileOps {
   /** Runs one file script on the running sandbox; stdout goes to `out` (dropped without one). */
   private runScript(name: string, cmd: string[], user: string, stdin: Uint8Array | undefined, out: OutputCapture | undefined): Promise<ScriptEnd> {
     const err = new OutputCapture(16 * 1024);
+    const head = new OutputCapture(4 * 1024);
     return this.deps.withRunning(name, async () => {
       const run = await this.deps.engine.startExec(name, {
         cmd,
         user,
         stdin,
-        onOutput: (stream, chunk) => (stream === 'stdout' ? out?.push(chunk) : err.push(chunk)),
+        onOutput: (stream, chunk) => {
+          if (stream === 'stdout') {
+            out?.push(chunk);
+            head.push(chunk);
+          } else err.push(chunk);
+        },
       });
-      return { exitCode: await run.finished, stderr: err.text() };
+      return { exitCode: await run.finished, stderr: err.text(), shortStdout: head.truncated ? '' : head.text() };
     });
   }
 }
