@@ -48,43 +48,59 @@ async function withDeadline(name: string, timeoutMs: number, work: Promise<Looku
  */
 export const MAX_LOOKUPS_IN_FLIGHT = 1_024;
 
-export function createLookup(options: LookupOptions): Lookup {
-  const { servers, timeoutMs } = options;
-  // c-ares doubles its timeout on each retry: a first try of a third of the deadline and one
-  // retry end, together, at the deadline, so no query outlives the lookup that asked for it.
-  const resolver = new dnsPromises.Resolver({ timeout: Math.max(1, Math.floor(timeoutMs / 3)), tries: 2 });
-  // Without servers of its own the resolver keeps those of /etc/resolv.conf.
-  if (servers.length > 0) resolver.setServers([...servers]);
-  // Concurrent lookups of one name share one answer (each request still dials only what it checked).
-  const inFlight = new Map<string, Promise<LookupOutcome>>();
+/** One lookup under way: its outcome (at its deadline at the latest), and the end of its queries. */
+export interface LookupWork {
+  readonly outcome: Promise<LookupOutcome>;
+  /** Settles when c-ares has given up the lookup's queries, which can be after the deadline. */
+  readonly queriesDone: Promise<unknown>;
+}
+
+/**
+ * Caps the lookups in flight and shares one lookup among concurrent requests for a name. A slot
+ * is held until the lookup's queries end, not just its deadline: c-ares keeps retrying on its own
+ * schedule (several seconds past a 5 s deadline with two servers), and those queries are what
+ * the cap bounds.
+ */
+export function limitLookups(start: (name: string) => LookupWork, max = MAX_LOOKUPS_IN_FLIGHT): Lookup {
+  const shared = new Map<string, Promise<LookupOutcome>>();
+  let live = 0;
   return (name) => {
-    const shared = inFlight.get(name);
-    if (shared !== undefined) return shared;
-    if (inFlight.size >= MAX_LOOKUPS_IN_FLIGHT) {
-      return Promise.resolve({ ok: false, reason: 'dns_failed', detail: `too many DNS lookups in flight (${MAX_LOOKUPS_IN_FLIGHT}); retry later` });
+    const joined = shared.get(name);
+    if (joined !== undefined) return joined;
+    if (live >= max) {
+      return Promise.resolve({ ok: false, reason: 'dns_failed', detail: `too many DNS lookups in flight (${max}); retry later` });
     }
-    const lookup = resolveBoth(resolver, name, timeoutMs).finally(() => inFlight.delete(name));
-    inFlight.set(name, lookup);
-    return lookup;
+    live++;
+    const work = start(name);
+    void work.queriesDone.finally(() => live--);
+    const outcome = work.outcome.finally(() => shared.delete(name));
+    shared.set(name, outcome);
+    return outcome;
   };
 }
 
-function resolveBoth(resolver: InstanceType<typeof dnsPromises.Resolver>, name: string, timeoutMs: number): Promise<LookupOutcome> {
-  return withDeadline(
-    name,
-    timeoutMs,
-    Promise.allSettled([resolver.resolve4(name), resolver.resolve6(name)]).then(([v4, v6]): LookupOutcome => {
-      const addresses = [
-        ...(v4.status === 'fulfilled' ? v4.value : []),
-        ...(v6.status === 'fulfilled' ? v6.value : []),
-      ];
-      if (addresses.length > 0) return { ok: true, addresses };
-      // Prefer the more telling error: a timeout on either family beats "no data" on the other.
-      const errors = [v4, v6].flatMap((r) => (r.status === 'rejected' ? [r.reason as NodeJS.ErrnoException] : []));
-      const timeout = errors.find((e) => e.code === 'ETIMEOUT');
-      if (timeout) return failed(name, timeout);
-      const first = errors.find((e) => !NOT_FOUND.has(e.code ?? '')) ?? errors[0];
-      return first ? failed(name, first) : { ok: false, reason: 'dns_failed', detail: `${name} has no A or AAAA record` };
-    }),
-  );
+export function createLookup(options: LookupOptions): Lookup {
+  const { servers, timeoutMs } = options;
+  // A first try of a third of the deadline leaves room for a retry within it.
+  const resolver = new dnsPromises.Resolver({ timeout: Math.max(1, Math.floor(timeoutMs / 3)), tries: 2 });
+  // Without servers of its own the resolver keeps those of /etc/resolv.conf.
+  if (servers.length > 0) resolver.setServers([...servers]);
+  return limitLookups((name) => {
+    const queries = Promise.allSettled([resolver.resolve4(name), resolver.resolve6(name)]);
+    return { outcome: withDeadline(name, timeoutMs, queries.then((settled) => outcomeOf(name, settled))), queriesDone: queries };
+  });
+}
+
+function outcomeOf(name: string, [v4, v6]: PromiseSettledResult<string[]>[]): LookupOutcome {
+  const addresses = [
+    ...(v4?.status === 'fulfilled' ? v4.value : []),
+    ...(v6?.status === 'fulfilled' ? v6.value : []),
+  ];
+  if (addresses.length > 0) return { ok: true, addresses };
+  // Prefer the more telling error: a timeout on either family beats "no data" on the other.
+  const errors = [v4, v6].flatMap((r) => (r?.status === 'rejected' ? [r.reason as NodeJS.ErrnoException] : []));
+  const timeout = errors.find((e) => e.code === 'ETIMEOUT');
+  if (timeout) return failed(name, timeout);
+  const first = errors.find((e) => !NOT_FOUND.has(e.code ?? '')) ?? errors[0];
+  return first ? failed(name, first) : { ok: false, reason: 'dns_failed', detail: `${name} has no A or AAAA record` };
 }

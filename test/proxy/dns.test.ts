@@ -11,7 +11,8 @@ import { spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
-import { createLookup, MAX_LOOKUPS_IN_FLIGHT } from '../../proxy/index.js';
+import type { LookupOutcome } from '../../policy/index.js';
+import { createLookup, limitLookups, MAX_LOOKUPS_IN_FLIGHT } from '../../proxy/index.js';
 import { startDnsServer } from '../support/dns-server.js';
 import { needUnmet } from '../support/needs.js';
 
@@ -67,7 +68,47 @@ t.test('lookups beyond the in-flight cap fail at once and the process stays resp
   const timedOut = results.filter((r) => !r.outcome.ok && r.outcome.reason === 'dns_timeout');
   t.equal(timedOut.length, MAX_LOOKUPS_IN_FLIGHT, 'the rest end at their deadline');
   t.ok(worstLagMs < 300, `event loop never stalled long (worst ${worstLagMs.toFixed(0)} ms)`);
-  // With the flood over, lookups are accepted again.
+  // Once c-ares has given up the flood's queries (its retries can run past the deadline), lookups
+  // are accepted again.
   dns.set('after.test', { answers: ['93.184.215.14'] });
-  t.same(await lookup('after.test'), { ok: true, addresses: ['93.184.215.14'] });
+  const deadline = Date.now() + 10_000;
+  let after = await lookup('after.test');
+  while (!after.ok && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 100));
+    after = await lookup('after.test');
+  }
+  t.same(after, { ok: true, addresses: ['93.184.215.14'] });
+});
+
+t.test('a lookup slot is held until its queries end, not just until its deadline', async (t) => {
+  const deferred = () => {
+    let resolve!: (v: LookupOutcome) => void;
+    const promise = new Promise<LookupOutcome>((r) => (resolve = r));
+    return { promise, resolve };
+  };
+  const started: { name: string; outcome: ReturnType<typeof deferred>; done: ReturnType<typeof deferred> }[] = [];
+  const lookup = limitLookups((name) => {
+    const work = { name, outcome: deferred(), done: deferred() };
+    started.push(work);
+    return { outcome: work.outcome.promise, queriesDone: work.done.promise };
+  }, 2);
+  const timeout: LookupOutcome = { ok: false, reason: 'dns_timeout', detail: 'deadline' };
+  const a = lookup('a.test');
+  t.equal(lookup('a.test'), a, 'a second request for the name joins the first');
+  void lookup('b.test');
+  t.same(await lookup('c.test'), { ok: false, reason: 'dns_failed', detail: 'too many DNS lookups in flight (2); retry later' }, 'over the cap: refused at once');
+  started[0]!.outcome.resolve(timeout);
+  t.same(await a, timeout);
+  t.match(await lookup('c.test'), { ok: false, reason: 'dns_failed' }, 'a past its deadline, its queries still running: still refused');
+  started[0]!.done.resolve(timeout);
+  await new Promise((r) => setImmediate(r));
+  const c = lookup('c.test');
+  t.same(started.map((w) => w.name), ['a.test', 'b.test', 'c.test'], 'its queries ended: the slot is free');
+  started[1]!.outcome.resolve(timeout);
+  started[1]!.done.resolve(timeout);
+  await new Promise((r) => setImmediate(r));
+  void lookup('a.test');
+  t.same(started.map((w) => w.name), ['a.test', 'b.test', 'c.test', 'a.test'], 'a name whose lookup ended is looked up afresh');
+  started[2]!.outcome.resolve(timeout);
+  await c;
 });
