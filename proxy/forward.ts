@@ -53,8 +53,9 @@ export function createForwarder(ctx: ProxyContext, root: Logger) {
       return;
     }
 
-    // Until forwarding starts, a parse error later on this connection refuses this request, unless
-    // it was refused already: that refusal closes the connection, and nothing answers it twice.
+    // Until forwarding starts, a parse error later on this connection refuses this request (the
+    // latest one asked: the failing bytes follow it), unless it was refused already: that refusal
+    // closes the connection, and nothing answers it twice.
     let refusedMeanwhile = false;
     const early = (refusal: Refusal): void => {
       if (answered) return;
@@ -89,7 +90,7 @@ export function createForwarder(ctx: ProxyContext, root: Logger) {
       logLine(log, { [F.event]: 'decision', [F.decision]: 'allow', [F.method]: req.method, [F.host]: decision.host, [F.port]: decision.port, [F.rule]: decision.rule, [F.addresses]: decision.addresses, [F.decideMs]: decideMs, [F.error]: 'client_closed' });
       return;
     }
-    forward(ctx, log, req, res, { decision, path: parsed.path, headers: head.headers, framing: head.framing, started, decideMs, counted, deny });
+    forward(ctx, log, req, res, { decision, path: parsed.path, headers: head.headers, framing: head.framing, started, decideMs, counted, deny, early });
   };
 }
 
@@ -102,6 +103,8 @@ interface Forwarding {
   readonly decideMs: number;
   readonly counted: { read: number };
   readonly deny: (refusal: Refusal, fields?: Record<string, LineValue>) => void;
+  /** The request's parse-error hook while it was decided. */
+  readonly early: (refusal: Refusal) => void;
 }
 
 function forward(ctx: ProxyContext, log: Logger, req: IncomingMessage, res: ServerResponse, f: Forwarding): void {
@@ -164,16 +167,20 @@ function forward(ctx: ProxyContext, log: Logger, req: IncomingMessage, res: Serv
     abort?.();
     if (!res.headersSent) {
       f.counted.read = socket.bytesRead;
-      f.deny(refusal, { [F.addresses]: decision.addresses, [F.decideMs]: f.decideMs });
+      f.deny(refusal, { [F.host]: decision.host, [F.port]: decision.port, [F.addresses]: decision.addresses, [F.decideMs]: f.decideMs });
     } else {
       allowLine(refusal.reason);
       res.destroy();
     }
   };
-  ctx.inFlight.set(socket, parseFailed);
-  res.once('close', () => {
-    if (ctx.inFlight.get(socket) === parseFailed) ctx.inFlight.delete(socket);
-  });
+  // Only the connection's latest request takes over the hook: a request pipelined behind this one
+  // (registered while this one was decided) is the one a later parse error follows.
+  if (ctx.inFlight.get(socket) === f.early) {
+    ctx.inFlight.set(socket, parseFailed);
+    res.once('close', () => {
+      if (ctx.inFlight.get(socket) === parseFailed) ctx.inFlight.delete(socket);
+    });
+  }
 
   // While the request waits on the upstream, the upstream's own deadlines apply (504 after the
   // idle timeout); the client connection's idle timer only ends a client that stalls its upload.

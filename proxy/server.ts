@@ -67,7 +67,16 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     observer.dnsLookup((performance.now() - t) / 1000, outcome.ok ? 'ok' : outcome.reason);
     return outcome;
   };
-  const ctx: ProxyContext = { policy: () => policy, lookup, limits, connect, pools, observer, inFlight: new WeakMap() };
+  const ctx: ProxyContext = { policy: () => policy, lookup, limits, connect, pools, observer, inFlight: new WeakMap(), owed: new WeakMap() };
+  /** Counts a response the connection owes until it is done (sent, refused or cut). */
+  const owe = (socket: net.Socket, res: http.ServerResponse): void => {
+    ctx.owed.set(socket, (ctx.owed.get(socket) ?? 0) + 1);
+    res.once('close', () => {
+      const left = (ctx.owed.get(socket) ?? 1) - 1;
+      if (left === 0) ctx.owed.delete(socket);
+      else ctx.owed.set(socket, left);
+    });
+  };
 
   const httpServer = http.createServer({
     maxHeaderSize: limits.maxHeaderBytes,
@@ -91,6 +100,9 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   };
   httpServer.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
     firstHead(req.socket);
+    owe(req.socket, res);
+    // A hook left by an earlier request no longer follows the connection's latest bytes.
+    ctx.inFlight.delete(req.socket);
     forward(req, res).catch((err: unknown) =>
       failClosed('request', err, () => res.headersSent ? res.destroy() : res.writeHead(500, { 'X-Egress-Reason': 'internal_error', Connection: 'close' }).end('egress failed: internal_error\n')),
     );
@@ -105,7 +117,7 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   // inside that response. Such a request gets its own deny line and the connection is cut (the
   // earlier request logs client_closed); a client sends these on a connection of their own.
   const behindPending = (req: http.IncomingMessage, socket: net.Socket): boolean => {
-    if (!ctx.inFlight.has(socket)) return false;
+    if (!ctx.owed.has(socket)) return false;
     const refusal: Refusal = { reason: 'bad_request', detail: `${req.method === 'CONNECT' ? 'CONNECT' : 'an Upgrade request'} pipelined behind a request still being answered` };
     observer.decision('deny', refusal.reason);
     logLine(connectionOf(socket, log).log, { [F.event]: 'decision', [F.decision]: 'deny', [F.method]: req.method, [F.reason]: refusal.reason, [F.detail]: refusal.detail });
@@ -120,6 +132,8 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   // Without this listener Node answers an Expect other than 100-continue with its own 417, which
   // carries no X-Egress-Reason and keeps the connection alive.
   httpServer.on('checkExpectation', (req: http.IncomingMessage, res: http.ServerResponse) => {
+    owe(req.socket, res);
+    ctx.inFlight.delete(req.socket);
     const refusal: Refusal = { reason: 'bad_request', detail: 'unsupported Expect header (only 100-continue)' };
     observer.decision('deny', refusal.reason);
     logLine(connectionOf(req.socket, log).log, { [F.event]: 'decision', [F.decision]: 'deny', [F.method]: req.method, [F.reason]: refusal.reason, [F.detail]: refusal.detail });
@@ -152,7 +166,10 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     }
     observer.decision('deny', refusal.reason);
     logLine(connectionOf(socket, log).log, { [F.event]: 'decision', [F.decision]: 'deny', [F.reason]: refusal.reason, [F.detail]: refusal.detail });
-    refuseSocket(socket, refusal);
+    // Responses still owed on this connection (to requests answered by the proxy itself) leave
+    // no place for a refusal: the connection is cut.
+    if (ctx.owed.has(socket)) socket.destroy();
+    else refuseSocket(socket, refusal);
   });
 
   // Connection limits are applied before HTTP parsing, so a flood of idle sockets costs no parser.

@@ -92,6 +92,8 @@ export class TlsGuard {
   private readonly splitter = new RecordSplitter();
   /** In `retry`: everything from the first record of the second ClientHello on is held. */
   private holding = false;
+  /** The client closed its side (while the server had not answered, that is no refusal yet). */
+  private ended = false;
   /** The server name of the first ClientHello as sent, for the log. */
   serverName: Buffer | undefined;
 
@@ -136,6 +138,7 @@ export class TlsGuard {
 
   /** The client closed its side. */
   clientEnded(): GuardStep {
+    this.ended = true;
     if (this.phase === 'retry') {
       return this.refuse({ kind: 'deny', reason: 'tls_hello_malformed', detail: 'the client closed before its second ClientHello was complete', tls: true });
     }
@@ -171,7 +174,10 @@ export class TlsGuard {
     if (this.serverAnswer === 'other') return this.open(held.length > 0 ? [held] : []);
     this.phase = 'retry';
     this.reader = new ClientHelloReader();
-    return held.length > 0 ? this.secondHello(held) : NO_STEP;
+    const step = held.length > 0 ? this.secondHello(held) : NO_STEP;
+    // A client that already closed cannot send the rest of its second hello: refused now, not at
+    // the hello deadline.
+    return this.ended && this.phase === 'retry' ? this.clientEnded() : step;
   }
 
   private secondHello(chunk: Buffer): GuardStep {

@@ -296,6 +296,7 @@ function guardTls(ctx: ProxyContext, client: Socket, upstream: Socket, meta: Tun
     else outcomes.allow(guard.serverName);
   });
   apply(meta.head.length > 0 ? guard.fromClient(meta.head) : { forward: [] });
-  // A socket handed over paused (the fast CONNECT path) flows from here.
-  if (guard.inspecting) client.resume();
+  // A socket handed over paused (the fast CONNECT path) flows from here, unless the head alone
+  // filled what may wait for the server.
+  if (guard.inspecting && !guard.full) client.resume();
 }

@@ -313,7 +313,7 @@ t.test('a refused request with garbage behind it: one refusal, one line', async 
   const p = await startTestProxy({ policy: { allowHosts: ['private.test', 'slow.test'] }, dnsServer: dns.address });
   t.teardown(() => p.close());
   const cases = [
-    { name: 'by policy', request: 'GET http://denied.test/ HTTP/1.1\r\nHost: denied.test\r\n\r\n', garbageAfterMs: 0, reason: 'host_not_allowed' },
+    { name: 'by policy', request: 'GET http://denied.test/ HTTP/1.1\r\nHost: denied.test\r\n\r\n', garbageAfterMs: undefined, reason: 'host_not_allowed' },
     { name: 'after its lookup', request: 'GET http://private.test/ HTTP/1.1\r\nHost: private.test\r\n\r\n', garbageAfterMs: 200, reason: 'address_not_allowed' },
     { name: 'by the garbage, during its lookup', request: 'GET http://slow.test/ HTTP/1.1\r\nHost: slow.test\r\n\r\n', garbageAfterMs: 100, reason: 'bad_request' },
   ];
@@ -321,13 +321,83 @@ t.test('a refused request with garbage behind it: one refusal, one line', async 
     const before = p.logs.filter((l) => l.event === 'decision').length;
     const socket = net.connect(p.port, '127.0.0.1');
     socket.on('error', () => undefined);
-    socket.write(c.request);
-    setTimeout(() => socket.write('GARBAGE\x01\r\n\r\n'), c.garbageAfterMs);
+    // In one write when no delay is given: the refusal and the parse error in the same tick.
+    if (c.garbageAfterMs === undefined) socket.write(`${c.request}GARBAGE\x01\r\n\r\n`);
+    else {
+      socket.write(c.request);
+      setTimeout(() => socket.write('GARBAGE\x01\r\n\r\n'), c.garbageAfterMs);
+    }
     const out = await readUntil(socket, undefined);
     t.equal(out.match(/HTTP\/1\.1 \d{3}/g)?.length, 1, `${c.name}: one response`);
     t.match(out, new RegExp(`\\r\\nX-Egress-Reason: ${c.reason}\\r\\n`), `${c.name}: its reason`);
     await new Promise((r) => setTimeout(r, 400));
     t.same(p.logs.filter((l) => l.event === 'decision').slice(before).map((l) => l.reason), [c.reason], `${c.name}: one line`);
+  }
+});
+
+// Pipelined requests are answered in order, but decided concurrently: an earlier request whose
+// lookup ends later must not take over the parse-error hook of the one behind it, nor let the
+// connection look idle while that one's response is still owed.
+t.test('pipelined requests decided out of order: what follows them still meets the last one', async (t) => {
+  const dns = await startDnsServer();
+  t.teardown(() => dns.close());
+  dns.set('a.test', { answers: ['93.184.215.14'], delayMs: 300 });
+  dns.set('b.test', { answers: ['93.184.215.15'] });
+  dns.set('echo.test', { answers: ['93.184.215.16'] });
+  // The public answers are dialed on loopback, so the test never leaves the machine.
+  const p = await startTestProxy({
+    policy: { allowHosts: ['a.test', 'b.test', { host: 'echo.test', tunnel: 'opaque' }], connectPorts: [scriptedPort, echoPort] },
+    dnsServer: dns.address,
+    connect: (_address, port) => net.connect({ host: '127.0.0.1', port, allowHalfOpen: true }),
+  });
+  t.teardown(() => p.close());
+  scripts.set('/pipe-a', (s) => s.end('HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nA\n'));
+  scripts.set('/pipe-b', (s) => setTimeout(() => s.end('HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nB\n'), 800));
+  scripts.set('/pipe-a-slow', (s) => {
+    s.write('HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nA');
+    setTimeout(() => s.end('AA\n'), 500);
+  });
+  const get = (host: string, path: string): string => `GET http://${host}:${scriptedPort}${path} HTTP/1.1\r\nHost: ${host}:${scriptedPort}\r\n\r\n`;
+  const lines = (before: number): [unknown, unknown][] =>
+    p.logs.filter((l) => l.event === 'decision').slice(before).map((l): [unknown, unknown] => [l.host ?? l.method, l.decision === 'deny' ? l.reason : (l.error ?? 'completed')]).sort();
+  const cases = [
+    {
+      name: 'a CONNECT after the first response: refused, the connection cut',
+      first: get('a.test', '/pipe-a') + get('b.test', '/pipe-b'),
+      then: `CONNECT echo.test:${echoPort} HTTP/1.1\r\nHost: echo.test:${echoPort}\r\n\r\nhello`,
+      after: /^$/,
+      lines: [['CONNECT', 'bad_request'], ['a.test', 'completed'], ['b.test', 'client_closed']],
+    },
+    {
+      name: 'garbage after the first response: the request behind it is refused',
+      first: get('a.test', '/pipe-a') + get('b.test', '/pipe-b'),
+      then: 'GARBAGE\x01\r\n\r\n',
+      after: /^HTTP\/1\.1 400 [^]*\r\nX-Egress-Reason: bad_request\r\n[^]*egress denied: bad_request: malformed request/,
+      lines: [['a.test', 'completed'], ['b.test', 'bad_request']],
+    },
+    {
+      name: 'garbage behind a refusal queued after a slow response: one refusal, one line each',
+      first: get('a.test', '/pipe-a-slow') + get('denied.test', '/') + 'GARBAGE\x01\r\n\r\n',
+      then: undefined,
+      after: /^A?A\n?HTTP\/1\.1 403 [^]*\r\nX-Egress-Reason: host_not_allowed\r\n/,
+      lines: [['a.test', 'completed'], ['denied.test', 'host_not_allowed']],
+    },
+  ];
+  for (const c of cases) {
+    const before = p.logs.filter((l) => l.event === 'decision').length;
+    const socket = net.connect(p.port, '127.0.0.1');
+    socket.on('error', () => undefined);
+    socket.write(Buffer.from(c.first, 'latin1'));
+    const firstOut = await readUntil(socket, 'A', 5_000);
+    t.match(firstOut, /^HTTP\/1\.1 200 OK\r\n[^]*\r\n\r\nA/, `${c.name}: the first response came first`);
+    if (c.then !== undefined) socket.write(Buffer.from(c.then, 'latin1'));
+    const rest = (firstOut.slice(firstOut.indexOf('\r\n\r\nA') + 5) + (await readUntil(socket, undefined, 5_000))).replace(/^\n/, '');
+    t.match(rest, c.after, `${c.name}: what followed it`);
+    t.equal(rest.match(/HTTP\/1\.1 \d{3}/g)?.length ?? 0, c.after.source === '^$' ? 0 : 1, `${c.name}: at most one more response`);
+    t.notMatch(rest, /hello|established/i, `${c.name}: no tunnel inside the connection`);
+    await settle(() => lines(before).length >= c.lines.length, 'the lines');
+    await new Promise((r) => setTimeout(r, 100));
+    t.same(lines(before), [...c.lines].sort(), `${c.name}: one line per request`);
   }
 });
 

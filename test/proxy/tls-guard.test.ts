@@ -6,7 +6,7 @@
 import net from 'node:net';
 import tls from 'node:tls';
 import t from 'tap';
-import { TlsGuard, type GuardStep } from '../../proxy/index.js';
+import { MAX_HELLO_BYTES, MAX_WATCH_BYTES, TlsGuard, type GuardStep } from '../../proxy/index.js';
 
 async function captureHello(servername: string): Promise<Buffer> {
   const server = net.createServer();
@@ -98,11 +98,24 @@ t.test('deadlines and ends', async (t) => {
   watching.fromClient(hello);
   t.equal(watching.timedOut().verdict, undefined, 'no hello is due while the server has not answered');
   t.equal(watching.awaitingHello, false);
+  t.equal(watching.clientEnded().verdict, undefined, 'a client that closes while the server has not answered is not refused yet');
+  t.match(watching.fromServer(HRR).verdict, { kind: 'deny', reason: 'tls_hello_malformed', detail: /before its second ClientHello/ }, 'then a retry request refuses it at once');
+  const closedThenAnswered = new TlsGuard('allowed.test');
+  closedThenAnswered.fromClient(hello);
+  closedThenAnswered.clientEnded();
+  t.same(closedThenAnswered.fromServer(NORMAL).verdict, { kind: 'allow' }, 'and an ordinary answer opens it (the tunnel then ends the upstream side)');
 });
 
 t.test('what waits for the server is bounded', async (t) => {
   const g = new TlsGuard('allowed.test');
   g.fromClient(hello);
-  for (let i = 0; i < 20 && !g.full; i++) g.fromClient(Buffer.alloc(8 * 1024, 23));
-  t.equal(g.full, true, 'the tunnel is told to stop reading the client');
+  let chunks = 0;
+  while (!g.full && chunks < 20) {
+    t.equal(g.fromClient(Buffer.alloc(4 * 1024, 23)).verdict, undefined, 'held, not refused');
+    chunks++;
+  }
+  t.equal(chunks, 4, 'the tunnel is told to stop reading the client once 16 KiB wait');
+  t.equal(chunks * 4 * 1024, MAX_WATCH_BYTES);
+  // Reads already under way when the tunnel pauses may still arrive, up to a hard bound.
+  t.match(g.fromClient(Buffer.alloc(2 * MAX_HELLO_BYTES + MAX_WATCH_BYTES, 23)).verdict, { kind: 'deny', reason: 'tls_hello_malformed' }, 'beyond the hard bound: refused, not held');
 });
