@@ -68,13 +68,21 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     return outcome;
   };
   const ctx: ProxyContext = { policy: () => policy, lookup, limits, connect, pools, observer, inFlight: new WeakMap(), owed: new WeakMap() };
+  /** What to do once a connection owes no more responses (a refusal that must come after them). */
+  const whenSettled = new WeakMap<net.Socket, () => void>();
   /** Counts a response the connection owes until it is done (sent, refused or cut). */
   const owe = (socket: net.Socket, res: http.ServerResponse): void => {
     ctx.owed.set(socket, (ctx.owed.get(socket) ?? 0) + 1);
     res.once('close', () => {
       const left = (ctx.owed.get(socket) ?? 1) - 1;
-      if (left === 0) ctx.owed.delete(socket);
-      else ctx.owed.set(socket, left);
+      if (left > 0) {
+        ctx.owed.set(socket, left);
+        return;
+      }
+      ctx.owed.delete(socket);
+      const then = whenSettled.get(socket);
+      whenSettled.delete(socket);
+      then?.();
     });
   };
 
@@ -133,7 +141,13 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   // carries no X-Egress-Reason and keeps the connection alive.
   httpServer.on('checkExpectation', (req: http.IncomingMessage, res: http.ServerResponse) => {
     owe(req.socket, res);
-    ctx.inFlight.delete(req.socket);
+    // Refused here and now: a parse error behind it is not answered or logged again (the
+    // refusal closes the connection).
+    const refused = (): void => undefined;
+    ctx.inFlight.set(req.socket, refused);
+    res.once('close', () => {
+      if (ctx.inFlight.get(req.socket) === refused) ctx.inFlight.delete(req.socket);
+    });
     const refusal: Refusal = { reason: 'bad_request', detail: 'unsupported Expect header (only 100-continue)' };
     observer.decision('deny', refusal.reason);
     logLine(connectionOf(req.socket, log).log, { [F.event]: 'decision', [F.decision]: 'deny', [F.method]: req.method, [F.reason]: refusal.reason, [F.detail]: refusal.detail });
@@ -166,9 +180,9 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     }
     observer.decision('deny', refusal.reason);
     logLine(connectionOf(socket, log).log, { [F.event]: 'decision', [F.decision]: 'deny', [F.reason]: refusal.reason, [F.detail]: refusal.detail });
-    // Responses still owed on this connection (to requests answered by the proxy itself) leave
-    // no place for a refusal: the connection is cut.
-    if (ctx.owed.has(socket)) socket.destroy();
+    // Responses still owed on this connection (to requests the proxy answers itself, such as
+    // /healthz) go first; the refusal follows them.
+    if (ctx.owed.has(socket)) whenSettled.set(socket, () => refuseSocket(socket, refusal));
     else refuseSocket(socket, refusal);
   });
 

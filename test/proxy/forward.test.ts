@@ -401,6 +401,23 @@ t.test('pipelined requests decided out of order: what follows them still meets t
   }
 });
 
+// Requests the proxy answers itself leave nothing in flight to refuse: bytes it cannot parse
+// behind them are refused after their answers, or not at all when that answer was a refusal.
+t.test('garbage behind a request the proxy answered itself', async (t) => {
+  const cases = [
+    { name: 'behind /healthz: its answer, then a refusal', first: 'GET /healthz HTTP/1.1\r\nHost: proxy\r\n\r\n', out: /^HTTP\/1\.1 200 OK\r\n[^]*\r\n\r\nok\nHTTP\/1\.1 400 Bad Request\r\nX-Egress-Reason: bad_request\r\n/, responses: 2, lines: ['bad_request'] },
+    { name: 'behind a refused Expect: that refusal only', first: `GET http://${allowed}/ HTTP/1.1\r\nHost: ${allowed}\r\nExpect: magic\r\n\r\n`, out: /^HTTP\/1\.1 400 Bad Request\r\nX-Egress-Reason: bad_request\r\n[^]*Expect/, responses: 1, lines: ['bad_request'] },
+  ];
+  for (const c of cases) {
+    const before = decisions().length;
+    const out = await exchange(`${c.first}GARBAGE\x01\r\n\r\n`);
+    t.match(out, c.out, c.name);
+    t.equal(out.match(/HTTP\/1\.1 \d{3}/g)?.length, c.responses, `${c.name}: responses`);
+    await new Promise((r) => setTimeout(r, 100));
+    t.same(decisions().slice(before).map((l) => l.reason), c.lines, `${c.name}: lines`);
+  }
+});
+
 t.test('the long-lived tunnel survived all of it', async (t) => {
   tunnel.socket.write('still here');
   t.match(await readUntil(tunnel.socket, 'still here'), 'still here');
