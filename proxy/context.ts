@@ -16,14 +16,11 @@ export interface ProxyContext {
   readonly pools: UpstreamPools;
   readonly observer: ProxyObserver;
   /**
-   * The latest request a connection has in flight, as the way to refuse it: the HTTP parser can
-   * fail on a request's body (or on the next request pipelined behind it) while the request is
-   * decided or forwarded, and that request must end with its own one refusal or cut, never a
-   * second answer.
+   * The request a connection has under way, as the way to refuse it: the HTTP parser can fail on
+   * a request's body (or on the next request pipelined behind it) while the request is decided or
+   * forwarded, and that request must end with its own one refusal or cut, never a second answer.
    */
   readonly inFlight: WeakMap<Socket, (refusal: Refusal) => void>;
-  /** How many responses each connection still owes (pipelined requests are answered in order). */
-  readonly owed: WeakMap<Socket, number>;
 }
 
 /** Per-client-connection facts, attached when the connection is accepted. */

@@ -54,13 +54,14 @@ export function createForwarder(ctx: ProxyContext, root: Logger) {
     }
 
     // Until forwarding starts, a parse error later on this connection refuses this request (the
-    // latest one asked: the failing bytes follow it), unless it was refused already: that refusal
-    // closes the connection, and nothing answers it twice.
+    // failing bytes follow it), unless it was refused already: that refusal closes the
+    // connection, and nothing answers it twice.
     let refusedMeanwhile = false;
+    let target: { host: string; port: number } | undefined;
     const early = (refusal: Refusal): void => {
       if (answered) return;
       refusedMeanwhile = true;
-      deny(refusal);
+      deny(refusal, target === undefined ? {} : { [F.host]: target.host, [F.port]: target.port });
     };
     ctx.inFlight.set(req.socket, early);
     res.once('close', () => {
@@ -72,12 +73,13 @@ export function createForwarder(ctx: ProxyContext, root: Logger) {
     if (!parsed.ok) return deny({ reason: parsed.reason, detail: parsed.detail });
 
     const policy = ctx.policy();
-    const target = checkTarget(policy, parsed.host, parsed.port);
-    if (!target.allowed) return deny(target);
-    const head = checkRequestHead(req.rawHeaders, target.host, target.port, req.httpVersion !== '1.0');
-    if (!head.ok) return deny({ reason: 'bad_request', detail: head.detail, host: target.host, port: target.port });
+    const checked = checkTarget(policy, parsed.host, parsed.port);
+    if (!checked.allowed) return deny(checked);
+    target = checked;
+    const head = checkRequestHead(req.rawHeaders, checked.host, checked.port, req.httpVersion !== '1.0');
+    if (!head.ok) return deny({ reason: 'bad_request', detail: head.detail, host: checked.host, port: checked.port });
 
-    const decision = await resolveTarget(policy, target, ctx.lookup);
+    const decision = await resolveTarget(policy, checked, ctx.lookup);
     if (refusedMeanwhile) return;
     const decideMs = ms(started);
     if (!decision.allowed) {
@@ -173,8 +175,8 @@ function forward(ctx: ProxyContext, log: Logger, req: IncomingMessage, res: Serv
       res.destroy();
     }
   };
-  // Only the connection's latest request takes over the hook: a request pipelined behind this one
-  // (registered while this one was decided) is the one a later parse error follows.
+  // The hook stays this request's while it is under way (requests on a connection run one at a
+  // time; see pipeline.ts).
   if (ctx.inFlight.get(socket) === f.early) {
     ctx.inFlight.set(socket, parseFailed);
     res.once('close', () => {
@@ -183,16 +185,21 @@ function forward(ctx: ProxyContext, log: Logger, req: IncomingMessage, res: Serv
   }
 
   // While the request waits on the upstream, the upstream's own deadlines apply (504 after the
-  // idle timeout); the client connection's idle timer only ends a client that stalls its upload.
+  // idle timeout); the client connection's idle timer ends a client that stalls its upload, or
+  // stops reading the response (the upstream is held back meanwhile, so no timer of its own runs).
+  let awaitingClient = false;
+  let idled = false;
   res.on('timeout', () => {
-    if (!req.complete) socket.destroy();
+    if (req.complete && !awaitingClient) return;
+    idled = true;
+    socket.destroy();
   });
   // The client went away before the response was complete: stop the upstream exchange too.
   res.once('close', () => {
     if (settled) return;
     settled = true;
     abort?.();
-    allowLine('client_closed');
+    allowLine(idled ? 'idle_timeout' : 'client_closed');
   });
 
   // The validated head waits for the first body byte (or the end): an upstream that fails before
@@ -247,7 +254,11 @@ function forward(ctx: ProxyContext, log: Logger, req: IncomingMessage, res: Serv
       if (settled || res.destroyed || !flushHead()) return false;
       if (res.write(chunk)) return true;
       // The client reads slower than the upstream sends: undici pauses until the client drains.
-      res.once('drain', drain);
+      awaitingClient = true;
+      res.once('drain', () => {
+        awaitingClient = false;
+        drain();
+      });
       return false;
     },
     onComplete() {

@@ -36,6 +36,7 @@ export const F = {
   sni: 'sni',
   tunnel: 'tunnel',
   error: 'error',
+  requests: 'requests',
 } as const;
 
 export type { Logger };

@@ -18,6 +18,7 @@ import { refuseResponse, refuseSocket, wasRefused, type Refusal } from './refusa
 import { createProxyMetrics } from './metrics.js';
 import { readConnectHead } from './connect-head.js';
 import { connectBodyProblem, handleConnect } from './tunnel.js';
+import { MAX_WAITING, Pipeline } from './pipeline.js';
 import { UpstreamPools } from './upstream-pools.js';
 
 export interface EgressProxyOptions {
@@ -67,23 +68,24 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     observer.dnsLookup((performance.now() - t) / 1000, outcome.ok ? 'ok' : outcome.reason);
     return outcome;
   };
-  const ctx: ProxyContext = { policy: () => policy, lookup, limits, connect, pools, observer, inFlight: new WeakMap(), owed: new WeakMap() };
-  /** What to do once a connection owes no more responses (a refusal that must come after them). */
-  const whenSettled = new WeakMap<net.Socket, () => void>();
-  /** Counts a response the connection owes until it is done (sent, refused or cut). */
-  const owe = (socket: net.Socket, res: http.ServerResponse): void => {
-    ctx.owed.set(socket, (ctx.owed.get(socket) ?? 0) + 1);
-    res.once('close', () => {
-      const left = (ctx.owed.get(socket) ?? 1) - 1;
-      if (left > 0) {
-        ctx.owed.set(socket, left);
-        return;
-      }
-      ctx.owed.delete(socket);
-      const then = whenSettled.get(socket);
-      whenSettled.delete(socket);
-      then?.();
-    });
+  const ctx: ProxyContext = { policy: () => policy, lookup, limits, connect, pools, observer, inFlight: new WeakMap() };
+  const pipelines = new WeakMap<net.Socket, Pipeline>();
+  const pipelineOf = (socket: net.Socket): Pipeline => {
+    let pipeline = pipelines.get(socket);
+    if (pipeline === undefined) {
+      pipeline = new Pipeline(socket, {
+        parseError: (refusal) => parseFailed(socket, refusal),
+        dropped: (count) =>
+          logLine(connectionOf(socket, log).log, { [F.event]: 'requests_dropped', [F.requests]: count, [F.detail]: 'the connection closed before these pipelined requests were started' }),
+        overflow: () => {
+          const refusal: Refusal = { reason: 'bad_request', detail: `more than ${MAX_WAITING} pipelined requests waiting for their turn; the connection is cut` };
+          observer.decision('deny', refusal.reason);
+          logLine(connectionOf(socket, log).log, { [F.event]: 'decision', [F.decision]: 'deny', [F.reason]: refusal.reason, [F.detail]: refusal.detail });
+        },
+      });
+      pipelines.set(socket, pipeline);
+    }
+    return pipeline;
   };
 
   const httpServer = http.createServer({
@@ -108,12 +110,12 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   };
   httpServer.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
     firstHead(req.socket);
-    owe(req.socket, res);
-    // A hook left by an earlier request no longer follows the connection's latest bytes.
-    ctx.inFlight.delete(req.socket);
-    forward(req, res).catch((err: unknown) =>
-      failClosed('request', err, () => res.headersSent ? res.destroy() : res.writeHead(500, { 'X-Egress-Reason': 'internal_error', Connection: 'close' }).end('egress failed: internal_error\n')),
-    );
+    pipelineOf(req.socket).add(res, () => {
+      ctx.inFlight.delete(req.socket);
+      forward(req, res).catch((err: unknown) =>
+        failClosed('request', err, () => res.headersSent ? res.destroy() : res.writeHead(500, { 'X-Egress-Reason': 'internal_error', Connection: 'close' }).end('egress failed: internal_error\n')),
+      );
+    });
   });
   const onConnect = (request: { target: string; bodyProblem: string | undefined }, socket: net.Socket, head: Buffer): void => {
     handleConnect(ctx, log, request, socket, head).catch((err: unknown) =>
@@ -125,7 +127,7 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   // inside that response. Such a request gets its own deny line and the connection is cut (the
   // earlier request logs client_closed); a client sends these on a connection of their own.
   const behindPending = (req: http.IncomingMessage, socket: net.Socket): boolean => {
-    if (!ctx.owed.has(socket)) return false;
+    if (!pipelines.get(socket)?.busy) return false;
     const refusal: Refusal = { reason: 'bad_request', detail: `${req.method === 'CONNECT' ? 'CONNECT' : 'an Upgrade request'} pipelined behind a request still being answered` };
     observer.decision('deny', refusal.reason);
     logLine(connectionOf(socket, log).log, { [F.event]: 'decision', [F.decision]: 'deny', [F.method]: req.method, [F.reason]: refusal.reason, [F.detail]: refusal.detail });
@@ -140,18 +142,19 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   // Without this listener Node answers an Expect other than 100-continue with its own 417, which
   // carries no X-Egress-Reason and keeps the connection alive.
   httpServer.on('checkExpectation', (req: http.IncomingMessage, res: http.ServerResponse) => {
-    owe(req.socket, res);
-    // Refused here and now: a parse error behind it is not answered or logged again (the
-    // refusal closes the connection).
-    const refused = (): void => undefined;
-    ctx.inFlight.set(req.socket, refused);
-    res.once('close', () => {
-      if (ctx.inFlight.get(req.socket) === refused) ctx.inFlight.delete(req.socket);
+    pipelineOf(req.socket).add(res, () => {
+      // Refused here and now: a parse error behind it is not answered or logged again (the
+      // refusal closes the connection).
+      const refused = (): void => undefined;
+      ctx.inFlight.set(req.socket, refused);
+      res.once('close', () => {
+        if (ctx.inFlight.get(req.socket) === refused) ctx.inFlight.delete(req.socket);
+      });
+      const refusal: Refusal = { reason: 'bad_request', detail: 'unsupported Expect header (only 100-continue)' };
+      observer.decision('deny', refusal.reason);
+      logLine(connectionOf(req.socket, log).log, { [F.event]: 'decision', [F.decision]: 'deny', [F.method]: req.method, [F.reason]: refusal.reason, [F.detail]: refusal.detail });
+      refuseResponse(res, refusal);
     });
-    const refusal: Refusal = { reason: 'bad_request', detail: 'unsupported Expect header (only 100-continue)' };
-    observer.decision('deny', refusal.reason);
-    logLine(connectionOf(req.socket, log).log, { [F.event]: 'decision', [F.decision]: 'deny', [F.method]: req.method, [F.reason]: refusal.reason, [F.detail]: refusal.detail });
-    refuseResponse(res, refusal);
   });
   // Node keeps a socket that asked for an upgrade out of its request flow (and would drop any
   // request pipelined behind it): refused, with its reason, like every other request it cannot take.
@@ -171,20 +174,28 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
       return;
     }
     const refusal = clientError(err);
-    // A request in flight on this connection ends with this refusal (or is cut if its response
-    // has started), through its own decision line.
-    const inFlight = ctx.inFlight.get(socket);
-    if (inFlight !== undefined) {
-      inFlight(refusal);
+    // The failing bytes follow the last request parsed: if it still waits for its turn, the
+    // refusal meets it when it starts.
+    if (pipelines.get(socket)?.holdParseError(refusal)) return;
+    parseFailed(socket, refusal);
+  });
+  /** A parse error after the request under way (if any), or on a connection between requests. */
+  function parseFailed(socket: net.Socket, refusal: Refusal): void {
+    // The request under way ends with this refusal (or is cut if its response has started),
+    // through its own decision line.
+    const underWay = ctx.inFlight.get(socket);
+    if (underWay !== undefined) {
+      underWay(refusal);
       return;
     }
     observer.decision('deny', refusal.reason);
     logLine(connectionOf(socket, log).log, { [F.event]: 'decision', [F.decision]: 'deny', [F.reason]: refusal.reason, [F.detail]: refusal.detail });
-    // Responses still owed on this connection (to requests the proxy answers itself, such as
-    // /healthz) go first; the refusal follows them.
-    if (ctx.owed.has(socket)) whenSettled.set(socket, () => refuseSocket(socket, refusal));
-    else refuseSocket(socket, refusal);
-  });
+    // A response still owed (to a request the proxy answers itself, such as /healthz) goes
+    // first; the refusal follows it.
+    const pipeline = pipelines.get(socket);
+    if (pipeline === undefined) refuseSocket(socket, refusal);
+    else pipeline.whenSettled(() => refuseSocket(socket, refusal));
+  }
 
   // Connection limits are applied before HTTP parsing, so a flood of idle sockets costs no parser.
   const perClient = new Map<string, number>();
