@@ -188,14 +188,28 @@ function forward(ctx: ProxyContext, log: Logger, req: IncomingMessage, res: Serv
   // idle timeout); the client connection's idle timer ends a client that stalls its upload, or
   // stops reading the response (the upstream is held back meanwhile, so no timer of its own runs).
   let awaitingClient = false;
+  /** The response is complete upstream and ended, but not yet all written to the client. */
+  let ending = false;
   let idled = false;
   res.on('timeout', () => {
-    if (req.complete && !awaitingClient) return;
+    if (req.complete && !awaitingClient && !ending) return;
     idled = true;
     socket.destroy();
   });
   // The client went away before the response was complete: stop the upstream exchange too.
+  /** The line of a response ended upstream: complete once the client has it all, else why not. */
+  const ended = (): void => {
+    if (!ending) return;
+    ending = false;
+    // A socket destroyed with bytes still queued calls back the last write too, so 'finish' alone
+    // does not mean the client has the response.
+    allowLine(socket.destroyed ? (idled ? 'idle_timeout' : 'client_closed') : undefined);
+  };
   res.once('close', () => {
+    if (ending) {
+      ended();
+      return;
+    }
     if (settled) return;
     settled = true;
     abort?.();
@@ -219,11 +233,14 @@ function forward(ctx: ProxyContext, log: Logger, req: IncomingMessage, res: Serv
       return false;
     }
   };
+  // Complete once the client has it all: a client that stops reading the last bytes is still cut
+  // at the idle timeout, and its line says so.
   const complete = (): void => {
     if (settled || !flushHead()) return;
     settled = true;
+    ending = true;
+    res.once('finish', ended);
     res.end();
-    allowLine(undefined);
   };
 
   const handler: Dispatcher.DispatchHandler = {

@@ -57,9 +57,11 @@ export class Pipeline {
 
   /** Adds a parsed request: started now if nothing is owed before it, else when its turn comes. */
   add(res: ServerResponse, start: () => void): void {
-    if (this.socket.destroyed || this.waiting.length >= MAX_WAITING) {
+    if (this.socket.destroyed) {
       this.lost += 1;
-      if (this.socket.destroyed) return;
+      return;
+    }
+    if (this.waiting.length >= MAX_WAITING) {
       this.events.overflow();
       this.socket.destroy();
       return;

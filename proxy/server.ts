@@ -290,8 +290,13 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
       // Node's own header timer starts now; ours keeps the deadline counted from the accept.
       clearTimeout(firstHeadTimers.get(socket));
       firstHeadTimers.set(socket, setTimeout(() => headTimedOut(socket), Math.max(0, limits.headerTimeoutMs - (Date.now() - accepted))));
+      // Paused across the hand-over, so that Node's parser meets a socket whose pause and resume
+      // it controls: handed over flowing, its first pause for a request body it cannot take yet
+      // was undone, and bodies were read into memory without limit.
+      socket.pause();
       httpServer.emit('connection', socket);
       socket.emit('data', chunk);
+      socket.resume();
     });
   }
 

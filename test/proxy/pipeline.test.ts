@@ -2,6 +2,7 @@
  * Pipelined plain-HTTP requests and clients that stop reading: what one client connection can
  * make the proxy hold upstream, and that everything it holds ends when the client does.
  */
+import http from 'node:http';
 import net from 'node:net';
 import t from 'tap';
 import { MAX_WAITING } from '../../proxy/pipeline.js';
@@ -29,6 +30,8 @@ const upstream = net.createServer((socket) => {
         const size = 8 * 1024 * 1024;
         socket.write(`HTTP/1.1 200 OK\r\nContent-Length: ${size}\r\n\r\n`);
         socket.write(Buffer.alloc(size, 0x61));
+      } else if (path === '/fill') {
+        void fill(socket);
       } else if (path === '/small') {
         socket.write('HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n');
       }
@@ -36,6 +39,27 @@ const upstream = net.createServer((socket) => {
   });
 });
 const port = await listen(upstream);
+
+/**
+ * A chunked response that ends just as the proxy's side of a client that does not read is full:
+ * the proxy has its whole response, has ended it, and still holds its last bytes.
+ */
+let proxySide: net.Socket | undefined;
+async function fill(socket: net.Socket): Promise<void> {
+  socket.write('HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n');
+  const piece = Buffer.alloc(1024, 0x61);
+  for (let i = 0; i < 64 * 1024; i++) {
+    socket.write(`400\r\n`);
+    socket.write(piece);
+    socket.write('\r\n');
+    if (i % 64 === 0) await new Promise((r) => setTimeout(r, 2));
+    const pending = proxySide?.writableLength ?? 0;
+    if (pending > 0 && pending < 8192) {
+      socket.write('0\r\n\r\n');
+      return;
+    }
+  }
+}
 t.teardown(() => upstream.close());
 
 const p = await startTestProxy({
@@ -96,6 +120,34 @@ t.test('more pipelined requests than may wait: one deny line, the connection cut
   t.ok(dropped > MAX_WAITING && dropped < count, `the rest of what was parsed counted as dropped (${dropped})`);
 });
 
+t.test('the body of a request waiting its turn stays with the client (backpressure), not in proxy memory', async (t) => {
+  const socket = net.connect(p.port, '127.0.0.1');
+  socket.on('error', () => undefined);
+  const size = 96 * 1024 * 1024;
+  await new Promise((r) => socket.once('connect', r));
+  // The body follows the heads at once, as an uploading client sends it.
+  socket.write(`${get('/hold')}POST http://up.test:${port}/upload HTTP/1.1\r\nHost: up.test:${port}\r\nContent-Length: ${size}\r\n\r\n`);
+  // Written a MiB at a time, as fast as the connection takes it; counted once handed to the kernel.
+  const piece = Buffer.alloc(1024 * 1024, 0x62);
+  let taken = 0;
+  let stop = false;
+  const pump = (): void => {
+    while (!stop && taken + piece.length <= size) {
+      const ok = socket.write(piece, () => (taken += piece.length));
+      if (!ok) {
+        socket.once('drain', pump);
+        return;
+      }
+    }
+  };
+  pump();
+  await new Promise((r) => setTimeout(r, 2_000));
+  stop = true;
+  // Loopback kernel buffers on both ends hold a few MiB; without backpressure the proxy takes all.
+  t.ok(taken < 40 * 1024 * 1024, `the connection took ${(taken / 1048576).toFixed(0)} MiB of the ${size / 1048576} MiB body`);
+  socket.destroy();
+});
+
 t.test('a client that stops reading a response is ended at the idle timeout, with the upstream', async (t) => {
   const before = lines('decision').length;
   const socket = net.connect(p.port, '127.0.0.1');
@@ -106,5 +158,28 @@ t.test('a client that stops reading a response is ended at the idle timeout, wit
   await settle(() => lines('decision').length > before, 'its line', 5_000);
   t.match(lines('decision').slice(before), [{ decision: 'allow', status: 200, completed: false, error: 'idle_timeout' }]);
   await settle(() => open.size === 0, 'the upstream connection to close', 10_000);
+  socket.destroy();
+});
+
+t.test('a client that stops reading the last bytes of a response is ended at the idle timeout too', async (t) => {
+  // The proxy's side of the client connection, to see what it still holds.
+  const write = http.ServerResponse.prototype.write;
+  t.teardown(() => {
+    http.ServerResponse.prototype.write = write;
+    proxySide = undefined;
+  });
+  http.ServerResponse.prototype.write = function (this: http.ServerResponse, ...args: Parameters<typeof write>) {
+    proxySide ??= this.socket ?? undefined;
+    return write.apply(this, args);
+  } as typeof write;
+  const before = lines('decision').length;
+  const socket = net.connect(p.port, '127.0.0.1');
+  socket.on('error', () => undefined);
+  socket.pause();
+  socket.write(get('/fill') + get('/small'));
+  await settle(() => lines('decision').length > before, 'its line', 20_000);
+  t.match(lines('decision').slice(before), [{ decision: 'allow', status: 200, completed: false, error: 'idle_timeout' }], 'cut, and its line says so');
+  t.equal(proxySide?.destroyed, true, 'the connection is closed');
+  await settle(() => lines('requests_dropped').length > 0 && lines('requests_dropped').at(-1)?.requests === 1, 'the request behind it counted as dropped');
   socket.destroy();
 });
