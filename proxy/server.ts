@@ -134,7 +134,10 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     socket.destroy();
     return true;
   };
+  /** Sockets a CONNECT or an Upgrade took out of Node's HTTP handling. */
+  const takenOver = new WeakSet<net.Socket>();
   httpServer.on('connect', (req: http.IncomingMessage, socket: net.Socket, head: Buffer) => {
+    takenOver.add(socket);
     firstHead(socket);
     if (behindPending(req, socket)) return;
     onConnect({ target: req.url ?? '', bodyProblem: connectBodyProblem(req.rawHeaders) }, socket, head);
@@ -159,6 +162,7 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   // Node keeps a socket that asked for an upgrade out of its request flow (and would drop any
   // request pipelined behind it): refused, with its reason, like every other request it cannot take.
   httpServer.on('upgrade', (req: http.IncomingMessage, socket: net.Socket) => {
+    takenOver.add(socket);
     firstHead(socket);
     if (behindPending(req, socket)) return;
     const refusal: Refusal = { reason: 'bad_request', detail: 'protocol upgrades are not forwarded (use CONNECT for WebSocket and other protocols)' };
@@ -293,10 +297,12 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
       // Paused across the hand-over, so that Node's parser meets a socket whose pause and resume
       // it controls: handed over flowing, its first pause for a request body it cannot take yet
       // was undone, and bodies were read into memory without limit.
+      // A CONNECT or Upgrade in that chunk takes the socket over (Node leaves it unread for its
+      // handler): resumed here, the bytes after its head would be emitted to no listener and lost.
       socket.pause();
       httpServer.emit('connection', socket);
       socket.emit('data', chunk);
-      socket.resume();
+      if (!takenOver.has(socket)) socket.resume();
     });
   }
 

@@ -418,6 +418,29 @@ t.test('garbage behind a request the proxy answered itself', async (t) => {
   }
 });
 
+// A CONNECT head the fast reader leaves to Node's parser (here: a Content-Length of 0) takes the
+// socket over inside the first chunk; what the client sends while it is decided must reach the
+// tunnel, not be dropped.
+t.test('a CONNECT read by Node\'s parser keeps the bytes sent while it is decided', async (t) => {
+  const dns = await startDnsServer();
+  t.teardown(() => dns.close());
+  dns.set('echo.test', { answers: ['93.184.215.16'], delayMs: 300 });
+  const p = await startTestProxy({
+    policy: { allowHosts: [{ host: 'echo.test', tunnel: 'opaque' }], connectPorts: [echoPort] },
+    dnsServer: dns.address,
+    connect: (_address, port) => net.connect({ host: '127.0.0.1', port, allowHalfOpen: true }),
+  });
+  t.teardown(() => p.close());
+  const socket = net.connect(p.port, '127.0.0.1');
+  socket.on('error', () => undefined);
+  await new Promise((r) => socket.once('connect', r));
+  socket.write(`CONNECT echo.test:${echoPort} HTTP/1.1\r\nHost: echo.test:${echoPort}\r\nContent-Length: 0\r\n\r\n`);
+  setTimeout(() => socket.write('sent during the lookup'), 100);
+  const out = await readUntil(socket, 'sent during the lookup', 5_000);
+  t.match(out, /^HTTP\/1\.1 200 [^]*\r\n\r\nsent during the lookup$/, 'answered, then echoed');
+  socket.destroy();
+});
+
 t.test('the long-lived tunnel survived all of it', async (t) => {
   tunnel.socket.write('still here');
   t.match(await readUntil(tunnel.socket, 'still here'), 'still here');
