@@ -196,7 +196,6 @@ function forward(ctx: ProxyContext, log: Logger, req: IncomingMessage, res: Serv
     idled = true;
     socket.destroy();
   });
-  // The client went away before the response was complete: stop the upstream exchange too.
   /** The line of a response ended upstream: complete once the client has it all, else why not. */
   const ended = (): void => {
     if (!ending) return;
@@ -205,6 +204,7 @@ function forward(ctx: ProxyContext, log: Logger, req: IncomingMessage, res: Serv
     // does not mean the client has the response.
     allowLine(socket.destroyed ? (idled ? 'idle_timeout' : 'client_closed') : undefined);
   };
+  // The client went away before the response was complete: stop the upstream exchange too.
   res.once('close', () => {
     if (ending) {
       ended();
