@@ -79,10 +79,20 @@ async function main(): Promise<number> {
     }
   };
 
-  const address = await proxy.listen(config.listen.host, config.listen.port);
-  const metrics = config.metricsListen ? await startMetricsServer(config.metricsListen, proxy.metrics) : undefined;
-  const watcher = watchPolicy(config, log, reload);
+  // Reload is wired before anything listens, and a listener that cannot start stops the proxy
+  // (exit 2): it never serves without its metrics, its policy watch or its reload signal.
   process.on('SIGHUP', () => reload('SIGHUP'));
+  let metrics: Awaited<ReturnType<typeof startMetricsServer>> | undefined;
+  let address;
+  try {
+    metrics = config.metricsListen ? await startMetricsServer(config.metricsListen, proxy.metrics) : undefined;
+    address = await proxy.listen(config.listen.host, config.listen.port);
+  } catch (err) {
+    process.stderr.write(`capybara-egress: cannot listen: ${(err as Error).message}\n`);
+    await Promise.all([proxy.close(), metrics?.close()]);
+    return 2;
+  }
+  const watcher = watchPolicy(config, log, reload);
   log.info({ event: 'listening', address: `${address.address}:${address.port}`, allowHosts: policy.allowHosts.length, metrics: metrics?.address }, 'egress proxy listening');
 
   await new Promise<void>((resolve) => {
@@ -105,6 +115,7 @@ main().then(
   },
   (err: unknown) => {
     process.stderr.write(`capybara-egress: fatal: ${(err as Error).stack ?? String(err)}\n`);
-    process.exitCode = 1;
+    // Nothing may go on serving after a fatal error (a listener already open would).
+    process.exit(1);
   },
 );

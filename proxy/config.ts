@@ -5,6 +5,7 @@
  * variable and what is wrong, and the proxy does not start.
  */
 import { parseArgs } from 'node:util';
+import { isIPv4, isIPv6 } from 'node:net';
 import { z } from 'zod';
 import { CodedError, decodeAllowHosts, EGRESS_ENV, EGRESS_PROXY_PORT } from '../common/index.js';
 import { buildPolicy, parsePolicyText, PolicyError, type AllowEntry, type Policy, type PolicyProblem } from '../policy/index.js';
@@ -64,16 +65,24 @@ const PortList = z.string().transform((text, ctx): number[] => {
   return parts.map(Number);
 });
 
+/** One DNS server as c-ares takes it: an address, with a port in 1-65535 if one is given. */
+function dnsServerProblem(text: string): string | undefined {
+  const bracketed = /^\[([^\]]+)\](?::([0-9]{1,5}))?$/.exec(text);
+  const v4 = /^([0-9.]+)(?::([0-9]{1,5}))?$/.exec(text);
+  const [address, port] = bracketed ? [bracketed[1]!, bracketed[2]] : v4 ? [v4[1]!, v4[2]] : [text, undefined];
+  const valid = bracketed ? isIPv6(address) : v4 ? isIPv4(address) : isIPv6(address);
+  if (!valid) return `"${text}" is not IP, IP:PORT or [IPv6]:PORT (a bare IPv6 address takes no port)`;
+  if (port !== undefined && (Number(port) < 1 || Number(port) > 65535)) return `"${text}" has a port outside 1-65535`;
+  return undefined;
+}
+
 const DnsServers = z
   .string()
   .transform((text) => text.split(',').map((s) => s.trim()).filter(Boolean))
-  .pipe(
-    z.array(
-      z.string().refine((s) => /^(?:[0-9.]+|\[[0-9a-fA-F:.]+\])(?::[0-9]{1,5})?$|^[0-9a-fA-F:]+$/.test(s), {
-        message: 'expected IP, IP:PORT or [IPv6]:PORT',
-      }),
-    ),
-  );
+  .pipe(z.array(z.string().superRefine((s, ctx) => {
+    const problem = dnsServerProblem(s);
+    if (problem !== undefined) ctx.addIssue({ code: 'custom', message: problem });
+  })));
 
 const Bool = z.enum(['true', 'false'], { message: 'expected true or false' }).transform((v) => v === 'true');
 

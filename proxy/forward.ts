@@ -246,10 +246,13 @@ function forward(ctx: ProxyContext, log: Logger, req: IncomingMessage, res: Serv
   const handler: Dispatcher.DispatchHandler = {
     onConnect(abortRequest) {
       abort = abortRequest;
+      // Ended while the connection was being made (a timeout, a parse error): not sent at all.
+      if (settled) abortRequest();
     },
     onHeaders(status, rawHeaders, resume, statusText) {
       // Interim 1xx responses are not passed on; the final one follows.
       if (status >= 100 && status < 200) return true;
+      clearTimeout(headDeadline);
       const checked = checkResponseHead(status, statusText, latin1(rawHeaders));
       if (!checked.ok) {
         const err = Object.assign(new Error(checked.detail), { code: 'bad_upstream_response' });
@@ -258,6 +261,9 @@ function forward(ctx: ProxyContext, log: Logger, req: IncomingMessage, res: Serv
         return false;
       }
       head = { status, reason: statusText, fields: checked.headers as string[] };
+      // Answered before the request body has all arrived: nothing will read the rest of it, so no
+      // next request on this connection can be parsed. The connection closes after this response.
+      if (!req.complete) res.shouldKeepAlive = false;
       // These have no body whatever their fields say (RFC 9110 §6.4.1): the response is complete
       // here, and anything the upstream sends after the head is not passed on.
       if (status === 204 || status === 304 || req.method === 'HEAD') {
@@ -288,6 +294,20 @@ function forward(ctx: ProxyContext, log: Logger, req: IncomingMessage, res: Serv
 
   const headers = [...f.headers, 'host', decision.port === 80 ? decision.host : `${decision.host}:${decision.port}`];
   if (f.framing.kind === 'length') headers.push('content-length', String(f.framing.length));
+  // undici restarts its own head timer on every 1xx, so an upstream trickling 1xx could hold the
+  // request forever: the final head has a deadline of its own, from the end of the request body.
+  let headDeadline: NodeJS.Timeout | undefined;
+  const startHeadDeadline = (): void => {
+    if (settled) return;
+    headDeadline = setTimeout(() => {
+      const err = Object.assign(new Error(`no final response head within ${ctx.limits.idleTimeoutMs} ms`), { code: 'UND_ERR_HEADERS_TIMEOUT' });
+      abort?.(err);
+      fail(err);
+    }, ctx.limits.idleTimeoutMs);
+  };
+  if (f.framing.kind === 'none' || req.complete) startHeadDeadline();
+  else req.once('end', startHeadDeadline);
+  res.once('close', () => clearTimeout(headDeadline));
   const pool = ctx.pools.forTarget(decision.host, decision.port, decision.addresses);
   try {
     pool.dispatch(

@@ -36,7 +36,9 @@ const failures: { name: string; args: string[]; env?: Record<string, string>; fi
   { name: 'bad test host address', args: ['--allow-hosts', 'a.example'], env: { CAPYBARA_EGRESS_TEST_HOSTS: '{"a.example":"x"}' }, message: /CAPYBARA_EGRESS_TEST_HOSTS[\s\S]*"x" is not an IP address/ },
   { name: 'bad allowlist from the environment', args: [], env: { EGRESS_ALLOW_HOSTS: 'a.example,*' }, message: /EGRESS_ALLOW_HOSTS[\s\S]*allowHosts\[1\]/ },
   { name: 'unknown flag', args: ['--allow-hosts', 'a.example', '--frobnicate'], message: /Unknown option '--frobnicate'/ },
-  { name: 'bad DNS server', args: ['--allow-hosts', 'a.example', '--dns-server', 'dns.example'], message: /--dns-server: expected IP/ },
+  { name: 'bad DNS server', args: ['--allow-hosts', 'a.example', '--dns-server', 'dns.example'], message: /--dns-server: "dns\.example" is not IP, IP:PORT or \[IPv6\]:PORT/ },
+  { name: 'a DNS server that is no address', args: ['--allow-hosts', 'a.example'], env: { EGRESS_DNS_SERVERS: '999.1.1.1' }, message: /EGRESS_DNS_SERVERS: "999\.1\.1\.1" is not IP/ },
+  { name: 'a DNS server port out of range', args: ['--allow-hosts', 'a.example', '--dns-server', '127.0.0.1:99999'], message: /--dns-server: "127\.0\.0\.1:99999" has a port outside 1-65535/ },
   { name: 'a wildcard over a public suffix', args: [], env: { EGRESS_ALLOW_HOSTS: 'a.example,*.co.uk' }, message: /EGRESS_ALLOW_HOSTS[\s\S]*allowHosts\[1\][\s\S]*public suffix/ },
   { name: 'unknown tunnel mode', args: ['--allow-hosts', 'a.example', '--tunnel-default', 'raw'], message: /--tunnel-default: expected tls or opaque/ },
   { name: 'TLS required and optional at once', args: ['--allow-hosts', 'a.example', '--tunnel-default', 'opaque'], env: { EGRESS_REQUIRE_SNI: 'true' }, message: /EGRESS_REQUIRE_SNI is true but --tunnel-default is opaque/ },
@@ -53,6 +55,21 @@ for (const c of failures) {
     t.equal(res.status, 2, 'exits 2');
     t.match(res.stderr, c.message);
     t.equal(res.stdout, '', 'nothing on stdout');
+  });
+}
+
+// A listener that cannot start (its port taken) stops the proxy: it must never serve without its
+// metrics, its policy watch or its reload signal, which would keep a removed host reachable.
+for (const which of ['--listen', '--metrics-listen'] as const) {
+  t.test(`start-up fails closed: ${which} on a port already taken`, async (t) => {
+    const taken = net.createServer();
+    await new Promise<void>((r) => taken.listen(0, '127.0.0.1', r));
+    t.teardown(() => taken.close());
+    const busy = `127.0.0.1:${(taken.address() as net.AddressInfo).port}`;
+    const free = `127.0.0.1:${await freePort()}`;
+    const res = run(['--allow-hosts', 'a.example', '--listen', which === '--listen' ? busy : free, '--metrics-listen', which === '--metrics-listen' ? busy : `127.0.0.1:${await freePort()}`]);
+    t.equal(res.status, 2, 'exits 2');
+    t.match(res.stderr, /cannot listen: .*EADDRINUSE/);
   });
 }
 

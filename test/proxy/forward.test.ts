@@ -222,6 +222,17 @@ t.test('an upstream that never answers: 504 upstream_timeout at the idle timeout
   res.socket.destroy();
   await settle(() => slow.logs.some((l) => l.event === 'decision'), 'the decision line');
   t.same(slow.logs.filter((l) => l.event === 'decision').map((l) => [l.decision, l.reason]), [['deny', 'upstream_timeout']]);
+  // undici restarts its head timer on each 1xx: a trickle of them must not hold the request.
+  scripts.set('/trickle-1xx', (s) => {
+    const timer = setInterval(() => s.write('HTTP/1.1 102 Processing\r\n\r\n'), 100);
+    s.on('close', () => clearInterval(timer));
+    setTimeout(() => s.destroy(), 3_000);
+  });
+  const started = Date.now();
+  const trickled = await rawRequest(slow.port, `GET http://${hostile}/trickle-1xx HTTP/1.1\r\nHost: ${hostile}\r\n\r\n`);
+  t.equal(trickled.reason, 'upstream_timeout', 'a 1xx trickle: 504 upstream_timeout');
+  t.ok(Date.now() - started < 2_500, `at the idle timeout, not when the upstream gave up (${Date.now() - started} ms)`);
+  trickled.socket.destroy();
 });
 
 t.test('a smuggled extra response never reaches the next client', async (t) => {
@@ -416,6 +427,26 @@ t.test('garbage behind a request the proxy answered itself', async (t) => {
     await new Promise((r) => setTimeout(r, 100));
     t.same(decisions().slice(before).map((l) => l.reason), c.lines, `${c.name}: lines`);
   }
+});
+
+// An upstream may answer before the request body is all sent (a 413, say): the rest of the body
+// is never read, so the connection must close after that answer, not wait for a next request it
+// can never parse.
+t.test('an answer before the request body ended closes the connection after it', async (t) => {
+  scripts.set('/early', (s) => s.write('HTTP/1.1 413 Payload Too Large\r\nContent-Length: 5\r\n\r\nnope\n'));
+  const before = decisions().length;
+  const socket = net.connect(port, '127.0.0.1');
+  socket.on('error', () => undefined);
+  const size = 4 * 1024 * 1024;
+  socket.write(`POST http://${hostile}/early HTTP/1.1\r\nHost: ${hostile}\r\nContent-Length: ${size}\r\n\r\n`);
+  socket.write(Buffer.alloc(size, 0x62));
+  socket.write(`GET http://${allowed}/second HTTP/1.1\r\nHost: ${allowed}\r\n\r\n`);
+  const started = Date.now();
+  const out = await readUntil(socket, undefined, 10_000);
+  t.match(out, /^HTTP\/1\.1 413 Payload Too Large\r\n[^]*Connection: close\r\n\r\nnope\n$/, 'the answer, saying the connection closes');
+  t.ok(Date.now() - started < 4_000, 'and it closes promptly');
+  await settle(() => decisions().length > before, 'its line');
+  t.match(decisions().slice(before), [{ decision: 'allow', status: 413 }]);
 });
 
 // A CONNECT head the fast reader leaves to Node's parser (here: a Content-Length of 0) takes the
