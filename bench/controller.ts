@@ -57,7 +57,8 @@ function ratioSpread(samples: readonly number[]): string {
 
 async function startSocketProxy(engine: Docker): Promise<{ endpoint: string; stop: () => Promise<void> }> {
   const dir = mkdtempSync(join(tmpdir(), `cap-${runId}-`));
-  const name = `cap-${runId}-sockproxy`;
+  // Never a cap- name: the socket proxy admits exec into cap- containers (SECURITY.md, section 2).
+  const name = `capybara-bench-${runId}-sockproxy`;
   const container = await engine.createContainer({
     _query: { name },
     _body: {

@@ -54,6 +54,15 @@ export function usageError(message: string): SandboxError {
 }
 
 /** "90s", "10m", "2h", "1d" or a number of seconds. */
+/**
+ * The socket proxy's container name. Never a `cap-` name: the socket proxy lets callers exec into
+ * any `cap-` container, and an exec in the container that holds the engine socket is the engine.
+ */
+function proxyName(text: string): string {
+  if (/^cap-/i.test(text)) throw usageError(`--proxy-name ${JSON.stringify(text)} starts with cap-, the prefix the socket proxy lets callers exec into; choose another name`);
+  return text;
+}
+
 export function parseDuration(text: string, option: string): number {
   const match = /^(\d+)(s|m|h|d)?$/.exec(text);
   if (match === null) throw usageError(`${option} ${JSON.stringify(text)} is not a duration such as 30s, 10m, 2h or 0`);
@@ -170,7 +179,7 @@ export function parseOperatorArgs(argv: readonly string[]): OperatorArgs {
     }),
     remove: values.rm === true,
     socketDir: values['socket-dir'] ?? DEFAULT_SOCKET_DIR,
-    proxyName: values['proxy-name'] ?? DEFAULT_PROXY_NAME,
+    proxyName: proxyName(values['proxy-name'] ?? DEFAULT_PROXY_NAME),
     proxyImage: values['proxy-image'] ?? DEFAULT_PROXY_IMAGE,
   };
 }

@@ -32,6 +32,7 @@ t.test('command lines of the new verbs', async (t) => {
     { name: 'run without --', argv: ['run', 'demo'], code: 'invalid_config' },
     { name: 'run without a name', argv: ['run', '--', 'ls'], code: 'invalid_config' },
     { name: 'up with an argument', argv: ['up', 'now'], code: 'invalid_config' },
+    { name: 'a socket proxy named like a sandbox (exec-able through itself)', argv: ['--proxy-name', 'cap-proxy', 'up'], code: 'invalid_config' },
     { name: '-- after create', argv: ['create', 'demo', '--', 'ls'], code: 'invalid_config' },
     { name: '--allow on exec', argv: ['exec', 'demo', '--allow', 'a.example', '--', 'ls'], code: 'invalid_config' },
     { name: '--rm on create', argv: ['create', 'demo', '--rm'], code: 'invalid_config' },

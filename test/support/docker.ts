@@ -134,7 +134,9 @@ function ignoreMissing(err: { statusCode?: number }): void {
 export async function startSocketProxy(t: Test, env: DockerTestEnv, options: { sharedNetwork?: string } = {}): Promise<SocketProxy> {
   const dir = mkdtempSync(join(tmpdir(), `cap-${env.runId}-proxy-`));
   const socketPath = join(dir, 'docker.sock');
-  const name = env.name(`sockproxy-${randomBytes(2).toString('hex')}`);
+  // Never a cap- name: the socket proxy admits exec into cap- containers, and an exec in a socket
+  // proxy is the engine itself (SECURITY.md, section 2).
+  const name = `sockproxy-${env.runId}-${randomBytes(2).toString('hex')}`;
   t.teardown(async () => {
     await env.docker.getContainer(name).remove({ force: true }).catch(() => undefined);
     rmSync(dir, { recursive: true, force: true });
