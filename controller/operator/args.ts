@@ -242,7 +242,8 @@ Options:
   --network NAME       shared sandbox network (overrides the config; default capybara-sandbox)
   --socket-dir DIR     directory of the socket of up (default ${DEFAULT_SOCKET_DIR}); its
                        socket is the default endpoint of the commands that use the proxy
-  --proxy-name NAME    the socket proxy container of up and down (default ${DEFAULT_PROXY_NAME})
+  --proxy-name NAME    the socket proxy container of up and down (default ${DEFAULT_PROXY_NAME};
+                       never cap-..., which the socket proxy lets callers exec into)
   --proxy-image IMAGE  its image (default ${DEFAULT_PROXY_IMAGE})
   --label KEY=VALUE    ls/gc: only resources that also carry this label; up, create, run,
                        doctor: put it on what they create (repeatable)
