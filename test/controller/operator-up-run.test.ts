@@ -22,7 +22,8 @@ t.test('up, create, run and down through a socket proxy that up started', async 
   const base = mkdtemp();
   t.teardown(() => rmSync(base, { recursive: true, force: true }));
   const socketDir = join(base, 'sock');
-  const proxyName = env.name('up');
+  // Never a cap- name: the socket proxy lets callers exec into cap- containers (and up refuses one).
+  const proxyName = `sockproxy-${env.runId}-up`;
   const global = ['--socket-dir', socketDir, '--proxy-name', proxyName, '--proxy-image', SOCKET_PROXY_IMAGE, '--network', s.sharedNetwork, '--label', `${TEST_LABEL}=${env.runId}`];
   const testHosts = { CAPYBARA_EGRESS_TEST_HOSTS: JSON.stringify({ [UPSTREAM_HOST]: s.upstreamIp }) };
   const op = async (argv: string[], extraEnv: Record<string, string> = {}): Promise<Ran> => {
@@ -137,7 +138,7 @@ t.test('up, create, run and down through a socket proxy that up started', async 
     chmodSync(open, 0o750);
     t.equal(await runOperator(['--socket-dir', open, '--proxy-name', proxyName, '--proxy-image', SOCKET_PROXY_IMAGE, 'up'], quiet()), 2, 'a directory others may enter is refused');
     t.equal(await runOperator(['--socket-dir', open, '--proxy-name', proxyName, 'down'], quiet()), 0);
-    const foreign = env.name('foreign');
+    const foreign = `foreign-${env.runId}`;
     await env.docker.createContainer({ name: foreign, Image: SOCKET_PROXY_IMAGE, Labels: env.labels, HostConfig: { NetworkMode: 'none' } });
     const r = await op(['--proxy-name', foreign, '--json', 'up']);
     t.equal(r.code, 2);

@@ -68,7 +68,7 @@ t.test('the README try-it commands, as written', { skip: existsSync(join(root, '
   const { env } = s;
   const dir = mkdtempSync(join(tmpdir(), 'cap-readme-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
-  const apart = ['--socket-dir', join(dir, 'sock'), '--proxy-name', env.name('readme-proxy'), '--proxy-image', SOCKET_PROXY_IMAGE, '--network', s.sharedNetwork, '--label', `${TEST_LABEL}=${env.runId}`].join(' ');
+  const apart = ['--socket-dir', join(dir, 'sock'), '--proxy-name', `sockproxy-${env.runId}-readme`, '--proxy-image', SOCKET_PROXY_IMAGE, '--network', s.sharedNetwork, '--label', `${TEST_LABEL}=${env.runId}`].join(' ');
   const demo = `${env.runId}-demo`;
   const runEnv = { ...process.env, CAPYBARA_EGRESS_TEST_HOSTS: JSON.stringify({ 'deb.debian.org': s.upstreamIp }) };
 
@@ -88,5 +88,5 @@ t.test('the README try-it commands, as written', { skip: existsSync(join(root, '
     if (/; id'/.test(command)) t.match(r.stdout, /^uid=1000\(sandbox\) /m, 'commands run as the unprivileged sandbox user');
   }
   t.same(await s.labelled(`cap-${demo}`), [], 'destroy left nothing of the sandbox');
-  t.ok(await env.docker.getContainer(env.name('readme-proxy')).inspect().then(() => false, () => true), 'down removed the socket proxy');
+  t.ok(await env.docker.getContainer(`sockproxy-${env.runId}-readme`).inspect().then(() => false, () => true), 'down removed the socket proxy');
 });
