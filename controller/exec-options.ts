@@ -17,7 +17,8 @@ const DEFAULT_TAG = 'default';
 const noNul = z.string().refine((s) => !s.includes('\0'), 'contains a NUL character, which bash cannot carry');
 
 const execOptionsSchema = z.strictObject({
-  timeoutMs: z.number().finite().positive().default(DEFAULT_EXEC_TIMEOUT_MS),
+  // Node fires a longer timer at once (after a warning): such a command would be killed at once.
+  timeoutMs: z.number().finite().positive().max(2_147_483_647).default(DEFAULT_EXEC_TIMEOUT_MS),
   signal: z.instanceof(AbortSignal).optional(),
   cwd: noNul.optional(),
   env: z.record(envNameSchema, noNul).default({}),

@@ -173,8 +173,11 @@ p=$(printf '%s' "$1" | base64 -d) || exit ${FILE_EXIT.failed}
 `;
 
 export function readFileCmd(path: string, maxBytes: number): string[] {
+  // Only regular files: opening a FIFO the sandbox planted would block for good, and a device
+  // (/dev/zero behind a symlink) would stream without end.
   const script = `${CLASSIFY}
 [ -d "$p" ] && classify "$p: Is a directory"
+[ -e "$p" ] && [ ! -f "$p" ] && classify "$p: not a regular file"
 err=$(head -c 0 -- "$p" 2>&1 >/dev/null) || classify "$err"
 exec head -c "$2" -- "$p"
 `;
@@ -194,6 +197,7 @@ case $r in ${shellQuote(confineTo)}/*) ;; *) classify "$p: Permission denied (ou
 `;
   const script = `${CLASSIFY}${confine}
 [ -d "$p" ] && classify "$p: Is a directory"
+[ -e "$p" ] && [ ! -f "$p" ] && classify "$p: not a regular file"
 d=$(dirname -- "$p")
 err=$(mkdir -p -- "$d" 2>&1) || classify "$err"
 err=$( { : > "$p"; } 2>&1 ) || classify "$err"

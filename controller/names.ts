@@ -17,9 +17,12 @@ export const LABEL_WORKSPACE_KEY = 'dev.capybara.sandbox.workspace';
  * dials), so it is one DNS label at most 63 octets long once prefixed and suffixed. No dots:
  * that keeps sandbox names disjoint from persistent workspace volumes (`cap-ws.<key>`).
  */
-const SANDBOX_ID_RE = /^[A-Za-z0-9][A-Za-z0-9_-]{0,51}$/;
-/** Sandbox resource names: `cap-` plus an id. */
-const SANDBOX_NAME_RE = /^cap-[A-Za-z0-9][A-Za-z0-9_-]{0,51}$/;
+const SANDBOX_ID_RE = /^(?!.*-egress$)[A-Za-z0-9][A-Za-z0-9_-]{0,51}$/;
+/**
+ * Sandbox resource names: `cap-` plus an id. An id never ends in `-egress`: `cap-<id>-egress` is
+ * the egress proxy of id <id>, and a sandbox of that name would be another conversation's proxy.
+ */
+const SANDBOX_NAME_RE = /^cap-(?!.*-egress$)[A-Za-z0-9][A-Za-z0-9_-]{0,51}$/;
 /** Persistent workspace keys. */
 const WORKSPACE_KEY_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
 /**
@@ -52,7 +55,7 @@ export function sandboxNameForId(id: string): string {
   if (typeof id !== 'string' || !SANDBOX_ID_RE.test(id)) {
     throw new SandboxError(
       'invalid_spec',
-      `Sandbox id ${JSON.stringify(id)} is not allowed: use 1-52 ASCII letters, digits, "_" or "-", starting with a letter or digit.`,
+      `Sandbox id ${JSON.stringify(id)} is not allowed: use 1-52 ASCII letters, digits, "_" or "-", starting with a letter or digit and not ending in "-egress" (the suffix of a sandbox's egress proxy).`,
     );
   }
   return `cap-${id}`;

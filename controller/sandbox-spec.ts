@@ -6,7 +6,7 @@
  */
 import { z } from 'zod';
 import { parseHostPattern } from '../policy/index.js';
-import { envNameSchema } from './env-name.js';
+import { containerEnvNameSchema } from './env-name.js';
 import { SandboxError } from './errors.js';
 import { describeIssues } from './input-issues.js';
 
@@ -57,7 +57,7 @@ const sandboxSpecSchema = z.strictObject({
   id: z.string(),
   image: z.string().min(1, 'must be a non-empty image reference').regex(PRINTABLE_ASCII, ASCII_HINT),
   limits: sandboxLimitsSchema,
-  env: z.record(envNameSchema, z.string().regex(PRINTABLE_ASCII, ASCII_HINT)).optional(),
+  env: z.record(containerEnvNameSchema, z.string().regex(PRINTABLE_ASCII, ASCII_HINT)).optional(),
   workspace: sandboxWorkspaceSchema.optional(),
 });
 

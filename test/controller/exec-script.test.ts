@@ -1,7 +1,7 @@
 import t from 'tap';
 import { spawnSync, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
@@ -24,7 +24,7 @@ import { isSandboxError } from '../../controller/errors.js';
 // sandbox image ships.
 function run(cmd: string[], input?: Buffer | string) {
   const [file, ...args] = cmd;
-  return spawnSync(file ?? 'bash', args, { input: typeof input === 'string' ? Buffer.from(input) : input, encoding: 'buffer' });
+  return spawnSync(file ?? 'bash', args, { input: typeof input === 'string' ? Buffer.from(input) : input, encoding: 'buffer', timeout: 10_000 });
 }
 
 /**
@@ -139,6 +139,16 @@ t.test('file scripts', async (t) => {
   t.match(run(statCmd(join(dir, 'empty'))).stdout.toString(), /^regular empty file\|0\|644\|\d+\.\d{3}\n$/);
   t.equal(run(statCmd(join(dir, 'missing'))).status, FILE_EXIT.notFound);
   t.equal(run(writeFileCmd(join(dir, 'x', '..', '..', 'escape'), dir + '/x'), 'x').status, FILE_EXIT.permissionDenied, 'confined');
+  // A FIFO would block the open for good; a device (/dev/zero behind a symlink) never ends.
+  const fifo = join(dir, 'fifo');
+  t.equal(spawnSync('mkfifo', [fifo]).status, 0);
+  symlinkSync('/dev/zero', join(dir, 'zero'));
+  for (const [name, path] of [['a FIFO', fifo], ['a device behind a symlink', join(dir, 'zero')]] as const) {
+    const read = run(readFileCmd(path, 1 << 20));
+    t.equal(read.status, FILE_EXIT.failed, `read ${name}: refused`);
+    t.match(read.stderr.toString(), /not a regular file/);
+    t.equal(run(writeFileCmd(path), 'x').status, FILE_EXIT.failed, `write ${name}: refused`);
+  }
 });
 
 t.test('a background child holding the session keeps the control file for a later kill', async (t) => {

@@ -117,6 +117,13 @@ t.test('spec refusals and their codes', async (t) => {
     { name: 'unknown durability', spec: { ...base, workspace: { key: 'k', durability: 'forever' } }, code: 'invalid_spec', mentions: /workspace\.durability/ },
     { name: 'allowHosts not an array', spec: { ...base, limits: { egress: 'allowlist', allowHosts: 'a.com' } }, code: 'invalid_spec', mentions: /allowHosts/ },
     { name: 'empty image', spec: { ...base, image: '' }, code: 'invalid_spec', mentions: /spec\.image/ },
+    // Inherited by the controller's root execs and the container's root init.
+    { name: 'a loader variable in the sandbox env', spec: { ...base, env: { LD_PRELOAD: '/workspace/x.so' } }, code: 'invalid_spec', mentions: /spec\.env\.LD_PRELOAD/ },
+    { name: 'a shell start-up file in the sandbox env', spec: { ...base, env: { BASH_ENV: '/workspace/.rc' } }, code: 'invalid_spec', mentions: /spec\.env\.BASH_ENV/ },
+    { name: 'PATH in the sandbox env', spec: { ...base, env: { PATH: '/workspace/bin:/usr/bin' } }, code: 'invalid_spec', mentions: /spec\.env\.PATH/ },
+    { name: 'an exported shell function', spec: { ...base, env: { BASH_FUNC_x: '() { id; }' } }, code: 'invalid_spec', mentions: /spec\.env\.BASH_FUNC_x/ },
+    // cap-<id>-egress is the egress proxy of <id>: a sandbox of that name would be another's proxy.
+    { name: 'an id ending in -egress', spec: { ...base, id: 'c1-egress' }, code: 'invalid_spec', mentions: /-egress/ },
   ];
   for (const row of rows) refused(t, () => planSandbox(row.spec, config, opts), row.code, row.mentions);
   t.equal(planSandbox({ id: 'c1', image: 'img', limits: {} }, config, opts).tier, 'allowlist', 'the allowlist tier is the default');
@@ -128,6 +135,7 @@ t.test('exec option refusals', async (t) => {
     { name: 'NUL in the command', command: 'a\0b', options: {}, mentions: /command/ },
     { name: 'command not a string', command: 42, options: {}, mentions: /command/ },
     { name: 'negative timeout', command: 'true', options: { timeoutMs: -1 }, mentions: /opts\.timeoutMs/ },
+    { name: 'a timeout longer than a Node timer holds', command: 'true', options: { timeoutMs: 3_000_000_000 }, mentions: /opts\.timeoutMs/ },
     { name: 'fractional output cap', command: 'true', options: { maxOutputBytes: 1.5 }, mentions: /opts\.maxOutputBytes/ },
     { name: 'tag with a space', command: 'true', options: { tag: 'a b' }, mentions: /opts\.tag/ },
     { name: 'NUL in cwd', command: 'true', options: { cwd: '/tmp\0' }, mentions: /opts\.cwd/ },
