@@ -47,6 +47,12 @@ export const deploymentConfigSchema = z
       .optional()
       .describe('Directory (a mounted secret) holding ca.pem, cert.pem and key.pem for mTLS to a remote tcp:// engine. Certificates are never read from the environment.')
       .meta({ title: 'Engine client certificate directory', 'x-ui': { label: { en: 'Engine client certificate directory', zh: '引擎客户端证书目录' } } }),
+    allowedImages: z
+      .array(z.string().min(1).regex(/^[\x21-\x7e]+$/, 'must be an ASCII image reference'))
+      .min(1)
+      .optional()
+      .describe('Images a sandbox may run, each exactly as spec.image names it. Unset: any image the engine has or can pull, so the host application alone decides (an image\'s own HEALTHCHECK, ENV and VOLUME lines apply in the sandbox).')
+      .meta({ title: 'Allowed images', 'x-ui': { label: { en: 'Allowed images', zh: '允许的镜像' } } }),
     allowOpenEgress: z
       .boolean()
       .default(false)

@@ -48,6 +48,12 @@ export interface PlanOptions {
 export function planSandbox(input: unknown, config: DeploymentConfig, options: PlanOptions): SandboxPlan {
   const spec = checkSandboxSpec(input);
   const name = sandboxNameForId(spec.id);
+  if (config.allowedImages !== undefined && !config.allowedImages.includes(spec.image)) {
+    throw new SandboxError(
+      'invalid_spec',
+      `spec.image ${JSON.stringify(spec.image)} is not one of the deployment's allowedImages (${config.allowedImages.map((i) => JSON.stringify(i)).join(', ')}); ask the operator to add it to extensionConfig."sandbox-docker".allowedImages.`,
+    );
+  }
   const tier = spec.limits.egress;
   if (tier === 'open' && !config.allowOpenEgress) {
     throw new SandboxError(

@@ -129,6 +129,14 @@ t.test('spec refusals and their codes', async (t) => {
   t.equal(planSandbox({ id: 'c1', image: 'img', limits: {} }, config, opts).tier, 'allowlist', 'the allowlist tier is the default');
 });
 
+t.test('an operator may fix the images sandboxes run', async (t) => {
+  const fixed = parseDeploymentConfig({ endpoint: 'tcp://proxy:2375', allowedImages: ['capybara-sandbox:latest'] });
+  t.equal(planSandbox({ id: 'c1', image: 'capybara-sandbox:latest', limits: { egress: 'none' } }, fixed, opts).image, 'capybara-sandbox:latest', 'a listed image');
+  refused(t, () => planSandbox({ id: 'c1', image: 'evil/image:latest', limits: { egress: 'none' } }, fixed, opts), 'invalid_spec', /allowedImages/);
+  refused(t, () => planSandbox({ id: 'c1', image: 'capybara-sandbox', limits: { egress: 'none' } }, fixed, opts), 'invalid_spec', /allowedImages/);
+  t.equal(planSandbox({ id: 'c1', image: 'any/image', limits: { egress: 'none' } }, config, opts).image, 'any/image', 'unset: any image');
+});
+
 t.test('exec option refusals', async (t) => {
   const rows: { name: string; command: unknown; options: unknown; mentions: RegExp }[] = [
     { name: 'misspelt option', command: 'true', options: { timeout: 5 }, mentions: /unknown key "timeout"/ },
