@@ -1,4 +1,5 @@
 /** What every request handler of the proxy shares: the current policy, lookup, limits, dialer. */
+import type { ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Lookup, Policy } from '../policy/index.js';
 import type { Connect } from './dial.js';
@@ -50,4 +51,12 @@ export function connectionOf(socket: Socket, fallback: Logger): Connection {
 /** Stops counting the socket's connection against the limits, if it was counted. */
 export function releaseConnection(socket: Socket): void {
   connections.get(socket)?.release();
+}
+
+/** Makes `hook` the way to refuse the request under way on `socket`, until its response closes. */
+export function holdInFlight(ctx: ProxyContext, socket: Socket, res: ServerResponse, hook: (refusal: Refusal) => void): void {
+  ctx.inFlight.set(socket, hook);
+  res.once('close', () => {
+    if (ctx.inFlight.get(socket) === hook) ctx.inFlight.delete(socket);
+  });
 }

@@ -15,7 +15,7 @@ import type { Dispatcher } from 'undici';
 import { EGRESS_HEALTH_PATH } from '../common/index.js';
 import { checkTarget, resolveTarget, type Allowed, type Reason } from '../policy/index.js';
 import { parseAbsoluteUrl } from './authority.js';
-import { connectionOf, type ProxyContext } from './context.js';
+import { connectionOf, holdInFlight, type ProxyContext } from './context.js';
 import { DialError } from './dial.js';
 import { F, logLine, ms, type LineValue, type Logger } from './log.js';
 import { refuseResponse, type Refusal } from './refusal.js';
@@ -63,10 +63,7 @@ export function createForwarder(ctx: ProxyContext, root: Logger) {
       refusedMeanwhile = true;
       deny(refusal, target === undefined ? {} : { [F.host]: target.host, [F.port]: target.port });
     };
-    ctx.inFlight.set(req.socket, early);
-    res.once('close', () => {
-      if (ctx.inFlight.get(req.socket) === early) ctx.inFlight.delete(req.socket);
-    });
+    holdInFlight(ctx, req.socket, res, early);
 
     if (url.startsWith('/')) return deny({ reason: 'bad_request', detail: 'this is a proxy: send an absolute http:// URL or CONNECT host:port' });
     const parsed = parseAbsoluteUrl(url);
@@ -92,7 +89,7 @@ export function createForwarder(ctx: ProxyContext, root: Logger) {
       logLine(log, { [F.event]: 'decision', [F.decision]: 'allow', [F.method]: req.method, [F.host]: decision.host, [F.port]: decision.port, [F.rule]: decision.rule, [F.addresses]: decision.addresses, [F.decideMs]: decideMs, [F.error]: 'client_closed' });
       return;
     }
-    forward(ctx, log, req, res, { decision, path: parsed.path, headers: head.headers, framing: head.framing, started, decideMs, counted, deny, early });
+    forward(ctx, log, req, res, { decision, path: parsed.path, headers: head.headers, framing: head.framing, started, decideMs, counted, deny });
   };
 }
 
@@ -105,8 +102,6 @@ interface Forwarding {
   readonly decideMs: number;
   readonly counted: { read: number };
   readonly deny: (refusal: Refusal, fields?: Record<string, LineValue>) => void;
-  /** The request's parse-error hook while it was decided. */
-  readonly early: (refusal: Refusal) => void;
 }
 
 function forward(ctx: ProxyContext, log: Logger, req: IncomingMessage, res: ServerResponse, f: Forwarding): void {
@@ -175,14 +170,8 @@ function forward(ctx: ProxyContext, log: Logger, req: IncomingMessage, res: Serv
       res.destroy();
     }
   };
-  // The hook stays this request's while it is under way (requests on a connection run one at a
-  // time; see pipeline.ts).
-  if (ctx.inFlight.get(socket) === f.early) {
-    ctx.inFlight.set(socket, parseFailed);
-    res.once('close', () => {
-      if (ctx.inFlight.get(socket) === parseFailed) ctx.inFlight.delete(socket);
-    });
-  }
+  // Requests on a connection run one at a time (pipeline.ts): the hook is this request's.
+  holdInFlight(ctx, socket, res, parseFailed);
 
   // While the request waits on the upstream, the upstream's own deadlines apply (504 after the
   // idle timeout); the client connection's idle timer ends a client that stalls its upload, or

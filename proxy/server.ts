@@ -9,7 +9,7 @@ import net, { type AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import type { Registry } from 'prom-client';
 import type { Lookup, Policy } from '../policy/index.js';
-import { attachConnection, connectionOf, type ProxyContext } from './context.js';
+import { attachConnection, connectionOf, holdInFlight, type ProxyContext } from './context.js';
 import { DEFAULT_LIMITS, type ProxyLimits } from './limits.js';
 import { defaultConnect, type Connect } from './dial.js';
 import { createForwarder } from './forward.js';
@@ -69,6 +69,11 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     return outcome;
   };
   const ctx: ProxyContext = { policy: () => policy, lookup, limits, connect, pools, observer, inFlight: new WeakMap() };
+  /** The decision line and metric of a refusal the server itself makes (no forwarding began). */
+  const denyLine = (socket: net.Socket, refusal: Refusal, method?: string): void => {
+    observer.decision('deny', refusal.reason);
+    logLine(connectionOf(socket, log).log, { [F.event]: 'decision', [F.decision]: 'deny', [F.method]: method, [F.reason]: refusal.reason, [F.detail]: refusal.detail });
+  };
   const pipelines = new WeakMap<net.Socket, Pipeline>();
   const pipelineOf = (socket: net.Socket): Pipeline => {
     let pipeline = pipelines.get(socket);
@@ -77,11 +82,7 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
         parseError: (refusal) => parseFailed(socket, refusal),
         dropped: (count) =>
           logLine(connectionOf(socket, log).log, { [F.event]: 'requests_dropped', [F.requests]: count, [F.detail]: 'the connection closed before these pipelined requests were started' }),
-        overflow: () => {
-          const refusal: Refusal = { reason: 'bad_request', detail: `more than ${MAX_WAITING} pipelined requests waiting for their turn; the connection is cut` };
-          observer.decision('deny', refusal.reason);
-          logLine(connectionOf(socket, log).log, { [F.event]: 'decision', [F.decision]: 'deny', [F.reason]: refusal.reason, [F.detail]: refusal.detail });
-        },
+        overflow: () => denyLine(socket, { reason: 'bad_request', detail: `more than ${MAX_WAITING} pipelined requests waiting for their turn; the connection is cut` }),
       });
       pipelines.set(socket, pipeline);
     }
@@ -128,9 +129,7 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   // earlier request logs client_closed); a client sends these on a connection of their own.
   const behindPending = (req: http.IncomingMessage, socket: net.Socket): boolean => {
     if (!pipelines.get(socket)?.busy) return false;
-    const refusal: Refusal = { reason: 'bad_request', detail: `${req.method === 'CONNECT' ? 'CONNECT' : 'an Upgrade request'} pipelined behind a request still being answered` };
-    observer.decision('deny', refusal.reason);
-    logLine(connectionOf(socket, log).log, { [F.event]: 'decision', [F.decision]: 'deny', [F.method]: req.method, [F.reason]: refusal.reason, [F.detail]: refusal.detail });
+    denyLine(socket, { reason: 'bad_request', detail: `${req.method === 'CONNECT' ? 'CONNECT' : 'an Upgrade request'} pipelined behind a request still being answered` }, req.method);
     socket.destroy();
     return true;
   };
@@ -148,14 +147,9 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     pipelineOf(req.socket).add(res, () => {
       // Refused here and now: a parse error behind it is not answered or logged again (the
       // refusal closes the connection).
-      const refused = (): void => undefined;
-      ctx.inFlight.set(req.socket, refused);
-      res.once('close', () => {
-        if (ctx.inFlight.get(req.socket) === refused) ctx.inFlight.delete(req.socket);
-      });
+      holdInFlight(ctx, req.socket, res, () => undefined);
       const refusal: Refusal = { reason: 'bad_request', detail: 'unsupported Expect header (only 100-continue)' };
-      observer.decision('deny', refusal.reason);
-      logLine(connectionOf(req.socket, log).log, { [F.event]: 'decision', [F.decision]: 'deny', [F.method]: req.method, [F.reason]: refusal.reason, [F.detail]: refusal.detail });
+      denyLine(req.socket, refusal, req.method);
       refuseResponse(res, refusal);
     });
   });
@@ -166,8 +160,7 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     firstHead(socket);
     if (behindPending(req, socket)) return;
     const refusal: Refusal = { reason: 'bad_request', detail: 'protocol upgrades are not forwarded (use CONNECT for WebSocket and other protocols)' };
-    observer.decision('deny', refusal.reason);
-    logLine(connectionOf(socket, log).log, { [F.event]: 'decision', [F.decision]: 'deny', [F.method]: req.method, [F.reason]: refusal.reason, [F.detail]: refusal.detail });
+    denyLine(socket, refusal, req.method);
     refuseSocket(socket, refusal);
   });
   httpServer.on('clientError', (err: NodeJS.ErrnoException, socket: net.Socket) => {
@@ -192,8 +185,7 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
       underWay(refusal);
       return;
     }
-    observer.decision('deny', refusal.reason);
-    logLine(connectionOf(socket, log).log, { [F.event]: 'decision', [F.decision]: 'deny', [F.reason]: refusal.reason, [F.detail]: refusal.detail });
+    denyLine(socket, refusal);
     // A response still owed (to a request the proxy answers itself, such as /healthz) goes
     // first; the refusal follows it.
     const pipeline = pipelines.get(socket);
@@ -267,10 +259,8 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   const headTimedOut = (socket: net.Socket): void => {
     firstHeadTimers.delete(socket);
     if (wasRefused(socket)) return;
-    const refusal = HEAD_TIMEOUT;
-    observer.decision('deny', refusal.reason);
-    logLine(connectionOf(socket, log).log, { [F.event]: 'decision', [F.decision]: 'deny', [F.reason]: refusal.reason, [F.detail]: refusal.detail });
-    refuseSocket(socket, refusal);
+    denyLine(socket, HEAD_TIMEOUT);
+    refuseSocket(socket, HEAD_TIMEOUT);
   };
   function readFirstChunk(socket: net.Socket): void {
     const accepted = Date.now();
