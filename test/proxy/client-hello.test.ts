@@ -3,25 +3,10 @@
  * and re-segmented every way a client may legally send them, and hand-built hellos that break one
  * rule each. Every way of cutting the same bytes must give the same answer.
  */
-import net from 'node:net';
-import tls from 'node:tls';
 import fc from 'fast-check';
 import t from 'tap';
 import { ClientHelloReader, MAX_HELLO_BYTES, MAX_HELLO_RECORDS, type HelloResult } from '../../proxy/index.js';
-
-/** The first bytes a real TLS client (Node's OpenSSL) sends, captured on loopback. */
-async function captureHello(options: tls.ConnectionOptions): Promise<Buffer> {
-  const server = net.createServer();
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const port = (server.address() as net.AddressInfo).port;
-  const first = new Promise<Buffer>((resolve) => server.once('connection', (s) => s.once('data', (d: Buffer) => { resolve(d); s.destroy(); })));
-  const client = tls.connect({ host: '127.0.0.1', port, ...options });
-  client.on('error', () => undefined);
-  const bytes = await first;
-  client.destroy();
-  server.close();
-  return bytes;
-}
+import { captureHello } from '../support/tls-hello.js';
 
 /** The handshake message inside a single-record hello. */
 function messageOf(record: Buffer): Buffer {

@@ -3,23 +3,9 @@
  * hand-made server answers: the first hello, the wait for the server's first message, and the
  * second hello a TLS 1.3 HelloRetryRequest asks for, which must name the same host.
  */
-import net from 'node:net';
-import tls from 'node:tls';
 import t from 'tap';
 import { MAX_HELLO_BYTES, MAX_WATCH_BYTES, TlsGuard, type GuardStep } from '../../proxy/index.js';
-
-async function captureHello(servername: string): Promise<Buffer> {
-  const server = net.createServer();
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const port = (server.address() as net.AddressInfo).port;
-  const first = new Promise<Buffer>((resolve) => server.once('connection', (s) => s.once('data', (d: Buffer) => { resolve(d); s.destroy(); })));
-  const client = tls.connect({ host: '127.0.0.1', port, servername });
-  client.on('error', () => undefined);
-  const bytes = await first;
-  client.destroy();
-  server.close();
-  return bytes;
-}
+import { captureHello } from '../support/tls-hello.js';
 
 /** A server's first handshake record holding a ServerHello with the given random (only the start matters). */
 function serverHello(random: Buffer): Buffer {
@@ -32,8 +18,8 @@ const NORMAL = serverHello(Buffer.alloc(32, 7));
 const CCS = Buffer.from([20, 3, 3, 0, 1, 1]);
 const EARLY_DATA = Buffer.from([23, 3, 3, 0, 3, 1, 2, 3]);
 
-const hello = await captureHello('allowed.test');
-const other = await captureHello('other.test');
+const hello = await captureHello({ servername: 'allowed.test' });
+const other = await captureHello({ servername: 'other.test' });
 
 const sent = (steps: GuardStep[]): Buffer => Buffer.concat(steps.flatMap((s) => [...s.forward]));
 const verdicts = (steps: GuardStep[]) => steps.flatMap((s) => (s.verdict ? [s.verdict] : []));
