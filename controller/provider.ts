@@ -11,6 +11,7 @@ import { checkSandboxName, namesFor, persistentWorkspaceVolume } from './names.j
 import { planSandbox } from './sandbox-plan.js';
 import { SandboxLifecycle } from './lifecycle.js';
 import { SandboxRecovery } from './recovery.js';
+import { SandboxLanes } from './sandbox-lanes.js';
 import { CommandRunner, type WithRunning } from './commands.js';
 import { FileOps } from './files.js';
 import { requirePrintableAscii } from './ascii-body.js';
@@ -60,7 +61,9 @@ export function createDockerSandbox(
   const engine = new DockerEngine({ endpoint: parsed.endpoint, tlsCertDir: parsed.tlsCertDir, logger });
   const buildDeps = { engine, config: parsed, extraLabels, egressTestHosts, logger };
   const lifecycle = new SandboxLifecycle(buildDeps);
-  const recovery = new SandboxRecovery(buildDeps);
+  const lanes = new SandboxLanes();
+  const recovery = new SandboxRecovery(buildDeps, lanes);
+  const destroy = (name: string): Promise<void> => lanes.run(name, () => lifecycle.destroy(name));
 
   const withRunning: WithRunning = async (name, fn) => {
     await recovery.ensureRunning(name);
@@ -80,13 +83,16 @@ export function createDockerSandbox(
     concurrentExec: true as const,
     async create(spec) {
       const plan = planSandbox(spec, parsed, { extraLabels });
-      await lifecycle.create(plan);
+      await lanes.run(plan.names.name, () => lifecycle.create(plan));
       return { id: plan.names.name };
     },
-    suspend: (h) => lifecycle.suspend(handleName(h)),
+    suspend: (h) => {
+      const name = handleName(h);
+      return lanes.run(name, () => lifecycle.suspend(name));
+    },
     resume: (h) => recovery.resume(handleName(h)),
-    destroy: (h) => lifecycle.destroy(handleName(h)),
-    destroyByName: (name) => lifecycle.destroy(checkSandboxName(name)),
+    destroy: (h) => destroy(handleName(h)),
+    destroyByName: (name) => destroy(checkSandboxName(name)),
     exec: (h, command, opts) => commands.exec(handleName(h), command, opts),
     readFile: (h, path, opts) => files.readFile(handleName(h), path, opts?.maxBytes),
     writeFile: (h, path, data) => files.writeFile(handleName(h), path, data),

@@ -13,43 +13,43 @@ import { LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_NAME, namesFor } from './names.j
 import { sandboxBodyFromInspect, type EgressPlan } from './container-spec.js';
 import { internalNetworkBody } from './network-spec.js';
 import { createEgress, ensureSharedNetwork, ignoreConflict, waitForEgress, type BuildDeps } from './build-steps.js';
+import type { SandboxLanes } from './sandbox-lanes.js';
 
 export class SandboxRecovery {
-  /** One recovery per sandbox at a time; concurrent callers share it. */
-  private readonly recovering = new Map<string, Promise<void>>();
-
-  constructor(private readonly deps: BuildDeps) {}
+  constructor(
+    private readonly deps: BuildDeps,
+    private readonly lanes: SandboxLanes,
+  ) {}
 
   /** Brings a sandbox back to running; `gone` when its container does not exist. */
-  async resume(name: string): Promise<'running' | 'gone'> {
-    const view = await this.deps.engine.inspectContainer(name);
-    if (view === undefined) return 'gone';
-    await this.recover(name, view);
-    return 'running';
+  resume(name: string): Promise<'running' | 'gone'> {
+    return this.lanes.run(name, async () => {
+      const view = await this.deps.engine.inspectContainer(name);
+      if (view === undefined) return 'gone';
+      await this.doRecover(name, view);
+      return 'running';
+    });
   }
 
   /** Auto-start before a command or file operation: cheap when already running. */
   async ensureRunning(name: string): Promise<void> {
-    const view = await this.deps.engine.inspectContainer(name);
-    if (view === undefined) throw new SandboxError('not_found', `Sandbox ${name} does not exist (its container is gone); create it again.`);
-    if (view.running && !view.paused) {
-      if (view.labels[LABEL_EGRESS] !== 'allowlist') return;
-      // Its proxy is part of a running allowlist sandbox: without it every request fails.
-      const egress = await this.deps.engine.inspectContainer(namesFor(name).egress);
-      if (egress?.running === true && !egress.paused) return;
-      this.deps.logger.warn({ sandbox: name }, 'egress proxy not running, recovering it');
-    } else {
-      this.deps.logger.warn({ sandbox: name, status: view.status }, 'sandbox not running, starting it');
-    }
-    await this.recover(name, view);
+    if (await this.isReady(name, existing(name, await this.deps.engine.inspectContainer(name)))) return;
+    await this.lanes.run(name, async () => {
+      // A change queued ahead of this one (a resume, a destroy) may have settled it either way.
+      const view = existing(name, await this.deps.engine.inspectContainer(name));
+      if (await this.isReady(name, view)) return;
+      this.deps.logger.warn({ sandbox: name, status: view.status }, view.running && !view.paused ? 'egress proxy not running, recovering it' : 'sandbox not running, starting it');
+      await this.doRecover(name, view);
+    });
   }
 
-  private recover(name: string, view: ContainerView): Promise<void> {
-    const inFlight = this.recovering.get(name);
-    if (inFlight !== undefined) return inFlight;
-    const run = this.doRecover(name, view).finally(() => this.recovering.delete(name));
-    this.recovering.set(name, run);
-    return run;
+  /** Running and unpaused, with a running proxy when it is an allowlist sandbox. */
+  private async isReady(name: string, view: ContainerView): Promise<boolean> {
+    if (!view.running || view.paused) return false;
+    if (view.labels[LABEL_EGRESS] !== 'allowlist') return true;
+    // Its proxy is part of a running allowlist sandbox: without it every request fails.
+    const egress = await this.deps.engine.inspectContainer(namesFor(name).egress);
+    return egress?.running === true && !egress.paused;
   }
 
   private async doRecover(name: string, view: ContainerView): Promise<void> {
@@ -127,4 +127,9 @@ export class SandboxRecovery {
     if (egress.paused) await engine.unpauseContainer(names.egress);
     else if (!egress.running) await engine.startContainer(names.egress);
   }
+}
+
+function existing(name: string, view: ContainerView | undefined): ContainerView {
+  if (view === undefined) throw new SandboxError('not_found', `Sandbox ${name} does not exist (its container is gone); create it again.`);
+  return view;
 }

@@ -486,6 +486,16 @@ t.test('sandbox provider on the real engine', async (t) => {
     t.equal((await gvisor.exec(g, 'echo gvisor')).stdout, 'gvisor\n');
   });
 
+  await t.test('a destroy called while a resume rebuilds the sandbox waits for it, and leaves nothing', async (t) => {
+    await provider.suspend(h);
+    // The longest resume there is: the egress proxy and the network are rebuilt, the container recreated.
+    docker('rm', '-f', `${name}-egress`);
+    docker('network', 'rm', `${name}-net`);
+    const [resumed] = await Promise.all([provider.resume(h), provider.destroy(h)]);
+    t.equal(resumed, 'running', 'the resume, called first, ran to its end');
+    t.same(await s.labelled(name), [], 'the destroy, called second, removed what the resume rebuilt');
+  });
+
   await t.test('destroy leaves nothing labelled, twice', async (t) => {
     await provider.destroy(h);
     t.same(await s.labelled(name), []);

@@ -1,0 +1,28 @@
+/**
+ * One change to a sandbox's Docker objects at a time: create, suspend, resume, destroy and the
+ * recovery before an exec run in call order per sandbox name, so a destroy cannot land in the
+ * middle of a resume (which would rebuild what it just removed) and two creates of one id cannot
+ * remove each other's objects. Commands themselves are not queued: only the steps that change
+ * which objects exist.
+ */
+export class SandboxLanes {
+  /** The last queued change per name; removed once it settles and nothing follows it. */
+  private readonly tails = new Map<string, Promise<void>>();
+
+  run<T>(name: string, change: () => Promise<T>): Promise<T> {
+    const before = this.tails.get(name) ?? Promise.resolve();
+    const result = before.then(change).finally(() => {
+      if (this.tails.get(name) === tail) this.tails.delete(name);
+    });
+    const tail: Promise<void> = result.then(settled, settled);
+    this.tails.set(name, tail);
+    return result;
+  }
+
+  /** Names with a change queued or running (for tests: the map must not grow without end). */
+  get busy(): number {
+    return this.tails.size;
+  }
+}
+
+function settled(): void {}
