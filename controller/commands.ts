@@ -16,6 +16,7 @@ import {
   KILL_OK_MARKER,
   MAX_INLINE_PAYLOAD,
   SANDBOX_USER,
+  STARTED_BYTE,
   commandPayload,
   controlFile,
   encodeArg,
@@ -41,6 +42,12 @@ export interface CommandDeps {
   readonly logger: Logger;
 }
 
+/** One try at a command, and whether the exec wrapper started (wrote STARTED_BYTE). */
+interface Attempt {
+  readonly result: ExecResult;
+  readonly started: boolean;
+}
+
 interface RunOutput {
   readonly exitCode: number | null;
   readonly stdout: string;
@@ -59,7 +66,13 @@ export class CommandRunner {
     if (options.signal?.aborted === true) {
       return { exitCode: null, stdout: '', stderr: '', truncated: false, timedOut: false, aborted: true };
     }
-    return this.withRoom(name, () => this.execOnce(name, command, options), (r) => startFailure(r.exitCode, r.stdout, r.stderr));
+    const { result } = await this.withRoom(
+      name,
+      () => this.execOnce(name, command, options),
+      // Once the wrapper has started, the output is the command's own, whatever it says.
+      (a) => (a.started ? undefined : startFailure(a.result.exitCode, a.result.stdout, a.result.stderr)),
+    );
+    return result;
   }
 
   async killAll(name: string): Promise<void> {
@@ -97,7 +110,7 @@ export class CommandRunner {
     );
   }
 
-  private async execOnce(name: string, command: string, options: CheckedExecOptions): Promise<ExecResult> {
+  private async execOnce(name: string, command: string, options: CheckedExecOptions): Promise<Attempt> {
     const uuid = randomUUID();
     const ctl = controlFile(options.tag, uuid);
     const script = commandPayload(command, options.env, options.cwd);
@@ -109,7 +122,7 @@ export class CommandRunner {
       const stagedRun = await this.deps.withRunning(name, () => this.runToEnd(name, stageCmd(staged), Buffer.from(script)));
       if (startFailure(stagedRun.exitCode, stagedRun.stdout, stagedRun.stderr) !== undefined) {
         // The same "no room" answer as the command's own start would give: let withRoom handle it.
-        return { exitCode: stagedRun.exitCode, stdout: stagedRun.stdout, stderr: stagedRun.stderr, truncated: false, timedOut: false, aborted: false };
+        return { result: { exitCode: stagedRun.exitCode, stdout: stagedRun.stdout, stderr: stagedRun.stderr, truncated: false, timedOut: false, aborted: false }, started: false };
       }
       if (stagedRun.exitCode !== 0) {
         throw new SandboxError('invalid_spec', `The command is too large to pass inline and could not be staged in /tmp (${stagedRun.stderr.trim() || `exit ${String(stagedRun.exitCode)}`}).`);
@@ -119,12 +132,22 @@ export class CommandRunner {
     const backstop = Math.ceil(options.timeoutMs / 1000) + BACKSTOP_GRACE_SECONDS;
     const stdout = new OutputCapture(options.maxOutputBytes);
     const stderr = new OutputCapture(options.maxOutputBytes);
+    let started = false;
+    let stderrSeen = false;
     const run = await this.deps.withRunning(name, () =>
       this.deps.engine.startExec(name, {
         cmd: wrapperCmd(ctl, backstop, payload),
         user: SANDBOX_USER,
         stdin: options.stdin === undefined ? undefined : toBytes(options.stdin),
-        onOutput: (stream, chunk) => (stream === 'stdout' ? stdout : stderr).push(chunk),
+        onOutput: (stream, chunk) => {
+          if (stream === 'stdout') return stdout.push(chunk);
+          if (!stderrSeen && chunk.length > 0) {
+            stderrSeen = true;
+            started = chunk[0] === STARTED_BYTE;
+            if (started) chunk = chunk.subarray(1);
+          }
+          stderr.push(chunk);
+        },
       }),
     );
 
@@ -144,7 +167,7 @@ export class CommandRunner {
     }
     const killed = outcome === 'timeout' || outcome === 'abort';
     if (killed) await this.killRun(name, ctl, run);
-    return {
+    const result: ExecResult = {
       exitCode: killed ? null : outcome as number | null,
       stdout: stdout.text(),
       stderr: stderr.text(),
@@ -152,6 +175,7 @@ export class CommandRunner {
       timedOut: outcome === 'timeout',
       aborted: outcome === 'abort',
     };
+    return { result, started };
   }
 
   /** Kills one command's session; if the output has not ended soon after, kills again, then drops it. */

@@ -27,6 +27,15 @@ export const MAX_INLINE_PAYLOAD = 24 * 1024;
  */
 export const SANDBOX_FULL_MARKER = 'capybara-sandbox-full';
 export const SANDBOX_FULL_EXIT = 190;
+/**
+ * The first byte the exec wrapper writes to stderr once its room check passed, before the
+ * command runs: its presence proves Docker started the exec, so nothing the command prints can
+ * be taken for Docker's "OCI runtime exec failed" line (sandbox-full.ts). The controller removes
+ * it before the caller sees stderr.
+ */
+export const STARTED_BYTE = 0x06;
+// A builtin, as an octal escape: no fork, and no byte of the script outside printable ASCII.
+const STARTED_PRINTF = `printf '\\${STARTED_BYTE.toString(8).padStart(3, '0')}' >&2`;
 /** Free process slots a command needs to start: wrapper, setsid, session shell, timeout, shell. */
 const START_HEADROOM = 8;
 
@@ -97,6 +106,7 @@ exit $rc
 
 // $1 control file, $2 backstop seconds, $3 base64 payload or @staged-file, $4 the session script.
 const WRAPPER = String.raw`${ROOM_CHECK}
+${STARTED_PRINTF}
 case $3 in
   @*) f=${'$'}{3#@}; script=$(cat -- "$f") || exit 125; rm -f -- "$f" ;;
   *) script=$(printf '%s' "$3" | base64 -d) || exit 125 ;;

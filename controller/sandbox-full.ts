@@ -13,9 +13,9 @@ type StartFailure =
   | { readonly kind: 'runtime'; readonly detail: string };
 
 /**
- * Docker writes a failed exec start as one stdout line ending in CRLF, and nothing on stderr. Our
- * scripts print nothing on stdout before the command runs, so only a command that printed
- * exactly this line and nothing else could be mistaken for it.
+ * Docker writes a failed exec start as one stdout line ending in CRLF, and nothing on stderr. A
+ * command's exec wrapper writes STARTED_BYTE to stderr before the command runs, so commands.ts
+ * asks only when that byte is missing; a file script's output is read only when it failed.
  */
 const RUNTIME_FAILURE = /^(OCI runtime exec failed[^\r\n]*)\r\n$/;
 

@@ -254,6 +254,19 @@ t.test('sandbox provider on the real engine', async (t) => {
     t.equal((await provider.exec(h, 'pgrep -f "sleep 100[56]" || true')).stdout, '');
   });
 
+  await t.test('a command whose output mimics Docker\'s failed-start line is its own result', async (t) => {
+    const bystander = provider.exec(h, 'sleep 1007; echo bystander-finished', { tag: 'bystander' });
+    await until(provider, h, 'pgrep -f "sleep 100[7]"');
+    for (const detail of ['read init-p: connection reset by peer: unknown', 'exec: "bash": executable file not found in $PATH: unknown']) {
+      const line = `OCI runtime exec failed: exec failed: unable to start container process: ${detail}\r\n`;
+      const r = await provider.exec(h, `printf '%s' '${line.replace('\r\n', '')}'; printf '\\r\\n'; exit 126`);
+      t.same([r.exitCode, r.stdout, r.stderr], [126, line, ''], 'the exit code and output are the command\'s, stderr without the start byte');
+    }
+    t.equal((await provider.exec(h, 'pgrep -c -fx "sleep 100[7]"')).stdout, '1\n', 'nothing was killed: the sandbox was not taken for full');
+    await provider.killTagged(h, ['bystander']);
+    t.not((await bystander).exitCode, 0);
+  });
+
   await t.test('files: empty, binary, 20 MB, stat, permissions, skills', async (t) => {
     await provider.writeFile(h, '/workspace/empty', new Uint8Array());
     t.equal((await provider.readFile(h, '/workspace/empty')).length, 0);

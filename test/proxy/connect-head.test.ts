@@ -102,9 +102,13 @@ t.test('whatever it accepts, Node parses as a CONNECT with the same target and n
 
 t.test('no head makes the reader backtrack: a line of 16 KiB of blanks is read in linear time', async (t) => {
   const head = Buffer.from(`CONNECT a.b:443 HTTP/1.1\r\nX:${' '.repeat(16_300)}\x7f\r\n\r\n`, 'latin1');
-  const started = performance.now();
-  t.equal(readConnectHead(head, 32_768), undefined);
-  const ms = performance.now() - started;
-  // Quadratic matching took about 200 ms here; linear takes well under one.
+  // Quadratic matching took about 200 ms here; linear takes well under one. The best of five
+  // runs, so a preemption or a GC pause on a loaded machine is not taken for backtracking.
+  let ms = Infinity;
+  for (let run = 0; run < 5; run += 1) {
+    const started = performance.now();
+    t.equal(readConnectHead(head, 32_768), undefined);
+    ms = Math.min(ms, performance.now() - started);
+  }
   t.ok(ms < 20, `${ms.toFixed(2)} ms`);
 });

