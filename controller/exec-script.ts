@@ -182,14 +182,18 @@ export LC_ALL=C
 p=$(printf '%s' "$1" | base64 -d) || exit ${FILE_EXIT.failed}
 `;
 
+// Files are opened with O_NONBLOCK (dd's nonblock flags): a FIFO the sandbox swaps in after the
+// type check then reads as empty or fails at once, where a plain open would wait for a writer.
+const DD = 'dd bs=64K status=none';
+
 export function readFileCmd(path: string, maxBytes: number): string[] {
   // Only regular files: opening a FIFO the sandbox planted would block for good, and a device
   // (/dev/zero behind a symlink) would stream without end.
   const script = `${CLASSIFY}
 [ -d "$p" ] && classify "$p: Is a directory"
 [ -e "$p" ] && [ ! -f "$p" ] && classify "$p: not a regular file"
-err=$(head -c 0 -- "$p" 2>&1 >/dev/null) || classify "$err"
-exec head -c "$2" -- "$p"
+err=$(${DD} if="$p" iflag=nonblock count=0 2>&1) || classify "$err"
+exec ${DD} if="$p" iflag=nonblock,count_bytes count="$2"
 `;
   return ['bash', '-c', script, 'capybara-read', encodeArg(path), String(maxBytes)];
 }
@@ -210,8 +214,7 @@ case $r in ${shellQuote(confineTo)}/*) ;; *) classify "$p: Permission denied (ou
 [ -e "$p" ] && [ ! -f "$p" ] && classify "$p: not a regular file"
 d=$(dirname -- "$p")
 err=$(mkdir -p -- "$d" 2>&1) || classify "$err"
-err=$( { : > "$p"; } 2>&1 ) || classify "$err"
-err=$(cat > "$p" 2>&1) || classify "$err"
+err=$(${DD} of="$p" oflag=nonblock 2>&1) || classify "$err"
 `;
   return ['bash', '-c', script, 'capybara-write', encodeArg(path)];
 }

@@ -151,6 +151,34 @@ t.test('file scripts', async (t) => {
   }
 });
 
+t.test('a FIFO swapped in between the type check and the open never blocks a file script', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'capybara-swap-'));
+  writeFileSync(join(dir, 'regular'), 'data');
+  t.equal(spawnSync('mkfifo', [join(dir, 'fifo')]).status, 0);
+  const link = join(dir, 'link');
+  symlinkSync('regular', link);
+  // Flips the link between the file and the FIFO as fast as it can, so some opens land on the
+  // FIFO after a check that saw the file.
+  const flipper = spawn('python3', ['-c', `import os
+d = ${JSON.stringify(dir)}
+while True:
+    for target in ('fifo', 'regular'):
+        os.symlink(target, d + '/next')
+        os.replace(d + '/next', d + '/link')`], { stdio: 'ignore' });
+  t.teardown(() => flipper.kill('SIGKILL'));
+  const outcomes = new Map<string, number>();
+  for (let i = 0; i < 60; i += 1) {
+    const read = spawnSync(readFileCmd(link, 100)[0] ?? 'bash', readFileCmd(link, 100).slice(1), { timeout: 3_000 });
+    const write = spawnSync(writeFileCmd(link)[0] ?? 'bash', writeFileCmd(link).slice(1), { input: 'x', timeout: 3_000 });
+    for (const [op, r] of [['read', read], ['write', write]] as const) {
+      const outcome = r.signal !== null ? `${op} blocked` : `${op} exit ${String(r.status)}`;
+      outcomes.set(outcome, (outcomes.get(outcome) ?? 0) + 1);
+    }
+  }
+  t.comment(JSON.stringify(Object.fromEntries(outcomes)));
+  t.notOk(outcomes.has('read blocked') || outcomes.has('write blocked'), 'no read or write waited for a FIFO writer or reader');
+});
+
 t.test('a background child holding the session keeps the control file for a later kill', async (t) => {
   const ctl = controlFile('bg', randomUUID());
   const [file, ...args] = wrapperCmd(ctl, 60, encodeArg('sleep 307 & echo main-done'));
