@@ -12,8 +12,19 @@ import { createLookup } from './dns.js';
 import { createLogger, type Logger } from './log.js';
 import { createEgressProxy, type EgressProxy } from './server.js';
 import { startMetricsServer } from './metrics.js';
+import { MIN_OPEN_FILES, openFilesFor, planDescriptors, softOpenFileLimit } from './fd-budget.js';
+import { MAX_LOOKUPS_IN_FLIGHT } from './dns.js';
 
 const read = (path: string): string => readFileSync(path, 'utf8');
+
+/** This process's soft open-file limit, where Linux tells it. */
+function openFileLimit(): number | undefined {
+  try {
+    return softOpenFileLimit(read('/proc/self/limits'));
+  } catch {
+    return undefined;
+  }
+}
 
 function watchPolicy(config: ProxyConfig, log: Logger, reload: (why: string) => void): FSWatcher | undefined {
   if (config.policySource.kind !== 'file') return undefined;
@@ -61,12 +72,26 @@ async function main(): Promise<number> {
     return 2;
   }
 
+  const nofile = openFileLimit();
+  const plan = nofile === undefined ? { maxConnections: config.limits.maxConnections, maxLookupsInFlight: MAX_LOOKUPS_IN_FLIGHT } : planDescriptors(nofile, config.limits.maxConnections);
+  if (plan === undefined) {
+    process.stderr.write(`capybara-egress: the open-file limit is ${String(nofile)}, and the proxy needs at least ${MIN_OPEN_FILES}; raise it (docker run --ulimit nofile=N, ulimit -n N)\n`);
+    return 2;
+  }
   const log = createLogger(config.logLevel);
+  let limits = config.limits;
+  if (plan.maxConnections < limits.maxConnections || plan.maxLookupsInFlight < MAX_LOOKUPS_IN_FLIGHT) {
+    limits = { ...limits, maxConnections: plan.maxConnections, maxConnectionsPerClient: Math.min(limits.maxConnectionsPerClient, plan.maxConnections) };
+    log.warn(
+      { event: 'limits_lowered', openFileLimit: nofile, needed: openFilesFor(config.limits.maxConnections), maxConnections: plan.maxConnections, maxLookupsInFlight: plan.maxLookupsInFlight, configured: config.limits.maxConnections },
+      `the open-file limit holds ${plan.maxConnections} connections and ${plan.maxLookupsInFlight} DNS lookups in flight; the caps are lowered (raise the limit to ${openFilesFor(config.limits.maxConnections)} to keep them)`,
+    );
+  }
   const proxy: EgressProxy = createEgressProxy({
     policy,
-    lookup: createLookup({ servers: config.dnsServers, timeoutMs: config.limits.dnsTimeoutMs }),
+    lookup: createLookup({ servers: config.dnsServers, timeoutMs: limits.dnsTimeoutMs, maxInFlight: plan.maxLookupsInFlight }),
     logger: log,
-    limits: config.limits,
+    limits,
   });
   const cfg = config;
   const reload = (why: string): void => {

@@ -15,6 +15,8 @@ export interface LookupOptions {
   /** `IP` or `IP:PORT` / `[IPv6]:PORT`; empty means the servers of /etc/resolv.conf. */
   readonly servers: readonly string[];
   readonly timeoutMs: number;
+  /** Most lookups in flight; MAX_LOOKUPS_IN_FLIGHT unless the open-file limit holds fewer. */
+  readonly maxInFlight?: number;
 }
 
 const NOT_FOUND = new Set(['ENOTFOUND', 'ENODATA', 'NXDOMAIN', 'ESERVFAIL', 'EREFUSED', 'EBADRESP', 'ECONNREFUSED']);
@@ -80,7 +82,7 @@ export function limitLookups(start: (name: string) => LookupWork, max = MAX_LOOK
 }
 
 export function createLookup(options: LookupOptions): Lookup {
-  const { servers, timeoutMs } = options;
+  const { servers, timeoutMs, maxInFlight = MAX_LOOKUPS_IN_FLIGHT } = options;
   // A first try of a third of the deadline leaves room for a retry within it.
   const resolver = new dnsPromises.Resolver({ timeout: Math.max(1, Math.floor(timeoutMs / 3)), tries: 2 });
   // Without servers of its own the resolver keeps those of /etc/resolv.conf.
@@ -88,7 +90,7 @@ export function createLookup(options: LookupOptions): Lookup {
   return limitLookups((name) => {
     const queries = Promise.allSettled([resolver.resolve4(name), resolver.resolve6(name)]);
     return { outcome: withDeadline(name, timeoutMs, queries.then((settled) => outcomeOf(name, settled))), queriesDone: queries };
-  });
+  }, maxInFlight);
 }
 
 function outcomeOf(name: string, [v4, v6]: PromiseSettledResult<string[]>[]): LookupOutcome {

@@ -61,8 +61,13 @@ else
       fi
     done
     log "starting dockerd (log: /var/log/capybara-dockerd.log)"
-    # setsid + nohup: the daemon outlives this script and the CI step that ran it.
-    $SUDO setsid nohup dockerd >>/var/log/capybara-dockerd.log 2>&1 < /dev/null &
+    # setsid + nohup: the daemon outlives this script and the CI step that ran it. Its open-file
+    # limit is what containers get (as systemd's docker.service sets it, not a login shell's 1024):
+    # the egress proxy lowers its caps to fit a small one. The soft limit goes up to the hard one,
+    # which needs no privilege.
+    nofile=$($SUDO bash -c 'ulimit -Hn')
+    [[ $nofile == unlimited ]] && nofile=1048576
+    $SUDO setsid nohup prlimit --nofile="$nofile:$nofile" dockerd >>/var/log/capybara-dockerd.log 2>&1 < /dev/null &
   fi
 
   deadline=$((SECONDS + TIMEOUT))

@@ -11,6 +11,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import { EGRESS_ENV, EGRESS_NODE_OPTIONS } from '../../common/index.js';
+import { MIN_OPEN_FILES, openFilesFor, planDescriptors } from '../../proxy/fd-budget.js';
 import { freePort } from '../support/loopback.js';
 import { rawRequest, readUntil } from '../support/raw-client.js';
 
@@ -199,3 +200,39 @@ t.test('every way the proxy is started passes the same Node options', async (t) 
     t.ok((JSON.parse(entrypoint) as string[]).includes(option), `the image's entrypoint has ${option}`);
   }
 });
+
+// Each connection can hold two descriptors and each lookup in flight two more (fd-budget.ts): a
+// limit that cannot hold them lowers both caps, and one that holds nothing stops the proxy.
+t.test('an open-file limit too small for the limits lowers the caps, and says so', async (t) => {
+  const nofile = 84;
+  const plan = planDescriptors(nofile, 16_384);
+  t.same(plan, { maxConnections: 5, maxLookupsInFlight: 5 });
+  const port = await freePort();
+  const output = { text: '' };
+  const child = spawn('prlimit', [`--nofile=${nofile}:${nofile}`, '--', process.execPath, cli, '--allow-hosts', 'a.example', '--listen', `127.0.0.1:${port}`], { env: baseEnv });
+  child.stdout?.on('data', (d: Buffer) => (output.text += d.toString()));
+  child.stderr?.on('data', (d: Buffer) => (output.text += d.toString()));
+  t.teardown(() => child.kill('SIGKILL'));
+  await waitFor(child, output, /egress proxy listening/);
+  const line = output.text.split('\n').find((l) => l.includes('limits_lowered'));
+  t.match(JSON.parse(line ?? '{}'), { level: 40, openFileLimit: nofile, configured: 16_384, maxConnections: 5, maxLookupsInFlight: 5, needed: openFilesFor(16_384) });
+  const held = await Promise.all(Array.from({ length: 5 }, () => rawConnected(port)));
+  const sixth = await rawRequest(port, 'CONNECT a.example:443 HTTP/1.1\r\nHost: x\r\n\r\n');
+  t.equal(sixth.status, 503);
+  t.equal(sixth.reason, 'too_many_connections');
+  for (const s of [...held, sixth.socket]) s.destroy();
+});
+
+t.test('an open-file limit that holds nothing stops the proxy at start', async (t) => {
+  const nofile = MIN_OPEN_FILES - 1;
+  const res = spawnSync('prlimit', [`--nofile=${nofile}:${nofile}`, '--', process.execPath, cli, '--allow-hosts', 'a.example', '--listen', '127.0.0.1:0'], { encoding: 'utf8', env: baseEnv, timeout: 30_000 });
+  t.equal(res.status, 2, 'exits 2');
+  t.match(res.stderr, new RegExp(`open-file limit is ${nofile}, and the proxy needs at least ${MIN_OPEN_FILES}`));
+});
+
+/** A client connection the proxy has accepted and counts. */
+async function rawConnected(port: number): Promise<net.Socket> {
+  const socket = net.connect(port, '127.0.0.1');
+  await new Promise<void>((resolve, reject) => socket.once('connect', resolve).once('error', reject));
+  return socket;
+}

@@ -8,11 +8,13 @@
  * a flood of silent lookups is capped so c-ares never runs out of query numbers.
  */
 import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import type { LookupOutcome } from '../../policy/index.js';
 import { createLookup, limitLookups, MAX_LOOKUPS_IN_FLIGHT } from '../../proxy/index.js';
+import { openFilesFor, softOpenFileLimit } from '../../proxy/fd-budget.js';
 import { startDnsServer } from '../support/dns-server.js';
 import { needUnmet } from '../support/needs.js';
 
@@ -43,7 +45,20 @@ t.test('concurrent lookups of one name share one question to the server', async 
   t.equal(dns.questions('shared.test'), 2);
 });
 
+t.test('a lower cap given to createLookup is the one it keeps', async (t) => {
+  const dns = await startDnsServer();
+  t.teardown(() => dns.close());
+  const lookup = createLookup({ servers: [dns.address], timeoutMs: 300, maxInFlight: 2 });
+  for (const name of ['a.silent.test', 'b.silent.test', 'c.silent.test']) dns.set(name, { timeout: true });
+  const [a, b, c] = await Promise.all(['a.silent.test', 'b.silent.test', 'c.silent.test'].map((name) => lookup(name)));
+  t.same([a?.ok === false && a.reason, b?.ok === false && b.reason], ['dns_timeout', 'dns_timeout']);
+  t.match(c, { ok: false, reason: 'dns_failed', detail: /too many DNS lookups in flight \(2\)/ });
+});
+
 t.test('lookups beyond the in-flight cap fail at once and the process stays responsive', async (t) => {
+  // c-ares retries each silent query on a socket of its own: the flood holds two per lookup.
+  const nofile = softOpenFileLimit(readFileSync('/proc/self/limits', 'utf8'));
+  if (nofile !== undefined && nofile < openFilesFor(0)) return needUnmet(t, `an open-file limit of at least ${openFilesFor(0)} (ulimit -n is ${nofile})`);
   const dns = await startDnsServer();
   t.teardown(() => dns.close());
   const lookup = createLookup({ servers: [dns.address], timeoutMs: 1_500 });

@@ -1,0 +1,42 @@
+/**
+ * fd-budget.ts without sockets: the open-file limit read from /proc, and the caps it holds. The
+ * CLI applying them is test/proxy/cli.test.ts.
+ */
+import t from 'tap';
+import { readFileSync } from 'node:fs';
+import { MIN_OPEN_FILES, openFilesFor, planDescriptors, softOpenFileLimit } from '../../proxy/fd-budget.js';
+import { MAX_LOOKUPS_IN_FLIGHT } from '../../proxy/dns.js';
+
+t.test('the soft open-file limit is read from /proc/<pid>/limits', async (t) => {
+  const text = [
+    'Limit                     Soft Limit           Hard Limit           Units     ',
+    'Max processes             95000                95000                processes ',
+    'Max open files            20000                32768                files     ',
+  ].join('\n');
+  t.equal(softOpenFileLimit(text), 20_000, 'the soft column, not the hard one');
+  t.equal(softOpenFileLimit(text.replace('20000 ', 'unlimited ')), undefined, 'unlimited: nothing to fit');
+  t.equal(softOpenFileLimit('Max processes 1 1 processes'), undefined, 'no line: nothing to fit');
+  t.type(softOpenFileLimit(readFileSync('/proc/self/limits', 'utf8')), 'number', 'this machine\'s own file parses');
+});
+
+t.test('a limit that holds the caps asked for keeps them', async (t) => {
+  t.equal(openFilesFor(1_000) - openFilesFor(999), 2, 'two descriptors per connection');
+  t.ok(openFilesFor(0) >= 2 * MAX_LOOKUPS_IN_FLIGHT, 'two per lookup a flood can hold');
+  for (const n of [1, 5, 16_384]) t.same(planDescriptors(openFilesFor(n), n), { maxConnections: n, maxLookupsInFlight: MAX_LOOKUPS_IN_FLIGHT });
+});
+
+t.test('a smaller limit lowers both caps so that together they fit', async (t) => {
+  for (const nofile of [MIN_OPEN_FILES, 84, 1_024, 4_096, 20_000, openFilesFor(16_384) - 1]) {
+    const plan = planDescriptors(nofile, 16_384);
+    if (plan === undefined) {
+      t.fail(`no plan for ${nofile}`);
+      continue;
+    }
+    const used = 2 * plan.maxConnections + 2 * plan.maxLookupsInFlight + (openFilesFor(0) - 2 * MAX_LOOKUPS_IN_FLIGHT);
+    t.ok(used <= nofile, `${nofile}: ${plan.maxConnections} connections and ${plan.maxLookupsInFlight} lookups use ${used}`);
+    t.ok(plan.maxConnections >= 1 && plan.maxConnections < 16_384 && plan.maxLookupsInFlight >= 1 && plan.maxLookupsInFlight <= MAX_LOOKUPS_IN_FLIGHT);
+  }
+  t.same(planDescriptors(1_024, 16_384), { maxConnections: 240, maxLookupsInFlight: 240 }, 'the common default of 1024');
+  t.same(planDescriptors(20_000, 16_384), { maxConnections: 8_944, maxLookupsInFlight: MAX_LOOKUPS_IN_FLIGHT }, 'lookups keep their cap while a quarter holds it');
+  t.equal(planDescriptors(MIN_OPEN_FILES - 1, 16_384), undefined, 'below the minimum nothing fits');
+});
