@@ -14,6 +14,7 @@ import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { EGRESS_NODE_OPTIONS } from '../common/index.js';
+import { planDescriptors } from '../proxy/fd-budget.js';
 
 const TUNNELS = Number(process.env.LOAD_TUNNELS ?? 10_000);
 const SLOW = Number(process.env.LOAD_SLOW ?? 1_000);
@@ -188,8 +189,10 @@ async function main(): Promise<void> {
   }, DEADLINE_MS);
   deadline.unref();
 
-  // Each tunnel costs the proxy two descriptors; leave room for the slow clients and the probe.
-  const room = Math.floor((nofile('self') - SLOW - 500) / 2);
+  // Each tunnel costs the proxy two descriptors, and it keeps room for its DNS lookups: it holds
+  // the connections its open-file limit fits (fd-budget.ts). Leave room for the slow clients and
+  // the probe.
+  const room = (planDescriptors(nofile('self'), TUNNELS + SLOW + 1_000)?.maxConnections ?? 0) - SLOW - 250;
   const tunnelCount = Math.min(TUNNELS, room);
   if (tunnelCount < TUNNELS) console.log(`RLIMIT_NOFILE is ${nofile('self')} and cannot be raised here: ${tunnelCount} tunnels instead of ${TUNNELS}`);
 

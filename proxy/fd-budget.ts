@@ -9,8 +9,12 @@
  */
 import { MAX_LOOKUPS_IN_FLIGHT } from './dns.js';
 
-/** Listeners, the policy watch, stdio, the metrics server and its scrapes. */
-const FIXED_DESCRIPTORS = 64;
+/**
+ * Node's own start-up (it opens about a hundred module files at once: below ~100 descriptors it
+ * fails with EMFILE before any of this runs), the listeners, the policy watch, stdio, the metrics
+ * server and its scrapes.
+ */
+const FIXED_DESCRIPTORS = 256;
 
 /** The open-file limit that holds `maxConnections` client connections and a full lookup cap. */
 export function openFilesFor(maxConnections: number): number {

@@ -204,7 +204,7 @@ t.test('every way the proxy is started passes the same Node options', async (t) 
 // Each connection can hold two descriptors and each lookup in flight two more (fd-budget.ts): a
 // limit that cannot hold them lowers both caps, and one that holds nothing stops the proxy.
 t.test('an open-file limit too small for the limits lowers the caps, and says so', async (t) => {
-  const nofile = 84;
+  const nofile = MIN_OPEN_FILES + 16;
   const plan = planDescriptors(nofile, 16_384);
   t.same(plan, { maxConnections: 5, maxLookupsInFlight: 5 });
   const port = await freePort();

@@ -26,7 +26,7 @@ t.test('a limit that holds the caps asked for keeps them', async (t) => {
 });
 
 t.test('a smaller limit lowers both caps so that together they fit', async (t) => {
-  for (const nofile of [MIN_OPEN_FILES, 84, 1_024, 4_096, 20_000, openFilesFor(16_384) - 1]) {
+  for (const nofile of [MIN_OPEN_FILES, MIN_OPEN_FILES + 16, 1_024, 4_096, 20_000, openFilesFor(16_384) - 1]) {
     const plan = planDescriptors(nofile, 16_384);
     if (plan === undefined) {
       t.fail(`no plan for ${nofile}`);
@@ -36,7 +36,7 @@ t.test('a smaller limit lowers both caps so that together they fit', async (t) =
     t.ok(used <= nofile, `${nofile}: ${plan.maxConnections} connections and ${plan.maxLookupsInFlight} lookups use ${used}`);
     t.ok(plan.maxConnections >= 1 && plan.maxConnections < 16_384 && plan.maxLookupsInFlight >= 1 && plan.maxLookupsInFlight <= MAX_LOOKUPS_IN_FLIGHT);
   }
-  t.same(planDescriptors(1_024, 16_384), { maxConnections: 240, maxLookupsInFlight: 240 }, 'the common default of 1024');
-  t.same(planDescriptors(20_000, 16_384), { maxConnections: 8_944, maxLookupsInFlight: MAX_LOOKUPS_IN_FLIGHT }, 'lookups keep their cap while a quarter holds it');
+  t.same(planDescriptors(1_024, 16_384), { maxConnections: 192, maxLookupsInFlight: 192 }, 'the common default of 1024');
+  t.same(planDescriptors(20_000, 16_384), { maxConnections: 8_848, maxLookupsInFlight: MAX_LOOKUPS_IN_FLIGHT }, 'lookups keep their cap while a quarter holds it');
   t.equal(planDescriptors(MIN_OPEN_FILES - 1, 16_384), undefined, 'below the minimum nothing fits');
 });
