@@ -39,6 +39,11 @@ export type WithRunning = <T>(name: string, fn: () => Promise<T>) => Promise<T>;
 export interface CommandDeps {
   readonly engine: DockerEngine;
   readonly withRunning: WithRunning;
+  /**
+   * Restarts a running container, ending every process in it, as one change in the sandbox's
+   * lane (sandbox-lanes.ts): after a suspend or destroy it has nothing left to do.
+   */
+  readonly restart: (name: string) => Promise<void>;
   readonly logger: Logger;
 }
 
@@ -192,7 +197,7 @@ export class CommandRunner {
       if (ended) return;
     }
     this.deps.logger.warn({ sandbox: name, event: 'container_restart', cause: 'output_not_ended' }, 'command output did not end after kill, restarting the container');
-    await this.deps.engine.restartContainer(name);
+    await this.deps.restart(name);
     const ended = await Promise.race([run.finished.then(() => true), delay(DRAIN_AFTER_KILL_MS).then(() => false)]);
     if (!ended) run.detach();
   }
@@ -210,7 +215,7 @@ export class CommandRunner {
     if (!confirmed) {
       // Last resort: ends every process in the sandbox (files on volumes survive; /tmp is cleared).
       this.deps.logger.warn({ sandbox: name, event: 'container_restart', cause: 'kill_not_confirmed' }, 'kill could not run (pids limit?), restarting the container');
-      await this.deps.engine.restartContainer(name);
+      await this.deps.restart(name);
     }
   }
 

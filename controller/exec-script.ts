@@ -184,6 +184,8 @@ p=$(printf '%s' "$1" | base64 -d) || exit ${FILE_EXIT.failed}
 
 // Files are opened with O_NONBLOCK (dd's nonblock flags): a FIFO the sandbox swaps in after the
 // type check then reads as empty or fails at once, where a plain open would wait for a writer.
+// Reads use fullblock, as head -c did: without it a short read (procfs, FUSE) counts as a whole
+// block and the result is cut short without an error.
 const DD = 'dd bs=64K status=none';
 
 export function readFileCmd(path: string, maxBytes: number): string[] {
@@ -193,7 +195,7 @@ export function readFileCmd(path: string, maxBytes: number): string[] {
 [ -d "$p" ] && classify "$p: Is a directory"
 [ -e "$p" ] && [ ! -f "$p" ] && classify "$p: not a regular file"
 err=$(${DD} if="$p" iflag=nonblock count=0 2>&1) || classify "$err"
-exec ${DD} if="$p" iflag=nonblock,count_bytes count="$2"
+exec ${DD} if="$p" iflag=nonblock,count_bytes,fullblock count="$2"
 `;
   return ['bash', '-c', script, 'capybara-read', encodeArg(path), String(maxBytes)];
 }

@@ -76,7 +76,12 @@ export function createDockerSandbox(
       return fn();
     }
   };
-  const commands = new CommandRunner({ engine, withRunning, logger });
+  const restart = (name: string): Promise<void> =>
+    lanes.run(name, async () => {
+      // Queued behind a suspend or a destroy, the processes it was to end are gone already.
+      if ((await engine.inspectContainer(name))?.running === true) await engine.restartContainer(name);
+    });
+  const commands = new CommandRunner({ engine, withRunning, restart, logger });
   const files = new FileOps({ engine, withRunning, withRoom: (name, attempt, failureOf) => commands.withRoom(name, attempt, failureOf) });
 
   return Object.freeze({

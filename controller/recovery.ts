@@ -33,9 +33,11 @@ export class SandboxRecovery {
 
   /** Auto-start before a command or file operation: cheap when already running. */
   async ensureRunning(name: string): Promise<void> {
-    if (await this.isReady(name, existing(name, await this.deps.engine.inspectContainer(name)))) return;
+    const first = await this.deps.engine.inspectContainer(name);
+    if (first !== undefined && (await this.isReady(name, first))) return;
     await this.lanes.run(name, async () => {
-      // A change queued ahead of this one (a resume, a destroy) may have settled it either way.
+      // A change queued ahead of this one may have settled it either way: a resume that was
+      // recreating the container (gone for a moment) or a destroy.
       const view = existing(name, await this.deps.engine.inspectContainer(name));
       if (await this.isReady(name, view)) return;
       this.deps.logger.warn({ sandbox: name, status: view.status }, view.running && !view.paused ? 'egress proxy not running, recovering it' : 'sandbox not running, starting it');

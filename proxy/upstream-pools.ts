@@ -76,6 +76,9 @@ export class UpstreamPools {
       // A body shorter or longer than its Content-Length is an error, never a second message.
       strictContentLength: true,
       pipelining: 1,
+      // An idle upstream connection holds a descriptor the open-file budget does not count
+      // (fd-budget.ts): an upstream's Keep-Alive hint cannot stretch it past undici's 4 s default.
+      keepAliveMaxTimeout: 4_000,
     });
   }
 }

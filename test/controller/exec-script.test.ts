@@ -151,6 +151,13 @@ t.test('file scripts', async (t) => {
   }
 });
 
+t.test('a read gets every byte asked for from a file that answers in short reads', async (t) => {
+  // procfs files answer a page or so per read(); a dd without fullblock stopped after 8 KiB.
+  const read = run(readFileCmd('/proc/kallsyms', 50_000));
+  t.equal(read.status, 0, read.stderr.toString());
+  t.equal(read.stdout.length, 50_000);
+});
+
 t.test('a FIFO swapped in between the type check and the open never blocks a file script', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'capybara-swap-'));
   writeFileSync(join(dir, 'regular'), 'data');
