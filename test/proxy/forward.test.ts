@@ -478,3 +478,18 @@ t.test('the long-lived tunnel survived all of it', async (t) => {
   tunnel.socket.destroy();
   await settle(() => proxyT.logs.some((l) => l.event === 'tunnel_closed' && l.host === 'echo.test'), 'its close line');
 });
+
+t.test('an upstream Keep-Alive hint cannot hold an idle pooled connection past 4 s', async (t) => {
+  let closedAt: number | undefined;
+  scripts.set('/keep-600', (s) => {
+    s.once('close', () => (closedAt = Date.now()));
+    s.write('HTTP/1.1 200 OK\r\nContent-Length: 2\r\nKeep-Alive: timeout=600\r\n\r\nok');
+  });
+  const res = await rawRequest(port, `GET http://${hostile}/keep-600 HTTP/1.1\r\nHost: ${hostile}\r\n\r\n`);
+  t.equal(res.status, 200);
+  const answered = Date.now();
+  res.socket.destroy();
+  // undici would keep it for the 600 s asked; capped, it closes after about 4 s.
+  await settle(() => closedAt !== undefined, 'the idle upstream connection to close', 10_000);
+  t.ok((closedAt ?? Infinity) - answered < 8_000, `closed ${(closedAt ?? NaN) - answered} ms after the answer`);
+});
