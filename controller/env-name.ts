@@ -22,4 +22,3 @@ const LOADER_OR_SHELL = /^(?:LD_\w*|BASH_FUNC_\w*|BASH_ENV|ENV|SHELLOPTS|BASHOPT
 export const containerEnvNameSchema = envNameSchema.refine((name) => !LOADER_OR_SHELL.test(name), {
   message: 'changes what shells or the dynamic loader run (LD_*, BASH_ENV, ENV, PATH, ...), and the controller runs commands as root in the sandbox with its environment: set it per command with exec env instead',
 });
-

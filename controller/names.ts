@@ -22,7 +22,7 @@ const SANDBOX_ID_RE = /^(?!.*-egress$)[A-Za-z0-9][A-Za-z0-9_-]{0,51}$/;
  * Sandbox resource names: `cap-` plus an id. An id never ends in `-egress`: `cap-<id>-egress` is
  * the egress proxy of id <id>, and a sandbox of that name would be another conversation's proxy.
  */
-const SANDBOX_NAME_RE = /^cap-(?!.*-egress$)[A-Za-z0-9][A-Za-z0-9_-]{0,51}$/;
+const SANDBOX_PREFIX = 'cap-';
 /** Persistent workspace keys. */
 const WORKSPACE_KEY_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
 /**
@@ -58,14 +58,14 @@ export function sandboxNameForId(id: string): string {
       `Sandbox id ${JSON.stringify(id)} is not allowed: use 1-52 ASCII letters, digits, "_" or "-", starting with a letter or digit and not ending in "-egress" (the suffix of a sandbox's egress proxy).`,
     );
   }
-  return `cap-${id}`;
+  return `${SANDBOX_PREFIX}${id}`;
 }
 
 export function checkSandboxName(name: string): string {
-  if (typeof name !== 'string' || !SANDBOX_NAME_RE.test(name)) {
+  if (typeof name !== 'string' || !name.startsWith(SANDBOX_PREFIX) || !SANDBOX_ID_RE.test(name.slice(SANDBOX_PREFIX.length))) {
     throw new SandboxError(
       'invalid_spec',
-      `Sandbox name ${JSON.stringify(name)} is not a sandbox resource name: expected "cap-" followed by 1-52 ASCII letters, digits, "_" or "-".`,
+      `Sandbox name ${JSON.stringify(name)} is not a sandbox resource name: expected "cap-" followed by 1-52 ASCII letters, digits, "_" or "-", not ending in "-egress".`,
     );
   }
   return name;

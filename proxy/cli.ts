@@ -73,7 +73,8 @@ async function main(): Promise<number> {
   }
 
   const nofile = openFileLimit();
-  const plan = nofile === undefined ? { maxConnections: config.limits.maxConnections, maxLookupsInFlight: MAX_LOOKUPS_IN_FLIGHT } : planDescriptors(nofile, config.limits.maxConnections);
+  // No limit to read (not Linux) or "unlimited": everything fits.
+  const plan = planDescriptors(nofile ?? Infinity, config.limits.maxConnections);
   if (plan === undefined) {
     process.stderr.write(`capybara-egress: the open-file limit is ${String(nofile)}, and the proxy needs at least ${MIN_OPEN_FILES}; raise it (docker run --ulimit nofile=N, ulimit -n N)\n`);
     return 2;

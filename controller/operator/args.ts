@@ -53,7 +53,6 @@ export function usageError(message: string): SandboxError {
   return new SandboxError('invalid_config', `${message} (see capybara-sandbox --help)`);
 }
 
-/** "90s", "10m", "2h", "1d" or a number of seconds. */
 /**
  * The socket proxy's container name. Never a `cap-` name: the socket proxy lets callers exec into
  * any `cap-` container, and an exec in the container that holds the engine socket is the engine.
@@ -63,6 +62,7 @@ function proxyName(text: string): string {
   return text;
 }
 
+/** "90s", "10m", "2h", "1d" or a number of seconds. */
 export function parseDuration(text: string, option: string): number {
   const match = /^(\d+)(s|m|h|d)?$/.exec(text);
   if (match === null) throw usageError(`${option} ${JSON.stringify(text)} is not a duration such as 30s, 10m, 2h or 0`);
