@@ -12,6 +12,7 @@ import { planSandbox } from '../../controller/sandbox-plan.js';
 import { egressContainerBody } from '../../controller/container-spec.js';
 import { checkExecOptions } from '../../controller/exec-options.js';
 import { isSandboxError } from '../../controller/errors.js';
+import { checkSandboxName } from '../../controller/names.js';
 
 const config = parseDeploymentConfig({ endpoint: 'tcp://proxy:2375', allowOpenEgress: true });
 const opts = { extraLabels: {} };
@@ -153,4 +154,10 @@ t.test('exec option refusals', async (t) => {
   for (const row of rows) refused(t, () => checkExecOptions(row.command, row.options), 'invalid_spec', row.mentions);
   const { options } = checkExecOptions('true', undefined);
   t.same([options.timeoutMs, options.tag, options.maxOutputBytes, options.env], [600_000, 'default', 1024 * 1024, {}], 'defaults');
+});
+
+t.test('a handle names a sandbox, never the egress proxy of one', async (t) => {
+  t.equal(checkSandboxName('cap-c1'), 'cap-c1');
+  t.equal(checkSandboxName('cap-c1-egressive'), 'cap-c1-egressive');
+  for (const name of ['cap-c1-egress', 'c1', 'cap-', 'cap--x', 'cap-c1.x', 'CAP-c1']) refused(t, () => checkSandboxName(name), 'invalid_spec', /not a sandbox resource name/);
 });
