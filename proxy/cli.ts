@@ -8,12 +8,11 @@
 import { readFileSync, watch, type FSWatcher } from 'node:fs';
 import path from 'node:path';
 import { ConfigError, loadPolicy, parseConfig, usage, type ProxyConfig } from './config.js';
-import { createLookup } from './dns.js';
+import { createLookup, MAX_LOOKUPS_IN_FLIGHT } from './dns.js';
 import { createLogger, type Logger } from './log.js';
 import { createEgressProxy, type EgressProxy } from './server.js';
 import { startMetricsServer } from './metrics.js';
 import { MIN_OPEN_FILES, openFilesFor, planDescriptors, softOpenFileLimit } from './fd-budget.js';
-import { MAX_LOOKUPS_IN_FLIGHT } from './dns.js';
 
 const read = (path: string): string => readFileSync(path, 'utf8');
 
