@@ -7,7 +7,7 @@
  */
 import t from 'tap';
 import { execFile } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -55,6 +55,19 @@ function bash(command: string, env: NodeJS.ProcessEnv): Promise<{ code: number; 
     });
   });
 }
+
+// `npx NAME` in a clone runs the bin from npx's cache, which links (and marks executable) only
+// on its first use for a path: once that entry exists, a fresh build's bin must be executable
+// itself. Checked before this file's first npx, which would mark it.
+t.test('the build leaves every package bin executable', { skip: existsSync(join(root, 'dist')) ? false : 'dist not built (npm run build)' }, async (t) => {
+  const { bin } = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { bin: Record<string, string> };
+  t.ok(Object.keys(bin).length >= 2, 'package.json names the bins');
+  for (const [name, path] of Object.entries(bin)) {
+    const file = join(root, path);
+    t.equal(statSync(file).mode & 0o111, 0o111, `${name}: ${path} is executable`);
+    t.match(readFileSync(file, 'utf8'), /^#!\/usr\/bin\/env (-S )?node\b/, `${name}: ${path} starts with a node shebang`);
+  }
+});
 
 t.test('the README try-it commands, as written', { skip: existsSync(join(root, 'dist/controller/operator/cli.js')) ? false : 'dist not built (npm run build)' }, async (t) => {
   const tryIt = section('Try it');
