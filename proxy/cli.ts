@@ -82,9 +82,10 @@ async function main(): Promise<number> {
   let limits = config.limits;
   if (plan.maxConnections < limits.maxConnections || plan.maxLookupsInFlight < MAX_LOOKUPS_IN_FLIGHT) {
     limits = { ...limits, maxConnections: plan.maxConnections, maxConnectionsPerClient: Math.min(limits.maxConnectionsPerClient, plan.maxConnections) };
+    const needed = openFilesFor(config.limits.maxConnections);
     log.warn(
-      { event: 'limits_lowered', openFileLimit: nofile, needed: openFilesFor(config.limits.maxConnections), maxConnections: plan.maxConnections, maxLookupsInFlight: plan.maxLookupsInFlight, configured: config.limits.maxConnections },
-      `the open-file limit holds ${plan.maxConnections} connections and ${plan.maxLookupsInFlight} DNS lookups in flight; the caps are lowered (raise the limit to ${openFilesFor(config.limits.maxConnections)} to keep them)`,
+      { event: 'limits_lowered', openFileLimit: nofile, needed, maxConnections: plan.maxConnections, maxLookupsInFlight: plan.maxLookupsInFlight, configured: config.limits.maxConnections },
+      `the open-file limit holds ${plan.maxConnections} connections and ${plan.maxLookupsInFlight} DNS lookups in flight; the caps are lowered (raise the limit to ${needed} to keep them)`,
     );
   }
   const proxy: EgressProxy = createEgressProxy({
