@@ -136,7 +136,9 @@ local function read_number(s, i)
   if v == nil then fail('body_not_json') end
   -- An integer too large for 64 bits comes back as a float: the schema's integers refuse it, as
   -- Go refuses it for an int64 field.
-  if is_int then v = math.tointeger(v) or v + 0.0 else v = v + 0.0 end
+  -- "-0" is an integer to Go's int64 and an error to its unsigned types: refused (as a float)
+  -- wherever the schema wants an integer, so that no reader sees it.
+  if is_int and not find(int_part, '^%-0$') then v = math.tointeger(v) or v + 0.0 else v = v + 0.0 end
   return v, j
 end
 
