@@ -21,6 +21,7 @@
  *   const proxy = await startSocketProxy(t, env, { sharedNetwork, volumeDrivers });   // options optional
  *                     sharedNetwork: SOCKET_PROXY_SHARED_NETWORK (default: the image's, capybara-sandbox)
  *                     volumeDrivers: SOCKET_PROXY_VOLUME_DRIVERS (default: the image's, none)
+ *                     binds: more host:container[:ro] mounts (a test's own version of a proxy file)
  *   proxy.socketPath  host path of the proxy's unix socket (talk HTTP to it, or
  *                     new Docker({ socketPath }))
  *   proxy.endpoint    the same as "unix://<path>", the controller's `endpoint` config value
@@ -132,7 +133,11 @@ function ignoreMissing(err: { statusCode?: number }): void {
 }
 
 /** Starts capybara-sandbox-proxy:latest for this test, reachable on a host unix socket. */
-export async function startSocketProxy(t: Test, env: DockerTestEnv, options: { sharedNetwork?: string; volumeDrivers?: string } = {}): Promise<SocketProxy> {
+export async function startSocketProxy(
+  t: Test,
+  env: DockerTestEnv,
+  options: { sharedNetwork?: string; volumeDrivers?: string; binds?: readonly string[] } = {},
+): Promise<SocketProxy> {
   const dir = mkdtempSync(join(tmpdir(), `cap-${env.runId}-proxy-`));
   const socketPath = join(dir, 'docker.sock');
   // Never a cap- name: the socket proxy admits exec into cap- containers, and an exec in a socket
@@ -154,7 +159,7 @@ export async function startSocketProxy(t: Test, env: DockerTestEnv, options: { s
         ...(options.volumeDrivers === undefined ? [] : [`SOCKET_PROXY_VOLUME_DRIVERS=${options.volumeDrivers}`]),
       ],
       HostConfig: {
-        Binds: [`${engineSocketPath()}:/var/run/docker.sock`, `${dir}:/run/capybara-proxy`],
+        Binds: [`${engineSocketPath()}:/var/run/docker.sock`, `${dir}:/run/capybara-proxy`, ...(options.binds ?? [])],
         NetworkMode: 'none',
         CapDrop: ['ALL'],
         SecurityOpt: ['no-new-privileges'],
