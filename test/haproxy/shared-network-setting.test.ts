@@ -5,7 +5,7 @@
  * SOCKET_PROXY_VOLUME_DRIVERS entry that is not a plain plugin name (haproxy/proxy-settings.lua).
  */
 import t from 'tap';
-import { dockerTest, SOCKET_PROXY_IMAGE } from '../support/docker.js';
+import { dockerTest, SOCKET_PROXY_IMAGE, type DockerTestEnv } from '../support/docker.js';
 
 t.test('SOCKET_PROXY_SHARED_NETWORK is required and must start with cap', async (t) => {
   const env = await dockerTest(t, [SOCKET_PROXY_IMAGE]);
@@ -17,22 +17,26 @@ t.test('SOCKET_PROXY_SHARED_NETWORK is required and must start with cap', async 
     { name: 'the default', value: 'capybara-sandbox', starts: true },
   ];
   for (const [i, row] of rows.entries()) {
-    const c = await env.docker.createContainer({
-      name: env.name(`sharednet-${i}`),
-      Image: SOCKET_PROXY_IMAGE,
-      // Only the config check: a proxy that would start exits 0 here instead of serving.
-      Cmd: ['haproxy', '-c', '-f', '/etc/haproxy/haproxy.cfg'],
-      Env: [`SOCKET_PROXY_SHARED_NETWORK=${row.value}`],
-      Labels: env.labels,
-      HostConfig: { NetworkMode: 'none', CapDrop: ['ALL'], ReadonlyRootfs: true },
-    });
-    await c.start();
-    const { StatusCode } = (await c.wait()) as { StatusCode: number };
-    const logs = (await c.logs({ stdout: true, stderr: true })).toString('utf8');
-    t.equal(StatusCode === 0, row.starts, `${row.name}: ${row.starts ? 'starts' : 'refused at start'}`);
+    const { starts, logs } = await configCheck(env, `sharednet-${i}`, [`SOCKET_PROXY_SHARED_NETWORK=${row.value}`]);
+    t.equal(starts, row.starts, `${row.name}: ${row.starts ? 'starts' : 'refused at start'}`);
     if (!row.starts) t.match(logs, /SOCKET_PROXY_SHARED_NETWORK/, `${row.name}: the message names the setting`);
   }
 });
+
+/** HAProxy's config check in the image with these variables: a proxy that would start exits 0. */
+async function configCheck(env: DockerTestEnv, name: string, vars: string[]): Promise<{ starts: boolean; logs: string }> {
+  const c = await env.docker.createContainer({
+    name: env.name(name),
+    Image: SOCKET_PROXY_IMAGE,
+    Cmd: ['haproxy', '-c', '-f', '/etc/haproxy/haproxy.cfg'],
+    Env: vars,
+    Labels: env.labels,
+    HostConfig: { NetworkMode: 'none', CapDrop: ['ALL'], ReadonlyRootfs: true },
+  });
+  await c.start();
+  const { StatusCode } = (await c.wait()) as { StatusCode: number };
+  return { starts: StatusCode === 0, logs: (await c.logs({ stdout: true, stderr: true })).toString('utf8') };
+}
 
 t.test('SOCKET_PROXY_VOLUME_DRIVERS: plugin names only, or HAProxy does not start', async (t) => {
   const env = await dockerTest(t, [SOCKET_PROXY_IMAGE]);
@@ -46,18 +50,8 @@ t.test('SOCKET_PROXY_VOLUME_DRIVERS: plugin names only, or HAProxy does not star
     { name: 'an empty name in the list', value: 'quota,,nfs', starts: false },
   ];
   for (const [i, row] of rows.entries()) {
-    const c = await env.docker.createContainer({
-      name: env.name(`drivers-${i}`),
-      Image: SOCKET_PROXY_IMAGE,
-      Cmd: ['haproxy', '-c', '-f', '/etc/haproxy/haproxy.cfg'],
-      Env: row.value === undefined ? [] : [`SOCKET_PROXY_VOLUME_DRIVERS=${row.value}`],
-      Labels: env.labels,
-      HostConfig: { NetworkMode: 'none', CapDrop: ['ALL'], ReadonlyRootfs: true },
-    });
-    await c.start();
-    const { StatusCode } = (await c.wait()) as { StatusCode: number };
-    const logs = (await c.logs({ stdout: true, stderr: true })).toString('utf8');
-    t.equal(StatusCode === 0, row.starts, `${row.name}: ${row.starts ? 'starts' : 'refused at start'}`);
+    const { starts, logs } = await configCheck(env, `drivers-${i}`, row.value === undefined ? [] : [`SOCKET_PROXY_VOLUME_DRIVERS=${row.value}`]);
+    t.equal(starts, row.starts, `${row.name}: ${row.starts ? 'starts' : 'refused at start'}`);
     if (!row.starts) t.match(logs, /SOCKET_PROXY_VOLUME_DRIVERS/, `${row.name}: the message names the setting`);
   }
 });
