@@ -90,6 +90,16 @@ t.test('the same entry twice with different tunnel modes is refused', async (t) 
   if (!built.ok) t.match(built.problems[0], { path: 'allowHosts[1]', message: /listed again with tunnel tls/ });
 });
 
+t.test('a wildcard over a private-section public suffix is a load error naming the entry, the suffix and the fix', async (t) => {
+  const built = buildPolicy({ allowHosts: ['good.example', '*.example.github.io', '*.github.io', { host: '*.s3.amazonaws.com', tunnel: 'opaque' }] });
+  t.equal(built.ok, false);
+  if (!built.ok) {
+    t.same(built.problems.map((p) => p.path), ['allowHosts[2]', 'allowHosts[3]']);
+    t.match(built.problems[0]?.message, /^"\*\.github\.io": "github\.io" is a public suffix \(Public Suffix List, private section.*list the exact host names instead \("example\.github\.io"\)/);
+    t.match(built.problems[1]?.message, /^"\*\.s3\.amazonaws\.com": "s3\.amazonaws\.com" is a public suffix/);
+  }
+});
+
 t.test('a wildcard over a public suffix is a load error naming the entry', async (t) => {
   const built = buildPolicy({ allowHosts: ['good.example', '*.com', '*.co.uk'] });
   t.equal(built.ok, false);
