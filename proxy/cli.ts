@@ -5,14 +5,14 @@
  * file, re-reads the policy: a valid one applies to new requests, an invalid one is logged and the
  * old policy stays.
  */
-import { readFileSync, watch, type FSWatcher } from 'node:fs';
-import path from 'node:path';
+import { readFileSync } from 'node:fs';
 import { ConfigError, loadPolicy, parseConfig, usage, type ProxyConfig } from './config.js';
 import { createLookup, MAX_LOOKUPS_IN_FLIGHT } from './dns.js';
-import { createLogger, type Logger } from './log.js';
+import { createLogger } from './log.js';
 import { createEgressProxy, type EgressProxy } from './server.js';
 import { startMetricsServer } from './metrics.js';
 import { MIN_OPEN_FILES, openFilesFor, planDescriptors, softOpenFileLimit } from './fd-budget.js';
+import { watchPolicyFile } from './policy-watch.js';
 
 const read = (path: string): string => readFileSync(path, 'utf8');
 
@@ -21,28 +21,6 @@ function openFileLimit(): number | undefined {
   try {
     return softOpenFileLimit(read('/proc/self/limits'));
   } catch {
-    return undefined;
-  }
-}
-
-function watchPolicy(config: ProxyConfig, log: Logger, reload: (why: string) => void): FSWatcher | undefined {
-  if (config.policySource.kind !== 'file') return undefined;
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    // Editors and config managers replace the file by rename, which a watch on the file itself
-    // stops seeing after the first time: watch its directory and pick out the file's name.
-    // A Kubernetes ConfigMap volume changes no file name at all: it swaps the `..data` symlink
-    // that the file name points through, so a change of a `..` entry counts too.
-    const file = path.resolve(config.policySource.path);
-    const watcher = watch(path.dirname(file), { persistent: false }, (_event, name) => {
-      if (name !== null && name !== path.basename(file) && !name.startsWith('..')) return;
-      clearTimeout(timer);
-      timer = setTimeout(() => reload('file changed'), 200);
-    });
-    watcher.on('error', (err) => log.warn({ err }, 'policy file watch stopped; SIGHUP still reloads'));
-    return watcher;
-  } catch (err) {
-    log.warn({ err }, 'cannot watch the policy file; SIGHUP still reloads');
     return undefined;
   }
 }
@@ -118,7 +96,7 @@ async function main(): Promise<number> {
     await Promise.all([proxy.close(), metrics?.close()]);
     return 2;
   }
-  const watcher = watchPolicy(config, log, reload);
+  const watcher = config.policySource.kind === 'file' ? watchPolicyFile(config.policySource.path, log, reload) : undefined;
   log.info({ event: 'listening', address: `${address.address}:${address.port}`, allowHosts: policy.allowHosts.length, metrics: metrics?.address }, 'egress proxy listening');
 
   await new Promise<void>((resolve) => {
