@@ -13,8 +13,13 @@ import { createEgressProxy, type EgressProxy } from './server.js';
 import { startMetricsServer } from './metrics.js';
 import { MIN_OPEN_FILES, openFilesFor, planDescriptors, softOpenFileLimit } from './fd-budget.js';
 import { watchPolicyFile } from './policy-watch.js';
+import { installProcessEnd } from './exit.js';
 
 const read = (path: string): string => readFileSync(path, 'utf8');
+
+// Every end of the process goes through here: uncaught exceptions included, and once the logger
+// exists, after its lines are written (exit.ts).
+const end = installProcessEnd();
 
 /** This process's soft open-file limit, where Linux tells it. */
 function openFileLimit(): number | undefined {
@@ -57,6 +62,11 @@ async function main(): Promise<number> {
     return 2;
   }
   const log = createLogger(config.logLevel);
+  // What a fatal error closes at once: nothing may go on serving after it.
+  const serving: { close(): Promise<void> }[] = [];
+  end.useLog(log, () => {
+    for (const s of serving) void s.close();
+  });
   let limits = config.limits;
   if (plan.maxConnections < limits.maxConnections || plan.maxLookupsInFlight < MAX_LOOKUPS_IN_FLIGHT) {
     limits = { ...limits, maxConnections: plan.maxConnections, maxConnectionsPerClient: Math.min(limits.maxConnectionsPerClient, plan.maxConnections) };
@@ -72,6 +82,7 @@ async function main(): Promise<number> {
     logger: log,
     limits,
   });
+  serving.push(proxy);
   const cfg = config;
   const reload = (why: string): void => {
     try {
@@ -90,6 +101,7 @@ async function main(): Promise<number> {
   let address;
   try {
     metrics = config.metricsListen ? await startMetricsServer(config.metricsListen, proxy.metrics) : undefined;
+    if (metrics) serving.push(metrics);
     address = await proxy.listen(config.listen.host, config.listen.port);
   } catch (err) {
     process.stderr.write(`capybara-egress: cannot listen: ${(err as Error).message}\n`);
@@ -109,17 +121,12 @@ async function main(): Promise<number> {
   });
   watcher?.close();
   await Promise.all([proxy.close(), metrics?.close()]);
-  log.flush();
   return 0;
 }
 
 main().then(
-  (code) => {
-    process.exitCode = code;
-  },
-  (err: unknown) => {
-    process.stderr.write(`capybara-egress: fatal: ${(err as Error).stack ?? String(err)}\n`);
-    // Nothing may go on serving after a fatal error (a listener already open would).
-    process.exit(1);
-  },
+  (code) => end.exit(code),
+  // Nothing may go on serving after a fatal error (a listener already open would): end.fatal
+  // closes the listeners, then exits.
+  (err: unknown) => end.fatal(err),
 );
