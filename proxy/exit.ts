@@ -37,6 +37,7 @@ export function installProcessEnd(): ProcessEnd {
   let stopServing: () => void = () => undefined;
   /** Set once the end has begun; a later failure can only make it worse (1), never better. */
   let code: number | undefined;
+  let reported = false;
 
   const finish = (exitCode: number): void => {
     if (code !== undefined) {
@@ -70,6 +71,14 @@ export function installProcessEnd(): ProcessEnd {
     },
     exit: finish,
     fatal(err) {
+      // One report: a second failure while ending is most likely a consequence of the first (a
+      // stderr that is gone fails every write, which would come back here), and only its
+      // status counts.
+      if (reported) {
+        finish(1);
+        return;
+      }
+      reported = true;
       const text = err instanceof Error ? (err.stack ?? err.message) : String(err);
       process.stderr.write(`capybara-egress: fatal: ${text}\n`);
       if (log === undefined) {
@@ -80,7 +89,7 @@ export function installProcessEnd(): ProcessEnd {
         // error(), not fatal(): pino's fatal() writes synchronously, which blocks for good on a
         // pipe nobody reads; the bounded flush writes this line too.
         log.error({ event: 'fatal', err: text }, 'fatal error; the egress proxy stops');
-        if (code === undefined) stopServing();
+        stopServing();
       } catch {
         // Best effort: the exit below happens whatever failed here.
       }
