@@ -3,19 +3,19 @@
  * lifecycle, commands and file operations into a `sandbox@1` provider.
  */
 import pino, { type Logger } from 'pino';
-import type { SandboxHandle, SandboxProvider } from './contract.js';
-import { parseDeploymentConfig, type DeploymentConfigInput } from './config.js';
-import { DockerEngine, engineStatus } from './engine.js';
-import { SandboxError } from './errors.js';
-import { checkSandboxName, namesFor, persistentWorkspaceVolume } from './names.js';
-import { planSandbox } from './sandbox-plan.js';
-import { SandboxLifecycle } from './lifecycle.js';
-import { SandboxRecovery } from './recovery.js';
-import { SandboxLanes } from './sandbox-lanes.js';
-import { CommandRunner, type WithRunning } from './commands.js';
-import { FileOps } from './files.js';
-import { requirePrintableAscii } from './ascii-body.js';
-import { readEgressUsage, type EgressUsage } from './egress-usage.js';
+import type { SandboxHandle, SandboxProvider } from './spec/contract.js';
+import { parseDeploymentConfig, type DeploymentConfigInput } from './spec/config.js';
+import { DockerEngine, engineStatus } from './docker/engine.js';
+import { SandboxError } from './spec/errors.js';
+import { checkSandboxName, namesFor, persistentWorkspaceVolume } from './spec/names.js';
+import { planSandbox } from './spec/sandbox-plan.js';
+import { SandboxLifecycle } from './sandbox/lifecycle.js';
+import { SandboxRecovery } from './sandbox/recovery.js';
+import { SandboxLanes } from './sandbox/sandbox-lanes.js';
+import { CommandRunner, type WithRunning } from './exec/commands.js';
+import { FileOps } from './exec/files.js';
+import { requirePrintableAscii } from './spec/ascii-body.js';
+import { readEgressUsage, type EgressUsage } from './sandbox/egress-usage.js';
 
 /** The `sandbox@1` provider plus what only this Docker implementation can tell. */
 export interface DockerSandboxProvider extends SandboxProvider {

@@ -17,8 +17,8 @@ import {
   wrapperCmd,
   writeFileCmd,
   FILE_EXIT,
-} from '../../controller/exec-script.js';
-import { isSandboxError } from '../../controller/errors.js';
+} from '../../controller/exec/exec-script.js';
+import { isSandboxError } from '../../controller/spec/errors.js';
 
 // These run the scripts with the host's bash and coreutils (no Docker): the same programs the
 // sandbox image ships.

@@ -3,9 +3,9 @@
  * of its own container only (the sandbox cannot read or reset them); the controller reads them
  * with an exec in that container, through the socket proxy like every other call.
  */
-import { EGRESS_METRICS, EGRESS_METRICS_PATH, EGRESS_METRICS_PORT } from '../common/index.js';
-import type { DockerEngine } from './engine.js';
-import { SandboxError } from './errors.js';
+import { EGRESS_METRICS, EGRESS_METRICS_PATH, EGRESS_METRICS_PORT } from '../../common/index.js';
+import type { DockerEngine } from '../docker/engine.js';
+import { SandboxError } from '../spec/errors.js';
 
 export interface EgressUsage {
   /** Bytes from the sandbox to the outside (tunnels and plain HTTP). */

@@ -5,13 +5,13 @@
  * into a paused container: on Docker 20.10 with cgroup v1 such an exec can hang holding the
  * container lock (which then blocks inspect, unpause and remove too).
  */
-import { decodeAllowHosts } from '../common/index.js';
-import type { ContainerView } from './engine.js';
-import { engineStatus } from './engine.js';
-import { SandboxError } from './errors.js';
-import { LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_NAME, namesFor } from './names.js';
-import { sandboxBodyFromInspect, type EgressPlan } from './container-spec.js';
-import { internalNetworkBody } from './network-spec.js';
+import { decodeAllowHosts } from '../../common/index.js';
+import type { ContainerView } from '../docker/engine.js';
+import { engineStatus } from '../docker/engine.js';
+import { SandboxError } from '../spec/errors.js';
+import { LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_NAME, namesFor } from '../spec/names.js';
+import { sandboxBodyFromInspect, type EgressPlan } from '../docker/container-spec.js';
+import { internalNetworkBody } from '../docker/network-spec.js';
 import { createEgress, ensureSharedNetwork, ignoreConflict, waitForEgress, type BuildDeps } from './build-steps.js';
 import type { SandboxLanes } from './sandbox-lanes.js';
 

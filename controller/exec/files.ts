@@ -6,12 +6,12 @@
  * root-only mount.
  */
 import { posix } from 'node:path';
-import type { FileStat } from './contract.js';
-import type { DockerEngine } from './engine.js';
-import { SandboxError } from './errors.js';
+import type { FileStat } from '../spec/contract.js';
+import type { DockerEngine } from '../docker/engine.js';
+import { SandboxError } from '../spec/errors.js';
 import { FILE_EXIT, ROOT_USER, SANDBOX_USER, readFileCmd, statCmd, writeFileCmd } from './exec-script.js';
 import { startFailure } from './sandbox-full.js';
-import { SKILLS_WRITABLE_ROOT } from './container-spec.js';
+import { SKILLS_WRITABLE_ROOT } from '../docker/container-spec.js';
 import { OutputCapture } from './output-capture.js';
 import type { CommandRunner, WithRunning } from './commands.js';
 

@@ -3,7 +3,7 @@
  * `SandboxError` with a stable `code` from one catalog, so callers (and tests) branch on
  * the code and people read the message. Messages say what to do next.
  */
-import { CodedError } from '../common/index.js';
+import { CodedError } from '../../common/index.js';
 
 /** One entry per failure class; the key is the code. */
 export const sandboxErrorCodes = {

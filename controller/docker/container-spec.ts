@@ -3,10 +3,10 @@
  * here is a security decision; the comments say which attack each one stops. The socket proxy
  * re-checks the dangerous ones, so these bodies stay minimal.
  */
-import { EGRESS_ENV, EGRESS_METRICS_PORT, EGRESS_PROXY_PORT, encodeAllowHosts } from '../common/index.js';
-import type { SandboxPlan } from './sandbox-plan.js';
-import { PIDS_LIMIT } from './limits.js';
-import { requirePrintableAscii } from './ascii-body.js';
+import { EGRESS_ENV, EGRESS_METRICS_PORT, EGRESS_PROXY_PORT, encodeAllowHosts } from '../../common/index.js';
+import type { SandboxPlan } from '../spec/sandbox-plan.js';
+import { PIDS_LIMIT } from '../spec/limits.js';
+import { requirePrintableAscii } from '../spec/ascii-body.js';
 
 /** Where the skills volume is writable, under a root-only (0700) directory. */
 export const SKILLS_WRITABLE_ROOT = '/opt/capybara/skills';

@@ -7,10 +7,10 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
-import type { ExecResult } from './contract.js';
-import type { DockerEngine, ExecRun } from './engine.js';
-import { SandboxError } from './errors.js';
-import { checkExecOptions, type CheckedExecOptions } from './exec-options.js';
+import type { ExecResult } from '../spec/contract.js';
+import type { DockerEngine, ExecRun } from '../docker/engine.js';
+import { SandboxError } from '../spec/errors.js';
+import { checkExecOptions, type CheckedExecOptions } from '../spec/exec-options.js';
 import {
   BACKSTOP_GRACE_SECONDS,
   KILL_OK_MARKER,

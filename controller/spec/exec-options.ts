@@ -9,7 +9,7 @@ import { envNameSchema } from './env-name.js';
 import { SandboxError } from './errors.js';
 import { describeIssues } from './input-issues.js';
 import { SANDBOX_TAG_RE } from './names.js';
-import { DEFAULT_MAX_OUTPUT_BYTES } from './output-capture.js';
+import { DEFAULT_MAX_OUTPUT_BYTES } from '../exec/output-capture.js';
 
 const DEFAULT_EXEC_TIMEOUT_MS = 10 * 60_000;
 const DEFAULT_TAG = 'default';

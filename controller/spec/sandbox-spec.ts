@@ -5,7 +5,7 @@
  * allowlist entries the egress proxy would refuse); sandbox-plan.ts then applies the deployment.
  */
 import { z } from 'zod';
-import { parseHostPattern } from '../policy/index.js';
+import { parseHostPattern } from '../../policy/index.js';
 import { containerEnvNameSchema } from './env-name.js';
 import { SandboxError } from './errors.js';
 import { describeIssues } from './input-issues.js';

@@ -4,7 +4,7 @@
  * refused here (the spec by its schema, then what depends on the deployment), before any engine
  * call.
  */
-import { EGRESS_PROXY_PORT, encodeAllowHosts } from '../common/index.js';
+import { EGRESS_PROXY_PORT, encodeAllowHosts } from '../../common/index.js';
 import type { DeploymentConfig } from './config.js';
 import { requirePrintableAscii } from './ascii-body.js';
 import { SandboxError } from './errors.js';

@@ -6,14 +6,14 @@
  * command can use it).
  */
 import type { Logger } from 'pino';
-import { EGRESS_HEALTH_PATH, EGRESS_PROXY_PORT } from '../common/index.js';
-import type { DeploymentConfig } from './config.js';
-import { egressContainerBody, type EgressPlan } from './container-spec.js';
-import { engineStatus, type DockerEngine } from './engine.js';
-import { SandboxError } from './errors.js';
-import { SANDBOX_USER } from './exec-script.js';
-import type { SandboxNames } from './names.js';
-import { sharedNetworkBody } from './network-spec.js';
+import { EGRESS_HEALTH_PATH, EGRESS_PROXY_PORT } from '../../common/index.js';
+import type { DeploymentConfig } from '../spec/config.js';
+import { egressContainerBody, type EgressPlan } from '../docker/container-spec.js';
+import { engineStatus, type DockerEngine } from '../docker/engine.js';
+import { SandboxError } from '../spec/errors.js';
+import { SANDBOX_USER } from '../exec/exec-script.js';
+import type { SandboxNames } from '../spec/names.js';
+import { sharedNetworkBody } from '../docker/network-spec.js';
 
 const EGRESS_READY_TIMEOUT_MS = 15_000;
 /** Between health attempts: the proxy is usually up within a second of its start. */
