@@ -3,19 +3,21 @@
  * lifecycle, commands and file operations into a `sandbox@1` provider.
  */
 import pino, { type Logger } from 'pino';
-import type { SandboxHandle, SandboxProvider } from './spec/contract.js';
-import { parseDeploymentConfig, type DeploymentConfigInput } from './spec/config.js';
-import { DockerEngine, engineStatus } from './docker/engine.js';
-import { SandboxError } from './spec/errors.js';
-import { checkSandboxName, namesFor, persistentWorkspaceVolume } from './spec/names.js';
-import { planSandbox } from './spec/sandbox-plan.js';
-import { SandboxLifecycle } from './sandbox/lifecycle.js';
-import { SandboxRecovery } from './sandbox/recovery.js';
-import { SandboxLanes } from './sandbox/sandbox-lanes.js';
-import { CommandRunner, type WithRunning } from './exec/commands.js';
-import { FileOps } from './exec/files.js';
-import { requirePrintableAscii } from './spec/ascii-body.js';
-import { readEgressUsage, type EgressUsage } from './sandbox/egress-usage.js';
+import {
+  type SandboxHandle,
+  type SandboxProvider,
+  parseDeploymentConfig,
+  type DeploymentConfigInput,
+  SandboxError,
+  checkSandboxName,
+  namesFor,
+  persistentWorkspaceVolume,
+  planSandbox,
+  requirePrintableAscii,
+} from './spec/index.js';
+import { DockerEngine, engineStatus } from './docker/index.js';
+import { SandboxLifecycle, SandboxRecovery, SandboxLanes, readEgressUsage, type EgressUsage } from './sandbox/index.js';
+import { CommandRunner, type WithRunning, FileOps } from './exec/index.js';
 
 /** The `sandbox@1` provider plus what only this Docker implementation can tell. */
 export interface DockerSandboxProvider extends SandboxProvider {

@@ -4,9 +4,7 @@
  * re-checks the dangerous ones, so these bodies stay minimal.
  */
 import { EGRESS_ENV, EGRESS_METRICS_PORT, EGRESS_PROXY_PORT, encodeAllowHosts } from '../../common/index.js';
-import type { SandboxPlan } from '../spec/sandbox-plan.js';
-import { PIDS_LIMIT } from '../spec/limits.js';
-import { requirePrintableAscii } from '../spec/ascii-body.js';
+import { type SandboxPlan, PIDS_LIMIT, requirePrintableAscii } from '../spec/index.js';
 
 /** Where the skills volume is writable, under a root-only (0700) directory. */
 export const SKILLS_WRITABLE_ROOT = '/opt/capybara/skills';

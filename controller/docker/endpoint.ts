@@ -5,7 +5,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { SandboxError } from '../spec/errors.js';
+import { SandboxError } from '../spec/index.js';
 
 export type EndpointAddress =
   | { readonly kind: 'unix'; readonly socketPath: string }

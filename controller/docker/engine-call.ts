@@ -6,9 +6,8 @@
  */
 import Docker from 'dockerode';
 import type { Logger } from 'pino';
-import { SandboxError } from '../spec/errors.js';
+import { SandboxError, serialiseAsciiBody } from '../spec/index.js';
 import { modemOptions } from './endpoint.js';
-import { serialiseAsciiBody } from '../spec/ascii-body.js';
 import { tlsFailure, type TlsContext } from './tls-failure.js';
 
 const DEFAULT_CALL_TIMEOUT_MS = 30_000;

@@ -3,7 +3,7 @@
  * streams stdin over the hijacked connection (never in a request body) and reads the exit code.
  */
 import type { Duplex } from 'node:stream';
-import { SandboxError } from '../spec/errors.js';
+import { SandboxError } from '../spec/index.js';
 import type { EngineCaller } from './engine-call.js';
 import { StreamDemux } from './stream-demux.js';
 

@@ -2,7 +2,7 @@
  * Listing by label, for the operator CLI only: the socket proxy refuses these calls by design
  * (403), so they work only against the engine itself. Always filtered by labels (all must match).
  */
-import { SandboxError } from '../spec/errors.js';
+import { SandboxError } from '../spec/index.js';
 import type { EngineCaller } from './engine-call.js';
 
 export interface ContainerSummary {

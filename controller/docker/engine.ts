@@ -5,7 +5,7 @@
  * so that callers hold one engine object. Containers are always addressed by name.
  */
 import type { Readable } from 'node:stream';
-import { SandboxError } from '../spec/errors.js';
+import { SandboxError } from '../spec/index.js';
 import { EngineCaller, type EngineOptions } from './engine-call.js';
 import { startExec, type ExecRequest, type ExecRun } from './engine-exec.js';
 import { listContainers, listNetworks, listVolumes, type ContainerSummary, type ResourceSummary } from './engine-listing.js';

@@ -3,7 +3,7 @@
  * with inter-container traffic off; each sandbox's own network is internal (no route out) and
  * its bridge gets no host address, so nothing on it can reach services listening on the host.
  */
-import { LABEL_SANDBOX } from '../spec/names.js';
+import { LABEL_SANDBOX } from '../spec/index.js';
 
 export interface NetworkCreateBody {
   Name: string;

@@ -9,7 +9,7 @@ import { X509Certificate, createPrivateKey } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { connect } from 'node:tls';
-import { SandboxError } from '../spec/errors.js';
+import { SandboxError } from '../spec/index.js';
 import { parseEndpoint } from './endpoint.js';
 
 const TLS_PROBE_TIMEOUT_MS = 3_000;

@@ -7,10 +7,8 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
-import type { ExecResult } from '../spec/contract.js';
-import type { DockerEngine, ExecRun } from '../docker/engine.js';
-import { SandboxError } from '../spec/errors.js';
-import { checkExecOptions, type CheckedExecOptions } from '../spec/exec-options.js';
+import { type ExecResult, SandboxError, checkExecOptions, type CheckedExecOptions } from '../spec/index.js';
+import type { DockerEngine, ExecRun } from '../docker/index.js';
 import {
   BACKSTOP_GRACE_SECONDS,
   KILL_OK_MARKER,

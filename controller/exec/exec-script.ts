@@ -9,7 +9,7 @@
  * when a fork bomb has used up the pids limit). `timeout -s KILL` inside the sandbox is the
  * backstop when the controller that started the command is gone.
  */
-import { checkTag } from '../spec/names.js';
+import { checkTag } from '../spec/index.js';
 
 export const SANDBOX_USER = '1000:1000';
 export const ROOT_USER = '0:0';

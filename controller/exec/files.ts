@@ -6,12 +6,10 @@
  * root-only mount.
  */
 import { posix } from 'node:path';
-import type { FileStat } from '../spec/contract.js';
-import type { DockerEngine } from '../docker/engine.js';
-import { SandboxError } from '../spec/errors.js';
+import { type FileStat, SandboxError } from '../spec/index.js';
+import { type DockerEngine, SKILLS_WRITABLE_ROOT } from '../docker/index.js';
 import { FILE_EXIT, ROOT_USER, SANDBOX_USER, readFileCmd, statCmd, writeFileCmd } from './exec-script.js';
 import { startFailure } from './sandbox-full.js';
-import { SKILLS_WRITABLE_ROOT } from '../docker/container-spec.js';
 import { OutputCapture } from './output-capture.js';
 import type { CommandRunner, WithRunning } from './commands.js';
 

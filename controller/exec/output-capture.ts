@@ -4,8 +4,6 @@
  * UTF-8 character so the text never ends in a broken sequence.
  */
 
-export const DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024;
-
 /** Length of the longest prefix of `buf` that does not end inside a UTF-8 sequence. */
 export function utf8SafeLength(buf: Uint8Array): number {
   const end = buf.length;

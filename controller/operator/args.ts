@@ -5,7 +5,7 @@
  * command that does not use it is an error too, so a mistyped command line never half-works.
  */
 import { parseArgs } from 'node:util';
-import { SandboxError } from '../spec/errors.js';
+import { SandboxError } from '../spec/index.js';
 import { DEFAULT_SANDBOX_IMAGE, parseSandboxOptions, sandboxName, type SandboxOptions } from './sandbox-options.js';
 
 export const OPERATOR_COMMANDS = ['up', 'down', 'create', 'run', 'ls', 'inspect', 'exec', 'destroy', 'gc', 'doctor'] as const;

@@ -9,12 +9,8 @@ import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import type { DeploymentConfig } from '../spec/config.js';
-import type { SandboxHandle, SandboxProvider } from '../spec/contract.js';
-import type { DockerEngine } from '../docker/engine.js';
-import { engineStatus } from '../docker/engine.js';
-import { parseEndpoint } from '../docker/endpoint.js';
-import { isSandboxError } from '../spec/errors.js';
+import { type DeploymentConfig, type SandboxHandle, type SandboxProvider, isSandboxError } from '../spec/index.js';
+import { type DockerEngine, engineStatus, parseEndpoint } from '../docker/index.js';
 import { ISOLATION_PROBE, probeCommand, readProbeOutput } from './isolation-probe.js';
 
 export const DOCTOR_CHECKS = {

@@ -3,10 +3,8 @@
  * dev.capybara.sandbox=1, and the per-sandbox rows `ls` shows. Listing is refused by the
  * socket proxy on purpose, so a 403 becomes an error that says which endpoint to use instead.
  */
-import type { ContainerSummary, DockerEngine, ResourceSummary } from '../docker/engine.js';
-import { engineStatus } from '../docker/engine.js';
-import { SandboxError } from '../spec/errors.js';
-import { LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_NAME, LABEL_SANDBOX, namesFor } from '../spec/names.js';
+import { type ContainerSummary, type DockerEngine, type ResourceSummary, engineStatus } from '../docker/index.js';
+import { SandboxError, LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_NAME, LABEL_SANDBOX, namesFor } from '../spec/index.js';
 import { decodeAllowHosts } from '../../common/index.js';
 
 export interface Inventory {

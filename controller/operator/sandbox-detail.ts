@@ -2,9 +2,8 @@
  * `inspect NAME`: one sandbox as the controller sees it, read with per-name calls only, so it
  * works through the socket proxy too.
  */
-import type { DockerEngine } from '../docker/engine.js';
-import { SandboxError } from '../spec/errors.js';
-import { LABEL_ALLOW_HOSTS, LABEL_EGRESS, checkSandboxName, namesFor } from '../spec/names.js';
+import type { DockerEngine } from '../docker/index.js';
+import { SandboxError, LABEL_ALLOW_HOSTS, LABEL_EGRESS, checkSandboxName, namesFor } from '../spec/index.js';
 import { decodeAllowHosts } from '../../common/index.js';
 
 export interface SandboxDetail {

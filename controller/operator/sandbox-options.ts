@@ -4,9 +4,7 @@
  * that already exists. Pure: the spec is checked again by the controller, which refuses what
  * it cannot enforce; here the command line is refused early with the option's own name.
  */
-import type { EgressTier, SandboxSpec } from '../spec/contract.js';
-import { SandboxError } from '../spec/errors.js';
-import { checkSandboxName, persistentWorkspaceVolume } from '../spec/names.js';
+import { type EgressTier, type SandboxSpec, SandboxError, checkSandboxName, persistentWorkspaceVolume } from '../spec/index.js';
 import type { SandboxDetail } from './sandbox-detail.js';
 
 const EGRESS_TIERS: readonly EgressTier[] = ['none', 'internal', 'allowlist', 'open'];

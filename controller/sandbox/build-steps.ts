@@ -7,13 +7,9 @@
  */
 import type { Logger } from 'pino';
 import { EGRESS_HEALTH_PATH, EGRESS_PROXY_PORT } from '../../common/index.js';
-import type { DeploymentConfig } from '../spec/config.js';
-import { egressContainerBody, type EgressPlan } from '../docker/container-spec.js';
-import { engineStatus, type DockerEngine } from '../docker/engine.js';
-import { SandboxError } from '../spec/errors.js';
-import { SANDBOX_USER } from '../exec/exec-script.js';
-import type { SandboxNames } from '../spec/names.js';
-import { sharedNetworkBody } from '../docker/network-spec.js';
+import { type DeploymentConfig, SandboxError, type SandboxNames } from '../spec/index.js';
+import { egressContainerBody, type EgressPlan, engineStatus, type DockerEngine, sharedNetworkBody } from '../docker/index.js';
+import { SANDBOX_USER } from '../exec/index.js';
 
 const EGRESS_READY_TIMEOUT_MS = 15_000;
 /** Between health attempts: the proxy is usually up within a second of its start. */

@@ -4,8 +4,8 @@
  * with an exec in that container, through the socket proxy like every other call.
  */
 import { EGRESS_METRICS, EGRESS_METRICS_PATH, EGRESS_METRICS_PORT } from '../../common/index.js';
-import type { DockerEngine } from '../docker/engine.js';
-import { SandboxError } from '../spec/errors.js';
+import type { DockerEngine } from '../docker/index.js';
+import { SandboxError } from '../spec/index.js';
 
 export interface EgressUsage {
   /** Bytes from the sandbox to the outside (tunnels and plain HTTP). */

@@ -2,13 +2,8 @@
  * Creating, suspending and removing the Docker objects of one sandbox. Bringing a stopped,
  * paused or partly removed sandbox back is recovery.ts; the steps both share are build-steps.ts.
  */
-import { engineStatus } from '../docker/engine.js';
-import { SandboxError } from '../spec/errors.js';
-import { namesFor, type SandboxNames } from '../spec/names.js';
-import type { SandboxPlan } from '../spec/sandbox-plan.js';
-import { sandboxContainerBody } from '../docker/container-spec.js';
-import { internalNetworkBody } from '../docker/network-spec.js';
-import { volumeBody } from '../docker/volume-spec.js';
+import { engineStatus, sandboxContainerBody, internalNetworkBody, volumeBody } from '../docker/index.js';
+import { SandboxError, namesFor, type SandboxNames, type SandboxPlan } from '../spec/index.js';
 import { createContainerPullingOnce, createEgress, ensureSharedNetwork, waitForEgress, type BuildDeps } from './build-steps.js';
 import { StepGroup } from './step-group.js';
 

@@ -6,12 +6,8 @@
  * container lock (which then blocks inspect, unpause and remove too).
  */
 import { decodeAllowHosts } from '../../common/index.js';
-import type { ContainerView } from '../docker/engine.js';
-import { engineStatus } from '../docker/engine.js';
-import { SandboxError } from '../spec/errors.js';
-import { LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_NAME, namesFor } from '../spec/names.js';
-import { sandboxBodyFromInspect, type EgressPlan } from '../docker/container-spec.js';
-import { internalNetworkBody } from '../docker/network-spec.js';
+import { type ContainerView, engineStatus, sandboxBodyFromInspect, type EgressPlan, internalNetworkBody } from '../docker/index.js';
+import { SandboxError, LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_NAME, namesFor } from '../spec/index.js';
 import { createEgress, ensureSharedNetwork, ignoreConflict, waitForEgress, type BuildDeps } from './build-steps.js';
 import type { SandboxLanes } from './sandbox-lanes.js';
 

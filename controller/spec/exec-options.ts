@@ -9,10 +9,11 @@ import { envNameSchema } from './env-name.js';
 import { SandboxError } from './errors.js';
 import { describeIssues } from './input-issues.js';
 import { SANDBOX_TAG_RE } from './names.js';
-import { DEFAULT_MAX_OUTPUT_BYTES } from '../exec/output-capture.js';
 
 const DEFAULT_EXEC_TIMEOUT_MS = 10 * 60_000;
 const DEFAULT_TAG = 'default';
+/** Per output stream, when the caller names no cap (exec/output-capture.ts keeps that many bytes). */
+const DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024;
 
 const noNul = z.string().refine((s) => !s.includes('\0'), 'contains a NUL character, which bash cannot carry');
 
