@@ -88,7 +88,7 @@ t.test('rooms import each other through index.ts, one way, and nothing imports b
       }
       if (target !== `controller/${to}/index.ts`) problems.push(`${file} imports ${target}, not ${to}/index.ts`);
       if (to === 'operator') problems.push(`${file} imports the operator CLI`);
-      else if (from !== 'top' && from !== 'operator' && !(ROOM_USES[from] as readonly string[]).includes(to)) {
+      else if (from !== undefined && from !== 'top' && from !== 'operator' && !(ROOM_USES[from] as readonly string[]).includes(to)) {
         problems.push(`${file} (${from}/) imports ${to}/, which ${from}/ may not use`);
       }
     }
