@@ -4,7 +4,7 @@
  * re-checks the dangerous ones, so these bodies stay minimal.
  */
 import { EGRESS_ENV, EGRESS_METRICS_PORT, EGRESS_PROXY_PORT, encodeAllowHosts } from '../../common/index.js';
-import { type SandboxPlan, PIDS_LIMIT, requirePrintableAscii } from '../spec/index.js';
+import { type SandboxPlan, PIDS_LIMIT, TIERS, requirePrintableAscii } from '../spec/index.js';
 
 /** Where the skills volume is writable, under a root-only (0700) directory. */
 export const SKILLS_WRITABLE_ROOT = '/opt/capybara/skills';
@@ -32,13 +32,12 @@ export interface ContainerCreateBody {
 }
 
 function sandboxNetworkMode(plan: Pick<SandboxPlan, 'tier' | 'names' | 'sharedNetwork'>): string {
-  switch (plan.tier) {
+  switch (TIERS[plan.tier].sandboxNetwork) {
     case 'none':
       return 'none';
-    case 'open':
+    case 'shared':
       return plan.sharedNetwork;
     case 'internal':
-    case 'allowlist':
       return plan.names.network;
   }
 }

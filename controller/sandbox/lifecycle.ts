@@ -3,7 +3,7 @@
  * paused or partly removed sandbox back is recovery.ts; the steps both share are build-steps.ts.
  */
 import { engineStatus, sandboxContainerBody, internalNetworkBody, volumeBody } from '../docker/index.js';
-import { SandboxError, namesFor, type SandboxNames, type SandboxPlan } from '../spec/index.js';
+import { SandboxError, TIERS, namesFor, usesSharedNetwork, type SandboxNames, type SandboxPlan } from '../spec/index.js';
 import { createContainerPullingOnce, createEgress, ensureSharedNetwork, waitForEgress, type BuildDeps } from './build-steps.js';
 import { StepGroup } from './step-group.js';
 
@@ -15,16 +15,17 @@ export class SandboxLifecycle {
   async create(plan: SandboxPlan): Promise<void> {
     const { engine } = this.deps;
     const { names, tier } = plan;
+    const meaning = TIERS[tier];
     // A stale instance (the host may have died before recording the handle) is replaced.
     await this.destroy(names.name);
     const steps = new StepGroup();
     try {
       // Create-to-ready is what a conversation waits for: every step starts as soon as what it
       // needs exists (step-group.ts keeps a failure from leaving anything behind).
-      const shared = tier === 'allowlist' || tier === 'open' ? steps.run(() => ensureSharedNetwork(this.deps)) : undefined;
-      const internal = tier === 'allowlist' || tier === 'internal' ? steps.run(() => this.createInternalNetwork(names, plan.labels)) : undefined;
+      const shared = usesSharedNetwork(meaning) ? steps.run(() => ensureSharedNetwork(this.deps)) : undefined;
+      const internal = meaning.sandboxNetwork === 'internal' ? steps.run(() => this.createInternalNetwork(names, plan.labels)) : undefined;
       const volumes = steps.run(() => this.createVolumes(plan));
-      if (tier === 'allowlist') {
+      if (meaning.egressProxy) {
         steps.run(async () => {
           await shared;
           steps.proceed();
@@ -34,7 +35,7 @@ export class SandboxLifecycle {
       steps.run(async () => {
         // The sandbox's own network must exist before its create names it, and its volumes
         // too: a create would otherwise make them, unlabelled.
-        await Promise.all([tier === 'open' ? shared : internal, volumes]);
+        await Promise.all([meaning.sandboxNetwork === 'shared' ? shared : internal, volumes]);
         steps.proceed();
         await createContainerPullingOnce(this.deps, names.container, plan.image, sandboxContainerBody(plan));
         steps.proceed();
@@ -42,7 +43,7 @@ export class SandboxLifecycle {
       });
       await steps.settled();
       // Both containers are up and the proxy holds its leg on the internal network.
-      if (tier === 'allowlist') await waitForEgress(this.deps, names);
+      if (meaning.egressProxy) await waitForEgress(this.deps, names);
     } catch (err) {
       // Every step has finished (settled), so the cleanup finds all they made.
       await this.destroy(names.name).catch((cleanupErr: unknown) => {

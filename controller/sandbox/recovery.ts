@@ -7,7 +7,7 @@
  */
 import { decodeAllowHosts } from '../../common/index.js';
 import { type ContainerView, engineStatus, sandboxBodyFromInspect, type EgressPlan, internalNetworkBody } from '../docker/index.js';
-import { SandboxError, LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_NAME, namesFor } from '../spec/index.js';
+import { SandboxError, LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_NAME, meaningOfLabel, namesFor } from '../spec/index.js';
 import { createEgress, ensureSharedNetwork, ignoreConflict, waitForEgress, type BuildDeps } from './build-steps.js';
 import type { SandboxLanes } from './sandbox-lanes.js';
 
@@ -41,11 +41,11 @@ export class SandboxRecovery {
     });
   }
 
-  /** Running and unpaused, with a running proxy when it is an allowlist sandbox. */
+  /** Running and unpaused, with a running proxy when its tier has one. */
   private async isReady(name: string, view: ContainerView): Promise<boolean> {
     if (!view.running || view.paused) return false;
-    if (view.labels[LABEL_EGRESS] !== 'allowlist') return true;
-    // Its proxy is part of a running allowlist sandbox: without it every request fails.
+    if (!meaningOfLabel(view.labels[LABEL_EGRESS]).egressProxy) return true;
+    // Its proxy is part of a running sandbox: without it every request fails.
     const egress = await this.deps.engine.inspectContainer(namesFor(name).egress);
     return egress?.running === true && !egress.paused;
   }
@@ -53,16 +53,16 @@ export class SandboxRecovery {
   private async doRecover(name: string, view: ContainerView): Promise<void> {
     const { engine } = this.deps;
     const names = namesFor(name);
-    const tier = view.labels[LABEL_EGRESS];
+    const tier = meaningOfLabel(view.labels[LABEL_EGRESS]);
     let networkRebuilt = false;
-    if (tier === 'allowlist' || tier === 'internal') {
+    if (tier.sandboxNetwork === 'internal') {
       if (!(await engine.networkExists(names.network))) {
         this.deps.logger.warn({ sandbox: name }, 'internal network missing, recreating it');
         await engine.createNetwork(internalNetworkBody(names.network, this.resourceLabels(name, view))).catch(ignoreConflict);
         networkRebuilt = true;
       }
     }
-    if (tier === 'allowlist') await this.recoverEgress(name, view, networkRebuilt);
+    if (tier.egressProxy) await this.recoverEgress(name, view, networkRebuilt);
     if (networkRebuilt) {
       await this.rebuildContainer(name, view);
     } else {
@@ -79,7 +79,7 @@ export class SandboxRecovery {
         await this.rebuildContainer(name, view);
       }
     }
-    if (tier === 'allowlist') await waitForEgress(this.deps, names);
+    if (tier.egressProxy) await waitForEgress(this.deps, names);
   }
 
   /** Recreates the container from its own inspect data; files live on the volumes. */

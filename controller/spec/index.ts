@@ -27,3 +27,5 @@ export { PIDS_LIMIT } from './limits.js';
 export { planSandbox } from './sandbox-plan.js';
 export type { SandboxPlan } from './sandbox-plan.js';
 export { requirePrintableAscii, serialiseAsciiBody } from './ascii-body.js';
+export { DEFAULT_EGRESS_TIER, EGRESS_TIER_NAMES } from './sandbox-spec.js';
+export { TIERS, meaningOfLabel, usesSharedNetwork } from './tiers.js';

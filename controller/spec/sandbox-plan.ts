@@ -21,6 +21,7 @@ import {
   type SandboxNames,
 } from './names.js';
 import { checkSandboxSpec, type EgressTier } from './sandbox-spec.js';
+import { TIERS } from './tiers.js';
 
 export interface SandboxPlan {
   readonly names: SandboxNames;
@@ -55,14 +56,15 @@ export function planSandbox(input: unknown, config: DeploymentConfig, options: P
     );
   }
   const tier = spec.limits.egress;
-  if (tier === 'open' && !config.allowOpenEgress) {
+  const meaning = TIERS[tier];
+  if (meaning.needsAllowOpenEgress && !config.allowOpenEgress) {
     throw new SandboxError(
       'open_egress_disabled',
-      'limits.egress "open" is disabled: an open sandbox can reach the host, the local network and cloud metadata. Set extensionConfig."sandbox-docker".allowOpenEgress to true only in a trusted environment, or use "allowlist".',
+      `limits.egress ${JSON.stringify(tier)} is disabled: an open sandbox can reach the host, the local network and cloud metadata. Set extensionConfig."sandbox-docker".allowOpenEgress to true only in a trusted environment, or use "allowlist".`,
     );
   }
-  // Validated for every tier (by the schema), used only by the allowlist tier (the others have no proxy).
-  const allowHosts = tier === 'allowlist' ? spec.limits.allowHosts ?? [] : [];
+  // Validated for every tier (by the schema), used only by a tier with a proxy.
+  const allowHosts = meaning.egressProxy ? spec.limits.allowHosts ?? [] : [];
   const limits = dockerLimits(spec.limits, config.volumeDriver);
   const extraLabels: Record<string, string> = {};
   for (const [key, value] of Object.entries(options.extraLabels)) {
@@ -71,10 +73,10 @@ export function planSandbox(input: unknown, config: DeploymentConfig, options: P
   const names = namesFor(name);
   const labels = sandboxLabels(name, extraLabels);
   const containerLabels: Record<string, string> = { ...labels, [LABEL_EGRESS]: tier };
-  if (tier === 'allowlist') containerLabels[LABEL_ALLOW_HOSTS] = encodeAllowHosts(allowHosts);
+  if (meaning.egressProxy) containerLabels[LABEL_ALLOW_HOSTS] = encodeAllowHosts(allowHosts);
 
   const env: Record<string, string> = { ...spec.env };
-  if (tier === 'allowlist') {
+  if (meaning.egressProxy) {
     const proxy = `http://${names.egress}:${EGRESS_PROXY_PORT}`;
     Object.assign(env, {
       HTTP_PROXY: proxy,

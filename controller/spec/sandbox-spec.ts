@@ -34,14 +34,19 @@ const allowHostSchema = z.string().transform((entry, ctx) => {
 
 const positive = z.number().finite().positive();
 
+/** The tier names; what each one means is spec/tiers.ts. */
 const egressTierSchema = z.enum(['none', 'internal', 'allowlist', 'open']);
+/** Every tier, in the schema's order (the operator CLI's list of `--egress` values). */
+export const EGRESS_TIER_NAMES = egressTierSchema.options;
+/** The tier of a spec that names none. */
+export const DEFAULT_EGRESS_TIER = 'allowlist' satisfies EgressTier;
 
 const sandboxLimitsSchema = z.strictObject({
   /** CPUs (fractions allowed). */
   cpu: positive.optional(),
   memoryMb: positive.int('must be a whole number of MiB').optional(),
   diskMb: positive.int('must be a whole number of MiB').optional(),
-  egress: egressTierSchema.default('allowlist'),
+  egress: egressTierSchema.default(DEFAULT_EGRESS_TIER),
   /** Host names (punycode) the allowlist tier may reach; `*.example.com` for subdomains. */
   allowHosts: z.array(allowHostSchema).optional(),
 });
