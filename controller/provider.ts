@@ -3,21 +3,11 @@
  * lifecycle, commands and file operations into a `sandbox@1` provider.
  */
 import pino, { type Logger } from 'pino';
-import {
-  type SandboxHandle,
-  type SandboxProvider,
-  parseDeploymentConfig,
-  type DeploymentConfigInput,
-  SandboxError,
-  checkSandboxName,
-  namesFor,
-  persistentWorkspaceVolume,
-  planSandbox,
-  requirePrintableAscii,
-} from './spec/index.js';
+import type { SandboxHandle, SandboxProvider, DeploymentConfigInput } from './spec/index.js';
+import { SandboxError, checkSandboxName, namesFor, parseDeploymentConfig, persistentWorkspaceVolume, planSandbox, printableAsciiMap } from './spec/index.js';
 import { DockerEngine, engineStatus } from './docker/index.js';
-import { SandboxLifecycle, SandboxRecovery, SandboxLanes, readEgressUsage, type EgressUsage } from './sandbox/index.js';
-import { CommandRunner, type WithRunning, FileOps } from './exec/index.js';
+import { SandboxLanes, SandboxLifecycle, SandboxRecovery, readEgressUsage, type EgressUsage } from './sandbox/index.js';
+import { CommandRunner, FileOps, type WithRunning } from './exec/index.js';
 
 /** The `sandbox@1` provider plus what only this Docker implementation can tell. */
 export interface DockerSandboxProvider extends SandboxProvider {
@@ -45,20 +35,15 @@ function handleName(h: SandboxHandle): string {
   return checkSandboxName(h.id);
 }
 
-function checkStringMap(map: Record<string, string> | undefined, where: string): Readonly<Record<string, string>> {
-  const out: Record<string, string> = {};
-  for (const [key, value] of Object.entries(map ?? {})) out[requirePrintableAscii(key, `${where} key`)] = requirePrintableAscii(String(value), `${where}.${key}`);
-  return Object.freeze(out);
-}
-
 export function createDockerSandbox(
   config: DeploymentConfigInput,
   testOptions: SandboxTestOptions = {},
   runtime: SandboxRuntimeOptions = {},
 ): DockerSandboxProvider {
   const parsed = parseDeploymentConfig(config);
-  const extraLabels = checkStringMap(testOptions.labels, 'testOptions.labels');
-  const egressTestHosts = testOptions.egressTestHosts === undefined ? undefined : checkStringMap(testOptions.egressTestHosts, 'testOptions.egressTestHosts');
+  // Checked here, once, for every create body they go into.
+  const extraLabels = printableAsciiMap(testOptions.labels, 'testOptions.labels');
+  const egressTestHosts = testOptions.egressTestHosts === undefined ? undefined : printableAsciiMap(testOptions.egressTestHosts, 'testOptions.egressTestHosts');
   const logger = runtime.logger ?? pino({ name: 'sandbox-docker', level: 'warn' }, pino.destination(2));
   const engine = new DockerEngine({ endpoint: parsed.endpoint, tlsCertDir: parsed.tlsCertDir, logger });
   const buildDeps = { engine, config: parsed, extraLabels, egressTestHosts, logger };

@@ -4,7 +4,7 @@
  * re-checks the dangerous ones, so these bodies stay minimal.
  */
 import { EGRESS_ENV, EGRESS_METRICS_PORT, EGRESS_PROXY_PORT, encodeAllowHosts } from '../../common/index.js';
-import { type SandboxPlan, PIDS_LIMIT, TIERS, requirePrintableAscii } from '../spec/index.js';
+import { type SandboxPlan, PIDS_LIMIT, TIERS } from '../spec/index.js';
 
 /** Where the skills volume is writable, under a root-only (0700) directory. */
 export const SKILLS_WRITABLE_ROOT = '/opt/capybara/skills';
@@ -110,11 +110,8 @@ export function egressContainerBody(plan: EgressPlan, testHosts: Readonly<Record
     // Loopback of the proxy's own container: read by the controller (egressUsage), not by the sandbox.
     [EGRESS_ENV.metricsListen]: `127.0.0.1:${EGRESS_METRICS_PORT}`,
   };
+  // Checked as printable ASCII where they entered the controller (the provider's test options).
   if (testHosts !== undefined && Object.keys(testHosts).length > 0) {
-    for (const [host, ip] of Object.entries(testHosts)) {
-      requirePrintableAscii(host, 'egressTestHosts key');
-      requirePrintableAscii(ip, `egressTestHosts.${host}`);
-    }
     env[EGRESS_ENV.testHosts] = JSON.stringify(testHosts);
   }
   return {

@@ -5,6 +5,7 @@
  * command that does not use it is an error too, so a mistyped command line never half-works.
  */
 import { parseArgs } from 'node:util';
+import { IMAGES } from '../../common/index.js';
 import { DEFAULT_EGRESS_TIER, EGRESS_TIER_NAMES, SandboxError, TIERS } from '../spec/index.js';
 import { DEFAULT_SANDBOX_IMAGE, parseSandboxOptions, sandboxName, type SandboxOptions } from './sandbox-options.js';
 
@@ -47,7 +48,7 @@ const DEFAULT_MIN_AGE_MS = 10 * 60_000;
 const DEFAULT_SOCKET_DIR = '/run/capybara-sandbox';
 /** The container `up` starts. Not `cap-`: the socket proxy never lets a controller touch it. */
 const DEFAULT_PROXY_NAME = 'capybara-socket-proxy';
-const DEFAULT_PROXY_IMAGE = 'capybara-sandbox-proxy:latest';
+const DEFAULT_PROXY_IMAGE = IMAGES.proxy;
 
 /** `none | internal | allowlist (default) | open (needs allowOpenEgress)`, from the tier table. */
 const TIER_CHOICES = EGRESS_TIER_NAMES.map((tier) =>

@@ -4,6 +4,7 @@
  * that already exists. Pure: the spec is checked again by the controller, which refuses what
  * it cannot enforce; here the command line is refused early with the option's own name.
  */
+import { IMAGES } from '../../common/index.js';
 import {
   DEFAULT_EGRESS_TIER,
   EGRESS_TIER_NAMES,
@@ -18,7 +19,7 @@ import type { SandboxDetail } from './sandbox-detail.js';
 
 /** The tiers `--allow` applies to: those with an egress proxy. */
 const PROXY_TIERS = EGRESS_TIER_NAMES.filter((tier) => TIERS[tier].egressProxy);
-export const DEFAULT_SANDBOX_IMAGE = 'capybara-sandbox:latest';
+export const DEFAULT_SANDBOX_IMAGE = IMAGES.sandbox;
 
 /** What the command line asked for; `given` lists the options actually typed. */
 export interface SandboxOptions {

@@ -4,8 +4,10 @@
  * is generated from it. Strict: an unknown key is an error naming the key.
  */
 import { z } from 'zod';
+import { IMAGES } from '../../common/index.js';
 import { SandboxError } from './errors.js';
 import { describeIssues } from './input-issues.js';
+import { ASCII_WORD } from './ascii-body.js';
 
 const ENDPOINT_RE = /^(tcp:\/\/(\[[^\]]+\]|[^:/]+):\d{1,5}\/?|unix:\/\/\/.+)$/;
 
@@ -30,14 +32,14 @@ export const deploymentConfigSchema = z
     egressProxyImage: z
       .string()
       .min(1)
-      .regex(/^[\x21-\x7e]+$/, 'must be an ASCII image reference')
-      .default('capybara-sandbox-egress:latest')
+      .regex(ASCII_WORD, 'must be an ASCII image reference')
+      .default(IMAGES.egress)
       .describe('Image of the per-sandbox egress allowlist proxy.')
       .meta({ title: 'Egress proxy image', 'x-ui': { label: { en: 'Egress proxy image', zh: '出站代理镜像' } } }),
     volumeDriver: z
       .string()
       .min(1)
-      .regex(/^[\x21-\x7e]+$/, 'must be an ASCII driver name')
+      .regex(ASCII_WORD, 'must be an ASCII driver name')
       .optional()
       .describe('Volume driver for workspace volumes; when set, size=<diskMb>M is passed so diskMb is enforced. Unset: the local driver, which cannot limit size.')
       .meta({ title: 'Volume driver', 'x-ui': { label: { en: 'Volume driver', zh: '卷驱动' } } }),
@@ -48,7 +50,7 @@ export const deploymentConfigSchema = z
       .describe('Directory (a mounted secret) holding ca.pem, cert.pem and key.pem for mTLS to a remote tcp:// engine. Certificates are never read from the environment.')
       .meta({ title: 'Engine client certificate directory', 'x-ui': { label: { en: 'Engine client certificate directory', zh: '引擎客户端证书目录' } } }),
     allowedImages: z
-      .array(z.string().min(1).regex(/^[\x21-\x7e]+$/, 'must be an ASCII image reference'))
+      .array(z.string().min(1).regex(ASCII_WORD, 'must be an ASCII image reference'))
       .min(1)
       .optional()
       .describe('Images a sandbox may run, each exactly as spec.image names it. Unset: any image the engine has or can pull, so the host application alone decides (an image\'s own HEALTHCHECK, ENV and VOLUME lines apply in the sandbox).')

@@ -26,6 +26,6 @@ export type { SandboxNames } from './names.js';
 export { PIDS_LIMIT } from './limits.js';
 export { planSandbox } from './sandbox-plan.js';
 export type { SandboxPlan } from './sandbox-plan.js';
-export { requirePrintableAscii, serialiseAsciiBody } from './ascii-body.js';
+export { printableAsciiMap, serialiseAsciiBody } from './ascii-body.js';
 export { DEFAULT_EGRESS_TIER, EGRESS_TIER_NAMES } from './sandbox-spec.js';
 export { TIERS, meaningOfLabel, usesSharedNetwork } from './tiers.js';

@@ -6,7 +6,6 @@
  */
 import { EGRESS_PROXY_PORT, encodeAllowHosts } from '../../common/index.js';
 import type { DeploymentConfig } from './config.js';
-import { requirePrintableAscii } from './ascii-body.js';
 import { SandboxError } from './errors.js';
 import { dockerLimits, type DockerLimits } from './limits.js';
 import {
@@ -43,6 +42,7 @@ export interface SandboxPlan {
 }
 
 export interface PlanOptions {
+  /** Labels for every resource, already checked as printable ASCII (by the provider, once). */
   readonly extraLabels: Readonly<Record<string, string>>;
 }
 
@@ -66,11 +66,8 @@ export function planSandbox(input: unknown, config: DeploymentConfig, options: P
   // Validated for every tier (by the schema), used only by a tier with a proxy.
   const allowHosts = meaning.egressProxy ? spec.limits.allowHosts ?? [] : [];
   const limits = dockerLimits(spec.limits, config.volumeDriver);
-  const extraLabels: Record<string, string> = {};
-  for (const [key, value] of Object.entries(options.extraLabels)) {
-    extraLabels[requirePrintableAscii(key, 'label name')] = requirePrintableAscii(value, `label ${key}`);
-  }
   const names = namesFor(name);
+  const { extraLabels } = options;
   const labels = sandboxLabels(name, extraLabels);
   const containerLabels: Record<string, string> = { ...labels, [LABEL_EGRESS]: tier };
   if (meaning.egressProxy) containerLabels[LABEL_ALLOW_HOSTS] = encodeAllowHosts(allowHosts);

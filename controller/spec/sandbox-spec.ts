@@ -9,8 +9,8 @@ import { parseHostPattern } from '../../policy/index.js';
 import { containerEnvNameSchema } from './env-name.js';
 import { SandboxError } from './errors.js';
 import { describeIssues } from './input-issues.js';
+import { PRINTABLE_ASCII } from './ascii-body.js';
 
-const PRINTABLE_ASCII = /^[\x20-\x7e]*$/;
 const ASCII_HINT = 'must be printable ASCII (Docker create bodies are ASCII: write host names in punycode, keep image names, env values and labels ASCII)';
 
 /**

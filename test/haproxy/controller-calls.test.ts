@@ -7,7 +7,7 @@
  * a row calls it through the proxy. The operator's listing calls must be refused (by design).
  */
 import t from 'tap';
-import { dockerTest, startSocketProxy } from '../support/docker.js';
+import { dockerTest, startSocketProxy, SOCKET_PROXY_IMAGE } from '../support/docker.js';
 import { DockerEngine, engineStatus } from '../../controller/docker/engine.js';
 import { parseDeploymentConfig } from '../../controller/spec/config.js';
 import { planSandbox } from '../../controller/spec/sandbox-plan.js';
@@ -16,12 +16,13 @@ import { internalNetworkBody, sharedNetworkBody } from '../../controller/docker/
 import { volumeBody } from '../../controller/docker/volume-spec.js';
 import { SANDBOX_USER } from '../../controller/exec/exec-script.js';
 import { isSandboxError } from '../../controller/spec/errors.js';
+import { IMAGES } from '../../common/index.js';
 
-const SANDBOX_IMAGE = 'capybara-sandbox:latest';
-const EGRESS_IMAGE = 'capybara-sandbox-egress:latest';
+const SANDBOX_IMAGE = IMAGES.sandbox;
+const EGRESS_IMAGE = IMAGES.egress;
 
 t.test('the controller engine layer through the socket proxy', async (t) => {
-  const env = await dockerTest(t, [SANDBOX_IMAGE, EGRESS_IMAGE, 'capybara-sandbox-proxy:latest']);
+  const env = await dockerTest(t, [SANDBOX_IMAGE, EGRESS_IMAGE, SOCKET_PROXY_IMAGE]);
   if (!env) return;
   // The deployment's shared network: starts "cap" but not "cap-", so only the proxy's exact-name
   // rule for SOCKET_PROXY_SHARED_NETWORK admits it.
