@@ -5,7 +5,7 @@
 import pino, { type Logger } from 'pino';
 import type { SandboxHandle, SandboxProvider, DeploymentConfigInput } from './spec/index.js';
 import { SandboxError, checkSandboxName, namesFor, parseDeploymentConfig, persistentWorkspaceVolume, planSandbox, printableAsciiMap } from './spec/index.js';
-import { DockerEngine, engineStatus } from './docker/index.js';
+import { DockerEngine, engineStatus, type SandboxEngine } from './docker/index.js';
 import { SandboxLanes, SandboxLifecycle, SandboxRecovery, readEgressUsage, type EgressUsage } from './sandbox/index.js';
 import { CommandRunner, FileOps, type WithRunning } from './exec/index.js';
 
@@ -28,6 +28,11 @@ export interface SandboxTestOptions {
 
 export interface SandboxRuntimeOptions {
   logger?: Logger;
+  /**
+   * The engine to use instead of a DockerEngine on the configured endpoint (the tests' in-memory
+   * engine). The config is still parsed and checked in full.
+   */
+  engine?: SandboxEngine;
 }
 
 function handleName(h: SandboxHandle): string {
@@ -45,7 +50,7 @@ export function createDockerSandbox(
   const extraLabels = printableAsciiMap(testOptions.labels, 'testOptions.labels');
   const egressTestHosts = testOptions.egressTestHosts === undefined ? undefined : printableAsciiMap(testOptions.egressTestHosts, 'testOptions.egressTestHosts');
   const logger = runtime.logger ?? pino({ name: 'sandbox-docker', level: 'warn' }, pino.destination(2));
-  const engine = new DockerEngine({ endpoint: parsed.endpoint, tlsCertDir: parsed.tlsCertDir, logger });
+  const engine = runtime.engine ?? new DockerEngine({ endpoint: parsed.endpoint, tlsCertDir: parsed.tlsCertDir, logger });
   const buildDeps = { engine, config: parsed, extraLabels, egressTestHosts, logger };
   const lifecycle = new SandboxLifecycle(buildDeps);
   const lanes = new SandboxLanes();

@@ -9,26 +9,13 @@ import { SandboxError } from '../spec/index.js';
 import { EngineCaller, type EngineOptions } from './engine-call.js';
 import { startExec, type ExecRequest, type ExecRun } from './engine-exec.js';
 import { listContainers, listNetworks, listVolumes, type ContainerSummary, type ResourceSummary } from './engine-listing.js';
+import type { ContainerView, SandboxEngine } from './sandbox-engine.js';
 
 export { EngineStatusError, engineStatus } from './engine-call.js';
 export type { ExecRequest, ExecRun } from './engine-exec.js';
 export type { ContainerSummary, ResourceSummary } from './engine-listing.js';
 
 const PULL_TIMEOUT_MS = 10 * 60_000;
-
-export interface ContainerView {
-  readonly status: string;
-  readonly running: boolean;
-  readonly paused: boolean;
-  readonly labels: Readonly<Record<string, string>>;
-  readonly image: string;
-  readonly user: string;
-  readonly cmd: readonly string[];
-  readonly workingDir: string;
-  readonly env: readonly string[];
-  /** HostConfig as Docker stored it (what the controller sent, plus defaults). */
-  readonly hostConfig: Readonly<Record<string, unknown>>;
-}
 
 export interface NetworkView {
   readonly internal: boolean;
@@ -38,7 +25,8 @@ export interface NetworkView {
   readonly members: ReadonlyArray<{ readonly name: string; readonly ipv4: string }>;
 }
 
-export class DockerEngine {
+/** The sandbox calls (sandbox-engine.ts) and the operator CLI's own: ping, network inspect, image checks, listing. */
+export class DockerEngine implements SandboxEngine {
   private readonly engine: EngineCaller;
 
   constructor(options: EngineOptions) {

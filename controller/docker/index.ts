@@ -4,7 +4,8 @@
  * container, network and volume create bodies.
  */
 export { DockerEngine, engineStatus } from './engine.js';
-export type { ContainerView, ContainerSummary, ExecRequest, ExecRun, ResourceSummary } from './engine.js';
+export type { ContainerSummary, ExecRun, ResourceSummary } from './engine.js';
+export type { ContainerView, SandboxEngine } from './sandbox-engine.js';
 export { parseEndpoint } from './endpoint.js';
 export { SKILLS_WRITABLE_ROOT, egressContainerBody, sandboxBodyFromInspect, sandboxContainerBody } from './container-spec.js';
 export type { EgressPlan } from './container-spec.js';

@@ -8,7 +8,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { type ExecResult, SandboxError, checkExecOptions, type CheckedExecOptions } from '../spec/index.js';
-import type { DockerEngine, ExecRun } from '../docker/index.js';
+import type { ExecRun, SandboxEngine } from '../docker/index.js';
 import {
   BACKSTOP_GRACE_SECONDS,
   KILL_OK_MARKER,
@@ -35,7 +35,7 @@ const DRAIN_AFTER_KILL_MS = 5_000;
 export type WithRunning = <T>(name: string, fn: () => Promise<T>) => Promise<T>;
 
 export interface CommandDeps {
-  readonly engine: DockerEngine;
+  readonly engine: SandboxEngine;
   readonly withRunning: WithRunning;
   /**
    * Restarts a running container, ending every process in it, as one change in the sandbox's

@@ -7,7 +7,7 @@
  */
 import { posix } from 'node:path';
 import { type FileStat, SandboxError } from '../spec/index.js';
-import { type DockerEngine, SKILLS_WRITABLE_ROOT } from '../docker/index.js';
+import { type SandboxEngine, SKILLS_WRITABLE_ROOT } from '../docker/index.js';
 import { FILE_EXIT, ROOT_USER, SANDBOX_USER, readFileCmd, statCmd, writeFileCmd } from './exec-script.js';
 import { startFailure } from './sandbox-full.js';
 import { OutputCapture } from './output-capture.js';
@@ -18,7 +18,7 @@ const DEFAULT_READ_LIMIT = 256 * 1024 * 1024;
 const SKILLS_ROOT = '/skills';
 
 export interface FileDeps {
-  readonly engine: DockerEngine;
+  readonly engine: SandboxEngine;
   readonly withRunning: WithRunning;
   /** Frees a sandbox found at its process limit and tries once more (commands.ts). */
   readonly withRoom: CommandRunner['withRoom'];

@@ -8,7 +8,7 @@
 import type { Logger } from 'pino';
 import { EGRESS_HEALTH_PATH, EGRESS_PROXY_PORT } from '../../common/index.js';
 import { type DeploymentConfig, SandboxError, type SandboxNames } from '../spec/index.js';
-import { egressContainerBody, type EgressPlan, engineStatus, type DockerEngine, sharedNetworkBody } from '../docker/index.js';
+import { egressContainerBody, type EgressPlan, engineStatus, type SandboxEngine, sharedNetworkBody } from '../docker/index.js';
 import { SANDBOX_USER } from '../exec/index.js';
 
 const EGRESS_READY_TIMEOUT_MS = 15_000;
@@ -16,7 +16,7 @@ const EGRESS_READY_TIMEOUT_MS = 15_000;
 const EGRESS_PROBE_PAUSE_S = 0.02;
 
 export interface BuildDeps {
-  readonly engine: DockerEngine;
+  readonly engine: SandboxEngine;
   readonly config: DeploymentConfig;
   readonly extraLabels: Readonly<Record<string, string>>;
   readonly egressTestHosts: Readonly<Record<string, string>> | undefined;

@@ -4,7 +4,7 @@
  * with an exec in that container, through the socket proxy like every other call.
  */
 import { EGRESS_METRICS, EGRESS_METRICS_PATH, EGRESS_METRICS_PORT } from '../../common/index.js';
-import type { DockerEngine } from '../docker/index.js';
+import type { SandboxEngine } from '../docker/index.js';
 import { SandboxError } from '../spec/index.js';
 
 export interface EgressUsage {
@@ -65,7 +65,7 @@ export function parseEgressUsage(text: string): EgressUsage {
  * as not running: never exec into a paused container (on Docker 20.10 with cgroup v1 that exec
  * can hang holding the container lock, which then blocks inspect, unpause and remove).
  */
-export async function readEgressUsage(engine: DockerEngine, egress: string): Promise<EgressUsage | null> {
+export async function readEgressUsage(engine: SandboxEngine, egress: string): Promise<EgressUsage | null> {
   const view = await engine.inspectContainer(egress);
   if (view === undefined || !view.running || view.paused) return null;
   const out: Buffer[] = [];
