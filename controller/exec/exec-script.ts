@@ -123,20 +123,25 @@ export function stageCmd(file: string): string[] {
   return ['bash', '-c', `${ROOM_CHECK}umask 077; cat > "$1"`, 'capybara-stage', file];
 }
 
-// Kills every process whose session id is listed in the given control files.
+// Kills every process whose session id is listed in the given control files, scanning /proc
+// again until a scan finds none of them alive. A zombie (state Z, or X while it goes) has ended
+// already: kill succeeds on it, so counting it would rescan /proc for as long as its parent or
+// PID 1 leaves it unreaped (50 scans, seconds, after a fork bomb under an init that reaps slowly).
 const KILL_SESSIONS = String.raw`
 kill_session() {
-  local sid=$1 round p line hit
+  local sid=$1 round p line alive
   local -a f
   for ((round = 0; round < 50; round++)); do
-    hit=0
+    alive=0
     for p in /proc/[0-9]*; do
       read -r line < "$p/stat" 2>/dev/null || continue
       # Fields after "(comm) ": state ppid pgrp session ...
       read -r -a f <<< "${'$'}{line##*) }"
-      if [ "${'$'}{f[3]}" = "$sid" ]; then kill -KILL "${'$'}{p#/proc/}" 2>/dev/null && hit=1; fi
+      [ "${'$'}{f[3]}" = "$sid" ] || continue
+      case ${'$'}{f[0]} in Z|X) continue ;; esac
+      kill -KILL "${'$'}{p#/proc/}" 2>/dev/null && alive=1
     done
-    [ "$hit" = 0 ] && return 0
+    [ "$alive" = 0 ] && return 0
   done
 }
 for c in "$@"; do
