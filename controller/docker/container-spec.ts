@@ -5,6 +5,7 @@
  */
 import { EGRESS_ENV, EGRESS_METRICS_PORT, EGRESS_PROXY_PORT, encodeAllowHosts } from '../../common/index.js';
 import { type SandboxPlan, PIDS_LIMIT, TIERS } from '../spec/index.js';
+import type { ContainerView } from './sandbox-engine.js';
 
 /** Where the skills volume is writable, under a root-only (0700) directory. */
 export const SKILLS_WRITABLE_ROOT = '/opt/capybara/skills';
@@ -145,15 +146,8 @@ const SANDBOX_HOST_KEYS = [
   'NanoCpus', 'Memory', 'MemorySwap', 'Tmpfs', 'Runtime', 'RestartPolicy',
 ] as const;
 
-export interface InspectedContainer {
-  readonly image: string;
-  readonly user: string;
-  readonly cmd: readonly string[];
-  readonly workingDir: string;
-  readonly env: readonly string[];
-  readonly labels: Readonly<Record<string, string>>;
-  readonly hostConfig: Readonly<Record<string, unknown>>;
-}
+/** What a rebuild reads of the old container's inspect data. */
+type InspectedContainer = Pick<ContainerView, 'image' | 'user' | 'cmd' | 'workingDir' | 'env' | 'labels' | 'hostConfig'>;
 
 /**
  * The create body of a sandbox container rebuilt from its own inspect data. Needed when its
