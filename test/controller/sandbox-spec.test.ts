@@ -7,12 +7,12 @@ import t, { type Test } from 'tap';
 import fc from 'fast-check';
 import { buildPolicy } from '../../policy/index.js';
 import { decodeAllowHosts, EGRESS_ENV } from '../../common/index.js';
-import { parseDeploymentConfig } from '../../controller/config.js';
-import { planSandbox } from '../../controller/sandbox-plan.js';
-import { egressContainerBody } from '../../controller/container-spec.js';
-import { checkExecOptions } from '../../controller/exec-options.js';
-import { isSandboxError } from '../../controller/errors.js';
-import { checkSandboxName } from '../../controller/names.js';
+import { parseDeploymentConfig } from '../../controller/spec/config.js';
+import { planSandbox } from '../../controller/spec/sandbox-plan.js';
+import { egressContainerBody } from '../../controller/docker/container-spec.js';
+import { checkExecOptions } from '../../controller/spec/exec-options.js';
+import { isSandboxError } from '../../controller/spec/errors.js';
+import { checkSandboxName } from '../../controller/spec/names.js';
 
 const config = parseDeploymentConfig({ endpoint: 'tcp://proxy:2375', allowOpenEgress: true });
 const opts = { extraLabels: {} };
