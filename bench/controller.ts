@@ -20,15 +20,16 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs, promisify } from 'node:util';
 import Docker from 'dockerode';
+import { IMAGES, SOCKET_PROXY_ENV } from '../common/index.js';
 import { createDockerSandbox, type DockerSandboxProvider } from '../controller/index.js';
 import { percentile } from './report.js';
 import { EngineTimeline, type StepSpan } from './engine-timeline.js';
 import { egressStartToListening, type ListenSample } from './egress-listen.js';
 
 const run = promisify(execFile);
-const SANDBOX_IMAGE = 'capybara-sandbox:latest';
-const EGRESS_IMAGE = 'capybara-sandbox-egress:latest';
-const PROXY_IMAGE = 'capybara-sandbox-proxy:latest';
+const SANDBOX_IMAGE = IMAGES.sandbox;
+const EGRESS_IMAGE = IMAGES.egress;
+const PROXY_IMAGE = IMAGES.proxy;
 const runId = `bench${randomBytes(3).toString('hex')}`;
 const LABEL = 'dev.capybara.bench';
 const labels = { [LABEL]: runId };
@@ -64,7 +65,11 @@ async function startSocketProxy(engine: Docker): Promise<{ endpoint: string; sto
     _body: {
       Image: PROXY_IMAGE,
       Labels: labels,
-      Env: ['SOCKET_PROXY_BIND=unix@/run/capybara-proxy/docker.sock', 'DOCKER_SOCKET=/var/run/docker.sock', `SOCKET_PROXY_SHARED_NETWORK=cap-${runId}-shared`],
+      Env: [
+        `${SOCKET_PROXY_ENV.bind}=unix@/run/capybara-proxy/docker.sock`,
+        `${SOCKET_PROXY_ENV.dockerSocket}=/var/run/docker.sock`,
+        `${SOCKET_PROXY_ENV.sharedNetwork}=cap-${runId}-shared`,
+      ],
       HostConfig: {
         Binds: ['/var/run/docker.sock:/var/run/docker.sock', `${dir}:/run/capybara-proxy`],
         NetworkMode: 'none', CapDrop: ['ALL'], SecurityOpt: ['no-new-privileges'], ReadonlyRootfs: true,

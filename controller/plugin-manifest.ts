@@ -8,7 +8,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
-import { deploymentConfigSchema } from './config.js';
+import { deploymentConfigSchema } from './spec/index.js';
 
 const PLUGIN_NAME = 'sandbox-docker';
 

@@ -3,19 +3,11 @@
  * lifecycle, commands and file operations into a `sandbox@1` provider.
  */
 import pino, { type Logger } from 'pino';
-import type { SandboxHandle, SandboxProvider } from './contract.js';
-import { parseDeploymentConfig, type DeploymentConfigInput } from './config.js';
-import { DockerEngine, engineStatus } from './engine.js';
-import { SandboxError } from './errors.js';
-import { checkSandboxName, namesFor, persistentWorkspaceVolume } from './names.js';
-import { planSandbox } from './sandbox-plan.js';
-import { SandboxLifecycle } from './lifecycle.js';
-import { SandboxRecovery } from './recovery.js';
-import { SandboxLanes } from './sandbox-lanes.js';
-import { CommandRunner, type WithRunning } from './commands.js';
-import { FileOps } from './files.js';
-import { requirePrintableAscii } from './ascii-body.js';
-import { readEgressUsage, type EgressUsage } from './egress-usage.js';
+import type { SandboxHandle, SandboxProvider, DeploymentConfigInput } from './spec/index.js';
+import { SandboxError, checkSandboxName, namesFor, parseDeploymentConfig, persistentWorkspaceVolume, planSandbox, printableAsciiMap } from './spec/index.js';
+import { DockerEngine, engineStatus, type SandboxEngine } from './docker/index.js';
+import { SandboxLanes, SandboxLifecycle, SandboxRecovery, readEgressUsage, type EgressUsage } from './sandbox/index.js';
+import { CommandRunner, FileOps, type WithRunning } from './exec/index.js';
 
 /** The `sandbox@1` provider plus what only this Docker implementation can tell. */
 export interface DockerSandboxProvider extends SandboxProvider {
@@ -36,17 +28,16 @@ export interface SandboxTestOptions {
 
 export interface SandboxRuntimeOptions {
   logger?: Logger;
+  /**
+   * The engine to use instead of a DockerEngine on the configured endpoint (the tests' in-memory
+   * engine). The config is still parsed and checked in full.
+   */
+  engine?: SandboxEngine;
 }
 
 function handleName(h: SandboxHandle): string {
   if (typeof h !== 'object' || h === null) throw new SandboxError('invalid_spec', 'A sandbox handle ({ id }) is required.');
   return checkSandboxName(h.id);
-}
-
-function checkStringMap(map: Record<string, string> | undefined, where: string): Readonly<Record<string, string>> {
-  const out: Record<string, string> = {};
-  for (const [key, value] of Object.entries(map ?? {})) out[requirePrintableAscii(key, `${where} key`)] = requirePrintableAscii(String(value), `${where}.${key}`);
-  return Object.freeze(out);
 }
 
 export function createDockerSandbox(
@@ -55,10 +46,11 @@ export function createDockerSandbox(
   runtime: SandboxRuntimeOptions = {},
 ): DockerSandboxProvider {
   const parsed = parseDeploymentConfig(config);
-  const extraLabels = checkStringMap(testOptions.labels, 'testOptions.labels');
-  const egressTestHosts = testOptions.egressTestHosts === undefined ? undefined : checkStringMap(testOptions.egressTestHosts, 'testOptions.egressTestHosts');
+  // Checked here, once, for every create body they go into.
+  const extraLabels = printableAsciiMap(testOptions.labels, 'testOptions.labels');
+  const egressTestHosts = testOptions.egressTestHosts === undefined ? undefined : printableAsciiMap(testOptions.egressTestHosts, 'testOptions.egressTestHosts');
   const logger = runtime.logger ?? pino({ name: 'sandbox-docker', level: 'warn' }, pino.destination(2));
-  const engine = new DockerEngine({ endpoint: parsed.endpoint, tlsCertDir: parsed.tlsCertDir, logger });
+  const engine = runtime.engine ?? new DockerEngine({ endpoint: parsed.endpoint, tlsCertDir: parsed.tlsCertDir, logger });
   const buildDeps = { engine, config: parsed, extraLabels, egressTestHosts, logger };
   const lifecycle = new SandboxLifecycle(buildDeps);
   const lanes = new SandboxLanes();

@@ -8,7 +8,7 @@
  * CONNECT host must come first) or `opaque` (any bytes: SSH on 443, plain WebSocket, ...).
  */
 import { parseHostName } from './host-name.js';
-import { isPublicSuffix } from './public-suffix.js';
+import { publicSuffixSection, type SuffixSection } from './public-suffix.js';
 
 export type TunnelMode = 'tls' | 'opaque';
 
@@ -27,7 +27,10 @@ export type PatternParse =
 
 /**
  * Validates one allowlist entry with the same rules as a requested host, and refuses a wildcard
- * over a public suffix (`*.com`, `*.co.uk`): it would allow every domain registered below it.
+ * over a public suffix, ICANN (`*.com`, `*.co.uk`) or private (`*.github.io`, `*.ngrok.io`): it
+ * would allow every name registered below it, by whoever registered it. A wildcard one label
+ * further down (`*.example.co.uk`, `*.example.github.io`) has one owner and is fine. An exact
+ * entry that is a suffix (`github.io`) names one host, whose owner runs the suffix, and is fine too.
  */
 export function parseHostPattern(entry: string, tunnel: TunnelMode = 'tls'): PatternParse {
   const wildcard = entry.startsWith('*.');
@@ -39,14 +42,25 @@ export function parseHostPattern(entry: string, tunnel: TunnelMode = 'tls'): Pat
         : `${parsed.detail}${entry.includes('*') && !wildcard ? ' (a wildcard is only allowed as a leading "*.")' : ''}`;
     return { ok: false, problem };
   }
-  if (wildcard && isPublicSuffix(parsed.name)) {
-    return {
-      ok: false,
-      problem: `"${parsed.name}" is a public suffix (Public Suffix List), so "*.${parsed.name}" would allow every domain registered under it; list the domains themselves ("*.example.${parsed.name}")`,
-    };
-  }
+  const section = wildcard ? publicSuffixSection(parsed.name) : undefined;
+  if (section !== undefined) return { ok: false, problem: wildcardOverSuffix(parsed.name, section) };
   const kind = wildcard ? 'suffix' : 'exact';
   return { ok: true, pattern: { kind, name: parsed.name, entry: wildcard ? `*.${parsed.name}` : parsed.name, tunnel } };
+}
+
+const SECTION_SAYS: Record<SuffixSection, string> = {
+  icann: 'Public Suffix List, ICANN section: anyone may register a domain below it',
+  implicit: 'a top-level label the Public Suffix List does not know counts as one',
+  private: 'Public Suffix List, private section: its operator hands out the names below it, often to anyone who signs up',
+};
+
+/** The entry, the suffix, why, and what to write instead: the exact names (or, below an ICANN suffix, one domain's wildcard). */
+function wildcardOverSuffix(suffix: string, section: SuffixSection): string {
+  const instead =
+    section === 'private'
+      ? `list the exact host names instead ("example.${suffix}")`
+      : `list the exact host names instead ("www.example.${suffix}"), or a wildcard below one domain ("*.example.${suffix}")`;
+  return `"${suffix}" is a public suffix (${SECTION_SAYS[section]}), so "*.${suffix}" would allow every name registered under it; ${instead}`;
 }
 
 export interface Allowlist {

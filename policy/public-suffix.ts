@@ -1,9 +1,12 @@
 /**
- * Whether a name is a public suffix (`com`, `co.uk`, `b.kawasaki.jp`): a name under which
- * unrelated parties register their own domains, so that `*.co.uk` in an allowlist would allow
- * every British company at once. Decided by the ICANN section of the Public Suffix List through
- * tldts (kept up to date upstream, not by hand here), with the list's implicit `*` rule: a
- * single label the list does not know (`test`, `corp`) counts as a suffix too.
+ * Whether a name is a public suffix: a name under which unrelated parties get their own names, so
+ * that a wildcard over it in an allowlist would allow all of them at once. Two kinds, both from
+ * the Public Suffix List through tldts (kept up to date upstream, not by hand here):
+ * - the ICANN section (`com`, `co.uk`, `b.kawasaki.jp`), with the list's implicit `*` rule: a
+ *   single label the list does not know (`test`, `corp`) counts as a suffix too;
+ * - the private section (`github.io`, `duckdns.org`, `ngrok.io`, `s3.amazonaws.com`,
+ *   `workers.dev`): names a company hands out below its own domain, often to anyone who signs up,
+ *   so `*.github.io` would reach a page an attacker publishes as `attacker.github.io`.
  */
 import type * as Tldts from 'tldts';
 import { requireCjs } from '../common/index.js';
@@ -12,11 +15,23 @@ import { requireCjs } from '../common/index.js';
 // names (the common case for a sandbox's proxy) never needs it.
 let tldts: typeof Tldts | undefined;
 
-const OPTIONS = { allowPrivateDomains: false, detectIp: false, extractHostname: false, validateHostname: false } as const;
+// allowPrivateDomains: the private section's rules apply too (`github.io` is then a suffix, not
+// the registrable domain of `attacker.github.io`).
+const OPTIONS = { allowPrivateDomains: true, detectIp: false, extractHostname: false, validateHostname: false } as const;
 
-/** `name` must already be a normalised host name (policy/host-name.ts). */
-export function isPublicSuffix(name: string): boolean {
-  // A public suffix has no registrable domain of its own: the domain starts one label below it.
+/** Which part of the list makes a name a public suffix. */
+export type SuffixSection = 'icann' | 'private' | 'implicit';
+
+/**
+ * The section that makes `name` itself a public suffix, or undefined when `name` is a registrable
+ * domain or a name below one (one owner). `name` must already be a normalised host name
+ * (policy/host-name.ts).
+ */
+export function publicSuffixSection(name: string): SuffixSection | undefined {
   tldts ??= requireCjs('tldts') as typeof Tldts;
-  return tldts.parse(name, OPTIONS).domain === null;
+  const parsed = tldts.parse(name, OPTIONS);
+  // A public suffix has no registrable domain of its own: the domain starts one label below it.
+  if (parsed.domain !== null) return undefined;
+  if (parsed.isPrivate === true) return 'private';
+  return parsed.isIcann === true ? 'icann' : 'implicit';
 }

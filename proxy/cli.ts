@@ -5,44 +5,27 @@
  * file, re-reads the policy: a valid one applies to new requests, an invalid one is logged and the
  * old policy stays.
  */
-import { readFileSync, watch, type FSWatcher } from 'node:fs';
-import path from 'node:path';
+import { readFileSync } from 'node:fs';
 import { ConfigError, loadPolicy, parseConfig, usage, type ProxyConfig } from './config.js';
 import { createLookup, MAX_LOOKUPS_IN_FLIGHT } from './dns.js';
-import { createLogger, type Logger } from './log.js';
+import { createLogger } from './log.js';
 import { createEgressProxy, type EgressProxy } from './server.js';
 import { startMetricsServer } from './metrics.js';
 import { MIN_OPEN_FILES, openFilesFor, planDescriptors, softOpenFileLimit } from './fd-budget.js';
+import { watchPolicyFile } from './policy-watch.js';
+import { installProcessEnd } from './exit.js';
 
 const read = (path: string): string => readFileSync(path, 'utf8');
+
+// Every end of the process goes through here: uncaught exceptions included, and once the logger
+// exists, after its lines are written (exit.ts).
+const end = installProcessEnd();
 
 /** This process's soft open-file limit, where Linux tells it. */
 function openFileLimit(): number | undefined {
   try {
     return softOpenFileLimit(read('/proc/self/limits'));
   } catch {
-    return undefined;
-  }
-}
-
-function watchPolicy(config: ProxyConfig, log: Logger, reload: (why: string) => void): FSWatcher | undefined {
-  if (config.policySource.kind !== 'file') return undefined;
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    // Editors and config managers replace the file by rename, which a watch on the file itself
-    // stops seeing after the first time: watch its directory and pick out the file's name.
-    // A Kubernetes ConfigMap volume changes no file name at all: it swaps the `..data` symlink
-    // that the file name points through, so a change of a `..` entry counts too.
-    const file = path.resolve(config.policySource.path);
-    const watcher = watch(path.dirname(file), { persistent: false }, (_event, name) => {
-      if (name !== null && name !== path.basename(file) && !name.startsWith('..')) return;
-      clearTimeout(timer);
-      timer = setTimeout(() => reload('file changed'), 200);
-    });
-    watcher.on('error', (err) => log.warn({ err }, 'policy file watch stopped; SIGHUP still reloads'));
-    return watcher;
-  } catch (err) {
-    log.warn({ err }, 'cannot watch the policy file; SIGHUP still reloads');
     return undefined;
   }
 }
@@ -79,6 +62,11 @@ async function main(): Promise<number> {
     return 2;
   }
   const log = createLogger(config.logLevel);
+  // What a fatal error closes at once: nothing may go on serving after it.
+  const serving: { close(): Promise<void> }[] = [];
+  end.useLog(log, () => {
+    for (const s of serving) void s.close();
+  });
   let limits = config.limits;
   if (plan.maxConnections < limits.maxConnections || plan.maxLookupsInFlight < MAX_LOOKUPS_IN_FLIGHT) {
     limits = { ...limits, maxConnections: plan.maxConnections, maxConnectionsPerClient: Math.min(limits.maxConnectionsPerClient, plan.maxConnections) };
@@ -94,6 +82,7 @@ async function main(): Promise<number> {
     logger: log,
     limits,
   });
+  serving.push(proxy);
   const cfg = config;
   const reload = (why: string): void => {
     try {
@@ -112,13 +101,14 @@ async function main(): Promise<number> {
   let address;
   try {
     metrics = config.metricsListen ? await startMetricsServer(config.metricsListen, proxy.metrics) : undefined;
+    if (metrics) serving.push(metrics);
     address = await proxy.listen(config.listen.host, config.listen.port);
   } catch (err) {
     process.stderr.write(`capybara-egress: cannot listen: ${(err as Error).message}\n`);
     await Promise.all([proxy.close(), metrics?.close()]);
     return 2;
   }
-  const watcher = watchPolicy(config, log, reload);
+  const watcher = config.policySource.kind === 'file' ? watchPolicyFile(config.policySource.path, log, reload) : undefined;
   log.info({ event: 'listening', address: `${address.address}:${address.port}`, allowHosts: policy.allowHosts.length, metrics: metrics?.address }, 'egress proxy listening');
 
   await new Promise<void>((resolve) => {
@@ -131,17 +121,12 @@ async function main(): Promise<number> {
   });
   watcher?.close();
   await Promise.all([proxy.close(), metrics?.close()]);
-  log.flush();
   return 0;
 }
 
 main().then(
-  (code) => {
-    process.exitCode = code;
-  },
-  (err: unknown) => {
-    process.stderr.write(`capybara-egress: fatal: ${(err as Error).stack ?? String(err)}\n`);
-    // Nothing may go on serving after a fatal error (a listener already open would).
-    process.exit(1);
-  },
+  (code) => end.exit(code),
+  // Nothing may go on serving after a fatal error (a listener already open would): end.fatal
+  // closes the listeners, then exits.
+  (err: unknown) => end.fatal(err),
 );

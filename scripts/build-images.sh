@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Builds the product images without any container registry:
-#   capybara-sandbox:latest         image/sandbox/Dockerfile
-#   capybara-sandbox-egress:latest  image/egress/Dockerfile
-#   capybara-sandbox-proxy:latest   haproxy/Dockerfile
-#   capybara-sandbox-cli:latest     image/cli/Dockerfile (the plugin and its CLI; on the egress base)
+# Builds the product images without any container registry, tagged with the names written once
+# in common/images.json (capybara-sandbox:latest, capybara-sandbox-egress:latest, ...):
+#   sandbox  image/sandbox/Dockerfile
+#   egress   image/egress/Dockerfile
+#   proxy    haproxy/Dockerfile
+#   cli      image/cli/Dockerfile (the plugin and its CLI; on the egress base)
 #
 # Each Dockerfile takes its base image as the BASE build argument. Here every base is a Debian
 # trixie root filesystem made by mmdebstrap from the machine's reachable Debian mirror (already
@@ -30,6 +31,13 @@ HASH_LABEL=dev.capybara.content-hash
 
 log() { printf '[build-images] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
+
+# The image names, from the file the TypeScript code reads them from (common/images.ts).
+command -v node >/dev/null || die "node is not installed (Node.js 20, see README.md)"
+declare -A IMAGE
+while IFS='=' read -r key value; do IMAGE[$key]=$value; done < <(
+  node -e 'for (const [k, v] of Object.entries(require("./common/images.json").images)) console.log(`${k}=${v}`)')
+for t in sandbox egress proxy cli; do [[ -n ${IMAGE[$t]:-} ]] || die "common/images.json names no $t image"; done
 
 sha() { sha256sum | cut -c1-64; }
 
@@ -164,13 +172,13 @@ done
 
 if selected proxy; then
   mapfile -t files < <(cd haproxy && ls -1 Dockerfile haproxy.cfg ./*.map ./*.lua | sort)
-  build_image capybara-sandbox-proxy:latest haproxy/Dockerfile haproxy "${BASE[proxy]}" \
+  build_image "${IMAGE[proxy]}" haproxy/Dockerfile haproxy "${BASE[proxy]}" \
     "$(cd haproxy && hash_files "${files[@]}")"
 fi
 
 if selected sandbox; then
   mapfile -t files < <(cd image/sandbox && find . -type f | sort)
-  build_image capybara-sandbox:latest image/sandbox/Dockerfile image/sandbox "${BASE[sandbox]}" \
+  build_image "${IMAGE[sandbox]}" image/sandbox/Dockerfile image/sandbox "${BASE[sandbox]}" \
     "$(cd image/sandbox && hash_files "${files[@]}")"
 fi
 
@@ -231,16 +239,17 @@ stage_cli_extra() {
 
 if selected egress; then
   [[ -f proxy/cli.ts ]] || die "proxy/cli.ts is missing: the egress image needs the egress proxy sources"
-  build_node_image egress capybara-sandbox-egress:latest image/egress/Dockerfile "common proxy policy" \
+  build_node_image egress "${IMAGE[egress]}" image/egress/Dockerfile "common proxy policy" \
     "image/egress/.dockerignore" stage_egress_extra
 fi
 
 if selected cli; then
   # The plugin (dist/index.mjs and the controller) and the operator CLI.
-  build_node_image cli capybara-sandbox-cli:latest image/cli/Dockerfile "common policy controller index.mts" \
+  build_node_image cli "${IMAGE[cli]}" image/cli/Dockerfile "common policy controller index.mts" \
     ".capybara-plugin/plugin.json deploy/host-stub.mjs" stage_cli_extra
 fi
 
 log "done in $((SECONDS - TOTAL_START))s"
-docker image ls --format '{{.Repository}}:{{.Tag}}  {{.Size}}' \
-  | grep -E '^capybara-sandbox(-egress|-proxy|-cli)?:latest ' >&2 || true
+for t in "${TARGETS[@]}"; do
+  docker image ls --format '{{.Repository}}:{{.Tag}}  {{.Size}}' "${IMAGE[$t]}" >&2
+done

@@ -5,7 +5,8 @@
  * command that does not use it is an error too, so a mistyped command line never half-works.
  */
 import { parseArgs } from 'node:util';
-import { SandboxError } from '../errors.js';
+import { IMAGES } from '../../common/index.js';
+import { DEFAULT_EGRESS_TIER, EGRESS_TIER_NAMES, SandboxError, TIERS } from '../spec/index.js';
 import { DEFAULT_SANDBOX_IMAGE, parseSandboxOptions, sandboxName, type SandboxOptions } from './sandbox-options.js';
 
 export const OPERATOR_COMMANDS = ['up', 'down', 'create', 'run', 'ls', 'inspect', 'exec', 'destroy', 'gc', 'doctor'] as const;
@@ -47,7 +48,11 @@ const DEFAULT_MIN_AGE_MS = 10 * 60_000;
 const DEFAULT_SOCKET_DIR = '/run/capybara-sandbox';
 /** The container `up` starts. Not `cap-`: the socket proxy never lets a controller touch it. */
 const DEFAULT_PROXY_NAME = 'capybara-socket-proxy';
-const DEFAULT_PROXY_IMAGE = 'capybara-sandbox-proxy:latest';
+const DEFAULT_PROXY_IMAGE = IMAGES.proxy;
+
+/** `none | internal | allowlist (default) | open (needs allowOpenEgress)`, from the tier table. */
+const TIER_CHOICES = EGRESS_TIER_NAMES.map((tier) =>
+  `${tier}${tier === DEFAULT_EGRESS_TIER ? ' (default)' : ''}${TIERS[tier].needsAllowOpenEgress ? ' (needs allowOpenEgress)' : ''}`).join(' | ');
 
 export function usageError(message: string): SandboxError {
   return new SandboxError('invalid_config', `${message} (see capybara-sandbox --help)`);
@@ -231,7 +236,7 @@ Commands:
 NAME is a sandbox name (cap-demo) or its id (demo, meaning cap-demo).
 
 Sandbox options (create, run):
-  --egress TIER        none | internal | allowlist (default) | open (needs allowOpenEgress)
+  --egress TIER        ${TIER_CHOICES}
   --allow HOST         allowlist entry: a host name or *.example.com (repeatable, or
                        comma-separated); only with the allowlist tier
   --image IMAGE        sandbox image (default ${DEFAULT_SANDBOX_IMAGE})

@@ -9,12 +9,8 @@ import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import type { DeploymentConfig } from '../config.js';
-import type { SandboxHandle, SandboxProvider } from '../contract.js';
-import type { DockerEngine } from '../engine.js';
-import { engineStatus } from '../engine.js';
-import { parseEndpoint } from '../endpoint.js';
-import { isSandboxError } from '../errors.js';
+import { type DeploymentConfig, type SandboxHandle, type SandboxProvider, isSandboxError } from '../spec/index.js';
+import { type DockerEngine, engineStatus, parseEndpoint } from '../docker/index.js';
 import { ISOLATION_PROBE, probeCommand, readProbeOutput } from './isolation-probe.js';
 
 export const DOCTOR_CHECKS = {

@@ -4,8 +4,7 @@
  * looked up again by name, so a sandbox created since the listing keeps its resources.
  * Volumes are removed unforced: one still in use stays and is reported.
  */
-import type { DockerEngine } from '../engine.js';
-import { engineStatus } from '../engine.js';
+import { type DockerEngine, engineStatus } from '../docker/index.js';
 import { readInventory } from './inventory.js';
 import { decideOrphans, type ResourceDecision } from './orphans.js';
 

@@ -3,10 +3,8 @@
  * dev.capybara.sandbox=1, and the per-sandbox rows `ls` shows. Listing is refused by the
  * socket proxy on purpose, so a 403 becomes an error that says which endpoint to use instead.
  */
-import type { ContainerSummary, DockerEngine, ResourceSummary } from '../engine.js';
-import { engineStatus } from '../engine.js';
-import { SandboxError } from '../errors.js';
-import { LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_NAME, LABEL_SANDBOX, namesFor } from '../names.js';
+import { type ContainerSummary, type DockerEngine, type ResourceSummary, engineStatus } from '../docker/index.js';
+import { SandboxError, LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_NAME, LABEL_SANDBOX, meaningOfLabel, namesFor } from '../spec/index.js';
 import { decodeAllowHosts } from '../../common/index.js';
 
 export interface Inventory {
@@ -25,7 +23,7 @@ export interface SandboxRow {
   readonly created: string;
   readonly ageSeconds: number;
   readonly image: string;
-  /** running, exited, paused, ..., `missing` (allowlist tier without its proxy) or `none`. */
+  /** running, exited, paused, ..., `missing` (a tier with a proxy, without it) or `none`. */
   readonly egress: string;
   readonly allowHosts: readonly string[];
 }
@@ -74,7 +72,7 @@ export function sandboxRows(inventory: Inventory, nowMs: number): SandboxRow[] {
       created: new Date(c.createdMs).toISOString(),
       ageSeconds: Math.max(0, Math.round((nowMs - c.createdMs) / 1000)),
       image: c.image,
-      egress: tier === 'allowlist' ? (proxy?.state ?? 'missing') : 'none',
+      egress: meaningOfLabel(c.labels[LABEL_EGRESS]).egressProxy ? (proxy?.state ?? 'missing') : 'none',
       allowHosts: decodeAllowHosts(c.labels[LABEL_ALLOW_HOSTS] ?? ''),
     };
   }).sort((a, b) => a.name.localeCompare(b.name));

@@ -7,8 +7,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { parseDeploymentConfig, type DeploymentConfig } from '../config.js';
-import { SandboxError } from '../errors.js';
+import { parseDeploymentConfig, type DeploymentConfig, SandboxError } from '../spec/index.js';
 import { EGRESS_ENV } from '../../common/index.js';
 import { ENGINE_COMMANDS, type OperatorArgs } from './args.js';
 

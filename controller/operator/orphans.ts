@@ -6,8 +6,8 @@
  * period is what keeps gc off another controller replica's create in progress, which makes
  * the volumes, network and egress proxy before the sandbox container.
  */
-import type { ContainerSummary, ResourceSummary } from '../engine.js';
-import { LABEL_NAME, LABEL_WORKSPACE_KEY } from '../names.js';
+import type { ContainerSummary, ResourceSummary } from '../docker/index.js';
+import { LABEL_NAME, LABEL_WORKSPACE_KEY } from '../spec/index.js';
 import { isSandboxContainer, type Inventory } from './inventory.js';
 
 export const KEEP_REASONS = {

@@ -7,11 +7,9 @@
  */
 import pino from 'pino';
 import { join } from 'node:path';
-import { DockerEngine } from '../engine.js';
-import { isSandboxError } from '../errors.js';
-import { createDockerSandbox } from '../provider.js';
-import type { DeploymentConfig } from '../config.js';
-import type { ExecResult } from '../contract.js';
+import { DockerEngine } from '../docker/index.js';
+import { isSandboxError, type DeploymentConfig, type ExecResult } from '../spec/index.js';
+import { createDockerSandbox } from '../index.js';
 import { OPERATOR_HELP, parseOperatorArgs, type OperatorArgs } from './args.js';
 import { egressTestHostsFromEnv, engineSocketFor, loadOperatorConfig, PROXY_SOCKET_FILE, upSocketDir, type OperatorConfig } from './operator-config.js';
 import { labelFilters, readInventory, sandboxRows } from './inventory.js';

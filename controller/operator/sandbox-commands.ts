@@ -4,9 +4,8 @@
  * workspace with it); `run` reuses one only when every option typed agrees with what it was
  * created with, so a command never runs with more access than the command line asked for.
  */
-import type { SandboxHandle, SandboxProvider } from '../contract.js';
-import type { DockerEngine } from '../engine.js';
-import { SandboxError, isSandboxError } from '../errors.js';
+import { type SandboxHandle, type SandboxProvider, SandboxError, isSandboxError } from '../spec/index.js';
+import type { DockerEngine } from '../docker/index.js';
 import { inspectSandbox, type SandboxDetail } from './sandbox-detail.js';
 import { describeSpec, optionMismatches, sandboxSpec, type SandboxOptions } from './sandbox-options.js';
 

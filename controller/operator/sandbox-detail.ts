@@ -2,9 +2,8 @@
  * `inspect NAME`: one sandbox as the controller sees it, read with per-name calls only, so it
  * works through the socket proxy too.
  */
-import type { DockerEngine } from '../engine.js';
-import { SandboxError } from '../errors.js';
-import { LABEL_ALLOW_HOSTS, LABEL_EGRESS, checkSandboxName, namesFor } from '../names.js';
+import type { DockerEngine } from '../docker/index.js';
+import { SandboxError, LABEL_ALLOW_HOSTS, LABEL_EGRESS, checkSandboxName, meaningOfLabel, namesFor } from '../spec/index.js';
 import { decodeAllowHosts } from '../../common/index.js';
 
 export interface SandboxDetail {
@@ -26,8 +25,9 @@ export async function inspectSandbox(engine: DockerEngine, rawName: string): Pro
   const view = await engine.inspectContainer(name);
   if (view === undefined) throw new SandboxError('not_found', `Sandbox ${name} does not exist (no container of that name); gc removes leftovers.`);
   const tier = view.labels[LABEL_EGRESS] ?? 'unknown';
-  const egress = tier === 'allowlist' ? ((await engine.inspectContainer(names.egress))?.status ?? 'missing') : 'none';
-  const hasNetwork = tier === 'allowlist' || tier === 'internal';
+  const meaning = meaningOfLabel(view.labels[LABEL_EGRESS]);
+  const egress = meaning.egressProxy ? ((await engine.inspectContainer(names.egress))?.status ?? 'missing') : 'none';
+  const hasNetwork = meaning.sandboxNetwork === 'internal';
   const mounts = Array.isArray(view.hostConfig.Mounts) ? (view.hostConfig.Mounts as Array<{ Type?: string; Source?: string }>) : [];
   return {
     name,

@@ -4,13 +4,22 @@
  * that already exists. Pure: the spec is checked again by the controller, which refuses what
  * it cannot enforce; here the command line is refused early with the option's own name.
  */
-import type { EgressTier, SandboxSpec } from '../contract.js';
-import { SandboxError } from '../errors.js';
-import { checkSandboxName, persistentWorkspaceVolume } from '../names.js';
+import { IMAGES } from '../../common/index.js';
+import {
+  DEFAULT_EGRESS_TIER,
+  EGRESS_TIER_NAMES,
+  TIERS,
+  type EgressTier,
+  type SandboxSpec,
+  SandboxError,
+  checkSandboxName,
+  persistentWorkspaceVolume,
+} from '../spec/index.js';
 import type { SandboxDetail } from './sandbox-detail.js';
 
-const EGRESS_TIERS: readonly EgressTier[] = ['none', 'internal', 'allowlist', 'open'];
-export const DEFAULT_SANDBOX_IMAGE = 'capybara-sandbox:latest';
+/** The tiers `--allow` applies to: those with an egress proxy. */
+const PROXY_TIERS = EGRESS_TIER_NAMES.filter((tier) => TIERS[tier].egressProxy);
+export const DEFAULT_SANDBOX_IMAGE = IMAGES.sandbox;
 
 /** What the command line asked for; `given` lists the options actually typed. */
 export interface SandboxOptions {
@@ -53,13 +62,13 @@ function positiveNumber(text: string, option: string, integer: boolean): number 
 export function parseSandboxOptions(raw: RawSandboxOptions): SandboxOptions {
   const given = new Set<SandboxOptions['given'] extends ReadonlySet<infer K> ? K : never>();
   for (const key of ['egress', 'allow', 'image', 'cpu', 'memory', 'workspace'] as const) if (raw[key] !== undefined) given.add(key);
-  if (raw.egress !== undefined && !(EGRESS_TIERS as readonly string[]).includes(raw.egress)) {
-    throw optionError(`--egress ${JSON.stringify(raw.egress)} is not one of ${EGRESS_TIERS.join(', ')}`);
+  if (raw.egress !== undefined && !(EGRESS_TIER_NAMES as readonly string[]).includes(raw.egress)) {
+    throw optionError(`--egress ${JSON.stringify(raw.egress)} is not one of ${EGRESS_TIER_NAMES.join(', ')}`);
   }
-  const egress = (raw.egress ?? 'allowlist') as EgressTier;
+  const egress = (raw.egress ?? DEFAULT_EGRESS_TIER) as EgressTier;
   const allowHosts = (raw.allow ?? []).flatMap((entry) => entry.split(',')).map((h) => h.trim()).filter((h) => h !== '');
-  if (raw.allow !== undefined && egress !== 'allowlist') {
-    throw optionError(`--allow applies only to --egress allowlist, not ${egress}`);
+  if (raw.allow !== undefined && !TIERS[egress].egressProxy) {
+    throw optionError(`--allow applies only to --egress ${PROXY_TIERS.join(' or ')}, not ${egress}`);
   }
   if (raw.workspace !== undefined) persistentWorkspaceVolume(raw.workspace);
   return {
@@ -80,7 +89,7 @@ export function sandboxSpec(name: string, o: SandboxOptions): SandboxSpec {
     image: o.image,
     limits: {
       egress: o.egress,
-      ...(o.egress === 'allowlist' ? { allowHosts: [...o.allowHosts] } : {}),
+      ...(TIERS[o.egress].egressProxy ? { allowHosts: [...o.allowHosts] } : {}),
       ...(o.cpu === undefined ? {} : { cpu: o.cpu }),
       ...(o.memoryMb === undefined ? {} : { memoryMb: o.memoryMb }),
     },
@@ -120,8 +129,8 @@ export function optionMismatches(o: SandboxOptions, existing: SandboxDetail): st
 
 /** One line describing what is about to be created, for the progress output. */
 export function describeSpec(spec: SandboxSpec): string {
-  const { egress, allowHosts, cpu, memoryMb } = spec.limits;
-  const tier = egress === 'allowlist' ? `allowlist [${(allowHosts ?? []).join(', ') || 'nothing'}]` : egress;
+  const { egress = DEFAULT_EGRESS_TIER, allowHosts, cpu, memoryMb } = spec.limits;
+  const tier = TIERS[egress].egressProxy ? `${egress} [${(allowHosts ?? []).join(', ') || 'nothing'}]` : egress;
   const limits = [cpu === undefined ? undefined : `cpu ${cpu}`, memoryMb === undefined ? undefined : `memory ${memoryMb} MB`].filter((x) => x !== undefined);
   const ws = spec.workspace === undefined ? '' : `, workspace ${spec.workspace.key}`;
   return `image ${spec.image}, egress ${tier}${limits.length > 0 ? `, ${limits.join(', ')}` : ''}${ws}`;

@@ -9,8 +9,7 @@ import http from 'node:http';
 import { existsSync, lstatSync, mkdirSync, realpathSync, rmdirSync, readdirSync, rmSync, statSync, type Stats } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import Docker from 'dockerode';
-import { SandboxError } from '../errors.js';
-import { LABEL_NAME } from '../names.js';
+import { SandboxError, LABEL_NAME } from '../spec/index.js';
 import { PROXY_SOCKET_FILE } from './operator-config.js';
 import {
   LABEL_OPERATOR,

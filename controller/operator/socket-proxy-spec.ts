@@ -5,6 +5,7 @@
  * all), so the directory's permissions are what keep everyone but root away from it: whoever
  * can open the socket can nearly drive the engine.
  */
+import { SOCKET_PROXY_ENV } from '../../common/index.js';
 
 /** Marks containers `up` made; `down` and `up` never touch a same-named container without it. */
 export const LABEL_OPERATOR = 'dev.capybara.operator';
@@ -27,10 +28,10 @@ export interface SocketProxySettings {
 
 function socketProxyEnv(s: SocketProxySettings): string[] {
   return [
-    `SOCKET_PROXY_BIND=unix@${INNER_SOCKET_DIR}/docker.sock`,
-    `DOCKER_SOCKET=${INNER_ENGINE_SOCKET}`,
-    `SOCKET_PROXY_SHARED_NETWORK=${s.sharedNetwork}`,
-    `SOCKET_PROXY_VOLUME_DRIVERS=${s.volumeDriver ?? ''}`,
+    `${SOCKET_PROXY_ENV.bind}=unix@${INNER_SOCKET_DIR}/docker.sock`,
+    `${SOCKET_PROXY_ENV.dockerSocket}=${INNER_ENGINE_SOCKET}`,
+    `${SOCKET_PROXY_ENV.sharedNetwork}=${s.sharedNetwork}`,
+    `${SOCKET_PROXY_ENV.volumeDrivers}=${s.volumeDriver ?? ''}`,
   ];
 }
 

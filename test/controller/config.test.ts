@@ -1,9 +1,9 @@
 import t from 'tap';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { parseDeploymentConfig } from '../../controller/config.js';
+import { parseDeploymentConfig } from '../../controller/spec/config.js';
 import { PLUGIN_JSON_PATH, packageVersion, renderPluginManifest } from '../../controller/plugin-manifest.js';
-import { isSandboxError, sandboxErrorCodes } from '../../controller/errors.js';
+import { isSandboxError, sandboxErrorCodes } from '../../controller/spec/errors.js';
 
 const root = join(import.meta.dirname, '..', '..');
 

@@ -1,12 +1,12 @@
 import t, { type Test } from 'tap';
-import { parseDeploymentConfig } from '../../controller/config.js';
-import { planSandbox } from '../../controller/sandbox-plan.js';
-import { egressContainerBody, sandboxBodyFromInspect, sandboxContainerBody } from '../../controller/container-spec.js';
-import { internalNetworkBody, sharedNetworkBody } from '../../controller/network-spec.js';
-import { volumeBody } from '../../controller/volume-spec.js';
-import { serialiseAsciiBody } from '../../controller/ascii-body.js';
-import { isSandboxError } from '../../controller/errors.js';
-import type { SandboxSpec } from '../../controller/contract.js';
+import { parseDeploymentConfig } from '../../controller/spec/config.js';
+import { planSandbox } from '../../controller/spec/sandbox-plan.js';
+import { egressContainerBody, sandboxBodyFromInspect, sandboxContainerBody } from '../../controller/docker/container-spec.js';
+import { internalNetworkBody, sharedNetworkBody } from '../../controller/docker/network-spec.js';
+import { volumeBody } from '../../controller/docker/volume-spec.js';
+import { serialiseAsciiBody } from '../../controller/spec/ascii-body.js';
+import { isSandboxError } from '../../controller/spec/errors.js';
+import type { SandboxSpec } from '../../controller/spec/contract.js';
 
 function throwsCode(t: Test, fn: () => unknown, code: string, mentions?: string): void {
   try {

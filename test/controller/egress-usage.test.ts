@@ -1,5 +1,5 @@
 import t from 'tap';
-import { parseEgressUsage } from '../../controller/egress-usage.js';
+import { parseEgressUsage } from '../../controller/sandbox/egress-usage.js';
 
 t.test('sums bytes and decisions from the proxy metrics', async (t) => {
   const text = [

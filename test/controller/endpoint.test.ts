@@ -2,8 +2,8 @@ import t from 'tap';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { modemOptions, parseEndpoint } from '../../controller/endpoint.js';
-import { isSandboxError } from '../../controller/errors.js';
+import { modemOptions, parseEndpoint } from '../../controller/docker/endpoint.js';
+import { isSandboxError } from '../../controller/spec/errors.js';
 
 t.test('endpoints', async (t) => {
   const rows: { name: string; endpoint: string; want: unknown }[] = [

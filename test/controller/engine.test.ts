@@ -8,8 +8,8 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Socket } from 'node:net';
-import { DockerEngine, engineStatus } from '../../controller/engine.js';
-import { isSandboxError } from '../../controller/errors.js';
+import { DockerEngine, engineStatus } from '../../controller/docker/engine.js';
+import { isSandboxError } from '../../controller/spec/errors.js';
 
 interface Seen { method: string; url: string; body: string; headers: http.IncomingHttpHeaders }
 

@@ -17,8 +17,9 @@ import {
   wrapperCmd,
   writeFileCmd,
   FILE_EXIT,
-} from '../../controller/exec-script.js';
-import { isSandboxError } from '../../controller/errors.js';
+} from '../../controller/exec/exec-script.js';
+import { isSandboxError } from '../../controller/spec/errors.js';
+import { needUnmet, toolMissing } from '../support/needs.js';
 
 // These run the scripts with the host's bash and coreutils (no Docker): the same programs the
 // sandbox image ships.
@@ -196,4 +197,94 @@ t.test('a background child holding the session keeps the control file for a late
   t.match(run(killTaggedCmd(['bg'])).stdout.toString(), KILL_OK_MARKER);
   t.same(await sessionEnded(sid), [], 'child killed');
   t.notOk(existsSync(ctl));
+});
+
+/**
+ * Runs `driver` (a Python program) as the child of a PID 1 that never reaps: Python's
+ * subprocess.run waits for its own child only, so every orphan that dies in the new PID
+ * namespace stays a zombie, as on a machine whose init reaps slowly (or a sandbox without tini).
+ */
+function underNonReapingInit(driver: string, args: unknown): ReturnType<typeof spawnSync> {
+  const init = 'import subprocess, sys; sys.exit(subprocess.run([sys.executable, "-c", sys.argv[1], sys.argv[2]]).returncode)';
+  return spawnSync('unshare', ['-fp', '--mount-proc', 'python3', '-c', init, driver, JSON.stringify(args)], { encoding: 'buffer', timeout: 120_000 });
+}
+
+// One pass over /proc as the kill scripts make it (read the stat line, split the fields after
+// "(comm) "), without killing: the unit the kill's duration is measured in.
+const SCAN = String.raw`
+n=0
+for p in /proc/[0-9]*; do
+  read -r line < "$p/stat" 2>/dev/null || continue
+  read -r -a f <<< "${'$'}{line##*) }"
+  [ "${'$'}{f[3]}" = "$1" ] && n=$((n + 1))
+done
+echo "$n"
+`;
+
+const KILL_DRIVER = String.raw`
+import json, os, statistics, subprocess, sys, time
+a = json.loads(sys.argv[1])
+
+def members(sid):
+    live = zombies = 0
+    for e in os.listdir('/proc'):
+        if not e.isdigit():
+            continue
+        try:
+            s = open('/proc/%s/stat' % e).read()
+        except OSError:
+            continue
+        f = s[s.rindex(')') + 2:].split()
+        if f[3] == sid:
+            if f[0] in ('Z', 'X'):
+                zombies += 1
+            else:
+                live += 1
+    return live, zombies
+
+session = subprocess.Popen(a['wrapper'], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+deadline = time.monotonic() + 60
+while not os.path.exists(a['ctl']) and time.monotonic() < deadline:
+    time.sleep(0.01)
+sid = open(a['ctl']).read().strip()
+while members(sid)[0] < a['processes'] and time.monotonic() < deadline:
+    time.sleep(0.05)
+before = members(sid)
+scans = []
+for _ in range(3):
+    t0 = time.monotonic()
+    subprocess.run(['bash', '-c', a['scan'], 'scan', sid], stdout=subprocess.DEVNULL)
+    scans.append(time.monotonic() - t0)
+t0 = time.monotonic()
+kill = subprocess.run(a['kill'], capture_output=True, text=True)
+kill_s = time.monotonic() - t0
+session.wait(timeout=10)
+time.sleep(0.2)
+print(json.dumps({'before': before, 'after': members(sid), 'scan_s': statistics.median(scans), 'kill_s': kill_s, 'stdout': kill.stdout}))
+`;
+
+t.test('a kill skips zombies and stops once nothing of the session is alive', async (t) => {
+  const missing = toolMissing('unshare', ['--version'], 'util-linux') ?? toolMissing('python3', ['--version'], 'apt-get install python3');
+  if (missing) return needUnmet(t, missing);
+  const probe = spawnSync('unshare', ['-fp', '--mount-proc', 'true']);
+  if (probe.status !== 0) return needUnmet(t, `unshare -fp --mount-proc cannot make a PID namespace here (root needed): ${probe.stderr.toString().trim()}`);
+  const processes = 400;
+  const ctl = controlFile('zombies', randomUUID());
+  const out = underNonReapingInit(KILL_DRIVER, {
+    wrapper: wrapperCmd(ctl, 120, encodeArg(`for i in $(seq ${processes}); do sleep 300 & done; wait`)),
+    kill: killFilesCmd([ctl]),
+    ctl,
+    processes,
+    scan: SCAN,
+  });
+  t.equal(out.status, 0, out.stderr.toString());
+  const r = JSON.parse(out.stdout.toString()) as { before: [number, number]; after: [number, number]; scan_s: number; kill_s: number; stdout: string };
+  t.comment(`${r.before[0]} live processes; one /proc scan ${(r.scan_s * 1000).toFixed(0)} ms; the kill ${(r.kill_s * 1000).toFixed(0)} ms; after it ${r.after[1]} zombies`);
+  t.ok(r.before[0] >= processes, 'the session held every process');
+  t.match(r.stdout, KILL_OK_MARKER);
+  t.equal(r.after[0], 0, 'nothing of the session is alive');
+  t.ok(r.after[1] > 0, 'zombies are left: this PID 1 never reaps');
+  // A kill that took zombies for live processes scanned /proc 50 times (4.45 s for 400 processes
+  // where 87 ms will do); one that skips them needs a few scans.
+  t.ok(r.kill_s < 10 * r.scan_s, `the kill took ${(r.kill_s / r.scan_s).toFixed(1)} scans of /proc, not 50`);
 });

@@ -1,6 +1,6 @@
 /** gc's decision, without Docker: which listed resources are orphans, and why the rest stay. */
 import t from 'tap';
-import type { ContainerSummary, ResourceSummary } from '../../controller/engine.js';
+import type { ContainerSummary, ResourceSummary } from '../../controller/docker/engine.js';
 import { decideOrphans } from '../../controller/operator/index.js';
 
 const NOW = Date.parse('2026-11-29T12:00:00Z');

@@ -1,7 +1,7 @@
 import t from 'tap';
-import { OutputCapture, utf8SafeLength } from '../../controller/output-capture.js';
-import { StreamDemux } from '../../controller/stream-demux.js';
-import { parseStat, writeTarget } from '../../controller/files.js';
+import { OutputCapture, utf8SafeLength } from '../../controller/exec/output-capture.js';
+import { StreamDemux } from '../../controller/docker/stream-demux.js';
+import { parseStat, writeTarget } from '../../controller/exec/files.js';
 
 t.test('utf8SafeLength never ends inside a character', async (t) => {
   const rows: { name: string; bytes: number[]; want: number }[] = [

@@ -1,7 +1,7 @@
 /** Telling "no room to start the command" from the command's own result (sandbox-full.ts). */
 import t from 'tap';
-import { startFailure } from '../../controller/sandbox-full.js';
-import { SANDBOX_FULL_EXIT, SANDBOX_FULL_MARKER } from '../../controller/exec-script.js';
+import { startFailure } from '../../controller/exec/sandbox-full.js';
+import { SANDBOX_FULL_EXIT, SANDBOX_FULL_MARKER } from '../../controller/exec/exec-script.js';
 
 const rows: { name: string; exitCode: number | null; stdout: string; stderr: string; want: string | undefined }[] = [
   { name: 'the room check refused to start', exitCode: SANDBOX_FULL_EXIT, stdout: '', stderr: `${SANDBOX_FULL_MARKER} 1020/1024\n`, want: 'full' },

@@ -3,7 +3,7 @@
  * end, so each case can say whether two of them overlapped.
  */
 import t from 'tap';
-import { SandboxLanes } from '../../controller/sandbox-lanes.js';
+import { SandboxLanes } from '../../controller/sandbox/sandbox-lanes.js';
 
 const tick = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

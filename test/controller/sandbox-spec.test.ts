@@ -7,12 +7,12 @@ import t, { type Test } from 'tap';
 import fc from 'fast-check';
 import { buildPolicy } from '../../policy/index.js';
 import { decodeAllowHosts, EGRESS_ENV } from '../../common/index.js';
-import { parseDeploymentConfig } from '../../controller/config.js';
-import { planSandbox } from '../../controller/sandbox-plan.js';
-import { egressContainerBody } from '../../controller/container-spec.js';
-import { checkExecOptions } from '../../controller/exec-options.js';
-import { isSandboxError } from '../../controller/errors.js';
-import { checkSandboxName } from '../../controller/names.js';
+import { parseDeploymentConfig } from '../../controller/spec/config.js';
+import { planSandbox } from '../../controller/spec/sandbox-plan.js';
+import { egressContainerBody } from '../../controller/docker/container-spec.js';
+import { checkExecOptions } from '../../controller/spec/exec-options.js';
+import { isSandboxError } from '../../controller/spec/errors.js';
+import { checkSandboxName } from '../../controller/spec/names.js';
 
 const config = parseDeploymentConfig({ endpoint: 'tcp://proxy:2375', allowOpenEgress: true });
 const opts = { extraLabels: {} };
@@ -36,6 +36,8 @@ t.test('allowlist entries the egress proxy would refuse are refused, naming the 
     { name: 'bracketed IPv6', entry: '[::1]', why: /"\[::1\]"/ },
     { name: 'wildcard over a public suffix', entry: '*.com', why: /public suffix/ },
     { name: 'wildcard over a two-label public suffix', entry: '*.co.uk', why: /public suffix/ },
+    { name: 'wildcard over a private-section suffix (GitHub Pages)', entry: '*.github.io', why: /"github\.io" is a public suffix \(Public Suffix List, private section/ },
+    { name: 'wildcard over a multi-label private-section suffix (S3)', entry: '*.s3.amazonaws.com', why: /"s3\.amazonaws\.com" is a public suffix/ },
     { name: 'wildcard in the middle', entry: 'a.*.example.com', why: /wildcard/ },
     { name: 'bare wildcard', entry: '*', why: /"\*"/ },
     { name: 'empty label', entry: 'a..example.com', why: /"a\.\.example\.com"/ },
@@ -50,8 +52,8 @@ t.test('allowlist entries the egress proxy would refuse are refused, naming the 
 });
 
 t.test('accepted entries are kept as the proxy writes them', async (t) => {
-  const plan = planSandbox(withHosts(['Example.COM.', '*.PyPI.org', 'files.pythonhosted.org']), config, opts);
-  t.same(plan.allowHosts, ['example.com', '*.pypi.org', 'files.pythonhosted.org']);
+  const plan = planSandbox(withHosts(['Example.COM.', '*.PyPI.org', 'files.pythonhosted.org', '*.Example.GitHub.IO']), config, opts);
+  t.same(plan.allowHosts, ['example.com', '*.pypi.org', 'files.pythonhosted.org', '*.example.github.io']);
 });
 
 t.test('anything the controller accepts, the egress proxy accepts (property)', async (t) => {

@@ -3,7 +3,7 @@
  * case can say which calls were made, in which order, and which error came out.
  */
 import t from 'tap';
-import { StepGroup } from '../../controller/step-group.js';
+import { StepGroup } from '../../controller/sandbox/step-group.js';
 
 const tick = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

@@ -12,9 +12,10 @@ import { fileURLToPath } from 'node:url';
 import type Docker from 'dockerode';
 import { dockerTest, SOCKET_PROXY_IMAGE, TEST_LABEL } from '../support/docker.js';
 import { composeProject } from './compose-cli.js';
+import { IMAGES as PRODUCT_IMAGES } from '../../common/index.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
-const IMAGES = ['capybara-sandbox:latest', 'capybara-sandbox-egress:latest', SOCKET_PROXY_IMAGE, 'capybara-sandbox-cli:latest'];
+const IMAGES = [PRODUCT_IMAGES.sandbox, PRODUCT_IMAGES.egress, SOCKET_PROXY_IMAGE, PRODUCT_IMAGES.cli];
 
 async function healthOf(docker: Docker, id: string): Promise<string> {
   const info = await docker.getContainer(id).inspect();

@@ -16,11 +16,12 @@ import { dockerTest } from '../support/docker.js';
 import { composeProject } from './compose-cli.js';
 import { ISOLATION_PROBE, probeCommand, readProbeOutput } from '../../controller/operator/isolation-probe.js';
 import { upstreamOverride, UPSTREAM_TEXT } from './upstream.js';
+import { IMAGES } from '../../common/index.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 
 t.test('a workload behind the egress image, with docker-compose', async (t) => {
-  const env = await dockerTest(t, ['capybara-sandbox-egress:latest', 'capybara-sandbox:latest']);
+  const env = await dockerTest(t, [IMAGES.egress, IMAGES.sandbox]);
   if (!env) return;
   const dir = mkdtempSync(join(tmpdir(), 'cap-egress-compose-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));

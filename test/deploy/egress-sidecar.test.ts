@@ -14,12 +14,13 @@ import { dockerTest } from '../support/docker.js';
 import { runCommand, type Ran } from './compose-cli.js';
 import { ISOLATION_PROBE, probeCommand, readProbeOutput } from '../../controller/operator/isolation-probe.js';
 import { UPSTREAM_TEXT } from './upstream.js';
+import { IMAGES } from '../../common/index.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const script = join(root, 'deploy/egress/sidecar.sh');
 
 t.test('the sidecar pattern for docker run', async (t) => {
-  const env = await dockerTest(t, ['capybara-sandbox-egress:latest', 'capybara-sandbox:latest']);
+  const env = await dockerTest(t, [IMAGES.egress, IMAGES.sandbox]);
   if (!env) return;
   const dir = mkdtempSync(join(tmpdir(), 'cap-sidecar-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
@@ -51,7 +52,7 @@ t.test('the sidecar pattern for docker run', async (t) => {
   t.ok(flags.includes(`HTTPS_PROXY=http://${name}-egress:3128`));
   t.equal((await sidecar('flags', name)).stdout, start.stdout, 'flags prints the same again');
   const workload = (command: string): Promise<Ran> =>
-    runCommand('docker', ['run', '--rm', '--label', label, ...flags, 'capybara-sandbox:latest', 'bash', '-c', command]);
+    runCommand('docker', ['run', '--rm', '--label', label, ...flags, IMAGES.sandbox, 'bash', '-c', command]);
 
   await t.test('allowlisted host through the proxy, 403 for the rest', async (t) => {
     const allowed = await workload('curl -sS http://deb.debian.org/');
@@ -110,7 +111,7 @@ async function startUpstream(docker: import('dockerode'), name: string, network:
   const script = `mkdir -p /tmp/www && printf '%s' '${UPSTREAM_TEXT}' > /tmp/www/index.html && cd /tmp/www && exec python3 -m http.server 80 --bind 0.0.0.0`;
   const c = await docker.createContainer({
     name,
-    Image: 'capybara-sandbox:latest',
+    Image: IMAGES.sandbox,
     User: '0:0',
     Entrypoint: ['bash', '-c', script],
     Labels: labels,

@@ -4,7 +4,7 @@
  * egress image's test variable, filled from TEST_HOSTS) to pin allowlisted names to it.
  */
 import { stringify } from 'yaml';
-import { EGRESS_ENV } from '../../common/index.js';
+import { EGRESS_ENV, IMAGES } from '../../common/index.js';
 
 export const UPSTREAM_TEXT = 'hello from the test upstream';
 
@@ -14,7 +14,7 @@ export function upstreamOverride(network: string, proxyService: string): string 
     services: {
       [proxyService]: { environment: { [EGRESS_ENV.testHosts]: '${TEST_HOSTS}' } },
       upstream: {
-        image: 'capybara-sandbox:latest',
+        image: IMAGES.sandbox,
         user: '0:0',
         entrypoint: ['bash', '-c', script],
         cap_drop: ['ALL'],

@@ -6,17 +6,17 @@
  * connect bodies; the exec bodies of every script the controller runs. Nothing here is written by
  * hand but the inputs, so a change to a builder changes what the socket proxy's tests check.
  */
-import { parseDeploymentConfig, type DeploymentConfigInput } from '../../controller/config.js';
-import { planSandbox } from '../../controller/sandbox-plan.js';
-import { egressContainerBody, sandboxBodyFromInspect, sandboxContainerBody } from '../../controller/container-spec.js';
-import { internalNetworkBody, networkConnectBody, sharedNetworkBody } from '../../controller/network-spec.js';
-import { volumeBody } from '../../controller/volume-spec.js';
-import { EXEC_START_BODY, execCreateBody } from '../../controller/engine-exec.js';
+import { parseDeploymentConfig, type DeploymentConfigInput } from '../../controller/spec/config.js';
+import { planSandbox } from '../../controller/spec/sandbox-plan.js';
+import { egressContainerBody, sandboxBodyFromInspect, sandboxContainerBody } from '../../controller/docker/container-spec.js';
+import { internalNetworkBody, networkConnectBody, sharedNetworkBody } from '../../controller/docker/network-spec.js';
+import { volumeBody } from '../../controller/docker/volume-spec.js';
+import { EXEC_START_BODY, execCreateBody } from '../../controller/docker/engine-exec.js';
 import {
   MAX_INLINE_PAYLOAD, ROOT_USER, SANDBOX_USER, commandPayload, controlFile, encodeArg, killAllCmd, killFilesCmd, killTaggedCmd,
   readFileCmd, stageCmd, statCmd, wrapperCmd, writeFileCmd,
-} from '../../controller/exec-script.js';
-import type { SandboxSpec } from '../../controller/contract.js';
+} from '../../controller/exec/exec-script.js';
+import type { SandboxSpec } from '../../controller/spec/contract.js';
 
 export type BodyRoute = 'container_create' | 'network_create' | 'network_connect' | 'volume_create' | 'exec_create' | 'exec_start';
 

@@ -1,6 +1,6 @@
 /**
  * Every Docker call the controller can make, made by the controller's own engine layer
- * (controller/engine.ts) with the bodies its own pure builders produce (sandbox-plan.ts,
+ * (controller/docker/engine.ts) with the bodies its own pure builders produce (sandbox-plan.ts,
  * container-spec.ts, network-spec.ts, volume-spec.ts), through the real socket proxy in front of
  * the real engine. Nothing here is a hand-copied request: when the controller changes a request
  * shape the proxy refuses, a row fails; when the engine layer grows a method, the test fails until
@@ -9,23 +9,24 @@
  * (controller-bodies.ts) goes through the same proxy: none may be refused.
  */
 import t from 'tap';
-import { dockerTest, startSocketProxy } from '../support/docker.js';
-import { DockerEngine, engineStatus } from '../../controller/engine.js';
-import { parseDeploymentConfig } from '../../controller/config.js';
-import { planSandbox } from '../../controller/sandbox-plan.js';
-import { egressContainerBody, sandboxContainerBody } from '../../controller/container-spec.js';
-import { internalNetworkBody, sharedNetworkBody } from '../../controller/network-spec.js';
-import { volumeBody } from '../../controller/volume-spec.js';
-import { SANDBOX_USER } from '../../controller/exec-script.js';
-import { isSandboxError } from '../../controller/errors.js';
+import { dockerTest, startSocketProxy, SOCKET_PROXY_IMAGE } from '../support/docker.js';
+import { DockerEngine, engineStatus } from '../../controller/docker/engine.js';
+import { parseDeploymentConfig } from '../../controller/spec/config.js';
+import { planSandbox } from '../../controller/spec/sandbox-plan.js';
+import { egressContainerBody, sandboxContainerBody } from '../../controller/docker/container-spec.js';
+import { internalNetworkBody, sharedNetworkBody } from '../../controller/docker/network-spec.js';
+import { volumeBody } from '../../controller/docker/volume-spec.js';
+import { SANDBOX_USER } from '../../controller/exec/exec-script.js';
+import { isSandboxError } from '../../controller/spec/errors.js';
+import { IMAGES } from '../../common/index.js';
 import { controllerBodies, TEST_VOLUME_DRIVER, type BodyRoute } from './controller-bodies.js';
 import { send } from './raw-http.js';
 
-const SANDBOX_IMAGE = 'capybara-sandbox:latest';
-const EGRESS_IMAGE = 'capybara-sandbox-egress:latest';
+const SANDBOX_IMAGE = IMAGES.sandbox;
+const EGRESS_IMAGE = IMAGES.egress;
 
 t.test('the controller engine layer through the socket proxy', async (t) => {
-  const env = await dockerTest(t, [SANDBOX_IMAGE, EGRESS_IMAGE, 'capybara-sandbox-proxy:latest']);
+  const env = await dockerTest(t, [SANDBOX_IMAGE, EGRESS_IMAGE, SOCKET_PROXY_IMAGE]);
   if (!env) return;
   // The deployment's shared network: starts "cap" but not "cap-", so only the proxy's exact-name
   // rule for SOCKET_PROXY_SHARED_NETWORK admits it.
@@ -139,7 +140,7 @@ t.test('the controller engine layer through the socket proxy', async (t) => {
 });
 
 t.test('every body the controller builds passes the socket proxy', async (t) => {
-  const env = await dockerTest(t, [SANDBOX_IMAGE, EGRESS_IMAGE, 'capybara-sandbox-proxy:latest']);
+  const env = await dockerTest(t, [SANDBOX_IMAGE, EGRESS_IMAGE, SOCKET_PROXY_IMAGE]);
   if (!env) return;
   const shared = `capshared${env.runId}b`;
   const proxy = await startSocketProxy(t, env, { sharedNetwork: shared, volumeDrivers: TEST_VOLUME_DRIVER });

@@ -10,8 +10,9 @@
 import t from 'tap';
 import type Docker from 'dockerode';
 import { dockerTest } from '../support/docker.js';
+import { IMAGES } from '../../common/index.js';
 
-const IMAGE = 'capybara-sandbox-egress:latest';
+const IMAGE = IMAGES.egress;
 
 /** Answers every request and logs its path, so the test can count what reached it. */
 const UPSTREAM = `require('http').createServer((q, s) => { console.log(q.url); s.end('upstream-ok ' + q.url); }).listen(80)`;

@@ -5,8 +5,9 @@
  */
 import t from 'tap';
 import { dockerTest } from '../support/docker.js';
+import { IMAGES } from '../../common/index.js';
 
-const IMAGE = 'capybara-sandbox:latest';
+const IMAGE = IMAGES.sandbox;
 
 t.test('sandbox image', async (t) => {
   const env = await dockerTest(t, [IMAGE]);

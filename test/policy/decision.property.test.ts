@@ -44,9 +44,9 @@ function refList(entries: readonly string[]): RefList | undefined {
     const wild = e.startsWith('*.');
     const name = refName(wild ? e.slice(2) : e);
     if (name === undefined) return undefined;
-    // The Public Suffix List (ICANN section, implicit "*" rule) is data, not logic: the library
+    // The Public Suffix List (both sections, implicit "*" rule) is data, not logic: the library
     // is the oracle for "is a public suffix", i.e. has no registrable domain of its own.
-    if (wild && getDomain(name, { allowPrivateDomains: false }) === null) return undefined;
+    if (wild && getDomain(name, { allowPrivateDomains: true }) === null) return undefined;
     if (wild) below.push(name.split('.'));
     else exact.push(name);
   }

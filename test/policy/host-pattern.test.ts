@@ -77,11 +77,45 @@ t.test('a wildcard over a public suffix says which entry and why', async (t) => 
   if (!p.ok) t.match(p.problem, /"co\.uk" is a public suffix/);
 });
 
-t.test('wildcards one label below a public suffix, and exact suffixes, are fine', async (t) => {
-  for (const entry of ['*.example.co.uk', '*.github.io', '*.city.kawasaki.jp', 'co.uk', '*.wild.example.com']) {
-    t.equal(parseHostPattern(entry).ok, true, entry);
-  }
-});
+// The Public Suffix List's private section: below each of these, anyone (or any customer) gets a
+// name of their own and points it at their own server, so a wildcard over one reaches an attacker.
+const privateSuffixes: { name: string; entry: string; suffix: string }[] = [
+  { name: 'GitHub Pages', entry: '*.github.io', suffix: 'github.io' },
+  { name: 'dynamic DNS', entry: '*.duckdns.org', suffix: 'duckdns.org' },
+  { name: 'ngrok tunnels', entry: '*.ngrok.io', suffix: 'ngrok.io' },
+  { name: 'ngrok free tunnels', entry: '*.ngrok-free.app', suffix: 'ngrok-free.app' },
+  { name: 'Heroku apps', entry: '*.herokuapp.com', suffix: 'herokuapp.com' },
+  { name: 'Cloudflare Workers', entry: '*.workers.dev', suffix: 'workers.dev' },
+  { name: 'Blogger', entry: '*.blogspot.com', suffix: 'blogspot.com' },
+  { name: 'raw GitHub user content', entry: '*.githubusercontent.com', suffix: 'githubusercontent.com' },
+  { name: 'S3 buckets (two-label private suffix)', entry: '*.s3.amazonaws.com', suffix: 's3.amazonaws.com' },
+  { name: 'S3 regional buckets (three-label private suffix)', entry: '*.s3.us-east-1.amazonaws.com', suffix: 's3.us-east-1.amazonaws.com' },
+  { name: 'private suffix, case and trailing dot', entry: '*.GitHub.IO.', suffix: 'github.io' },
+];
+for (const c of privateSuffixes) {
+  t.test(`refuses a wildcard over a private-section suffix: ${c.name}`, async (t) => {
+    const p = parseHostPattern(c.entry);
+    t.equal(p.ok, false);
+    if (p.ok) return;
+    const suffix = c.suffix.replace(/\./g, '\\.');
+    t.match(p.problem, new RegExp(`"${suffix}" is a public suffix \\(Public Suffix List, private section`), 'names the suffix and the section');
+    t.match(p.problem, new RegExp(`"\\*\\.${suffix}"`), 'names the entry');
+    t.match(p.problem, new RegExp(`list the exact host names instead \\("example\\.${suffix}"\\)`), 'says what to write instead');
+  });
+}
+
+const fine: { name: string; entry: string }[] = [
+  { name: 'wildcard below one ICANN-registered domain', entry: '*.example.co.uk' },
+  { name: 'wildcard below a PSL exception (!city.kawasaki.jp)', entry: '*.city.kawasaki.jp' },
+  { name: 'an exact ICANN suffix names one host', entry: 'co.uk' },
+  { name: 'an exact private suffix names one host (its operator\'s)', entry: 'github.io' },
+  { name: 'an exact multi-label private suffix names one host', entry: 's3.amazonaws.com' },
+  { name: 'wildcard below one name under a private suffix (one owner)', entry: '*.example.github.io' },
+  { name: 'wildcard below one bucket under a multi-label private suffix', entry: '*.bucket.s3.amazonaws.com' },
+  { name: 'exact name under a private suffix', entry: 'example.github.io' },
+  { name: 'ordinary wildcard', entry: '*.wild.example.com' },
+];
+for (const c of fine) t.test(`accepts entry: ${c.name}`, async (t) => t.equal(parseHostPattern(c.entry).ok, true, c.entry));
 
 t.test('the matched entry carries its tunnel mode; exact beats wildcard, deeper beats shallower', async (t) => {
   const patterns = [

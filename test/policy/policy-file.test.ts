@@ -1,3 +1,6 @@
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import { parsePolicyText, PolicyError, buildPolicy } from '../../policy/index.js';
 
@@ -90,6 +93,16 @@ t.test('the same entry twice with different tunnel modes is refused', async (t) 
   if (!built.ok) t.match(built.problems[0], { path: 'allowHosts[1]', message: /listed again with tunnel tls/ });
 });
 
+t.test('a wildcard over a private-section public suffix is a load error naming the entry, the suffix and the fix', async (t) => {
+  const built = buildPolicy({ allowHosts: ['good.example', '*.example.github.io', '*.github.io', { host: '*.s3.amazonaws.com', tunnel: 'opaque' }] });
+  t.equal(built.ok, false);
+  if (!built.ok) {
+    t.same(built.problems.map((p) => p.path), ['allowHosts[2]', 'allowHosts[3]']);
+    t.match(built.problems[0]?.message, /^"\*\.github\.io": "github\.io" is a public suffix \(Public Suffix List, private section.*list the exact host names instead \("example\.github\.io"\)/);
+    t.match(built.problems[1]?.message, /^"\*\.s3\.amazonaws\.com": "s3\.amazonaws\.com" is a public suffix/);
+  }
+});
+
 t.test('a wildcard over a public suffix is a load error naming the entry', async (t) => {
   const built = buildPolicy({ allowHosts: ['good.example', '*.com', '*.co.uk'] });
   t.equal(built.ok, false);
@@ -97,4 +110,27 @@ t.test('a wildcard over a public suffix is a load error naming the entry', async
     t.same(built.problems.map((p) => p.path), ['allowHosts[1]', 'allowHosts[2]']);
     t.match(built.problems[1]?.message, /"\*\.co\.uk".*public suffix/);
   }
+});
+
+// The policies the repository ships (npm start's default, the egress image example) and the
+// README's example must load: a rule that tightens (such as the private-section suffixes) must
+// not leave them refusing to start.
+t.test('every policy the repository ships, and the README example, loads', async (t) => {
+  const root = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+  const readme = readFileSync(path.join(root, 'README.md'), 'utf8');
+  const example = /### Policy files\n\n```yaml\n([\s\S]*?)```/.exec(readme)?.[1];
+  t.ok(example, 'the README has a policy example');
+  const envExample = /EGRESS_ALLOW_HOSTS='([^']*)' capybara-egress/.exec(readme)?.[1];
+  t.ok(envExample, 'the README has an EGRESS_ALLOW_HOSTS example');
+  const policies: [string, string][] = [
+    ['policy/default-policy.yaml', readFileSync(path.join(root, 'policy', 'default-policy.yaml'), 'utf8')],
+    ['deploy/egress/policy/policy.yaml', readFileSync(path.join(root, 'deploy', 'egress', 'policy', 'policy.yaml'), 'utf8')],
+    ['README policy example', example ?? ''],
+  ];
+  for (const [name, text] of policies) {
+    const built = buildPolicy(parsePolicyText(text, name));
+    t.ok(built.ok, `${name} loads${built.ok ? '' : `: ${JSON.stringify(built.problems)}`}`);
+  }
+  const fromEnv = buildPolicy({ allowHosts: (envExample ?? '').split(',') });
+  t.ok(fromEnv.ok, `the README's EGRESS_ALLOW_HOSTS example loads${fromEnv.ok ? '' : `: ${JSON.stringify(fromEnv.problems)}`}`);
 });

@@ -4,7 +4,7 @@
  * Runs dist/proxy/cli.js: run through `npm test`, which compiles first.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, renameSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, readlinkSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -41,6 +41,9 @@ const failures: { name: string; args: string[]; env?: Record<string, string>; fi
   { name: 'a DNS server that is no address', args: ['--allow-hosts', 'a.example'], env: { EGRESS_DNS_SERVERS: '999.1.1.1' }, message: /EGRESS_DNS_SERVERS: "999\.1\.1\.1" is not IP/ },
   { name: 'a DNS server port out of range', args: ['--allow-hosts', 'a.example', '--dns-server', '127.0.0.1:99999'], message: /--dns-server: "127\.0\.0\.1:99999" has a port outside 1-65535/ },
   { name: 'a wildcard over a public suffix', args: [], env: { EGRESS_ALLOW_HOSTS: 'a.example,*.co.uk' }, message: /EGRESS_ALLOW_HOSTS[\s\S]*allowHosts\[1\][\s\S]*public suffix/ },
+  { name: 'a wildcard over a private-section suffix (variable)', args: [], env: { EGRESS_ALLOW_HOSTS: 'a.example,*.duckdns.org' }, message: /EGRESS_ALLOW_HOSTS[\s\S]*allowHosts\[1\][\s\S]*"duckdns\.org" is a public suffix[\s\S]*"example\.duckdns\.org"/ },
+  { name: 'a wildcard over a private-section suffix (flag)', args: ['--allow-hosts', '*.ngrok.io'], message: /allowHosts\[0\][\s\S]*"ngrok\.io" is a public suffix/ },
+  { name: 'a wildcard over a private-section suffix (file)', args: ['--policy', 'FILE'], file: 'allowHosts:\n  - good.example\n  - "*.workers.dev"\n', message: /policy\.yaml[\s\S]*allowHosts\[1\][\s\S]*"workers\.dev" is a public suffix/ },
   { name: 'unknown tunnel mode', args: ['--allow-hosts', 'a.example', '--tunnel-default', 'raw'], message: /--tunnel-default: expected tls or opaque/ },
   { name: 'TLS required and optional at once', args: ['--allow-hosts', 'a.example', '--tunnel-default', 'opaque'], env: { EGRESS_REQUIRE_SNI: 'true' }, message: /EGRESS_REQUIRE_SNI is true but --tunnel-default is opaque/ },
   { name: 'an opaque entry while TLS is required', args: ['--policy', 'FILE', '--require-sni', 'true'], file: 'allowHosts:\n  - a.example\n  - { host: ssh.example, tunnel: opaque }\n', message: /policy\.yaml[\s\S]*allowHosts\[1\][\s\S]*opaque tunnel is refused/ },
@@ -174,6 +177,149 @@ t.test('a ConfigMap-style swap of the ..data symlink reloads the policy', async 
   await waitFor(child, output, /"policy_reloaded","why":"file changed","allowHosts":2/);
   t.pass('reloaded after the symlink swap');
 });
+
+// A policy file reached through symlinks: every edit of what it resolves to must apply without
+// SIGHUP. The deadline is below the watcher's 5 s re-check, so only a watch that saw the edit passes.
+const RELOAD_DEADLINE_MS = 3_000;
+
+interface LinkedPolicy {
+  readonly name: string;
+  /** Lays out the files under `root` with `text` in force; returns the path given to --policy. */
+  layout(root: string, text: string): string;
+  /** Each step changes what the configured path reads as, to `text`. */
+  readonly steps: readonly ((root: string, text: string) => void)[];
+}
+
+/** Writes `file` by rename, as editors and config managers do. */
+function replaceFile(file: string, text: string): void {
+  writeFileSync(`${file}.tmp`, text);
+  renameSync(`${file}.tmp`, file);
+}
+
+/** etc/policy.yaml -> ../data/policy.yaml */
+function linkedFile(root: string, text: string): string {
+  mkdirSync(path.join(root, 'etc'));
+  mkdirSync(path.join(root, 'data'));
+  writeFileSync(path.join(root, 'data', 'policy.yaml'), text);
+  symlinkSync('../data/policy.yaml', path.join(root, 'etc', 'policy.yaml'));
+  return path.join(root, 'etc', 'policy.yaml');
+}
+
+/**
+ * A Kubernetes ConfigMap volume as the kubelet writes it: policy.yaml -> ..data/policy.yaml,
+ * ..data -> a timestamped directory. An update writes a new timestamped directory, points a new
+ * ..data_tmp link at it, renames that over ..data, and removes the old directory.
+ */
+let configMapGeneration = 0;
+function configMapPublish(volume: string, text: string): void {
+  configMapGeneration += 1;
+  const stamp = `..2026_01_02_03_04_05.${configMapGeneration}`;
+  const data = path.join(volume, '..data');
+  let old: string | undefined;
+  try {
+    old = readlinkSync(data);
+  } catch {
+    old = undefined;
+  }
+  mkdirSync(path.join(volume, stamp));
+  writeFileSync(path.join(volume, stamp, 'policy.yaml'), text);
+  symlinkSync(stamp, path.join(volume, '..data_tmp'));
+  renameSync(path.join(volume, '..data_tmp'), data);
+  if (old !== undefined) rmSync(path.join(volume, old), { recursive: true });
+}
+function configMap(volume: string, text: string): string {
+  configMapPublish(volume, text);
+  symlinkSync('..data/policy.yaml', path.join(volume, 'policy.yaml'));
+  return path.join(volume, 'policy.yaml');
+}
+
+const linked: LinkedPolicy[] = [
+  {
+    name: 'a symlink into another directory: the target replaced by rename',
+    layout: linkedFile,
+    steps: [(root, text) => replaceFile(path.join(root, 'data', 'policy.yaml'), text)],
+  },
+  {
+    name: 'a symlink into another directory: the target edited in place',
+    layout: linkedFile,
+    steps: [(root, text) => writeFileSync(path.join(root, 'data', 'policy.yaml'), text)],
+  },
+  {
+    name: 'a symlink into another directory: that directory removed and made again, then edited in place',
+    layout: linkedFile,
+    steps: [
+      (root, text) => {
+        rmSync(path.join(root, 'data'), { recursive: true });
+        mkdirSync(path.join(root, 'data'));
+        writeFileSync(path.join(root, 'data', 'policy.yaml'), text);
+      },
+      (root, text) => writeFileSync(path.join(root, 'data', 'policy.yaml'), text),
+    ],
+  },
+  {
+    name: 'a ConfigMap volume: ..data swapped by rename, the old directory removed',
+    layout: configMap,
+    steps: [configMapPublish, configMapPublish],
+  },
+  {
+    name: 'a ConfigMap volume: the file edited in place, before and after a swap',
+    layout: configMap,
+    steps: [
+      (volume, text) => writeFileSync(path.join(volume, '..data', 'policy.yaml'), text),
+      configMapPublish,
+      (volume, text) => writeFileSync(path.join(volume, '..data', 'policy.yaml'), text),
+    ],
+  },
+];
+
+for (const c of linked) {
+  t.test(`policy through symlinks, reloaded without SIGHUP: ${c.name}`, async (t) => {
+    const upstream = net.createServer((s) => s.on('data', (d) => s.write(d)));
+    await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
+    const upstreamPort = (upstream.address() as net.AddressInfo).port;
+    // Step i allows host i only: each step removes the host the step before allowed.
+    const hosts = Array.from({ length: c.steps.length + 1 }, (_, i) => `h${i}.test`);
+    const policyFor = (i: number): string => `allowHosts: [${hosts[i]}]\nconnectPorts: [${upstreamPort}]\n`;
+    const root = mkdtempSync(path.join(os.tmpdir(), 'egress-linked-'));
+    const configured = c.layout(root, policyFor(0));
+    const port = await freePort();
+    const output = { text: '' };
+    const child = spawn(process.execPath, [cli, '--policy', configured, '--listen', `127.0.0.1:${port}`, '--tunnel-default', 'opaque'], {
+      env: { ...baseEnv, CAPYBARA_EGRESS_TEST_HOSTS: JSON.stringify(Object.fromEntries(hosts.map((h) => [h, '127.0.0.1']))) },
+    });
+    child.stdout?.on('data', (d: Buffer) => (output.text += d.toString()));
+    child.stderr?.on('data', (d: Buffer) => (output.text += d.toString()));
+    t.teardown(() => {
+      child.kill('SIGKILL');
+      upstream.close();
+      rmSync(root, { recursive: true, force: true });
+    });
+    await waitFor(child, output, /egress proxy listening/);
+    const reason = async (host: string): Promise<string | undefined> => {
+      const res = await rawRequest(port, `CONNECT ${host}:${upstreamPort} HTTP/1.1\r\nHost: x\r\n\r\n`);
+      res.socket.destroy();
+      return res.status === 200 ? 'allowed' : res.reason;
+    };
+    t.equal(await reason(hosts[0]!), 'allowed', `${hosts[0]} allowed at start`);
+    for (let i = 1; i < hosts.length; i++) {
+      const before = hosts[i - 1]!;
+      const after = hosts[i]!;
+      c.steps[i - 1]!(root, policyFor(i));
+      const start = Date.now();
+      while ((await reason(before)) !== 'host_not_allowed') {
+        if (Date.now() - start > RELOAD_DEADLINE_MS) break;
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      const tookMs = Date.now() - start;
+      t.equal(await reason(before), 'host_not_allowed', `step ${i}: ${before}, removed, is refused (after ${tookMs} ms, no SIGHUP)`);
+      t.ok(tookMs <= RELOAD_DEADLINE_MS, `step ${i}: within ${RELOAD_DEADLINE_MS} ms`);
+      t.equal(await reason(after), 'allowed', `step ${i}: ${after}, added, is allowed`);
+    }
+    // Log lines are batched: wait for the reload lines to be written.
+    await waitFor(child, output, new RegExp(`"policy_reloaded","why":"file changed","allowHosts":1[\\s\\S]*"host":"${hosts[hosts.length - 1]!.replace('.', '\\.')}"`));
+    t.notMatch(output.text, /"why":"SIGHUP"/, 'no SIGHUP reload');
+  });
+}
 
 t.test('an allowlist variable that is set but empty starts a proxy that allows nothing', async (t) => {
   const port = await freePort();

@@ -40,13 +40,14 @@ import http from 'node:http';
 import Docker from 'dockerode';
 import type { Test } from 'tap';
 import { needUnmet } from './needs.js';
+import { IMAGES, SOCKET_PROXY_ENV } from '../../common/index.js';
 
 export const TEST_LABEL = 'dev.capybara.test';
 /**
  * CAPYBARA_TEST_PROXY_IMAGE picks another build of the socket proxy, for engineers who share one
  * engine while another of them is rebuilding :latest from a branch with different rules.
  */
-export const SOCKET_PROXY_IMAGE = process.env.CAPYBARA_TEST_PROXY_IMAGE ?? 'capybara-sandbox-proxy:latest';
+export const SOCKET_PROXY_IMAGE = process.env.CAPYBARA_TEST_PROXY_IMAGE ?? IMAGES.proxy;
 
 export interface DockerTestEnv {
   docker: Docker;
@@ -153,10 +154,10 @@ export async function startSocketProxy(
       Image: SOCKET_PROXY_IMAGE,
       Labels: env.labels,
       Env: [
-        'SOCKET_PROXY_BIND=unix@/run/capybara-proxy/docker.sock',
-        'DOCKER_SOCKET=/var/run/docker.sock',
-        ...(options.sharedNetwork === undefined ? [] : [`SOCKET_PROXY_SHARED_NETWORK=${options.sharedNetwork}`]),
-        ...(options.volumeDrivers === undefined ? [] : [`SOCKET_PROXY_VOLUME_DRIVERS=${options.volumeDrivers}`]),
+        `${SOCKET_PROXY_ENV.bind}=unix@/run/capybara-proxy/docker.sock`,
+        `${SOCKET_PROXY_ENV.dockerSocket}=/var/run/docker.sock`,
+        ...(options.sharedNetwork === undefined ? [] : [`${SOCKET_PROXY_ENV.sharedNetwork}=${options.sharedNetwork}`]),
+        ...(options.volumeDrivers === undefined ? [] : [`${SOCKET_PROXY_ENV.volumeDrivers}=${options.volumeDrivers}`]),
       ],
       HostConfig: {
         Binds: [`${engineSocketPath()}:/var/run/docker.sock`, `${dir}:/run/capybara-proxy`, ...(options.binds ?? [])],

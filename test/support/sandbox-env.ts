@@ -13,10 +13,11 @@ import { Writable } from 'node:stream';
 import pino from 'pino';
 import { dockerTest, startSocketProxy, SOCKET_PROXY_IMAGE, type DockerTestEnv, type SocketProxy } from './docker.js';
 import { createDockerSandbox } from '../../controller/index.js';
+import { IMAGES } from '../../common/index.js';
 import type { DockerSandboxProvider, SandboxProvider } from '../../controller/index.js';
 
-export const SANDBOX_IMAGE = 'capybara-sandbox:latest';
-export const EGRESS_IMAGE = 'capybara-sandbox-egress:latest';
+export const SANDBOX_IMAGE = IMAGES.sandbox;
+export const EGRESS_IMAGE = IMAGES.egress;
 export const UPSTREAM_HOST = 'upstream.capybara.test';
 export const UPSTREAM_BODY = 'hello from the allowlisted upstream';
 

@@ -1,0 +1,197 @@
+/**
+ * Container create bodies: the hardened sandbox container and its egress proxy. Every field
+ * here is a security decision; the comments say which attack each one stops. The socket proxy
+ * re-checks the dangerous ones, so these bodies stay minimal.
+ */
+import { EGRESS_ENV, EGRESS_METRICS_PORT, EGRESS_PROXY_PORT, encodeAllowHosts } from '../../common/index.js';
+import { type LogCaps, type SandboxPlan, PIDS_LIMIT, TIERS } from '../spec/index.js';
+import type { ContainerView } from './sandbox-engine.js';
+
+/** Where the skills volume is writable, under a root-only (0700) directory. */
+export const SKILLS_WRITABLE_ROOT = '/opt/capybara/skills';
+const LABEL_ROLE = 'dev.capybara.sandbox.role';
+
+const EGRESS_MEMORY_BYTES = 256 * 1024 * 1024;
+const EGRESS_PIDS_LIMIT = 256;
+
+interface MountBody {
+  Type: 'volume';
+  Source: string;
+  Target: string;
+  ReadOnly?: true;
+}
+
+export interface ContainerCreateBody {
+  Image: string;
+  User?: string;
+  Entrypoint?: string[];
+  Cmd?: string[];
+  WorkingDir?: string;
+  Env: string[];
+  Labels: Record<string, string>;
+  HostConfig: Record<string, unknown> & { NetworkMode: string };
+}
+
+function sandboxNetworkMode(plan: Pick<SandboxPlan, 'tier' | 'names' | 'sharedNetwork'>): string {
+  switch (TIERS[plan.tier].sandboxNetwork) {
+    case 'none':
+      return 'none';
+    case 'shared':
+      return plan.sharedNetwork;
+    case 'internal':
+      return plan.names.network;
+  }
+}
+
+/**
+ * json-file rotated at the deployment's caps: a sandbox that floods its egress proxy's log (about
+ * 3 GB an hour uncapped) fills at most logMaxSizeMb x logMaxFiles. Set explicitly, whatever the
+ * engine's default driver is; the socket proxy refuses other drivers and larger caps.
+ */
+function logConfig(caps: LogCaps): { Type: 'json-file'; Config: Record<string, string> } {
+  return { Type: 'json-file', Config: { 'max-size': `${caps.logMaxSizeMb}m`, 'max-file': String(caps.logMaxFiles) } };
+}
+
+function envList(env: Readonly<Record<string, string>>): string[] {
+  return Object.entries(env).map(([key, value]) => `${key}=${value}`);
+}
+
+export function sandboxContainerBody(plan: SandboxPlan): ContainerCreateBody {
+  const mounts: MountBody[] = [
+    { Type: 'volume', Source: plan.workspaceVolume, Target: '/workspace' },
+    // Agents read skills but must not rewrite them for later runs.
+    { Type: 'volume', Source: plan.names.skillsVolume, Target: '/skills', ReadOnly: true },
+    // The controller writes skills here as root; /opt/capybara is a 0700 root tmpfs, so the
+    // sandbox user can neither enter it nor reach it through a symlink.
+    { Type: 'volume', Source: plan.names.skillsVolume, Target: SKILLS_WRITABLE_ROOT },
+  ];
+  return {
+    Image: plan.image,
+    // tini and `sleep infinity` run as root so the sandbox user (uid 1000, every exec) cannot
+    // signal them: `kill -9 -1` inside the sandbox does not stop the container.
+    User: '0:0',
+    // An image entrypoint would run as root in place of the idle process; clear it.
+    Entrypoint: [''],
+    Cmd: ['sleep', 'infinity'],
+    WorkingDir: '/workspace',
+    Env: envList(plan.env),
+    Labels: { ...plan.containerLabels },
+    HostConfig: {
+      NetworkMode: sandboxNetworkMode(plan),
+      // tini as PID 1 reaps orphans, so killed sessions do not pile up zombies.
+      Init: true,
+      // Root in the container holds no capabilities: no raw sockets, no chown, no mounts.
+      CapDrop: ['ALL'],
+      // setuid binaries in the image cannot raise privileges.
+      SecurityOpt: ['no-new-privileges'],
+      // Nothing persists outside the volumes and /tmp; binaries cannot be replaced.
+      ReadonlyRootfs: true,
+      // A fork bomb stops at this count instead of exhausting the host.
+      PidsLimit: PIDS_LIMIT,
+      IpcMode: 'private',
+      // On cgroup v1 Docker 20.10 otherwise shares the host's cgroup namespace, so the sandbox
+      // would see the host's cgroup tree (and every other container's path in it).
+      CgroupnsMode: 'private',
+      NanoCpus: plan.limits.nanoCpus,
+      Memory: plan.limits.memoryBytes,
+      // Equal to Memory: no swap, so the memory cap is real.
+      MemorySwap: plan.limits.memoryBytes,
+      Tmpfs: {
+        // tmpfs counts against the memory cap; nosuid/nodev so no device or setuid file works.
+        '/tmp': `rw,exec,nosuid,nodev,size=${plan.limits.tmpBytes},mode=1777`,
+        '/opt/capybara': 'rw,noexec,nosuid,nodev,size=65536,mode=0700',
+      },
+      Mounts: mounts,
+      Runtime: plan.runtime,
+      RestartPolicy: { Name: 'no' },
+      LogConfig: logConfig(plan.logCaps),
+    },
+  };
+}
+
+/** The egress proxy of an allowlist sandbox. It is created and started on the shared network;
+ * its leg on the sandbox's internal network is connected after (one endpoint per create on API
+ * < 1.44; build-steps.ts says why in that order). */
+export type EgressPlan = Pick<SandboxPlan, 'names' | 'allowHosts' | 'labels' | 'egressProxyImage' | 'sharedNetwork' | 'logCaps'>;
+
+export function egressContainerBody(plan: EgressPlan, testHosts: Readonly<Record<string, string>> | undefined): ContainerCreateBody {
+  const env: Record<string, string> = {
+    [EGRESS_ENV.allowHosts]: encodeAllowHosts(plan.allowHosts),
+    [EGRESS_ENV.listen]: `0.0.0.0:${EGRESS_PROXY_PORT}`,
+    // Loopback of the proxy's own container: read by the controller (egressUsage), not by the sandbox.
+    [EGRESS_ENV.metricsListen]: `127.0.0.1:${EGRESS_METRICS_PORT}`,
+  };
+  // Checked as printable ASCII where they entered the controller (the provider's test options).
+  if (testHosts !== undefined && Object.keys(testHosts).length > 0) {
+    env[EGRESS_ENV.testHosts] = JSON.stringify(testHosts);
+  }
+  return {
+    // No User: the image's own non-root user runs the proxy.
+    Image: plan.egressProxyImage,
+    Env: envList(env),
+    Labels: { ...plan.labels, [LABEL_ROLE]: 'egress' },
+    HostConfig: {
+      NetworkMode: plan.sharedNetwork,
+      CapDrop: ['ALL'],
+      SecurityOpt: ['no-new-privileges'],
+      ReadonlyRootfs: true,
+      PidsLimit: EGRESS_PIDS_LIMIT,
+      IpcMode: 'private',
+      CgroupnsMode: 'private',
+      Memory: EGRESS_MEMORY_BYTES,
+      MemorySwap: EGRESS_MEMORY_BYTES,
+      Init: true,
+      RestartPolicy: { Name: 'no' },
+      LogConfig: logConfig(plan.logCaps),
+    },
+  };
+}
+
+/**
+ * The HostConfig keys `sandboxContainerBody` sets that a rebuilt container copies from its
+ * inspect data. `CgroupnsMode` and `LogConfig` are not copied but set again: a container created
+ * before the controller set them records the engine's defaults (`host` on cgroup v1, an uncapped
+ * log), which the socket proxy refuses.
+ */
+const SANDBOX_HOST_KEYS = [
+  'NetworkMode', 'Init', 'CapDrop', 'SecurityOpt', 'ReadonlyRootfs', 'PidsLimit', 'IpcMode',
+  'NanoCpus', 'Memory', 'MemorySwap', 'Tmpfs', 'Runtime', 'RestartPolicy',
+] as const;
+
+/** What a rebuild reads of the old container's inspect data. */
+type InspectedContainer = Pick<ContainerView, 'image' | 'user' | 'cmd' | 'workingDir' | 'env' | 'labels' | 'hostConfig'>;
+
+/**
+ * The create body of a sandbox container rebuilt from its own inspect data. Needed when its
+ * internal network was removed: Docker binds a container to a network by id, so a network
+ * recreated under the same name is not found by the old container.
+ */
+export function sandboxBodyFromInspect(view: InspectedContainer, caps: LogCaps): ContainerCreateBody {
+  const copied: Record<string, unknown> = {};
+  for (const key of SANDBOX_HOST_KEYS) {
+    if (view.hostConfig[key] !== undefined && view.hostConfig[key] !== null) copied[key] = view.hostConfig[key];
+  }
+  const networkMode = view.hostConfig.NetworkMode;
+  const hostConfig: Record<string, unknown> & { NetworkMode: string } = {
+    ...copied,
+    NetworkMode: typeof networkMode === 'string' ? networkMode : 'none',
+    CgroupnsMode: 'private',
+    LogConfig: logConfig(caps),
+  };
+  const mounts = Array.isArray(view.hostConfig.Mounts) ? (view.hostConfig.Mounts as Record<string, unknown>[]) : [];
+  hostConfig.Mounts = mounts.map((m): MountBody => {
+    const mount: MountBody = { Type: 'volume', Source: String(m.Source), Target: String(m.Target) };
+    if (m.ReadOnly === true) mount.ReadOnly = true;
+    return mount;
+  });
+  return {
+    Image: view.image,
+    User: view.user,
+    Entrypoint: [''],
+    Cmd: [...view.cmd],
+    WorkingDir: view.workingDir,
+    Env: [...view.env],
+    Labels: { ...view.labels },
+    HostConfig: hostConfig,
+  };
+}

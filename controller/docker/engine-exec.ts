@@ -1,0 +1,101 @@
+/**
+ * Exec streaming: creates and starts an exec, delivers its output as it arrives (demultiplexed),
+ * streams stdin over the hijacked connection (never in a request body) and reads the exit code.
+ */
+import type { Duplex } from 'node:stream';
+import { SandboxError } from '../spec/index.js';
+import type { EngineCaller } from './engine-call.js';
+import { StreamDemux } from './stream-demux.js';
+
+export interface ExecRequest {
+  readonly cmd: readonly string[];
+  readonly user: string;
+  readonly stdin?: Uint8Array | undefined;
+  readonly onOutput: (stream: 'stdout' | 'stderr', chunk: Buffer) => void;
+}
+
+export interface ExecRun {
+  readonly id: string;
+  /** Resolves when the output stream has ended, with the exit code (null if unknown). */
+  readonly finished: Promise<number | null>;
+  /** Drops the connection; the process keeps running (kill it separately). */
+  detach(): void;
+}
+
+/** The exec create body: the command, its user and which streams are attached (no Privileged). */
+export function execCreateBody(request: Pick<ExecRequest, 'cmd' | 'user' | 'stdin'>): Record<string, unknown> {
+  return { AttachStdin: request.stdin !== undefined, AttachStdout: true, AttachStderr: true, Tty: false, User: request.user, Cmd: request.cmd };
+}
+
+/** The exec start body: attached, no TTY (the output is Docker's multiplexed stream). */
+export const EXEC_START_BODY = { Detach: false, Tty: false } as const;
+
+/**
+ * Creates and starts an exec. Output is delivered as it arrives; stdin, if any, is streamed
+ * over the hijacked connection (never in a request body) and then half-closed.
+ */
+export async function startExec(engine: EngineCaller, container: string, request: ExecRequest): Promise<ExecRun> {
+  const withStdin = request.stdin !== undefined;
+  const created = await engine.call<{ Id: string }>(`exec in container ${container}`, 'POST', `/containers/${container}/exec`, {
+    body: execCreateBody(request),
+  });
+  const id = created.Id;
+  if (!/^[0-9a-f]{64}$/.test(id)) throw new SandboxError('engine_error', `Docker returned an unexpected exec id for ${container}.`);
+  const stream = await engine.call<Duplex>(`start of exec in ${container}`, 'POST', `/exec/${id}/start`, {
+    body: EXEC_START_BODY, hijack: withStdin, stream: true,
+  });
+  const demux = new StreamDemux(request.onOutput);
+  const ended = new Promise<void>((resolve, reject) => {
+    stream.on('data', (chunk: Buffer) => {
+      try {
+        demux.push(chunk);
+      } catch (err) {
+        stream.destroy();
+        reject(new SandboxError('engine_error', `Exec output from ${container} was malformed.`, { cause: err }));
+      }
+    });
+    stream.on('end', () => resolve());
+    stream.on('close', () => resolve());
+    stream.on('error', () => resolve());
+  });
+  if (withStdin) void feedStdin(stream, request.stdin ?? new Uint8Array());
+  const finished = ended.then(() => exitCode(engine, id));
+  return { id, finished, detach: () => stream.destroy() };
+}
+
+async function feedStdin(stream: Duplex, data: Uint8Array): Promise<void> {
+  const CHUNK = 64 * 1024;
+  try {
+    for (let offset = 0; offset < data.length; offset += CHUNK) {
+      if (stream.destroyed) return;
+      if (!stream.write(data.subarray(offset, offset + CHUNK))) await drained(stream);
+    }
+    stream.end();
+  } catch {
+    // The command stopped reading (or the connection was dropped); its exit code says why.
+  }
+}
+
+/** The exit code of a finished exec; polls briefly because the stream can end first. */
+async function exitCode(engine: EngineCaller, id: string): Promise<number | null> {
+  for (let attempt = 0; attempt < 20; attempt += 1) {
+    const data = await engine.optional(engine.call<{ Running?: boolean; ExitCode?: number | null }>('exec inspect', 'GET', `/exec/${id}/json`));
+    if (data === undefined) return null;
+    if (data.Running !== true) return typeof data.ExitCode === 'number' ? data.ExitCode : null;
+    await new Promise((r) => setTimeout(r, 25 * (attempt + 1)));
+  }
+  return null;
+}
+
+/** Resolves on 'drain' or 'close', removing both listeners either way. */
+function drained(stream: Duplex): Promise<void> {
+  return new Promise((resolve) => {
+    const done = (): void => {
+      stream.off('drain', done);
+      stream.off('close', done);
+      resolve();
+    };
+    stream.on('drain', done);
+    stream.on('close', done);
+  });
+}

@@ -1,0 +1,241 @@
+/**
+ * Running commands in a sandbox: `exec` with timeout, abort and output caps, and the kills
+ * (one command, by tag, all). A kill that cannot even start (the pids limit is used up)
+ * falls back to restarting the container, which ends every process in it. A sandbox found at
+ * its process limit before a command could start is freed first (as killAll does) and the
+ * command started once more; it never comes back as the command's own exit status.
+ */
+import { randomUUID } from 'node:crypto';
+import type { Logger } from 'pino';
+import { type ExecResult, SandboxError, checkExecOptions, type CheckedExecOptions } from '../spec/index.js';
+import type { ExecRun, SandboxEngine } from '../docker/index.js';
+import {
+  BACKSTOP_GRACE_SECONDS,
+  KILL_OK_MARKER,
+  MAX_INLINE_PAYLOAD,
+  SANDBOX_USER,
+  STARTED_BYTE,
+  commandPayload,
+  controlFile,
+  encodeArg,
+  killAllCmd,
+  killFilesCmd,
+  killTaggedCmd,
+  stageCmd,
+  wrapperCmd,
+} from './exec-script.js';
+import { OutputCapture } from './output-capture.js';
+import { startFailure } from './sandbox-full.js';
+
+const KILL_DEADLINE_MS = 10_000;
+/** After a kill, how long the output stream may take to end before it is dropped. */
+const DRAIN_AFTER_KILL_MS = 5_000;
+
+/** Runs `fn` on a running container; starts it first and retries once on a 409. */
+export type WithRunning = <T>(name: string, fn: () => Promise<T>) => Promise<T>;
+
+export interface CommandDeps {
+  readonly engine: SandboxEngine;
+  readonly withRunning: WithRunning;
+  /**
+   * Restarts a running container, ending every process in it, as one change in the sandbox's
+   * lane (sandbox-lanes.ts): after a suspend or destroy it has nothing left to do.
+   */
+  readonly restart: (name: string) => Promise<void>;
+  readonly logger: Logger;
+}
+
+/** One try at a command, and whether the exec wrapper started (wrote STARTED_BYTE). */
+interface Attempt {
+  readonly result: ExecResult;
+  readonly started: boolean;
+}
+
+interface RunOutput {
+  readonly exitCode: number | null;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+function toBytes(data: Uint8Array | string): Uint8Array {
+  return typeof data === 'string' ? Buffer.from(data, 'utf8') : data;
+}
+
+export class CommandRunner {
+  constructor(private readonly deps: CommandDeps) {}
+
+  async exec(name: string, rawCommand: unknown, rawOptions?: unknown): Promise<ExecResult> {
+    const { command, options } = checkExecOptions(rawCommand, rawOptions);
+    if (options.signal?.aborted === true) {
+      return { exitCode: null, stdout: '', stderr: '', truncated: false, timedOut: false, aborted: true };
+    }
+    const { result } = await this.withRoom(
+      name,
+      () => this.execOnce(name, command, options),
+      // Once the wrapper has started, the output is the command's own, whatever it says.
+      (a) => (a.started ? undefined : startFailure(a.result.exitCode, a.result.stdout, a.result.stderr)),
+    );
+    return result;
+  }
+
+  async killAll(name: string): Promise<void> {
+    await this.deps.withRunning(name, () => this.runKill(name, killAllCmd()));
+  }
+
+  async killTagged(name: string, tags: readonly string[]): Promise<void> {
+    if (!Array.isArray(tags)) throw new SandboxError('invalid_spec', 'tags must be an array of strings.');
+    if (tags.length === 0) return;
+    const cmd = killTaggedCmd(tags);
+    await this.deps.withRunning(name, () => this.runKill(name, cmd));
+  }
+
+  /**
+   * Runs `attempt`; when it reports that the sandbox had no room to start anything, frees the
+   * sandbox as killAll does (every process of the sandbox user ends; a restart if even that
+   * cannot run) and tries once more. Still no room, or Docker failing to start the exec for
+   * another reason, is an error that names the cause.
+   */
+  async withRoom<R>(name: string, attempt: () => Promise<R>, failureOf: (r: R) => ReturnType<typeof startFailure>): Promise<R> {
+    const first = await attempt();
+    const failure = failureOf(first);
+    if (failure === undefined) return first;
+    if (failure.kind === 'runtime') {
+      throw new SandboxError('exec_failed', `Docker could not start the command in ${name}: ${failure.detail}`);
+    }
+    this.deps.logger.warn({ sandbox: name, event: 'sandbox_full', detail: failure.detail }, 'sandbox at its process limit, ending its processes before the command');
+    await this.killAll(name);
+    const second = await attempt();
+    const again = failureOf(second);
+    if (again === undefined) return second;
+    throw new SandboxError(
+      again.kind === 'full' ? 'sandbox_full' : 'exec_failed',
+      `The command could not start in ${name} even after its processes were ended (${again.detail}); destroy and create the sandbox again.`,
+    );
+  }
+
+  private async execOnce(name: string, command: string, options: CheckedExecOptions): Promise<Attempt> {
+    const uuid = randomUUID();
+    const ctl = controlFile(options.tag, uuid);
+    const script = commandPayload(command, options.env, options.cwd);
+    const encoded = encodeArg(script);
+    let payload = encoded;
+    if (encoded.length > MAX_INLINE_PAYLOAD) {
+      // Too large for an exec body: stage the script through stdin first.
+      const staged = `/tmp/.capybara-cmd-${uuid}`;
+      const stagedRun = await this.deps.withRunning(name, () => this.runToEnd(name, stageCmd(staged), Buffer.from(script)));
+      if (startFailure(stagedRun.exitCode, stagedRun.stdout, stagedRun.stderr) !== undefined) {
+        // The same "no room" answer as the command's own start would give: let withRoom handle it.
+        return { result: { exitCode: stagedRun.exitCode, stdout: stagedRun.stdout, stderr: stagedRun.stderr, truncated: false, timedOut: false, aborted: false }, started: false };
+      }
+      if (stagedRun.exitCode !== 0) {
+        throw new SandboxError('invalid_spec', `The command is too large to pass inline and could not be staged in /tmp (${stagedRun.stderr.trim() || `exit ${String(stagedRun.exitCode)}`}).`);
+      }
+      payload = `@${staged}`;
+    }
+    const backstop = Math.ceil(options.timeoutMs / 1000) + BACKSTOP_GRACE_SECONDS;
+    const stdout = new OutputCapture(options.maxOutputBytes);
+    const stderr = new OutputCapture(options.maxOutputBytes);
+    let started = false;
+    let stderrSeen = false;
+    const run = await this.deps.withRunning(name, () =>
+      this.deps.engine.startExec(name, {
+        cmd: wrapperCmd(ctl, backstop, payload),
+        user: SANDBOX_USER,
+        stdin: options.stdin === undefined ? undefined : toBytes(options.stdin),
+        onOutput: (stream, chunk) => {
+          if (stream === 'stdout') return stdout.push(chunk);
+          if (!stderrSeen && chunk.length > 0) {
+            stderrSeen = true;
+            started = chunk[0] === STARTED_BYTE;
+            if (started) chunk = chunk.subarray(1);
+          }
+          stderr.push(chunk);
+        },
+      }),
+    );
+
+    let timer: NodeJS.Timeout | undefined;
+    let onAbort: (() => void) | undefined;
+    const stop = new Promise<'timeout' | 'abort'>((resolve) => {
+      timer = setTimeout(() => resolve('timeout'), options.timeoutMs);
+      onAbort = () => resolve('abort');
+      options.signal?.addEventListener('abort', onAbort, { once: true });
+    });
+    let outcome: number | null | 'timeout' | 'abort';
+    try {
+      outcome = await Promise.race([run.finished, stop]);
+    } finally {
+      clearTimeout(timer);
+      if (onAbort !== undefined) options.signal?.removeEventListener('abort', onAbort);
+    }
+    const killed = outcome === 'timeout' || outcome === 'abort';
+    if (killed) await this.killRun(name, ctl, run);
+    const result: ExecResult = {
+      exitCode: killed ? null : outcome as number | null,
+      stdout: stdout.text(),
+      stderr: stderr.text(),
+      truncated: stdout.truncated || stderr.truncated,
+      timedOut: outcome === 'timeout',
+      aborted: outcome === 'abort',
+    };
+    return { result, started };
+  }
+
+  /** Kills one command's session; if the output has not ended soon after, kills again, then drops it. */
+  private async killRun(name: string, ctl: string, run: ExecRun): Promise<void> {
+    for (let attempt = 0; attempt < 2; attempt += 1) {
+      try {
+        // Through withRunning: a container paused meanwhile is unpaused before the kill exec.
+        await this.deps.withRunning(name, () => this.runKill(name, killFilesCmd([ctl])));
+      } catch (err) {
+        if (err instanceof SandboxError && err.code === 'not_found') return;
+        throw err;
+      }
+      const ended = await Promise.race([run.finished.then(() => true), delay(DRAIN_AFTER_KILL_MS).then(() => false)]);
+      if (ended) return;
+    }
+    this.deps.logger.warn({ sandbox: name, event: 'container_restart', cause: 'output_not_ended' }, 'command output did not end after kill, restarting the container');
+    await this.deps.restart(name);
+    const ended = await Promise.race([run.finished.then(() => true), delay(DRAIN_AFTER_KILL_MS).then(() => false)]);
+    if (!ended) run.detach();
+  }
+
+  /** Runs a kill script; when it cannot start or does not confirm, restarts the container. */
+  private async runKill(name: string, cmd: string[]): Promise<void> {
+    let confirmed = false;
+    try {
+      const out = await withDeadline(this.runToEnd(name, cmd), KILL_DEADLINE_MS);
+      confirmed = out !== undefined && out.stdout.includes(KILL_OK_MARKER);
+    } catch (err) {
+      if (err instanceof SandboxError && err.code === 'not_found') throw err;
+      this.deps.logger.warn({ sandbox: name, err }, 'kill exec failed');
+    }
+    if (!confirmed) {
+      // Last resort: ends every process in the sandbox (files on volumes survive; /tmp is cleared).
+      this.deps.logger.warn({ sandbox: name, event: 'container_restart', cause: 'kill_not_confirmed' }, 'kill could not run (pids limit?), restarting the container');
+      await this.deps.restart(name);
+    }
+  }
+
+  /** Runs a short helper command to completion and returns its output. */
+  async runToEnd(name: string, cmd: string[], stdin?: Uint8Array, user = SANDBOX_USER): Promise<RunOutput> {
+    const out = new OutputCapture(64 * 1024);
+    const err = new OutputCapture(64 * 1024);
+    const run = await this.deps.engine.startExec(name, {
+      cmd,
+      user,
+      stdin,
+      onOutput: (stream, chunk) => (stream === 'stdout' ? out : err).push(chunk),
+    });
+    const exitCode = await run.finished;
+    return { exitCode, stdout: out.text(), stderr: err.text() };
+  }
+}
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms).unref());
+}
+
+async function withDeadline<T>(promise: Promise<T>, ms: number): Promise<T | undefined> {
+  return Promise.race([promise, delay(ms).then(() => undefined)]);
+}

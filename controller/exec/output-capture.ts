@@ -1,0 +1,58 @@
+/**
+ * Collects one output stream of a command up to a byte cap. Bytes past the cap are read and
+ * dropped (so the command never blocks on a full pipe); the kept bytes are cut back to a whole
+ * UTF-8 character so the text never ends in a broken sequence.
+ */
+
+/** Length of the longest prefix of `buf` that does not end inside a UTF-8 sequence. */
+export function utf8SafeLength(buf: Uint8Array): number {
+  const end = buf.length;
+  // A sequence is at most 4 bytes: look back at most 3 continuation bytes for its lead.
+  for (let i = end - 1; i >= 0 && i >= end - 4; i -= 1) {
+    const byte = buf[i] ?? 0;
+    if ((byte & 0xc0) === 0x80) continue; // continuation byte
+    const need = byte >= 0xf0 ? 4 : byte >= 0xe0 ? 3 : byte >= 0xc0 ? 2 : 1;
+    return end - i >= need ? end : i;
+  }
+  return end;
+}
+
+export class OutputCapture {
+  private readonly chunks: Buffer[] = [];
+  private kept = 0;
+  private dropped = false;
+
+  constructor(private readonly maxBytes: number) {}
+
+  push(chunk: Buffer): void {
+    const room = this.maxBytes - this.kept;
+    if (chunk.length <= room) {
+      this.chunks.push(chunk);
+      this.kept += chunk.length;
+      return;
+    }
+    if (room > 0) {
+      this.chunks.push(chunk.subarray(0, room));
+      this.kept += room;
+    }
+    this.dropped = true;
+  }
+
+  get truncated(): boolean {
+    return this.dropped;
+  }
+
+  bytes(): Buffer {
+    const all = Buffer.concat(this.chunks, this.kept);
+    return this.dropped ? all.subarray(0, utf8SafeLength(all)) : all;
+  }
+
+  /** The kept bytes without the UTF-8 cut (for binary data). */
+  bytesRaw(): Buffer {
+    return Buffer.concat(this.chunks, this.kept);
+  }
+
+  text(): string {
+    return this.bytes().toString('utf8');
+  }
+}

@@ -1,0 +1,105 @@
+/**
+ * The steps that both a create (lifecycle.ts) and a recovery (recovery.ts) run to bring parts
+ * of a sandbox up: the shared network, a container create that pulls a missing image once, and
+ * the per-sandbox egress proxy (created on the shared network, started, given its leg on the
+ * sandbox's internal network, and asked for its health from inside the sandbox so the first
+ * command can use it).
+ */
+import type { Logger } from 'pino';
+import { EGRESS_HEALTH_PATH, EGRESS_PROXY_PORT } from '../../common/index.js';
+import { type DeploymentConfig, SandboxError, type SandboxNames } from '../spec/index.js';
+import { egressContainerBody, type EgressPlan, engineStatus, type SandboxEngine, sharedNetworkBody } from '../docker/index.js';
+import { SANDBOX_USER } from '../exec/index.js';
+
+const EGRESS_READY_TIMEOUT_MS = 15_000;
+/** Between health attempts: the proxy is usually up within a second of its start. */
+const EGRESS_PROBE_PAUSE_S = 0.02;
+
+export interface BuildDeps {
+  readonly engine: SandboxEngine;
+  readonly config: DeploymentConfig;
+  readonly extraLabels: Readonly<Record<string, string>>;
+  readonly egressTestHosts: Readonly<Record<string, string>> | undefined;
+  readonly logger: Logger;
+}
+
+/** A create that lost a race with a concurrent one (409) is as good as done. */
+export function ignoreConflict(err: unknown): void {
+  if (engineStatus(err) !== 409) throw err;
+}
+
+export async function ensureSharedNetwork(deps: BuildDeps): Promise<void> {
+  const { engine, config } = deps;
+  if (await engine.networkExists(config.network)) return;
+  await engine.createNetwork(sharedNetworkBody(config.network, deps.extraLabels)).catch(ignoreConflict);
+}
+
+export async function createContainerPullingOnce(deps: BuildDeps, name: string, image: string, body: unknown): Promise<void> {
+  const { engine } = deps;
+  try {
+    await engine.createContainer(name, body);
+  } catch (err) {
+    // 404 also means a missing network; only a missing image is worth a pull.
+    if (engineStatus(err) !== 404 || !/no such image/i.test((err as Error).message)) throw err;
+    deps.logger.info({ image }, 'image not on the engine, pulling it once');
+    try {
+      await engine.pullImage(image);
+    } catch (pullErr) {
+      throw new SandboxError('image_unavailable', `Image ${image} is not on the engine and could not be pulled; build or pre-pull it on every Docker node.`, { cause: pullErr });
+    }
+    await engine.createContainer(name, body);
+  }
+}
+
+/**
+ * Creates the egress proxy on the shared network, starts it, then connects its leg on the
+ * sandbox's internal network once `internalNetwork` exists (API 1.41 takes one endpoint
+ * per create). Starting first lets the proxy process load while the rest of the sandbox is
+ * built: its start-up is the longest step of a create. Nothing can reach the proxy meanwhile but
+ * what the shared network allows (no inter-container traffic), and the sandbox is only ever on
+ * its internal network. `proceed` is asked before each call (step-group.ts).
+ */
+export async function createEgress(
+  deps: BuildDeps,
+  plan: EgressPlan,
+  internalNetwork: Promise<unknown> = Promise.resolve(),
+  proceed: () => void = () => undefined,
+): Promise<void> {
+  const body = egressContainerBody(plan, deps.egressTestHosts);
+  await createContainerPullingOnce(deps, plan.names.egress, plan.egressProxyImage, body);
+  proceed();
+  await deps.engine.startContainer(plan.names.egress);
+  await internalNetwork;
+  proceed();
+  await deps.engine.connectNetwork(plan.names.network, plan.names.egress);
+}
+
+/**
+ * Waits until the egress proxy answers its health endpoint, asked from inside the sandbox by
+ * the name the sandbox's proxy variables use: that proves the proxy process serves HTTP and
+ * that the sandbox reaches it through its internal network. One exec, all in bash: no process
+ * is forked per attempt (the pause is a `read` timeout on a pipe nobody writes), so waiting
+ * costs next to no CPU while the proxy itself starts.
+ */
+export async function waitForEgress(deps: BuildDeps, names: SandboxNames): Promise<void> {
+  const seconds = Math.ceil(EGRESS_READY_TIMEOUT_MS / 1000);
+  const authority = `${names.egress}:${EGRESS_PROXY_PORT}`;
+  const probe = [
+    'exec 2>/dev/null 4<> <(:)',
+    `until exec 3<>/dev/tcp/${names.egress}/${EGRESS_PROXY_PORT} &&`,
+    `  printf 'GET ${EGRESS_HEALTH_PATH} HTTP/1.1\\r\\nHost: ${authority}\\r\\nConnection: close\\r\\n\\r\\n' >&3 &&`,
+    "  read -r -t 2 -u 3 status && [[ $status == 'HTTP/1.1 200 '* ]]",
+    `do exec 3>&-; read -r -t ${EGRESS_PROBE_PAUSE_S} -u 4 || :; done`,
+  ].join('\n');
+  // One attempt can block on a name lookup (a proxy that exited leaves its name unresolvable),
+  // so `timeout` holds the whole loop to the deadline, not just the attempt count.
+  const run = await deps.engine.startExec(names.container, {
+    cmd: ['timeout', '-s', 'KILL', String(seconds), 'bash', '-c', probe],
+    user: SANDBOX_USER,
+    onOutput: () => undefined,
+  });
+  const code = await run.finished;
+  if (code !== 0) {
+    throw new SandboxError('egress_unavailable', `The egress proxy ${names.egress} did not answer ${EGRESS_HEALTH_PATH} within ${seconds} s; check the image ${deps.config.egressProxyImage} and its logs.`);
+  }
+}

@@ -1,0 +1,10 @@
+/**
+ * The Docker objects of one sandbox over its life: create, suspend, destroy, the recovery that
+ * brings a stopped, paused or partly removed sandbox back, one change per sandbox at a time, and
+ * the egress usage read from its proxy.
+ */
+export { SandboxLifecycle } from './lifecycle.js';
+export { SandboxRecovery } from './recovery.js';
+export { SandboxLanes } from './sandbox-lanes.js';
+export { readEgressUsage } from './egress-usage.js';
+export type { EgressUsage } from './egress-usage.js';

@@ -1,0 +1,100 @@
+/**
+ * The deployment config of the sandbox-docker plugin. This zod schema is the single source:
+ * the TypeScript type is inferred from it and the JSON Schema in `.capybara-plugin/plugin.json`
+ * is generated from it. Strict: an unknown key is an error naming the key.
+ */
+import { z } from 'zod';
+import { IMAGES } from '../../common/index.js';
+import { SandboxError } from './errors.js';
+import { describeIssues } from './input-issues.js';
+import { ASCII_WORD } from './ascii-body.js';
+
+const ENDPOINT_RE = /^(tcp:\/\/(\[[^\]]+\]|[^:/]+):\d{1,5}\/?|unix:\/\/\/.+)$/;
+/** A volume plugin name, or empty (the local driver: one compose variable can say "none" to both
+ * the controller and the socket proxy). */
+const VOLUME_DRIVER_RE = /^(?!.*\.\.)([a-zA-Z0-9][a-zA-Z0-9_.-]{0,127})?$/;
+
+export const deploymentConfigSchema = z
+  .strictObject({
+    endpoint: z
+      .string()
+      .regex(ENDPOINT_RE, 'must be tcp://host:port or unix:///path')
+      .describe('Address of the Docker socket proxy: tcp://host:port or unix:///path. The controller never talks to docker.sock directly.')
+      .meta({ title: 'Docker proxy endpoint', 'x-ui': { label: { en: 'Docker proxy endpoint', zh: 'Docker 代理地址' } } }),
+    runtime: z
+      .enum(['runc', 'runsc'])
+      .default('runc')
+      .describe('OCI runtime of sandbox containers; runsc (gVisor) must be registered in the Docker daemon.')
+      .meta({ title: 'Container runtime', 'x-ui': { label: { en: 'Container runtime', zh: '容器运行时' } } }),
+    network: z
+      .string()
+      .regex(/^cap[a-zA-Z0-9_.-]*$/, 'must start with "cap" and use only letters, digits, "_", "." or "-"')
+      .default('capybara-sandbox')
+      .describe('Shared bridge network for egress proxies and open-tier sandboxes; created with inter-container traffic off when absent.')
+      .meta({ title: 'Sandbox network', 'x-ui': { label: { en: 'Sandbox network', zh: '沙箱网络' } } }),
+    egressProxyImage: z
+      .string()
+      .min(1)
+      .regex(ASCII_WORD, 'must be an ASCII image reference')
+      .default(IMAGES.egress)
+      .describe('Image of the per-sandbox egress allowlist proxy.')
+      .meta({ title: 'Egress proxy image', 'x-ui': { label: { en: 'Egress proxy image', zh: '出站代理镜像' } } }),
+    volumeDriver: z
+      .string()
+      // To dockerd a driver name is a path to a plugin socket (/run/docker/plugins/<name>.sock):
+      // a plain name only, as the socket proxy's SOCKET_PROXY_VOLUME_DRIVERS takes it.
+      .regex(VOLUME_DRIVER_RE, 'must be a plugin name: letters, digits, "_", "." or "-", starting with a letter or digit, no "/" and no ".."')
+      .optional()
+      .describe('Volume plugin for workspace volumes; when set, size=<diskMb>M is passed so diskMb is enforced. The socket proxy must list the same name in SOCKET_PROXY_VOLUME_DRIVERS. Unset or empty: the local driver, which cannot limit size.')
+      .meta({ title: 'Volume driver', 'x-ui': { label: { en: 'Volume driver', zh: '卷驱动' } } }),
+    logMaxSizeMb: z
+      .number()
+      .int('must be a whole number of MiB')
+      .min(1)
+      .max(100, 'must be at most 100 (the socket proxy refuses larger log files)')
+      .default(10)
+      .describe('Size of one log file of each sandbox container and egress proxy (json-file max-size), in MiB; at most 100.')
+      .meta({ title: 'Log file size (MiB)', 'x-ui': { label: { en: 'Log file size (MiB)', zh: '日志文件大小 (MiB)' } } }),
+    logMaxFiles: z
+      .number()
+      .int('must be a whole number')
+      .min(1)
+      .max(5, 'must be at most 5 (the socket proxy refuses more)')
+      .default(3)
+      .describe('Log files kept per container (json-file max-file); at most 5. A container\'s log never exceeds logMaxSizeMb x logMaxFiles.')
+      .meta({ title: 'Log files kept', 'x-ui': { label: { en: 'Log files kept', zh: '保留的日志文件数' } } }),
+    tlsCertDir: z
+      .string()
+      .regex(/^\//, 'must be an absolute path')
+      .optional()
+      .describe('Directory (a mounted secret) holding ca.pem, cert.pem and key.pem for mTLS to a remote tcp:// engine. Certificates are never read from the environment.')
+      .meta({ title: 'Engine client certificate directory', 'x-ui': { label: { en: 'Engine client certificate directory', zh: '引擎客户端证书目录' } } }),
+    allowedImages: z
+      .array(z.string().min(1).regex(ASCII_WORD, 'must be an ASCII image reference'))
+      .min(1)
+      .optional()
+      .describe('Images a sandbox may run, each exactly as spec.image names it. Unset: any image the engine has or can pull, so the host application alone decides (an image\'s own HEALTHCHECK, ENV and VOLUME lines apply in the sandbox).')
+      .meta({ title: 'Allowed images', 'x-ui': { label: { en: 'Allowed images', zh: '允许的镜像' } } }),
+    allowOpenEgress: z
+      .boolean()
+      .default(false)
+      .describe('Allow limits.egress = "open" (a sandbox on the shared bridge can reach whatever the host network reaches). Off by default.')
+      .meta({ title: 'Allow open egress', 'x-ui': { label: { en: 'Allow open egress', zh: '允许开放出站' } } }),
+  })
+  .describe('Deployment config of the sandbox-docker plugin.');
+
+export type DeploymentConfig = Readonly<z.infer<typeof deploymentConfigSchema>>;
+export type DeploymentConfigInput = z.input<typeof deploymentConfigSchema>;
+/** The log caps both containers of a sandbox get (container-spec.ts). */
+export type LogCaps = Pick<DeploymentConfig, 'logMaxSizeMb' | 'logMaxFiles'>;
+
+/** Validates once at the entry point; the result is frozen and passed down. */
+export function parseDeploymentConfig(input: unknown, source = 'extensionConfig."sandbox-docker"'): DeploymentConfig {
+  const result = deploymentConfigSchema.safeParse(input);
+  if (!result.success) {
+    throw new SandboxError('invalid_config', `${source} is invalid: ${describeIssues(result.error, '')}`, { cause: result.error });
+  }
+  // An empty volumeDriver is no driver at all: the local one.
+  const { volumeDriver, ...rest } = result.data;
+  return Object.freeze(volumeDriver === '' ? rest : result.data);
+}

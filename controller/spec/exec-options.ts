@@ -1,0 +1,49 @@
+/**
+ * The options of `exec` as the controller accepts them: one zod schema checks what a caller
+ * sent and is the source of the `ExecOptions` type. Unknown keys are refused (a misspelt
+ * `timeout` would otherwise run the command under the 10-minute default). Command, env values and
+ * cwd may hold any UTF-8 (they travel base64-encoded), but no NUL, which bash cannot carry.
+ */
+import { z } from 'zod';
+import { envNameSchema } from './env-name.js';
+import { SandboxError } from './errors.js';
+import { describeIssues } from './input-issues.js';
+import { SANDBOX_TAG_RE } from './names.js';
+
+const DEFAULT_EXEC_TIMEOUT_MS = 10 * 60_000;
+const DEFAULT_TAG = 'default';
+/** Per output stream, when the caller names no cap (exec/output-capture.ts keeps that many bytes). */
+const DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024;
+
+const noNul = z.string().refine((s) => !s.includes('\0'), 'contains a NUL character, which bash cannot carry');
+
+const execOptionsSchema = z.strictObject({
+  // Node fires a longer timer at once (after a warning): such a command would be killed at once.
+  timeoutMs: z.number().finite().positive().max(2_147_483_647).default(DEFAULT_EXEC_TIMEOUT_MS),
+  signal: z.instanceof(AbortSignal).optional(),
+  cwd: noNul.optional(),
+  env: z.record(envNameSchema, noNul).default({}),
+  /** Holder tag for `killTagged`. */
+  tag: z
+    .string()
+    .regex(SANDBOX_TAG_RE, 'must be 1-64 ASCII letters, digits, "_", "." or "-", starting with a letter or digit')
+    .default(DEFAULT_TAG),
+  /** Cap per output stream; the cut backs up to a whole UTF-8 character. */
+  maxOutputBytes: z.number().int().nonnegative().default(DEFAULT_MAX_OUTPUT_BYTES),
+  stdin: z.union([z.instanceof(Uint8Array), z.string()]).optional(),
+});
+
+export type ExecOptions = z.input<typeof execOptionsSchema>;
+export type CheckedExecOptions = z.output<typeof execOptionsSchema>;
+
+export function checkExecOptions(command: unknown, input: unknown): { command: string; options: CheckedExecOptions } {
+  const checkedCommand = noNul.safeParse(command);
+  if (!checkedCommand.success) {
+    throw new SandboxError('invalid_spec', `The command was refused: ${describeIssues(checkedCommand.error, 'command')}.`, { cause: checkedCommand.error });
+  }
+  const result = execOptionsSchema.safeParse(input ?? {});
+  if (!result.success) {
+    throw new SandboxError('invalid_spec', `The exec options were refused: ${describeIssues(result.error, 'opts')}.`, { cause: result.error });
+  }
+  return { command: checkedCommand.data, options: result.data };
+}

@@ -1,0 +1,31 @@
+/**
+ * What a sandbox is, before any engine call: the `sandbox@1` contract, the deployment config,
+ * the spec and exec option schemas, names and labels, limits, the error catalog and the plan a
+ * spec becomes. Pure; imports nothing from the other rooms.
+ */
+export type { SandboxProvider, SandboxHandle, SandboxSpec, SandboxLimits, SandboxWorkspace, EgressTier, ExecOptions, ExecResult, FileStat } from './contract.js';
+export { deploymentConfigSchema, parseDeploymentConfig } from './config.js';
+export type { DeploymentConfig, DeploymentConfigInput, LogCaps } from './config.js';
+export { SandboxError, isSandboxError, sandboxErrorCodes } from './errors.js';
+export type { SandboxErrorCode } from './errors.js';
+export { checkExecOptions } from './exec-options.js';
+export type { CheckedExecOptions } from './exec-options.js';
+export {
+  LABEL_ALLOW_HOSTS,
+  LABEL_EGRESS,
+  LABEL_NAME,
+  LABEL_SANDBOX,
+  LABEL_WORKSPACE_KEY,
+  SANDBOX_TAG_RE,
+  checkSandboxName,
+  checkTag,
+  namesFor,
+  persistentWorkspaceVolume,
+} from './names.js';
+export type { SandboxNames } from './names.js';
+export { PIDS_LIMIT } from './limits.js';
+export { planSandbox } from './sandbox-plan.js';
+export type { SandboxPlan } from './sandbox-plan.js';
+export { printableAsciiMap, serialiseAsciiBody } from './ascii-body.js';
+export { DEFAULT_EGRESS_TIER, EGRESS_TIER_NAMES } from './sandbox-spec.js';
+export { TIERS, meaningOfLabel, usesSharedNetwork } from './tiers.js';

@@ -1,0 +1,117 @@
+/**
+ * Resolves a sandbox spec against the deployment config into a plan: every name, label, limit
+ * and network decision needed to build the Docker bodies. Pure; everything that can be refused is
+ * refused here (the spec by its schema, then what depends on the deployment), before any engine
+ * call.
+ */
+import { EGRESS_PROXY_PORT, encodeAllowHosts } from '../../common/index.js';
+import type { DeploymentConfig, LogCaps } from './config.js';
+import { SandboxError } from './errors.js';
+import { dockerLimits, type DockerLimits } from './limits.js';
+import {
+  LABEL_ALLOW_HOSTS,
+  LABEL_EGRESS,
+  LABEL_WORKSPACE_KEY,
+  LABEL_SANDBOX,
+  namesFor,
+  persistentWorkspaceVolume,
+  sandboxLabels,
+  sandboxNameForId,
+  type SandboxNames,
+} from './names.js';
+import { checkSandboxSpec, type EgressTier } from './sandbox-spec.js';
+import { TIERS } from './tiers.js';
+
+export interface SandboxPlan {
+  readonly names: SandboxNames;
+  readonly image: string;
+  readonly tier: EgressTier;
+  readonly allowHosts: readonly string[];
+  readonly limits: DockerLimits;
+  readonly env: Readonly<Record<string, string>>;
+  /** Labels of every per-sandbox resource. */
+  readonly labels: Readonly<Record<string, string>>;
+  /** Labels of the sandbox container: also the tier and allowlist for `resume`. */
+  readonly containerLabels: Readonly<Record<string, string>>;
+  readonly workspaceVolume: string;
+  readonly persistentWorkspace: { readonly key: string; readonly labels: Readonly<Record<string, string>> } | undefined;
+  readonly runtime: 'runc' | 'runsc';
+  readonly sharedNetwork: string;
+  readonly egressProxyImage: string;
+  readonly volumeDriver: string | undefined;
+  readonly logCaps: LogCaps;
+}
+
+export interface PlanOptions {
+  /** Labels for every resource, already checked as printable ASCII (by the provider, once). */
+  readonly extraLabels: Readonly<Record<string, string>>;
+}
+
+export function planSandbox(input: unknown, config: DeploymentConfig, options: PlanOptions): SandboxPlan {
+  const spec = checkSandboxSpec(input);
+  const name = sandboxNameForId(spec.id);
+  if (config.allowedImages !== undefined && !config.allowedImages.includes(spec.image)) {
+    throw new SandboxError(
+      'invalid_spec',
+      `spec.image ${JSON.stringify(spec.image)} is not one of the deployment's allowedImages (${config.allowedImages.map((i) => JSON.stringify(i)).join(', ')}); ask the operator to add it to extensionConfig."sandbox-docker".allowedImages.`,
+    );
+  }
+  const tier = spec.limits.egress;
+  const meaning = TIERS[tier];
+  if (meaning.needsAllowOpenEgress && !config.allowOpenEgress) {
+    throw new SandboxError(
+      'open_egress_disabled',
+      `limits.egress ${JSON.stringify(tier)} is disabled: an open sandbox can reach the host, the local network and cloud metadata. Set extensionConfig."sandbox-docker".allowOpenEgress to true only in a trusted environment, or use "allowlist".`,
+    );
+  }
+  // Validated for every tier (by the schema), used only by a tier with a proxy.
+  const allowHosts = meaning.egressProxy ? spec.limits.allowHosts ?? [] : [];
+  const limits = dockerLimits(spec.limits, config.volumeDriver);
+  const names = namesFor(name);
+  const { extraLabels } = options;
+  const labels = sandboxLabels(name, extraLabels);
+  const containerLabels: Record<string, string> = { ...labels, [LABEL_EGRESS]: tier };
+  if (meaning.egressProxy) containerLabels[LABEL_ALLOW_HOSTS] = encodeAllowHosts(allowHosts);
+
+  const env: Record<string, string> = { ...spec.env };
+  if (meaning.egressProxy) {
+    const proxy = `http://${names.egress}:${EGRESS_PROXY_PORT}`;
+    Object.assign(env, {
+      HTTP_PROXY: proxy,
+      HTTPS_PROXY: proxy,
+      http_proxy: proxy,
+      https_proxy: proxy,
+      NO_PROXY: 'localhost,127.0.0.1,::1',
+      no_proxy: 'localhost,127.0.0.1,::1',
+    });
+  }
+
+  let workspaceVolume = names.workspaceVolume;
+  let persistentWorkspace: SandboxPlan['persistentWorkspace'];
+  if (spec.workspace?.durability === 'persistent') {
+    workspaceVolume = persistentWorkspaceVolume(spec.workspace.key);
+    persistentWorkspace = {
+      key: spec.workspace.key,
+      // Not tied to one sandbox name: it outlives the session that created it.
+      labels: { ...extraLabels, [LABEL_SANDBOX]: '1', [LABEL_WORKSPACE_KEY]: spec.workspace.key },
+    };
+  }
+
+  return {
+    names,
+    image: spec.image,
+    tier,
+    allowHosts,
+    limits,
+    env,
+    labels,
+    containerLabels,
+    workspaceVolume,
+    persistentWorkspace,
+    runtime: config.runtime,
+    sharedNetwork: config.network,
+    egressProxyImage: config.egressProxyImage,
+    volumeDriver: config.volumeDriver,
+    logCaps: { logMaxSizeMb: config.logMaxSizeMb, logMaxFiles: config.logMaxFiles },
+  };
+}

@@ -1,0 +1,351 @@
+/**
+ * An in-memory Docker engine behind the controller's SandboxEngine interface, so that create,
+ * recovery and commands can be tested in milliseconds, every branch of them, without a daemon.
+ * It answers as Docker 20.10 does, and test/controller/docker-fake-engine.test.ts holds it to
+ * that: the same calls against the real engine and against this one give the same answers.
+ *
+ * What it models (the engine's observable behaviour, not its internals):
+ *   containers  created / running / paused / exited; a taken name 409, a missing image 404
+ *               ("No such image"), volumes named in Mounts created on the fly (unlabelled);
+ *               start: paused 409, running 304 (success), a network gone 404; unpause of a
+ *               container that is not paused 500; stop of a stopped one 304 (success);
+ *               restart with a network gone 500; exec into a paused or stopped one 409
+ *   networks    a taken name 409; bound by id: a network removed and created again under the
+ *               same name is another network to a container created before (start 404), unless
+ *               that container is connected to it again while stopped; removal while a running
+ *               container is attached 403; connect: missing 404, twice while running 403
+ *   volumes     create of an existing one succeeds and changes nothing; removal while any
+ *               container mounts it 409; an unknown driver 404
+ *   images      present or not; a pull finds only what `registry` holds
+ *   exec        a process model a test can replace (`onExec`): by default a command exits 0 with
+ *               no output, and one that dials `/dev/tcp/HOST/PORT` (the egress health probe)
+ *               exits 0 when HOST is a running, unpaused container on a network it shares, and
+ *               137 (killed by its `timeout -s KILL`) otherwise
+ *   the *Optional calls of DockerEngine (inspect, stop, remove: a missing object is no error)
+ *
+ * Every call yields to the event loop before it acts, so concurrent callers interleave as they
+ * do over a socket, and is recorded in `calls`. `beforeCall` hooks run first: they can fail a
+ * call (throw `fake.status(...)`) or change the engine meanwhile (another replica, an operator).
+ */
+import { randomBytes } from 'node:crypto';
+import { EngineStatusError } from '../../controller/docker/engine.js';
+import type { ExecRequest, ExecRun } from '../../controller/docker/engine.js';
+import type { ContainerView, SandboxEngine } from '../../controller/docker/sandbox-engine.js';
+
+type ContainerState = 'created' | 'running' | 'paused' | 'exited';
+
+interface CreateBody {
+  Image?: string;
+  User?: string;
+  Cmd?: string[];
+  WorkingDir?: string;
+  Env?: string[];
+  Labels?: Record<string, string>;
+  HostConfig?: Record<string, unknown> & { NetworkMode?: string; Mounts?: Array<{ Type?: string; Source?: string }> };
+}
+
+/** A network attachment: by id once the network existed, by name until then (resolved at start). */
+interface Attachment {
+  name: string;
+  id: string | undefined;
+}
+
+interface FakeContainer {
+  readonly id: string;
+  readonly name: string;
+  state: ContainerState;
+  readonly body: CreateBody;
+  attached: Attachment[];
+  readonly volumes: readonly string[];
+}
+
+interface FakeNetwork {
+  readonly id: string;
+  readonly name: string;
+  readonly body: Readonly<Record<string, unknown>>;
+}
+
+interface FakeVolume {
+  readonly name: string;
+  readonly body: Readonly<Record<string, unknown>>;
+}
+
+export interface FakeCall {
+  readonly method: string;
+  /** The object the call names (container, network or volume name, or image). */
+  readonly target: string;
+}
+
+/** What a process run by an exec does: its exit code and output. */
+export interface ExecOutcome {
+  readonly exitCode: number | null;
+  readonly stdout?: string;
+  readonly stderr?: string;
+}
+
+export type ExecModel = (container: string, request: ExecRequest) => ExecOutcome | Promise<ExecOutcome>;
+
+const newId = (): string => randomBytes(32).toString('hex');
+const tick = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
+export class FakeEngine implements SandboxEngine {
+  readonly containers = new Map<string, FakeContainer>();
+  readonly networks = new Map<string, FakeNetwork>();
+  readonly volumes = new Map<string, FakeVolume>();
+  readonly images = new Set<string>();
+  /** Images a pull finds. */
+  readonly registry = new Set<string>();
+  /** Volume drivers besides `local`. */
+  readonly volumeDrivers = new Set<string>();
+  readonly calls: FakeCall[] = [];
+  /** The process model of every exec (see the header). */
+  onExec: ExecModel = (container, request) => this.defaultExec(container, request);
+  private readonly hooks: Array<(call: FakeCall) => void | Promise<void>> = [];
+
+  constructor(images: Iterable<string> = []) {
+    for (const image of images) this.images.add(image);
+  }
+
+  /** Runs before every call (after the call is recorded); a throw fails the call. */
+  beforeCall(hook: (call: FakeCall) => void | Promise<void>): void {
+    this.hooks.push(hook);
+  }
+
+  /** Fails the next call of `method` on `target` with an engine status. */
+  failOnce(method: string, target: string, status: number, message: string): void {
+    let armed = true;
+    this.beforeCall((call) => {
+      if (armed && call.method === method && call.target === target) {
+        armed = false;
+        throw this.status(call, status, message);
+      }
+    });
+  }
+
+  /** The error DockerEngine raises for an engine answer with this status (engine-call.ts). */
+  status(call: FakeCall, status: number, detail: string): EngineStatusError {
+    const what = `${call.method} of ${call.target}`;
+    return new EngineStatusError(status < 500 ? 'engine_refused' : 'engine_error', status, `Docker answered ${what} with ${status}: ${detail}`, undefined);
+  }
+
+  /** Calls so far of one method (on one target). */
+  count(method: string, target?: string): number {
+    return this.calls.filter((c) => c.method === method && (target === undefined || c.target === target)).length;
+  }
+
+  private async enter(method: string, target: string): Promise<FakeCall> {
+    const call = { method, target };
+    this.calls.push(call);
+    await tick();
+    for (const hook of this.hooks) await hook(call);
+    return call;
+  }
+
+  private container(call: FakeCall): FakeContainer {
+    const c = this.containers.get(call.target);
+    if (c === undefined) throw this.status(call, 404, `No such container: ${call.target}`);
+    return c;
+  }
+
+  private networkById(id: string | undefined): FakeNetwork | undefined {
+    return [...this.networks.values()].find((n) => n.id === id);
+  }
+
+  /** Resolves every attachment of a container about to start, as the engine does; the error names the first missing network. */
+  private resolveNetworks(c: FakeContainer): string | undefined {
+    for (const a of c.attached) {
+      if (a.id !== undefined) {
+        if (this.networkById(a.id) === undefined) return `network ${a.id} not found`;
+      } else {
+        const n = this.networks.get(a.name);
+        if (n === undefined) return `network ${a.name} not found`;
+        a.id = n.id;
+      }
+    }
+    return undefined;
+  }
+
+  // --- containers ---------------------------------------------------------------------------
+
+  async inspectContainer(name: string): Promise<ContainerView | undefined> {
+    await this.enter('inspectContainer', name);
+    const c = this.containers.get(name);
+    if (c === undefined) return undefined;
+    return {
+      status: c.state,
+      running: c.state === 'running' || c.state === 'paused',
+      paused: c.state === 'paused',
+      labels: { ...(c.body.Labels ?? {}) },
+      image: c.body.Image ?? '',
+      user: c.body.User ?? '',
+      cmd: [...(c.body.Cmd ?? [])],
+      workingDir: c.body.WorkingDir ?? '',
+      env: [...(c.body.Env ?? [])],
+      hostConfig: structuredClone(c.body.HostConfig ?? {}),
+    };
+  }
+
+  async createContainer(name: string, rawBody: unknown): Promise<void> {
+    const call = await this.enter('createContainer', name);
+    const body = structuredClone(rawBody) as CreateBody;
+    const taken = this.containers.get(name);
+    if (taken !== undefined) {
+      throw this.status(call, 409, `Conflict. The container name "/${name}" is already in use by container "${taken.id}". You have to remove (or rename) that container to be able to reuse that name.`);
+    }
+    if (!this.images.has(body.Image ?? '')) throw this.status(call, 404, `No such image: ${body.Image ?? ''}`);
+    const mode = body.HostConfig?.NetworkMode ?? 'default';
+    const attached: Attachment[] = mode === 'none' ? [] : [{ name: mode, id: this.networks.get(mode)?.id }];
+    const volumes = (body.HostConfig?.Mounts ?? []).filter((m) => m.Type === 'volume' && typeof m.Source === 'string').map((m) => m.Source as string);
+    // A volume a create names that does not exist is made on the spot, without labels.
+    for (const v of volumes) if (!this.volumes.has(v)) this.volumes.set(v, { name: v, body: { Name: v } });
+    this.containers.set(name, { id: newId(), name, state: 'created', body, attached, volumes });
+  }
+
+  async startContainer(name: string): Promise<void> {
+    const call = await this.enter('startContainer', name);
+    const c = this.container(call);
+    if (c.state === 'paused') throw this.status(call, 409, 'cannot start a paused container, try unpause instead');
+    if (c.state === 'running') return; // 304: already started
+    const missing = this.resolveNetworks(c);
+    if (missing !== undefined) throw this.status(call, 404, missing);
+    c.state = 'running';
+  }
+
+  async stopContainer(name: string, _graceSeconds: number): Promise<void> {
+    await this.enter('stopContainer', name);
+    const c = this.containers.get(name);
+    if (c === undefined || c.state === 'created' || c.state === 'exited') return; // 404 ignored, 304
+    c.state = 'exited';
+  }
+
+  async restartContainer(name: string): Promise<void> {
+    const call = await this.enter('restartContainer', name);
+    const c = this.container(call);
+    const missing = this.resolveNetworks(c);
+    if (missing !== undefined) {
+      c.state = c.state === 'created' ? 'created' : 'exited';
+      throw this.status(call, 500, `Cannot restart container ${name}: ${missing}`);
+    }
+    c.state = 'running';
+  }
+
+  /** Not a controller call: how a test (an operator, `docker pause`) pauses a container. */
+  async pauseContainer(name: string): Promise<void> {
+    const call = await this.enter('pauseContainer', name);
+    const c = this.container(call);
+    if (c.state !== 'running') throw this.status(call, 409, `Container ${c.id} is not running`);
+    c.state = 'paused';
+  }
+
+  async unpauseContainer(name: string): Promise<void> {
+    const call = await this.enter('unpauseContainer', name);
+    const c = this.container(call);
+    if (c.state !== 'paused') throw this.status(call, 500, `Container ${c.id} is not paused`);
+    c.state = 'running';
+  }
+
+  async removeContainer(name: string): Promise<void> {
+    await this.enter('removeContainer', name);
+    this.containers.delete(name); // forced; a missing one is fine
+  }
+
+  // --- volumes ------------------------------------------------------------------------------
+
+  async volumeExists(name: string): Promise<boolean> {
+    await this.enter('volumeExists', name);
+    return this.volumes.has(name);
+  }
+
+  async createVolume(body: { Name: string }): Promise<void> {
+    const call = await this.enter('createVolume', body.Name);
+    const driver = (body as { Driver?: string }).Driver;
+    if (driver !== undefined && driver !== 'local' && !this.volumeDrivers.has(driver)) {
+      throw this.status(call, 404, `create ${body.Name}: error looking up volume plugin ${driver}: plugin "${driver}" not found`);
+    }
+    if (this.volumes.has(body.Name)) return; // an existing volume is returned as it is
+    this.volumes.set(body.Name, { name: body.Name, body: structuredClone(body) });
+  }
+
+  async removeVolume(name: string): Promise<void> {
+    const call = await this.enter('removeVolume', name);
+    if (!this.volumes.has(name)) return;
+    const users = [...this.containers.values()].filter((c) => c.volumes.includes(name));
+    if (users.length > 0) throw this.status(call, 409, `remove ${name}: volume is in use - [${users.map((c) => c.id).join(', ')}]`);
+    this.volumes.delete(name);
+  }
+
+  // --- networks -----------------------------------------------------------------------------
+
+  async networkExists(name: string): Promise<boolean> {
+    await this.enter('networkExists', name);
+    return this.networks.has(name);
+  }
+
+  async createNetwork(body: { Name: string }): Promise<void> {
+    const call = await this.enter('createNetwork', body.Name);
+    if (this.networks.has(body.Name)) throw this.status(call, 409, `network with name ${body.Name} already exists`);
+    this.networks.set(body.Name, { id: newId(), name: body.Name, body: structuredClone(body) });
+  }
+
+  async removeNetwork(name: string): Promise<void> {
+    const call = await this.enter('removeNetwork', name);
+    const n = this.networks.get(name);
+    if (n === undefined) return;
+    const active = [...this.containers.values()].some((c) => (c.state === 'running' || c.state === 'paused') && c.attached.some((a) => a.id === n.id));
+    if (active) throw this.status(call, 403, `error while removing network: network ${name} id ${n.id} has active endpoints`);
+    this.networks.delete(name);
+  }
+
+  async connectNetwork(network: string, container: string): Promise<void> {
+    const call = await this.enter('connectNetwork', container);
+    const c = this.container(call);
+    const n = this.networks.get(network);
+    if (c.state === 'running' || c.state === 'paused') {
+      if (n === undefined) throw this.status(call, 404, `network ${network} not found`);
+      if (c.attached.some((a) => a.id === n.id)) throw this.status(call, 403, `endpoint with name ${container} already exists in network ${network}`);
+      c.attached.push({ name: network, id: n.id });
+      return;
+    }
+    // A container that is not running only has its settings changed: the attachment of that
+    // name now means this network (by name until start when none exists).
+    c.attached = [...c.attached.filter((a) => a.name !== network), { name: network, id: n?.id }];
+  }
+
+  // --- images and exec ----------------------------------------------------------------------
+
+  async pullImage(image: string): Promise<void> {
+    const call = await this.enter('pullImage', image);
+    if (!this.registry.has(image)) throw this.status(call, 404, `pull access denied for ${image.split(':')[0] ?? image}, repository does not exist or may require 'docker login'`);
+    this.images.add(image);
+  }
+
+  async startExec(container: string, request: ExecRequest): Promise<ExecRun> {
+    const call = await this.enter('startExec', container);
+    const c = this.container(call);
+    if (c.state === 'paused') throw this.status(call, 409, `Container ${container} is paused, unpause the container before exec`);
+    if (c.state !== 'running') throw this.status(call, 409, `Container ${c.id} is not running`);
+    const outcome = Promise.resolve(this.onExec(container, request));
+    const finished = outcome.then((o) => {
+      if (o.stdout !== undefined && o.stdout !== '') request.onOutput('stdout', Buffer.from(o.stdout));
+      if (o.stderr !== undefined && o.stderr !== '') request.onOutput('stderr', Buffer.from(o.stderr));
+      return o.exitCode;
+    });
+    return { id: newId(), finished, detach: () => undefined };
+  }
+
+  /** The default process model: see the header. */
+  defaultExec(container: string, request: ExecRequest): ExecOutcome {
+    const dial = /\/dev\/tcp\/([^/\s]+)\/\d+/.exec(request.cmd.join('\n'));
+    if (dial === null) return { exitCode: 0 };
+    return { exitCode: this.reachable(container, dial[1] ?? '') ? 0 : 137 };
+  }
+
+  /** A running, unpaused container `to` on a network that `from` is attached to as well. */
+  reachable(from: string, to: string): boolean {
+    const a = this.containers.get(from);
+    const b = this.containers.get(to);
+    if (a === undefined || b === undefined || b.state !== 'running') return false;
+    const ids = new Set(a.attached.map((x) => x.id).filter((id) => id !== undefined && this.networkById(id) !== undefined));
+    return b.attached.some((x) => x.id !== undefined && ids.has(x.id));
+  }
+}

@@ -1,0 +1,36 @@
+/**
+ * The real provider (createDockerSandbox) on the in-memory engine (fake-engine.ts): the
+ * controller's own create, recovery and command code, with every engine answer Docker's, in
+ * milliseconds. For the branches a real engine reaches only by chance or by minutes of set-up.
+ */
+import { Writable } from 'node:stream';
+import pino from 'pino';
+import { createDockerSandbox, type DeploymentConfigInput, type DockerSandboxProvider } from '../../controller/index.js';
+import { IMAGES } from '../../common/index.js';
+import { FakeEngine } from './fake-engine.js';
+
+export const FAKE_LABELS = { 'dev.capybara.test': 'fake' };
+
+export interface FakeSandbox {
+  readonly engine: FakeEngine;
+  readonly provider: DockerSandboxProvider;
+  /** Every log record the provider wrote (debug and up), parsed. */
+  readonly logs: Array<{ level: number; msg: string; [key: string]: unknown }>;
+  /** The same provider code with another deployment config, on the same engine. */
+  withConfig(config: Partial<DeploymentConfigInput>): DockerSandboxProvider;
+}
+
+export function fakeSandbox(config: Partial<DeploymentConfigInput> = {}): FakeSandbox {
+  const engine = new FakeEngine([IMAGES.sandbox, IMAGES.egress]);
+  const logs: FakeSandbox['logs'] = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      for (const line of chunk.toString().split('\n')) if (line !== '') logs.push(JSON.parse(line) as FakeSandbox['logs'][number]);
+      done();
+    },
+  });
+  const logger = pino({ level: 'debug' }, sink);
+  const withConfig = (more: Partial<DeploymentConfigInput>) =>
+    createDockerSandbox({ endpoint: 'unix:///nonexistent/fake-engine.sock', ...config, ...more }, { labels: FAKE_LABELS }, { logger, engine });
+  return { engine, provider: withConfig({}), logs, withConfig };
+}
