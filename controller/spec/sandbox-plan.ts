@@ -5,7 +5,7 @@
  * call.
  */
 import { EGRESS_PROXY_PORT, encodeAllowHosts } from '../../common/index.js';
-import type { DeploymentConfig } from './config.js';
+import type { DeploymentConfig, LogCaps } from './config.js';
 import { SandboxError } from './errors.js';
 import { dockerLimits, type DockerLimits } from './limits.js';
 import {
@@ -39,6 +39,7 @@ export interface SandboxPlan {
   readonly sharedNetwork: string;
   readonly egressProxyImage: string;
   readonly volumeDriver: string | undefined;
+  readonly logCaps: LogCaps;
 }
 
 export interface PlanOptions {
@@ -111,5 +112,6 @@ export function planSandbox(input: unknown, config: DeploymentConfig, options: P
     sharedNetwork: config.network,
     egressProxyImage: config.egressProxyImage,
     volumeDriver: config.volumeDriver,
+    logCaps: { logMaxSizeMb: config.logMaxSizeMb, logMaxFiles: config.logMaxFiles },
   };
 }

@@ -18,8 +18,10 @@
  *   env.cleanup()    removes every container, network and volume carrying the label or the runId
  *                    in its name; already registered with t.teardown, safe to call again
  *
- *   const proxy = await startSocketProxy(t, env, { sharedNetwork });   // options optional
+ *   const proxy = await startSocketProxy(t, env, { sharedNetwork, volumeDrivers });   // options optional
  *                     sharedNetwork: SOCKET_PROXY_SHARED_NETWORK (default: the image's, capybara-sandbox)
+ *                     volumeDrivers: SOCKET_PROXY_VOLUME_DRIVERS (default: the image's, none)
+ *                     binds: more host:container[:ro] mounts (a test's own version of a proxy file)
  *   proxy.socketPath  host path of the proxy's unix socket (talk HTTP to it, or
  *                     new Docker({ socketPath }))
  *   proxy.endpoint    the same as "unix://<path>", the controller's `endpoint` config value
@@ -132,7 +134,11 @@ function ignoreMissing(err: { statusCode?: number }): void {
 }
 
 /** Starts capybara-sandbox-proxy:latest for this test, reachable on a host unix socket. */
-export async function startSocketProxy(t: Test, env: DockerTestEnv, options: { sharedNetwork?: string } = {}): Promise<SocketProxy> {
+export async function startSocketProxy(
+  t: Test,
+  env: DockerTestEnv,
+  options: { sharedNetwork?: string; volumeDrivers?: string; binds?: readonly string[] } = {},
+): Promise<SocketProxy> {
   const dir = mkdtempSync(join(tmpdir(), `cap-${env.runId}-proxy-`));
   const socketPath = join(dir, 'docker.sock');
   // Never a cap- name: the socket proxy admits exec into cap- containers, and an exec in a socket
@@ -151,9 +157,10 @@ export async function startSocketProxy(t: Test, env: DockerTestEnv, options: { s
         `${SOCKET_PROXY_ENV.bind}=unix@/run/capybara-proxy/docker.sock`,
         `${SOCKET_PROXY_ENV.dockerSocket}=/var/run/docker.sock`,
         ...(options.sharedNetwork === undefined ? [] : [`${SOCKET_PROXY_ENV.sharedNetwork}=${options.sharedNetwork}`]),
+        ...(options.volumeDrivers === undefined ? [] : [`${SOCKET_PROXY_ENV.volumeDrivers}=${options.volumeDrivers}`]),
       ],
       HostConfig: {
-        Binds: [`${engineSocketPath()}:/var/run/docker.sock`, `${dir}:/run/capybara-proxy`],
+        Binds: [`${engineSocketPath()}:/var/run/docker.sock`, `${dir}:/run/capybara-proxy`, ...(options.binds ?? [])],
         NetworkMode: 'none',
         CapDrop: ['ALL'],
         SecurityOpt: ['no-new-privileges'],
