@@ -14,7 +14,8 @@
 import type { Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { decide } from '../policy/index.js';
-import { connectionOf, type ProxyContext } from './context.js';
+import { connectionOf } from './connection.js';
+import type { ProxyContext } from './context.js';
 import { dialPinned, DialError } from './dial.js';
 import { F, logLine, ms, printable, type LineValue, type Logger } from './log.js';
 import { closeRefused, refuseSocket, type Refusal } from './refusal.js';
