@@ -12,6 +12,9 @@ import { fileURLToPath } from 'node:url';
 import type Docker from 'dockerode';
 import { dockerTest, SOCKET_PROXY_IMAGE, TEST_LABEL } from '../support/docker.js';
 import { composeProject } from './compose-cli.js';
+import { fileNeeds } from '../support/needs.js';
+
+await fileNeeds(t, 'engine');
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const IMAGES = ['capybara-sandbox:latest', 'capybara-sandbox-egress:latest', SOCKET_PROXY_IMAGE, 'capybara-sandbox-cli:latest'];

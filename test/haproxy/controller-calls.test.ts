@@ -16,6 +16,9 @@ import { internalNetworkBody, sharedNetworkBody } from '../../controller/network
 import { volumeBody } from '../../controller/volume-spec.js';
 import { SANDBOX_USER } from '../../controller/exec-script.js';
 import { isSandboxError } from '../../controller/errors.js';
+import { fileNeeds } from '../support/needs.js';
+
+await fileNeeds(t, 'engine');
 
 const SANDBOX_IMAGE = 'capybara-sandbox:latest';
 const EGRESS_IMAGE = 'capybara-sandbox-egress:latest';

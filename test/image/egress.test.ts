@@ -10,6 +10,9 @@
 import t from 'tap';
 import type Docker from 'dockerode';
 import { dockerTest } from '../support/docker.js';
+import { fileNeeds } from '../support/needs.js';
+
+await fileNeeds(t, 'engine');
 
 const IMAGE = 'capybara-sandbox-egress:latest';
 

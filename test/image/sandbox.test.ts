@@ -5,6 +5,9 @@
  */
 import t from 'tap';
 import { dockerTest } from '../support/docker.js';
+import { fileNeeds } from '../support/needs.js';
+
+await fileNeeds(t, 'engine');
 
 const IMAGE = 'capybara-sandbox:latest';
 
