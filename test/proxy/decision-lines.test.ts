@@ -151,6 +151,8 @@ interface Case {
   readonly drive: (p: TestProxy) => Promise<void>;
   /** Every decision line it must produce: `allow`, `allow <error>` or `deny <reason>`, any order. */
   readonly lines: readonly string[];
+  /** What each of those lines must also carry. */
+  readonly fields?: Record<string, unknown>;
 }
 
 const cases: Case[] = [
@@ -328,6 +330,8 @@ const cases: Case[] = [
       held.destroy();
     },
     lines: ['deny client_limit'],
+    // Refused before the connection has a logger of its own: a warning naming the client.
+    fields: { level: 40, client: /^127\.0\.0\.1:\d+$/ },
   },
   {
     name: 'one connection over the total limit',
@@ -339,6 +343,7 @@ const cases: Case[] = [
       held.destroy();
     },
     lines: ['deny too_many_connections'],
+    fields: { level: 40, client: /^127\.0\.0\.1:\d+$/ },
   },
   { name: 'the head deadline, with nothing sent', limits: { headerTimeoutMs: 300 }, drive: (p) => exchange(p.port, '').then(), lines: ['deny header_timeout'] },
   { name: 'the head deadline, half a CONNECT head sent', limits: { headerTimeoutMs: 300 }, drive: (p) => exchange(p.port, 'CONNECT echo.test:443 HTTP/1.1\r\nX-Slow: ').then(), lines: ['deny header_timeout'] },
@@ -390,8 +395,9 @@ for (const c of cases) {
     await c.drive(p);
     await settle(() => p.proxy.openConnections === 0 && decisions().length >= c.lines.length, `${c.lines.length} decision lines and every connection closed`, 8_000);
     // Room for a second line: a late timer, a close, a lookup answered after the client left.
-    await new Promise((r) => setTimeout(r, 400));
+    await new Promise((r) => setTimeout(r, 250));
     t.same(decisions().map(summary).sort(), [...c.lines].sort(), 'one decision line per request');
+    if (c.fields) for (const line of decisions()) t.match(line, c.fields, 'the line\'s fields');
     const metric = (await p.proxy.metrics.getMetricsAsJSON()).find((m) => m.name === 'egress_decisions_total');
     const counted = (metric?.values ?? []).flatMap((v) => Array<string>(v.value).fill(`${String(v.labels.outcome)} ${String(v.labels.reason)}`));
     t.same(counted.sort(), decisions().map((l) => `${String(l.decision)} ${l.decision === 'deny' ? String(l.reason) : 'allowed'}`).sort(), 'one decision metric per line');
