@@ -1,5 +1,5 @@
 /**
- * Runs inside private network and mount namespaces (started by dns.test.ts): /etc/resolv.conf is
+ * Runs inside private network and mount namespaces (started by dns-namespace.test.ts): /etc/resolv.conf is
  * replaced by one naming a test DNS server on this namespace's loopback port 53, which never
  * answers names under slow.test. Then, with the proxy's default resolver (no --dns-server), many
  * lookups that never get an answer are started at once and a name that does answer is looked up
