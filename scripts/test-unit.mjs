@@ -14,7 +14,7 @@ import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
 
 /** The needs a file can declare (needs.ts's `Need`). */
-export const NEEDS = ['engine', 'netns'];
+export const NEEDS = ['engine', 'netns', 'pidns'];
 
 /** Every test file under `root`/test, relative to `root`, sorted. */
 export function testFiles(root) {

@@ -19,7 +19,7 @@ import {
   FILE_EXIT,
 } from '../../controller/exec/exec-script.js';
 import { isSandboxError } from '../../controller/spec/errors.js';
-import { needUnmet, toolMissing } from '../support/needs.js';
+import { leftOutOfUnitRun, needUnmet, toolMissing } from '../support/needs.js';
 
 // These run the scripts with the host's bash and coreutils (no Docker): the same programs the
 // sandbox image ships.
@@ -264,6 +264,7 @@ print(json.dumps({'before': before, 'after': members(sid), 'scan_s': statistics.
 `;
 
 t.test('a kill skips zombies and stops once nothing of the session is alive', async (t) => {
+  if (leftOutOfUnitRun(t, 'pidns')) return;
   const missing = toolMissing('unshare', ['--version'], 'util-linux') ?? toolMissing('python3', ['--version'], 'apt-get install python3');
   if (missing) return needUnmet(t, missing);
   const probe = spawnSync('unshare', ['-fp', '--mount-proc', 'true']);

@@ -11,7 +11,9 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { createLookup } from '../../proxy/index.js';
 import { startDnsServer } from '../support/dns-server.js';
+import { requireOwnNamespaces } from '../support/own-namespace.js';
 
+requireOwnNamespaces(['net', 'mnt']);
 execFileSync('ip', ['link', 'set', 'lo', 'up']);
 const dir = mkdtempSync(path.join(tmpdir(), 'egress-resolv-'));
 writeFileSync(path.join(dir, 'resolv.conf'), 'nameserver 127.0.0.1\n');

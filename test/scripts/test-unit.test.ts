@@ -48,12 +48,19 @@ t.test('a declared need is one the file has', async (t) => {
   for (const [file, need] of needOf) {
     if (need === 'engine') t.ok(testImports(file).has(ENGINE_SUPPORT), `${file} declares the engine and reaches it through ${ENGINE_SUPPORT}`);
     if (need === 'netns') t.match(readFileSync(join(root, file), 'utf8'), /spawnSync\('unshare', \['-n'/, `${file} declares namespaces and makes one`);
+    if (need === 'pidns') t.match(readFileSync(join(root, file), 'utf8'), /spawnSync\('unshare', \['-fp'/, `${file} declares a PID namespace and makes one`);
   }
 });
 
 t.test('a file that makes namespaces declares them', async (t) => {
   for (const file of files) {
-    if (/(spawn|execFile)(Sync)?\('unshare'/.test(readFileSync(join(root, file), 'utf8'))) t.equal(needOf.get(file), 'netns', `${file} runs unshare`);
+    const text = readFileSync(join(root, file), 'utf8');
+    // A unit file may hold one namespace test, which leaves the unit run first.
+    for (const [flags, need] of [['-n', 'netns'], ['-fp', 'pidns']] as const) {
+      if (!new RegExp(`(spawn|execFile)(Sync)?\\('unshare', \\['${flags}'`).test(text)) continue;
+      t.ok(needOf.get(file) === need || text.includes(`leftOutOfUnitRun(t, '${need}')`), `${file} runs unshare ${flags} and declares ${need}`);
+    }
+    t.notMatch(text.replace(/(spawn|execFile)(Sync)?\('unshare', \['(-n|-fp)'/g, ''), /(spawn|execFile)(Sync)?\('unshare'/, `${file}: every unshare is one of the known kinds`);
   }
 });
 

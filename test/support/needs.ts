@@ -9,15 +9,15 @@
  * exports and what CI services set).
  *
  * `npm run test:unit` (scripts/test-unit.mjs) runs every test that needs no Docker engine and no
- * network namespace (which takes root): it leaves out each file that declares such a need with
+ * network or PID namespace (which take root): it leaves out each file that declares such a need with
  * `fileNeeds`, and sets CAPYBARA_TEST_UNIT, under which a single test needing the engine (in a
  * file whose other tests are unit tests) skips, CI or not.
  *
  * API:
  *
  *   underCi()                  true under CI
- *   await fileNeeds(t, need)   at the top of a file whose every test needs `need` ('engine' or
- *                              'netns'), after the imports: the file's tag for the unit run, and
+ *   await fileNeeds(t, need)   at the top of a file whose every test needs `need` ('engine',
+ *                              'netns' or 'pidns'), after the imports: the file's tag for the unit run, and
  *                              its gate. Outside CI an unmet need skips the whole file with the
  *                              reason (a skipped suite, `1..0 # skipped: ...`), under CI it fails;
  *                              either way nothing after the call runs.
@@ -40,13 +40,14 @@ import http from 'node:http';
 import type { Test } from 'tap';
 
 /** What a whole test file can need of the machine, beyond Node and the tools it names itself. */
-export type Need = 'engine' | 'netns';
+export type Need = 'engine' | 'netns' | 'pidns';
 
 const UNIT_RUN = 'CAPYBARA_TEST_UNIT';
 
 const NEED_WORDS: Record<Need, string> = {
   engine: 'a Docker engine',
   netns: 'network namespaces (root)',
+  pidns: 'a PID namespace (root)',
 };
 
 export function underCi(): boolean {
@@ -112,9 +113,17 @@ function namespaceProblem(): string | undefined {
   return `cannot create network and mount namespaces here (unshare -n -m: ${(probe.stderr || probe.error?.message || 'failed').trim()})`;
 }
 
+/** Why no PID namespace (with its own /proc) can be made here, or undefined. */
+function pidNamespaceProblem(): string | undefined {
+  const probe = spawnSync('unshare', ['-fp', '--mount-proc', 'true'], { encoding: 'utf8' });
+  if (probe.status === 0) return undefined;
+  return `cannot create a PID namespace here (unshare -fp --mount-proc: ${(probe.stderr || probe.error?.message || 'failed').trim()})`;
+}
+
 const PROBES: Record<Need, () => Promise<string | undefined> | string | undefined> = {
   engine: engineProblem,
   netns: namespaceProblem,
+  pidns: pidNamespaceProblem,
 };
 
 export async function fileNeeds(t: Test, need: Need): Promise<void> {
