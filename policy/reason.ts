@@ -69,6 +69,10 @@ export const REASONS = {
     status: 408,
     advice: 'send the TLS ClientHello promptly after the tunnel opens',
   },
+  tls_upstream_not_tls: {
+    status: 502,
+    advice: 'the upstream did not answer the TLS ClientHello with TLS (it spoke first, or in clear); reach a TLS port of the host, or, for a protocol other than TLS, mark the host tunnel: opaque in the policy',
+  },
   too_many_connections: {
     status: 503,
     advice: 'the proxy is at its connection limit; retry later',

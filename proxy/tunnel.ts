@@ -189,10 +189,10 @@ function splice(ctx: ProxyContext, log: Logger, client: Socket, upstream: Socket
         }, ctx.limits.maxTunnelMs)
       : undefined;
 
-  // A server that speaks first is not held up: only the client's direction is checked.
-  upstream.pipe(client);
-  const allow = (): void => meta.record.allow({ ...meta.allowLine, [F.sni]: sni });
+  const allow = (fields: LineFields = {}): void => meta.record.allow({ ...meta.allowLine, [F.sni]: sni, ...fields });
   if (!meta.tls) {
+    // Any bytes, either way, from the start: a server that speaks first (SSH) is not held up.
+    upstream.pipe(client);
     allow();
     if (meta.head.length > 0) upstream.write(meta.head);
     if (client.readableEnded) upstream.end();
@@ -203,6 +203,11 @@ function splice(ctx: ProxyContext, log: Logger, client: Socket, upstream: Socket
     allow: (serverName) => {
       if (serverName !== undefined) sni = printable(serverName);
       allow();
+    },
+    abandoned: (serverName) => {
+      if (serverName !== undefined) sni = printable(serverName);
+      allow({ [F.error]: 'client_closed' });
+      teardown('client')();
     },
     deny: (verdict, serverName) => {
       if (serverName !== undefined) sni = printable(serverName);
@@ -219,31 +224,39 @@ function splice(ctx: ProxyContext, log: Logger, client: Socket, upstream: Socket
 
 interface GuardOutcomes {
   allow(serverName: Buffer | undefined): void;
+  /** The client left after its hello passed and before the server answered: the exchange is over. */
+  abandoned(serverName: Buffer | undefined): void;
   deny(verdict: Extract<GuardVerdict, { kind: 'deny' }>, serverName: Buffer | undefined): void;
   undecided(): boolean;
 }
 
 /**
- * Runs a `tls` tunnel's client direction through the TlsGuard: client bytes go upstream only as
- * the guard releases them, the server's first bytes are shown to it as they pass, and the hello
- * deadline runs while a ClientHello is due. Once the guard opens, the client is piped as usual.
+ * Runs a `tls` tunnel through the TlsGuard: client bytes go upstream only as the guard releases
+ * them, and the server's bytes reach the client only once the guard has judged its first record
+ * TLS; the hello deadline runs while a ClientHello is due. Once the guard opens, both directions
+ * are piped as usual.
  */
 function guardTls(ctx: ProxyContext, client: Socket, upstream: Socket, meta: TunnelMeta, outcomes: GuardOutcomes): void {
   const guard = new TlsGuard(meta.host);
   let deadline: NodeJS.Timeout | undefined;
   let clientEnded = false;
+  let serverPiped = false;
+  let awaitingDrain = false;
   const stop = (): void => {
     clearTimeout(deadline);
     client.off('data', onClient);
     client.off('end', onEnd);
-    upstream.off('data', onServer);
+    if (!serverPiped) upstream.off('data', onServer);
   };
   const apply = (step: GuardStep): void => {
+    for (const bytes of step.deliver ?? []) client.write(bytes);
     // One write however many records the step released (a run of tiny records is many pieces).
     const bytes = step.forward.length === 1 ? step.forward[0]! : Buffer.concat(step.forward);
-    if (bytes.length > 0 && !upstream.write(bytes)) {
+    if (bytes.length > 0 && !upstream.write(bytes) && !awaitingDrain) {
+      awaitingDrain = true;
       client.pause();
       upstream.once('drain', () => {
+        awaitingDrain = false;
         if (!guard.full) client.resume();
       });
     }
@@ -251,6 +264,12 @@ function guardTls(ctx: ProxyContext, client: Socket, upstream: Socket, meta: Tun
       stop();
       outcomes.deny(step.verdict, guard.serverName);
       return;
+    }
+    // The server's first record was TLS: the rest of what it sends flows to the client unseen.
+    if (guard.serverJudged && !serverPiped) {
+      serverPiped = true;
+      upstream.off('data', onServer);
+      upstream.pipe(client);
     }
     if (step.verdict?.kind === 'allow') {
       stop();
@@ -278,7 +297,17 @@ function guardTls(ctx: ProxyContext, client: Socket, upstream: Socket, meta: Tun
   };
   const onEnd = (): void => {
     clientEnded = true;
-    apply(guard.clientEnded());
+    const step = guard.clientEnded();
+    // Ended after its hello passed, before the server answered: a client that can send no more
+    // can never finish the handshake, so the exchange ends here, and with it the wait for a
+    // server that may never speak (its line would otherwise wait for the upstream or the idle
+    // timeout, and the connection go on counting against the client's limit).
+    if (step.verdict === undefined && guard.inspecting && !guard.awaitingHello) {
+      stop();
+      outcomes.abandoned(guard.serverName);
+      return;
+    }
+    apply(step);
   };
   client.on('data', onClient);
   client.once('end', onEnd);

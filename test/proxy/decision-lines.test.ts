@@ -2,8 +2,9 @@
  * Exactly one decision line, and one decision metric, per request the proxy takes up: on every
  * path a request can end by. Allowed and refused, CONNECT and plain HTTP; every refusal the server
  * makes itself (limits, the head deadline, parse errors, Expect, Upgrade, a request pipelined past
- * the cap or behind a pending one); the refusals of a tunnel after its `200` (the four TLS codes);
- * upstream failures before and after the response started; clients that leave half-way. Each
+ * the cap or behind a pending one); the refusals of a tunnel after its `200` (the TLS codes, an
+ * upstream that is not TLS included); upstream failures before and after the response started;
+ * clients that leave half-way (a tunnel's, after its hello went up, included). Each
  * case runs against a proxy of its own and lists every decision line it must produce, so a path
  * that writes none, or two, fails (a late second line included: the count is taken once the
  * connection has closed and a while after). The proxy's requests_dropped line is not a decision.
@@ -67,6 +68,24 @@ const scripted = net.createServer((s) => {
   };
   s.on('data', onData);
 });
+// Upstreams that are not TLS: one that speaks first (an SMTP banner), one that answers in clear;
+// and one that takes what it is sent and never answers.
+const banner = net.createServer((s) => {
+  s.on('error', () => undefined);
+  s.end('220 mail.test ESMTP\r\n');
+});
+const clear = net.createServer((s) => {
+  s.on('error', () => undefined);
+  s.once('data', () => s.end('HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n'));
+});
+const silentSockets = new Set<net.Socket>();
+const silent = net.createServer((s) => {
+  silentSockets.add(s);
+  s.on('close', () => silentSockets.delete(s));
+  s.on('error', () => undefined);
+  s.resume();
+});
+const [bannerPort, clearPort, silentPort] = await Promise.all([listen(banner), listen(clear), listen(silent)]);
 const echoPort = await listen(echo);
 const webPort = await listen(scripted);
 const dns = await startDnsServer();
@@ -76,6 +95,10 @@ dns.set('late.dns.test', { answers: ['93.184.215.14'], delayMs: 300 });
 t.teardown(async () => {
   echo.close();
   scripted.close();
+  banner.close();
+  clear.close();
+  silent.close();
+  for (const s of silentSockets) s.destroy();
   for (const s of upstreamSockets) s.destroy();
   await dns.close();
 });
@@ -85,7 +108,7 @@ const web = `web.test:${webPort}`;
 const SLOW_ADDRESS = '127.0.0.9';
 const policyInput = {
   allowHosts: [{ host: 'echo.test', tunnel: 'opaque' as const }, 'tls.test', 'web.test', 'dead.test', 'slow.test', '*.dns.test'],
-  connectPorts: [echoPort, webPort, 443, 80],
+  connectPorts: [echoPort, webPort, bannerPort, clearPort, silentPort, 443, 80],
   testHosts: { 'echo.test': '127.0.0.1', 'tls.test': '127.0.0.1', 'web.test': '127.0.0.1', 'dead.test': '127.0.0.3', 'slow.test': SLOW_ADDRESS },
 };
 const connect: Connect = (address, port) => {
@@ -237,6 +260,34 @@ const cases: Case[] = [
       s.resetAndDestroy();
     }),
     lines: ['deny tls_hello_malformed'],
+  },
+  // A tls tunnel whose upstream is not TLS, and one whose client leaves while the upstream is silent.
+  // The client keeps its side open: the proxy's refusal ends the tunnel.
+  {
+    name: 'after the 200: the upstream speaks first',
+    drive: (p) => tunnel(p.port, `tls.test:${bannerPort}`, async (s) => {
+      s.write(helloTls);
+      await readUntil(s, undefined);
+    }),
+    lines: ['deny tls_upstream_not_tls'],
+  },
+  {
+    name: 'after the 200: the upstream answers the hello in clear',
+    drive: (p) => tunnel(p.port, `tls.test:${clearPort}`, async (s) => {
+      s.write(helloTls);
+      await readUntil(s, undefined);
+    }),
+    lines: ['deny tls_upstream_not_tls'],
+  },
+  {
+    name: 'after the 200: the client closes while the upstream has not answered its hello',
+    drive: (p) => tunnel(p.port, `tls.test:${silentPort}`, async (s) => {
+      s.write(helloTls);
+      await settle(() => silentSockets.size > 0, 'the upstream connection');
+      await new Promise((r) => setTimeout(r, 100));
+      await readUntil(s.end(), undefined, 3_000);
+    }),
+    lines: ['allow client_closed'],
   },
   // Plain HTTP
   { name: 'plain HTTP allowed and completed', drive: (p) => exchange(p.port, get(web).replace('\r\n\r\n', '\r\nConnection: close\r\n\r\n')).then(), lines: ['allow'] },
