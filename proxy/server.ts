@@ -44,6 +44,9 @@ export interface EgressProxy {
 }
 
 const HEAD_TIMEOUT: Refusal = { reason: 'header_timeout', detail: 'the request head did not arrive in time' };
+
+/** Consecutive accept failures are logged once a second at most (a descriptor shortage repeats on every accept). */
+const ACCEPT_ERROR_LOG_MS = 1_000;
 const INTERNAL_ERROR: Refusal = { reason: 'internal_error', detail: 'the proxy failed while deciding' };
 
 function clientError(err: NodeJS.ErrnoException): Refusal {
@@ -307,12 +310,28 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     });
   }
 
+  let acceptErrors = 0;
+  let acceptErrorLogged = 0;
+  /**
+   * An accept that failed (no descriptor left: EMFILE, ENFILE) ends that one connection, never
+   * the process: without a listener the server's 'error' event was an uncaught exception.
+   */
+  const acceptFailed = (err: NodeJS.ErrnoException): void => {
+    acceptErrors += 1;
+    const now = Date.now();
+    if (now - acceptErrorLogged < ACCEPT_ERROR_LOG_MS) return;
+    acceptErrorLogged = now;
+    log.error({ [F.event]: 'accept_failed', [F.error]: err.code ?? err.message, count: acceptErrors }, 'a connection could not be accepted; the proxy goes on');
+    acceptErrors = 0;
+  };
+
   return {
     listen(host, port) {
       return new Promise((resolve, reject) => {
         netServer.once('error', reject);
         netServer.listen({ host, port }, () => {
           netServer.off('error', reject);
+          netServer.on('error', acceptFailed);
           // The HTTP server never listens itself (connections are handed to it), but its
           // header-timeout sweep starts on 'listening'.
           httpServer.emit('listening');
