@@ -26,6 +26,7 @@ export const EGRESS_ENV = {
   maxHeaderBytes: 'EGRESS_MAX_HEADER_BYTES',
   dnsTimeoutMs: 'EGRESS_DNS_TIMEOUT_MS',
   connectTimeoutMs: 'EGRESS_CONNECT_TIMEOUT_MS',
+  memoryLimitMb: 'EGRESS_MEMORY_LIMIT_MB',
   /** Tests only: a JSON map of host to address(es) that pins those names. */
   testHosts: 'CAPYBARA_EGRESS_TEST_HOSTS',
 } as const;
@@ -59,6 +60,7 @@ export const EGRESS_METRICS = {
   bytes: 'egress_bytes_total',
   dnsSeconds: 'egress_dns_seconds',
   connectSeconds: 'egress_connect_seconds',
+  heldBytes: 'egress_held_bytes',
 } as const;
 
 /**

@@ -73,6 +73,10 @@ export const REASONS = {
     status: 502,
     advice: 'the upstream did not answer the TLS ClientHello with TLS (it spoke first, or in clear); reach a TLS port of the host, or, for a protocol other than TLS, mark the host tunnel: opaque in the policy',
   },
+  overloaded: {
+    status: 503,
+    advice: 'the proxy holds as many unchecked bytes as its memory allows (this client its share of them); retry later, with fewer connections opened at once',
+  },
   too_many_connections: {
     status: 503,
     advice: 'the proxy is at its connection limit; retry later',

@@ -39,6 +39,11 @@ export const OPTIONS = {
   'max-header-bytes': { env: EGRESS_ENV.maxHeaderBytes, arg: 'N', help: limitHelp('maxHeaderBytes') },
   'dns-timeout-ms': { env: EGRESS_ENV.dnsTimeoutMs, arg: 'MS', help: limitHelp('dnsTimeoutMs') },
   'connect-timeout-ms': { env: EGRESS_ENV.connectTimeoutMs, arg: 'MS', help: limitHelp('connectTimeoutMs') },
+  'memory-limit-mb': {
+    env: EGRESS_ENV.memoryLimitMb,
+    arg: 'MIB',
+    help: 'memory the proxy may use, when lower than its cgroup\'s limit (default: the cgroup\'s memory.max or memory.limit_in_bytes, else the machine); sizes the budget of bytes held before a verdict',
+  },
 } as const;
 
 type OptionName = keyof typeof OPTIONS;
@@ -131,6 +136,7 @@ const ConfigSchema = z
     'max-header-bytes': limit('maxHeaderBytes'),
     'dns-timeout-ms': limit('dnsTimeoutMs'),
     'connect-timeout-ms': limit('connectTimeoutMs'),
+    'memory-limit-mb': Count.pipe(z.number().int().min(1, 'expected at least 1 (MiB)')).optional(),
     [TEST_HOSTS_ENV]: TestHosts.optional(),
     /** Which of --allow-hosts and its variable gave the list, to name it in policy errors. */
     allowHostsFrom: z.string().optional(),
@@ -157,6 +163,8 @@ const ConfigSchema = z
         o.policy !== undefined
           ? Object.freeze({ kind: 'file' as const, path: o.policy })
           : Object.freeze({ kind: 'list' as const, allowHosts: Object.freeze(o['allow-hosts'] ?? []), from: o.allowHostsFrom ?? OPTIONS['allow-hosts'].env }),
+      /** Memory the process may use, as given by the flag (bytes); the cgroup and the machine may set less. */
+      memoryLimitBytes: o['memory-limit-mb'] === undefined ? undefined : o['memory-limit-mb'] * 1024 * 1024,
       connectPorts: o['connect-ports'],
       tunnelDefault: o['tunnel-default'] ?? 'tls',
       requireTls: o['require-sni'] ?? false,

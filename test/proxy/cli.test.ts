@@ -12,6 +12,7 @@ import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import { EGRESS_ENV, EGRESS_NODE_OPTIONS } from '../../common/index.js';
 import { MIN_OPEN_FILES, openFilesFor, planDescriptors } from '../../proxy/fd-budget.js';
+import { planMemory } from '../../proxy/memory-plan.js';
 import { freePort } from '../support/loopback.js';
 import { rawRequest, readUntil } from '../support/raw-client.js';
 
@@ -410,6 +411,24 @@ t.test('a flood of connections past the caps: the process stays up and its healt
     for (const s of flood) s.destroy();
   }
   t.notMatch(output.text, /fatal/, 'no fatal error');
+});
+
+// The memory plan (memory-plan.ts) at start: logged, and fitted to the memory the process may use.
+t.test('the memory budget is planned at start and logged; a limit below the minimum stops the proxy', async (t) => {
+  const port = await freePort();
+  const output = { text: '' };
+  const child = spawn(process.execPath, [cli, '--allow-hosts', 'a.example', '--listen', `127.0.0.1:${port}`, '--memory-limit-mb', '256'], { env: baseEnv });
+  child.stdout?.on('data', (d: Buffer) => (output.text += d.toString()));
+  t.teardown(() => child.kill('SIGKILL'));
+  await waitFor(child, output, /egress proxy listening/);
+  const line = JSON.parse(output.text.split('\n').find((l) => l.includes('"memory_budget"')) ?? '{}') as Record<string, unknown>;
+  const plan = planMemory({ bytes: 256 * 1024 * 1024, source: 'flag' }, 16_384, 0.25)!;
+  t.match(line, { level: 40, memoryLimitMb: 256, source: 'flag', budgetMb: Math.floor(plan.totalBytes / 2 ** 20), perClientMb: Math.floor(plan.perClientBytes / 2 ** 20), maxConnections: plan.maxConnections, configured: 16_384 });
+  t.match(line.msg, /the connection caps are lowered/);
+  const res = run(['--allow-hosts', 'a.example', '--listen', '127.0.0.1:0'], { EGRESS_MEMORY_LIMIT_MB: '100' });
+  t.equal(res.status, 2, 'exits 2');
+  t.match(res.stderr, /the memory limit is 100 MiB \(from the flag\), and the proxy needs at least 128 MiB/);
+  t.match(run(['--allow-hosts', 'a.example', '--memory-limit-mb', 'lots']).stderr, /--memory-limit-mb: expected a whole number/);
 });
 
 /** A client connection the proxy has accepted and counts. */

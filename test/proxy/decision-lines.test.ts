@@ -1,8 +1,8 @@
 /**
  * Exactly one decision line, and one decision metric, per request the proxy takes up: on every
  * path a request can end by. Allowed and refused, CONNECT and plain HTTP; every refusal the server
- * makes itself (limits, the head deadline, parse errors, Expect, Upgrade, a request pipelined past
- * the cap or behind a pending one); the refusals of a tunnel after its `200` (the TLS codes, an
+ * makes itself (limits, the memory budget, the head deadline, parse errors, Expect, Upgrade, a
+ * request pipelined past the cap or behind a pending one); the refusals of a tunnel after its `200` (the TLS codes, an
  * upstream that is not TLS included); upstream failures before and after the response started;
  * clients that leave half-way (a tunnel's, after its hello went up, included). Each
  * case runs against a proxy of its own and lists every decision line it must produce, so a path
@@ -12,7 +12,7 @@
 import net from 'node:net';
 import t from 'tap';
 import type { Policy } from '../../policy/index.js';
-import type { Connect, ProxyLimits } from '../../proxy/index.js';
+import { ACCEPT_BYTES, MemoryBudget, type Connect, type ProxyLimits } from '../../proxy/index.js';
 import { startDnsServer } from '../support/dns-server.js';
 import { listen } from '../support/loopback.js';
 import { rawRequest, readUntil } from '../support/raw-client.js';
@@ -170,6 +170,8 @@ interface Case {
   readonly name: string;
   readonly limits?: Partial<ProxyLimits>;
   readonly policy?: Policy;
+  /** A memory budget of this many bytes (for one client and all), instead of none. */
+  readonly memory?: number;
   /** The client's part: returns once it is done with the proxy. */
   readonly drive: (p: TestProxy) => Promise<void>;
   /** Every decision line it must produce: `allow`, `allow <error>` or `deny <reason>`, any order. */
@@ -370,6 +372,33 @@ const cases: Case[] = [
     },
     lines: [],
   },
+  // The memory budget (Node's parser is charged 192 KiB for a connection with the default 16 KiB
+  // head limit; an ordinary request about 4 KiB, and a body waiting its turn 160 KiB more).
+  { name: 'a new connection with no room in the memory budget', memory: 0, drive: (p) => exchange(p.port, `CONNECT echo.test:${echoPort} HTTP/1.1\r\n\r\n`).then(), lines: ['deny overloaded'] },
+  { name: 'the health check with no room in the memory budget is answered, and no request', memory: 0, drive: (p) => exchange(p.port, 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n').then(), lines: [] },
+  { name: 'plain HTTP with no room for Node\'s parser', memory: ACCEPT_BYTES, drive: (p) => exchange(p.port, get(web)).then(), lines: ['deny overloaded'] },
+  {
+    name: 'a request with no room for itself, nothing before it: refused in its turn',
+    memory: ACCEPT_BYTES + 192 * 1024 + 1024,
+    drive: (p) => exchange(p.port, get(web)).then(),
+    lines: ['deny overloaded'],
+  },
+  {
+    name: 'a request that would wait its turn with a body there is no room for: the connection is cut',
+    memory: ACCEPT_BYTES + 192 * 1024 + 16 * 1024,
+    drive: (p) => exchange(p.port, `${get(web, '/slow')}POST http://${web}/ok HTTP/1.1\r\nHost: ${web}\r\nContent-Length: 100000\r\n\r\n${'x'.repeat(50_000)}`).then(),
+    lines: ['allow client_closed', 'deny overloaded'],
+  },
+  {
+    name: 'a tls tunnel whose hello grows past the budget',
+    memory: ACCEPT_BYTES + 8 * 1024,
+    drive: (p) => tunnel(p.port, `tls.test:${echoPort}`, async (s) => {
+      // One full record of a ClientHello announced at 32 KiB.
+      s.write(Buffer.concat([Buffer.from([22, 3, 1, 0x40, 0, 1, 0, 0x80, 0]), Buffer.alloc(16 * 1024 - 4, 1)]));
+      await readUntil(s, undefined);
+    }),
+    lines: ['deny overloaded'],
+  },
   // Refusals the server makes itself
   {
     name: 'one connection over the per-client limit',
@@ -439,7 +468,8 @@ const summary = (l: Record<string, unknown>): string =>
 
 for (const c of cases) {
   t.test(c.name, async (t) => {
-    const p = await startTestProxy({ policy: policyInput, dnsServer: dns.address, limits: c.limits ?? {}, connect });
+    const memory = c.memory === undefined ? undefined : new MemoryBudget({ totalBytes: c.memory, perClientBytes: c.memory });
+    const p = await startTestProxy({ policy: policyInput, dnsServer: dns.address, limits: c.limits ?? {}, connect, ...(memory ? { memory } : {}) });
     t.teardown(() => p.close());
     if (c.policy) p.proxy.setPolicy(c.policy);
     const decisions = (): Record<string, unknown>[] => p.logs.filter((l) => l.event === 'decision');
