@@ -19,26 +19,31 @@ import { F, logLine, printable, type Logger } from './log.js';
 import type { ProxyObserver } from './metrics.js';
 import { RateLimiter } from './rate-limit.js';
 
-/** Queries per second from one client address, and its burst. */
-export const CLIENT_QUERIES_PER_SECOND = 100;
-const CLIENT_QUERY_BURST = 200;
-/** Queries per second from every client together, and the burst. */
-const TOTAL_QUERIES_PER_SECOND = 2_000;
-const TOTAL_QUERY_BURST = 4_000;
-/** Decision lines per second for one client's refused names, and their burst. */
-export const CLIENT_LINE_BURST = 20;
-const CLIENT_LINES_PER_SECOND = 2;
-/** Client addresses the rate tables remember. */
-const MAX_CLIENTS = 4_096;
-/** How often the count of refusals logged without a line of their own is written. */
-const SUPPRESSED_REPORT_MS = 10_000;
-export const MAX_TCP_PER_CLIENT = 16;
-const MAX_TCP_TOTAL = 256;
-/** A TCP connection with no complete query for this long is closed (RFC 7766 §6.2.3: seconds). */
-export const TCP_IDLE_MS = 10_000;
-export const MAX_QUERIES_PER_TCP = 1_000;
-/** Answers waiting to be written to one TCP client before its connection stops being read. */
-const MAX_TCP_BACKLOG = 64 * 1024;
+/** What one client, and every client together, may make the responder do. */
+export const DNS_LIMITS = Object.freeze({
+  /** Queries per second from one client address, and its burst. */
+  clientQueriesPerSecond: 100,
+  clientQueryBurst: 200,
+  /** Queries per second from every client together, and the burst. */
+  totalQueriesPerSecond: 2_000,
+  totalQueryBurst: 4_000,
+  /** Decision lines per second for one client's refused names, and their burst. */
+  clientLinesPerSecond: 2,
+  clientLineBurst: 20,
+  /** Client addresses the rate tables remember. */
+  maxClients: 4_096,
+  /** How often the count of refusals logged without a line of their own is written. */
+  suppressedReportMs: 10_000,
+  maxTcpPerClient: 16,
+  maxTcpTotal: 256,
+  /** A TCP connection with no complete query for this long is closed (RFC 7766 §6.2.3: seconds). */
+  tcpIdleMs: 10_000,
+  maxQueriesPerTcp: 1_000,
+  /** Answers waiting to be written to one TCP client before its connection stops being read. */
+  maxTcpBacklog: 64 * 1024,
+});
+
+export type DnsLimits = typeof DNS_LIMITS;
 
 export interface DnsResponderOptions {
   readonly policy: () => Policy;
@@ -46,6 +51,8 @@ export interface DnsResponderOptions {
   readonly answer: string;
   readonly observer: ProxyObserver;
   readonly log: Logger;
+  /** Tests shorten deadlines and caps. */
+  readonly limits?: Partial<DnsLimits>;
 }
 
 export interface DnsResponder {
@@ -57,9 +64,10 @@ export interface DnsResponder {
 /** Binds UDP and TCP on `host:port` (port 0: one free port for both). */
 export async function startDnsResponder(host: string, port: number, options: DnsResponderOptions): Promise<DnsResponder> {
   const { policy, answer, observer, log } = options;
-  const queries = new RateLimiter(CLIENT_QUERIES_PER_SECOND, CLIENT_QUERY_BURST, MAX_CLIENTS);
-  const total = new RateLimiter(TOTAL_QUERIES_PER_SECOND, TOTAL_QUERY_BURST, 1);
-  const lines = new RateLimiter(CLIENT_LINES_PER_SECOND, CLIENT_LINE_BURST, MAX_CLIENTS);
+  const limits: DnsLimits = { ...DNS_LIMITS, ...options.limits };
+  const queries = new RateLimiter(limits.clientQueriesPerSecond, limits.clientQueryBurst, limits.maxClients);
+  const total = new RateLimiter(limits.totalQueriesPerSecond, limits.totalQueryBurst, 1);
+  const lines = new RateLimiter(limits.clientLinesPerSecond, limits.clientLineBurst, limits.maxClients);
   let suppressed = 0;
   const suppressedFrom = new Set<string>();
   const report = (): void => {
@@ -68,7 +76,7 @@ export async function startDnsResponder(host: string, port: number, options: Dns
     suppressed = 0;
     suppressedFrom.clear();
   };
-  const reporter = setInterval(report, SUPPRESSED_REPORT_MS);
+  const reporter = setInterval(report, limits.suppressedReportMs);
   reporter.unref();
 
   /** The answer to one message from `clientIp` (`client` is ip:port), or undefined for none. */
@@ -132,7 +140,7 @@ export async function startDnsResponder(host: string, port: number, options: Dns
     const clientIp = socket.remoteAddress ?? 'unknown';
     const fromClient = perClient.get(clientIp) ?? 0;
     socket.on('error', () => socket.destroy());
-    if (tcpSockets.size >= MAX_TCP_TOTAL || fromClient >= MAX_TCP_PER_CLIENT) {
+    if (tcpSockets.size >= limits.maxTcpTotal || fromClient >= limits.maxTcpPerClient) {
       observer.dnsQuery('tcp_refused');
       socket.destroy();
       return;
@@ -145,7 +153,7 @@ export async function startDnsResponder(host: string, port: number, options: Dns
       if (left === 0) perClient.delete(clientIp);
       else perClient.set(clientIp, left);
     });
-    serveTcp(socket, (query) => handle(query, clientIp, `${clientIp}:${socket.remotePort ?? 0}`, 'tcp'));
+    serveTcp(socket, limits, (query) => handle(query, clientIp, `${clientIp}:${socket.remotePort ?? 0}`, 'tcp'));
   });
 
   const { udp, port: bound } = await bindBoth(makeUdp, tcp, host, port);
@@ -165,10 +173,12 @@ export async function startDnsResponder(host: string, port: number, options: Dns
  * in order. A length that cannot be a query, a query over the rate, or the connection's query cap
  * closes it; so does the idle deadline.
  */
-function serveTcp(socket: net.Socket, handle: (query: Buffer) => Buffer | undefined): void {
+function serveTcp(socket: net.Socket, limits: DnsLimits, handle: (query: Buffer) => Buffer | undefined): void {
   let pending: Buffer = Buffer.alloc(0);
   let served = 0;
-  socket.setTimeout(TCP_IDLE_MS, () => socket.destroy());
+  // Restarted by complete queries only: a client trickling bytes does not keep its slot.
+  const idle = setTimeout(() => socket.destroy(), limits.tcpIdleMs);
+  socket.once('close', () => clearTimeout(idle));
   socket.on('data', (chunk: Buffer) => {
     pending = pending.length === 0 ? chunk : Buffer.concat([pending, chunk]);
     while (pending.length >= 2) {
@@ -181,7 +191,8 @@ function serveTcp(socket: net.Socket, handle: (query: Buffer) => Buffer | undefi
       const query = pending.subarray(2, 2 + length);
       pending = pending.subarray(2 + length);
       served += 1;
-      const out = served > MAX_QUERIES_PER_TCP ? undefined : handle(query);
+      idle.refresh();
+      const out = served > limits.maxQueriesPerTcp ? undefined : handle(query);
       if (out === undefined) {
         // Over a cap, or a message that gets no answer (a response): the connection ends, since
         // a client waiting on this answer would wait for nothing.
@@ -195,7 +206,7 @@ function serveTcp(socket: net.Socket, handle: (query: Buffer) => Buffer | undefi
     }
     // The half-read message that is left is at most 2 + MAX_QUERY_BYTES.
     if (pending.length > 0) pending = Buffer.from(pending);
-    if (socket.writableLength > MAX_TCP_BACKLOG) {
+    if (socket.writableLength > limits.maxTcpBacklog) {
       socket.pause();
       socket.once('drain', () => socket.resume());
     }
