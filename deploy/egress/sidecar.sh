@@ -61,18 +61,19 @@ stop() {
 }
 
 # Creates NAME-net on EGRESS_SUBNET, or on the first 10.213.N.0/24 Docker does not refuse
-# (another network may hold it); prints the subnet's first three octets.
+# (another network may hold it); prints the subnet's first three octets. The gateway (.1) is
+# named so that it shows in the network's IPAM config; with inhibit_ipv4 nobody holds it.
 create_network() {
   local name=$1 n prefix
   shift
   if [[ -n ${EGRESS_SUBNET:-} ]]; then
-    docker network create --internal --subnet "$EGRESS_SUBNET" -o com.docker.network.bridge.inhibit_ipv4=true "$@" "$name-net" >/dev/null
+    docker network create --internal --subnet "$EGRESS_SUBNET" --gateway "${EGRESS_SUBNET%.0/24}.1" -o com.docker.network.bridge.inhibit_ipv4=true "$@" "$name-net" >/dev/null
     printf '%s' "${EGRESS_SUBNET%.0/24}"
     return
   fi
   for n in $(seq 0 255); do
     prefix=10.213.$n
-    if docker network create --internal --subnet "$prefix.0/24" -o com.docker.network.bridge.inhibit_ipv4=true "$@" "$name-net" >/dev/null 2>&1; then
+    if docker network create --internal --subnet "$prefix.0/24" --gateway "$prefix.1" -o com.docker.network.bridge.inhibit_ipv4=true "$@" "$name-net" >/dev/null 2>&1; then
       printf '%s' "$prefix"
       return
     fi

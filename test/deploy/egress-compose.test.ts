@@ -37,8 +37,8 @@ t.test('a workload behind the egress image, with docker-compose', async (t) => {
   writeUpstreamCert(certDir);
   const override = join(dir, 'override.yaml');
   writeFileSync(override, upstreamOverride('outside', 'egress', certDir));
-  const { subnet, address } = testSubnet();
-  const project = composeProject(t, `egress-${env.runId}`, [join(root, 'deploy/egress/compose.yaml'), override], { EGRESS_POLICY_DIR: policyDir, TEST_HOSTS: '{}', EGRESS_SUBNET: subnet, EGRESS_ADDRESS: address });
+  const { subnet, gateway, address } = testSubnet();
+  const project = composeProject(t, `egress-${env.runId}`, [join(root, 'deploy/egress/compose.yaml'), override], { EGRESS_POLICY_DIR: policyDir, TEST_HOSTS: '{}', EGRESS_SUBNET: subnet, EGRESS_GATEWAY: gateway, EGRESS_ADDRESS: address });
   if (!project) return;
 
   const first = await project.run(['up', '-d', 'upstream']);

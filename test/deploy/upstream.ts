@@ -79,9 +79,8 @@ export async function startUpstream(docker: Docker, name: string, network: strin
   return ip;
 }
 
-/** A subnet of 10.0.0.0/8 for a test's workload network (/24), and the proxy's address in it. */
-export function testSubnet(): { subnet: string; address: string } {
-  const b = 200 + Math.floor(Math.random() * 50);
-  const c = Math.floor(Math.random() * 256);
-  return { subnet: `10.${b}.${c}.0/24`, address: `10.${b}.${c}.2` };
+/** A subnet of 10.0.0.0/8 for a test's workload network (/24), its gateway and the proxy's address. */
+export function testSubnet(): { subnet: string; gateway: string; address: string } {
+  const prefix = `10.${200 + Math.floor(Math.random() * 50)}.${Math.floor(Math.random() * 256)}`;
+  return { subnet: `${prefix}.0/24`, gateway: `${prefix}.1`, address: `${prefix}.2` };
 }
