@@ -20,7 +20,9 @@ import type * as DnsPacket from 'dns-packet';
 import { requireCjs } from '../common/index.js';
 import { parseHostName, type Policy, type Reason } from '../policy/index.js';
 
-const dnsPacket = requireCjs('dns-packet') as typeof DnsPacket;
+// Loaded on the first DNS message: a proxy without transparent mode never pays for the codec.
+let codec: typeof DnsPacket | undefined;
+const packets = (): typeof DnsPacket => (codec ??= requireCjs('dns-packet') as typeof DnsPacket);
 
 /** Largest query read (bytes of the message, without TCP's length prefix). A stub's query with the longest name and an EDNS cookie is under 350. */
 export const MAX_QUERY_BYTES = 512;
@@ -67,7 +69,7 @@ type Opt = Extract<DnsPacket.Answer, { type: 'OPT' }>;
 /** A header-only answer (id, opcode and RD of the query), for messages whose question is not taken. */
 function bare(query: Buffer, rcode: number, opt: boolean): Buffer {
   const flags = (query.readUInt16BE(2) & (0x7800 | RD)) | RA | rcode;
-  return dnsPacket.encode({ id: query.readUInt16BE(0), type: 'response', flags, questions: [], additionals: opt ? [ourOpt(0)] : [] });
+  return packets().encode({ id: query.readUInt16BE(0), type: 'response', flags, questions: [], additionals: opt ? [ourOpt(0)] : [] });
 }
 
 function ourOpt(extendedRcode: number): Opt {
@@ -94,6 +96,7 @@ export function answerQuery(query: Buffer, policy: Policy, answer: string, trans
   const [qd, an, ns, ar] = [query.readUInt16BE(4), query.readUInt16BE(6), query.readUInt16BE(8), query.readUInt16BE(10)];
   if (qd !== 1 || an !== 0 || ns !== 0 || ar > 1) return reply('formerr', bare(query, RCODE.FORMERR, false));
 
+  const dnsPacket = packets();
   let decoded: DnsPacket.Packet;
   try {
     decoded = dnsPacket.decode(query);
@@ -146,13 +149,13 @@ export function answerQuery(query: Buffer, policy: Policy, answer: string, trans
  * number. Any other question is refused rather than interpreted.
  */
 function isPlainName(query: Buffer, question: Question): boolean {
-  const written = dnsPacket.encode({ type: 'query', questions: [question] }).subarray(HEADER);
+  const written = packets().encode({ type: 'query', questions: [question] }).subarray(HEADER);
   return query.subarray(HEADER, HEADER + written.length).equals(written);
 }
 
 function respond(query: Buffer, question: Question, answers: DnsPacket.Answer[], rcode: number, extendedRcode: number, edns: boolean, extraFlags = 0): Buffer {
   const flags = (query.readUInt16BE(2) & RD) | RA | rcode | extraFlags;
-  return dnsPacket.encode({
+  return packets().encode({
     id: query.readUInt16BE(0),
     type: 'response',
     flags,
