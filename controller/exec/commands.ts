@@ -7,7 +7,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
-import { type ExecResult, SandboxError, checkExecOptions, type CheckedExecOptions } from '../spec/index.js';
+import { type ExecCeilings, type ExecResult, SandboxError, checkExecOptions, type CheckedExecOptions } from '../spec/index.js';
 import type { ExecRun, SandboxEngine } from '../docker/index.js';
 import {
   BACKSTOP_GRACE_SECONDS,
@@ -43,6 +43,8 @@ export interface CommandDeps {
    */
   readonly restart: (name: string) => Promise<void>;
   readonly logger: Logger;
+  /** The deployment's upper bounds of exec options. */
+  readonly ceilings: ExecCeilings;
 }
 
 /** One try at a command, and whether the exec wrapper started (wrote STARTED_BYTE). */
@@ -65,7 +67,7 @@ export class CommandRunner {
   constructor(private readonly deps: CommandDeps) {}
 
   async exec(name: string, rawCommand: unknown, rawOptions?: unknown): Promise<ExecResult> {
-    const { command, options } = checkExecOptions(rawCommand, rawOptions);
+    const { command, options } = checkExecOptions(rawCommand, rawOptions, this.deps.ceilings);
     if (options.signal?.aborted === true) {
       return { exitCode: null, stdout: '', stderr: '', truncated: false, timedOut: false, aborted: true };
     }
