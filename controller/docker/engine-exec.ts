@@ -10,6 +10,8 @@ import { StreamDemux } from './stream-demux.js';
 export interface ExecRequest {
   readonly cmd: readonly string[];
   readonly user: string;
+  /** `NAME=value` entries added to the container's environment for this exec only. */
+  readonly env?: readonly string[] | undefined;
   readonly stdin?: Uint8Array | undefined;
   readonly onOutput: (stream: 'stdout' | 'stderr', chunk: Buffer) => void;
 }
@@ -29,7 +31,10 @@ export interface ExecRun {
 export async function startExec(engine: EngineCaller, container: string, request: ExecRequest): Promise<ExecRun> {
   const withStdin = request.stdin !== undefined;
   const created = await engine.call<{ Id: string }>(`exec in container ${container}`, 'POST', `/containers/${container}/exec`, {
-    body: { AttachStdin: withStdin, AttachStdout: true, AttachStderr: true, Tty: false, User: request.user, Cmd: request.cmd },
+    body: {
+      AttachStdin: withStdin, AttachStdout: true, AttachStderr: true, Tty: false, User: request.user, Cmd: request.cmd,
+      ...(request.env === undefined ? {} : { Env: request.env }),
+    },
   });
   const id = created.Id;
   if (!/^[0-9a-f]{64}$/.test(id)) throw new SandboxError('engine_error', `Docker returned an unexpected exec id for ${container}.`);

@@ -32,6 +32,12 @@ const execOptionsSchema = z.strictObject({
   /** Cap per output stream; the cut backs up to a whole UTF-8 character. Default 1 MiB (or the ceiling when lower). */
   maxOutputBytes: z.number().int().nonnegative().optional(),
   stdin: z.union([z.instanceof(Uint8Array), z.string()]).optional(),
+  /**
+   * End every process of the sandbox user (as `killAll`, other running commands included) before
+   * the command starts, so nothing an earlier command left behind can write into its output or
+   * kill it.
+   */
+  fresh: z.boolean().default(false),
 });
 
 export type ExecOptions = z.input<typeof execOptionsSchema>;

@@ -156,7 +156,7 @@ t.test('exec option refusals', async (t) => {
   ];
   for (const row of rows) refused(t, () => checkExecOptions(row.command, row.options, config.maxLimits), 'invalid_spec', row.mentions);
   const { options } = checkExecOptions('true', undefined, config.maxLimits);
-  t.same([options.timeoutMs, options.tag, options.maxOutputBytes, options.env], [600_000, 'default', 1024 * 1024, {}], 'defaults');
+  t.same([options.timeoutMs, options.tag, options.maxOutputBytes, options.env, options.fresh], [600_000, 'default', 1024 * 1024, {}, false], 'defaults');
 });
 
 // glibc's sysdeps/generic/unsecvars.h (UNSECURE_ENVVARS, with GLIBC_TUNABLES), as of 2.40.
