@@ -78,6 +78,11 @@ export const deploymentConfigSchema = z
       .prefault({})
       .describe('Upper bounds of the numeric limits a caller may ask for: cpu, memoryMb, diskMb (spec limits), execTimeoutMs and outputBytes (exec options), readBytes (readFile). Each key has a default.')
       .meta({ title: 'Limit ceilings', 'x-ui': { label: { en: 'Limit ceilings', zh: '资源上限' } } }),
+    persistentHome: z
+      .boolean()
+      .default(false)
+      .describe('With a persistent workspace, keep the image\'s HOME (/workspace in the sandbox image), so dotfiles an earlier sandbox wrote there (.bashrc, .gitconfig, Python .pth files, pip and curl config) take effect in the next one. Off by default: HOME is then a fresh tmpfs at /home/sandbox.')
+      .meta({ title: 'Persistent HOME', 'x-ui': { label: { en: 'Persistent HOME', zh: '持久化 HOME' } } }),
     allowOpenEgress: z
       .boolean()
       .default(false)

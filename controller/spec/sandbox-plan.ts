@@ -39,7 +39,20 @@ export interface SandboxPlan {
   readonly sharedNetwork: string;
   readonly egressProxyImage: string;
   readonly volumeDriver: string | undefined;
+  /**
+   * A fresh tmpfs the sandbox user's HOME points at, when the workspace is persistent and the
+   * deployment keeps HOME off it (SANDBOX_HOME); undefined: HOME is the image's.
+   */
+  readonly home: string | undefined;
 }
+
+/**
+ * HOME of a sandbox whose persistent workspace an earlier sandbox may have written: a tmpfs of
+ * its own, empty at every start, so no dotfile of an earlier sandbox (.bashrc, .profile,
+ * .gitconfig, a Python .pth in the user site-packages, pip, npm and curl config, everything under
+ * the XDG directories, which default to HOME) takes effect.
+ */
+const SANDBOX_HOME = '/home/sandbox';
 
 /** The tiers an allowlist means something to, from the tier table. */
 const PROXY_TIERS = Object.entries(TIERS).filter(([, m]) => m.egressProxy).map(([name]) => JSON.stringify(name)).join(', ');
@@ -96,7 +109,18 @@ export function planSandbox(input: unknown, config: DeploymentConfig, options: P
 
   let workspaceVolume = names.workspaceVolume;
   let persistentWorkspace: SandboxPlan['persistentWorkspace'];
+  let home: string | undefined;
   if (spec.workspace?.durability === 'persistent') {
+    if (!config.persistentHome) {
+      if (spec.env?.HOME !== undefined) {
+        throw new SandboxError(
+          'invalid_spec',
+          'The sandbox spec was refused: spec.env.HOME cannot be set with a persistent workspace: HOME is a fresh tmpfs there, so nothing an earlier sandbox wrote runs in this one. Ask the operator for extensionConfig."sandbox-docker".persistentHome to keep HOME on the workspace.',
+        );
+      }
+      home = SANDBOX_HOME;
+      env.HOME = home;
+    }
     workspaceVolume = persistentWorkspaceVolume(spec.workspace.key);
     persistentWorkspace = {
       key: spec.workspace.key,
@@ -120,6 +144,7 @@ export function planSandbox(input: unknown, config: DeploymentConfig, options: P
     sharedNetwork: config.network,
     egressProxyImage: config.egressProxyImage,
     volumeDriver: config.volumeDriver,
+    home,
   };
   return meaning.egressProxy ? withAllowHosts(plan, allowHosts) : plan;
 }

@@ -2,12 +2,13 @@
  * Results that never lie, on the real engine through the real socket proxy: a full /tmp or disk
  * does not turn the exec wrapper's trouble into the command's exit status; a process an earlier
  * command left behind can forge a later command's output (a sandbox is one trust domain for its
- * user), and `fresh` ends it before the command starts.
+ * user), and `fresh` ends it before the command starts; and with a persistent workspace nothing
+ * an earlier sandbox wrote into it runs in the next one by itself, unless the operator opts in.
  */
 import t, { type Test } from 'tap';
 import { execFileSync } from 'node:child_process';
 import { sandboxTestEnv, SANDBOX_IMAGE } from '../support/sandbox-env.js';
-import { isSandboxError } from '../../controller/index.js';
+import { createDockerSandbox, isSandboxError } from '../../controller/index.js';
 import type { SandboxHandle, SandboxProvider } from '../../controller/index.js';
 
 const docker = (...args: string[]) => execFileSync('docker', args, { encoding: 'utf8' }).trim();
@@ -114,5 +115,55 @@ t.test('exec truth on the real engine', async (t) => {
     const fresh = await provider.exec(h, `: victim-${id}; sleep 2; echo real-result; exit 1`, { fresh: true });
     t.same([fresh.exitCode, fresh.stdout, fresh.stderr], [1, 'real-result\n', ''], 'fresh: the command\'s own result');
     t.equal((await provider.exec(h, 'pgrep -c -x python3 || true')).stdout, '0\n', 'the forger is gone');
+  });
+
+  await t.test('a persistent workspace carries files, not start-up code, unless the operator opts in', async (t) => {
+    const key = `${env.runId}-home`;
+    const spec = (n: number) => ({ id: `${env.runId}-home${n}`, image: SANDBOX_IMAGE, limits: { egress: 'none' as const }, workspace: { key, durability: 'persistent' as const } });
+    t.teardown(() => provider.destroyWorkspace(key));
+    // Sandbox 1 plants what runs by itself when HOME is the workspace: a Python .pth in the user
+    // site-packages, bash start-up files, a git hook command, curl and pip config.
+    const first = await provider.create(spec(1));
+    const plant = String.raw`set -e
+h=/workspace
+site=$(HOME=$h python3 -c 'import site; print(site.getusersitepackages())')
+mkdir -p "$site" $h/.config/pip
+echo 'import os; open("/tmp/pwned-pth", "w").close()' > "$site/evil.pth"
+echo 'touch /tmp/pwned-bashrc' > $h/.bashrc
+echo 'touch /tmp/pwned-profile' > $h/.profile
+printf '[core]\n\tfsmonitor = "touch /tmp/pwned-git; false"\n' > $h/.gitconfig
+printf 'output = "/tmp/pwned-curl"\n' > $h/.curlrc
+printf '[global]\nindex-url = http://pwned.invalid/simple\n' > $h/.config/pip/pip.conf
+echo planted`;
+    t.equal((await provider.exec(first, plant)).stdout, 'planted\n');
+    await provider.destroy(first);
+    const triggers = String.raw`echo "HOME=$HOME $(ls -A "$HOME" | wc -l) $(stat -c %U:%a "$HOME")"
+python3 -c pass
+bash -lc true
+bash -ic true < /dev/null 2>/dev/null
+git init -q /tmp/repo && git -C /tmp/repo status > /dev/null 2>&1
+curl -s file:///etc/hostname > /dev/null
+pip config list 2>/dev/null
+ls /tmp | grep pwned || true`;
+    const second = await provider.create(spec(2));
+    const clean = await provider.exec(second, triggers);
+    // pip's one setting is the image's own environment (PIP_DISABLE_PIP_VERSION_CHECK).
+    t.equal(clean.stdout, "HOME=/home/sandbox 0 root:1777\n:env:.disable-pip-version-check='1'\n", 'nothing ran, no config was read: HOME is a fresh tmpfs, open to the sandbox user');
+    t.equal(Buffer.from(await provider.readFile(second, '/workspace/.bashrc')).toString(), 'touch /tmp/pwned-bashrc\n', 'the files themselves are kept');
+    await provider.destroy(second);
+    // Opted in: HOME is the image's (/workspace), and every one of them takes effect.
+    const kept = createDockerSandbox({ endpoint: s.proxy.endpoint, network: s.sharedNetwork, persistentHome: true }, { labels: env.labels });
+    const third = await kept.create(spec(3));
+    const ran = await kept.exec(third, triggers);
+    t.equal(ran.stdout, `HOME=/workspace 6 sandbox:755
+:env:.disable-pip-version-check='1'
+global.index-url='http://pwned.invalid/simple'
+pwned-bashrc
+pwned-curl
+pwned-git
+pwned-profile
+pwned-pth
+`, 'what the default keeps from running');
+    await kept.destroy(third);
   });
 });

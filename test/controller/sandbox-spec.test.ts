@@ -2,7 +2,8 @@
  * The edge checks of the sandbox spec and exec options (zod schemas), without Docker: allowlist
  * entries judged by policy/ exactly as the egress proxy judges them, the environment-name rules
  * (one syntax for spec.env and exec env; the loader's and bash's variables refused in spec.env),
- * the deployment's ceilings of numeric limits, unknown keys, and the codes of each refusal.
+ * the deployment's ceilings of numeric limits, HOME with a persistent workspace, unknown keys,
+ * and the codes of each refusal.
  */
 import t, { type Test } from 'tap';
 import fc from 'fast-check';
@@ -215,6 +216,18 @@ t.test('numeric limits have upper bounds from the deployment config', async (t) 
   for (const maxLimits of [{ memoryMb: -1 }, { cpu: 0 }, { execTimeoutMs: 3_000_000_000 }, { outputBytes: 1.5 }, { gpus: 1 }]) {
     refused(t, () => parseDeploymentConfig({ endpoint: 'tcp://proxy:2375', maxLimits }), 'invalid_config', /maxLimits/);
   }
+});
+
+t.test('with a persistent workspace HOME is a fresh tmpfs, unless the operator keeps it', async (t) => {
+  const persistent = { id: 'c1', image: 'img', limits: { egress: 'none' }, workspace: { key: 'proj', durability: 'persistent' } };
+  const plan = planSandbox(persistent, config, opts);
+  t.same([plan.home, plan.env.HOME], ['/home/sandbox', '/home/sandbox']);
+  refused(t, () => planSandbox({ ...persistent, env: { HOME: '/workspace' } }, config, opts), 'invalid_spec', /spec\.env\.HOME cannot be set with a persistent workspace.*persistentHome/);
+  const kept = parseDeploymentConfig({ endpoint: 'tcp://proxy:2375', persistentHome: true });
+  t.same([planSandbox(persistent, kept, opts).home, planSandbox(persistent, kept, opts).env.HOME], [undefined, undefined], 'opted in: the image\'s HOME');
+  t.equal(planSandbox({ ...persistent, env: { HOME: '/workspace' } }, kept, opts).env.HOME, '/workspace');
+  const ephemeral = planSandbox({ id: 'c1', image: 'img', limits: { egress: 'none' } }, config, opts);
+  t.same([ephemeral.home, ephemeral.env.HOME], [undefined, undefined], 'an ephemeral workspace is this sandbox\'s own: the image\'s HOME');
 });
 
 t.test('a handle names a sandbox, never the egress proxy of one', async (t) => {
