@@ -31,8 +31,14 @@ async function until(provider: SandboxProvider, h: SandboxHandle, check: string,
   }
 }
 
-// Writes until the file system is full (dd stops at ENOSPC); prints the use of its mount.
-const fill = (dir: string) => `dd if=/dev/zero of=${dir}/.fill bs=64k status=none 2>/dev/null; df --output=pcent ${dir} | tail -1 | tr -d ' '`;
+// Writes until the file system is full (dd stops at ENOSPC), and again a second later from a
+// process of its own: whatever the filling command's own exec freed when it ended (the old
+// wrapper removed its control file from /tmp) is taken too. The test waits for it (FILLED_MS).
+const fill = (dir: string) => `dd if=/dev/zero of=${dir}/.fill bs=64k status=none 2>/dev/null; setsid sh -c 'sleep 1; dd if=/dev/zero of=${dir}/.fill2 bs=4k status=none 2>/dev/null' >/dev/null 2>&1 < /dev/null &`;
+const FILLED_MS = 2500;
+const settle = () => new Promise((resolve) => setTimeout(resolve, FILLED_MS));
+/** Prints the use of each mount, as the first lines of a command. */
+const usage = (...dirs: string[]) => dirs.map((d) => `df --output=pcent ${d} | tail -1 | tr -d ' '`).join('; ');
 
 /**
  * Watches /proc for a command whose command line holds `victim-<id>` (argv, joined here so that
@@ -66,9 +72,10 @@ t.test('exec truth on the real engine', async (t) => {
   await t.test('a full /tmp: the command runs and its result is its own', async (t) => {
     const h = await provider.create({ id: `${env.runId}-tmp`, image: SANDBOX_IMAGE, limits: { egress: 'none', memoryMb: 256 } });
     t.teardown(() => provider.destroy(h));
-    t.equal((await provider.exec(h, fill('/tmp'))).stdout, '100%\n', '/tmp is full');
+    await provider.exec(h, fill('/tmp'));
+    await settle();
     // The old wrapper wrote its control file in /tmp after the start byte: exit 125, "printf: write error".
-    t.same(await provider.exec(h, 'echo still-runs; echo to-stderr >&2; exit 7'), { exitCode: 7, stdout: 'still-runs\n', stderr: 'to-stderr\n', truncated: false, timedOut: false, aborted: false });
+    t.same(await provider.exec(h, `${usage('/tmp')}; echo still-runs; echo to-stderr >&2; exit 7`), { exitCode: 7, stdout: '100%\nstill-runs\n', stderr: 'to-stderr\n', truncated: false, timedOut: false, aborted: false }, '/tmp is full, and the command\'s result is its own');
     const big = await provider.exec(h, `x='${'y'.repeat(40_000)}'; echo "\${#x}"`);
     t.same([big.exitCode, big.stdout], [0, '40000\n'], 'a command too large for an exec body is not staged in /tmp');
     const r = await provider.exec(h, 'sleep 1008', { timeoutMs: 1500, tag: 'tmp-full' });
@@ -89,11 +96,12 @@ t.test('exec truth on the real engine', async (t) => {
       await provider.destroy(h);
       await provider.destroyWorkspace(key);
     });
-    t.equal((await provider.exec(h, `${fill('/workspace')}; ${fill('/tmp')}`)).stdout, '100%\n100%\n', '/workspace and /tmp are full');
+    await provider.exec(h, `${fill('/workspace')}\n${fill('/tmp')}`);
+    await settle();
     // The root-only place under /skills' writable mount too (nothing of an exec writes there).
     docker('exec', '-u', '0', h.id, 'sh', '-c', 'dd if=/dev/zero of=/opt/capybara/.fill bs=4k 2>/dev/null; true');
     t.match(docker('exec', '-u', '0', h.id, 'df', '--output=pcent', '/opt/capybara'), /100%/);
-    t.same(await provider.exec(h, 'echo still-runs; exit 7'), { exitCode: 7, stdout: 'still-runs\n', stderr: '', truncated: false, timedOut: false, aborted: false });
+    t.same(await provider.exec(h, `${usage('/workspace', '/tmp')}; echo still-runs; exit 7`), { exitCode: 7, stdout: '100%\n100%\nstill-runs\n', stderr: '', truncated: false, timedOut: false, aborted: false }, '/workspace and /tmp are full, and the command\'s result is its own');
     const full = await provider.exec(h, 'echo x > /workspace/more');
     t.same([full.exitCode, full.stderr], [1, 'bash: line 1: echo: write error: No space left on device\n'], 'the command\'s own ENOSPC is its own result');
     await rejectsCode(t, provider.writeFile(h, '/workspace/more', 'x'.repeat(100_000)), 'file_error', /No space left on device/);
