@@ -1,8 +1,8 @@
 /**
  * The interface of the Docker socket proxy image (haproxy/) as other programs meet it: the
  * environment variables it reads. The operator CLI's `up` and the tests start it with these
- * names; haproxy/haproxy.cfg reads them and deploy/compose.yaml sets them, and
- * test/common/names.test.ts keeps both to exactly this list.
+ * names; haproxy/haproxy.cfg and its Lua code (haproxy/proxy-settings.lua) read them and
+ * deploy/compose.yaml sets them, and test/common/names.test.ts keeps both to exactly this list.
  */
 export const SOCKET_PROXY_ENV = {
   /** Listen address: `0.0.0.0:2375`, or `unix@/path` for a unix socket. */
@@ -11,4 +11,6 @@ export const SOCKET_PROXY_ENV = {
   dockerSocket: 'DOCKER_SOCKET',
   /** The one network not named `cap-...` that callers may use: the controller's shared network. */
   sharedNetwork: 'SOCKET_PROXY_SHARED_NETWORK',
+  /** Volume plugins allowed besides `local`, comma-separated: the controller's `volumeDriver`. */
+  volumeDrivers: 'SOCKET_PROXY_VOLUME_DRIVERS',
 } as const;

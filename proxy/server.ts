@@ -9,7 +9,9 @@ import net, { type AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import type { Registry } from 'prom-client';
 import type { Lookup, Policy } from '../policy/index.js';
-import { attachConnection, connectionOf, holdInFlight, type ProxyContext } from './context.js';
+import { attachConnection, connectionOf } from './connection.js';
+import { holdInFlight, type ProxyContext } from './context.js';
+import { DecisionRecorder } from './decision-recorder.js';
 import { DEFAULT_LIMITS, type ProxyLimits } from './limits.js';
 import { defaultConnect, type Connect } from './dial.js';
 import { createForwarder } from './forward.js';
@@ -42,6 +44,7 @@ export interface EgressProxy {
 }
 
 const HEAD_TIMEOUT: Refusal = { reason: 'header_timeout', detail: 'the request head did not arrive in time' };
+const INTERNAL_ERROR: Refusal = { reason: 'internal_error', detail: 'the proxy failed while deciding' };
 
 function clientError(err: NodeJS.ErrnoException): Refusal {
   switch (err.code) {
@@ -69,11 +72,10 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     return outcome;
   };
   const ctx: ProxyContext = { policy: () => policy, lookup, limits, connect, pools, observer, inFlight: new WeakMap() };
+  /** The one recorder of the decision line and metric of a request on `socket`. */
+  const recorderFor = (socket: net.Socket, method: string | undefined): DecisionRecorder => new DecisionRecorder(observer, connectionOf(socket, log).log, method);
   /** The decision line and metric of a refusal the server itself makes (no forwarding began). */
-  const denyLine = (socket: net.Socket, refusal: Refusal, method?: string): void => {
-    observer.decision('deny', refusal.reason);
-    logLine(connectionOf(socket, log).log, { [F.event]: 'decision', [F.decision]: 'deny', [F.method]: method, [F.reason]: refusal.reason, [F.detail]: refusal.detail });
-  };
+  const denyLine = (socket: net.Socket, refusal: Refusal, method?: string): void => recorderFor(socket, method).deny(refusal);
   const pipelines = new WeakMap<net.Socket, Pipeline>();
   const pipelineOf = (socket: net.Socket): Pipeline => {
     let pipeline = pipelines.get(socket);
@@ -113,14 +115,23 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     firstHead(req.socket);
     pipelineOf(req.socket).add(res, () => {
       ctx.inFlight.delete(req.socket);
-      forward(req, res).catch((err: unknown) =>
-        failClosed('request', err, () => res.headersSent ? res.destroy() : res.writeHead(500, { 'X-Egress-Reason': 'internal_error', Connection: 'close' }).end('egress failed: internal_error\n')),
+      const record = recorderFor(req.socket, req.method);
+      forward(req, res, record).catch((err: unknown) =>
+        failClosed('request', err, () => {
+          // The request's line, unless it has one already; its response, unless one started.
+          record.deny(INTERNAL_ERROR);
+          refuseResponse(res, INTERNAL_ERROR);
+        }),
       );
     });
   });
   const onConnect = (request: { target: string; bodyProblem: string | undefined }, socket: net.Socket, head: Buffer): void => {
-    handleConnect(ctx, log, request, socket, head).catch((err: unknown) =>
-      failClosed('connect', err, () => refuseSocket(socket, { reason: 'internal_error', detail: 'the proxy failed while deciding' })),
+    const record = recorderFor(socket, 'CONNECT');
+    handleConnect(ctx, log, request, socket, head, record).catch((err: unknown) =>
+      failClosed('connect', err, () => {
+        record.deny(INTERNAL_ERROR);
+        refuseSocket(socket, INTERNAL_ERROR);
+      }),
     );
   };
   // Node hands a CONNECT or an Upgrade over as the raw socket even while an earlier request's
@@ -208,8 +219,8 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
         open >= limits.maxConnections
           ? { reason: 'too_many_connections', detail: `${open} connections are open`, retryAfter: 1 }
           : { reason: 'client_limit', detail: `${fromClient} connections are open from ${clientIp}`, retryAfter: 1 };
-      observer.decision('deny', refusal.reason);
-      log.warn({ [F.event]: 'decision', [F.decision]: 'deny', [F.client]: client, [F.reason]: refusal.reason, [F.detail]: refusal.detail });
+      // Refused before the connection has a logger of its own: the line names the client.
+      new DecisionRecorder(observer, log, undefined, 'warn').deny(refusal, { [F.client]: client });
       refuseSocket(socket, refusal);
       return;
     }

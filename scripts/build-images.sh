@@ -171,7 +171,7 @@ for t in "${TARGETS[@]}"; do
 done
 
 if selected proxy; then
-  mapfile -t files < <(cd haproxy && ls -1 Dockerfile haproxy.cfg ./*.map ./*.pat | sort)
+  mapfile -t files < <(cd haproxy && ls -1 Dockerfile haproxy.cfg ./*.map ./*.lua | sort)
   build_image "${IMAGE[proxy]}" haproxy/Dockerfile haproxy "${BASE[proxy]}" \
     "$(cd haproxy && hash_files "${files[@]}")"
 fi

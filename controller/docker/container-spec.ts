@@ -4,7 +4,7 @@
  * re-checks the dangerous ones, so these bodies stay minimal.
  */
 import { EGRESS_ENV, EGRESS_METRICS_PORT, EGRESS_PROXY_PORT, encodeAllowHosts } from '../../common/index.js';
-import { type SandboxPlan, PIDS_LIMIT, TIERS } from '../spec/index.js';
+import { type LogCaps, type SandboxPlan, PIDS_LIMIT, TIERS } from '../spec/index.js';
 import type { ContainerView } from './sandbox-engine.js';
 
 /** Where the skills volume is writable, under a root-only (0700) directory. */
@@ -41,6 +41,15 @@ function sandboxNetworkMode(plan: Pick<SandboxPlan, 'tier' | 'names' | 'sharedNe
     case 'internal':
       return plan.names.network;
   }
+}
+
+/**
+ * json-file rotated at the deployment's caps: a sandbox that floods its egress proxy's log (about
+ * 3 GB an hour uncapped) fills at most logMaxSizeMb x logMaxFiles. Set explicitly, whatever the
+ * engine's default driver is; the socket proxy refuses other drivers and larger caps.
+ */
+function logConfig(caps: LogCaps): { Type: 'json-file'; Config: Record<string, string> } {
+  return { Type: 'json-file', Config: { 'max-size': `${caps.logMaxSizeMb}m`, 'max-file': String(caps.logMaxFiles) } };
 }
 
 function envList(env: Readonly<Record<string, string>>): string[] {
@@ -99,6 +108,7 @@ export function sandboxContainerBody(plan: SandboxPlan): ContainerCreateBody {
       Mounts: mounts,
       Runtime: plan.runtime,
       RestartPolicy: { Name: 'no' },
+      LogConfig: logConfig(plan.logCaps),
     },
   };
 }
@@ -106,7 +116,7 @@ export function sandboxContainerBody(plan: SandboxPlan): ContainerCreateBody {
 /** The egress proxy of an allowlist sandbox. It is created and started on the shared network;
  * its leg on the sandbox's internal network is connected after (one endpoint per create on API
  * < 1.44; build-steps.ts says why in that order). */
-export type EgressPlan = Pick<SandboxPlan, 'names' | 'allowHosts' | 'labels' | 'egressProxyImage' | 'sharedNetwork'>;
+export type EgressPlan = Pick<SandboxPlan, 'names' | 'allowHosts' | 'labels' | 'egressProxyImage' | 'sharedNetwork' | 'logCaps'>;
 
 export function egressContainerBody(plan: EgressPlan, testHosts: Readonly<Record<string, string>> | undefined): ContainerCreateBody {
   const env: Record<string, string> = {
@@ -136,14 +146,16 @@ export function egressContainerBody(plan: EgressPlan, testHosts: Readonly<Record
       MemorySwap: EGRESS_MEMORY_BYTES,
       Init: true,
       RestartPolicy: { Name: 'no' },
+      LogConfig: logConfig(plan.logCaps),
     },
   };
 }
 
 /**
  * The HostConfig keys `sandboxContainerBody` sets that a rebuilt container copies from its
- * inspect data. `CgroupnsMode` is not copied but set again: a container created before the
- * controller set it records the engine's default (`host` on cgroup v1).
+ * inspect data. `CgroupnsMode` and `LogConfig` are not copied but set again: a container created
+ * before the controller set them records the engine's defaults (`host` on cgroup v1, an uncapped
+ * log), which the socket proxy refuses.
  */
 const SANDBOX_HOST_KEYS = [
   'NetworkMode', 'Init', 'CapDrop', 'SecurityOpt', 'ReadonlyRootfs', 'PidsLimit', 'IpcMode',
@@ -158,7 +170,7 @@ type InspectedContainer = Pick<ContainerView, 'image' | 'user' | 'cmd' | 'workin
  * internal network was removed: Docker binds a container to a network by id, so a network
  * recreated under the same name is not found by the old container.
  */
-export function sandboxBodyFromInspect(view: InspectedContainer): ContainerCreateBody {
+export function sandboxBodyFromInspect(view: InspectedContainer, caps: LogCaps): ContainerCreateBody {
   const copied: Record<string, unknown> = {};
   for (const key of SANDBOX_HOST_KEYS) {
     if (view.hostConfig[key] !== undefined && view.hostConfig[key] !== null) copied[key] = view.hostConfig[key];
@@ -168,6 +180,7 @@ export function sandboxBodyFromInspect(view: InspectedContainer): ContainerCreat
     ...copied,
     NetworkMode: typeof networkMode === 'string' ? networkMode : 'none',
     CgroupnsMode: 'private',
+    LogConfig: logConfig(caps),
   };
   const mounts = Array.isArray(view.hostConfig.Mounts) ? (view.hostConfig.Mounts as Record<string, unknown>[]) : [];
   hostConfig.Mounts = mounts.map((m): MountBody => {

@@ -25,21 +25,32 @@ export interface ExecRun {
 }
 
 /**
+ * The exec create body: the command, its user, its added environment and which streams are
+ * attached (no Privileged).
+ */
+export function execCreateBody(request: Pick<ExecRequest, 'cmd' | 'user' | 'env' | 'stdin'>): Record<string, unknown> {
+  return {
+    AttachStdin: request.stdin !== undefined, AttachStdout: true, AttachStderr: true, Tty: false, User: request.user, Cmd: request.cmd,
+    ...(request.env === undefined ? {} : { Env: request.env }),
+  };
+}
+
+/** The exec start body: attached, no TTY (the output is Docker's multiplexed stream). */
+export const EXEC_START_BODY = { Detach: false, Tty: false } as const;
+
+/**
  * Creates and starts an exec. Output is delivered as it arrives; stdin, if any, is streamed
  * over the hijacked connection (never in a request body) and then half-closed.
  */
 export async function startExec(engine: EngineCaller, container: string, request: ExecRequest): Promise<ExecRun> {
   const withStdin = request.stdin !== undefined;
   const created = await engine.call<{ Id: string }>(`exec in container ${container}`, 'POST', `/containers/${container}/exec`, {
-    body: {
-      AttachStdin: withStdin, AttachStdout: true, AttachStderr: true, Tty: false, User: request.user, Cmd: request.cmd,
-      ...(request.env === undefined ? {} : { Env: request.env }),
-    },
+    body: execCreateBody(request),
   });
   const id = created.Id;
   if (!/^[0-9a-f]{64}$/.test(id)) throw new SandboxError('engine_error', `Docker returned an unexpected exec id for ${container}.`);
   const stream = await engine.call<Duplex>(`start of exec in ${container}`, 'POST', `/exec/${id}/start`, {
-    body: { Detach: false, Tty: false }, hijack: withStdin, stream: true,
+    body: EXEC_START_BODY, hijack: withStdin, stream: true,
   });
   const demux = new StreamDemux(request.onOutput);
   const ended = new Promise<void>((resolve, reject) => {

@@ -9,6 +9,7 @@ import { SandboxError } from '../spec/index.js';
 import { EngineCaller, type EngineOptions } from './engine-call.js';
 import { startExec, type ExecRequest, type ExecRun } from './engine-exec.js';
 import { listContainers, listNetworks, listVolumes, type ContainerSummary, type ResourceSummary } from './engine-listing.js';
+import { networkConnectBody } from './network-spec.js';
 import type { ContainerView, SandboxEngine } from './sandbox-engine.js';
 
 export { EngineStatusError, engineStatus } from './engine-call.js';
@@ -125,7 +126,7 @@ export class DockerEngine implements SandboxEngine {
   }
 
   async connectNetwork(network: string, container: string): Promise<void> {
-    await this.call(`connection of ${container} to network ${network}`, 'POST', `/networks/${network}/connect`, { body: { Container: container } });
+    await this.call(`connection of ${container} to network ${network}`, 'POST', `/networks/${network}/connect`, { body: networkConnectBody(container) });
   }
 
   async inspectNetwork(name: string): Promise<NetworkView | undefined> {

@@ -38,3 +38,11 @@ export function internalNetworkBody(name: string, labels: Readonly<Record<string
     Labels: { ...labels },
   };
 }
+
+/**
+ * The egress proxy's second leg (API 1.41 takes one endpoint per create): the container and
+ * nothing else, so no address, alias or driver option is chosen on connect.
+ */
+export function networkConnectBody(container: string): { Container: string } {
+  return { Container: container };
+}

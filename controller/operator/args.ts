@@ -59,13 +59,23 @@ export function usageError(message: string): SandboxError {
   return new SandboxError('invalid_config', `${message} (see capybara-sandbox --help)`);
 }
 
+/** Docker's own rule for a container name (daemon/names: a leading "/" is allowed and dropped). */
+const CONTAINER_NAME_RE = /^\/?[a-zA-Z0-9][a-zA-Z0-9_.-]+$/;
+
 /**
- * The socket proxy's container name. Never a `cap-` name: the socket proxy lets callers exec into
- * any `cap-` container, and an exec in the container that holds the engine socket is the engine.
+ * The socket proxy's container name: what Docker accepts as a container name, without the
+ * optional leading "/" (the name is then what Docker stores and what the proxy's rules see). Never
+ * a `cap-` name, in any spelling Docker accepts ("/cap-x" is cap-x): the socket proxy lets callers
+ * exec into any `cap-` container, and an exec in the container that holds the engine socket is
+ * the engine.
  */
 function proxyName(text: string): string {
-  if (/^cap-/i.test(text)) throw usageError(`--proxy-name ${JSON.stringify(text)} starts with cap-, the prefix the socket proxy lets callers exec into; choose another name`);
-  return text;
+  if (!CONTAINER_NAME_RE.test(text)) {
+    throw usageError(`--proxy-name ${JSON.stringify(text)} is not a container name: a letter or digit, then at least one more of letters, digits, "_", "." or "-"`);
+  }
+  const name = text.startsWith('/') ? text.slice(1) : text;
+  if (/^cap-/i.test(name)) throw usageError(`--proxy-name ${JSON.stringify(text)} names a cap- container, the prefix the socket proxy lets callers exec into; choose another name`);
+  return name;
 }
 
 /** "90s", "10m", "2h", "1d" or a number of seconds. */

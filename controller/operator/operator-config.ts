@@ -96,6 +96,11 @@ export function loadOperatorConfig(args: OperatorArgs, env: NodeJS.ProcessEnv): 
   return { config: parseDeploymentConfig(input, source), proxyOnDemand };
 }
 
+/** The socket directory of up when the endpoint is its socket (then it must stay root's alone). */
+export function upSocketDir(args: OperatorArgs, config: DeploymentConfig): string | undefined {
+  return config.endpoint === proxySocketEndpoint(args.socketDir) ? args.socketDir : undefined;
+}
+
 /** The engine `up` and `down` talk to: --endpoint, else the local socket. Unix only. */
 export function engineSocketFor(args: OperatorArgs, env: NodeJS.ProcessEnv): string {
   const endpoint = args.endpoint ?? localEngineEndpoint(env);

@@ -11,14 +11,14 @@ import { DockerEngine } from '../docker/index.js';
 import { isSandboxError, type DeploymentConfig, type ExecResult } from '../spec/index.js';
 import { createDockerSandbox } from '../index.js';
 import { OPERATOR_HELP, parseOperatorArgs, type OperatorArgs } from './args.js';
-import { egressTestHostsFromEnv, engineSocketFor, loadOperatorConfig, PROXY_SOCKET_FILE, type OperatorConfig } from './operator-config.js';
+import { egressTestHostsFromEnv, engineSocketFor, loadOperatorConfig, PROXY_SOCKET_FILE, upSocketDir, type OperatorConfig } from './operator-config.js';
 import { labelFilters, readInventory, sandboxRows } from './inventory.js';
 import { inspectSandbox } from './sandbox-detail.js';
 import { collectGarbage } from './gc.js';
 import { runDoctor } from './doctor.js';
 import { age, table } from './render.js';
 import type { SocketProxySettings } from './socket-proxy-spec.js';
-import { proxyAnswers, socketProxyDown, socketProxyUp, type UpResult } from './socket-proxy-service.js';
+import { proxyAnswers, requirePrivateSocketPath, socketProxyDown, socketProxyUp, type UpResult } from './socket-proxy-service.js';
 import { createSandbox, ensureSandbox } from './sandbox-commands.js';
 
 export interface OperatorIo {
@@ -56,6 +56,7 @@ function proxySettings(args: OperatorArgs, config: DeploymentConfig, env: NodeJS
     socketDir: args.socketDir,
     engineSocket: engineSocketFor(args, env),
     sharedNetwork: config.network,
+    volumeDriver: config.volumeDriver,
     labels: { ...args.labels },
   };
 }
@@ -73,6 +74,10 @@ function upLines(r: UpResult, config: DeploymentConfig): string {
 
 async function dispatch(args: OperatorArgs, loaded: OperatorConfig, io: OperatorIo, env: NodeJS.ProcessEnv): Promise<number> {
   const { config } = loaded;
+  // Every command that talks to the socket of up (or manages it) first makes sure nobody but root
+  // could have put another socket there since up made it.
+  const socketDir = upSocketDir(args, config);
+  if (socketDir !== undefined) requirePrivateSocketPath(socketDir);
   const now = io.now ?? Date.now;
   // With --json every stderr line is a JSON object, the progress lines included.
   const progress = (line: string): void => io.stderr(args.json ? `${JSON.stringify({ progress: line })}\n` : `capybara-sandbox: ${line}\n`);

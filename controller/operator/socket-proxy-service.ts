@@ -6,8 +6,8 @@
  * removed again, with its log in the error.
  */
 import http from 'node:http';
-import { existsSync, lstatSync, mkdirSync, rmdirSync, readdirSync, rmSync } from 'node:fs';
-import { join } from 'node:path';
+import { existsSync, lstatSync, mkdirSync, realpathSync, rmdirSync, readdirSync, rmSync, statSync, type Stats } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
 import Docker from 'dockerode';
 import { SandboxError, LABEL_NAME } from '../spec/index.js';
 import { PROXY_SOCKET_FILE } from './operator-config.js';
@@ -16,8 +16,10 @@ import {
   OPERATOR_ROLE,
   socketDirOfBinds,
   socketDirProblem,
+  socketPathProblem,
   socketProxyBody,
   socketProxyDrift,
+  type PathFacts,
   type SocketProxySettings,
 } from './socket-proxy-spec.js';
 
@@ -75,16 +77,56 @@ export function proxyAnswers(socketPath: string): Promise<boolean> {
   });
 }
 
+function facts(path: string, st: Stats): PathFacts {
+  return { path, isDirectory: st.isDirectory(), isSymbolicLink: st.isSymbolicLink(), uid: st.uid, mode: st.mode };
+}
+
+/** Every existing directory from `dir` up to "/": as written (lstat), then as resolved (stat). */
+function ancestry(dir: string): PathFacts[] {
+  const chain: PathFacts[] = [];
+  let existing: string | undefined;
+  for (let p = resolve(dir); ; p = dirname(p)) {
+    try {
+      chain.push(facts(p, lstatSync(p)));
+      existing ??= p;
+    } catch {
+      // Not there yet (up creates it): what is above it is what matters.
+    }
+    if (p === dirname(p)) break;
+  }
+  if (existing !== undefined) {
+    for (let p = realpathSync(existing); ; p = dirname(p)) {
+      chain.push(facts(p, statSync(p)));
+      if (p === dirname(p)) break;
+    }
+  }
+  return chain;
+}
+
+/**
+ * Refuses to use the socket of up when anyone but root could replace the directory it is in:
+ * checked by every command that talks to that socket or manages it, not only by up (the
+ * directory can be swapped after up made it).
+ */
+export function requirePrivateSocketPath(dir: string): void {
+  const problem = socketPathProblem(ancestry(dir));
+  if (problem !== undefined) {
+    throw new SandboxError('invalid_config', `The socket directory ${dir} is not safe: ${problem}. Every directory above the socket must be root's and writable by no one else; choose another with --socket-dir.`);
+  }
+}
+
 /** Creates the socket directory root-only, or checks an existing one is; true when created. */
 function prepareSocketDir(dir: string): boolean {
   if (process.getuid?.() !== 0) {
     throw new SandboxError('invalid_config', `up must run as root: the socket proxy's socket goes in ${dir}, a directory only root may open.`);
   }
+  requirePrivateSocketPath(dir);
   const created = !existsSync(dir);
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   const st = lstatSync(dir);
-  const problem = socketDirProblem(dir, { isDirectory: st.isDirectory(), isSymbolicLink: st.isSymbolicLink(), uid: st.uid, mode: st.mode });
+  const problem = socketDirProblem(dir, facts(dir, st));
   if (problem !== undefined) throw new SandboxError('invalid_config', `The socket directory is not private to root: ${problem}; or choose another with --socket-dir.`);
+  requirePrivateSocketPath(dir);
   return created;
 }
 
@@ -209,6 +251,9 @@ export async function socketProxyDown(engineSocket: string, name: string, defaul
       throw new SandboxError('invalid_config', `The container ${name} was not started by capybara-sandbox up; down leaves it alone (docker rm -f ${name} removes it).`);
     }
     socketDir = socketDirOfBinds(info.HostConfig.Binds ?? []) ?? defaultSocketDir;
+    // Before anything in it is removed: in a directory someone else controls, "the socket" could
+    // be anything of root's.
+    requirePrivateSocketPath(socketDir);
     await container.remove({ force: true });
     action = 'removed';
   }

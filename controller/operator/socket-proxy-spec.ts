@@ -21,6 +21,8 @@ export interface SocketProxySettings {
   readonly engineSocket: string;
   /** The deployment's shared network, the one non-`cap-` network the proxy admits. */
   readonly sharedNetwork: string;
+  /** The deployment's volume plugin (its `volumeDriver`), the one driver besides local the proxy admits. */
+  readonly volumeDriver: string | undefined;
   readonly labels: Readonly<Record<string, string>>;
 }
 
@@ -29,6 +31,7 @@ function socketProxyEnv(s: SocketProxySettings): string[] {
     `${SOCKET_PROXY_ENV.bind}=unix@${INNER_SOCKET_DIR}/docker.sock`,
     `${SOCKET_PROXY_ENV.dockerSocket}=${INNER_ENGINE_SOCKET}`,
     `${SOCKET_PROXY_ENV.sharedNetwork}=${s.sharedNetwork}`,
+    `${SOCKET_PROXY_ENV.volumeDrivers}=${s.volumeDriver ?? ''}`,
   ];
 }
 
@@ -63,6 +66,8 @@ export function socketProxyBody(s: SocketProxySettings): Record<string, unknown>
       Memory: 256 * 1024 * 1024,
       // Comes back with the engine, as the controller expects its endpoint to.
       RestartPolicy: { Name: 'unless-stopped' },
+      // HAProxy logs a line per request: capped, like the controller's own containers.
+      LogConfig: { Type: 'json-file', Config: { 'max-size': '10m', 'max-file': '3' } },
     },
   };
 }
@@ -98,6 +103,29 @@ export interface DirectoryFacts {
   readonly isSymbolicLink: boolean;
   readonly uid: number;
   readonly mode: number;
+}
+
+export interface PathFacts extends DirectoryFacts {
+  readonly path: string;
+}
+
+/**
+ * Why a directory on the way to the socket could be replaced by someone other than root; undefined
+ * when none can. sshd's StrictModes rule, for every ancestor of the socket directory as written and
+ * as resolved: owned by root and writable by neither group nor others (a sticky bit does not help:
+ * whoever may create entries there may create the next path component before root does). A
+ * symlink counts by its owner (its own mode means nothing); where it points is in the resolved
+ * chain. Otherwise a user who owns, say, the parent renames the socket directory and listens in
+ * its place, and root's commands talk to an impostor.
+ */
+export function socketPathProblem(chain: readonly PathFacts[]): string | undefined {
+  for (const c of chain) {
+    if (c.uid !== 0) return `${c.path} is owned by uid ${c.uid}, not root (its owner could replace what lies below it)`;
+    if (!c.isSymbolicLink && (c.mode & 0o022) !== 0) {
+      return `${c.path} has mode ${(c.mode & 0o7777).toString(8).padStart(4, '0')}, writable by ${(c.mode & 0o020) !== 0 ? 'its group' : 'others'} (who could replace what lies below it)`;
+    }
+  }
+  return undefined;
 }
 
 /**

@@ -86,7 +86,7 @@ export class SandboxRecovery {
   private async rebuildContainer(name: string, view: ContainerView): Promise<void> {
     this.deps.logger.warn({ sandbox: name }, 'recreating the sandbox container on its rebuilt network');
     await this.deps.engine.removeContainer(name);
-    await this.deps.engine.createContainer(name, sandboxBodyFromInspect(view));
+    await this.deps.engine.createContainer(name, sandboxBodyFromInspect(view, this.deps.config));
     await this.deps.engine.startContainer(name);
   }
 
@@ -113,6 +113,7 @@ export class SandboxRecovery {
         labels: this.resourceLabels(name, view),
         egressProxyImage: this.deps.config.egressProxyImage,
         sharedNetwork: this.deps.config.network,
+        logCaps: this.deps.config,
       };
       try {
         await createEgress(this.deps, plan);

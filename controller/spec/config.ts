@@ -10,6 +10,9 @@ import { describeIssues } from './input-issues.js';
 import { ASCII_WORD } from './ascii-body.js';
 
 const ENDPOINT_RE = /^(tcp:\/\/(\[[^\]]+\]|[^:/]+):\d{1,5}\/?|unix:\/\/\/.+)$/;
+/** A volume plugin name, or empty (the local driver: one compose variable can say "none" to both
+ * the controller and the socket proxy). */
+const VOLUME_DRIVER_RE = /^(?!.*\.\.)([a-zA-Z0-9][a-zA-Z0-9_.-]{0,127})?$/;
 
 /** Node fires a longer timer at once (after a warning): a command would be killed at once. */
 const MAX_TIMER_MS = 2_147_483_647;
@@ -57,11 +60,28 @@ export const deploymentConfigSchema = z
       .meta({ title: 'Egress proxy image', 'x-ui': { label: { en: 'Egress proxy image', zh: '出站代理镜像' } } }),
     volumeDriver: z
       .string()
-      .min(1)
-      .regex(ASCII_WORD, 'must be an ASCII driver name')
+      // To dockerd a driver name is a path to a plugin socket (/run/docker/plugins/<name>.sock):
+      // a plain name only, as the socket proxy's SOCKET_PROXY_VOLUME_DRIVERS takes it.
+      .regex(VOLUME_DRIVER_RE, 'must be a plugin name: letters, digits, "_", "." or "-", starting with a letter or digit, no "/" and no ".."')
       .optional()
-      .describe('Volume driver for workspace volumes; when set, size=<diskMb>M is passed so diskMb is enforced. Unset: the local driver, which cannot limit size.')
+      .describe('Volume plugin for workspace volumes; when set, size=<diskMb>M is passed so diskMb is enforced. The socket proxy must list the same name in SOCKET_PROXY_VOLUME_DRIVERS. Unset or empty: the local driver, which cannot limit size.')
       .meta({ title: 'Volume driver', 'x-ui': { label: { en: 'Volume driver', zh: '卷驱动' } } }),
+    logMaxSizeMb: z
+      .number()
+      .int('must be a whole number of MiB')
+      .min(1)
+      .max(100, 'must be at most 100 (the socket proxy refuses larger log files)')
+      .default(10)
+      .describe('Size of one log file of each sandbox container and egress proxy (json-file max-size), in MiB; at most 100.')
+      .meta({ title: 'Log file size (MiB)', 'x-ui': { label: { en: 'Log file size (MiB)', zh: '日志文件大小 (MiB)' } } }),
+    logMaxFiles: z
+      .number()
+      .int('must be a whole number')
+      .min(1)
+      .max(5, 'must be at most 5 (the socket proxy refuses more)')
+      .default(3)
+      .describe('Log files kept per container (json-file max-file); at most 5. A container\'s log never exceeds logMaxSizeMb x logMaxFiles.')
+      .meta({ title: 'Log files kept', 'x-ui': { label: { en: 'Log files kept', zh: '保留的日志文件数' } } }),
     tlsCertDir: z
       .string()
       .regex(/^\//, 'must be an absolute path')
@@ -93,6 +113,8 @@ export const deploymentConfigSchema = z
 
 export type DeploymentConfig = Readonly<z.infer<typeof deploymentConfigSchema>>;
 export type DeploymentConfigInput = z.input<typeof deploymentConfigSchema>;
+/** The log caps both containers of a sandbox get (container-spec.ts). */
+export type LogCaps = Pick<DeploymentConfig, 'logMaxSizeMb' | 'logMaxFiles'>;
 export type MaxLimits = DeploymentConfig['maxLimits'];
 
 /** Validates once at the entry point; the result is frozen and passed down. */
@@ -101,5 +123,7 @@ export function parseDeploymentConfig(input: unknown, source = 'extensionConfig.
   if (!result.success) {
     throw new SandboxError('invalid_config', `${source} is invalid: ${describeIssues(result.error, '')}`, { cause: result.error });
   }
-  return Object.freeze(result.data);
+  // An empty volumeDriver is no driver at all: the local one.
+  const { volumeDriver, ...rest } = result.data;
+  return Object.freeze(volumeDriver === '' ? rest : result.data);
 }

@@ -5,7 +5,7 @@
  */
 export type { SandboxProvider, SandboxHandle, SandboxSpec, SandboxLimits, SandboxWorkspace, EgressTier, ExecOptions, ExecResult, FileStat } from './contract.js';
 export { deploymentConfigSchema, parseDeploymentConfig } from './config.js';
-export type { DeploymentConfig, DeploymentConfigInput, MaxLimits } from './config.js';
+export type { DeploymentConfig, DeploymentConfigInput, LogCaps, MaxLimits } from './config.js';
 export { SandboxError, isSandboxError, sandboxErrorCodes } from './errors.js';
 export type { SandboxErrorCode } from './errors.js';
 export { checkExecOptions } from './exec-options.js';

@@ -5,7 +5,7 @@
  * call.
  */
 import { EGRESS_PROXY_PORT, encodeAllowHosts } from '../../common/index.js';
-import type { DeploymentConfig } from './config.js';
+import type { DeploymentConfig, LogCaps } from './config.js';
 import { SandboxError } from './errors.js';
 import { dockerLimits, type DockerLimits } from './limits.js';
 import {
@@ -44,6 +44,7 @@ export interface SandboxPlan {
    * deployment keeps HOME off it (SANDBOX_HOME); undefined: HOME is the image's.
    */
   readonly home: string | undefined;
+  readonly logCaps: LogCaps;
 }
 
 /**
@@ -145,6 +146,7 @@ export function planSandbox(input: unknown, config: DeploymentConfig, options: P
     egressProxyImage: config.egressProxyImage,
     volumeDriver: config.volumeDriver,
     home,
+    logCaps: { logMaxSizeMb: config.logMaxSizeMb, logMaxFiles: config.logMaxFiles },
   };
   return meaning.egressProxy ? withAllowHosts(plan, allowHosts) : plan;
 }

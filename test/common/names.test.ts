@@ -56,8 +56,14 @@ t.test('the build script takes every image name from common/images.json', async 
 t.test('the socket proxy reads exactly the variables of SOCKET_PROXY_ENV', async (t) => {
   const names: string[] = Object.values(SOCKET_PROXY_ENV).sort();
   const cfg = read('haproxy/haproxy.cfg').split('\n').filter((l) => !/^\s*#/.test(l)).join('\n');
-  const read_ = new Set([...cfg.matchAll(/\$\{([A-Z_][A-Z0-9_]*)\}|defined\(([A-Z_][A-Z0-9_]*)\)|env\(([A-Z_][A-Z0-9_]*)\)/g)].map((m) => m[1] ?? m[2] ?? m[3]));
-  t.same([...read_].sort(), names, 'haproxy.cfg');
+  // The Lua body check reads its settings itself (haproxy/proxy-settings.lua): getenv('NAME').
+  const lua = readdirSync(join(root, 'haproxy')).filter((f) => f.endsWith('.lua'))
+    .map((f) => read(`haproxy/${f}`).split('\n').filter((l) => !/^\s*--/.test(l)).join('\n')).join('\n');
+  const read_ = new Set([
+    ...[...cfg.matchAll(/\$\{([A-Z_][A-Z0-9_]*)\}|defined\(([A-Z_][A-Z0-9_]*)\)|env\(([A-Z_][A-Z0-9_]*)\)/g)].map((m) => m[1] ?? m[2] ?? m[3]),
+    ...[...lua.matchAll(/getenv\('([A-Z_][A-Z0-9_]*)'\)/g)].map((m) => m[1]),
+  ]);
+  t.same([...read_].sort(), names, 'haproxy.cfg and haproxy/*.lua');
   const env = /^ENV ((?:.*\\\n)*.*)$/m.exec(read('haproxy/Dockerfile'))?.[1] ?? '';
   const set = [...env.matchAll(/([A-Z_][A-Z0-9_]*)=/g)].map((m) => m[1]);
   t.ok(set.length > 0 && set.every((v) => names.includes(v ?? '')), `haproxy/Dockerfile sets only these: ${set.join(', ')}`);

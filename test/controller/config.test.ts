@@ -17,8 +17,17 @@ t.test('defaults are applied and the result is frozen', async (t) => {
     maxLimits: { cpu: 4, memoryMb: 16_384, diskMb: 102_400, execTimeoutMs: 4 * 3_600_000, outputBytes: 16 * 1024 * 1024, readBytes: 256 * 1024 * 1024 },
     persistentHome: false,
     allowOpenEgress: false,
+    logMaxSizeMb: 10,
+    logMaxFiles: 3,
   });
   t.ok(Object.isFrozen(config));
+});
+
+t.test('volumeDriver: a plugin name, and empty is the local driver', async (t) => {
+  t.equal(parseDeploymentConfig({ endpoint: 'tcp://a:1', volumeDriver: 'quota-1.x' }).volumeDriver, 'quota-1.x');
+  const empty = parseDeploymentConfig({ endpoint: 'tcp://a:1', volumeDriver: '' });
+  t.notOk('volumeDriver' in empty, 'an empty name is no driver (one compose variable for the controller and the socket proxy)');
+  t.ok(Object.isFrozen(empty));
 });
 
 const invalid: { name: string; input: unknown; mentions: string }[] = [
@@ -30,6 +39,14 @@ const invalid: { name: string; input: unknown; mentions: string }[] = [
   { name: 'runtime enum', input: { endpoint: 'tcp://a:1', runtime: 'kata' }, mentions: 'runtime' },
   { name: 'non-ASCII image refused', input: { endpoint: 'tcp://a:1', egressProxyImage: 'égress' }, mentions: 'egressProxyImage' },
   { name: 'allowOpenEgress must be boolean', input: { endpoint: 'tcp://a:1', allowOpenEgress: 'yes' }, mentions: 'allowOpenEgress' },
+  // To dockerd a volume driver name is the path of its plugin socket under /run/docker/plugins.
+  { name: 'volumeDriver as a path refused', input: { endpoint: 'tcp://a:1', volumeDriver: '../../var/lib/docker/volumes/cap-x/_data/evil' }, mentions: 'volumeDriver' },
+  { name: 'volumeDriver with a slash refused', input: { endpoint: 'tcp://a:1', volumeDriver: 'vendor/plugin' }, mentions: 'volumeDriver' },
+  { name: 'volumeDriver with .. refused', input: { endpoint: 'tcp://a:1', volumeDriver: 'a..b' }, mentions: 'volumeDriver' },
+  { name: 'logMaxSizeMb over the socket proxy cap refused', input: { endpoint: 'tcp://a:1', logMaxSizeMb: 101 }, mentions: 'logMaxSizeMb' },
+  { name: 'logMaxSizeMb must be whole', input: { endpoint: 'tcp://a:1', logMaxSizeMb: 1.5 }, mentions: 'logMaxSizeMb' },
+  { name: 'logMaxSizeMb of 0 refused', input: { endpoint: 'tcp://a:1', logMaxSizeMb: 0 }, mentions: 'logMaxSizeMb' },
+  { name: 'logMaxFiles over the socket proxy cap refused', input: { endpoint: 'tcp://a:1', logMaxFiles: 6 }, mentions: 'logMaxFiles' },
 ];
 for (const row of invalid) {
   t.test(row.name, async (t) => {

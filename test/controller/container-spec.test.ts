@@ -141,6 +141,29 @@ t.test('egress proxy body', async (t) => {
   t.doesNotThrow(() => serialiseAsciiBody(body, 'test'));
 });
 
+t.test('both containers carry the whole hardening profile and capped logs', async (t) => {
+  const capped = parseDeploymentConfig({ endpoint: 'tcp://proxy:2375', logMaxSizeMb: 20, logMaxFiles: 2 });
+  const plan = planSandbox(spec(), capped, opts);
+  const rows = [
+    { name: 'sandbox', hc: sandboxContainerBody(plan).HostConfig },
+    { name: 'egress proxy', hc: egressContainerBody(plan, undefined).HostConfig },
+  ];
+  for (const { name, hc } of rows) {
+    t.same(
+      [hc.CapDrop, hc.SecurityOpt, hc.ReadonlyRootfs, hc.IpcMode, hc.CgroupnsMode, hc.Init],
+      [['ALL'], ['no-new-privileges'], true, 'private', 'private', true],
+      `${name}: capabilities, no-new-privileges, read-only root, private IPC and cgroup namespaces, init`,
+    );
+    t.ok((hc.PidsLimit as number) > 0 && (hc.Memory as number) > 0 && hc.MemorySwap === hc.Memory, `${name}: pids and memory limits, no swap`);
+    for (const [target, options] of Object.entries((hc.Tmpfs ?? {}) as Record<string, string>)) {
+      t.ok(options.split(',').includes('nosuid') && options.split(',').includes('nodev'), `${name}: ${target} is nosuid,nodev`);
+    }
+    t.same(hc.LogConfig, { Type: 'json-file', Config: { 'max-size': '20m', 'max-file': '2' } }, `${name}: logs capped at the deployment's size and count`);
+  }
+  t.same(egressContainerBody(planSandbox(spec(), config, opts), undefined).HostConfig.LogConfig,
+    { Type: 'json-file', Config: { 'max-size': '10m', 'max-file': '3' } }, 'the default caps: 10 MiB x 3');
+});
+
 t.test('network bodies', async (t) => {
   t.same(sharedNetworkBody('capybara-sandbox', {}).Options, { 'com.docker.network.bridge.enable_icc': 'false' });
   const internal = internalNetworkBody('cap-x-net', { a: 'b' });
@@ -164,11 +187,13 @@ t.test('a container rebuilt from inspect keeps every hardening field and mount',
     env: original.Env,
     labels: original.Labels,
     // Docker adds defaults to what it stores; they must not be copied back.
-    // A container created before the controller set CgroupnsMode records the engine's `host`.
+    // A container created before the controller set CgroupnsMode records the engine's `host`, and
+    // one created before it capped logs the engine's uncapped default.
     hostConfig: { ...original.HostConfig, Binds: null, Privileged: false, CgroupnsMode: 'host',
+      LogConfig: { Type: 'json-file', Config: {} },
       Mounts: (original.HostConfig.Mounts as object[]).map((m) => ({ ...m, VolumeOptions: {} })) },
   };
-  const rebuilt = sandboxBodyFromInspect(inspected);
+  const rebuilt = sandboxBodyFromInspect(inspected, config);
   t.same(rebuilt, original);
   t.doesNotThrow(() => serialiseAsciiBody(rebuilt, 'test'));
 });

@@ -10,6 +10,9 @@ import { execFileSync } from 'node:child_process';
 import { sandboxTestEnv, SANDBOX_IMAGE } from '../support/sandbox-env.js';
 import { createDockerSandbox, isSandboxError } from '../../controller/index.js';
 import type { SandboxHandle, SandboxProvider } from '../../controller/index.js';
+import { fileNeeds } from '../support/needs.js';
+
+await fileNeeds(t, 'engine');
 
 const docker = (...args: string[]) => execFileSync('docker', args, { encoding: 'utf8' }).trim();
 

@@ -8,9 +8,11 @@ import { execFileSync } from 'node:child_process';
 import { readFileSync, readlinkSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { sandboxTestEnv, SANDBOX_IMAGE, UPSTREAM_BODY, UPSTREAM_HOST } from '../support/sandbox-env.js';
-import { needUnmet, platformCannot } from '../support/needs.js';
+import { fileNeeds, needUnmet, platformCannot } from '../support/needs.js';
 import { createDockerSandbox, isSandboxError } from '../../controller/index.js';
 import type { SandboxHandle, SandboxProvider } from '../../controller/index.js';
+
+await fileNeeds(t, 'engine');
 
 const docker = (...args: string[]) => execFileSync('docker', args, { encoding: 'utf8' }).trim();
 

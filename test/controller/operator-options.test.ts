@@ -10,7 +10,9 @@ import { parseOperatorArgs } from '../../controller/operator/args.js';
 import { egressTestHostsFromEnv, loadOperatorConfig } from '../../controller/operator/operator-config.js';
 import { optionMismatches, parseSandboxOptions, sandboxName, sandboxSpec } from '../../controller/operator/sandbox-options.js';
 import type { SandboxDetail } from '../../controller/operator/sandbox-detail.js';
-import { socketDirOfBinds, socketDirProblem, socketProxyBody, socketProxyDrift, type SocketProxySettings } from '../../controller/operator/socket-proxy-spec.js';
+import {
+  socketDirOfBinds, socketDirProblem, socketPathProblem, socketProxyBody, socketProxyDrift, type PathFacts, type SocketProxySettings,
+} from '../../controller/operator/socket-proxy-spec.js';
 import { isSandboxError } from '../../controller/index.js';
 
 function codeOf(fn: () => unknown): string | undefined {
@@ -34,6 +36,19 @@ t.test('command lines of the new verbs', async (t) => {
     { name: 'run without a name', argv: ['run', '--', 'ls'], code: 'invalid_config' },
     { name: 'up with an argument', argv: ['up', 'now'], code: 'invalid_config' },
     { name: 'a socket proxy named like a sandbox (exec-able through itself)', argv: ['--proxy-name', 'cap-proxy', 'up'], code: 'invalid_config' },
+    // Docker's container-name rule, /?[a-zA-Z0-9][a-zA-Z0-9_.-]+, and never cap- in any spelling of it.
+    { name: 'a leading slash before cap- is still cap- to Docker', argv: ['--proxy-name', '/cap-x', 'up'], code: 'invalid_config' },
+    { name: 'cap- in upper case', argv: ['--proxy-name', 'CAP-x', 'up'], code: 'invalid_config' },
+    { name: 'a leading slash is dropped, as Docker does', argv: ['--proxy-name', '/my-proxy', 'up'], check: (a) => a.proxyName, want: 'my-proxy' },
+    { name: 'a two-letter name', argv: ['--proxy-name', 'p1', 'down'], check: (a) => a.proxyName, want: 'p1' },
+    { name: 'a one-letter name (Docker wants two)', argv: ['--proxy-name', 'p', 'up'], code: 'invalid_config' },
+    { name: 'two leading slashes', argv: ['--proxy-name', '//proxy', 'up'], code: 'invalid_config' },
+    { name: 'a slash inside', argv: ['--proxy-name', 'a/b', 'up'], code: 'invalid_config' },
+    { name: 'a leading dot', argv: ['--proxy-name', '.proxy', 'up'], code: 'invalid_config' },
+    { name: 'a blank', argv: ['--proxy-name', 'my proxy', 'up'], code: 'invalid_config' },
+    { name: 'a colon', argv: ['--proxy-name', 'a:b', 'up'], code: 'invalid_config' },
+    { name: 'non-ASCII', argv: ['--proxy-name', 'prøxy', 'up'], code: 'invalid_config' },
+    { name: 'empty', argv: ['--proxy-name', '', 'up'], code: 'invalid_config' },
     { name: '-- after create', argv: ['create', 'demo', '--', 'ls'], code: 'invalid_config' },
     { name: '--allow on exec', argv: ['exec', 'demo', '--allow', 'a.example', '--', 'ls'], code: 'invalid_config' },
     { name: '--rm on create', argv: ['create', 'demo', '--rm'], code: 'invalid_config' },
@@ -134,17 +149,22 @@ t.test('test hosts from the egress image variable', async (t) => {
 });
 
 t.test('the socket proxy container', async (t) => {
-  const s: SocketProxySettings = { name: 'capybara-socket-proxy', image: 'proxy:1', socketDir: '/run/capybara-sandbox', engineSocket: '/var/run/docker.sock', sharedNetwork: 'capybara-sandbox', labels: {} };
+  const s: SocketProxySettings = { name: 'capybara-socket-proxy', image: 'proxy:1', socketDir: '/run/capybara-sandbox', engineSocket: '/var/run/docker.sock', sharedNetwork: 'capybara-sandbox', volumeDriver: undefined, labels: {} };
   const body = socketProxyBody(s) as { Env: string[]; HostConfig: Record<string, unknown>; Labels: Record<string, string> };
   t.same(body.HostConfig.NetworkMode, 'none', 'no network: the socket is the only way in');
   t.same(body.HostConfig.CapDrop, ['ALL']);
   t.ok(body.Env.includes('SOCKET_PROXY_SHARED_NETWORK=capybara-sandbox'));
+  t.ok(body.Env.includes('SOCKET_PROXY_VOLUME_DRIVERS='), 'no volume plugin: only the local driver');
+  const withPlugin = socketProxyBody({ ...s, volumeDriver: 'quota' }) as { Env: string[] };
+  t.ok(withPlugin.Env.includes('SOCKET_PROXY_VOLUME_DRIVERS=quota'), 'the controller\'s volumeDriver is the one plugin the proxy admits');
+  t.same(body.HostConfig.LogConfig, { Type: 'json-file', Config: { 'max-size': '10m', 'max-file': '3' } }, 'its own log is capped');
   t.equal(socketDirOfBinds(body.HostConfig.Binds as string[]), '/run/capybara-sandbox');
   const same = { imageId: 'sha256:1', env: [...body.Env, 'PATH=/usr/bin'], binds: body.HostConfig.Binds as string[], labels: body.Labels };
   const rows = [
     { name: 'unchanged', existing: same, image: 'sha256:1', drift: 0 },
     { name: 'image rebuilt', existing: same, image: 'sha256:2', drift: 1 },
     { name: 'another shared network', existing: { ...same, env: same.env.filter((e) => !e.startsWith('SOCKET_PROXY_SHARED')) }, image: 'sha256:1', drift: 1 },
+    { name: 'another volume plugin', existing: { ...same, env: [...same.env.filter((e) => !e.startsWith('SOCKET_PROXY_VOLUME')), 'SOCKET_PROXY_VOLUME_DRIVERS=x'] }, image: 'sha256:1', drift: 1 },
     { name: 'another socket directory', existing: { ...same, binds: ['/var/run/docker.sock:/var/run/docker.sock', '/tmp/x:/run/capybara-proxy'] }, image: 'sha256:1', drift: 1 },
   ];
   for (const row of rows) t.equal(socketProxyDrift(row.existing, s, row.image).length, row.drift, row.name);
@@ -161,4 +181,22 @@ t.test('the socket directory must be private to root', async (t) => {
     { name: 'a file', facts: { ...dir, isDirectory: false }, ok: false },
   ];
   for (const row of rows) t.equal(socketDirProblem('/run/x', row.facts) === undefined, row.ok, row.name);
+});
+
+t.test('every directory above the socket must be root\'s and writable by no one else (StrictModes)', async (t) => {
+  const dir = (path: string, over: Partial<PathFacts> = {}): PathFacts => ({ path, isDirectory: true, isSymbolicLink: false, uid: 0, mode: 0o40755, ...over });
+  const rows: Array<{ name: string; chain: PathFacts[]; problem?: RegExp }> = [
+    { name: 'root all the way', chain: [dir('/run/capybara-sandbox', { mode: 0o40700 }), dir('/run'), dir('/')] },
+    { name: 'a parent a user owns', chain: [dir('/home/u/sock', { mode: 0o40700 }), dir('/home/u', { uid: 1000 }), dir('/home'), dir('/')], problem: /\/home\/u is owned by uid 1000/ },
+    { name: 'a group-writable parent', chain: [dir('/srv/x/sock'), dir('/srv/x', { mode: 0o40775 }), dir('/')], problem: /\/srv\/x has mode 0775, writable by its group/ },
+    { name: 'a sticky world-writable parent (/tmp)', chain: [dir('/tmp/x'), dir('/tmp', { mode: 0o41777 }), dir('/')], problem: /\/tmp has mode 1777, writable by its group/ },
+    { name: 'an others-writable parent', chain: [dir('/srv/x'), dir('/srv', { mode: 0o40757 }), dir('/')], problem: /writable by others/ },
+    { name: 'a root-owned symlink on the way (its mode is 0777 and means nothing)', chain: [dir('/var/run', { isSymbolicLink: true, isDirectory: false, mode: 0o120777 }), dir('/var'), dir('/')] },
+    { name: 'a symlink a user owns', chain: [dir('/srv/link', { isSymbolicLink: true, isDirectory: false, uid: 1000, mode: 0o120777 }), dir('/srv'), dir('/')], problem: /owned by uid 1000/ },
+  ];
+  for (const row of rows) {
+    const problem = socketPathProblem(row.chain);
+    if (row.problem === undefined) t.equal(problem, undefined, row.name);
+    else t.match(problem, row.problem, row.name);
+  }
 });

@@ -7,11 +7,13 @@
  */
 import t from 'tap';
 import { chmodSync, existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { sandboxTestEnv, UPSTREAM_BODY, UPSTREAM_HOST } from '../support/sandbox-env.js';
 import { SOCKET_PROXY_IMAGE, TEST_LABEL } from '../support/docker.js';
 import { runOperator } from '../../controller/operator/index.js';
+import { fileNeeds } from '../support/needs.js';
+
+await fileNeeds(t, 'engine');
 
 interface Ran { code: number; stdout: string; stderr: string }
 
@@ -148,8 +150,9 @@ t.test('up, create, run and down through a socket proxy that up started', async 
   });
 });
 
+/** Under /run (root's, 0755): every directory above the socket must be root's alone, and /tmp is everyone's. */
 function mkdtemp(): string {
-  return mkdtempSync(join(tmpdir(), 'cap-up-'));
+  return mkdtempSync('/run/cap-up-');
 }
 
 function quiet(): { stdout: (x: string) => void; stderr: (x: string) => void } {

@@ -22,6 +22,7 @@ interface Service {
   security_opt?: string[];
   read_only?: boolean;
   privileged?: boolean;
+  logging?: { driver?: string; options?: Record<string, string> };
 }
 
 const compose = parse(readFileSync(fileURLToPath(new URL('../../deploy/compose.yaml', import.meta.url)), 'utf8')) as {
@@ -78,4 +79,17 @@ t.test('controller and socket proxy name the same shared network', async (t) => 
   t.equal(shared, '${CAPYBARA_SANDBOX_NETWORK:-capybara-sandbox}');
   const config = JSON.parse(app.environment?.CAPYBARA_EXTENSION_CONFIG ?? '{}') as Record<string, { network?: string }>;
   t.equal(config['sandbox-docker']?.network, shared);
+});
+
+t.test('controller and socket proxy name the same volume plugin, by default none', async (t) => {
+  const drivers = proxy.environment?.SOCKET_PROXY_VOLUME_DRIVERS;
+  t.equal(drivers, '${CAPYBARA_VOLUME_DRIVER:-}');
+  const config = JSON.parse(app.environment?.CAPYBARA_EXTENSION_CONFIG ?? '{}') as Record<string, { volumeDriver?: string }>;
+  t.equal(config['sandbox-docker']?.volumeDriver, drivers, 'one variable for both: the plugin the controller uses is the one the proxy admits');
+});
+
+t.test('both services cap their logs', async (t) => {
+  for (const [name, service] of [['socket-proxy', proxy], ['capybara', app]] as const) {
+    t.same(service.logging, { driver: 'json-file', options: { 'max-size': '10m', 'max-file': '3' } }, name);
+  }
 });

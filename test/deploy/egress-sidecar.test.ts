@@ -15,6 +15,9 @@ import { runCommand, type Ran } from './compose-cli.js';
 import { ISOLATION_PROBE, probeCommand, readProbeOutput } from '../../controller/operator/isolation-probe.js';
 import { UPSTREAM_TEXT } from './upstream.js';
 import { IMAGES } from '../../common/index.js';
+import { fileNeeds } from '../support/needs.js';
+
+await fileNeeds(t, 'engine');
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const script = join(root, 'deploy/egress/sidecar.sh');

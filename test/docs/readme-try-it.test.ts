@@ -8,7 +8,6 @@
 import t from 'tap';
 import { execFile } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { sandboxTestEnv } from '../support/sandbox-env.js';
@@ -79,7 +78,8 @@ t.test('the README try-it commands, as written', { skip: existsSync(join(root, '
   const s = await sandboxTestEnv(t);
   if (!s) return;
   const { env } = s;
-  const dir = mkdtempSync(join(tmpdir(), 'cap-readme-'));
+  // Under /run (root's, 0755): every directory above the socket of up must be root's alone.
+  const dir = mkdtempSync('/run/cap-readme-');
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   const apart = ['--socket-dir', join(dir, 'sock'), '--proxy-name', `sockproxy-${env.runId}-readme`, '--proxy-image', SOCKET_PROXY_IMAGE, '--network', s.sharedNetwork, '--label', `${TEST_LABEL}=${env.runId}`].join(' ');
   const demo = `${env.runId}-demo`;

@@ -1,10 +1,14 @@
 /**
  * The socket proxy (capybara-sandbox-proxy:latest) does not start without a usable shared network
  * name: an empty SOCKET_PROXY_SHARED_NETWORK, or one that does not start with "cap" (which could
- * read as a network ID), stops HAProxy at start with a message naming the setting.
+ * read as a network ID), stops HAProxy at start with a message naming the setting. Nor with a
+ * SOCKET_PROXY_VOLUME_DRIVERS entry that is not a plain plugin name (haproxy/proxy-settings.lua).
  */
 import t from 'tap';
-import { dockerTest, SOCKET_PROXY_IMAGE } from '../support/docker.js';
+import { dockerTest, SOCKET_PROXY_IMAGE, type DockerTestEnv } from '../support/docker.js';
+import { fileNeeds } from '../support/needs.js';
+
+await fileNeeds(t, 'engine');
 
 t.test('SOCKET_PROXY_SHARED_NETWORK is required and must start with cap', async (t) => {
   const env = await dockerTest(t, [SOCKET_PROXY_IMAGE]);
@@ -16,19 +20,41 @@ t.test('SOCKET_PROXY_SHARED_NETWORK is required and must start with cap', async 
     { name: 'the default', value: 'capybara-sandbox', starts: true },
   ];
   for (const [i, row] of rows.entries()) {
-    const c = await env.docker.createContainer({
-      name: env.name(`sharednet-${i}`),
-      Image: SOCKET_PROXY_IMAGE,
-      // Only the config check: a proxy that would start exits 0 here instead of serving.
-      Cmd: ['haproxy', '-c', '-f', '/etc/haproxy/haproxy.cfg'],
-      Env: [`SOCKET_PROXY_SHARED_NETWORK=${row.value}`],
-      Labels: env.labels,
-      HostConfig: { NetworkMode: 'none', CapDrop: ['ALL'], ReadonlyRootfs: true },
-    });
-    await c.start();
-    const { StatusCode } = (await c.wait()) as { StatusCode: number };
-    const logs = (await c.logs({ stdout: true, stderr: true })).toString('utf8');
-    t.equal(StatusCode === 0, row.starts, `${row.name}: ${row.starts ? 'starts' : 'refused at start'}`);
+    const { starts, logs } = await configCheck(env, `sharednet-${i}`, [`SOCKET_PROXY_SHARED_NETWORK=${row.value}`]);
+    t.equal(starts, row.starts, `${row.name}: ${row.starts ? 'starts' : 'refused at start'}`);
     if (!row.starts) t.match(logs, /SOCKET_PROXY_SHARED_NETWORK/, `${row.name}: the message names the setting`);
+  }
+});
+
+/** HAProxy's config check in the image with these variables: a proxy that would start exits 0. */
+async function configCheck(env: DockerTestEnv, name: string, vars: string[]): Promise<{ starts: boolean; logs: string }> {
+  const c = await env.docker.createContainer({
+    name: env.name(name),
+    Image: SOCKET_PROXY_IMAGE,
+    Cmd: ['haproxy', '-c', '-f', '/etc/haproxy/haproxy.cfg'],
+    Env: vars,
+    Labels: env.labels,
+    HostConfig: { NetworkMode: 'none', CapDrop: ['ALL'], ReadonlyRootfs: true },
+  });
+  await c.start();
+  const { StatusCode } = (await c.wait()) as { StatusCode: number };
+  return { starts: StatusCode === 0, logs: (await c.logs({ stdout: true, stderr: true })).toString('utf8') };
+}
+
+t.test('SOCKET_PROXY_VOLUME_DRIVERS: plugin names only, or HAProxy does not start', async (t) => {
+  const env = await dockerTest(t, [SOCKET_PROXY_IMAGE]);
+  if (!env) return;
+  const rows = [
+    { name: 'unset in the image (only local)', value: undefined, starts: true },
+    { name: 'two plugin names', value: 'quota,nfs-1.2', starts: true },
+    // To dockerd a driver name is the path of its plugin socket under /run/docker/plugins.
+    { name: 'a path out of /run/docker/plugins', value: '../../../var/lib/docker/volumes/cap-x/_data/evil', starts: false },
+    { name: 'a name with a slash', value: 'vendor/plugin', starts: false },
+    { name: 'an empty name in the list', value: 'quota,,nfs', starts: false },
+  ];
+  for (const [i, row] of rows.entries()) {
+    const { starts, logs } = await configCheck(env, `drivers-${i}`, row.value === undefined ? [] : [`SOCKET_PROXY_VOLUME_DRIVERS=${row.value}`]);
+    t.equal(starts, row.starts, `${row.name}: ${row.starts ? 'starts' : 'refused at start'}`);
+    if (!row.starts) t.match(logs, /SOCKET_PROXY_VOLUME_DRIVERS/, `${row.name}: the message names the setting`);
   }
 });

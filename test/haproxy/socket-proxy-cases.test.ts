@@ -12,6 +12,9 @@ import type Docker from 'dockerode';
 import type { Test } from 'tap';
 import { dockerTest, startSocketProxy, SOCKET_PROXY_IMAGE } from '../support/docker.js';
 import { send, readExecStream, type RawResponse } from './raw-http.js';
+import { fileNeeds } from '../support/needs.js';
+
+await fileNeeds(t, 'engine');
 
 interface Case {
   id: string;
@@ -42,6 +45,7 @@ const EXPECTED_STATUS: Record<string, number[]> = {
   A15: [201], A16: [101], A17: [200], A28: [201], A29: [101],
   A18: [204], A19: [204], A20: [204], A21: [409, 500], A22: [201, 400], A23: [204], A24: [204, 404],
   A25: [204], A26: [204], A27: [404],
+  K10: [201], T19: [201], T21: [201], T22: [201], T58: [404], T61: [404], T82: [404],
 };
 
 t.test('socket proxy cases against the real engine', async (t) => {
@@ -49,7 +53,8 @@ t.test('socket proxy cases against the real engine', async (t) => {
   if (!env) return;
   // The deployment's shared network: starts "cap" but not "cap-", so only the exact-name rule admits it.
   const sharedNetwork = `capshared${env.runId}`;
-  const proxy = await startSocketProxy(t, env, { sharedNetwork });
+  // A volume plugin the operator named: only exactly this name passes besides "local".
+  const proxy = await startSocketProxy(t, env, { sharedNetwork, volumeDrivers: 'capytestdriver' });
 
   // A network whose name does not start with "cap": its ID is what F40/H08 try to smuggle in.
   const other = await env.docker.createNetwork({ Name: `other${env.runId}`, Labels: env.labels, Internal: true });

@@ -6,6 +6,9 @@
 import t from 'tap';
 import { dockerTest } from '../support/docker.js';
 import { IMAGES } from '../../common/index.js';
+import { fileNeeds } from '../support/needs.js';
+
+await fileNeeds(t, 'engine');
 
 const IMAGE = IMAGES.sandbox;
 

@@ -18,8 +18,10 @@
  *   env.cleanup()    removes every container, network and volume carrying the label or the runId
  *                    in its name; already registered with t.teardown, safe to call again
  *
- *   const proxy = await startSocketProxy(t, env, { sharedNetwork });   // options optional
+ *   const proxy = await startSocketProxy(t, env, { sharedNetwork, volumeDrivers });   // options optional
  *                     sharedNetwork: SOCKET_PROXY_SHARED_NETWORK (default: the image's, capybara-sandbox)
+ *                     volumeDrivers: SOCKET_PROXY_VOLUME_DRIVERS (default: the image's, none)
+ *                     binds: more host:container[:ro] mounts (a test's own version of a proxy file)
  *   proxy.socketPath  host path of the proxy's unix socket (talk HTTP to it, or
  *                     new Docker({ socketPath }))
  *   proxy.endpoint    the same as "unix://<path>", the controller's `endpoint` config value
@@ -37,8 +39,10 @@ import { join } from 'node:path';
 import http from 'node:http';
 import Docker from 'dockerode';
 import type { Test } from 'tap';
-import { needUnmet } from './needs.js';
 import { IMAGES, SOCKET_PROXY_ENV } from '../../common/index.js';
+import { engineProblem, engineSocketPath, leftOutOfUnitRun, needUnmet } from './needs.js';
+
+export { engineSocketPath };
 
 export const TEST_LABEL = 'dev.capybara.test';
 /**
@@ -62,34 +66,18 @@ export interface SocketProxy {
   logs(): Promise<string>;
 }
 
-/** Path of the engine's own socket, from DOCKER_HOST when it names a unix socket. */
-export function engineSocketPath(): string {
-  const host = process.env.DOCKER_HOST;
-  if (host?.startsWith('unix://')) return host.slice('unix://'.length);
-  return '/var/run/docker.sock';
-}
-
-async function engineProblem(docker: Docker): Promise<string | null> {
-  try {
-    await Promise.race([
-      docker.ping(),
-      new Promise((_, reject) => setTimeout(() => reject(new Error('no answer within 5s')), 5000).unref()),
-    ]);
-    return null;
-  } catch (err) {
-    return `no Docker engine answers at ${engineSocketPath()} (${(err as Error).message}); ` +
-      'start one with `bash scripts/docker-up.sh`';
-  }
-}
-
-/** The engine must answer and every image in `images` be on it (needs.ts decides skip or fail). */
+/**
+ * The engine must answer and every image in `images` be on it (needs.ts decides skip or fail);
+ * `npm run test:unit` skips the test.
+ */
 export async function dockerTest(t: Test, images: readonly string[] = []): Promise<DockerTestEnv | null> {
-  const docker = new Docker({ socketPath: engineSocketPath() });
-  const problem = await engineProblem(docker);
-  if (problem) {
+  if (leftOutOfUnitRun(t, 'engine')) return null;
+  const problem = await engineProblem();
+  if (problem !== undefined) {
     needUnmet(t, problem);
     return null;
   }
+  const docker = new Docker({ socketPath: engineSocketPath() });
   for (const image of images) {
     if (!(await docker.getImage(image).inspect().then(() => true, () => false))) {
       needUnmet(t, `image ${image} is missing: run bash scripts/build-images.sh`);
@@ -132,7 +120,11 @@ function ignoreMissing(err: { statusCode?: number }): void {
 }
 
 /** Starts capybara-sandbox-proxy:latest for this test, reachable on a host unix socket. */
-export async function startSocketProxy(t: Test, env: DockerTestEnv, options: { sharedNetwork?: string } = {}): Promise<SocketProxy> {
+export async function startSocketProxy(
+  t: Test,
+  env: DockerTestEnv,
+  options: { sharedNetwork?: string; volumeDrivers?: string; binds?: readonly string[] } = {},
+): Promise<SocketProxy> {
   const dir = mkdtempSync(join(tmpdir(), `cap-${env.runId}-proxy-`));
   const socketPath = join(dir, 'docker.sock');
   // Never a cap- name: the socket proxy admits exec into cap- containers, and an exec in a socket
@@ -151,9 +143,10 @@ export async function startSocketProxy(t: Test, env: DockerTestEnv, options: { s
         `${SOCKET_PROXY_ENV.bind}=unix@/run/capybara-proxy/docker.sock`,
         `${SOCKET_PROXY_ENV.dockerSocket}=/var/run/docker.sock`,
         ...(options.sharedNetwork === undefined ? [] : [`${SOCKET_PROXY_ENV.sharedNetwork}=${options.sharedNetwork}`]),
+        ...(options.volumeDrivers === undefined ? [] : [`${SOCKET_PROXY_ENV.volumeDrivers}=${options.volumeDrivers}`]),
       ],
       HostConfig: {
-        Binds: [`${engineSocketPath()}:/var/run/docker.sock`, `${dir}:/run/capybara-proxy`],
+        Binds: [`${engineSocketPath()}:/var/run/docker.sock`, `${dir}:/run/capybara-proxy`, ...(options.binds ?? [])],
         NetworkMode: 'none',
         CapDrop: ['ALL'],
         SecurityOpt: ['no-new-privileges'],

@@ -1,0 +1,264 @@
+-- What each Docker call the socket proxy forwards may carry in its body: an exact schema per call,
+-- derived from the bodies controller/ builds (container-spec.ts, network-spec.ts, volume-spec.ts,
+-- engine-exec.ts, engine.ts). A member not named here is refused; so is a value of another type
+-- or outside its set, and a missing required member. test/haproxy/schema-sync.test.ts keeps this
+-- file and the controller equal: every body the controller builds passes, and every member named
+-- here is one the controller sends, or is in that test's short list of extras (with the case of
+-- the public corpus that needs it).
+--
+-- Kinds (checked by body-check.lua):
+--   struct{ fields = { { 'Key', spec, required = 'reason' }, ... }, prefix = 'X.', rules = {...} }
+--     Go struct: keys match exactly (Go folds case, so a second spelling is a duplicate); a key
+--     not listed is forbidden_key. `rules` see the struct's values and may refuse.
+--   map{ key = test, keys = { allowed = true }, value = spec, max = n, label = 'X' }
+--     Go map: keys are data, matched exactly; `keys` (when given) is the only keys allowed.
+--   list{ item = spec, min = n, max = n, label = 'X' }
+--   str(test) / one_of{ ... } / int(min, max) / bool(only) / text()
+--     `test` is a Lua pattern or a function(value, settings) -> boolean. text() is any UTF-8
+--     (exec commands); every other string must pass its test, which never admits a control byte.
+-- `bad = 'reason'` on a spec replaces the generic bad_value:<Key> for that value.
+
+local S = { routes = {} }
+
+local function struct(fields, opts)
+  opts = opts or {}
+  return { kind = 'struct', fields = fields, prefix = opts.prefix or '', rules = opts.rules or {} }
+end
+local function map(opts) opts.kind = 'map'; return opts end
+local function list(item, min, max) return { kind = 'list', item = item, min = min or 0, max = max } end
+local function str(test, bad) return { kind = 'string', test = test, bad = bad } end
+local function one_of(values, bad)
+  local set = {}
+  for _, v in ipairs(values) do set[v] = true end
+  return { kind = 'string', test = function(v) return set[v] == true end, bad = bad, values = values }
+end
+local function int(min, max) return { kind = 'int', min = min, max = max } end
+local function bool(only) return { kind = 'bool', only = only } end
+local function text() return { kind = 'text' } end
+
+-- Plain values ------------------------------------------------------------------------------
+local PRINTABLE = '^[ -~]*$'
+local NON_EMPTY_PRINTABLE = '^[ -~]+$'
+local IMAGE = '^[!-~]+$'
+-- A name Docker can never read as an ID or a path: "cap-" then a plain name.
+local function cap_name(v)
+  return v:find('^cap%-[A-Za-z0-9][A-Za-z0-9_.%-]*$') ~= nil
+end
+-- Absolute container paths: no "..", no separators Docker reads inside mount specs (":", ",").
+local function abs_path(v)
+  return #v <= 4096 and v:find('^/[A-Za-z0-9_.%-/]*$') ~= nil and not v:find('%.%.')
+end
+-- "uid", "uid:gid" or a user name: what `User` means to Docker, nothing else.
+local function user(v)
+  return v:find('^[A-Za-z0-9_.%-]+$') ~= nil or v:find('^[A-Za-z0-9_.%-]+:[A-Za-z0-9_.%-]+$') ~= nil
+end
+-- A network a container or an endpoint may join, or a network create may name: "cap-..." or
+-- exactly the deployment's shared network (never a bare "cap" prefix: that would admit the
+-- operator's own networks, such as a compose project's capybara-sandbox_default).
+local function network_ref(v, settings)
+  return cap_name(v) or v == settings.shared_network
+end
+
+-- No new privileges, spelled as Docker documents it (the only security option allowed: seccomp,
+-- AppArmor and SELinux labels stay the engine's defaults).
+local NO_NEW_PRIVILEGES = { 'no-new-privileges', 'no-new-privileges:true', 'no-new-privileges=true' }
+
+-- tmpfs options as mount(8) reads them: only these, and nosuid plus nodev always (a setuid file
+-- or a device node on a tmpfs would otherwise work). A later option wins in mount(8), which is why
+-- "suid" or "dev" are not in the list at all.
+local TMPFS_OPTIONS = { rw = true, ro = true, exec = true, noexec = true, nosuid = true, nodev = true }
+local function tmpfs_options(v)
+  if #v > 256 then return false end
+  local seen = {}
+  for token in (v .. ','):gmatch('([^,]*),') do
+    if TMPFS_OPTIONS[token] then
+      seen[token] = true
+    elseif not (token:find('^size=%d+[kmg]?$') or token:find('^mode=[0-7][0-7][0-7][0-7]?$')) or #token > 24 then
+      return false
+    end
+  end
+  return seen.nosuid == true and seen.nodev == true
+end
+
+-- Log caps: json-file and local keep logs on the engine host, and only with a size cap are they
+-- bounded (a sandbox floods its egress proxy's log at about 3 GB an hour otherwise).
+S.LOG_MAX_BYTES = 100 * 1024 * 1024
+S.LOG_MAX_FILES = 5
+local UNIT = { [''] = 1, k = 1024, m = 1024 * 1024, g = 1024 * 1024 * 1024 }
+local function log_max_size(v)
+  local digits, unit = v:match('^([1-9]%d?%d?%d?%d?%d?%d?%d?%d?)([kmg]?)$')
+  return digits ~= nil and tonumber(digits) * UNIT[unit] <= S.LOG_MAX_BYTES
+end
+
+-- Labels: plain data to Docker, refused only where they could not be read back as sent.
+local LABELS = map{ key = function(k) return #k > 0 and k:find(PRINTABLE) ~= nil end, value = str(PRINTABLE), max = 256 }
+
+-- Container create ----------------------------------------------------------------------------
+local ENDPOINT_SETTINGS = struct({})
+
+local MOUNT = struct({
+  { 'Type', one_of({ 'volume', 'tmpfs' }), required = 'bad_value:Mounts.Type' },
+  -- A named cap- volume: never a host path, another container's volume or an anonymous volume.
+  { 'Source', str(cap_name) },
+  { 'Target', str(abs_path), required = 'bad_value:Mounts.Target' },
+  { 'ReadOnly', bool() },
+  -- Mode is the tmpfs root's permission bits (Docker mounts tmpfs nosuid,nodev,noexec by itself).
+  { 'TmpfsOptions', struct({ { 'SizeBytes', int(0) }, { 'Mode', int(0, 4095) } }, { prefix = 'Mounts.TmpfsOptions.' }) },
+}, {
+  prefix = 'Mounts.',
+  rules = {
+    function(m)
+      -- Without a Source Docker makes an anonymous volume with a random name that no cap- rule
+      -- can address or clean up.
+      if m.Type == 'volume' and m.Source == nil then return 'anonymous_volume:Mounts' end
+      if m.Type == 'volume' and m.TmpfsOptions ~= nil then return 'bad_value:Mounts.TmpfsOptions' end
+      if m.Type == 'tmpfs' and m.Source ~= nil then return 'bad_value:Mounts.Source' end
+    end,
+  },
+})
+
+local LOG_CONFIG = struct({
+  { 'Type', one_of({ 'json-file', 'local' }), required = 'bad_value:LogConfig.Type' },
+  { 'Config', map{
+    keys = { ['max-size'] = true, ['max-file'] = true },
+    value = str('.*'),
+    values = { ['max-size'] = str(log_max_size), ['max-file'] = str('^[1-5]$') },
+    label = 'LogConfig.Config',
+  } },
+}, {
+  prefix = 'LogConfig.',
+  rules = {
+    function(l)
+      if l.Config == nil or l.Config['max-size'] == nil then return 'profile_missing:LogConfig.max-size' end
+    end,
+  },
+})
+
+local HOST_CONFIG = struct({
+  -- Only "none", "cap-..." or the shared network: never host, bridge, default or container:<id>.
+  { 'NetworkMode', str(function(v, s) return v == 'none' or network_ref(v, s) end, 'network_mode_not_allowed'),
+    required = 'hostconfig_networkmode_required' },
+  -- The hardening profile: every container the proxy lets through is confined like a sandbox.
+  -- Root in the container holds no capability (no raw sockets, mknod, setuid, mounts).
+  { 'CapDrop', list(one_of({ 'ALL' }), 1, 1), required = 'profile_missing:CapDrop' },
+  { 'SecurityOpt', list(one_of(NO_NEW_PRIVILEGES), 1, 1), required = 'profile_missing:SecurityOpt' },
+  { 'ReadonlyRootfs', bool(true), required = 'profile_missing:ReadonlyRootfs' },
+  -- Zero or less is "unlimited" to Docker.
+  { 'PidsLimit', int(1, 4194304), required = 'profile_missing:PidsLimit' },
+  { 'Memory', int(1), required = 'profile_missing:Memory' },
+  -- Equal to Memory when given: no swap beyond the memory cap (-1 would be unlimited swap).
+  { 'MemorySwap', int(1) },
+  -- On cgroup v1 Docker 20.10 otherwise gives a container the host's cgroup namespace.
+  { 'CgroupnsMode', one_of({ 'private' }), required = 'cgroupns_private_required' },
+  -- "private" when given; absent is the engine's default, a namespace of the container's own.
+  { 'IpcMode', one_of({ 'private' }) },
+  { 'NanoCpus', int(1) },
+  { 'Init', bool() },
+  { 'RestartPolicy', struct({
+    { 'Name', one_of({ 'no' }) },
+    -- What an inspect gives back, copied by the controller's rebuild of a container.
+    { 'MaximumRetryCount', int(0, 0) },
+  }, { prefix = 'RestartPolicy.' }) },
+  { 'Tmpfs', map{ key = abs_path, value = str(tmpfs_options), max = 8, label = 'Tmpfs' } },
+  { 'Mounts', list(MOUNT, 0, 16) },
+  { 'Runtime', one_of({ 'runc', 'runsc' }) },
+  { 'Privileged', bool(false) },
+  -- A higher score only makes the container the OOM killer's first choice.
+  { 'OomScoreAdj', int(0, 1000) },
+  { 'LogConfig', LOG_CONFIG },
+}, {
+  rules = {
+    function(h)
+      if h.MemorySwap ~= nil and h.MemorySwap ~= h.Memory then return 'bad_value:MemorySwap' end
+    end,
+  },
+})
+
+S.routes.container_create = struct({
+  { 'Image', str(IMAGE) },
+  { 'User', str(user) },
+  { 'Entrypoint', list(str(PRINTABLE), 0, 64) },
+  { 'Cmd', list(str(PRINTABLE), 0, 1024) },
+  { 'WorkingDir', str(abs_path) },
+  { 'Env', list(str(NON_EMPTY_PRINTABLE), 0, 1024) },
+  { 'Labels', LABELS },
+  -- Required: without it Docker reads host fields (Privileged, Binds, ...) from the top level.
+  { 'HostConfig', HOST_CONFIG, required = 'hostconfig_networkmode_required' },
+  { 'NetworkingConfig', struct({
+    -- One endpoint (API 1.41 takes one per create), on the network NetworkMode names, with no
+    -- settings: no chosen address, MAC, alias, driver option or NetworkID (which would override
+    -- the key and join another network).
+    { 'EndpointsConfig', map{ key = network_ref, value = ENDPOINT_SETTINGS, max = 1,
+      label = 'EndpointsConfig', bad_key = 'endpoint_not_allowed' } },
+  }, { prefix = 'NetworkingConfig.' }) },
+}, {
+  rules = {
+    function(c)
+      local endpoints = c.NetworkingConfig and c.NetworkingConfig.EndpointsConfig
+      if endpoints == nil then return nil end
+      for name in pairs(endpoints) do
+        if name ~= c.HostConfig.NetworkMode then return 'endpoint_not_allowed' end
+      end
+    end,
+  },
+})
+
+-- Networks ---------------------------------------------------------------------------------------
+S.routes.network_create = struct({
+  { 'Name', str(network_ref, 'network_name_not_allowed'), required = 'network_name_required' },
+  -- CheckDuplicate: without it Docker 20.10 makes a second network of an existing name, after which
+  -- every call naming it fails as ambiguous.
+  { 'CheckDuplicate', bool(true), required = 'check_duplicate_required' },
+  -- Bridge only: macvlan, ipvlan, host or overlay reach the host's own interfaces.
+  { 'Driver', one_of({ 'bridge' }) },
+  { 'Internal', bool() },
+  -- Only the two bridge options the controller sets, each "true" or "false": no host interface
+  -- name, host bindings, masquerading or MTU.
+  { 'Options', map{
+    keys = { ['com.docker.network.bridge.enable_icc'] = true, ['com.docker.network.bridge.inhibit_ipv4'] = true },
+    value = one_of({ 'true', 'false' }), label = 'Options',
+  } },
+  { 'Labels', LABELS },
+  -- The IPAM driver by name only: a chosen subnet overlapping a host network captures its traffic.
+  { 'IPAM', struct({ { 'Driver', one_of({ 'default' }) } }, { prefix = 'IPAM.' }) },
+})
+
+-- The egress proxy's second leg: one cap- container, no endpoint settings.
+S.routes.network_connect = struct({
+  { 'Container', str(cap_name), required = 'connect_shape' },
+})
+
+-- Volumes ----------------------------------------------------------------------------------------
+S.routes.volume_create = struct({
+  { 'Name', str(cap_name), required = 'volume_name_required' },
+  -- To dockerd a driver name is a path to a plugin socket (/run/docker/plugins/<name>.sock): only
+  -- "local" or exactly a plugin the operator named (SOCKET_PROXY_VOLUME_DRIVERS).
+  { 'Driver', str(function(v, s) return v == 'local' or s.volume_drivers[v] == true end) },
+  -- size only: the local driver's type/o/device bind a host path or mount a network share.
+  { 'DriverOpts', map{ keys = { size = true }, value = str('^[0-9]+[A-Za-z]?$'), label = 'DriverOpts' } },
+  { 'Labels', LABELS },
+})
+
+-- Exec --------------------------------------------------------------------------------------------
+-- Commands and their environment may carry any UTF-8: they are the caller's own data.
+S.routes.exec_create = struct({
+  { 'Cmd', list(text(), 1, 1024), required = 'bad_value:Cmd' },
+  { 'AttachStdin', bool() },
+  { 'AttachStdout', bool() },
+  { 'AttachStderr', bool() },
+  { 'Tty', bool() },
+  { 'User', str(user) },
+  { 'Env', list(text(), 0, 1024) },
+  { 'Privileged', bool(false) },
+})
+
+S.routes.exec_start = struct({
+  { 'Detach', bool() },
+  { 'Tty', bool() },
+})
+
+-- Routes whose values are plain ASCII throughout (no \u escape, no byte above 0x7e): what the
+-- controller sends, and the only way a value means exactly its bytes to every reader.
+S.plain_routes = { container_create = true, network_create = true, network_connect = true, volume_create = true }
+
+return S

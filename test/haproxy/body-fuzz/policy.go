@@ -1,0 +1,232 @@
+package main
+
+// The socket proxy's policy restated on Docker's own reading of a body (independent of the Lua
+// schema): what a body the proxy allowed may make dockerd do. A body that passes the proxy and
+// breaks one of these is a finding even when both readers agree.
+
+import (
+	"fmt"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/volume"
+)
+
+var capName = regexp.MustCompile(`^cap-[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
+
+type settings struct {
+	sharedNetwork string
+	volumeDrivers map[string]bool
+}
+
+func (s settings) network(name string) bool { return capName.MatchString(name) || name == s.sharedNetwork }
+
+// onlyFields: every field of the struct not named is its zero value.
+func onlyFields(v interface{}, allowed ...string) error {
+	rv := reflect.ValueOf(v)
+	for rv.Kind() == reflect.Ptr {
+		if rv.IsNil() {
+			return nil
+		}
+		rv = rv.Elem()
+	}
+	ok := map[string]bool{}
+	for _, a := range allowed {
+		ok[a] = true
+	}
+	return zeroExcept(rv, ok)
+}
+
+func zeroExcept(rv reflect.Value, ok map[string]bool) error {
+	t := rv.Type()
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if f.Anonymous && f.Type.Kind() == reflect.Struct {
+			if err := zeroExcept(rv.Field(i), ok); err != nil {
+				return err
+			}
+			continue
+		}
+		if f.PkgPath != "" || ok[f.Name] {
+			continue
+		}
+		if !rv.Field(i).IsZero() {
+			// An empty map or slice reads as nothing to Docker.
+			fv := rv.Field(i)
+			if (fv.Kind() == reflect.Map || fv.Kind() == reflect.Slice) && fv.Len() == 0 {
+				continue
+			}
+			return fmt.Errorf("%s is set (%v)", f.Name, fv.Interface())
+		}
+	}
+	return nil
+}
+
+var nnp = map[string]bool{"no-new-privileges": true, "no-new-privileges:true": true, "no-new-privileges=true": true}
+
+func logSize(v string) (int64, bool) {
+	unit := int64(1)
+	switch {
+	case strings.HasSuffix(v, "k"):
+		unit, v = 1024, v[:len(v)-1]
+	case strings.HasSuffix(v, "m"):
+		unit, v = 1024*1024, v[:len(v)-1]
+	case strings.HasSuffix(v, "g"):
+		unit, v = 1024*1024*1024, v[:len(v)-1]
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	return n * unit, err == nil && n > 0
+}
+
+func tmpfsOK(opts string) bool {
+	has := map[string]bool{}
+	for _, o := range strings.Split(opts, ",") {
+		has[o] = true
+	}
+	return has["nosuid"] && has["nodev"] && !has["suid"] && !has["dev"]
+}
+
+// policy: nil when what Docker read is within the proxy's promise.
+func policy(route string, d *decoded, s settings) error {
+	switch route {
+	case "container_create":
+		c, hc, nc := d.config, d.hostConfig, d.networking
+		if hc == nil {
+			return fmt.Errorf("no HostConfig")
+		}
+		if c != nil {
+			if err := onlyFields(c, "Image", "User", "Entrypoint", "Cmd", "WorkingDir", "Env", "Labels", "Volumes"); err != nil {
+				return err
+			}
+			if len(c.Volumes) > 0 {
+				return fmt.Errorf("anonymous volumes %v", c.Volumes)
+			}
+		}
+		if err := onlyFields(hc, "NetworkMode", "CapDrop", "SecurityOpt", "ReadonlyRootfs", "PidsLimit", "Memory", "MemorySwap",
+			"CgroupnsMode", "IpcMode", "NanoCPUs", "Init", "RestartPolicy", "Tmpfs", "Mounts", "Runtime", "Privileged",
+			"OomScoreAdj", "LogConfig"); err != nil {
+			return err
+		}
+		mode := string(hc.NetworkMode)
+		switch {
+		case mode != "none" && !s.network(mode):
+			return fmt.Errorf("NetworkMode %q", mode)
+		case len(hc.CapDrop) != 1 || hc.CapDrop[0] != "ALL":
+			return fmt.Errorf("CapDrop %v", hc.CapDrop)
+		case len(hc.SecurityOpt) != 1 || !nnp[hc.SecurityOpt[0]]:
+			return fmt.Errorf("SecurityOpt %v", hc.SecurityOpt)
+		case !hc.ReadonlyRootfs:
+			return fmt.Errorf("writable root")
+		case hc.PidsLimit == nil || *hc.PidsLimit <= 0:
+			return fmt.Errorf("no pids limit")
+		case hc.Memory <= 0 || (hc.MemorySwap != 0 && hc.MemorySwap != hc.Memory):
+			return fmt.Errorf("Memory %d MemorySwap %d", hc.Memory, hc.MemorySwap)
+		case hc.CgroupnsMode != "private":
+			return fmt.Errorf("CgroupnsMode %q", hc.CgroupnsMode)
+		case hc.IpcMode != "" && hc.IpcMode != "private":
+			return fmt.Errorf("IpcMode %q", hc.IpcMode)
+		case hc.Privileged:
+			return fmt.Errorf("privileged")
+		case hc.OomScoreAdj < 0:
+			return fmt.Errorf("OomScoreAdj %d", hc.OomScoreAdj)
+		case hc.Runtime != "" && hc.Runtime != "runc" && hc.Runtime != "runsc":
+			return fmt.Errorf("Runtime %q", hc.Runtime)
+		case hc.RestartPolicy.Name != "" && hc.RestartPolicy.Name != "no":
+			return fmt.Errorf("RestartPolicy %v", hc.RestartPolicy)
+		}
+		if hc.LogConfig.Type != "" || len(hc.LogConfig.Config) > 0 {
+			size, ok := logSize(hc.LogConfig.Config["max-size"])
+			files := hc.LogConfig.Config["max-file"]
+			if (hc.LogConfig.Type != "json-file" && hc.LogConfig.Type != "local") || !ok || size > 100*1024*1024 {
+				return fmt.Errorf("LogConfig %v", hc.LogConfig)
+			}
+			if n, err := strconv.Atoi(files); files != "" && (err != nil || n < 1 || n > 5) {
+				return fmt.Errorf("LogConfig %v", hc.LogConfig)
+			}
+			for k := range hc.LogConfig.Config {
+				if k != "max-size" && k != "max-file" {
+					return fmt.Errorf("LogConfig option %q", k)
+				}
+			}
+		}
+		for target, opts := range hc.Tmpfs {
+			if !tmpfsOK(opts) {
+				return fmt.Errorf("Tmpfs %s %q", target, opts)
+			}
+		}
+		for _, m := range hc.Mounts {
+			if m.BindOptions != nil || m.VolumeOptions != nil || m.Consistency != "" {
+				return fmt.Errorf("mount options %+v", m)
+			}
+			switch m.Type {
+			case "volume":
+				if !capName.MatchString(m.Source) {
+					return fmt.Errorf("volume source %q", m.Source)
+				}
+			case "tmpfs":
+				if m.Source != "" {
+					return fmt.Errorf("tmpfs source %q", m.Source)
+				}
+			default:
+				return fmt.Errorf("mount type %q", m.Type)
+			}
+		}
+		if nc != nil {
+			if len(nc.EndpointsConfig) > 1 {
+				return fmt.Errorf("%d endpoints", len(nc.EndpointsConfig))
+			}
+			for name, ep := range nc.EndpointsConfig {
+				if name != mode {
+					return fmt.Errorf("endpoint %q beside NetworkMode %q", name, mode)
+				}
+				if err := onlyFields(ep); err != nil {
+					return fmt.Errorf("endpoint settings: %v", err)
+				}
+			}
+		}
+	case "volume_create":
+		v := d.other.(*volume.VolumeCreateBody)
+		if !capName.MatchString(v.Name) {
+			return fmt.Errorf("volume name %q", v.Name)
+		}
+		// No driver is the local one.
+		if v.Driver != "" && v.Driver != "local" && !s.volumeDrivers[v.Driver] {
+			return fmt.Errorf("volume driver %q", v.Driver)
+		}
+		for k := range v.DriverOpts {
+			if k != "size" {
+				return fmt.Errorf("driver option %q", k)
+			}
+		}
+	case "network_create":
+		n := d.other.(*types.NetworkCreateRequest)
+		if err := onlyFields(n, "Name", "CheckDuplicate", "Driver", "Internal", "Options", "Labels", "IPAM"); err != nil {
+			return err
+		}
+		if !s.network(n.Name) || !n.CheckDuplicate || (n.Driver != "bridge" && n.Driver != "") {
+			return fmt.Errorf("network %q driver %q checkDuplicate %v", n.Name, n.Driver, n.CheckDuplicate)
+		}
+		if n.IPAM != nil && (n.IPAM.Driver != "default" && n.IPAM.Driver != "" || len(n.IPAM.Config) > 0 || len(n.IPAM.Options) > 0) {
+			return fmt.Errorf("IPAM %+v", n.IPAM)
+		}
+		for k, v := range n.Options {
+			if (k != "com.docker.network.bridge.enable_icc" && k != "com.docker.network.bridge.inhibit_ipv4") || (v != "true" && v != "false") {
+				return fmt.Errorf("network option %q=%q", k, v)
+			}
+		}
+	case "network_connect":
+		n := d.other.(*types.NetworkConnect)
+		if !capName.MatchString(n.Container) || n.EndpointConfig != nil {
+			return fmt.Errorf("connect %+v", n)
+		}
+	case "exec_create":
+		e := d.other.(*types.ExecConfig)
+		if e.Privileged || e.Detach || e.DetachKeys != "" || e.WorkingDir != "" || len(e.Cmd) == 0 {
+			return fmt.Errorf("exec %+v", e)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,109 @@
+/**
+ * Every request body the controller builds, made by its own pure builders for every tier, option
+ * and recovery path: the container bodies of both containers for each tier and runtime, with and
+ * without a volume plugin, a persistent workspace, an environment, the log caps at their edges and
+ * test hosts; the body of a container rebuilt from its inspect data; the network, volume and
+ * connect bodies; the exec bodies of every script the controller runs. Nothing here is written by
+ * hand but the inputs, so a change to a builder changes what the socket proxy's tests check.
+ */
+import { parseDeploymentConfig, type DeploymentConfigInput } from '../../controller/spec/config.js';
+import { planSandbox } from '../../controller/spec/sandbox-plan.js';
+import { egressContainerBody, sandboxBodyFromInspect, sandboxContainerBody } from '../../controller/docker/container-spec.js';
+import { internalNetworkBody, networkConnectBody, sharedNetworkBody } from '../../controller/docker/network-spec.js';
+import { volumeBody } from '../../controller/docker/volume-spec.js';
+import { EXEC_START_BODY, execCreateBody } from '../../controller/docker/engine-exec.js';
+import {
+  MAX_INLINE_PAYLOAD, ROOT_USER, SANDBOX_USER, commandPayload, encodeArg, execMark, execMarkEnv, killAllCmd, killMarkedCmd, killTaggedCmd,
+  readFileCmd, statCmd, wrapperCmd, writeFileCmd,
+} from '../../controller/exec/exec-script.js';
+import type { SandboxSpec } from '../../controller/spec/contract.js';
+
+export type BodyRoute = 'container_create' | 'network_create' | 'network_connect' | 'volume_create' | 'exec_create' | 'exec_start';
+
+export interface ControllerBody {
+  readonly route: BodyRoute;
+  readonly what: string;
+  readonly body: unknown;
+}
+
+/** The volume plugin the tests configure on both sides (controller and socket proxy). */
+export const TEST_VOLUME_DRIVER = 'capytestdriver';
+
+/**
+ * The bodies, with the deployment's shared network named `sharedNetwork` and `extraLabels` on
+ * every resource (a test's run label), for sandbox ids starting with `idPrefix`.
+ */
+export function controllerBodies(sharedNetwork: string, extraLabels: Readonly<Record<string, string>>, idPrefix = 'bodies'): ControllerBody[] {
+  const out: ControllerBody[] = [];
+  const deployments: Array<{ name: string; config: DeploymentConfigInput }> = [
+    { name: 'defaults', config: {} },
+    { name: 'runsc', config: { runtime: 'runsc' } },
+    { name: 'volume plugin', config: { volumeDriver: TEST_VOLUME_DRIVER } },
+    { name: 'largest log caps', config: { logMaxSizeMb: 100, logMaxFiles: 5 } },
+    { name: 'smallest log caps', config: { logMaxSizeMb: 1, logMaxFiles: 1 } },
+    { name: 'open egress allowed', config: { allowOpenEgress: true } },
+  ];
+  const specs: Array<{ name: string; spec: Omit<SandboxSpec, 'id'>; needs?: keyof DeploymentConfigInput }> = [
+    { name: 'none', spec: { image: 'capybara-sandbox:latest', limits: { egress: 'none' } } },
+    { name: 'internal', spec: { image: 'capybara-sandbox:latest', limits: { egress: 'internal', cpu: 0.01, memoryMb: 6 } } },
+    { name: 'allowlist', spec: { image: 'capybara-sandbox:latest', limits: { egress: 'allowlist', allowHosts: ['example.com', '*.pypi.org'] }, env: { A: 'b', LANG: 'C.UTF-8' } } },
+    // cpu and memory at the default ceilings (maxLimits).
+    { name: 'allowlist, empty list', spec: { image: 'capybara-sandbox:latest', limits: { egress: 'allowlist', cpu: 4, memoryMb: 16384 } } },
+    { name: 'open', spec: { image: 'capybara-sandbox:latest', limits: { egress: 'open' } }, needs: 'allowOpenEgress' },
+    { name: 'persistent workspace', spec: { image: 'capybara-sandbox:latest', limits: { egress: 'allowlist', allowHosts: ['deb.debian.org'] }, workspace: { key: 'proj-1', durability: 'persistent' } } },
+    { name: 'disk limit', spec: { image: 'capybara-sandbox:latest', limits: { egress: 'internal', diskMb: 100 } }, needs: 'volumeDriver' },
+  ];
+  let n = 0;
+  for (const d of deployments) {
+    const config = parseDeploymentConfig({ endpoint: 'unix:///run/capybara-sandbox/docker.sock', network: sharedNetwork, ...d.config });
+    out.push({ route: 'network_create', what: `${d.name}: shared network`, body: sharedNetworkBody(config.network, extraLabels) });
+    for (const s of specs) {
+      if (s.needs !== undefined && d.config[s.needs] === undefined) continue;
+      const plan = planSandbox({ id: `${idPrefix}${(n += 1)}`, ...s.spec }, config, { extraLabels });
+      const what = `${d.name}, ${s.name}`;
+      const sandbox = sandboxContainerBody(plan);
+      out.push({ route: 'container_create', what: `${what}: sandbox container`, body: sandbox });
+      out.push({ route: 'container_create', what: `${what}: egress proxy`, body: egressContainerBody(plan, undefined) });
+      out.push({ route: 'container_create', what: `${what}: egress proxy with test hosts`, body: egressContainerBody(plan, { 'upstream.test': '10.0.0.5' }) });
+      // resume after the network went: the container is rebuilt from what inspect gives back
+      // (Docker adds its defaults; the controller copies only what it set).
+      const inspected = {
+        image: sandbox.Image, user: sandbox.User ?? '', cmd: sandbox.Cmd ?? [], workingDir: sandbox.WorkingDir ?? '',
+        env: sandbox.Env, labels: sandbox.Labels,
+        hostConfig: {
+          ...sandbox.HostConfig, Binds: null, Privileged: false, CgroupnsMode: 'host', OomKillDisable: false,
+          RestartPolicy: { Name: 'no', MaximumRetryCount: 0 }, LogConfig: { Type: 'json-file', Config: {} },
+          Mounts: (sandbox.HostConfig.Mounts as object[]).map((m) => ({ ...m, VolumeOptions: {} })),
+        },
+      };
+      out.push({ route: 'container_create', what: `${what}: sandbox rebuilt from inspect`, body: sandboxBodyFromInspect(inspected, config) });
+      out.push({ route: 'network_create', what: `${what}: internal network`, body: internalNetworkBody(plan.names.network, plan.labels) });
+      out.push({ route: 'network_connect', what: `${what}: egress proxy's second leg`, body: networkConnectBody(plan.names.egress) });
+      out.push({ route: 'volume_create', what: `${what}: skills volume`, body: volumeBody(plan.names.skillsVolume, plan.labels, undefined, undefined) });
+      out.push({
+        route: 'volume_create', what: `${what}: workspace volume`,
+        body: volumeBody(plan.workspaceVolume, plan.persistentWorkspace?.labels ?? plan.labels, plan.volumeDriver, plan.limits.volumeSize),
+      });
+    }
+  }
+  const mark = execMark('default', '00000000-0000-4000-8000-000000000000');
+  const scripts: Array<{ name: string; cmd: readonly string[]; user: string; env?: readonly string[]; stdin?: Uint8Array }> = [
+    // As commands.ts runs them: marked, the script base64-encoded inline, or on stdin ("-N").
+    { name: 'command', cmd: wrapperCmd(65, encodeArg(commandPayload('echo héllo; exit 7', { X: 'ü' }, '/workspace/sub'))), user: SANDBOX_USER, env: execMarkEnv(mark) },
+    { name: 'largest inline command', cmd: wrapperCmd(86_405, encodeArg('x'.repeat(MAX_INLINE_PAYLOAD * 3 / 4))), user: SANDBOX_USER, env: execMarkEnv(mark) },
+    { name: 'command with stdin', cmd: wrapperCmd(65, encodeArg(commandPayload('cat', {}, undefined))), user: SANDBOX_USER, env: execMarkEnv(mark), stdin: new Uint8Array([1, 2]) },
+    { name: 'command on stdin', cmd: wrapperCmd(65, '-40000'), user: SANDBOX_USER, env: execMarkEnv(mark), stdin: new Uint8Array([1]) },
+    { name: 'kill one command', cmd: killMarkedCmd([mark]), user: SANDBOX_USER },
+    { name: 'kill by tag', cmd: killTaggedCmd(['default', 'build']), user: SANDBOX_USER },
+    { name: 'kill all', cmd: killAllCmd(), user: SANDBOX_USER },
+    { name: 'read file', cmd: readFileCmd('/workspace/a.txt', 1024), user: SANDBOX_USER },
+    { name: 'write file', cmd: writeFileCmd('/workspace/a.txt'), user: SANDBOX_USER, stdin: new Uint8Array([1]) },
+    { name: 'write a skill', cmd: writeFileCmd('/opt/capybara/skills/s.md', '/opt/capybara/skills'), user: ROOT_USER, stdin: new Uint8Array([1]) },
+    { name: 'stat', cmd: statCmd('/workspace'), user: SANDBOX_USER },
+  ];
+  for (const s of scripts) {
+    out.push({ route: 'exec_create', what: `exec: ${s.name}`, body: execCreateBody({ cmd: s.cmd, user: s.user, env: s.env, stdin: s.stdin }) });
+  }
+  out.push({ route: 'exec_start', what: 'exec start', body: EXEC_START_BODY });
+  return out;
+}
