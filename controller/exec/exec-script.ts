@@ -149,14 +149,34 @@ export function wrapperCmd(backstopSeconds: number, payload: string): string[] {
   return ['bash', '-c', WRAPPER, 'capybara-exec', String(backstopSeconds), payload];
 }
 
-// Kills every process marked with one of the given marks ($@: "tag/uuid", or "tag/*" for a whole
-// tag) and every process of a session a marked process leads (a child that cleared its
-// environment but stayed in the command's session), scanning /proc again until a scan finds none
-// of them alive. A process that left the session (setsid) keeps the mark, so it is found too.
-// A zombie (state Z, or X while it goes) has ended already: kill succeeds on it, so counting it
-// would rescan /proc for as long as its parent or PID 1 leaves it unreaped (50 scans, seconds,
-// after a fork bomb under an init that reaps slowly). Processes of other users (root's init)
-// cannot be read or signalled by uid 1000 and are skipped.
+// Kills every live process `chosen` accepts, scanning /proc again until a scan finds none of them
+// alive; then prints the OK line (50 scans without that: no line, and the controller restarts the
+// container). `chosen` gets /proc/PID, the pid and its session. A zombie (state Z, or X while it
+// goes) has ended already: kill succeeds on it, so counting it would rescan /proc for as long as
+// its parent or PID 1 leaves it unreaped (50 scans, seconds, after a fork bomb under an init that
+// reaps slowly). A kill of a process of another user (root's init) fails for uid 1000, so it does
+// not count either.
+const KILL_UNTIL_NONE_ALIVE = String.raw`
+for ((round = 0; round < 50; round++)); do
+  alive=0
+  for p in /proc/[0-9]*; do
+    pid=${'$'}{p#/proc/}
+    [ "$pid" = "$$" ] && continue
+    read -r line < "$p/stat" 2>/dev/null || continue
+    # Fields after "(comm) ": state ppid pgrp session ...
+    read -r -a f <<< "${'$'}{line##*) }"
+    case ${'$'}{f[0]} in Z|X) continue ;; esac
+    chosen "$p" "$pid" "${'$'}{f[3]}" || continue
+    kill -KILL "$pid" 2>/dev/null && alive=1
+  done
+  [ "$alive" = 0 ] && { echo ${KILL_OK_MARKER}; exit 0; }
+done
+`;
+
+// Chooses every process marked with one of the given marks ($@: "tag/uuid", or "tag/*" for a
+// whole tag) and every process of a session a marked process leads (a child that cleared its
+// environment but stayed in the command's session). A process that left the session (setsid)
+// keeps the mark, so it is found too.
 const KILL_MARKED = String.raw`
 wanted=("$@")
 marked() {
@@ -171,25 +191,14 @@ marked() {
   return 1
 }
 declare -A lead=()
-for ((round = 0; round < 50; round++)); do
-  alive=0
-  for p in /proc/[0-9]*; do
-    pid=${'$'}{p#/proc/}
-    [ "$pid" = "$$" ] && continue
-    read -r line < "$p/stat" 2>/dev/null || continue
-    # Fields after "(comm) ": state ppid pgrp session ...
-    read -r -a f <<< "${'$'}{line##*) }"
-    case ${'$'}{f[0]} in Z|X) continue ;; esac
-    if [ -z "${'$'}{lead[${'$'}{f[3]}]+x}" ]; then
-      marked "$p" || continue
-      # Only a leader's session: the session of a process that is not one may be shared.
-      [ "${'$'}{f[3]}" = "$pid" ] && lead[$pid]=1
-    fi
-    kill -KILL "$pid" 2>/dev/null && alive=1
-  done
-  [ "$alive" = 0 ] && { echo ${KILL_OK_MARKER}; exit 0; }
-done
-`;
+chosen() {
+  [ -n "${'$'}{lead[$3]+x}" ] && return 0
+  marked "$1" || return 1
+  # Only a leader's session: the session of a process that is not one may be shared.
+  [ "$3" = "$2" ] && lead[$2]=1
+  return 0
+}
+${KILL_UNTIL_NONE_ALIVE}`;
 
 /** Kills the processes of the given commands: marks from execMark, or `tag/*` patterns. */
 export function killMarkedCmd(marks: readonly string[]): string[] {
@@ -201,23 +210,12 @@ export function killTaggedCmd(tags: readonly string[]): string[] {
 }
 
 // As uid 1000, `kill -9 -1` reaches every process of the sandbox user and none of root's. Then it
-// judges what is left: the OK line only once a scan of /proc signalled no live process (zombies
-// are dead), so a caller that asked for a clean sandbox (exec `fresh`) gets one or a restart.
+// judges what is left, so that a caller that asked for a clean sandbox (exec `fresh`) gets one or
+// a restart.
 const KILL_ALL = String.raw`
 for round in 1 2 3 4 5 6 7 8 9 10; do kill -KILL -1 2>/dev/null || break; done
-for ((round = 0; round < 50; round++)); do
-  alive=0
-  for p in /proc/[0-9]*; do
-    pid=${'$'}{p#/proc/}
-    [ "$pid" = "$$" ] && continue
-    read -r line < "$p/stat" 2>/dev/null || continue
-    case ${'$'}{line##*) } in Z*|X*) continue ;; esac
-    # Fails for root's processes (no CAP_KILL): only the sandbox user's count.
-    kill -KILL "$pid" 2>/dev/null && alive=1
-  done
-  [ "$alive" = 0 ] && { echo ${KILL_OK_MARKER}; exit 0; }
-done
-`;
+chosen() { return 0; }
+${KILL_UNTIL_NONE_ALIVE}`;
 
 export function killAllCmd(): string[] {
   return ['bash', '-c', KILL_ALL, 'capybara-killall'];
