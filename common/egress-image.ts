@@ -27,6 +27,9 @@ export const EGRESS_ENV = {
   dnsTimeoutMs: 'EGRESS_DNS_TIMEOUT_MS',
   connectTimeoutMs: 'EGRESS_CONNECT_TIMEOUT_MS',
   memoryLimitMb: 'EGRESS_MEMORY_LIMIT_MB',
+  transparentListen: 'EGRESS_TRANSPARENT_LISTEN',
+  transparentAnswer: 'EGRESS_TRANSPARENT_ANSWER',
+  transparentPortMap: 'EGRESS_TRANSPARENT_PORT_MAP',
   /** Tests only: a JSON map of host to address(es) that pins those names. */
   testHosts: 'CAPYBARA_EGRESS_TEST_HOSTS',
 } as const;
@@ -61,6 +64,7 @@ export const EGRESS_METRICS = {
   dnsSeconds: 'egress_dns_seconds',
   connectSeconds: 'egress_connect_seconds',
   heldBytes: 'egress_held_bytes',
+  dnsQueries: 'egress_dns_queries_total',
 } as const;
 
 /**

@@ -77,6 +77,12 @@ export const REASONS = {
     status: 503,
     advice: 'the proxy holds as many unchecked bytes as its memory allows (this client its share of them); retry later, with fewer connections opened at once',
   },
+  dns_not_allowed: {
+    // Never an HTTP answer: a DNS query for a name off the allowlist gets NXDOMAIN (transparent
+    // mode), and this is the reason its decision line gives.
+    status: 403,
+    advice: 'the name is not on the allowlist, so it does not resolve; add the host name (or a *.parent wildcard) to allowHosts',
+  },
   too_many_connections: {
     status: 503,
     advice: 'the proxy is at its connection limit; retry later',

@@ -8,7 +8,7 @@
 import { readFileSync } from 'node:fs';
 import os from 'node:os';
 import v8 from 'node:v8';
-import { ConfigError, loadPolicy, parseConfig, usage, type ProxyConfig } from './config.js';
+import { ConfigError, loadPolicy, OPTIONS, parseConfig, usage, type ProxyConfig } from './config.js';
 import { createLookup, MAX_LOOKUPS_IN_FLIGHT } from './dns.js';
 import { createLogger } from './log.js';
 import { createEgressProxy, type EgressProxy } from './server.js';
@@ -18,6 +18,7 @@ import { watchPolicyFile } from './policy-watch.js';
 import { installProcessEnd } from './exit.js';
 import { MemoryBudget } from './memory-budget.js';
 import { cgroupMemoryLimit, memoryLimit, MIN_MEMORY_BYTES, planMemory } from './memory-plan.js';
+import { planTransparentPorts, type TransparentPort } from './transparent-ports.js';
 
 const read = (path: string): string => readFileSync(path, 'utf8');
 
@@ -73,6 +74,18 @@ async function main(): Promise<number> {
   } catch (err) {
     process.stderr.write(`capybara-egress: ${(err as Error).message}\n`);
     return 2;
+  }
+
+  // Transparent mode's listeners follow the connect ports at start; a reload that changes them
+  // changes what is allowed on each listener, not which listen.
+  let transparentPorts: readonly TransparentPort[] | undefined;
+  if (config.transparent !== undefined) {
+    const plan = planTransparentPorts(policy.connectPorts, config.transparent.portMap);
+    if (!plan.ok) {
+      process.stderr.write(`capybara-egress: --transparent-port-map (${OPTIONS['transparent-port-map'].env}): ${plan.problem}\n`);
+      return 2;
+    }
+    transparentPorts = plan.ports;
   }
 
   const nofile = openFileLimit();
@@ -150,6 +163,10 @@ async function main(): Promise<number> {
   try {
     metrics = config.metricsListen ? await startMetricsServer(config.metricsListen, proxy.metrics) : undefined;
     if (metrics) serving.push(metrics);
+    // Before the proxy port: a proxy that answers serves everything it was configured to.
+    if (config.transparent !== undefined && transparentPorts !== undefined) {
+      await proxy.listenTransparent({ listen: config.transparent.listen, answer: config.transparent.answer, ports: transparentPorts });
+    }
     address = await proxy.listen(config.listen.host, config.listen.port);
   } catch (err) {
     process.stderr.write(`capybara-egress: cannot listen: ${(err as Error).message}\n`);

@@ -14,6 +14,7 @@ export type LineFields = Readonly<Record<string, LineValue>>;
 
 export class DecisionRecorder {
   private written = false;
+  private noted: LineFields = {};
 
   /**
    * `method` is the request's, when it was parsed; `level` is that of the line (a limit refusal,
@@ -31,12 +32,17 @@ export class DecisionRecorder {
     return this.written;
   }
 
+  /** Fields the request's line carries whatever its outcome, known before it (a TLS server name read first). */
+  note(fields: LineFields): void {
+    this.noted = { ...this.noted, ...fields };
+  }
+
   /** The request was allowed; `fields` say to where and how it went. */
   allow(fields: LineFields): void {
     if (this.written) return;
     this.written = true;
     this.observer.decision('allow', 'allowed');
-    logLine(this.log, { [F.event]: 'decision', [F.decision]: 'allow', [F.method]: this.method, ...fields }, this.level);
+    logLine(this.log, { [F.event]: 'decision', [F.decision]: 'allow', [F.method]: this.method, ...this.noted, ...fields }, this.level);
   }
 
   /** The request was refused for `refusal`'s reason; `fields` add what was known by then. */
@@ -46,7 +52,7 @@ export class DecisionRecorder {
     this.observer.decision('deny', refusal.reason);
     logLine(
       this.log,
-      { [F.event]: 'decision', [F.decision]: 'deny', [F.method]: this.method, [F.reason]: refusal.reason, [F.detail]: refusal.detail, [F.host]: refusal.host, [F.port]: refusal.port, ...fields },
+      { [F.event]: 'decision', [F.decision]: 'deny', [F.method]: this.method, [F.reason]: refusal.reason, [F.detail]: refusal.detail, [F.host]: refusal.host, [F.port]: refusal.port, ...this.noted, ...fields },
       this.level,
     );
   }

@@ -23,6 +23,8 @@ import { F, ms, type Logger } from './log.js';
 import { refuseResponse, type Refusal } from './refusal.js';
 import { checkRequestHead, type BodyFraming } from './request-head.js';
 import { checkResponseHead } from './response-head.js';
+import { transparentEntryOf } from './transparent-entry.js';
+import { transparentTarget } from './transparent-http.js';
 
 /** A failure of the exchange that the forwarder finds itself (undici reports the others). */
 class ExchangeError extends CodedError<'upstream_timeout' | 'bad_upstream_response'> {}
@@ -60,7 +62,9 @@ export function createForwarder(ctx: ProxyContext, root: Logger) {
     };
 
     const url = req.url ?? '';
-    if (url === EGRESS_HEALTH_PATH && (req.method === 'GET' || req.method === 'HEAD')) {
+    // On a transparent listener every request is for the server named by its Host header, /healthz too.
+    const entry = transparentEntryOf(req.socket);
+    if (entry === undefined && url === EGRESS_HEALTH_PATH && (req.method === 'GET' || req.method === 'HEAD')) {
       res.writeHead(200, { 'Content-Type': 'text/plain', 'Content-Length': '3' }).end(req.method === 'GET' ? 'ok\n' : undefined);
       return;
     }
@@ -75,8 +79,8 @@ export function createForwarder(ctx: ProxyContext, root: Logger) {
     };
     holdInFlight(ctx, req.socket, res, early);
 
-    if (url.startsWith('/')) return deny({ reason: 'bad_request', detail: 'this is a proxy: send an absolute http:// URL or CONNECT host:port' });
-    const parsed = parseAbsoluteUrl(url);
+    if (entry === undefined && url.startsWith('/')) return deny({ reason: 'bad_request', detail: 'this is a proxy: send an absolute http:// URL or CONNECT host:port' });
+    const parsed = entry === undefined ? parseAbsoluteUrl(url) : transparentTarget(req.rawHeaders, url, entry.port);
     if (!parsed.ok) return deny({ reason: parsed.reason, detail: parsed.detail });
 
     const policy = ctx.policy();

@@ -38,6 +38,11 @@ export const F = {
   tunnel: 'tunnel',
   error: 'error',
   requests: 'requests',
+  /** `transparent` on the lines of requests that came in on the transparent listeners. */
+  via: 'via',
+  /** The type a DNS query asked for. */
+  qtype: 'qtype',
+  lines: 'lines',
 } as const;
 
 export type { Logger };

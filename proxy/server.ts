@@ -24,6 +24,9 @@ import { MAX_WAITING, Pipeline } from './pipeline.js';
 import { UpstreamPools } from './upstream-pools.js';
 import { ACCEPT_BYTES, BODY_WAIT_BYTES, MemoryBudget, parserBytes, requestBytes, UNCHARGED } from './memory-budget.js';
 import { healthCheckHead } from './health-check.js';
+import { startTransparent, type Transparent, type TransparentOptions } from './transparent.js';
+import { transparentEntryOf } from './transparent-entry.js';
+import { handleTransparentTls, refuseTls } from './transparent-tls.js';
 
 export interface EgressProxyOptions {
   readonly policy: Policy;
@@ -41,6 +44,11 @@ export interface EgressProxyOptions {
 
 export interface EgressProxy {
   listen(host: string, port: number): Promise<AddressInfo>;
+  /**
+   * Starts transparent mode's DNS, TLS and HTTP listeners; resolves once they listen (after
+   * waiting for their address to appear on an interface, if it has not yet).
+   */
+  listenTransparent(options: TransparentOptions): Promise<Transparent>;
   /** Stops accepting, then closes every open connection and tunnel. */
   close(): Promise<void>;
   /** Replaces the policy for new requests; open tunnels are left alone. */
@@ -168,6 +176,16 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
       );
     });
   });
+  // A connection on the transparent TLS listener: routed by its ClientHello (transparent-tls.ts).
+  const onTransparentTls = (socket: net.Socket, port: number): void => {
+    const record = recorderFor(socket, undefined);
+    handleTransparentTls(ctx, log, socket, port, record).catch((err: unknown) =>
+      failClosed('transparent_tls', err, () => {
+        record.deny(INTERNAL_ERROR);
+        socket.destroy();
+      }),
+    );
+  };
   const onConnect = (request: { target: string; bodyProblem: string | undefined }, socket: net.Socket, head: Buffer): void => {
     const record = recorderFor(socket, 'CONNECT');
     handleConnect(ctx, log, request, socket, head, record).catch((err: unknown) =>
@@ -194,6 +212,12 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     firstHead(socket);
     leaveParser(socket);
     if (behindPending(req, socket)) return;
+    if (transparentEntryOf(socket) !== undefined) {
+      const refusal: Refusal = { reason: 'bad_request', detail: 'CONNECT to a transparent listener (use the proxy port)' };
+      denyLine(socket, refusal, req.method);
+      refuseSocket(socket, refusal);
+      return;
+    }
     onConnect({ target: req.url ?? '', bodyProblem: connectBodyProblem(req.rawHeaders) }, socket, head);
   });
   // Without this listener Node answers an Expect other than 100-continue with its own 417, which
@@ -262,9 +286,12 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     if (!parsed.delete(socket)) return;
     connectionOf(socket, log).memory.shrink(parserCharge);
   };
-  const netServer = net.createServer({ allowHalfOpen: true, noDelay: true }, (socket) => {
+  /** Admits a client connection within the limits, then reads it (every listener's connections). */
+  const accept = (socket: net.Socket): void => {
     const clientIp = socket.remoteAddress ?? 'unknown';
     const client = `${clientIp}:${socket.remotePort ?? 0}`;
+    const entry = transparentEntryOf(socket);
+    const via = entry === undefined ? {} : { [F.via]: 'transparent' };
     socket.on('error', () => socket.destroy());
     const fromClient = perClient.get(clientIp) ?? 0;
     if (open >= limits.maxConnections || fromClient >= limits.maxConnectionsPerClient) {
@@ -273,8 +300,10 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
           ? { reason: 'too_many_connections', detail: `${open} connections are open`, retryAfter: 1 }
           : { reason: 'client_limit', detail: `${fromClient} connections are open from ${clientIp}`, retryAfter: 1 };
       // Refused before the connection has a logger of its own: the line names the client.
-      new DecisionRecorder(observer, log, undefined, 'warn').deny(refusal, { [F.client]: client });
-      refuseSocket(socket, refusal);
+      new DecisionRecorder(observer, log, undefined, 'warn').deny(refusal, { [F.client]: client, ...via, ...(entry && { [F.port]: entry.port }) });
+      // A TLS client reads no HTTP answer.
+      if (entry?.kind === 'tls') refuseTls(socket, refusal);
+      else refuseSocket(socket, refusal);
       return;
     }
     // Served only with room for its first read: a client past its share of the memory budget (or
@@ -308,15 +337,25 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
       clientIp,
       // Built on first use: a connection refused before it logs anything never pays for it.
       get log() {
-        child ??= log.child({ [F.conn]: id, [F.client]: client });
+        child ??= log.child({ [F.conn]: id, [F.client]: client, ...via });
         return child;
       },
       counted: { read: 0 },
       memory,
       release,
     });
-    readFirstChunk(socket);
-  });
+    if (entry?.kind !== 'tls') readFirstChunk(socket);
+    else if (admitted !== undefined) onTransparentTls(socket, entry.port);
+    else {
+      // A transparent TLS client reads no HTTP answer, and no health check comes this way.
+      const refusal: Refusal = { reason: 'overloaded', detail: budget.explain(clientIp, ACCEPT_BYTES), retryAfter: 1 };
+      recorderFor(socket, undefined).deny(refusal, { [F.port]: entry.port });
+      refuseTls(socket, refusal);
+    }
+  };
+  const netServer = net.createServer({ allowHalfOpen: true, noDelay: true }, accept);
+  let transparent: Transparent | undefined;
+  let closed = false;
 
   /**
    * The first bytes decide the path: a complete, plain CONNECT head goes straight to the tunnel;
@@ -350,7 +389,8 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
         overloadedAtHandOver(socket, chunk, ACCEPT_BYTES);
         return;
       }
-      const fast = readConnectHead(chunk, limits.maxHeaderBytes);
+      // Only the proxy port takes CONNECT: a transparent HTTP listener's bytes all go to the parser.
+      const fast = transparentEntryOf(socket) === undefined ? readConnectHead(chunk, limits.maxHeaderBytes) : undefined;
       if (fast !== undefined) {
         firstHead(socket);
         socket.pause();
@@ -387,7 +427,8 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
    */
   function overloadedAtHandOver(socket: net.Socket, chunk: Buffer, wanted: number): void {
     firstHead(socket);
-    const health = healthCheckHead(chunk);
+    // A transparent HTTP listener's requests are meant for the host they name, never the proxy.
+    const health = transparentEntryOf(socket) === undefined ? healthCheckHead(chunk) : undefined;
     if (health !== undefined) {
       closeRefused(socket, `HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\nConnection: close\r\n\r\n${health === 'GET' ? 'ok\n' : ''}`);
       return;
@@ -427,7 +468,17 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
         });
       });
     },
+    async listenTransparent(options) {
+      if (transparent !== undefined) throw new Error('transparent mode is already listening');
+      const started = await startTransparent(options, { accept, policy: () => policy, observer, log, closed: () => closed });
+      // Closed while it was binding: nothing may stay listening.
+      if (closed) await started.close();
+      else transparent = started;
+      return started;
+    },
     close() {
+      closed = true;
+      void transparent?.close();
       return new Promise((resolve) => {
         netServer.close(() => resolve());
         httpServer.close(() => undefined); // stops the header-timeout sweep

@@ -27,11 +27,27 @@ import { TlsGuard, type GuardStep } from './tls-guard.js';
 const ESTABLISHED = 'HTTP/1.1 200 Connection Established\r\n\r\n';
 
 // A TLS alert, fatal access_denied (RFC 8446 §6.2): tells a TLS client why the handshake ended.
-const ACCESS_DENIED_ALERT = Buffer.from([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x31]);
+export const ACCESS_DENIED_ALERT = Buffer.from([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x31]);
 
-function deny(record: DecisionRecorder, socket: Socket, refusal: Refusal, fields: LineFields): void {
+/**
+ * How a tunnel meets its client: a CONNECT (refusals are HTTP responses, the tunnel opens with a
+ * `200`, the entry's tunnel mode applies) or a transparent TLS connection (refusals are TLS
+ * alerts, nothing is said when it opens, and the ClientHello is always checked).
+ */
+export interface TunnelEntry {
+  /** Written to the client once the upstream is connected, if anything. */
+  readonly established: string | undefined;
+  /** Ends a connection refused before the tunnel opened. */
+  refuse(socket: Socket, refusal: Refusal): void;
+  /** Hold client bytes until a ClientHello naming the host has arrived, whatever the entry's mode. */
+  readonly alwaysTls: boolean;
+}
+
+const CONNECT_ENTRY: TunnelEntry = { established: ESTABLISHED, refuse: refuseSocket, alwaysTls: false };
+
+function deny(record: DecisionRecorder, socket: Socket, refusal: Refusal, fields: LineFields, entry: TunnelEntry = CONNECT_ENTRY): void {
   record.deny(refusal, fields);
-  refuseSocket(socket, refusal);
+  entry.refuse(socket, refusal);
 }
 
 /**
@@ -61,22 +77,40 @@ export async function handleConnect(
   record: DecisionRecorder,
 ): Promise<void> {
   const started = performance.now();
-  const { log } = connectionOf(client, root);
   client.on('error', () => client.destroy()); // reported by the close line; never crashes the process
 
   const target = parseConnectTarget(request.target);
   if (!target.ok) return deny(record, client, { reason: target.reason, detail: target.detail }, {});
   if (request.bodyProblem !== undefined) return deny(record, client, { reason: 'bad_request', detail: request.bodyProblem }, {});
+  return openTunnel(ctx, root, { host: target.host, port: target.port, started }, client, head, record, CONNECT_ENTRY);
+}
 
+/**
+ * Decides on `host:port` (not yet normalised: the policy's host-name rules apply), dials the
+ * pinned addresses and splices the client to the upstream; `head` is what the client sent first.
+ * Every outcome goes through `record`, every refusal through the entry.
+ */
+export async function openTunnel(
+  ctx: ProxyContext,
+  root: Logger,
+  target: { readonly host: string; readonly port: number; readonly started: number },
+  client: Socket,
+  head: Buffer,
+  record: DecisionRecorder,
+  entry: TunnelEntry,
+): Promise<void> {
+  const { started } = target;
+  const { log } = connectionOf(client, root);
   const decision = await decide(ctx.policy(), target.host, target.port, ctx.lookup);
   const decideMs = ms(started);
   if (!decision.allowed) {
     if (decision.reason === 'internal_error') log.error({ [F.reason]: decision.reason, [F.detail]: decision.detail }, 'decision failed');
-    return deny(record, client, decision, { [F.addresses]: decision.addresses, [F.decideMs]: decideMs });
+    return deny(record, client, decision, { [F.addresses]: decision.addresses, [F.decideMs]: decideMs }, entry);
   }
+  const tls = entry.alwaysTls || decision.tunnel === 'tls';
   // A client gone while its request was decided still gets its one decision line.
   const clientGone = (): void =>
-    record.allow({ [F.host]: decision.host, [F.port]: decision.port, [F.rule]: decision.rule, [F.tunnel]: decision.tunnel, [F.addresses]: decision.addresses, [F.decideMs]: decideMs, [F.error]: 'client_closed' });
+    record.allow({ [F.host]: decision.host, [F.port]: decision.port, [F.rule]: decision.rule, [F.tunnel]: tls ? 'tls' : 'opaque', [F.addresses]: decision.addresses, [F.decideMs]: decideMs, [F.error]: 'client_closed' });
   if (client.destroyed) return clientGone();
 
   const dialStarted = performance.now();
@@ -98,6 +132,7 @@ export async function handleConnect(
       client,
       { reason: 'connect_failed', detail: (err as Error).message, host: decision.host, port: decision.port },
       { [F.addresses]: decision.addresses, [F.dialed]: attempts, [F.decideMs]: decideMs, [F.connectMs]: ms(dialStarted) },
+      entry,
     );
   }
   if (client.destroyed) {
@@ -109,12 +144,12 @@ export async function handleConnect(
   ctx.observer.connect(connectMs / 1000, true);
   ctx.observer.tunnelOpened();
   // The client may go on at once; the decision line is written after the answer.
-  client.write(ESTABLISHED);
+  if (entry.established !== undefined) client.write(entry.established);
   const allowLine: LineFields = {
     [F.host]: decision.host,
     [F.port]: decision.port,
     [F.rule]: decision.rule,
-    [F.tunnel]: decision.tunnel,
+    [F.tunnel]: tls ? 'tls' : 'opaque',
     [F.pinnedBy]: decision.pinnedBy,
     [F.addresses]: decision.addresses,
     [F.dialed]: dialed,
@@ -122,7 +157,7 @@ export async function handleConnect(
     [F.connectMs]: connectMs,
   };
   const { memory } = connectionOf(client, root);
-  splice(ctx, log, client, upstream, { host: decision.host, port: decision.port, tls: decision.tunnel === 'tls', started, record, allowLine, memory }, head);
+  splice(ctx, log, client, upstream, { host: decision.host, port: decision.port, tls, started, record, allowLine, memory }, head);
 }
 
 interface TunnelMeta {

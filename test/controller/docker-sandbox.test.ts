@@ -405,8 +405,8 @@ t.test('sandbox provider on the real engine', async (t) => {
   await t.test('when the pids limit leaves no room for the kill, the container restarts', async (t) => {
     const info = await s.inspect(name);
     // The victim is one command; the filler, in a session of its own, takes back at once every
-    // pid the kill frees, so the kill script cannot start the one program it needs (rm) and never
-    // confirms: only a restart ends the command.
+    // pid the kill frees, so the kill's exec cannot even start and never confirms: only a
+    // restart ends the command.
     const ac = new AbortController();
     const victim = provider.exec(h, 'sleep 1007', { signal: ac.signal, tag: 'victim' });
     await until(provider, h, 'pgrep -f "sleep 100[7]"');

@@ -8,6 +8,7 @@
  * case runs against a proxy of its own and lists every decision line it must produce, so a path
  * that writes none, or two, fails (a late second line included: the count is taken once the
  * connection has closed and a while after). The proxy's requests_dropped line is not a decision.
+ * Transparent mode's TLS and HTTP connections are held to the same rule.
  */
 import net from 'node:net';
 import t from 'tap';
@@ -128,18 +129,21 @@ const failingPolicy: Policy = {
 };
 
 const helloFor = (servername: string | undefined): Promise<Buffer> => captureHello(servername === undefined ? {} : { servername });
-const [helloTls, helloEvil, helloNoName] = await Promise.all([helloFor('tls.test'), helloFor('evil.net'), helloFor(undefined)]);
+const [helloTls, helloEvil, helloNoName, helloDead] = await Promise.all([helloFor('tls.test'), helloFor('evil.net'), helloFor(undefined), helloFor('dead.test')]);
 
-function connectTo(port: number): Promise<net.Socket> {
+/** Where transparent cases find the proxy's transparent listeners. */
+const TRANSPARENT = '127.0.0.2';
+
+function connectTo(port: number, host = '127.0.0.1'): Promise<net.Socket> {
   return new Promise((resolve) => {
-    const s = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true }, () => resolve(s));
+    const s = net.connect({ port, host, allowHalfOpen: true }, () => resolve(s));
     s.on('error', () => undefined);
   });
 }
 
 /** Writes `bytes`, then reads until the proxy closes the connection. */
-async function exchange(port: number, bytes: string | Buffer): Promise<string> {
-  const s = await connectTo(port);
+async function exchange(port: number, bytes: string | Buffer, host = '127.0.0.1'): Promise<string> {
+  const s = await connectTo(port, host);
   s.write(typeof bytes === 'string' ? Buffer.from(bytes, 'latin1') : bytes);
   const out = await readUntil(s, undefined, 8_000);
   s.destroy();
@@ -172,8 +176,10 @@ interface Case {
   readonly policy?: Policy;
   /** A memory budget of this many bytes (for one client and all), instead of none. */
   readonly memory?: number;
-  /** The client's part: returns once it is done with the proxy. */
-  readonly drive: (p: TestProxy) => Promise<void>;
+  /** With transparent listeners (on TRANSPARENT): TLS for the echo port, HTTP for the web port. */
+  readonly transparent?: boolean;
+  /** The client's part: returns once it is done with the proxy. `at` is the transparent listener for a dialled port. */
+  readonly drive: (p: TestProxy, at: (dialled: number) => number) => Promise<void>;
   /** Every decision line it must produce: `allow`, `allow <error>` or `deny <reason>`, any order. */
   readonly lines: readonly string[];
   /** What each of those lines must also carry. */
@@ -461,6 +467,50 @@ const cases: Case[] = [
     // The first is under way, 32 wait (and are dropped, on a line of their own), the 34th is refused.
     lines: ['allow client_closed', 'deny bad_request'],
   },
+  // Transparent mode: TLS routed by its ClientHello, HTTP by its Host.
+  {
+    name: 'transparent TLS allowed: routed by its ClientHello',
+    transparent: true,
+    drive: async (_p, at) => {
+      const s = await connectTo(at(echoPort), TRANSPARENT);
+      s.write(helloTls);
+      await readUntil(s, helloTls.subarray(-8).toString('latin1'));
+      s.destroy();
+    },
+    lines: ['allow'],
+    fields: { via: 'transparent', sni: 'tls.test', host: 'tls.test' },
+  },
+  { name: 'transparent TLS for a name off the allowlist', transparent: true, drive: (_p, at) => exchange(at(echoPort), helloEvil, TRANSPARENT).then(), lines: ['deny host_not_allowed'], fields: { via: 'transparent', sni: 'evil.net' } },
+  { name: 'transparent TLS without a server name', transparent: true, drive: (_p, at) => exchange(at(echoPort), helloNoName, TRANSPARENT).then(), lines: ['deny sni_missing'], fields: { via: 'transparent' } },
+  {
+    name: 'transparent TLS: the client closes half-way through its hello',
+    transparent: true,
+    drive: async (_p, at) => {
+      const s = await connectTo(at(echoPort), TRANSPARENT);
+      s.end(helloTls.subarray(0, 40));
+      await readUntil(s, undefined);
+      s.destroy();
+    },
+    lines: ['deny tls_hello_malformed'],
+  },
+  { name: 'transparent TLS: no hello in time', transparent: true, limits: { helloTimeoutMs: 300 }, drive: (_p, at) => exchange(at(echoPort), '', TRANSPARENT).then(), lines: ['deny tls_hello_timeout'] },
+  { name: 'transparent TLS that no address accepts', transparent: true, drive: (_p, at) => exchange(at(echoPort), helloDead, TRANSPARENT).then(), lines: ['deny connect_failed'], fields: { sni: 'dead.test' } },
+  { name: 'transparent HTTP allowed: routed by its Host', transparent: true, drive: (_p, at) => exchange(at(webPort), `GET /ok HTTP/1.1\r\nHost: ${web}\r\nConnection: close\r\n\r\n`, TRANSPARENT).then(), lines: ['allow'], fields: { via: 'transparent', host: 'web.test' } },
+  { name: 'transparent HTTP for a name off the allowlist', transparent: true, drive: (_p, at) => exchange(at(webPort), `GET /ok HTTP/1.1\r\nHost: evil.net:${webPort}\r\n\r\n`, TRANSPARENT).then(), lines: ['deny host_not_allowed'] },
+  { name: 'transparent HTTP without a Host', transparent: true, drive: (_p, at) => exchange(at(webPort), 'GET /ok HTTP/1.0\r\n\r\n', TRANSPARENT).then(), lines: ['deny bad_request'] },
+  {
+    name: 'a transparent connection over the per-client limit',
+    transparent: true,
+    limits: { maxConnectionsPerClient: 1 },
+    drive: async (p, at) => {
+      const held = await connectTo(p.port);
+      await settle(() => p.proxy.openConnections === 1, 'the first connection counted');
+      await exchange(at(echoPort), helloTls, TRANSPARENT);
+      held.destroy();
+    },
+    lines: ['deny client_limit'],
+    fields: { level: 40, via: 'transparent' },
+  },
 ];
 
 const summary = (l: Record<string, unknown>): string =>
@@ -472,8 +522,12 @@ for (const c of cases) {
     const p = await startTestProxy({ policy: policyInput, dnsServer: dns.address, limits: c.limits ?? {}, connect, ...(memory ? { memory } : {}) });
     t.teardown(() => p.close());
     if (c.policy) p.proxy.setPolicy(c.policy);
+    const listening = c.transparent
+      ? await p.proxy.listenTransparent({ listen: TRANSPARENT, answer: TRANSPARENT, ports: [{ kind: 'tls', dialled: echoPort, listen: 0 }, { kind: 'http', dialled: webPort, listen: 0 }] })
+      : undefined;
+    const at = (dialled: number): number => listening?.ports.find((x) => x.dialled === dialled)?.listen ?? 0;
     const decisions = (): Record<string, unknown>[] => p.logs.filter((l) => l.event === 'decision');
-    await c.drive(p);
+    await c.drive(p, at);
     await settle(() => p.proxy.openConnections === 0 && decisions().length >= c.lines.length, `${c.lines.length} decision lines and every connection closed`, 8_000);
     // Room for a second line: a late timer, a close, a lookup answered after the client left.
     await new Promise((r) => setTimeout(r, 250));

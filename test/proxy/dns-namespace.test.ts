@@ -17,7 +17,7 @@ await fileNeeds(t, 'netns');
 const here = path.dirname(fileURLToPath(import.meta.url));
 
 t.test('silent lookups in flight do not delay another answer', async (t) => {
-  const loader = process.execArgv.filter((a) => a.includes('typescript'));
+  const loader = ['--import=tsx'];
   const run = spawnSync('unshare', ['-n', '-m', '--', process.execPath, ...loader, path.join(here, 'dns-driver.ts')], { encoding: 'utf8', timeout: 60_000 });
   t.equal(run.status, 0, `driver exited cleanly: ${run.stderr.slice(-2000)}`);
   const result = JSON.parse(run.stdout.trim().split('\n').pop() ?? '{}') as { ms: number; fast: { ok: boolean; addresses?: string[] } };

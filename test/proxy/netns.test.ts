@@ -24,7 +24,7 @@ const unavailable = opensslUnavailable();
 
 t.test('egress cases in a private network namespace', async (t) => {
   if (unavailable !== undefined) return needUnmet(t, unavailable);
-  const loader = process.execArgv.filter((a) => a.includes('typescript'));
+  const loader = ['--import=tsx'];
   const run = spawnSync('unshare', ['-n', '--', process.execPath, ...loader, path.join(here, 'netns-driver.ts'), fixturePath], {
     encoding: 'utf8',
     timeout: 120_000,
