@@ -93,7 +93,13 @@ export async function handleConnect(
 export async function openTunnel(
   ctx: ProxyContext,
   root: Logger,
-  target: { readonly host: string; readonly port: number; readonly started: number },
+  target: {
+    readonly host: string;
+    readonly port: number;
+    readonly started: number;
+    /** Bytes of `head` the caller already charged to the connection's memory budget (the hello a transparent listener read). */
+    readonly headCharged?: number;
+  },
   client: Socket,
   head: Buffer,
   record: DecisionRecorder,
@@ -157,7 +163,7 @@ export async function openTunnel(
     [F.connectMs]: connectMs,
   };
   const { memory } = connectionOf(client, root);
-  splice(ctx, log, client, upstream, { host: decision.host, port: decision.port, tls, started, record, allowLine, memory }, head);
+  splice(ctx, log, client, upstream, { host: decision.host, port: decision.port, tls, started, record, allowLine, memory, headCharged: target.headCharged ?? 0 }, head);
 }
 
 interface TunnelMeta {
@@ -171,6 +177,8 @@ interface TunnelMeta {
   readonly allowLine: LineFields;
   /** The connection's charge to the memory budget: what it holds until the tunnel's verdict. */
   readonly memory: Charge;
+  /** What of the head is charged already: the guard's holding takes that charge over. */
+  readonly headCharged: number;
 }
 
 /**
@@ -287,7 +295,7 @@ function guardTls(ctx: ProxyContext, client: Socket, upstream: Socket, meta: Tun
   let serverPiped = false;
   let awaitingDrain = false;
   /** What the guard's holding is charged now (on top of the connection's floor). */
-  let charged = 0;
+  let charged = meta.headCharged;
   const charge = (): boolean => {
     const held = guard.held;
     if (held > charged && !meta.memory.grow(held - charged)) return false;

@@ -511,6 +511,24 @@ const cases: Case[] = [
     lines: ['deny client_limit'],
     fields: { level: 40, via: 'transparent' },
   },
+  // The transparent listeners share the memory budget (memory-budget.test.ts fills it from both sides).
+  { name: 'a transparent TLS connection with no room in the memory budget', transparent: true, memory: 0, drive: (_p, at) => exchange(at(echoPort), helloTls, TRANSPARENT).then(), lines: ['deny overloaded'], fields: { via: 'transparent', port: echoPort } },
+  {
+    name: 'a transparent HTTP head with no room for Node\'s parser',
+    transparent: true,
+    memory: ACCEPT_BYTES,
+    drive: (_p, at) => exchange(at(webPort), `GET /ok HTTP/1.1\r\nHost: ${web}\r\n\r\n`, TRANSPARENT).then(),
+    lines: ['deny overloaded'],
+    fields: { via: 'transparent' },
+  },
+  {
+    name: 'a transparent TLS hello that grows past the memory budget',
+    transparent: true,
+    memory: ACCEPT_BYTES + 8 * 1024,
+    drive: (_p, at) => exchange(at(echoPort), Buffer.concat([Buffer.from([22, 3, 1, 0x40, 0, 1, 0, 0x80, 0]), Buffer.alloc(16 * 1024 - 4, 1)]), TRANSPARENT).then(),
+    lines: ['deny overloaded'],
+    fields: { via: 'transparent', port: echoPort },
+  },
 ];
 
 const summary = (l: Record<string, unknown>): string =>

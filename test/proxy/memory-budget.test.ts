@@ -71,10 +71,10 @@ async function proxyWith(budget: MemoryBudget): Promise<TestProxy> {
   return p;
 }
 
-/** A connection from `from` (a loopback address of its own, so a client of its own). */
-function connectFrom(port: number, from: string): Promise<net.Socket> {
+/** A connection from `from` (a loopback address of its own, so a client of its own) to `host:port`. */
+function connectFrom(port: number, from: string, host = '127.0.0.1'): Promise<net.Socket> {
   return new Promise((resolve, reject) => {
-    const s = net.connect({ port, host: '127.0.0.1', localAddress: from, allowHalfOpen: true }, () => resolve(s));
+    const s = net.connect({ port, host, localAddress: from, allowHalfOpen: true }, () => resolve(s));
     s.once('error', reject);
   });
 }
@@ -176,4 +176,65 @@ t.test('a request that would wait its turn with a body it cannot be charged for 
   await settle(() => decisions(p).length === 2, 'both lines');
   t.same(decisions(p).map((l) => [l.method, l.decision, l.reason ?? l.error]), [['POST', 'deny', 'overloaded'], ['GET', 'allow', 'client_closed']]);
   await settle(() => budget.used === 0, 'the budget to empty');
+});
+
+// The transparent listeners (issue 20) share the explicit proxy's budget: a hello held on the
+// transparent TLS listener and a head on the transparent HTTP listener are charged to the same
+// client's share as its connections to the proxy port, each way round.
+t.test('the transparent listeners share the budget: hellos and heads held there count against the same share', async (t) => {
+  const budget = new MemoryBudget({ totalBytes: 4 * SHARE, perClientBytes: SHARE });
+  const p = await proxyWith(budget);
+  const TRANSPARENT = '127.0.0.2';
+  const listening = await p.proxy.listenTransparent({ listen: TRANSPARENT, answer: TRANSPARENT, ports: [{ kind: 'tls', dialled: echoPort, listen: 0 }, { kind: 'http', dialled: holdPort, listen: 0 }] });
+  const at = (dialled: number): number => listening.ports.find((x) => x.dialled === dialled)!.listen;
+  const client = '127.0.0.6';
+  const open: net.Socket[] = [];
+  const from = async (port: number, host: string): Promise<net.Socket> => {
+    const s = await connectFrom(port, client, host);
+    s.on('error', () => undefined);
+    open.push(s);
+    return s;
+  };
+
+  // A head that never ends on the transparent HTTP listener: charged like one on the proxy port.
+  const head = await from(at(holdPort), TRANSPARENT);
+  head.write(`GET / HTTP/1.1\r\nHost: web.test:${holdPort}\r\nX-Slow: `);
+  await settle(() => budget.usedBy(client) === ACCEPT_BYTES + 12 * KIB, 'the transparent head to be charged');
+
+  // A hello left one byte short on the transparent TLS listener: every byte of it is charged.
+  const hello1 = await from(at(echoPort), TRANSPARENT);
+  const half = halfHello();
+  hello1.write(half);
+  const held = ACCEPT_BYTES + 12 * KIB + ACCEPT_BYTES + half.length;
+  await settle(() => budget.usedBy(client) === held, 'the transparent hello to be charged');
+
+  // So the proxy port has no room for this client's next head (its parser's 12 KiB do not fit).
+  const explicit = await from(p.port, '127.0.0.1');
+  explicit.write(`GET http://web.test:${holdPort}/ HTTP/1.1\r\nHost: web.test:${holdPort}\r\n\r\n`);
+  const answer = await readUntil(explicit, undefined);
+  t.match(answer, /^HTTP\/1\.1 503 Service Unavailable\r\n/, 'the proxy port refuses past the share the transparent bytes used');
+  t.match(answer, /\r\nX-Egress-Reason: overloaded\r\n/);
+  explicit.destroy();
+  await settle(() => budget.usedBy(client) === held, 'the refused connection to give its floor back');
+
+  // And a second hello on the transparent listener grows past the share: a TLS alert, its line.
+  const hello2 = await from(at(echoPort), TRANSPARENT);
+  hello2.write(half);
+  const rest = await readUntil(hello2, undefined);
+  // internal_error, as for every refusal that is not the policy's (transparent-tls.ts).
+  t.same(Buffer.from(rest, 'latin1'), Buffer.from([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x50]), 'a TLS internal_error alert, and the close');
+  await settle(() => decisions(p).filter((l) => l.reason === 'overloaded').length === 2, 'both decision lines');
+  t.match(decisions(p).filter((l) => l.reason === 'overloaded'), [
+    { decision: 'deny', client: new RegExp(`^${client}:`) },
+    { decision: 'deny', via: 'transparent', port: echoPort, detail: /do not fit: 127\.0\.0\.6 holds/ },
+  ]);
+  t.equal(await overloadedMetric(p), 2, 'the decision metric');
+
+  // Another client is still served on the transparent listener.
+  const other = await connectFrom(at(echoPort), '127.0.0.7', TRANSPARENT);
+  other.write(hello);
+  t.match(await readUntil(other, hello.subarray(-8).toString('latin1')), hello.subarray(-8).toString('latin1'), 'another client\'s hello goes through');
+  other.destroy();
+  for (const s of open) s.destroy();
+  await settle(() => budget.used === 0 && p.proxy.openConnections === 0, 'the budget to empty when everyone has left');
 });
