@@ -45,7 +45,8 @@ type HelloRead =
 /**
  * Reads the first ClientHello of `client`, held whole (at most what the reader accepts: 32 KiB of
  * hello over at most 64 records, and the rest of the read that completed it, each byte charged to
- * `memory`), within `timeoutMs` of the call. The socket is left paused with nothing read past the returned bytes.
+ * `memory`), within `timeoutMs` of the call. The socket is left paused with nothing read past
+ * the returned bytes.
  */
 function readHello(client: Socket, timeoutMs: number, memory: Charge): Promise<HelloRead> {
   return new Promise((resolve) => {
