@@ -21,6 +21,7 @@ import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { EGRESS_NODE_OPTIONS } from '../common/index.js';
+import { freePort, lineFrom, percentile } from './load-support.js';
 
 const LIMIT_BYTES = 256 * 1024 * 1024;
 const HELLOS = Number(process.env.LOAD_HELLOS ?? 4_000);
@@ -93,11 +94,6 @@ function runUpstream(): void {
 
 // ---- clients -----------------------------------------------------------------------------------
 
-function percentile(samples: readonly number[], p: number): number {
-  const sorted = [...samples].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] ?? NaN;
-}
-
 /** A ClientHello announced at 32 KiB and left one byte short, in its records. */
 function halfHello(): Buffer {
   const body = 32 * 1024;
@@ -165,23 +161,6 @@ function statusOf(pid: number, field: string): number {
   } catch {
     return NaN;
   }
-}
-
-async function freePort(): Promise<number> {
-  const s = net.createServer();
-  await new Promise<void>((resolve) => s.listen(0, '127.0.0.1', resolve));
-  const { port } = s.address() as net.AddressInfo;
-  await new Promise((resolve) => s.close(resolve));
-  return port;
-}
-
-async function lineFrom(child: ChildProcess): Promise<string> {
-  let text = '';
-  for await (const chunk of child.stdout!) {
-    text += String(chunk);
-    if (text.includes('\n')) return text.trim();
-  }
-  throw new Error('child ended before printing its ports');
 }
 
 // ---- the run -----------------------------------------------------------------------------------
