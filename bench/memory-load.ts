@@ -224,25 +224,37 @@ async function main(): Promise<void> {
   const idleRss = statusOf(pid, 'VmRSS');
   console.log(`idle: ${idleRss} KiB RSS; unloaded CONNECT p50 ${percentile(unloaded.samples, 50).toFixed(3)} ms, p99 ${percentile(unloaded.samples, 99).toFixed(3)} ms`);
 
-  // 4,000 half-sent hellos from one address, in batches of 500.
+  // 4,000 half-sent hellos from one address, in batches of 500. A tunnel the proxy ends after its
+  // 200 (the hello deadline, or overloaded once its hello grew) is opened again at once, so the
+  // pressure lasts through the measurements below; a CONNECT refused outright is not retried.
   const hello = halfHello();
-  const held: net.Socket[] = [];
+  const held = new Set<net.Socket>();
   const answers = new Map<string, number>();
   const count = (what: string): void => void answers.set(what, (answers.get(what) ?? 0) + 1);
-  const t0 = Date.now();
-  for (let i = 0; i < HELLOS; i += 500) {
-    const batch = Array.from({ length: Math.min(500, HELLOS - i) }, async () => {
-      const { socket, text } = await exchange(port, `CONNECT load.test:${upPort} HTTP/1.1\r\n\r\n`, ATTACKER, '\r\n\r\n');
-      const status = /^HTTP\/1\.1 (\d+)/.exec(text)?.[1] ?? 'none';
-      const reason = /X-Egress-Reason: (\S+)/.exec(text)?.[1];
-      count(reason === undefined ? status : `${status} ${reason}`);
-      if (status === '200' && !socket.destroyed) socket.write(hello);
-      held.push(socket);
+  let attacking = true;
+  let reopened = 0;
+  const attack = async (): Promise<void> => {
+    const { socket, text } = await exchange(port, `CONNECT load.test:${upPort} HTTP/1.1\r\n\r\n`, ATTACKER, '\r\n\r\n');
+    const status = /^HTTP\/1\.1 (\d+)/.exec(text)?.[1] ?? 'none';
+    const reason = /X-Egress-Reason: (\S+)/.exec(text)?.[1];
+    count(reason === undefined ? status : `${status} ${reason}`);
+    if (status !== '200' || socket.destroyed) {
+      socket.destroy();
+      return;
+    }
+    socket.write(hello);
+    held.add(socket);
+    socket.once('close', () => {
+      held.delete(socket);
+      if (!attacking) return;
+      reopened += 1;
+      void attack();
     });
-    await Promise.all(batch);
-  }
+  };
+  const t0 = Date.now();
+  for (let i = 0; i < HELLOS; i += 500) await Promise.all(Array.from({ length: Math.min(500, HELLOS - i) }, attack));
   await sleep(2_000);
-  console.log(`${HELLOS} half hellos sent in ${Date.now() - t0} ms: ${[...answers].map(([k, v]) => `${v} x ${k}`).join(', ')}; ${statusOf(pid, 'VmRSS')} KiB RSS, alive: ${proxy.exitCode === null && proxy.signalCode === null}`);
+  console.log(`${HELLOS} half hellos sent in ${Date.now() - t0} ms, with the reopened ones answered: ${[...answers].map(([k, v]) => `${v} x ${k}`).join(', ')}; ${statusOf(pid, 'VmRSS')} KiB RSS, alive: ${proxy.exitCode === null && proxy.signalCode === null}`);
 
   // 800 connections, each a GET the upstream never answers and a large POST pipelined behind it,
   // its body sent as far as the socket takes it and never read back.
@@ -279,6 +291,7 @@ async function main(): Promise<void> {
   const heldBytes = await metric(metricsPort, /^egress_held_bytes (\d+)/m);
   const overloaded = await metric(metricsPort, /^egress_decisions_total\{outcome="deny",reason="overloaded"\} (\d+)/m);
   const healthAfter = await healthz(port);
+  console.log(`the attacker held ${held.size} half hellos at the end (${reopened} reopened after a close: the hello deadline, or a refusal after the 200)`);
   const alive = proxy.exitCode === null && proxy.signalCode === null;
   const peakRss = statusOf(pid, 'VmHWM');
   const rss = statusOf(pid, 'VmRSS');
@@ -286,6 +299,7 @@ async function main(): Promise<void> {
   const ooms = cgroup.oomKills();
   console.log(`loaded: ${rss} KiB RSS (peak ${peakRss} KiB), cgroup peak ${(cgroupPeak / 2 ** 20).toFixed(1)} MiB, ${ooms} OOM kills; held before a verdict ${(heldBytes / 2 ** 20).toFixed(1)} MiB; ${overloaded} refused overloaded; loaded CONNECT p50 ${percentile(loaded.samples, 50).toFixed(3)} ms, p99 ${percentile(loaded.samples, 99).toFixed(3)} ms (${loaded.failed} failed); /healthz ${health}, then ${healthAfter}`);
 
+  attacking = false;
   for (const s of [...held, ...bodies]) s.destroy();
   const ratio = percentile(loaded.samples, 99) / percentile(unloaded.samples, 99);
   const limitKiB = LIMIT_BYTES / 1024;
