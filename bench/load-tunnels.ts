@@ -14,6 +14,7 @@ import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { EGRESS_NODE_OPTIONS } from '../common/index.js';
+import { freePort, lineFrom, percentile } from './load-support.js';
 import { planDescriptors } from '../proxy/fd-budget.js';
 
 const TUNNELS = Number(process.env.LOAD_TUNNELS ?? 10_000);
@@ -56,19 +57,6 @@ function rssKiB(pid: number): number {
 
 function fds(pid: number): number {
   return readdirSync(`/proc/${pid}/fd`).length;
-}
-
-function percentile(samples: readonly number[], p: number): number {
-  const sorted = [...samples].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] ?? NaN;
-}
-
-async function freePort(): Promise<number> {
-  const s = net.createServer();
-  await new Promise<void>((resolve) => s.listen(0, '127.0.0.1', resolve));
-  const { port } = s.address() as net.AddressInfo;
-  await new Promise((resolve) => s.close(resolve));
-  return port;
 }
 
 /** Opens a CONNECT tunnel; resolves with the socket once the 200 has arrived. */
@@ -163,15 +151,6 @@ function accepts(port: number): Promise<boolean> {
     s.once('close', () => undefined);
     s.on('connect', () => s.destroy());
   });
-}
-
-async function lineFrom(child: ChildProcess): Promise<string> {
-  let text = '';
-  for await (const chunk of child.stdout!) {
-    text += String(chunk);
-    if (text.includes('\n')) return text.trim();
-  }
-  throw new Error('child ended before printing its port');
 }
 
 // ---- the run -----------------------------------------------------------------------------------

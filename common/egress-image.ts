@@ -26,6 +26,7 @@ export const EGRESS_ENV = {
   maxHeaderBytes: 'EGRESS_MAX_HEADER_BYTES',
   dnsTimeoutMs: 'EGRESS_DNS_TIMEOUT_MS',
   connectTimeoutMs: 'EGRESS_CONNECT_TIMEOUT_MS',
+  memoryLimitMb: 'EGRESS_MEMORY_LIMIT_MB',
   transparentListen: 'EGRESS_TRANSPARENT_LISTEN',
   transparentAnswer: 'EGRESS_TRANSPARENT_ANSWER',
   transparentPortMap: 'EGRESS_TRANSPARENT_PORT_MAP',
@@ -62,6 +63,7 @@ export const EGRESS_METRICS = {
   bytes: 'egress_bytes_total',
   dnsSeconds: 'egress_dns_seconds',
   connectSeconds: 'egress_connect_seconds',
+  heldBytes: 'egress_held_bytes',
   dnsQueries: 'egress_dns_queries_total',
 } as const;
 

@@ -56,7 +56,12 @@ export function checkTarget(policy: Policy, rawHost: string, port: number): Allo
   const host = parsed.name;
   const pattern = policy.allowlist.match(host);
   if (pattern === undefined) {
-    return { allowed: false, reason: 'host_not_allowed', detail: `${host} is not on the allowlist`, host, port };
+    const crossed = policy.allowlist.crossing(host);
+    const detail =
+      crossed === undefined
+        ? `${host} is not on the allowlist`
+        : `${host} is below the public suffix ${crossed.suffix}, where every name has an owner of its own, so ${crossed.entry} does not reach it; list ${host} itself`;
+    return { allowed: false, reason: 'host_not_allowed', detail, host, port };
   }
   if (!policy.connectPorts.has(port)) {
     return { allowed: false, reason: 'port_not_allowed', detail: `port ${port} is not an allowed port`, host, port };

@@ -8,7 +8,7 @@
  * CONNECT host must come first) or `opaque` (any bytes: SSH on 443, plain WebSocket, ...).
  */
 import { parseHostName } from './host-name.js';
-import { publicSuffixSection, type SuffixSection } from './public-suffix.js';
+import { publicSuffixSection, suffixBelow, type SuffixSection } from './public-suffix.js';
 
 export type TunnelMode = 'tls' | 'opaque';
 
@@ -67,6 +67,22 @@ export interface Allowlist {
   readonly size: number;
   /** The entry that allows the normalised name, or undefined. An exact entry wins over a wildcard, a deeper wildcard over a shallower one. */
   match(name: string): HostPattern | undefined;
+  /**
+   * For a name `match` refused: the wildcard entry it would have matched and the public suffix
+   * between them that the wildcard does not reach across, for the refusal's detail.
+   */
+  crossing(name: string): { readonly entry: string; readonly suffix: string } | undefined;
+}
+
+/**
+ * The public suffix strictly between `name` and a wildcard's parent, if any: `*.amazonaws.com`
+ * loads (one company's domain) but must not match `bucket.s3.amazonaws.com`, a name below the
+ * private suffix `s3.amazonaws.com` that the bucket's owner controls, whoever that is. A name that
+ * is itself the suffix (`s3.amazonaws.com`) is the suffix operator's own host and matches.
+ */
+function suffixCrossed(name: string, parent: string): string | undefined {
+  const suffix = suffixBelow(name);
+  return suffix !== undefined && suffix.length > parent.length && suffix.endsWith(`.${parent}`) ? suffix : undefined;
 }
 
 export function compileAllowlist(patterns: readonly HostPattern[]): Allowlist {
@@ -82,22 +98,34 @@ export function compileAllowlist(patterns: readonly HostPattern[]): Allowlist {
       depths[p.name.split('.').length] = true;
     }
   }
+  /** The deepest wildcard entry over `name`. */
+  const wildcardOver = (name: string): HostPattern | undefined => {
+    let labels = 1;
+    for (let i = name.indexOf('.'); i !== -1; i = name.indexOf('.', i + 1)) labels += 1;
+    // Try each proper parent: a.b.example.com → b.example.com → example.com → com.
+    for (let dot = name.indexOf('.'); dot !== -1; dot = name.indexOf('.', dot + 1)) {
+      labels -= 1;
+      if (depths[labels] !== true) continue;
+      const entry = suffix.get(name.slice(dot + 1));
+      if (entry !== undefined) return entry;
+    }
+    return undefined;
+  };
   return {
     size: exact.size + suffix.size,
     match(name: string): HostPattern | undefined {
       const hit = exact.get(name);
       if (hit !== undefined) return hit;
       if (suffix.size === 0) return undefined;
-      let labels = 1;
-      for (let i = name.indexOf('.'); i !== -1; i = name.indexOf('.', i + 1)) labels += 1;
-      // Try each proper parent: a.b.example.com → b.example.com → example.com → com.
-      for (let dot = name.indexOf('.'); dot !== -1; dot = name.indexOf('.', dot + 1)) {
-        labels -= 1;
-        if (depths[labels] !== true) continue;
-        const entry = suffix.get(name.slice(dot + 1));
-        if (entry !== undefined) return entry;
-      }
-      return undefined;
+      const entry = wildcardOver(name);
+      // A shallower wildcard would cross the same suffix: none matches.
+      return entry === undefined || suffixCrossed(name, entry.name) !== undefined ? undefined : entry;
+    },
+    crossing(name: string) {
+      if (exact.has(name) || suffix.size === 0) return undefined;
+      const entry = wildcardOver(name);
+      const crossed = entry === undefined ? undefined : suffixCrossed(name, entry.name);
+      return entry === undefined || crossed === undefined ? undefined : { entry: entry.entry, suffix: crossed };
     },
   };
 }

@@ -35,3 +35,15 @@ export function publicSuffixSection(name: string): SuffixSection | undefined {
   if (parsed.isPrivate === true) return 'private';
   return parsed.isIcann === true ? 'icann' : 'implicit';
 }
+
+/**
+ * The public suffix `name` lies below (ICANN or private section, with the implicit `*` rule), or
+ * undefined when `name` is itself a public suffix. A wildcard entry uses it at match time: a name
+ * below a suffix that is below the wildcard's parent (`bucket.s3.amazonaws.com` for
+ * `*.amazonaws.com`) belongs to whoever registered it under that suffix, not to the parent's owner.
+ */
+export function suffixBelow(name: string): string | undefined {
+  tldts ??= requireCjs('tldts') as typeof Tldts;
+  const parsed = tldts.parse(name, OPTIONS);
+  return parsed.domain === null || parsed.publicSuffix === null ? undefined : parsed.publicSuffix;
+}

@@ -69,6 +69,14 @@ export const REASONS = {
     status: 408,
     advice: 'send the TLS ClientHello promptly after the tunnel opens',
   },
+  tls_upstream_not_tls: {
+    status: 502,
+    advice: 'the upstream did not answer the TLS ClientHello with TLS (it spoke first, or in clear); reach a TLS port of the host, or, for a protocol other than TLS, mark the host tunnel: opaque in the policy',
+  },
+  overloaded: {
+    status: 503,
+    advice: 'the proxy holds as many unchecked bytes as its memory allows (this client its share of them); retry later, with fewer connections opened at once',
+  },
   dns_not_allowed: {
     // Never an HTTP answer: a DNS query for a name off the allowlist gets NXDOMAIN (transparent
     // mode), and this is the reason its decision line gives.

@@ -6,6 +6,8 @@
  * old policy stays.
  */
 import { readFileSync } from 'node:fs';
+import os from 'node:os';
+import v8 from 'node:v8';
 import { ConfigError, loadPolicy, OPTIONS, parseConfig, usage, type ProxyConfig } from './config.js';
 import { createLookup, MAX_LOOKUPS_IN_FLIGHT } from './dns.js';
 import { createLogger } from './log.js';
@@ -14,6 +16,8 @@ import { startMetricsServer } from './metrics.js';
 import { MIN_OPEN_FILES, openFilesFor, planDescriptors, softOpenFileLimit } from './fd-budget.js';
 import { watchPolicyFile } from './policy-watch.js';
 import { installProcessEnd } from './exit.js';
+import { MemoryBudget } from './memory-budget.js';
+import { cgroupMemoryLimit, memoryLimit, MIN_MEMORY_BYTES, planMemory } from './memory-plan.js';
 import { planTransparentPorts, type TransparentPort } from './transparent-ports.js';
 
 const read = (path: string): string => readFileSync(path, 'utf8');
@@ -21,6 +25,23 @@ const read = (path: string): string => readFileSync(path, 'utf8');
 // Every end of the process goes through here: uncaught exceptions included, and once the logger
 // exists, after its lines are written (exit.ts).
 const end = installProcessEnd();
+
+/** A file's text, or undefined when it cannot be read. */
+function readIfThere(path: string): string | undefined {
+  try {
+    return read(path);
+  } catch {
+    return undefined;
+  }
+}
+
+/** The memory limit of this process's cgroup, where Linux tells it. */
+function cgroupLimit(): number | undefined {
+  const cgroup = readIfThere('/proc/self/cgroup');
+  return cgroup === undefined ? undefined : cgroupMemoryLimit(cgroup, readIfThere);
+}
+
+const MIB = 1024 * 1024;
 
 /** This process's soft open-file limit, where Linux tells it. */
 function openFileLimit(): number | undefined {
@@ -74,6 +95,16 @@ async function main(): Promise<number> {
     process.stderr.write(`capybara-egress: the open-file limit is ${String(nofile)}, and the proxy needs at least ${MIN_OPEN_FILES}; raise it (docker run --ulimit nofile=N, ulimit -n N)\n`);
     return 2;
   }
+  // The machine's share: its memory, and no more than V8 lets the heap grow.
+  const limit = memoryLimit({ cgroup: cgroupLimit(), flag: config.memoryLimitBytes, machine: Math.min(os.totalmem(), v8.getHeapStatistics().heap_size_limit) });
+  const clientShare = config.limits.maxConnectionsPerClient / config.limits.maxConnections;
+  const memoryPlan = planMemory(limit, Math.min(plan.maxConnections, config.limits.maxConnections), clientShare);
+  if (memoryPlan === undefined) {
+    process.stderr.write(
+      `capybara-egress: the memory limit is ${Math.floor(limit.bytes / MIB)} MiB (from the ${limit.source}), and the proxy needs at least ${MIN_MEMORY_BYTES / MIB} MiB; raise it (docker run -m, the pod's memory limit, --memory-limit-mb)\n`,
+    );
+    return 2;
+  }
   const log = createLogger(config.logLevel);
   // What a fatal error closes at once: nothing may go on serving after it.
   const serving: { close(): Promise<void> }[] = [];
@@ -89,8 +120,25 @@ async function main(): Promise<number> {
       `the open-file limit holds ${plan.maxConnections} connections and ${plan.maxLookupsInFlight} DNS lookups in flight; the caps are lowered (raise the limit to ${needed} to keep them)`,
     );
   }
+  const memoryLowered = memoryPlan.maxConnections < limits.maxConnections;
+  if (memoryLowered) limits = { ...limits, maxConnections: memoryPlan.maxConnections, maxConnectionsPerClient: Math.min(limits.maxConnectionsPerClient, memoryPlan.maxConnections) };
+  const mib = (n: number): number => Math.floor(n / MIB);
+  log[memoryLowered ? 'warn' : 'info'](
+    {
+      event: 'memory_budget',
+      memoryLimitMb: mib(memoryPlan.limitBytes),
+      source: memoryPlan.source,
+      budgetMb: mib(memoryPlan.totalBytes),
+      perClientMb: mib(memoryPlan.perClientBytes),
+      maxConnections: limits.maxConnections,
+      configured: config.limits.maxConnections,
+    },
+    `${mib(memoryPlan.limitBytes)} MiB of memory (from the ${memoryPlan.source}): up to ${mib(memoryPlan.totalBytes)} MiB held before a verdict, ${mib(memoryPlan.perClientBytes)} MiB per client address, then 503 overloaded` +
+      (memoryLowered ? `; it holds ${memoryPlan.maxConnections} connections, and the connection caps are lowered` : ''),
+  );
   const proxy: EgressProxy = createEgressProxy({
     policy,
+    memory: new MemoryBudget(memoryPlan),
     lookup: createLookup({ servers: config.dnsServers, timeoutMs: limits.dnsTimeoutMs, maxInFlight: plan.maxLookupsInFlight }),
     logger: log,
     limits,

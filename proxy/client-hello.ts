@@ -7,7 +7,12 @@
  * behind it completes the handshake for another.
  *
  * Pure and incremental: the tunnel feeds it chunks as they arrive; each byte is examined once, so
- * a hello trickled a byte at a time costs no more than one sent whole.
+ * a hello trickled a byte at a time costs no more than one sent whole. The reader is also where
+ * the hello's bytes wait: it keeps them once, as received (records and all), and the tunnel
+ * forwards exactly those bytes. Nothing is copied again until the hello is complete, and then only
+ * a hello spread over several records is joined, for as long as it takes to parse it. (Holding
+ * the raw bytes and a reassembled copy cost a tunnel twice its hello, which a flood of
+ * half-sent 32 KiB hellos turned into ~100 KiB per tunnel.)
  */
 
 import { GrowableBuffer } from './growable-buffer.js';
@@ -24,6 +29,12 @@ export const MAX_HELLO_BYTES = 32 * 1024;
 
 /** Most records a ClientHello may be spread over (real clients use one, or a few past 16 KiB). */
 export const MAX_HELLO_RECORDS = 64;
+
+/**
+ * Most bytes the reader keeps: the largest hello in its records, and what may follow it in the
+ * read that completed it (a client has little to send before the server answers).
+ */
+export const MAX_READER_BYTES = 2 * MAX_HELLO_BYTES + 16 * 1024;
 
 const RECORD_HEADER = 5;
 const HANDSHAKE_HEADER = 4;
@@ -53,11 +64,16 @@ function isClientVersion(major: number, minor: number): boolean {
 }
 
 export class ClientHelloReader {
-  /** Received bytes not yet taken by a step, in arrival order. */
-  private pending: Buffer[] = [];
-  private pendingLength = 0;
-  /** Handshake bytes gathered from record fragments so far (the message, and at most one record more). */
-  private readonly handshake = new GrowableBuffer(HANDSHAKE_HEADER + MAX_HELLO_BYTES + MAX_FRAGMENT);
+  /** Every byte pushed, in arrival order: the hello's records, then what followed them. */
+  private readonly raw = new GrowableBuffer(MAX_READER_BYTES);
+  /** Bytes of `raw` examined so far. */
+  private scanned = 0;
+  /** Where the handshake bytes lie in `raw`: one [start, end) range per record fragment. */
+  private readonly fragments: [number, number][] = [];
+  /** Handshake bytes gathered from record fragments so far. */
+  private handshakeLength = 0;
+  /** The handshake header (message type and length), once its four bytes have come. */
+  private readonly handshakeHeader = Buffer.alloc(HANDSHAKE_HEADER);
   private records = 0;
   /** Body length from the handshake header, once known. */
   private helloLength = -1;
@@ -65,48 +81,57 @@ export class ClientHelloReader {
   private recordLeft = -1;
   private result: HelloResult = { kind: 'incomplete' };
 
-  private received = 0;
-
   /** Feeds the next bytes; returns the outcome so far (final once not `incomplete`). */
   push(chunk: Buffer): HelloResult {
     if (this.result.kind !== 'incomplete' || chunk.length === 0) return this.result;
-    this.pending.push(chunk);
-    this.pendingLength += chunk.length;
-    this.received += chunk.length;
+    const room = MAX_READER_BYTES - this.raw.length;
+    this.raw.append(chunk.length <= room ? chunk : chunk.subarray(0, room));
     this.result = this.advance();
+    // Bytes past the cap were not kept: whatever the kept ones say, the input cannot be forwarded
+    // whole. A refusal the kept bytes already give is the more precise answer.
+    if (chunk.length > room && this.result.kind !== 'refused') this.result = malformed('too many bytes before the ClientHello could be checked');
     return this.result;
   }
 
   /** Bytes of the input that belong to the ClientHello's records; what was pushed beyond them follows it. */
   get consumed(): number {
-    return this.received - this.pendingLength;
+    return this.scanned;
+  }
+
+  /** Everything pushed so far, as received (a view that later pushes leave unchanged). */
+  bytes(): Buffer {
+    return this.raw.bytes();
+  }
+
+  /** Bytes this reader holds (allocated): what the memory budget charges for it. */
+  get held(): number {
+    return this.raw.capacity;
   }
 
   /** The client closed its side: whatever is incomplete now never will be. */
   end(): HelloResult {
     if (this.result.kind !== 'incomplete') return this.result;
-    this.result =
-      this.pendingLength === 0 && this.handshake.length === 0 && this.recordLeft === -1
-        ? refused('sni_missing', 'the client sent nothing and closed')
-        : malformed('the client closed before its ClientHello was complete');
+    this.result = this.raw.length === 0 ? refused('sni_missing', 'the client sent nothing and closed') : malformed('the client closed before its ClientHello was complete');
     return this.result;
   }
 
   private advance(): HelloResult {
+    const raw = this.raw.bytes();
     for (;;) {
       if (this.recordLeft === -1) {
         // The first byte alone decides "not TLS at all", so a plain-text protocol is named at once.
-        const first = this.peekFirst();
-        if (first === undefined) return { kind: 'incomplete' };
+        if (this.scanned === raw.length) return { kind: 'incomplete' };
+        const first = raw[this.scanned]!;
         if (first !== CONTENT_HANDSHAKE) {
           const type = CONTENT_TYPES[first];
           if (type !== undefined) return malformed(`a TLS ${type} record came before the ClientHello was complete`);
-          return this.handshake.length === 0
+          return this.handshakeLength === 0
             ? refused('sni_missing', 'the tunnel does not start with TLS')
             : malformed(`a record of unknown type ${first} came before the ClientHello was complete`);
         }
-        if (this.pendingLength < RECORD_HEADER) return { kind: 'incomplete' };
-        const header = this.take(RECORD_HEADER);
+        if (raw.length - this.scanned < RECORD_HEADER) return { kind: 'incomplete' };
+        const header = raw.subarray(this.scanned, this.scanned + RECORD_HEADER);
+        this.scanned += RECORD_HEADER;
         if (!isClientVersion(header[1]!, header[2]!)) {
           return malformed(`record version 0x${header.readUInt16BE(1).toString(16).padStart(4, '0')} is not one a TLS client sends`);
         }
@@ -119,59 +144,53 @@ export class ClientHelloReader {
         if (this.records > MAX_HELLO_RECORDS) return malformed(`a ClientHello spread over more than ${MAX_HELLO_RECORDS} records`);
         this.recordLeft = length;
       }
-      if (this.pendingLength === 0) return { kind: 'incomplete' };
-      const fragment = this.take(Math.min(this.recordLeft, this.pendingLength));
-      this.recordLeft -= fragment.length;
-      // The cap holds the largest hello plus one record more, and the checks below refuse as
-      // soon as the message is complete or announced too large; the test is a backstop.
-      if (!this.handshake.append(fragment)) return malformed('the ClientHello is over its size limit');
+      if (this.scanned === raw.length) return { kind: 'incomplete' };
+      const start = this.scanned;
+      const take = Math.min(this.recordLeft, raw.length - start);
+      this.scanned += take;
+      this.recordLeft -= take;
+      // One range per record: a fragment that arrives in pieces extends the range it began.
+      const last = this.fragments[this.fragments.length - 1];
+      if (last !== undefined && last[1] === start) last[1] += take;
+      else this.fragments.push([start, start + take]);
+      for (let i = 0; this.handshakeLength + i < HANDSHAKE_HEADER && i < take; i++) this.handshakeHeader[this.handshakeLength + i] = raw[start + i]!;
+      this.handshakeLength += take;
 
-      if (this.helloLength === -1 && this.handshake.length >= HANDSHAKE_HEADER) {
-        const head = this.handshake.bytes();
-        if (head[0] !== CLIENT_HELLO) return malformed(`the first handshake message is type ${head[0]}, not a ClientHello`);
-        this.helloLength = head.readUIntBE(1, 3);
+      if (this.helloLength === -1 && this.handshakeLength >= HANDSHAKE_HEADER) {
+        if (this.handshakeHeader[0] !== CLIENT_HELLO) return malformed(`the first handshake message is type ${this.handshakeHeader[0]}, not a ClientHello`);
+        this.helloLength = this.handshakeHeader.readUIntBE(1, 3);
         if (this.helloLength > MAX_HELLO_BYTES) return malformed(`a ClientHello of ${this.helloLength} bytes is over the ${MAX_HELLO_BYTES}-byte limit`);
       }
-      if (this.helloLength !== -1 && this.handshake.length >= HANDSHAKE_HEADER + this.helloLength) {
+      if (this.helloLength !== -1 && this.handshakeLength >= HANDSHAKE_HEADER + this.helloLength) {
         // The record that completes the ClientHello must end with it: a client sends nothing else
         // in its first flight of handshake records.
-        if (this.handshake.length !== HANDSHAKE_HEADER + this.helloLength || this.recordLeft > 0) {
+        if (this.handshakeLength !== HANDSHAKE_HEADER + this.helloLength || this.recordLeft > 0) {
           return malformed('more handshake data follows the ClientHello in its record');
         }
-        return parseClientHello(this.handshake.bytes().subarray(HANDSHAKE_HEADER));
+        return this.parse(raw);
       }
       if (this.recordLeft === 0) this.recordLeft = -1;
     }
   }
 
-  private peekFirst(): number | undefined {
-    return this.pendingLength === 0 ? undefined : this.pending[0]![0];
-  }
-
-  /** Removes and returns the first `n` pending bytes (n ≤ pendingLength); copies only when they span chunks. */
-  private take(n: number): Buffer {
-    const first = this.pending[0]!;
-    let out: Buffer;
-    if (first.length > n) {
-      out = first.subarray(0, n);
-      this.pending[0] = first.subarray(n);
-    } else if (first.length === n) {
-      out = first;
-      this.pending.shift();
+  /** Parses the complete hello where it lies, or joined once when it spans records. */
+  private parse(raw: Buffer): HelloResult {
+    let message: Buffer;
+    if (this.fragments.length === 1) {
+      const [start, end] = this.fragments[0]!;
+      message = raw.subarray(start, end);
     } else {
-      out = Buffer.allocUnsafe(n);
+      message = Buffer.allocUnsafeSlow(this.handshakeLength);
       let at = 0;
-      while (at < n) {
-        const chunk = this.pending[0]!;
-        const used = Math.min(chunk.length, n - at);
-        chunk.copy(out, at, 0, used);
-        at += used;
-        if (used === chunk.length) this.pending.shift();
-        else this.pending[0] = chunk.subarray(used);
-      }
+      for (const [start, end] of this.fragments) at += raw.copy(message, at, start, end);
     }
-    this.pendingLength -= n;
-    return out;
+    const result = parseClientHello(message.subarray(HANDSHAKE_HEADER));
+    if (result.kind !== 'hello' || result.serverName === undefined) return result;
+    // The name outlives the held bytes (it is logged when the tunnel closes): a copy of its own,
+    // so that it keeps nothing else alive.
+    const name = Buffer.allocUnsafeSlow(result.serverName.length);
+    result.serverName.copy(name);
+    return { kind: 'hello', serverName: name };
   }
 }
 

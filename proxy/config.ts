@@ -39,6 +39,11 @@ export const OPTIONS = {
   'max-header-bytes': { env: EGRESS_ENV.maxHeaderBytes, arg: 'N', help: limitHelp('maxHeaderBytes') },
   'dns-timeout-ms': { env: EGRESS_ENV.dnsTimeoutMs, arg: 'MS', help: limitHelp('dnsTimeoutMs') },
   'connect-timeout-ms': { env: EGRESS_ENV.connectTimeoutMs, arg: 'MS', help: limitHelp('connectTimeoutMs') },
+  'memory-limit-mb': {
+    env: EGRESS_ENV.memoryLimitMb,
+    arg: 'MIB',
+    help: 'memory the proxy may use, when lower than its cgroup\'s limit (default: the cgroup\'s memory.max or memory.limit_in_bytes, else the machine); sizes the budget of bytes held before a verdict',
+  },
   'transparent-listen': { env: EGRESS_ENV.transparentListen, arg: 'IP', help: 'transparent mode: answer DNS (53) and take TLS and HTTP connections (the connect ports) on this IPv4 address, the one workloads reach the proxy by (default off)' },
   'transparent-answer': { env: EGRESS_ENV.transparentAnswer, arg: 'IP', help: 'the IPv4 address allowlisted names resolve to in transparent mode, when workloads reach the proxy by another than --transparent-listen (a Kubernetes Service address); needed with 0.0.0.0' },
   'transparent-port-map': { env: EGRESS_ENV.transparentPortMap, arg: 'LIST', help: 'comma-separated DIALLED=LISTEN pairs for a platform that forwards ports (53=5353,443=8443): listen on LISTEN, decide on DIALLED; other ports listen on themselves' },
@@ -157,6 +162,7 @@ const ConfigSchema = z
     'max-header-bytes': limit('maxHeaderBytes'),
     'dns-timeout-ms': limit('dnsTimeoutMs'),
     'connect-timeout-ms': limit('connectTimeoutMs'),
+    'memory-limit-mb': Count.pipe(z.number().int().min(1, 'expected at least 1 (MiB)')).optional(),
     'transparent-listen': Ipv4.optional(),
     'transparent-answer': AnswerAddress.optional(),
     'transparent-port-map': PortMap.optional(),
@@ -186,6 +192,8 @@ const ConfigSchema = z
         o.policy !== undefined
           ? Object.freeze({ kind: 'file' as const, path: o.policy })
           : Object.freeze({ kind: 'list' as const, allowHosts: Object.freeze(o['allow-hosts'] ?? []), from: o.allowHostsFrom ?? OPTIONS['allow-hosts'].env }),
+      /** Memory the process may use, as given by the flag (bytes); the cgroup and the machine may set less. */
+      memoryLimitBytes: o['memory-limit-mb'] === undefined ? undefined : o['memory-limit-mb'] * 1024 * 1024,
       connectPorts: o['connect-ports'],
       tunnelDefault: o['tunnel-default'] ?? 'tls',
       requireTls: o['require-sni'] ?? false,

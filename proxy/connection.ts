@@ -1,10 +1,11 @@
 /**
- * Per-client-connection facts (id, client address, child logger, limit slot), attached to the
+ * Per-client-connection facts (id, client address, child logger, limit slot, memory charge), attached to the
  * socket when the server accepts it. A file of its own so that the refusal writer, which frees the
  * slot, and the request context, which names the refusal type, do not import each other.
  */
 import type { Socket } from 'node:net';
 import type { Logger } from './log.js';
+import { UNCHARGED, type Charge } from './memory-budget.js';
 
 export interface Connection {
   readonly id: number;
@@ -14,6 +15,8 @@ export interface Connection {
   readonly log: Logger;
   /** Client bytes already counted for earlier requests on this connection. */
   readonly counted: { read: number };
+  /** What the connection holds before a verdict, charged to the memory budget. */
+  readonly memory: Charge;
   /** Stops counting this connection against the limits (idempotent): on close, or at once when it is refused. */
   release(): void;
 }
@@ -26,7 +29,7 @@ export function attachConnection(socket: Socket, connection: Connection): void {
 
 /** The connection's facts; a socket not (or not yet) accepted gets an anonymous stand-in. */
 export function connectionOf(socket: Socket, fallback: Logger): Connection {
-  return connections.get(socket) ?? { id: 0, client: 'unknown', clientIp: 'unknown', log: fallback, counted: { read: 0 }, release: () => undefined };
+  return connections.get(socket) ?? { id: 0, client: 'unknown', clientIp: 'unknown', log: fallback, counted: { read: 0 }, memory: UNCHARGED, release: () => undefined };
 }
 
 /** Stops counting the socket's connection against the limits, if it was counted. */

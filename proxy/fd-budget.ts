@@ -12,7 +12,7 @@ import { MAX_LOOKUPS_IN_FLIGHT } from './dns.js';
 /**
  * Node's own start-up (it opens about a hundred module files at once: below ~100 descriptors it
  * fails with EMFILE before any of this runs), the listeners, the policy watch, stdio, the metrics
- * server and its scrapes.
+ * server and its scrapes, and the refused connections still lingering (at most 64: refusal.ts).
  */
 const FIXED_DESCRIPTORS = 256;
 

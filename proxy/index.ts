@@ -10,3 +10,4 @@ export { checkRequestHead, type BodyFraming, type RequestHead } from './request-
 export { checkResponseHead, type ResponseHead } from './response-head.js';
 export { readConnectHead, type ConnectHead } from './connect-head.js';
 export { TlsGuard, MAX_WATCH_BYTES, type GuardStep, type GuardVerdict } from './tls-guard.js';
+export { ACCEPT_BYTES, MemoryBudget } from './memory-budget.js';

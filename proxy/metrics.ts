@@ -1,7 +1,8 @@
 /**
  * Prometheus metrics (prom-client), on a listener of their own so that the proxy port never
- * serves them to workloads: decisions by outcome and reason, open tunnels, bytes each way, and
- * DNS and connect latency, and what the transparent DNS responder answered.
+ * serves them to workloads: decisions by outcome and reason, open tunnels, bytes each way, DNS
+ * and connect latency, what the transparent DNS responder answered, and the bytes held before a
+ * verdict.
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -30,12 +31,21 @@ export interface ProxyMetrics {
   readonly observer: ProxyObserver;
 }
 
-export function createProxyMetrics(): ProxyMetrics {
+/** `heldBytes`: what the memory budget holds now, read at each scrape. */
+export function createProxyMetrics(heldBytes: () => number): ProxyMetrics {
   const registry = new RegistryClass();
   const decisions = new Counter({ name: EGRESS_METRICS.decisions, help: 'Decisions by outcome and reason', labelNames: ['outcome', 'reason'] as const, registers: [registry] });
   const tunnels = new Gauge({ name: EGRESS_METRICS.openTunnels, help: 'CONNECT tunnels open now', registers: [registry] });
   const bytes = new Counter({ name: EGRESS_METRICS.bytes, help: 'Bytes relayed, by direction (up: client to upstream)', labelNames: ['direction', 'kind'] as const, registers: [registry] });
   const dns = new Histogram({ name: EGRESS_METRICS.dnsSeconds, help: 'DNS lookup latency', labelNames: ['outcome'] as const, buckets: LATENCY_BUCKETS, registers: [registry] });
+  new Gauge({
+    name: EGRESS_METRICS.heldBytes,
+    help: 'Bytes held before a verdict (pending hellos, request heads, waiting requests), charged to the memory budget',
+    registers: [registry],
+    collect() {
+      this.set(heldBytes());
+    },
+  });
   const connect = new Histogram({ name: EGRESS_METRICS.connectSeconds, help: 'Upstream connect latency (all attempts of one request)', labelNames: ['outcome'] as const, buckets: LATENCY_BUCKETS, registers: [registry] });
   const dnsQueries = new Counter({ name: EGRESS_METRICS.dnsQueries, help: 'DNS messages to the transparent responder, by what they got', labelNames: ['result'] as const, registers: [registry] });
   // Label sets are bound once: prom-client hashes the label object on every unbound call, which

@@ -12,6 +12,15 @@ const REASON_HEADER = 'X-Egress-Reason';
 
 const LINGER_MS = 5_000;
 
+/**
+ * Refused connections that may linger at once. Each keeps its descriptor for up to LINGER_MS and
+ * no longer counts against the connection limits, so a flood of connections refused at the caps
+ * ran the process out of descriptors (fd-budget.ts keeps room for this many). Beyond it, a refused
+ * connection is closed as soon as its last bytes are written.
+ */
+const MAX_LINGERING = 64;
+let lingering = 0;
+
 export interface Refusal {
   readonly reason: Reason;
   readonly detail: string;
@@ -55,8 +64,9 @@ export function wasRefused(socket: Socket): boolean {
 
 /**
  * Ends a refused connection: writes `last` (a response or a TLS alert), closes the proxy's side,
- * and gives the client a short linger to read it. The connection stops counting against the
- * limits at once; a client that never reads or never closes cannot hold the socket open.
+ * and gives the client a short linger to read it (unless MAX_LINGERING already do). The
+ * connection stops counting against the limits at once; a client that never reads or never closes
+ * cannot hold the socket open.
  */
 export function closeRefused(socket: Socket, last: string | Buffer | undefined): void {
   refused.add(socket);
@@ -65,13 +75,21 @@ export function closeRefused(socket: Socket, last: string | Buffer | undefined):
     socket.destroy();
     return;
   }
+  if (lingering >= MAX_LINGERING) {
+    socket.end(last ?? '', () => socket.destroy());
+    return;
+  }
   if (last === undefined) socket.end();
   else socket.end(last);
   // Reading on (and discarding) lets the client's own close end the socket promptly.
   if (socket.listenerCount('data') === 0) socket.resume();
+  lingering += 1;
   const linger = setTimeout(() => socket.destroy(), LINGER_MS);
   linger.unref();
-  socket.once('close', () => clearTimeout(linger));
+  socket.once('close', () => {
+    lingering -= 1;
+    clearTimeout(linger);
+  });
 }
 
 /** Writes a refusal on a raw socket (CONNECT, or before HTTP parsing) and closes it. */

@@ -16,12 +16,14 @@ import { DEFAULT_LIMITS, type ProxyLimits } from './limits.js';
 import { defaultConnect, type Connect } from './dial.js';
 import { createForwarder } from './forward.js';
 import { F, logLine, type Logger } from './log.js';
-import { refuseResponse, refuseSocket, wasRefused, type Refusal } from './refusal.js';
+import { closeRefused, refuseResponse, refuseSocket, wasRefused, type Refusal } from './refusal.js';
 import { createProxyMetrics } from './metrics.js';
 import { readConnectHead } from './connect-head.js';
 import { connectBodyProblem, handleConnect } from './tunnel.js';
 import { MAX_WAITING, Pipeline } from './pipeline.js';
 import { UpstreamPools } from './upstream-pools.js';
+import { ACCEPT_BYTES, BODY_WAIT_BYTES, MemoryBudget, parserBytes, requestBytes, UNCHARGED } from './memory-budget.js';
+import { healthCheckHead } from './health-check.js';
 import { startTransparent, type Transparent, type TransparentOptions } from './transparent.js';
 import { transparentEntryOf } from './transparent-entry.js';
 import { handleTransparentTls, refuseTls } from './transparent-tls.js';
@@ -33,6 +35,11 @@ export interface EgressProxyOptions {
   readonly limits?: Partial<ProxyLimits>;
   /** Opens upstream TCP connections; tests inject one to observe dials. */
   readonly connect?: Connect;
+  /**
+   * The process's budget of bytes held before a verdict (memory-plan.ts sizes it), shared by
+   * every listener's connections; without one, nothing is refused for memory.
+   */
+  readonly memory?: MemoryBudget;
 }
 
 export interface EgressProxy {
@@ -52,6 +59,9 @@ export interface EgressProxy {
 }
 
 const HEAD_TIMEOUT: Refusal = { reason: 'header_timeout', detail: 'the request head did not arrive in time' };
+
+/** Consecutive accept failures are logged once a second at most (a descriptor shortage repeats on every accept). */
+const ACCEPT_ERROR_LOG_MS = 1_000;
 const INTERNAL_ERROR: Refusal = { reason: 'internal_error', detail: 'the proxy failed while deciding' };
 
 function clientError(err: NodeJS.ErrnoException): Refusal {
@@ -70,7 +80,8 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   const log = options.logger;
   let policy = options.policy;
   const connect = options.connect ?? defaultConnect;
-  const metrics = createProxyMetrics();
+  const budget = options.memory ?? new MemoryBudget({ totalBytes: Infinity, perClientBytes: Infinity });
+  const metrics = createProxyMetrics(() => budget.used);
   const observer = metrics.observer;
   const pools = new UpstreamPools({ connect, connectTimeoutMs: limits.connectTimeoutMs, idleTimeoutMs: limits.idleTimeoutMs, maxHeaderBytes: 64 * 1024, maxPools: 1024 });
   const lookup: Lookup = async (name) => {
@@ -119,8 +130,40 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     log.error({ err, [F.event]: what }, 'handler failed; connection refused');
     fallback();
   };
+  /**
+   * Charges a parsed request to its connection until its response is done: its head's objects,
+   * and a body it may already have been read into Node's parser while it waits its turn. When
+   * that does not fit, a request that would start now is refused `overloaded` in its turn; one
+   * that would wait cuts the connection (its refusal could only be written after the responses
+   * before it, holding the bytes meanwhile), like one request too many in the pipeline.
+   */
+  const chargeRequest = (req: http.IncomingMessage, res: http.ServerResponse): boolean => {
+    const waits = pipelines.get(req.socket)?.busy ?? false;
+    const length = req.headers['content-length'];
+    const body = req.headers['transfer-encoding'] !== undefined || (length !== undefined && length !== '0');
+    const bytes = requestBytes(req.url ?? '', req.rawHeaders) + (waits && body ? BODY_WAIT_BYTES : 0);
+    const memory = connectionOf(req.socket, log).memory;
+    if (memory.grow(bytes)) {
+      res.once('close', () => memory.shrink(bytes));
+      return true;
+    }
+    const { clientIp } = connectionOf(req.socket, log);
+    const refusal: Refusal = { reason: 'overloaded', detail: budget.explain(clientIp, bytes), retryAfter: 1 };
+    if (waits) {
+      denyLine(req.socket, refusal, req.method);
+      req.socket.destroy();
+      return false;
+    }
+    pipelineOf(req.socket).add(res, () => {
+      holdInFlight(ctx, req.socket, res, () => undefined);
+      denyLine(req.socket, refusal, req.method);
+      refuseResponse(res, refusal);
+    });
+    return false;
+  };
   httpServer.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
     firstHead(req.socket);
+    if (!chargeRequest(req, res)) return;
     pipelineOf(req.socket).add(res, () => {
       ctx.inFlight.delete(req.socket);
       const record = recorderFor(req.socket, req.method);
@@ -167,6 +210,7 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   httpServer.on('connect', (req: http.IncomingMessage, socket: net.Socket, head: Buffer) => {
     takenOver.add(socket);
     firstHead(socket);
+    leaveParser(socket);
     if (behindPending(req, socket)) return;
     if (transparentEntryOf(socket) !== undefined) {
       const refusal: Refusal = { reason: 'bad_request', detail: 'CONNECT to a transparent listener (use the proxy port)' };
@@ -233,6 +277,15 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   let open = 0;
   let nextId = 1;
   const sockets = new Set<net.Socket>();
+  /** Connections accepted while the budget had no room for them: only refused (or health-checked). */
+  const overloaded = new WeakSet<net.Socket>();
+  /** Sockets Node's HTTP parser reads, charged for it (parserBytes) until it lets them go. */
+  const parsed = new WeakSet<net.Socket>();
+  const parserCharge = parserBytes(limits.maxHeaderBytes);
+  const leaveParser = (socket: net.Socket): void => {
+    if (!parsed.delete(socket)) return;
+    connectionOf(socket, log).memory.shrink(parserCharge);
+  };
   /** Admits a client connection within the limits, then reads it (every listener's connections). */
   const accept = (socket: net.Socket): void => {
     const clientIp = socket.remoteAddress ?? 'unknown';
@@ -253,6 +306,12 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
       else refuseSocket(socket, refusal);
       return;
     }
+    // Served only with room for its first read: a client past its share of the memory budget (or
+    // the proxy past all of it) gets nothing more until what it holds is decided. Its first read
+    // is still looked at (and dropped), so that the health check is answered.
+    const admitted = budget.admit(clientIp, ACCEPT_BYTES);
+    if (admitted === undefined) overloaded.add(socket);
+    const memory = admitted ?? UNCHARGED;
     open += 1;
     perClient.set(clientIp, fromClient + 1);
     sockets.add(socket);
@@ -268,6 +327,7 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     socket.once('close', () => {
       sockets.delete(socket);
       release();
+      memory.release();
     });
     const id = nextId++;
     let child: Logger | undefined;
@@ -281,10 +341,17 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
         return child;
       },
       counted: { read: 0 },
+      memory,
       release,
     });
-    if (entry?.kind === 'tls') onTransparentTls(socket, entry.port);
-    else readFirstChunk(socket);
+    if (entry?.kind !== 'tls') readFirstChunk(socket);
+    else if (admitted !== undefined) onTransparentTls(socket, entry.port);
+    else {
+      // A transparent TLS client reads no HTTP answer, and no health check comes this way.
+      const refusal: Refusal = { reason: 'overloaded', detail: budget.explain(clientIp, ACCEPT_BYTES), retryAfter: 1 };
+      recorderFor(socket, undefined).deny(refusal, { [F.port]: entry.port });
+      refuseTls(socket, refusal);
+    }
   };
   const netServer = net.createServer({ allowHalfOpen: true, noDelay: true }, accept);
   let transparent: Transparent | undefined;
@@ -318,6 +385,10 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     socket.once('end', onEnd);
     socket.once('data', (chunk: Buffer) => {
       socket.off('end', onEnd);
+      if (overloaded.has(socket)) {
+        overloadedAtHandOver(socket, chunk, ACCEPT_BYTES);
+        return;
+      }
       // Only the proxy port takes CONNECT: a transparent HTTP listener's bytes all go to the parser.
       const fast = transparentEntryOf(socket) === undefined ? readConnectHead(chunk, limits.maxHeaderBytes) : undefined;
       if (fast !== undefined) {
@@ -326,6 +397,13 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
         onConnect({ target: fast.target, bodyProblem: undefined }, socket, chunk.subarray(fast.length));
         return;
       }
+      // Node's parser holds what it reads in ways the proxy cannot see (a head still arriving is
+      // kept as strings): the connection is charged its worst for as long as the parser has it.
+      if (!connectionOf(socket, log).memory.grow(parserCharge)) {
+        overloadedAtHandOver(socket, chunk, parserCharge);
+        return;
+      }
+      parsed.add(socket);
       // Node's own header timer starts now; ours keeps the deadline counted from the accept.
       clearTimeout(firstHeadTimers.get(socket));
       firstHeadTimers.set(socket, setTimeout(() => headTimedOut(socket), Math.max(0, limits.headerTimeoutMs - (Date.now() - accepted))));
@@ -341,12 +419,48 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     });
   }
 
+  /**
+   * A connection the budget has no room for (`wanted` more bytes), at its first read: refused
+   * `overloaded`, unless it is the health check, which is answered here and now. A container's
+   * health check must not fail (and get the proxy restarted, with every tunnel) because clients
+   * filled the budget.
+   */
+  function overloadedAtHandOver(socket: net.Socket, chunk: Buffer, wanted: number): void {
+    firstHead(socket);
+    // A transparent HTTP listener's requests are meant for the host they name, never the proxy.
+    const health = transparentEntryOf(socket) === undefined ? healthCheckHead(chunk) : undefined;
+    if (health !== undefined) {
+      closeRefused(socket, `HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\nConnection: close\r\n\r\n${health === 'GET' ? 'ok\n' : ''}`);
+      return;
+    }
+    const { clientIp } = connectionOf(socket, log);
+    const refusal: Refusal = { reason: 'overloaded', detail: budget.explain(clientIp, wanted), retryAfter: 1 };
+    denyLine(socket, refusal);
+    refuseSocket(socket, refusal);
+  }
+
+  let acceptErrors = 0;
+  let acceptErrorLogged = 0;
+  /**
+   * An accept that failed (no descriptor left: EMFILE, ENFILE) ends that one connection, never
+   * the process: without a listener the server's 'error' event was an uncaught exception.
+   */
+  const acceptFailed = (err: NodeJS.ErrnoException): void => {
+    acceptErrors += 1;
+    const now = Date.now();
+    if (now - acceptErrorLogged < ACCEPT_ERROR_LOG_MS) return;
+    acceptErrorLogged = now;
+    log.error({ [F.event]: 'accept_failed', [F.error]: err.code ?? err.message, count: acceptErrors }, 'a connection could not be accepted; the proxy goes on');
+    acceptErrors = 0;
+  };
+
   return {
     listen(host, port) {
       return new Promise((resolve, reject) => {
         netServer.once('error', reject);
         netServer.listen({ host, port }, () => {
           netServer.off('error', reject);
+          netServer.on('error', acceptFailed);
           // The HTTP server never listens itself (connections are handed to it), but its
           // header-timeout sweep starts on 'listening'.
           httpServer.emit('listening');

@@ -16,9 +16,11 @@ import type { Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { REASONS } from '../policy/index.js';
 import { ClientHelloReader, type HelloResult } from './client-hello.js';
+import { connectionOf } from './connection.js';
 import type { ProxyContext } from './context.js';
 import type { DecisionRecorder } from './decision-recorder.js';
 import { F, printable, type Logger } from './log.js';
+import type { Charge } from './memory-budget.js';
 import { closeRefused, type Refusal } from './refusal.js';
 import { ACCESS_DENIED_ALERT, openTunnel, type TunnelEntry } from './tunnel.js';
 
@@ -42,10 +44,11 @@ type HelloRead =
 
 /**
  * Reads the first ClientHello of `client`, held whole (at most what the reader accepts: 32 KiB of
- * hello over at most 64 records, and the rest of the read that completed it), within `timeoutMs`
- * of the call. The socket is left paused with nothing read past the returned bytes.
+ * hello over at most 64 records, and the rest of the read that completed it, each byte charged to
+ * `memory`), within `timeoutMs` of the call. The socket is left paused with nothing read past
+ * the returned bytes.
  */
-function readHello(client: Socket, timeoutMs: number): Promise<HelloRead> {
+function readHello(client: Socket, timeoutMs: number, memory: Charge): Promise<HelloRead> {
   return new Promise((resolve) => {
     const reader = new ClientHelloReader();
     const chunks: Buffer[] = [];
@@ -68,6 +71,13 @@ function readHello(client: Socket, timeoutMs: number): Promise<HelloRead> {
       finish({ kind: 'hello', serverName: result.serverName, bytes: chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks) });
     };
     const onData = (chunk: Buffer): void => {
+      // What is held before the verdict is charged to the memory budget (it stays charged until
+      // the tunnel's verdict or the close); past the client's share, refused, the bytes dropped.
+      if (!memory.grow(chunk.length)) {
+        chunks.length = 0;
+        finish({ kind: 'refused', refusal: { reason: 'overloaded', detail: memory.explain(chunk.length) }, tls: true });
+        return;
+      }
       chunks.push(chunk);
       settle(reader.push(chunk));
     };
@@ -84,7 +94,7 @@ function readHello(client: Socket, timeoutMs: number): Promise<HelloRead> {
 export async function handleTransparentTls(ctx: ProxyContext, root: Logger, client: Socket, port: number, record: DecisionRecorder): Promise<void> {
   const started = performance.now();
   client.on('error', () => client.destroy()); // reported by the close line; never crashes the process
-  const hello = await readHello(client, ctx.limits.helloTimeoutMs);
+  const hello = await readHello(client, ctx.limits.helloTimeoutMs, connectionOf(client, root).memory);
   if (hello.kind === 'refused') {
     record.deny(hello.refusal, { [F.port]: port });
     closeRefused(client, hello.tls ? alertFor(hello.refusal) : undefined);
@@ -99,5 +109,5 @@ export async function handleTransparentTls(ctx: ProxyContext, root: Logger, clie
   // The name as sent, bytes and all: the policy's host-name rules refuse what is no host name.
   const host = hello.serverName.toString('latin1');
   record.note({ [F.sni]: printable(hello.serverName) });
-  await openTunnel(ctx, root, { host, port, started }, client, hello.bytes, record, TRANSPARENT_ENTRY);
+  await openTunnel(ctx, root, { host, port, started, headCharged: hello.bytes.length }, client, hello.bytes, record, TRANSPARENT_ENTRY);
 }

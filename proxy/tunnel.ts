@@ -13,7 +13,7 @@
  */
 import type { Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
-import { decide } from '../policy/index.js';
+import { decide, type Reason } from '../policy/index.js';
 import { connectionOf } from './connection.js';
 import type { ProxyContext } from './context.js';
 import type { DecisionRecorder, LineFields } from './decision-recorder.js';
@@ -21,7 +21,8 @@ import { dialPinned, DialError } from './dial.js';
 import { F, logLine, ms, printable, type Logger } from './log.js';
 import { closeRefused, refuseSocket, type Refusal } from './refusal.js';
 import { parseConnectTarget } from './authority.js';
-import { TlsGuard, type GuardStep, type GuardVerdict } from './tls-guard.js';
+import type { Charge } from './memory-budget.js';
+import { TlsGuard, type GuardStep } from './tls-guard.js';
 
 const ESTABLISHED = 'HTTP/1.1 200 Connection Established\r\n\r\n';
 
@@ -92,7 +93,13 @@ export async function handleConnect(
 export async function openTunnel(
   ctx: ProxyContext,
   root: Logger,
-  target: { readonly host: string; readonly port: number; readonly started: number },
+  target: {
+    readonly host: string;
+    readonly port: number;
+    readonly started: number;
+    /** Bytes of `head` the caller already charged to the connection's memory budget (the hello a transparent listener read). */
+    readonly headCharged?: number;
+  },
   client: Socket,
   head: Buffer,
   record: DecisionRecorder,
@@ -155,7 +162,8 @@ export async function openTunnel(
     [F.decideMs]: decideMs,
     [F.connectMs]: connectMs,
   };
-  splice(ctx, log, client, upstream, { host: decision.host, port: decision.port, tls, started, head, record, allowLine });
+  const { memory } = connectionOf(client, root);
+  splice(ctx, log, client, upstream, { host: decision.host, port: decision.port, tls, started, record, allowLine, memory, headCharged: target.headCharged ?? 0 }, head);
 }
 
 interface TunnelMeta {
@@ -164,13 +172,20 @@ interface TunnelMeta {
   /** Hold client bytes until a ClientHello naming `host` has arrived. */
   readonly tls: boolean;
   readonly started: number;
-  readonly head: Buffer;
   readonly record: DecisionRecorder;
   /** The decision line of an allowed tunnel, written once its verdict is known. */
   readonly allowLine: LineFields;
+  /** The connection's charge to the memory budget: what it holds until the tunnel's verdict. */
+  readonly memory: Charge;
+  /** What of the head is charged already: the guard's holding takes that charge over. */
+  readonly headCharged: number;
 }
 
-function splice(ctx: ProxyContext, log: Logger, client: Socket, upstream: Socket, meta: TunnelMeta): void {
+/**
+ * `head`, what the client sent after its CONNECT head, is a view of the read it came in: passed
+ * on once and never kept, so that the whole read is not held for as long as the tunnel lasts.
+ */
+function splice(ctx: ProxyContext, log: Logger, client: Socket, upstream: Socket, meta: TunnelMeta, head: Buffer): void {
   let closedBy: string | undefined;
   let sni: string | undefined;
   let open = 2;
@@ -224,20 +239,26 @@ function splice(ctx: ProxyContext, log: Logger, client: Socket, upstream: Socket
         }, ctx.limits.maxTunnelMs)
       : undefined;
 
-  // A server that speaks first is not held up: only the client's direction is checked.
-  upstream.pipe(client);
-  const allow = (): void => meta.record.allow({ ...meta.allowLine, [F.sni]: sni });
+  const allow = (fields: LineFields = {}): void => meta.record.allow({ ...meta.allowLine, [F.sni]: sni, ...fields });
   if (!meta.tls) {
+    // Any bytes, either way, from the start: a server that speaks first (SSH) is not held up.
+    upstream.pipe(client);
     allow();
-    if (meta.head.length > 0) upstream.write(meta.head);
+    meta.memory.shrink(meta.memory.bytes);
+    if (head.length > 0) upstream.write(head);
     if (client.readableEnded) upstream.end();
     else client.pipe(upstream);
     return;
   }
-  guardTls(ctx, client, upstream, meta, {
+  guardTls(ctx, client, upstream, meta, head, {
     allow: (serverName) => {
       if (serverName !== undefined) sni = printable(serverName);
       allow();
+    },
+    abandoned: (serverName) => {
+      if (serverName !== undefined) sni = printable(serverName);
+      allow({ [F.error]: 'client_closed' });
+      teardown('client')();
     },
     deny: (verdict, serverName) => {
       if (serverName !== undefined) sni = printable(serverName);
@@ -254,31 +275,51 @@ function splice(ctx: ProxyContext, log: Logger, client: Socket, upstream: Socket
 
 interface GuardOutcomes {
   allow(serverName: Buffer | undefined): void;
-  deny(verdict: Extract<GuardVerdict, { kind: 'deny' }>, serverName: Buffer | undefined): void;
+  /** The client left after its hello passed and before the server answered: the exchange is over. */
+  abandoned(serverName: Buffer | undefined): void;
+  /** `tls`: the client spoke TLS, so a TLS alert tells it why. */
+  deny(refusal: { readonly reason: Reason; readonly detail: string; readonly tls: boolean }, serverName: Buffer | undefined): void;
   undecided(): boolean;
 }
 
 /**
- * Runs a `tls` tunnel's client direction through the TlsGuard: client bytes go upstream only as
- * the guard releases them, the server's first bytes are shown to it as they pass, and the hello
- * deadline runs while a ClientHello is due. Once the guard opens, the client is piped as usual.
+ * Runs a `tls` tunnel through the TlsGuard: client bytes go upstream only as the guard releases
+ * them, and the server's bytes reach the client only once the guard has judged its first record
+ * TLS; the hello deadline runs while a ClientHello is due. Once the guard opens, both directions
+ * are piped as usual.
  */
-function guardTls(ctx: ProxyContext, client: Socket, upstream: Socket, meta: TunnelMeta, outcomes: GuardOutcomes): void {
+function guardTls(ctx: ProxyContext, client: Socket, upstream: Socket, meta: TunnelMeta, head: Buffer, outcomes: GuardOutcomes): void {
   const guard = new TlsGuard(meta.host);
   let deadline: NodeJS.Timeout | undefined;
   let clientEnded = false;
+  let serverPiped = false;
+  let awaitingDrain = false;
+  /** What the guard's holding is charged now (on top of the connection's floor). */
+  let charged = meta.headCharged;
+  const charge = (): boolean => {
+    const held = guard.held;
+    if (held > charged && !meta.memory.grow(held - charged)) return false;
+    if (held < charged) meta.memory.shrink(charged - held);
+    charged = held;
+    return true;
+  };
   const stop = (): void => {
     clearTimeout(deadline);
     client.off('data', onClient);
     client.off('end', onEnd);
-    upstream.off('data', onServer);
+    if (!serverPiped) upstream.off('data', onServer);
+    // Decided (or over): nothing more is held for this connection before a verdict.
+    meta.memory.shrink(meta.memory.bytes);
   };
   const apply = (step: GuardStep): void => {
+    for (const bytes of step.deliver ?? []) client.write(bytes);
     // One write however many records the step released (a run of tiny records is many pieces).
     const bytes = step.forward.length === 1 ? step.forward[0]! : Buffer.concat(step.forward);
-    if (bytes.length > 0 && !upstream.write(bytes)) {
+    if (bytes.length > 0 && !upstream.write(bytes) && !awaitingDrain) {
+      awaitingDrain = true;
       client.pause();
       upstream.once('drain', () => {
+        awaitingDrain = false;
         if (!guard.full) client.resume();
       });
     }
@@ -286,6 +327,20 @@ function guardTls(ctx: ProxyContext, client: Socket, upstream: Socket, meta: Tun
       stop();
       outcomes.deny(step.verdict, guard.serverName);
       return;
+    }
+    // Holding more than the client's share (or the proxy's budget) allows: refused, and the bytes
+    // it held are dropped with the guard.
+    if (step.verdict === undefined && !charge()) {
+      const wanted = guard.held - charged;
+      stop();
+      outcomes.deny({ reason: 'overloaded', detail: meta.memory.explain(wanted), tls: true }, guard.serverName);
+      return;
+    }
+    // The server's first record was TLS: the rest of what it sends flows to the client unseen.
+    if (guard.serverJudged && !serverPiped) {
+      serverPiped = true;
+      upstream.off('data', onServer);
+      upstream.pipe(client);
     }
     if (step.verdict?.kind === 'allow') {
       stop();
@@ -313,7 +368,17 @@ function guardTls(ctx: ProxyContext, client: Socket, upstream: Socket, meta: Tun
   };
   const onEnd = (): void => {
     clientEnded = true;
-    apply(guard.clientEnded());
+    const step = guard.clientEnded();
+    // Ended after its hello passed, before the server answered: a client that can send no more
+    // can never finish the handshake, so the exchange ends here, and with it the wait for a
+    // server that may never speak (its line would otherwise wait for the upstream or the idle
+    // timeout, and the connection go on counting against the client's limit).
+    if (step.verdict === undefined && guard.inspecting && !guard.awaitingHello) {
+      stop();
+      outcomes.abandoned(guard.serverName);
+      return;
+    }
+    apply(step);
   };
   client.on('data', onClient);
   client.once('end', onEnd);
@@ -326,7 +391,7 @@ function guardTls(ctx: ProxyContext, client: Socket, upstream: Socket, meta: Tun
     if (step.verdict?.kind === 'deny') outcomes.deny(step.verdict, guard.serverName);
     else outcomes.allow(guard.serverName);
   });
-  apply(meta.head.length > 0 ? guard.fromClient(meta.head) : { forward: [] });
+  apply(head.length > 0 ? guard.fromClient(head) : { forward: [] });
   // A socket handed over paused (the fast CONNECT path) flows from here, unless the head alone
   // filled what may wait for the server.
   if (guard.inspecting && !guard.full) client.resume();

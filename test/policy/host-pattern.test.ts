@@ -1,5 +1,5 @@
 import t from 'tap';
-import { compileAllowlist, parseHostPattern, type HostPattern } from '../../policy/index.js';
+import { buildPolicy, compileAllowlist, decide, parseHostPattern, type HostPattern } from '../../policy/index.js';
 
 function allowlist(entries: string[]) {
   return compileAllowlist(
@@ -130,4 +130,39 @@ t.test('the matched entry carries its tunnel mode; exact beats wildcard, deeper 
   const list = compileAllowlist(patterns);
   t.same([list.match('a.example.com')?.tunnel, list.match('a.tls.example.com')?.tunnel, list.match('ssh.tls.example.com')?.tunnel], ['opaque', 'tls', 'opaque']);
   t.equal(parseHostPattern('a.example').ok && parseHostPattern('a.example').ok ? (parseHostPattern('a.example') as { pattern: { tunnel: string } }).pattern.tunnel : '', 'tls', 'tls by default');
+});
+
+// A wildcard above a private suffix loads (`amazonaws.com` is one company's domain), but must not
+// match a name below that suffix: `bucket.s3.amazonaws.com` is whoever owns the bucket.
+t.test('a wildcard does not reach across a public suffix below it', async (t) => {
+  const aws = allowlist(['*.amazonaws.com', 'exact.s3.amazonaws.com', '*.mine.s3.amazonaws.com', '*.example.com']);
+  const matches: [string, string | undefined][] = [
+    ['sts.amazonaws.com', '*.amazonaws.com'],
+    ['iam.amazonaws.com', '*.amazonaws.com'],
+    // The suffix itself is its operator's own host.
+    ['s3.amazonaws.com', '*.amazonaws.com'],
+    ['bucket.s3.amazonaws.com', undefined],
+    ['deep.bucket.s3.amazonaws.com', undefined],
+    ['bucket.s3.us-east-1.amazonaws.com', undefined],
+    ['ec2.us-east-1.amazonaws.com', undefined],
+    // Exact entries and wildcards below the suffix are the operator's own choice of owner.
+    ['exact.s3.amazonaws.com', 'exact.s3.amazonaws.com'],
+    ['a.mine.s3.amazonaws.com', '*.mine.s3.amazonaws.com'],
+    ['a.b.example.com', '*.example.com'],
+  ];
+  for (const [host, rule] of matches) t.equal(aws.match(host)?.entry, rule, host);
+  t.same(aws.crossing('bucket.s3.amazonaws.com'), { entry: '*.amazonaws.com', suffix: 's3.amazonaws.com' });
+  t.equal(aws.crossing('sts.amazonaws.com'), undefined, 'a name it matches crosses nothing');
+  t.equal(aws.crossing('evil.net'), undefined, 'a name no wildcard is over crosses nothing');
+});
+
+t.test('the refusal of a name across a suffix says which entry, which suffix, and what to list', async (t) => {
+  const built = buildPolicy({ allowHosts: ['*.amazonaws.com'] });
+  if (!built.ok) throw new Error('the policy does not build');
+  const { policy } = built;
+  const lookup = async (): Promise<never> => {
+    throw new Error('no lookup for a name the allowlist refuses');
+  };
+  const d = await decide(policy, 'bucket.s3.amazonaws.com', 443, lookup);
+  t.match(d, { allowed: false, reason: 'host_not_allowed', detail: 'bucket.s3.amazonaws.com is below the public suffix s3.amazonaws.com, where every name has an owner of its own, so *.amazonaws.com does not reach it; list bucket.s3.amazonaws.com itself' });
 });

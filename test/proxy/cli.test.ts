@@ -12,6 +12,7 @@ import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import { EGRESS_ENV, EGRESS_NODE_OPTIONS } from '../../common/index.js';
 import { MIN_OPEN_FILES, openFilesFor, planDescriptors } from '../../proxy/fd-budget.js';
+import { planMemory } from '../../proxy/memory-plan.js';
 import { freePort } from '../support/loopback.js';
 import { rawRequest, readUntil } from '../support/raw-client.js';
 
@@ -374,6 +375,60 @@ t.test('an open-file limit that holds nothing stops the proxy at start', async (
   const res = spawnSync('prlimit', [`--nofile=${nofile}:${nofile}`, '--', process.execPath, cli, '--allow-hosts', 'a.example', '--listen', '127.0.0.1:0'], { encoding: 'utf8', env: baseEnv, timeout: 30_000 });
   t.equal(res.status, 2, 'exits 2');
   t.match(res.stderr, new RegExp(`open-file limit is ${nofile}, and the proxy needs at least ${MIN_OPEN_FILES}`));
+});
+
+// A flood of connections past the caps: each is refused, and a refused connection used to keep
+// its descriptor for the whole linger (5 s) while no longer counting against the caps, so the
+// process ran out of descriptors and every new connection, the health check's too, was dropped
+// at accept. The process must stay up and keep answering its health check during the flood.
+t.test('a flood of connections past the caps: the process stays up and its health check answers during it', async (t) => {
+  // Room for 86 connections; the flooding client may hold 10 of them, and is refused past that.
+  const nofile = 600;
+  t.equal(planDescriptors(nofile, 16_384)?.maxConnections, 86);
+  const port = await freePort();
+  const output = { text: '' };
+  const args = [cli, '--allow-hosts', 'a.example', '--listen', `127.0.0.1:${port}`, '--max-connections-per-client', '10'];
+  const child = spawn('prlimit', [`--nofile=${nofile}:${nofile}`, '--', process.execPath, ...args], { env: baseEnv });
+  child.stdout?.on('data', (d: Buffer) => (output.text += d.toString()));
+  child.stderr?.on('data', (d: Buffer) => (output.text += d.toString()));
+  t.teardown(() => child.kill('SIGKILL'));
+  await waitFor(child, output, /egress proxy listening/);
+  for (let round = 0; round < 3; round++) {
+    // From a client address of its own, held open by a client that never reads or closes.
+    const flood = await Promise.all(
+      Array.from({ length: 1_000 }, () =>
+        new Promise<net.Socket>((resolve) => {
+          const s = net.connect({ port, host: '127.0.0.1', localAddress: '127.0.0.2' }, () => resolve(s));
+          s.on('error', () => resolve(s));
+        }),
+      ),
+    );
+    await new Promise((r) => setTimeout(r, 300));
+    const health = await rawRequest(port, 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n', '127.0.0.1', 5_000).catch((err: Error) => ({ status: 0, error: err.message, socket: undefined }));
+    t.equal(health.status, 200, `round ${round}: the health check answers during the flood`);
+    health.socket?.destroy();
+    t.equal(child.exitCode, null, `round ${round}: still running`);
+    for (const s of flood) s.destroy();
+  }
+  t.notMatch(output.text, /fatal/, 'no fatal error');
+});
+
+// The memory plan (memory-plan.ts) at start: logged, and fitted to the memory the process may use.
+t.test('the memory budget is planned at start and logged; a limit below the minimum stops the proxy', async (t) => {
+  const port = await freePort();
+  const output = { text: '' };
+  const child = spawn(process.execPath, [cli, '--allow-hosts', 'a.example', '--listen', `127.0.0.1:${port}`, '--memory-limit-mb', '256'], { env: baseEnv });
+  child.stdout?.on('data', (d: Buffer) => (output.text += d.toString()));
+  t.teardown(() => child.kill('SIGKILL'));
+  await waitFor(child, output, /egress proxy listening/);
+  const line = JSON.parse(output.text.split('\n').find((l) => l.includes('"memory_budget"')) ?? '{}') as Record<string, unknown>;
+  const plan = planMemory({ bytes: 256 * 1024 * 1024, source: 'flag' }, 16_384, 0.25)!;
+  t.match(line, { level: 40, memoryLimitMb: 256, source: 'flag', budgetMb: Math.floor(plan.totalBytes / 2 ** 20), perClientMb: Math.floor(plan.perClientBytes / 2 ** 20), maxConnections: plan.maxConnections, configured: 16_384 });
+  t.match(line.msg, /the connection caps are lowered/);
+  const res = run(['--allow-hosts', 'a.example', '--listen', '127.0.0.1:0'], { EGRESS_MEMORY_LIMIT_MB: '100' });
+  t.equal(res.status, 2, 'exits 2');
+  t.match(res.stderr, /the memory limit is 100 MiB \(from the flag\), and the proxy needs at least 128 MiB/);
+  t.match(run(['--allow-hosts', 'a.example', '--memory-limit-mb', 'lots']).stderr, /--memory-limit-mb: expected a whole number/);
 });
 
 /** A client connection the proxy has accepted and counts. */

@@ -1,9 +1,10 @@
 /**
  * Exactly one decision line, and one decision metric, per request the proxy takes up: on every
  * path a request can end by. Allowed and refused, CONNECT and plain HTTP; every refusal the server
- * makes itself (limits, the head deadline, parse errors, Expect, Upgrade, a request pipelined past
- * the cap or behind a pending one); the refusals of a tunnel after its `200` (the four TLS codes);
- * upstream failures before and after the response started; clients that leave half-way. Each
+ * makes itself (limits, the memory budget, the head deadline, parse errors, Expect, Upgrade, a
+ * request pipelined past the cap or behind a pending one); the refusals of a tunnel after its `200` (the TLS codes, an
+ * upstream that is not TLS included); upstream failures before and after the response started;
+ * clients that leave half-way (a tunnel's, after its hello went up, included). Each
  * case runs against a proxy of its own and lists every decision line it must produce, so a path
  * that writes none, or two, fails (a late second line included: the count is taken once the
  * connection has closed and a while after). The proxy's requests_dropped line is not a decision.
@@ -12,7 +13,7 @@
 import net from 'node:net';
 import t from 'tap';
 import type { Policy } from '../../policy/index.js';
-import type { Connect, ProxyLimits } from '../../proxy/index.js';
+import { ACCEPT_BYTES, MemoryBudget, type Connect, type ProxyLimits } from '../../proxy/index.js';
 import { startDnsServer } from '../support/dns-server.js';
 import { listen } from '../support/loopback.js';
 import { rawRequest, readUntil } from '../support/raw-client.js';
@@ -68,6 +69,24 @@ const scripted = net.createServer((s) => {
   };
   s.on('data', onData);
 });
+// Upstreams that are not TLS: one that speaks first (an SMTP banner), one that answers in clear;
+// and one that takes what it is sent and never answers.
+const banner = net.createServer((s) => {
+  s.on('error', () => undefined);
+  s.end('220 mail.test ESMTP\r\n');
+});
+const clear = net.createServer((s) => {
+  s.on('error', () => undefined);
+  s.once('data', () => s.end('HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n'));
+});
+const silentSockets = new Set<net.Socket>();
+const silent = net.createServer((s) => {
+  silentSockets.add(s);
+  s.on('close', () => silentSockets.delete(s));
+  s.on('error', () => undefined);
+  s.resume();
+});
+const [bannerPort, clearPort, silentPort] = await Promise.all([listen(banner), listen(clear), listen(silent)]);
 const echoPort = await listen(echo);
 const webPort = await listen(scripted);
 const dns = await startDnsServer();
@@ -77,6 +96,10 @@ dns.set('late.dns.test', { answers: ['93.184.215.14'], delayMs: 300 });
 t.teardown(async () => {
   echo.close();
   scripted.close();
+  banner.close();
+  clear.close();
+  silent.close();
+  for (const s of silentSockets) s.destroy();
   for (const s of upstreamSockets) s.destroy();
   await dns.close();
 });
@@ -86,7 +109,7 @@ const web = `web.test:${webPort}`;
 const SLOW_ADDRESS = '127.0.0.9';
 const policyInput = {
   allowHosts: [{ host: 'echo.test', tunnel: 'opaque' as const }, 'tls.test', 'web.test', 'dead.test', 'slow.test', '*.dns.test'],
-  connectPorts: [echoPort, webPort, 443, 80],
+  connectPorts: [echoPort, webPort, bannerPort, clearPort, silentPort, 443, 80],
   testHosts: { 'echo.test': '127.0.0.1', 'tls.test': '127.0.0.1', 'web.test': '127.0.0.1', 'dead.test': '127.0.0.3', 'slow.test': SLOW_ADDRESS },
 };
 const connect: Connect = (address, port) => {
@@ -151,6 +174,8 @@ interface Case {
   readonly name: string;
   readonly limits?: Partial<ProxyLimits>;
   readonly policy?: Policy;
+  /** A memory budget of this many bytes (for one client and all), instead of none. */
+  readonly memory?: number;
   /** With transparent listeners (on TRANSPARENT): TLS for the echo port, HTTP for the web port. */
   readonly transparent?: boolean;
   /** The client's part: returns once it is done with the proxy. `at` is the transparent listener for a dialled port. */
@@ -244,6 +269,34 @@ const cases: Case[] = [
     }),
     lines: ['deny tls_hello_malformed'],
   },
+  // A tls tunnel whose upstream is not TLS, and one whose client leaves while the upstream is silent.
+  // The client keeps its side open: the proxy's refusal ends the tunnel.
+  {
+    name: 'after the 200: the upstream speaks first',
+    drive: (p) => tunnel(p.port, `tls.test:${bannerPort}`, async (s) => {
+      s.write(helloTls);
+      await readUntil(s, undefined);
+    }),
+    lines: ['deny tls_upstream_not_tls'],
+  },
+  {
+    name: 'after the 200: the upstream answers the hello in clear',
+    drive: (p) => tunnel(p.port, `tls.test:${clearPort}`, async (s) => {
+      s.write(helloTls);
+      await readUntil(s, undefined);
+    }),
+    lines: ['deny tls_upstream_not_tls'],
+  },
+  {
+    name: 'after the 200: the client closes while the upstream has not answered its hello',
+    drive: (p) => tunnel(p.port, `tls.test:${silentPort}`, async (s) => {
+      s.write(helloTls);
+      await settle(() => silentSockets.size > 0, 'the upstream connection');
+      await new Promise((r) => setTimeout(r, 100));
+      await readUntil(s.end(), undefined, 3_000);
+    }),
+    lines: ['allow client_closed'],
+  },
   // Plain HTTP
   { name: 'plain HTTP allowed and completed', drive: (p) => exchange(p.port, get(web).replace('\r\n\r\n', '\r\nConnection: close\r\n\r\n')).then(), lines: ['allow'] },
   { name: 'plain HTTP: three requests on one connection', drive: (p) => exchange(p.port, get(web, '/keep') + get(web, '/keep') + get(web, '/ok').replace('\r\n\r\n', '\r\nConnection: close\r\n\r\n')).then(), lines: ['allow', 'allow', 'allow'] },
@@ -324,6 +377,33 @@ const cases: Case[] = [
       await readUntil(s, undefined);
     },
     lines: [],
+  },
+  // The memory budget (Node's parser is charged 192 KiB for a connection with the default 16 KiB
+  // head limit; an ordinary request about 4 KiB, and a body waiting its turn 160 KiB more).
+  { name: 'a new connection with no room in the memory budget', memory: 0, drive: (p) => exchange(p.port, `CONNECT echo.test:${echoPort} HTTP/1.1\r\n\r\n`).then(), lines: ['deny overloaded'] },
+  { name: 'the health check with no room in the memory budget is answered, and no request', memory: 0, drive: (p) => exchange(p.port, 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n').then(), lines: [] },
+  { name: 'plain HTTP with no room for Node\'s parser', memory: ACCEPT_BYTES, drive: (p) => exchange(p.port, get(web)).then(), lines: ['deny overloaded'] },
+  {
+    name: 'a request with no room for itself, nothing before it: refused in its turn',
+    memory: ACCEPT_BYTES + 192 * 1024 + 1024,
+    drive: (p) => exchange(p.port, get(web)).then(),
+    lines: ['deny overloaded'],
+  },
+  {
+    name: 'a request that would wait its turn with a body there is no room for: the connection is cut',
+    memory: ACCEPT_BYTES + 192 * 1024 + 16 * 1024,
+    drive: (p) => exchange(p.port, `${get(web, '/slow')}POST http://${web}/ok HTTP/1.1\r\nHost: ${web}\r\nContent-Length: 100000\r\n\r\n${'x'.repeat(50_000)}`).then(),
+    lines: ['allow client_closed', 'deny overloaded'],
+  },
+  {
+    name: 'a tls tunnel whose hello grows past the budget',
+    memory: ACCEPT_BYTES + 8 * 1024,
+    drive: (p) => tunnel(p.port, `tls.test:${echoPort}`, async (s) => {
+      // One full record of a ClientHello announced at 32 KiB.
+      s.write(Buffer.concat([Buffer.from([22, 3, 1, 0x40, 0, 1, 0, 0x80, 0]), Buffer.alloc(16 * 1024 - 4, 1)]));
+      await readUntil(s, undefined);
+    }),
+    lines: ['deny overloaded'],
   },
   // Refusals the server makes itself
   {
@@ -431,6 +511,24 @@ const cases: Case[] = [
     lines: ['deny client_limit'],
     fields: { level: 40, via: 'transparent' },
   },
+  // The transparent listeners share the memory budget (memory-budget.test.ts fills it from both sides).
+  { name: 'a transparent TLS connection with no room in the memory budget', transparent: true, memory: 0, drive: (_p, at) => exchange(at(echoPort), helloTls, TRANSPARENT).then(), lines: ['deny overloaded'], fields: { via: 'transparent', port: echoPort } },
+  {
+    name: 'a transparent HTTP head with no room for Node\'s parser',
+    transparent: true,
+    memory: ACCEPT_BYTES,
+    drive: (_p, at) => exchange(at(webPort), `GET /ok HTTP/1.1\r\nHost: ${web}\r\n\r\n`, TRANSPARENT).then(),
+    lines: ['deny overloaded'],
+    fields: { via: 'transparent' },
+  },
+  {
+    name: 'a transparent TLS hello that grows past the memory budget',
+    transparent: true,
+    memory: ACCEPT_BYTES + 8 * 1024,
+    drive: (_p, at) => exchange(at(echoPort), Buffer.concat([Buffer.from([22, 3, 1, 0x40, 0, 1, 0, 0x80, 0]), Buffer.alloc(16 * 1024 - 4, 1)]), TRANSPARENT).then(),
+    lines: ['deny overloaded'],
+    fields: { via: 'transparent', port: echoPort },
+  },
 ];
 
 const summary = (l: Record<string, unknown>): string =>
@@ -438,7 +536,8 @@ const summary = (l: Record<string, unknown>): string =>
 
 for (const c of cases) {
   t.test(c.name, async (t) => {
-    const p = await startTestProxy({ policy: policyInput, dnsServer: dns.address, limits: c.limits ?? {}, connect });
+    const memory = c.memory === undefined ? undefined : new MemoryBudget({ totalBytes: c.memory, perClientBytes: c.memory });
+    const p = await startTestProxy({ policy: policyInput, dnsServer: dns.address, limits: c.limits ?? {}, connect, ...(memory ? { memory } : {}) });
     t.teardown(() => p.close());
     if (c.policy) p.proxy.setPolicy(c.policy);
     const listening = c.transparent

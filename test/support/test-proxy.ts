@@ -5,7 +5,7 @@ import type { ProxyLimits } from '../../proxy/index.js';
 import { defaultConnect, type Connect } from '../../proxy/index.js';
 import { createLookup } from '../../proxy/index.js';
 import { createLogger } from '../../proxy/index.js';
-import { createEgressProxy, type EgressProxy } from '../../proxy/index.js';
+import { createEgressProxy, type EgressProxy, type MemoryBudget } from '../../proxy/index.js';
 
 export interface TestProxy {
   readonly port: number;
@@ -28,6 +28,7 @@ export async function startTestProxy(options: {
   dnsTimeoutMs?: number;
   limits?: Partial<ProxyLimits>;
   connect?: Connect;
+  memory?: MemoryBudget;
 }): Promise<TestProxy> {
   const logs: Record<string, unknown>[] = [];
   const sink = new Writable({
@@ -47,6 +48,7 @@ export async function startTestProxy(options: {
       dialed.push(address.includes(':') ? `[${address}]:${port}` : `${address}:${port}`);
       return connect(address, port);
     },
+    ...(options.memory ? { memory: options.memory } : {}),
   });
   const { port } = await proxy.listen('127.0.0.1', 0);
   return { port, proxy, logs, dialed, close: () => proxy.close() };

@@ -1,0 +1,151 @@
+/**
+ * The bytes the proxy holds for a client before it has decided what to do with them, counted
+ * against a process-wide budget and a per-client share of it (memory-plan.ts sizes both from the
+ * memory the process may use). Without it one client could make the proxy buffer until the kernel
+ * killed it: 3,000 tunnels each sending a 32 KiB ClientHello left one byte short took ~100 KiB
+ * each, and 800 connections each pipelining a body behind a slow request ~150 KiB each, and a
+ * 256 MiB cgroup ended the process after ~2,400 tunnels, and with it every other client's egress.
+ *
+ * Every connection has one Charge. It must be admitted (a floor that fits) before the connection
+ * is served, and it grows as the connection makes the proxy hold more: a hello still arriving
+ * (exactly what the TlsGuard holds), Node's HTTP parser reading a head, requests waiting their
+ * turn. A growth that does not fit is refused, and the caller refuses that connection or request
+ * `overloaded`; nothing admitted is ever charged more than it was let hold, so what was admitted
+ * keeps working. Pure accounting: no sockets, no timers.
+ */
+
+const KIB = 1024;
+
+/** What every connection is charged from its accept until its first verdict: its first read. */
+export const ACCEPT_BYTES = 4 * KIB;
+
+/**
+ * What a connection costs while Node's HTTP parser reads it, per byte of the largest head allowed:
+ * the parser keeps a head still arriving as strings in JavaScript arrays, and a head of 16 KiB
+ * made of ~3,000 tiny fields measured ~150 KiB (with the request's own objects).
+ */
+const PARSER_BYTES_PER_HEAD_BYTE = 12;
+
+/** The charge of a connection that Node's HTTP parser reads (a head it may be receiving). */
+export function parserBytes(maxHeaderBytes: number): number {
+  return PARSER_BYTES_PER_HEAD_BYTE * maxHeaderBytes;
+}
+
+/**
+ * A request whose body must wait for the one before it: Node's parser has already pushed the
+ * rest of the read that carried its head into it, and reads once more before it stops (measured
+ * ~130 KiB of body and ~25 KiB of objects per connection).
+ */
+export const BODY_WAIT_BYTES = 160 * KIB;
+
+/** A parsed request's own objects (the message, its response, their state). */
+const REQUEST_BYTES = 4 * KIB;
+/** Per field of a parsed head: two strings and their slots in two arrays. */
+const FIELD_BYTES = 64;
+
+/**
+ * What a parsed request holds until its response is done, from its head as Node gave it: its
+ * fields as strings (each byte twice: `rawHeaders` and `headers`) and their objects. A pipeline of
+ * 32 waiting requests with 16 KiB of tiny fields each measured ~4.5 MiB on one connection.
+ */
+export function requestBytes(url: string, rawHeaders: readonly string[]): number {
+  let bytes = url.length;
+  for (const field of rawHeaders) bytes += field.length;
+  return REQUEST_BYTES + 2 * bytes + FIELD_BYTES * (rawHeaders.length / 2);
+}
+
+/** One connection's bytes held before a verdict. */
+export interface Charge {
+  /** Bytes charged now. */
+  readonly bytes: number;
+  /** Charges `n` more; false (and nothing charged) when that passes the client's share or the budget. */
+  grow(n: number): boolean;
+  /** Gives back `n` of what was charged. */
+  shrink(n: number): void;
+  /** Gives back everything (idempotent): the connection closed. */
+  release(): void;
+  /** Why `wanted` bytes more did not fit, for a refusal's detail. */
+  explain(wanted: number): string;
+}
+
+export interface MemoryBudgetSize {
+  /** Bytes all clients together may make the proxy hold before a verdict. */
+  readonly totalBytes: number;
+  /** Bytes one client address may make it hold. */
+  readonly perClientBytes: number;
+}
+
+/** A charge that never refuses: for a connection the server did not accept itself. */
+export const UNCHARGED: Charge = { bytes: 0, grow: () => true, shrink: () => undefined, release: () => undefined, explain: () => 'not charged' };
+
+export class MemoryBudget {
+  private usedBytes = 0;
+  private readonly byClient = new Map<string, number>();
+
+  constructor(readonly size: MemoryBudgetSize) {}
+
+  /** Bytes charged now, over all clients. */
+  get used(): number {
+    return this.usedBytes;
+  }
+
+  /** Bytes charged now to `client`. */
+  usedBy(client: string): number {
+    return this.byClient.get(client) ?? 0;
+  }
+
+  /**
+   * A new connection from `client`, charged `floor` from the start: undefined when even that
+   * does not fit, and the connection must be refused `overloaded`.
+   */
+  admit(client: string, floor: number): Charge | undefined {
+    const charge = this.chargeFor(client);
+    return charge.grow(floor) ? charge : undefined;
+  }
+
+  /** Why `wanted` more bytes for `client` do not fit, for the refusal's detail. */
+  explain(client: string, wanted: number): string {
+    const kib = (n: number): string => (Number.isFinite(n) ? String(Math.ceil(n / KIB)) : 'unlimited');
+    return `${kib(wanted)} KiB more do not fit: ${client} holds ${kib(this.usedBy(client))} KiB of its ${kib(this.size.perClientBytes)} KiB share, and all clients ${kib(this.usedBytes)} of ${kib(this.size.totalBytes)} KiB, in bytes not yet decided on`;
+  }
+
+  private fits(client: string, n: number): boolean {
+    return this.usedBytes + n <= this.size.totalBytes && this.usedBy(client) + n <= this.size.perClientBytes;
+  }
+
+  private add(client: string, n: number): void {
+    this.usedBytes += n;
+    const left = this.usedBy(client) + n;
+    if (left === 0) this.byClient.delete(client);
+    else this.byClient.set(client, left);
+  }
+
+  private chargeFor(client: string): Charge {
+    let bytes = 0;
+    let released = false;
+    const budget = this;
+    return {
+      get bytes() {
+        return bytes;
+      },
+      grow(n) {
+        // A closed connection holds nothing more; whatever still runs for it is not refused.
+        if (released) return true;
+        if (!budget.fits(client, n)) return false;
+        bytes += n;
+        budget.add(client, n);
+        return true;
+      },
+      shrink(n) {
+        const given = Math.min(n, bytes);
+        bytes -= given;
+        budget.add(client, -given);
+      },
+      release() {
+        this.shrink(bytes);
+        released = true;
+      },
+      explain: (wanted) => budget.explain(client, wanted),
+    };
+  }
+}
