@@ -9,6 +9,7 @@
 import { readFileSync } from 'node:fs';
 import { memoryOf } from './peers.js';
 import { percentile, put, type PeerName, type Row } from './report.js';
+import { tlsSetup, tlsThroughput, type TlsRoute } from './transparent-load.js';
 import { connectSetup, roundTrips, throughput, type Route } from './tunnel-load.js';
 import type { UpstreamPorts } from './upstream.js';
 import { runWrk, type WrkTarget } from './wrk.js';
@@ -32,6 +33,8 @@ export interface Peer {
   /** The proxy process, for CPU and memory; none for direct. */
   readonly pid?: number;
   readonly running?: () => boolean;
+  /** Ours only: where its transparent listeners are. */
+  readonly transparentAddress?: string;
 }
 
 const MiB = 1024 * 1024;
@@ -182,3 +185,53 @@ export function measurePeakMemory(results: Results, peers: readonly Peer[]): voi
   }
 }
 
+
+/** The rows transparent TLS is compared by, each in our column: CONNECT's and transparent's. */
+export interface TransparentRows {
+  readonly setup: { readonly connect: Row; readonly transparent: Row };
+  readonly throughput: { readonly connect: Row; readonly transparent: Row };
+}
+
+/**
+ * TLS through our proxy to the TLS upstream, entered by CONNECT and transparently, in turn (the
+ * order swapped every round): set-up p50 and single-stream throughput, with the proxy's CPU time.
+ * A quarter of the CONNECT count and half the bytes: every sample is a full TLS handshake.
+ */
+export async function measureTransparentTls(results: Results, peer: Peer, ports: UpstreamPorts, plan: Plan, servername: string, round: number): Promise<TransparentRows> {
+  const count = Math.max(50, Math.floor(plan.connects / 4));
+  const bytes = plan.singleBytes / 2;
+  const label = { connect: 'via CONNECT', transparent: 'transparent' } as const;
+  const rows = {
+    setup: {
+      connect: results.row(`TLS set-up ${label.connect} p50 (µs), n=${count}`, 0),
+      transparent: results.row(`TLS set-up ${label.transparent} p50 (µs), n=${count}`, 0),
+    },
+    setupCpu: { connect: results.row(`  proxy CPU per TLS set-up ${label.connect} (µs)`, 0), transparent: results.row(`  proxy CPU per TLS set-up ${label.transparent} (µs)`, 0) },
+    throughput: {
+      connect: results.row(`TLS throughput ${label.connect}, 1 stream x ${bytes / MiB} MiB (MB/s)`, 0),
+      transparent: results.row(`TLS throughput ${label.transparent}, 1 stream x ${bytes / MiB} MiB (MB/s)`, 0),
+    },
+    throughputCpu: { connect: results.row(`  proxy CPU per MB, TLS ${label.connect} (µs)`, 0), transparent: results.row(`  proxy CPU per MB, TLS ${label.transparent} (µs)`, 0) },
+  };
+  if (peer.route.kind !== 'proxy' || peer.transparentAddress === undefined) return rows;
+  const routes: Record<'connect' | 'transparent', TlsRoute> = {
+    connect: { kind: 'connect', proxy: peer.route },
+    transparent: { kind: 'transparent', address: peer.transparentAddress },
+  };
+  const order = round % 2 === 0 ? (['connect', 'transparent'] as const) : (['transparent', 'connect'] as const);
+  for (const which of order) {
+    const route = routes[which];
+    await results.record(rows.setup[which], peer.name, async () => {
+      const samples = await withCpu(peer, rows.setupCpu[which], () => count + plan.connectWarmup, () => tlsSetup(route, ports.tls, servername, count, plan.connectWarmup));
+      return percentile(samples, 50) * 1000;
+    });
+  }
+  for (const which of order) {
+    const route = routes[which];
+    await results.record(rows.throughput[which], peer.name, async () => {
+      await tlsThroughput(route, ports.tls, servername, plan.warmBytes);
+      return withCpu(peer, rows.throughputCpu[which], () => bytes / 1e6, () => tlsThroughput(route, ports.tls, servername, bytes));
+    });
+  }
+  return rows;
+}

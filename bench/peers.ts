@@ -19,6 +19,8 @@ export type ProxyName = 'floor' | 'capybara' | 'squid' | 'tinyproxy' | 'smokescr
 export interface RunningProxy {
   readonly name: ProxyName;
   readonly port: number;
+  /** Ours only: the address its transparent listeners take TLS on (each connect port). */
+  readonly transparentAddress?: string;
   /** The upstream host name to put in CONNECT and URLs: our proxy refuses IP literals. */
   readonly upstreamHost: string;
   readonly child: Child;
@@ -121,20 +123,30 @@ export async function startSmokescreen(ctx: StartContext, program: string): Prom
   return { name: 'smokescreen', port, upstreamHost: 'localhost', child };
 }
 
+/** Where our proxy's transparent listeners run: an address of their own on loopback. */
+export const TRANSPARENT_ADDRESS = '127.0.0.2';
+/** The TLS upstream's name: a `tls` entry, so CONNECT and transparent tunnels both check the hello. */
+export const TLS_HOST = 'tls.bench.test';
+
 export async function startCapybara(ctx: StartContext): Promise<RunningProxy> {
   const port = await freePort();
   const cli = fileURLToPath(new URL('../proxy/cli.js', import.meta.url));
-  const { echo, source, http } = ctx.upstream;
+  const { echo, source, http, tls } = ctx.upstream;
   // Only our variables: an EGRESS_* left in the caller's environment must not change the run.
   const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('EGRESS_') && k !== 'ALLOW_CONNECT_PORTS'));
-  env.CAPYBARA_EGRESS_TEST_HOSTS = JSON.stringify({ 'bench.test': '127.0.0.1' });
+  env.CAPYBARA_EGRESS_TEST_HOSTS = JSON.stringify({ 'bench.test': '127.0.0.1', [TLS_HOST]: '127.0.0.1' });
   // The tunnel measurements carry raw bytes to echo and sink services, as they do through the
-  // peers, so the allowlist entry is an opaque tunnel; TLS tunnels differ only in holding the
-  // first record until the ClientHello is read.
-  const args = [cli, '--allow-hosts', 'bench.test', '--tunnel-default', 'opaque', '--connect-ports', `${echo},${source},${http}`, '--listen', `127.0.0.1:${port}`, '--log-level', 'info'];
+  // peers, so that entry is an opaque tunnel; TLS tunnels differ only in holding the first record
+  // until the ClientHello is read, and the TLS upstream's entry is one (CONNECT and transparent).
+  const policy = join(ctx.tmp, 'capybara-policy.yaml');
+  writeFileSync(policy, `allowHosts:\n  - { host: bench.test, tunnel: opaque }\n  - ${TLS_HOST}\n`);
+  // Transparent mode on an address of its own: TLS on every connect port there (the TLS
+  // upstream's port is the one measured), DNS on a free port instead of 53 (no root needed).
+  const args = [cli, '--policy', policy, '--connect-ports', `${echo},${source},${http},${tls}`, '--listen', `127.0.0.1:${port}`, '--log-level', 'info',
+    '--transparent-listen', TRANSPARENT_ADDRESS, '--transparent-port-map', `53=${await freePort()}`];
   const child = await startChild('capybara', process.execPath, [...EGRESS_NODE_OPTIONS, ...args], { env, lifetimeSec: ctx.lifetimeSec });
   await waitReady(child, async () => /^HTTP\/1\.1 200/.test(await ask(port, 'GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n')));
-  return { name: 'capybara', port, upstreamHost: 'bench.test', child };
+  return { name: 'capybara', port, upstreamHost: 'bench.test', transparentAddress: TRANSPARENT_ADDRESS, child };
 }
 
 /** uid and gid of a local user, from /etc/passwd. */

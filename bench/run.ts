@@ -20,8 +20,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { killAllNow, stopAll } from './children.js';
-import { measureConnectSetup, measureHttp, measureMemory, measurePeakMemory, measureRoundTrips, measureThroughput, Results, type Peer, type Plan } from './measure.js';
-import { findProgram, INSTALL_HINT, startCapybara, startFloor, startSmokescreen, startSquid, startTinyproxy, startUpstream, type ProxyName, type RunningProxy, type StartContext } from './peers.js';
+import { measureConnectSetup, measureHttp, measureMemory, measurePeakMemory, measureRoundTrips, measureThroughput, measureTransparentTls, Results, type Peer, type Plan, type TransparentRows } from './measure.js';
+import { findProgram, INSTALL_HINT, startCapybara, startFloor, startSmokescreen, startSquid, startTinyproxy, startUpstream, TLS_HOST, type ProxyName, type RunningProxy, type StartContext } from './peers.js';
 import { runPolicyMicro, type MicroOptions } from './policy-micro.js';
 import { formatTable, formatTargets, PEERS, type PeerName, type Row, type Target } from './report.js';
 import { connectSetup } from './tunnel-load.js';
@@ -160,7 +160,7 @@ async function main(): Promise<void> {
   const proxies = await startProxies({ tmp, upstream: ports, lifetimeSec }, skipped, args.smokescreen);
   const peers: Peer[] = [
     { name: 'direct', route: { kind: 'direct' } },
-    ...proxies.map((p) => ({ name: p.name, route: { kind: 'proxy', port: p.port, upstreamHost: p.upstreamHost } as const, pid: p.child.pid, running: p.child.running })),
+    ...proxies.map((p) => ({ name: p.name, route: { kind: 'proxy', port: p.port, upstreamHost: p.upstreamHost } as const, pid: p.child.pid, running: p.child.running, transparentAddress: p.transparentAddress })),
   ];
 
   const results = new Results(skipped);
@@ -173,6 +173,8 @@ async function main(): Promise<void> {
   let rtt: Row | undefined;
   let single: Row | undefined;
   let http: Row | undefined;
+  let transparent: TransparentRows | undefined;
+  const ours = peers.find((p) => p.transparentAddress !== undefined);
   for (let round = 1; round <= plan.rounds; round++) {
     progress(`round ${round} of ${plan.rounds}: CONNECT set-up`);
     setup = await measureConnectSetup(results, peers, ports, plan);
@@ -182,6 +184,10 @@ async function main(): Promise<void> {
     single = await measureThroughput(results, peers, ports, plan);
     if (wrk !== undefined) progress(`round ${round} of ${plan.rounds}: plain HTTP (wrk)`);
     http = await measureHttp(results, peers, ports, plan, wrk === undefined ? undefined : { wrk, tmp, connections: WRK_CONNECTIONS, threads: WRK_THREADS });
+    if (ours !== undefined) {
+      progress(`round ${round} of ${plan.rounds}: TLS, transparent and by CONNECT`);
+      transparent = await measureTransparentTls(results, ours, ports, plan, TLS_HOST, round);
+    }
   }
   measureMemory(results, peers, 'VmRSS after the runs (MiB)');
   measurePeakMemory(results, peers);
@@ -207,6 +213,8 @@ async function main(): Promise<void> {
     { label: 'tunnel round trip p50 vs the bare Node relay', ours: rtt?.cells.capybara, reference: rtt?.cells.floor, referenceLabel: 'floor', bound: 'max', limit: 1.2 },
     { label: 'single-stream throughput vs the bare Node relay', ours: single?.cells.capybara, reference: single?.cells.floor, referenceLabel: 'floor', bound: 'min', limit: 0.95 },
     { label: 'plain HTTP req/s vs squid', ours: http?.cells.capybara, reference: http?.cells.squid, referenceLabel: 'squid', bound: 'min', limit: 1.2 },
+    { label: 'transparent TLS set-up p50 vs TLS by CONNECT', ours: transparent?.setup.transparent.cells.capybara, reference: transparent?.setup.connect.cells.capybara, referenceLabel: 'CONNECT', bound: 'max', limit: 1.1 },
+    { label: 'transparent TLS throughput vs TLS by CONNECT', ours: transparent?.throughput.transparent.cells.capybara, reference: transparent?.throughput.connect.cells.capybara, referenceLabel: 'CONNECT', bound: 'min', limit: 0.95 },
     { label: 'idle resident memory vs 60 MiB', ours: idle.cells.capybara, reference: 60, referenceLabel: '60 MiB', bound: 'max', limit: 1.0 },
     { label: 'policy decision, slowest case, vs 1 µs', ours: worstDecision, reference: 1000, referenceLabel: '1000 ns', bound: 'max', limit: 1.0 },
   ];

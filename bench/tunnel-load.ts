@@ -13,7 +13,7 @@ export type Route = { readonly kind: 'direct' } | { readonly kind: 'proxy'; read
 const STEP_TIMEOUT_MS = 5_000;
 
 /** Opens a connection to the upstream port through the route; resolves once bytes may flow. */
-function openTunnel(route: Route, upstreamPort: number): Promise<net.Socket> {
+export function openTunnel(route: Route, upstreamPort: number): Promise<net.Socket> {
   return new Promise((resolve, reject) => {
     const fail = (err: Error): void => {
       socket.destroy();

@@ -10,14 +10,22 @@
  *   source: reads one line "<bytes>\n", sends that many bytes as fast as the socket takes them,
  *           then ends (throughput);
  *   http:   a fixed 200 response to each request head, keep-alive unless the request asks to
- *           close (tinyproxy does); no Node HTTP parser, so the upstream costs next to nothing.
+ *           close (tinyproxy does); no Node HTTP parser, so the upstream costs next to nothing;
+ *   tls:    the source behind TLS (a throwaway certificate made with the openssl command), for
+ *           transparent mode's TLS set-up and throughput beside CONNECT's.
  */
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import tls from 'node:tls';
 
 export interface UpstreamPorts {
   readonly echo: number;
   readonly source: number;
   readonly http: number;
+  readonly tls: number;
 }
 
 const CHUNK = Buffer.alloc(256 * 1024, 0x61);
@@ -93,8 +101,19 @@ function onHttp(socket: net.Socket): void {
   });
 }
 
-function listen(handler: (socket: net.Socket) => void): Promise<number> {
-  const server = net.createServer({ noDelay: true }, handler);
+/** A self-signed P-256 certificate (the clients do not check it: the proxy never looks inside TLS). */
+function throwawayCert(): { key: string; cert: string } {
+  const dir = mkdtempSync(join(tmpdir(), 'bench-cert-'));
+  try {
+    execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem'), '-days', '2', '-subj', '/CN=bench'], { stdio: 'ignore' });
+    return { key: readFileSync(join(dir, 'key.pem'), 'utf8'), cert: readFileSync(join(dir, 'cert.pem'), 'utf8') };
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+function listen(handler: (socket: net.Socket) => void, tlsOptions?: tls.TlsOptions): Promise<number> {
+  const server = tlsOptions === undefined ? net.createServer({ noDelay: true }, handler) : tls.createServer(tlsOptions, handler);
   return new Promise((resolve, reject) => {
     server.once('error', reject);
     server.listen({ host: '127.0.0.1', port: 0, backlog: 1024 }, () => resolve((server.address() as net.AddressInfo).port));
@@ -108,7 +127,7 @@ async function main(): Promise<void> {
   process.stdin.on('close', () => process.exit(0));
   process.stdin.on('end', () => process.exit(0));
   process.stdin.resume();
-  const ports: UpstreamPorts = { echo: await listen(onEcho), source: await listen(onSource), http: await listen(onHttp) };
+  const ports: UpstreamPorts = { echo: await listen(onEcho), source: await listen(onSource), http: await listen(onHttp), tls: await listen(onSource, throwawayCert()) };
   process.stdout.write(`${JSON.stringify(ports)}\n`);
 }
 

@@ -26,6 +26,9 @@ export const EGRESS_ENV = {
   maxHeaderBytes: 'EGRESS_MAX_HEADER_BYTES',
   dnsTimeoutMs: 'EGRESS_DNS_TIMEOUT_MS',
   connectTimeoutMs: 'EGRESS_CONNECT_TIMEOUT_MS',
+  transparentListen: 'EGRESS_TRANSPARENT_LISTEN',
+  transparentAnswer: 'EGRESS_TRANSPARENT_ANSWER',
+  transparentPortMap: 'EGRESS_TRANSPARENT_PORT_MAP',
   /** Tests only: a JSON map of host to address(es) that pins those names. */
   testHosts: 'CAPYBARA_EGRESS_TEST_HOSTS',
 } as const;
@@ -59,6 +62,7 @@ export const EGRESS_METRICS = {
   bytes: 'egress_bytes_total',
   dnsSeconds: 'egress_dns_seconds',
   connectSeconds: 'egress_connect_seconds',
+  dnsQueries: 'egress_dns_queries_total',
 } as const;
 
 /**

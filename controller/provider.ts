@@ -5,7 +5,7 @@
 import pino, { type Logger } from 'pino';
 import type { SandboxHandle, SandboxProvider, DeploymentConfigInput } from './spec/index.js';
 import { SandboxError, checkSandboxName, namesFor, parseDeploymentConfig, persistentWorkspaceVolume, planSandbox, printableAsciiMap } from './spec/index.js';
-import { DockerEngine, engineStatus, type SandboxEngine } from './docker/index.js';
+import { DockerEngine, checkCreateBodies, engineStatus, type SandboxEngine } from './docker/index.js';
 import { SandboxLanes, SandboxLifecycle, SandboxRecovery, readEgressUsage, type EgressUsage } from './sandbox/index.js';
 import { CommandRunner, FileOps, type WithRunning } from './exec/index.js';
 
@@ -73,13 +73,19 @@ export function createDockerSandbox(
       // Queued behind a suspend or a destroy, the processes it was to end are gone already.
       if ((await engine.inspectContainer(name))?.running === true) await engine.restartContainer(name);
     });
-  const commands = new CommandRunner({ engine, withRunning, restart, logger });
-  const files = new FileOps({ engine, withRunning, withRoom: (name, attempt, failureOf) => commands.withRoom(name, attempt, failureOf) });
+  const commands = new CommandRunner({ engine, withRunning, restart, logger, ceilings: parsed.maxLimits });
+  const files = new FileOps({
+    engine,
+    withRunning,
+    withRoom: (name, attempt, failureOf) => commands.withRoom(name, attempt, failureOf),
+    maxReadBytes: parsed.maxLimits.readBytes,
+  });
 
   return Object.freeze({
     concurrentExec: true as const,
     async create(spec) {
       const plan = planSandbox(spec, parsed, { extraLabels });
+      checkCreateBodies(plan, egressTestHosts);
       await lanes.run(plan.names.name, () => lifecycle.create(plan));
       return { id: plan.names.name };
     },

@@ -69,6 +69,12 @@ export const REASONS = {
     status: 408,
     advice: 'send the TLS ClientHello promptly after the tunnel opens',
   },
+  dns_not_allowed: {
+    // Never an HTTP answer: a DNS query for a name off the allowlist gets NXDOMAIN (transparent
+    // mode), and this is the reason its decision line gives.
+    status: 403,
+    advice: 'the name is not on the allowlist, so it does not resolve; add the host name (or a *.parent wildcard) to allowHosts',
+  },
   too_many_connections: {
     status: 503,
     advice: 'the proxy is at its connection limit; retry later',

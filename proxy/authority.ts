@@ -87,3 +87,12 @@ export function parseAbsoluteUrl(target: string): ParsedTarget {
   const path = rest.slice(end);
   return { ...parsed, path: path === '' ? '/' : path.startsWith('?') ? `/${path}` : path };
 }
+
+/**
+ * Parses a Host header value (`host[:port]`, RFC 9110 §7.2) the same strict way: no userinfo, no
+ * path, a decimal port; `defaultPort` when it names none.
+ */
+export function parseHostHeader(value: string, defaultPort: number): ParsedTarget {
+  if (/[/?#\\]/.test(value)) return bad('the Host header must be host[:port] only');
+  return splitHostPort(value, defaultPort);
+}

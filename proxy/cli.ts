@@ -6,7 +6,7 @@
  * old policy stays.
  */
 import { readFileSync } from 'node:fs';
-import { ConfigError, loadPolicy, parseConfig, usage, type ProxyConfig } from './config.js';
+import { ConfigError, loadPolicy, OPTIONS, parseConfig, usage, type ProxyConfig } from './config.js';
 import { createLookup, MAX_LOOKUPS_IN_FLIGHT } from './dns.js';
 import { createLogger } from './log.js';
 import { createEgressProxy, type EgressProxy } from './server.js';
@@ -14,6 +14,7 @@ import { startMetricsServer } from './metrics.js';
 import { MIN_OPEN_FILES, openFilesFor, planDescriptors, softOpenFileLimit } from './fd-budget.js';
 import { watchPolicyFile } from './policy-watch.js';
 import { installProcessEnd } from './exit.js';
+import { planTransparentPorts, type TransparentPort } from './transparent-ports.js';
 
 const read = (path: string): string => readFileSync(path, 'utf8');
 
@@ -52,6 +53,18 @@ async function main(): Promise<number> {
   } catch (err) {
     process.stderr.write(`capybara-egress: ${(err as Error).message}\n`);
     return 2;
+  }
+
+  // Transparent mode's listeners follow the connect ports at start; a reload that changes them
+  // changes what is allowed on each listener, not which listen.
+  let transparentPorts: readonly TransparentPort[] | undefined;
+  if (config.transparent !== undefined) {
+    const plan = planTransparentPorts(policy.connectPorts, config.transparent.portMap);
+    if (!plan.ok) {
+      process.stderr.write(`capybara-egress: --transparent-port-map (${OPTIONS['transparent-port-map'].env}): ${plan.problem}\n`);
+      return 2;
+    }
+    transparentPorts = plan.ports;
   }
 
   const nofile = openFileLimit();
@@ -102,6 +115,10 @@ async function main(): Promise<number> {
   try {
     metrics = config.metricsListen ? await startMetricsServer(config.metricsListen, proxy.metrics) : undefined;
     if (metrics) serving.push(metrics);
+    // Before the proxy port: a proxy that answers serves everything it was configured to.
+    if (config.transparent !== undefined && transparentPorts !== undefined) {
+      await proxy.listenTransparent({ listen: config.transparent.listen, answer: config.transparent.answer, ports: transparentPorts });
+    }
     address = await proxy.listen(config.listen.host, config.listen.port);
   } catch (err) {
     process.stderr.write(`capybara-egress: cannot listen: ${(err as Error).message}\n`);

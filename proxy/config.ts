@@ -39,6 +39,9 @@ export const OPTIONS = {
   'max-header-bytes': { env: EGRESS_ENV.maxHeaderBytes, arg: 'N', help: limitHelp('maxHeaderBytes') },
   'dns-timeout-ms': { env: EGRESS_ENV.dnsTimeoutMs, arg: 'MS', help: limitHelp('dnsTimeoutMs') },
   'connect-timeout-ms': { env: EGRESS_ENV.connectTimeoutMs, arg: 'MS', help: limitHelp('connectTimeoutMs') },
+  'transparent-listen': { env: EGRESS_ENV.transparentListen, arg: 'IP', help: 'transparent mode: answer DNS (53) and take TLS and HTTP connections (the connect ports) on this IPv4 address, the one workloads reach the proxy by (default off)' },
+  'transparent-answer': { env: EGRESS_ENV.transparentAnswer, arg: 'IP', help: 'the IPv4 address allowlisted names resolve to in transparent mode, when workloads reach the proxy by another than --transparent-listen (a Kubernetes Service address); needed with 0.0.0.0' },
+  'transparent-port-map': { env: EGRESS_ENV.transparentPortMap, arg: 'LIST', help: 'comma-separated DIALLED=LISTEN pairs for a platform that forwards ports (53=5353,443=8443): listen on LISTEN, decide on DIALLED; other ports listen on themselves' },
 } as const;
 
 type OptionName = keyof typeof OPTIONS;
@@ -83,6 +86,29 @@ const DnsServers = z
     const problem = dnsServerProblem(s);
     if (problem !== undefined) ctx.addIssue({ code: 'custom', message: problem });
   })));
+
+const Ipv4 = z.string().refine((text) => isIPv4(text), { message: 'expected an IPv4 address (transparent mode is IPv4 only)' });
+
+/** An address a workload can connect to: not 0.0.0.0, broadcast or multicast. */
+const AnswerAddress = Ipv4.refine((text) => text !== '0.0.0.0' && Number(text.split('.')[0]) < 224, { message: 'expected a unicast IPv4 address a workload can connect to' });
+
+const PortMap = z.string().transform((text, ctx): ReadonlyMap<number, number> => {
+  const map = new Map<number, number>();
+  const port = (p: string): number | undefined => (/^[1-9][0-9]{0,4}$/.test(p) && Number(p) <= 65535 ? Number(p) : undefined);
+  for (const item of text.split(',').map((s) => s.trim()).filter(Boolean)) {
+    const [dialled, listen, extra] = item.split('=').map((p) => port(p.trim()));
+    if (dialled === undefined || listen === undefined || extra !== undefined || item.split('=').length !== 2) {
+      ctx.addIssue({ code: 'custom', message: `"${item}" is not DIALLED=LISTEN, two ports like 443=8443` });
+      return z.NEVER;
+    }
+    if (map.has(dialled)) {
+      ctx.addIssue({ code: 'custom', message: `port ${dialled} is mapped twice` });
+      return z.NEVER;
+    }
+    map.set(dialled, listen);
+  }
+  return map;
+});
 
 const Bool = z.enum(['true', 'false'], { message: 'expected true or false' }).transform((v) => v === 'true');
 
@@ -131,6 +157,9 @@ const ConfigSchema = z
     'max-header-bytes': limit('maxHeaderBytes'),
     'dns-timeout-ms': limit('dnsTimeoutMs'),
     'connect-timeout-ms': limit('connectTimeoutMs'),
+    'transparent-listen': Ipv4.optional(),
+    'transparent-answer': AnswerAddress.optional(),
+    'transparent-port-map': PortMap.optional(),
     [TEST_HOSTS_ENV]: TestHosts.optional(),
     /** Which of --allow-hosts and its variable gave the list, to name it in policy errors. */
     allowHostsFrom: z.string().optional(),
@@ -161,6 +190,15 @@ const ConfigSchema = z
       tunnelDefault: o['tunnel-default'] ?? 'tls',
       requireTls: o['require-sni'] ?? false,
       testHosts: o[TEST_HOSTS_ENV],
+      /** Transparent mode, when --transparent-listen is given (parseConfig checks the rest). */
+      transparent:
+        o['transparent-listen'] === undefined
+          ? undefined
+          : Object.freeze({
+              listen: o['transparent-listen'],
+              answer: o['transparent-answer'] ?? o['transparent-listen'],
+              portMap: o['transparent-port-map'] ?? new Map<number, number>(),
+            }),
     }),
   );
 
@@ -235,6 +273,13 @@ export function parseConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Pr
     throw new ConfigError(`${from[key] ?? key}: ${sameKey.map((i) => i.message).join('; ')}`);
   }
   const config = result.data;
+  const needsListen = from['transparent-answer'] ?? from['transparent-port-map'];
+  if (needsListen !== undefined && from['transparent-listen'] === undefined) {
+    throw new ConfigError(`${needsListen} is set but transparent mode is off: give --transparent-listen IP (${OPTIONS['transparent-listen'].env}) too, or drop it`);
+  }
+  if (config.transparent?.answer === '0.0.0.0') {
+    throw new ConfigError(`${from['transparent-listen']} is 0.0.0.0: give --transparent-answer IP (${OPTIONS['transparent-answer'].env}), the address workloads reach the proxy by`);
+  }
   if (config.requireTls && config.tunnelDefault === 'opaque') {
     throw new ConfigError(`${from['require-sni']} is true but ${from['tunnel-default']} is opaque: TLS cannot be both required and optional; drop one`);
   }

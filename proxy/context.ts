@@ -5,7 +5,6 @@ import type { Lookup, Policy } from '../policy/index.js';
 import type { Connect } from './dial.js';
 import type { ProxyLimits } from './limits.js';
 import type { Refusal } from './refusal.js';
-import type { Logger } from './log.js';
 import type { ProxyObserver } from './metrics.js';
 import type { UpstreamPools } from './upstream-pools.js';
 
@@ -22,35 +21,6 @@ export interface ProxyContext {
    * forwarded, and that request must end with its own one refusal or cut, never a second answer.
    */
   readonly inFlight: WeakMap<Socket, (refusal: Refusal) => void>;
-}
-
-/** Per-client-connection facts, attached when the connection is accepted. */
-export interface Connection {
-  readonly id: number;
-  /** `ip:port` of the client. */
-  readonly client: string;
-  readonly clientIp: string;
-  readonly log: Logger;
-  /** Client bytes already counted for earlier requests on this connection. */
-  readonly counted: { read: number };
-  /** Stops counting this connection against the limits (idempotent): on close, or at once when it is refused. */
-  release(): void;
-}
-
-const connections = new WeakMap<Socket, Connection>();
-
-export function attachConnection(socket: Socket, connection: Connection): void {
-  connections.set(socket, connection);
-}
-
-/** The connection's facts; a socket not (or not yet) accepted gets an anonymous stand-in. */
-export function connectionOf(socket: Socket, fallback: Logger): Connection {
-  return connections.get(socket) ?? { id: 0, client: 'unknown', clientIp: 'unknown', log: fallback, counted: { read: 0 }, release: () => undefined };
-}
-
-/** Stops counting the socket's connection against the limits, if it was counted. */
-export function releaseConnection(socket: Socket): void {
-  connections.get(socket)?.release();
 }
 
 /** Makes `hook` the way to refuse the request under way on `socket`, until its response closes. */

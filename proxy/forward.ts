@@ -12,19 +12,27 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import type { Dispatcher } from 'undici';
-import { EGRESS_HEALTH_PATH } from '../common/index.js';
+import { CodedError, EGRESS_HEALTH_PATH } from '../common/index.js';
 import { checkTarget, resolveTarget, type Allowed, type Reason } from '../policy/index.js';
 import { parseAbsoluteUrl } from './authority.js';
-import { connectionOf, holdInFlight, type ProxyContext } from './context.js';
+import { connectionOf } from './connection.js';
+import { holdInFlight, type ProxyContext } from './context.js';
+import type { DecisionRecorder, LineFields } from './decision-recorder.js';
 import { DialError } from './dial.js';
-import { F, logLine, ms, type LineValue, type Logger } from './log.js';
+import { F, ms, type Logger } from './log.js';
 import { refuseResponse, type Refusal } from './refusal.js';
 import { checkRequestHead, type BodyFraming } from './request-head.js';
 import { checkResponseHead } from './response-head.js';
+import { transparentEntryOf } from './transparent-entry.js';
+import { transparentTarget } from './transparent-http.js';
+
+/** A failure of the exchange that the forwarder finds itself (undici reports the others). */
+class ExchangeError extends CodedError<'upstream_timeout' | 'bad_upstream_response'> {}
 
 /** An upstream failure, as the reason a refusal gives for it. */
 function upstreamReason(err: Error): Reason {
-  if (err instanceof DialError) return 'connect_failed';
+  if (err instanceof DialError || err instanceof ExchangeError) return err.code;
+  // undici's own error codes, and the socket's.
   const code = (err as NodeJS.ErrnoException).code;
   if (code === 'UND_ERR_HEADERS_TIMEOUT') return 'upstream_timeout';
   if (code === 'UND_ERR_SOCKET' || code === 'ECONNRESET' || code === 'EPIPE' || code === 'UND_ERR_CLOSED') return 'upstream_failed';
@@ -35,20 +43,28 @@ function latin1(values: readonly Buffer[]): string[] {
   return values.map((v) => v.toString('latin1'));
 }
 
+/** Why a failure is refused, in the words of whoever found it. */
+function failureDetail(err: Error): string {
+  // The proxy's own errors say it all; undici's and the socket's are named by their code.
+  if (err instanceof CodedError) return err.message;
+  const code = (err as NodeJS.ErrnoException).code;
+  return code ? `${err.message} (${code})` : err.message;
+}
+
 export function createForwarder(ctx: ProxyContext, root: Logger) {
-  return async function handleRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  /** One plain-HTTP request; its one decision line goes through `record`. */
+  return async function handleRequest(req: IncomingMessage, res: ServerResponse, record: DecisionRecorder): Promise<void> {
     const started = performance.now();
     const { log, counted } = connectionOf(req.socket, root);
-    let answered = false;
-    const deny = (refusal: Refusal, fields: Record<string, LineValue> = {}): void => {
-      answered = true;
-      ctx.observer.decision('deny', refusal.reason);
-      logLine(log, { [F.event]: 'decision', [F.decision]: 'deny', [F.method]: req.method, [F.reason]: refusal.reason, [F.detail]: refusal.detail, [F.host]: refusal.host, [F.port]: refusal.port, ...fields });
+    const deny = (refusal: Refusal, fields: LineFields = {}): void => {
+      record.deny(refusal, fields);
       refuseResponse(res, refusal);
     };
 
     const url = req.url ?? '';
-    if (url === EGRESS_HEALTH_PATH && (req.method === 'GET' || req.method === 'HEAD')) {
+    // On a transparent listener every request is for the server named by its Host header, /healthz too.
+    const entry = transparentEntryOf(req.socket);
+    if (entry === undefined && url === EGRESS_HEALTH_PATH && (req.method === 'GET' || req.method === 'HEAD')) {
       res.writeHead(200, { 'Content-Type': 'text/plain', 'Content-Length': '3' }).end(req.method === 'GET' ? 'ok\n' : undefined);
       return;
     }
@@ -56,17 +72,15 @@ export function createForwarder(ctx: ProxyContext, root: Logger) {
     // Until forwarding starts, a parse error later on this connection refuses this request (the
     // failing bytes follow it), unless it was refused already: that refusal closes the
     // connection, and nothing answers it twice.
-    let refusedMeanwhile = false;
     let target: { host: string; port: number } | undefined;
     const early = (refusal: Refusal): void => {
-      if (answered) return;
-      refusedMeanwhile = true;
+      if (record.recorded) return;
       deny(refusal, target === undefined ? {} : { [F.host]: target.host, [F.port]: target.port });
     };
     holdInFlight(ctx, req.socket, res, early);
 
-    if (url.startsWith('/')) return deny({ reason: 'bad_request', detail: 'this is a proxy: send an absolute http:// URL or CONNECT host:port' });
-    const parsed = parseAbsoluteUrl(url);
+    if (entry === undefined && url.startsWith('/')) return deny({ reason: 'bad_request', detail: 'this is a proxy: send an absolute http:// URL or CONNECT host:port' });
+    const parsed = entry === undefined ? parseAbsoluteUrl(url) : transparentTarget(req.rawHeaders, url, entry.port);
     if (!parsed.ok) return deny({ reason: parsed.reason, detail: parsed.detail });
 
     const policy = ctx.policy();
@@ -77,7 +91,8 @@ export function createForwarder(ctx: ProxyContext, root: Logger) {
     if (!head.ok) return deny({ reason: 'bad_request', detail: head.detail, host: checked.host, port: checked.port });
 
     const decision = await resolveTarget(policy, checked, ctx.lookup);
-    if (refusedMeanwhile) return;
+    // Refused meanwhile, by a parse error behind it.
+    if (record.recorded) return;
     const decideMs = ms(started);
     if (!decision.allowed) {
       if (decision.reason === 'internal_error') log.error({ [F.reason]: decision.reason, [F.detail]: decision.detail }, 'decision failed');
@@ -85,11 +100,10 @@ export function createForwarder(ctx: ProxyContext, root: Logger) {
     }
     if (req.socket.destroyed) {
       // Gone while its request was decided: still one decision line.
-      ctx.observer.decision('allow', 'allowed');
-      logLine(log, { [F.event]: 'decision', [F.decision]: 'allow', [F.method]: req.method, [F.host]: decision.host, [F.port]: decision.port, [F.rule]: decision.rule, [F.addresses]: decision.addresses, [F.decideMs]: decideMs, [F.error]: 'client_closed' });
+      record.allow({ [F.host]: decision.host, [F.port]: decision.port, [F.rule]: decision.rule, [F.addresses]: decision.addresses, [F.decideMs]: decideMs, [F.error]: 'client_closed' });
       return;
     }
-    forward(ctx, log, req, res, { decision, path: parsed.path, headers: head.headers, framing: head.framing, started, decideMs, counted, deny });
+    forward(ctx, req, res, { decision, path: parsed.path, headers: head.headers, framing: head.framing, started, decideMs, counted, record });
   };
 }
 
@@ -101,34 +115,34 @@ interface Forwarding {
   readonly started: number;
   readonly decideMs: number;
   readonly counted: { read: number };
-  readonly deny: (refusal: Refusal, fields?: Record<string, LineValue>) => void;
+  readonly record: DecisionRecorder;
 }
 
-function forward(ctx: ProxyContext, log: Logger, req: IncomingMessage, res: ServerResponse, f: Forwarding): void {
-  const { decision } = f;
+function forward(ctx: ProxyContext, req: IncomingMessage, res: ServerResponse, f: Forwarding): void {
+  const { decision, record } = f;
   const socket = req.socket;
   const writtenAtStart = socket.bytesWritten;
   let abort: ((err?: Error) => void) | undefined;
-  let settled = false;
+  /** The response is complete upstream and ended, but not yet all written to the client. */
+  let ending = false;
+  /** Whether the exchange's outcome is known: its line is written, or it ends once flushed. */
+  const over = (): boolean => record.recorded || ending;
 
-  /** The one decision line (and metric) of a request that reached the upstream. */
+  /** The decision line (and metrics) of a request that reached the upstream. */
   const allowLine = (error: string | undefined): void => {
+    if (record.recorded) return;
     const bytesUp = socket.bytesRead - f.counted.read;
     f.counted.read = socket.bytesRead;
     const bytesDown = socket.bytesWritten - writtenAtStart;
-    ctx.observer.decision('allow', 'allowed');
     ctx.observer.httpBytes(bytesUp, bytesDown);
-    logLine(log, {
-      [F.event]: 'decision',
-      [F.decision]: 'allow',
-      [F.method]: req.method,
+    record.allow({
       [F.host]: decision.host,
       [F.port]: decision.port,
       [F.rule]: decision.rule,
       [F.pinnedBy]: decision.pinnedBy,
       [F.addresses]: decision.addresses,
       [F.status]: res.headersSent ? res.statusCode : undefined,
-      completed: error === undefined,
+      [F.completed]: error === undefined,
       [F.error]: error,
       [F.bytesUp]: bytesUp,
       [F.bytesDown]: bytesDown,
@@ -138,15 +152,13 @@ function forward(ctx: ProxyContext, log: Logger, req: IncomingMessage, res: Serv
   };
   /** Ends the request once: a refusal before the response started, else the client connection. */
   const fail = (err: Error): void => {
-    if (settled) return;
-    settled = true;
+    if (over()) return;
     const reason = upstreamReason(err);
     if (!res.headersSent) {
       f.counted.read = socket.bytesRead;
-      f.deny(
-        { reason, detail: err instanceof DialError ? err.message : `${err.message}${(err as NodeJS.ErrnoException).code ? ` (${(err as NodeJS.ErrnoException).code})` : ''}`, host: decision.host, port: decision.port },
-        { [F.addresses]: decision.addresses, [F.dialed]: err instanceof DialError ? err.attempts : undefined, [F.decideMs]: f.decideMs },
-      );
+      const refusal: Refusal = { reason, detail: failureDetail(err), host: decision.host, port: decision.port };
+      record.deny(refusal, { [F.addresses]: decision.addresses, [F.dialed]: err instanceof DialError ? err.attempts : undefined, [F.decideMs]: f.decideMs });
+      refuseResponse(res, refusal);
     } else {
       allowLine(reason);
       res.destroy();
@@ -156,17 +168,20 @@ function forward(ctx: ProxyContext, log: Logger, req: IncomingMessage, res: Serv
   // A parse error on this connection while the exchange runs: refused if nothing of the response
   // went out yet, otherwise the client connection is cut (never a second answer inside this one).
   const parseFailed = (refusal: Refusal): void => {
-    if (settled) {
+    if (over()) {
       socket.destroy();
       return;
     }
-    settled = true;
-    abort?.();
+    // The line first: aborting the exchange reports an error of its own, which then finds the
+    // request ended.
     if (!res.headersSent) {
       f.counted.read = socket.bytesRead;
-      f.deny(refusal, { [F.host]: decision.host, [F.port]: decision.port, [F.addresses]: decision.addresses, [F.decideMs]: f.decideMs });
+      record.deny(refusal, { [F.host]: decision.host, [F.port]: decision.port, [F.addresses]: decision.addresses, [F.decideMs]: f.decideMs });
+      abort?.();
+      refuseResponse(res, refusal);
     } else {
       allowLine(refusal.reason);
+      abort?.();
       res.destroy();
     }
   };
@@ -177,8 +192,6 @@ function forward(ctx: ProxyContext, log: Logger, req: IncomingMessage, res: Serv
   // idle timeout); the client connection's idle timer ends a client that stalls its upload, or
   // stops reading the response (the upstream is held back meanwhile, so no timer of its own runs).
   let awaitingClient = false;
-  /** The response is complete upstream and ended, but not yet all written to the client. */
-  let ending = false;
   let idled = false;
   res.on('timeout', () => {
     if (req.complete && !awaitingClient && !ending) return;
@@ -199,10 +212,9 @@ function forward(ctx: ProxyContext, log: Logger, req: IncomingMessage, res: Serv
       ended();
       return;
     }
-    if (settled) return;
-    settled = true;
-    abort?.();
+    if (over()) return;
     allowLine(idled ? 'idle_timeout' : 'client_closed');
+    abort?.();
   });
 
   // The validated head waits for the first body byte (or the end): an upstream that fails before
@@ -225,8 +237,7 @@ function forward(ctx: ProxyContext, log: Logger, req: IncomingMessage, res: Serv
   // Complete once the client has it all: a client that stops reading the last bytes is still cut
   // at the idle timeout, and its line says so.
   const complete = (): void => {
-    if (settled || !flushHead()) return;
-    settled = true;
+    if (over() || !flushHead()) return;
     ending = true;
     res.once('finish', ended);
     res.end();
@@ -236,7 +247,7 @@ function forward(ctx: ProxyContext, log: Logger, req: IncomingMessage, res: Serv
     onConnect(abortRequest) {
       abort = abortRequest;
       // Ended while the connection was being made (a timeout, a parse error): not sent at all.
-      if (settled) abortRequest();
+      if (over()) abortRequest();
     },
     onHeaders(status, rawHeaders, resume, statusText) {
       // Interim 1xx responses are not passed on; the final one follows.
@@ -244,7 +255,7 @@ function forward(ctx: ProxyContext, log: Logger, req: IncomingMessage, res: Serv
       clearTimeout(headDeadline);
       const checked = checkResponseHead(status, statusText, latin1(rawHeaders));
       if (!checked.ok) {
-        const err = Object.assign(new Error(checked.detail), { code: 'bad_upstream_response' });
+        const err = new ExchangeError('bad_upstream_response', checked.detail);
         abort?.(err);
         fail(err);
         return false;
@@ -263,7 +274,7 @@ function forward(ctx: ProxyContext, log: Logger, req: IncomingMessage, res: Serv
       return true;
     },
     onData(chunk) {
-      if (settled || res.destroyed || !flushHead()) return false;
+      if (over() || res.destroyed || !flushHead()) return false;
       if (res.write(chunk)) return true;
       // The client reads slower than the upstream sends: undici pauses until the client drains.
       awaitingClient = true;
@@ -287,9 +298,9 @@ function forward(ctx: ProxyContext, log: Logger, req: IncomingMessage, res: Serv
   // request forever: the final head has a deadline of its own, from the end of the request body.
   let headDeadline: NodeJS.Timeout | undefined;
   const startHeadDeadline = (): void => {
-    if (settled) return;
+    if (over()) return;
     headDeadline = setTimeout(() => {
-      const err = Object.assign(new Error(`no final response head within ${ctx.limits.idleTimeoutMs} ms`), { code: 'UND_ERR_HEADERS_TIMEOUT' });
+      const err = new ExchangeError('upstream_timeout', `no final response head within ${ctx.limits.idleTimeoutMs} ms`);
       abort?.(err);
       fail(err);
     }, ctx.limits.idleTimeoutMs);

@@ -27,6 +27,7 @@ export const F = {
   dialed: 'dialed',
   upstream: 'upstream',
   status: 'status',
+  completed: 'completed',
   decideMs: 'decideMs',
   connectMs: 'connectMs',
   durationMs: 'durationMs',
@@ -37,6 +38,11 @@ export const F = {
   tunnel: 'tunnel',
   error: 'error',
   requests: 'requests',
+  /** `transparent` on the lines of requests that came in on the transparent listeners. */
+  via: 'via',
+  /** The type a DNS query asked for. */
+  qtype: 'qtype',
+  lines: 'lines',
 } as const;
 
 export type { Logger };
@@ -77,19 +83,22 @@ export type LineValue = string | number | boolean | undefined | readonly string[
 
 const { streamSym, chindingsSym, timeSym } = pino.symbols;
 
+/** The levels a line of flat fields is written at: a decision's level follows its outcome. */
+export type LineLevel = 'info' | 'warn';
+
 /**
- * Writes one info-level line of flat fields through `logger` exactly as pino would (its level
- * check, timestamp, bindings and destination), but serializes the fields with one native
+ * Writes one line of flat fields through `logger` exactly as pino would (its level check,
+ * timestamp, bindings and destination), but serializes the fields with one native
  * `JSON.stringify` instead of pino's field-by-field serializer: the decision and close lines are
  * written for every request, and pino's serializer was the larger part of their cost.
  */
-export function logLine(logger: Logger, fields: Readonly<Record<string, LineValue>>): void {
-  if (!logger.isLevelEnabled('info')) return;
+export function logLine(logger: Logger, fields: Readonly<Record<string, LineValue>>, level: LineLevel = 'info'): void {
+  if (!logger.isLevelEnabled(level)) return;
   const internals = logger as unknown as Record<symbol, unknown>;
   const time = (internals[timeSym] as () => string)();
   const bindings = internals[chindingsSym] as string;
   // `fields` always holds `event`, so the serialized object is never empty.
-  const line = `{"level":30${time}${bindings},${JSON.stringify(fields).slice(1)}\n`;
+  const line = `{"level":${pino.levels.values[level]}${time}${bindings},${JSON.stringify(fields).slice(1)}\n`;
   (internals[streamSym] as { write(text: string): unknown }).write(line);
 }
 

@@ -1,7 +1,7 @@
 /**
  * Prometheus metrics (prom-client), on a listener of their own so that the proxy port never
  * serves them to workloads: decisions by outcome and reason, open tunnels, bytes each way, and
- * DNS and connect latency.
+ * DNS and connect latency, and what the transparent DNS responder answered.
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -19,6 +19,8 @@ export interface ProxyObserver {
   httpBytes(bytesUp: number, bytesDown: number): void;
   dnsLookup(seconds: number, outcome: string): void;
   connect(seconds: number, ok: boolean): void;
+  /** A DNS message to the transparent responder, by what it got (dns-answer.ts), or why it got nothing. */
+  dnsQuery(result: string): void;
 }
 
 const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
@@ -35,6 +37,7 @@ export function createProxyMetrics(): ProxyMetrics {
   const bytes = new Counter({ name: EGRESS_METRICS.bytes, help: 'Bytes relayed, by direction (up: client to upstream)', labelNames: ['direction', 'kind'] as const, registers: [registry] });
   const dns = new Histogram({ name: EGRESS_METRICS.dnsSeconds, help: 'DNS lookup latency', labelNames: ['outcome'] as const, buckets: LATENCY_BUCKETS, registers: [registry] });
   const connect = new Histogram({ name: EGRESS_METRICS.connectSeconds, help: 'Upstream connect latency (all attempts of one request)', labelNames: ['outcome'] as const, buckets: LATENCY_BUCKETS, registers: [registry] });
+  const dnsQueries = new Counter({ name: EGRESS_METRICS.dnsQueries, help: 'DNS messages to the transparent responder, by what they got', labelNames: ['result'] as const, registers: [registry] });
   // Label sets are bound once: prom-client hashes the label object on every unbound call, which
   // cost more than the decision itself.
   const decisionOf = new Map<string, { inc(): void }>();
@@ -69,6 +72,7 @@ export function createProxyMetrics(): ProxyMetrics {
       },
       dnsLookup: (seconds, outcome) => dns.observe({ outcome }, seconds),
       connect: (seconds, ok) => (ok ? connectOk : connectFailed).observe(seconds),
+      dnsQuery: (result) => dnsQueries.inc({ result }),
     },
   };
 }

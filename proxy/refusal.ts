@@ -6,7 +6,7 @@
 import { STATUS_CODES, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { REASONS, type Reason } from '../policy/index.js';
-import { releaseConnection } from './context.js';
+import { releaseConnection } from './connection.js';
 
 const REASON_HEADER = 'X-Egress-Reason';
 

@@ -9,7 +9,9 @@ import net, { type AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import type { Registry } from 'prom-client';
 import type { Lookup, Policy } from '../policy/index.js';
-import { attachConnection, connectionOf, holdInFlight, type ProxyContext } from './context.js';
+import { attachConnection, connectionOf } from './connection.js';
+import { holdInFlight, type ProxyContext } from './context.js';
+import { DecisionRecorder } from './decision-recorder.js';
 import { DEFAULT_LIMITS, type ProxyLimits } from './limits.js';
 import { defaultConnect, type Connect } from './dial.js';
 import { createForwarder } from './forward.js';
@@ -20,6 +22,9 @@ import { readConnectHead } from './connect-head.js';
 import { connectBodyProblem, handleConnect } from './tunnel.js';
 import { MAX_WAITING, Pipeline } from './pipeline.js';
 import { UpstreamPools } from './upstream-pools.js';
+import { startTransparent, type Transparent, type TransparentOptions } from './transparent.js';
+import { transparentEntryOf } from './transparent-entry.js';
+import { handleTransparentTls, refuseTls } from './transparent-tls.js';
 
 export interface EgressProxyOptions {
   readonly policy: Policy;
@@ -32,6 +37,11 @@ export interface EgressProxyOptions {
 
 export interface EgressProxy {
   listen(host: string, port: number): Promise<AddressInfo>;
+  /**
+   * Starts transparent mode's DNS, TLS and HTTP listeners; resolves once they listen (after
+   * waiting for their address to appear on an interface, if it has not yet).
+   */
+  listenTransparent(options: TransparentOptions): Promise<Transparent>;
   /** Stops accepting, then closes every open connection and tunnel. */
   close(): Promise<void>;
   /** Replaces the policy for new requests; open tunnels are left alone. */
@@ -42,6 +52,7 @@ export interface EgressProxy {
 }
 
 const HEAD_TIMEOUT: Refusal = { reason: 'header_timeout', detail: 'the request head did not arrive in time' };
+const INTERNAL_ERROR: Refusal = { reason: 'internal_error', detail: 'the proxy failed while deciding' };
 
 function clientError(err: NodeJS.ErrnoException): Refusal {
   switch (err.code) {
@@ -69,11 +80,10 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     return outcome;
   };
   const ctx: ProxyContext = { policy: () => policy, lookup, limits, connect, pools, observer, inFlight: new WeakMap() };
+  /** The one recorder of the decision line and metric of a request on `socket`. */
+  const recorderFor = (socket: net.Socket, method: string | undefined): DecisionRecorder => new DecisionRecorder(observer, connectionOf(socket, log).log, method);
   /** The decision line and metric of a refusal the server itself makes (no forwarding began). */
-  const denyLine = (socket: net.Socket, refusal: Refusal, method?: string): void => {
-    observer.decision('deny', refusal.reason);
-    logLine(connectionOf(socket, log).log, { [F.event]: 'decision', [F.decision]: 'deny', [F.method]: method, [F.reason]: refusal.reason, [F.detail]: refusal.detail });
-  };
+  const denyLine = (socket: net.Socket, refusal: Refusal, method?: string): void => recorderFor(socket, method).deny(refusal);
   const pipelines = new WeakMap<net.Socket, Pipeline>();
   const pipelineOf = (socket: net.Socket): Pipeline => {
     let pipeline = pipelines.get(socket);
@@ -113,14 +123,33 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     firstHead(req.socket);
     pipelineOf(req.socket).add(res, () => {
       ctx.inFlight.delete(req.socket);
-      forward(req, res).catch((err: unknown) =>
-        failClosed('request', err, () => res.headersSent ? res.destroy() : res.writeHead(500, { 'X-Egress-Reason': 'internal_error', Connection: 'close' }).end('egress failed: internal_error\n')),
+      const record = recorderFor(req.socket, req.method);
+      forward(req, res, record).catch((err: unknown) =>
+        failClosed('request', err, () => {
+          // The request's line, unless it has one already; its response, unless one started.
+          record.deny(INTERNAL_ERROR);
+          refuseResponse(res, INTERNAL_ERROR);
+        }),
       );
     });
   });
+  // A connection on the transparent TLS listener: routed by its ClientHello (transparent-tls.ts).
+  const onTransparentTls = (socket: net.Socket, port: number): void => {
+    const record = recorderFor(socket, undefined);
+    handleTransparentTls(ctx, log, socket, port, record).catch((err: unknown) =>
+      failClosed('transparent_tls', err, () => {
+        record.deny(INTERNAL_ERROR);
+        socket.destroy();
+      }),
+    );
+  };
   const onConnect = (request: { target: string; bodyProblem: string | undefined }, socket: net.Socket, head: Buffer): void => {
-    handleConnect(ctx, log, request, socket, head).catch((err: unknown) =>
-      failClosed('connect', err, () => refuseSocket(socket, { reason: 'internal_error', detail: 'the proxy failed while deciding' })),
+    const record = recorderFor(socket, 'CONNECT');
+    handleConnect(ctx, log, request, socket, head, record).catch((err: unknown) =>
+      failClosed('connect', err, () => {
+        record.deny(INTERNAL_ERROR);
+        refuseSocket(socket, INTERNAL_ERROR);
+      }),
     );
   };
   // Node hands a CONNECT or an Upgrade over as the raw socket even while an earlier request's
@@ -139,6 +168,12 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     takenOver.add(socket);
     firstHead(socket);
     if (behindPending(req, socket)) return;
+    if (transparentEntryOf(socket) !== undefined) {
+      const refusal: Refusal = { reason: 'bad_request', detail: 'CONNECT to a transparent listener (use the proxy port)' };
+      denyLine(socket, refusal, req.method);
+      refuseSocket(socket, refusal);
+      return;
+    }
     onConnect({ target: req.url ?? '', bodyProblem: connectBodyProblem(req.rawHeaders) }, socket, head);
   });
   // Without this listener Node answers an Expect other than 100-continue with its own 417, which
@@ -198,9 +233,12 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   let open = 0;
   let nextId = 1;
   const sockets = new Set<net.Socket>();
-  const netServer = net.createServer({ allowHalfOpen: true, noDelay: true }, (socket) => {
+  /** Admits a client connection within the limits, then reads it (every listener's connections). */
+  const accept = (socket: net.Socket): void => {
     const clientIp = socket.remoteAddress ?? 'unknown';
     const client = `${clientIp}:${socket.remotePort ?? 0}`;
+    const entry = transparentEntryOf(socket);
+    const via = entry === undefined ? {} : { [F.via]: 'transparent' };
     socket.on('error', () => socket.destroy());
     const fromClient = perClient.get(clientIp) ?? 0;
     if (open >= limits.maxConnections || fromClient >= limits.maxConnectionsPerClient) {
@@ -208,9 +246,11 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
         open >= limits.maxConnections
           ? { reason: 'too_many_connections', detail: `${open} connections are open`, retryAfter: 1 }
           : { reason: 'client_limit', detail: `${fromClient} connections are open from ${clientIp}`, retryAfter: 1 };
-      observer.decision('deny', refusal.reason);
-      log.warn({ [F.event]: 'decision', [F.decision]: 'deny', [F.client]: client, [F.reason]: refusal.reason, [F.detail]: refusal.detail });
-      refuseSocket(socket, refusal);
+      // Refused before the connection has a logger of its own: the line names the client.
+      new DecisionRecorder(observer, log, undefined, 'warn').deny(refusal, { [F.client]: client, ...via, ...(entry && { [F.port]: entry.port }) });
+      // A TLS client reads no HTTP answer.
+      if (entry?.kind === 'tls') refuseTls(socket, refusal);
+      else refuseSocket(socket, refusal);
       return;
     }
     open += 1;
@@ -237,14 +277,18 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
       clientIp,
       // Built on first use: a connection refused before it logs anything never pays for it.
       get log() {
-        child ??= log.child({ [F.conn]: id, [F.client]: client });
+        child ??= log.child({ [F.conn]: id, [F.client]: client, ...via });
         return child;
       },
       counted: { read: 0 },
       release,
     });
-    readFirstChunk(socket);
-  });
+    if (entry?.kind === 'tls') onTransparentTls(socket, entry.port);
+    else readFirstChunk(socket);
+  };
+  const netServer = net.createServer({ allowHalfOpen: true, noDelay: true }, accept);
+  let transparent: Transparent | undefined;
+  let closed = false;
 
   /**
    * The first bytes decide the path: a complete, plain CONNECT head goes straight to the tunnel;
@@ -274,7 +318,8 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     socket.once('end', onEnd);
     socket.once('data', (chunk: Buffer) => {
       socket.off('end', onEnd);
-      const fast = readConnectHead(chunk, limits.maxHeaderBytes);
+      // Only the proxy port takes CONNECT: a transparent HTTP listener's bytes all go to the parser.
+      const fast = transparentEntryOf(socket) === undefined ? readConnectHead(chunk, limits.maxHeaderBytes) : undefined;
       if (fast !== undefined) {
         firstHead(socket);
         socket.pause();
@@ -309,7 +354,17 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
         });
       });
     },
+    async listenTransparent(options) {
+      if (transparent !== undefined) throw new Error('transparent mode is already listening');
+      const started = await startTransparent(options, { accept, policy: () => policy, observer, log, closed: () => closed });
+      // Closed while it was binding: nothing may stay listening.
+      if (closed) await started.close();
+      else transparent = started;
+      return started;
+    },
     close() {
+      closed = true;
+      void transparent?.close();
       return new Promise((resolve) => {
         netServer.close(() => resolve());
         httpServer.close(() => undefined); // stops the header-timeout sweep

@@ -14,9 +14,11 @@
 import type { Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { decide } from '../policy/index.js';
-import { connectionOf, type ProxyContext } from './context.js';
+import { connectionOf } from './connection.js';
+import type { ProxyContext } from './context.js';
+import type { DecisionRecorder, LineFields } from './decision-recorder.js';
 import { dialPinned, DialError } from './dial.js';
-import { F, logLine, ms, printable, type LineValue, type Logger } from './log.js';
+import { F, logLine, ms, printable, type Logger } from './log.js';
 import { closeRefused, refuseSocket, type Refusal } from './refusal.js';
 import { parseConnectTarget } from './authority.js';
 import { TlsGuard, type GuardStep, type GuardVerdict } from './tls-guard.js';
@@ -24,12 +26,27 @@ import { TlsGuard, type GuardStep, type GuardVerdict } from './tls-guard.js';
 const ESTABLISHED = 'HTTP/1.1 200 Connection Established\r\n\r\n';
 
 // A TLS alert, fatal access_denied (RFC 8446 §6.2): tells a TLS client why the handshake ended.
-const ACCESS_DENIED_ALERT = Buffer.from([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x31]);
+export const ACCESS_DENIED_ALERT = Buffer.from([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x31]);
 
-function deny(ctx: ProxyContext, log: Logger, socket: Socket, refusal: Refusal, fields: Record<string, LineValue>): void {
-  ctx.observer.decision('deny', refusal.reason);
-  logLine(log, { [F.event]: 'decision', [F.decision]: 'deny', [F.method]: 'CONNECT', [F.reason]: refusal.reason, [F.detail]: refusal.detail, [F.host]: refusal.host, [F.port]: refusal.port, ...fields });
-  refuseSocket(socket, refusal);
+/**
+ * How a tunnel meets its client: a CONNECT (refusals are HTTP responses, the tunnel opens with a
+ * `200`, the entry's tunnel mode applies) or a transparent TLS connection (refusals are TLS
+ * alerts, nothing is said when it opens, and the ClientHello is always checked).
+ */
+export interface TunnelEntry {
+  /** Written to the client once the upstream is connected, if anything. */
+  readonly established: string | undefined;
+  /** Ends a connection refused before the tunnel opened. */
+  refuse(socket: Socket, refusal: Refusal): void;
+  /** Hold client bytes until a ClientHello naming the host has arrived, whatever the entry's mode. */
+  readonly alwaysTls: boolean;
+}
+
+const CONNECT_ENTRY: TunnelEntry = { established: ESTABLISHED, refuse: refuseSocket, alwaysTls: false };
+
+function deny(record: DecisionRecorder, socket: Socket, refusal: Refusal, fields: LineFields, entry: TunnelEntry = CONNECT_ENTRY): void {
+  record.deny(refusal, fields);
+  entry.refuse(socket, refusal);
 }
 
 /**
@@ -47,28 +64,52 @@ export function connectBodyProblem(rawHeaders: readonly string[]): string | unde
 
 /**
  * One CONNECT request: its request-target, and why its head cannot be accepted (framing fields)
- * if that is so; `head` is what the client sent after the head.
+ * if that is so; `head` is what the client sent after the head. Its one decision line goes
+ * through `record`.
  */
-export async function handleConnect(ctx: ProxyContext, root: Logger, request: { target: string; bodyProblem: string | undefined }, client: Socket, head: Buffer): Promise<void> {
+export async function handleConnect(
+  ctx: ProxyContext,
+  root: Logger,
+  request: { target: string; bodyProblem: string | undefined },
+  client: Socket,
+  head: Buffer,
+  record: DecisionRecorder,
+): Promise<void> {
   const started = performance.now();
-  const { log } = connectionOf(client, root);
   client.on('error', () => client.destroy()); // reported by the close line; never crashes the process
 
   const target = parseConnectTarget(request.target);
-  if (!target.ok) return deny(ctx, log, client, { reason: target.reason, detail: target.detail }, {});
-  if (request.bodyProblem !== undefined) return deny(ctx, log, client, { reason: 'bad_request', detail: request.bodyProblem }, {});
+  if (!target.ok) return deny(record, client, { reason: target.reason, detail: target.detail }, {});
+  if (request.bodyProblem !== undefined) return deny(record, client, { reason: 'bad_request', detail: request.bodyProblem }, {});
+  return openTunnel(ctx, root, { host: target.host, port: target.port, started }, client, head, record, CONNECT_ENTRY);
+}
 
+/**
+ * Decides on `host:port` (not yet normalised: the policy's host-name rules apply), dials the
+ * pinned addresses and splices the client to the upstream; `head` is what the client sent first.
+ * Every outcome goes through `record`, every refusal through the entry.
+ */
+export async function openTunnel(
+  ctx: ProxyContext,
+  root: Logger,
+  target: { readonly host: string; readonly port: number; readonly started: number },
+  client: Socket,
+  head: Buffer,
+  record: DecisionRecorder,
+  entry: TunnelEntry,
+): Promise<void> {
+  const { started } = target;
+  const { log } = connectionOf(client, root);
   const decision = await decide(ctx.policy(), target.host, target.port, ctx.lookup);
   const decideMs = ms(started);
   if (!decision.allowed) {
     if (decision.reason === 'internal_error') log.error({ [F.reason]: decision.reason, [F.detail]: decision.detail }, 'decision failed');
-    return deny(ctx, log, client, decision, { [F.addresses]: decision.addresses, [F.decideMs]: decideMs });
+    return deny(record, client, decision, { [F.addresses]: decision.addresses, [F.decideMs]: decideMs }, entry);
   }
+  const tls = entry.alwaysTls || decision.tunnel === 'tls';
   // A client gone while its request was decided still gets its one decision line.
-  const clientGone = (): void => {
-    ctx.observer.decision('allow', 'allowed');
-    logLine(log, { [F.event]: 'decision', [F.decision]: 'allow', [F.method]: 'CONNECT', [F.host]: decision.host, [F.port]: decision.port, [F.rule]: decision.rule, [F.tunnel]: decision.tunnel, [F.addresses]: decision.addresses, [F.decideMs]: decideMs, [F.error]: 'client_closed' });
-  };
+  const clientGone = (): void =>
+    record.allow({ [F.host]: decision.host, [F.port]: decision.port, [F.rule]: decision.rule, [F.tunnel]: tls ? 'tls' : 'opaque', [F.addresses]: decision.addresses, [F.decideMs]: decideMs, [F.error]: 'client_closed' });
   if (client.destroyed) return clientGone();
 
   const dialStarted = performance.now();
@@ -86,11 +127,11 @@ export async function handleConnect(ctx: ProxyContext, root: Logger, request: { 
     const attempts = err instanceof DialError ? err.attempts : [];
     ctx.observer.connect(ms(dialStarted) / 1000, false);
     return deny(
-      ctx,
-      log,
+      record,
       client,
       { reason: 'connect_failed', detail: (err as Error).message, host: decision.host, port: decision.port },
       { [F.addresses]: decision.addresses, [F.dialed]: attempts, [F.decideMs]: decideMs, [F.connectMs]: ms(dialStarted) },
+      entry,
     );
   }
   if (client.destroyed) {
@@ -102,22 +143,19 @@ export async function handleConnect(ctx: ProxyContext, root: Logger, request: { 
   ctx.observer.connect(connectMs / 1000, true);
   ctx.observer.tunnelOpened();
   // The client may go on at once; the decision line is written after the answer.
-  client.write(ESTABLISHED);
-  const allowLine: Record<string, LineValue> = {
-    [F.event]: 'decision',
-    [F.decision]: 'allow',
-    [F.method]: 'CONNECT',
+  if (entry.established !== undefined) client.write(entry.established);
+  const allowLine: LineFields = {
     [F.host]: decision.host,
     [F.port]: decision.port,
     [F.rule]: decision.rule,
-    [F.tunnel]: decision.tunnel,
+    [F.tunnel]: tls ? 'tls' : 'opaque',
     [F.pinnedBy]: decision.pinnedBy,
     [F.addresses]: decision.addresses,
     [F.dialed]: dialed,
     [F.decideMs]: decideMs,
     [F.connectMs]: connectMs,
   };
-  splice(ctx, log, client, upstream, { host: decision.host, port: decision.port, tls: decision.tunnel === 'tls', started, head, allowLine });
+  splice(ctx, log, client, upstream, { host: decision.host, port: decision.port, tls, started, head, record, allowLine });
 }
 
 interface TunnelMeta {
@@ -127,8 +165,9 @@ interface TunnelMeta {
   readonly tls: boolean;
   readonly started: number;
   readonly head: Buffer;
+  readonly record: DecisionRecorder;
   /** The decision line of an allowed tunnel, written once its verdict is known. */
-  readonly allowLine: Readonly<Record<string, LineValue>>;
+  readonly allowLine: LineFields;
 }
 
 function splice(ctx: ProxyContext, log: Logger, client: Socket, upstream: Socket, meta: TunnelMeta): void {
@@ -187,13 +226,7 @@ function splice(ctx: ProxyContext, log: Logger, client: Socket, upstream: Socket
 
   // A server that speaks first is not held up: only the client's direction is checked.
   upstream.pipe(client);
-  let decided = false;
-  const allow = (): void => {
-    if (decided) return;
-    decided = true;
-    ctx.observer.decision('allow', 'allowed');
-    logLine(log, { ...meta.allowLine, [F.sni]: sni });
-  };
+  const allow = (): void => meta.record.allow({ ...meta.allowLine, [F.sni]: sni });
   if (!meta.tls) {
     allow();
     if (meta.head.length > 0) upstream.write(meta.head);
@@ -207,17 +240,15 @@ function splice(ctx: ProxyContext, log: Logger, client: Socket, upstream: Socket
       allow();
     },
     deny: (verdict, serverName) => {
-      decided = true;
       if (serverName !== undefined) sni = printable(serverName);
-      ctx.observer.decision('deny', verdict.reason);
-      logLine(log, { [F.event]: 'decision', [F.decision]: 'deny', [F.method]: 'CONNECT', [F.reason]: verdict.reason, [F.detail]: verdict.detail, [F.host]: meta.host, [F.port]: meta.port, [F.sni]: sni });
+      meta.record.deny(verdict, { [F.host]: meta.host, [F.port]: meta.port, [F.sni]: sni });
       closedBy = verdict.reason;
       upstream.destroy();
       // Only a client that spoke TLS understands an alert.
       closeRefused(client, verdict.tls ? ACCESS_DENIED_ALERT : undefined);
     },
     // A tunnel that closed before any verdict had its first hello accepted: allowed.
-    undecided: () => !decided,
+    undecided: () => !meta.record.recorded,
   });
 }
 

@@ -100,6 +100,10 @@ export function sandboxContainerBody(plan: SandboxPlan, network: string | undefi
         // tmpfs counts against the memory cap; nosuid/nodev so no device or setuid file works.
         '/tmp': `rw,exec,nosuid,nodev,size=${plan.limits.tmpBytes},mode=1777`,
         '/opt/capybara': 'rw,noexec,nosuid,nodev,size=65536,mode=0700',
+        // HOME off a persistent workspace: empty at every start, sticky and open to all like /tmp
+        // (the socket proxy allows no uid= option). Docker gives it the mode of the image's own
+        // directory there when it has one (the sandbox image's is 1777 too).
+        ...(plan.home === undefined ? {} : { [plan.home]: `rw,exec,nosuid,nodev,size=${plan.limits.tmpBytes},mode=1777` }),
       },
       Mounts: mounts,
       Runtime: plan.runtime,

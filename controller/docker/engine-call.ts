@@ -11,7 +11,8 @@ import { modemOptions } from './endpoint.js';
 import { tlsFailure, type TlsContext } from './tls-failure.js';
 
 const DEFAULT_CALL_TIMEOUT_MS = 30_000;
-const MAX_BODY_BYTES = 32 * 1024;
+/** The socket proxy's cap on a request body (haproxy.cfg, `body_too_large`). */
+export const MAX_BODY_BYTES = 32 * 1024;
 
 interface ModemError extends Error {
   statusCode?: number;

@@ -10,6 +10,8 @@ import { StreamDemux } from './stream-demux.js';
 export interface ExecRequest {
   readonly cmd: readonly string[];
   readonly user: string;
+  /** `NAME=value` entries added to the container's environment for this exec only. */
+  readonly env?: readonly string[] | undefined;
   readonly stdin?: Uint8Array | undefined;
   readonly onOutput: (stream: 'stdout' | 'stderr', chunk: Buffer) => void;
 }
@@ -22,9 +24,15 @@ export interface ExecRun {
   detach(): void;
 }
 
-/** The exec create body: the command, its user and which streams are attached (no Privileged). */
-export function execCreateBody(request: Pick<ExecRequest, 'cmd' | 'user' | 'stdin'>): Record<string, unknown> {
-  return { AttachStdin: request.stdin !== undefined, AttachStdout: true, AttachStderr: true, Tty: false, User: request.user, Cmd: request.cmd };
+/**
+ * The exec create body: the command, its user, its added environment and which streams are
+ * attached (no Privileged).
+ */
+export function execCreateBody(request: Pick<ExecRequest, 'cmd' | 'user' | 'env' | 'stdin'>): Record<string, unknown> {
+  return {
+    AttachStdin: request.stdin !== undefined, AttachStdout: true, AttachStderr: true, Tty: false, User: request.user, Cmd: request.cmd,
+    ...(request.env === undefined ? {} : { Env: request.env }),
+  };
 }
 
 /** The exec start body: attached, no TTY (the output is Docker's multiplexed stream). */

@@ -11,3 +11,4 @@ export { SKILLS_WRITABLE_ROOT, egressContainerBody, sandboxBodyFromInspect, sand
 export type { EgressPlan } from './container-spec.js';
 export { internalNetworkBody, sharedNetworkBody } from './network-spec.js';
 export { volumeBody } from './volume-spec.js';
+export { checkCreateBodies } from './body-budget.js';

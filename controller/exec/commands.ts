@@ -3,11 +3,12 @@
  * (one command, by tag, all). A kill that cannot even start (the pids limit is used up)
  * falls back to restarting the container, which ends every process in it. A sandbox found at
  * its process limit before a command could start is freed first (as killAll does) and the
- * command started once more; it never comes back as the command's own exit status.
+ * command started once more. An exec that ended before the command began (no start byte) is an
+ * error naming the cause, never the command's exit status.
  */
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
-import { type ExecResult, SandboxError, checkExecOptions, type CheckedExecOptions } from '../spec/index.js';
+import { type ExecCeilings, type ExecResult, SandboxError, checkExecOptions, type CheckedExecOptions } from '../spec/index.js';
 import type { ExecRun, SandboxEngine } from '../docker/index.js';
 import {
   BACKSTOP_GRACE_SECONDS,
@@ -16,16 +17,17 @@ import {
   SANDBOX_USER,
   STARTED_BYTE,
   commandPayload,
-  controlFile,
   encodeArg,
+  execMark,
+  execMarkEnv,
   killAllCmd,
-  killFilesCmd,
+  killMarkedCmd,
   killTaggedCmd,
-  stageCmd,
+  stagedPayload,
   wrapperCmd,
 } from './exec-script.js';
 import { OutputCapture } from './output-capture.js';
-import { startFailure } from './sandbox-full.js';
+import { commandStartFailure, type StartFailure } from './sandbox-full.js';
 
 const KILL_DEADLINE_MS = 10_000;
 /** After a kill, how long the output stream may take to end before it is dropped. */
@@ -43,12 +45,23 @@ export interface CommandDeps {
    */
   readonly restart: (name: string) => Promise<void>;
   readonly logger: Logger;
+  /** The deployment's upper bounds of exec options. */
+  readonly ceilings: ExecCeilings;
 }
 
-/** One try at a command, and whether the exec wrapper started (wrote STARTED_BYTE). */
+/** One try at a command, and whether the command began (its shell wrote STARTED_BYTE). */
 interface Attempt {
   readonly result: ExecResult;
   readonly started: boolean;
+}
+
+/**
+ * Whether an attempt is no result at all: the command never began and was not stopped by the
+ * caller's timeout or abort (which are results, whenever they came).
+ */
+function notStarted(a: Attempt): StartFailure | undefined {
+  if (a.started || a.result.timedOut || a.result.aborted) return undefined;
+  return commandStartFailure(a.result.exitCode, a.result.stdout, a.result.stderr);
 }
 
 interface RunOutput {
@@ -65,16 +78,15 @@ export class CommandRunner {
   constructor(private readonly deps: CommandDeps) {}
 
   async exec(name: string, rawCommand: unknown, rawOptions?: unknown): Promise<ExecResult> {
-    const { command, options } = checkExecOptions(rawCommand, rawOptions);
+    const { command, options } = checkExecOptions(rawCommand, rawOptions, this.deps.ceilings);
     if (options.signal?.aborted === true) {
       return { exitCode: null, stdout: '', stderr: '', truncated: false, timedOut: false, aborted: true };
     }
-    const { result } = await this.withRoom(
-      name,
-      () => this.execOnce(name, command, options),
-      // Once the wrapper has started, the output is the command's own, whatever it says.
-      (a) => (a.started ? undefined : startFailure(a.result.exitCode, a.result.stdout, a.result.stderr)),
-    );
+    // Ends what earlier commands left behind, before this one exists: a process of theirs could
+    // otherwise write into its output or kill it (a sandbox is one trust domain for uid 1000).
+    if (options.fresh) await this.killAll(name);
+    // Once the command began, the output is its own, whatever it says.
+    const { result } = await this.withRoom(name, () => this.execOnce(name, command, options), notStarted);
     return result;
   }
 
@@ -95,12 +107,12 @@ export class CommandRunner {
    * cannot run) and tries once more. Still no room, or Docker failing to start the exec for
    * another reason, is an error that names the cause.
    */
-  async withRoom<R>(name: string, attempt: () => Promise<R>, failureOf: (r: R) => ReturnType<typeof startFailure>): Promise<R> {
+  async withRoom<R>(name: string, attempt: () => Promise<R>, failureOf: (r: R) => StartFailure | undefined): Promise<R> {
     const first = await attempt();
     const failure = failureOf(first);
     if (failure === undefined) return first;
-    if (failure.kind === 'runtime') {
-      throw new SandboxError('exec_failed', `Docker could not start the command in ${name}: ${failure.detail}`);
+    if (failure.kind === 'failed') {
+      throw new SandboxError('exec_failed', `The command could not start in ${name}: ${failure.detail}`);
     }
     this.deps.logger.warn({ sandbox: name, event: 'sandbox_full', detail: failure.detail }, 'sandbox at its process limit, ending its processes before the command');
     await this.killAll(name);
@@ -114,23 +126,17 @@ export class CommandRunner {
   }
 
   private async execOnce(name: string, command: string, options: CheckedExecOptions): Promise<Attempt> {
-    const uuid = randomUUID();
-    const ctl = controlFile(options.tag, uuid);
+    const mark = execMark(options.tag, randomUUID());
     const script = commandPayload(command, options.env, options.cwd);
-    const encoded = encodeArg(script);
-    let payload = encoded;
-    if (encoded.length > MAX_INLINE_PAYLOAD) {
-      // Too large for an exec body: stage the script through stdin first.
-      const staged = `/tmp/.capybara-cmd-${uuid}`;
-      const stagedRun = await this.deps.withRunning(name, () => this.runToEnd(name, stageCmd(staged), Buffer.from(script)));
-      if (startFailure(stagedRun.exitCode, stagedRun.stdout, stagedRun.stderr) !== undefined) {
-        // The same "no room" answer as the command's own start would give: let withRoom handle it.
-        return { result: { exitCode: stagedRun.exitCode, stdout: stagedRun.stdout, stderr: stagedRun.stderr, truncated: false, timedOut: false, aborted: false }, started: false };
-      }
-      if (stagedRun.exitCode !== 0) {
-        throw new SandboxError('invalid_spec', `The command is too large to pass inline and could not be staged in /tmp (${stagedRun.stderr.trim() || `exit ${String(stagedRun.exitCode)}`}).`);
-      }
-      payload = `@${staged}`;
+    const callerStdin = options.stdin === undefined ? undefined : toBytes(options.stdin);
+    let payload = encodeArg(script);
+    let stdin = callerStdin;
+    if (payload.length > MAX_INLINE_PAYLOAD) {
+      // Too large for an exec body: on stdin, ahead of the caller's own (nothing is staged in a
+      // file the sandbox could fill or rewrite).
+      const staged = stagedPayload(script, mark);
+      payload = `-${staged.length}`;
+      stdin = callerStdin === undefined ? staged : Buffer.concat([staged, callerStdin]);
     }
     const backstop = Math.ceil(options.timeoutMs / 1000) + BACKSTOP_GRACE_SECONDS;
     const stdout = new OutputCapture(options.maxOutputBytes);
@@ -139,9 +145,10 @@ export class CommandRunner {
     let stderrSeen = false;
     const run = await this.deps.withRunning(name, () =>
       this.deps.engine.startExec(name, {
-        cmd: wrapperCmd(ctl, backstop, payload),
+        cmd: wrapperCmd(backstop, payload),
+        env: execMarkEnv(mark),
         user: SANDBOX_USER,
-        stdin: options.stdin === undefined ? undefined : toBytes(options.stdin),
+        stdin,
         onOutput: (stream, chunk) => {
           if (stream === 'stdout') return stdout.push(chunk);
           if (!stderrSeen && chunk.length > 0) {
@@ -169,7 +176,7 @@ export class CommandRunner {
       if (onAbort !== undefined) options.signal?.removeEventListener('abort', onAbort);
     }
     const killed = outcome === 'timeout' || outcome === 'abort';
-    if (killed) await this.killRun(name, ctl, run);
+    if (killed) await this.killRun(name, mark, run);
     const result: ExecResult = {
       exitCode: killed ? null : outcome as number | null,
       stdout: stdout.text(),
@@ -182,11 +189,11 @@ export class CommandRunner {
   }
 
   /** Kills one command's session; if the output has not ended soon after, kills again, then drops it. */
-  private async killRun(name: string, ctl: string, run: ExecRun): Promise<void> {
+  private async killRun(name: string, mark: string, run: ExecRun): Promise<void> {
     for (let attempt = 0; attempt < 2; attempt += 1) {
       try {
         // Through withRunning: a container paused meanwhile is unpaused before the kill exec.
-        await this.deps.withRunning(name, () => this.runKill(name, killFilesCmd([ctl])));
+        await this.deps.withRunning(name, () => this.runKill(name, killMarkedCmd([mark])));
       } catch (err) {
         if (err instanceof SandboxError && err.code === 'not_found') return;
         throw err;

@@ -1,24 +1,33 @@
 /**
  * The bash programs the controller runs inside a sandbox. Each is a fixed script plus
- * arguments; everything a caller supplies (command, env, cwd, paths) travels base64-encoded,
- * so exec create bodies stay plain ASCII with no JSON escapes whatever the caller sends.
+ * arguments; everything a caller supplies (command, env, cwd, paths) travels base64-encoded (or,
+ * for a command too large for an exec body, on stdin), so exec create bodies stay plain ASCII with
+ * no JSON escapes whatever the caller sends.
  *
- * A command runs as uid 1000 in its own session (setsid) whose id is written to a control
- * file `/tmp/.capybara-exec-<tag>-<uuid>`; killing means SIGKILL to every process of that
- * session, found by walking /proc with shell builtins only (a kill must not need to fork
- * when a fork bomb has used up the pids limit). `timeout -s KILL` inside the sandbox is the
- * backstop when the controller that started the command is gone.
+ * A command runs as uid 1000 and leaves no control state anywhere in the sandbox: Docker starts
+ * its exec with `CAPYBARA_EXEC=<tag>/<uuid>` in the environment, which every process of the
+ * command inherits, and a kill finds the command's processes by that mark (and the sessions they
+ * lead) in /proc, with shell builtins only (a kill must not need to fork when a fork bomb has used
+ * up the pids limit). Nothing the command starts with needs a write: a full /tmp or disk cannot
+ * stop the wrapper from recording what it never records. Root in the sandbox holds no
+ * capabilities, so it cannot switch to uid 1000 (setresuid needs CAP_SETUID): a state only root
+ * could read would be one uid 1000 could not write either. `timeout -s KILL` inside the sandbox
+ * is the backstop when the controller that started the command is gone.
  */
 import { checkTag } from '../spec/index.js';
 
 export const SANDBOX_USER = '1000:1000';
 export const ROOT_USER = '0:0';
-const CONTROL_FILE_PREFIX = '/tmp/.capybara-exec-';
-/** Printed by kill scripts once they ran; its absence means the kill could not start. */
+/**
+ * The environment variable that marks every process of one command, `<tag>/<uuid>`. Set by the
+ * exec create itself, so the first process carries it before it runs a single instruction.
+ */
+export const EXEC_MARK_VAR = 'CAPYBARA_EXEC';
+/** Printed by kill scripts once nothing they were to end is alive; its absence means the kill did not finish. */
 export const KILL_OK_MARKER = 'capybara-kill-ok';
 /** Seconds the in-sandbox backstop adds to the caller's timeout. */
 export const BACKSTOP_GRACE_SECONDS = 5;
-/** Inline payloads above this go through a staged file (exec bodies are capped at 32 KiB). */
+/** Inline payloads above this go on stdin before the caller's own (exec bodies are capped at 32 KiB). */
 export const MAX_INLINE_PAYLOAD = 24 * 1024;
 
 /**
@@ -28,15 +37,22 @@ export const MAX_INLINE_PAYLOAD = 24 * 1024;
 export const SANDBOX_FULL_MARKER = 'capybara-sandbox-full';
 export const SANDBOX_FULL_EXIT = 190;
 /**
- * The first byte the exec wrapper writes to stderr once its room check passed, before the
- * command runs: its presence proves Docker started the exec, so nothing the command prints can
- * be taken for Docker's "OCI runtime exec failed" line (sandbox-full.ts). The controller removes
- * it before the caller sees stderr.
+ * Printed to stderr, with exit code WRAPPER_FAILED_EXIT, when the exec wrapper itself failed
+ * before the command started (its payload could not be read or decoded).
+ */
+export const WRAPPER_FAILED_MARKER = 'capybara-exec-failed';
+export const WRAPPER_FAILED_EXIT = 191;
+/**
+ * The first byte written to stderr by the process that becomes the command's shell, once every
+ * step of the wrapper went well (the room check, reading the command, the backstop's fork), right
+ * before it execs that shell: its presence proves the command began, so the exit status that
+ * follows is the command's. Without it the exec is the wrapper's (or Docker's) failure, whatever
+ * its exit status says (sandbox-full.ts). The controller removes it before the caller sees stderr.
  */
 export const STARTED_BYTE = 0x06;
 // A builtin, as an octal escape: no fork, and no byte of the script outside printable ASCII.
 const STARTED_PRINTF = `printf '\\${STARTED_BYTE.toString(8).padStart(3, '0')}' >&2`;
-/** Free process slots a command needs to start: wrapper, setsid, session shell, timeout, shell. */
+/** Free process slots a command needs to start: wrapper, base64 and its subshell, shell. */
 const START_HEADROOM = 8;
 
 // Builtins only (read, test, arithmetic, echo): at the pids limit any fork blocks in bash's retry
@@ -61,8 +77,6 @@ export const FILE_EXIT = {
   failed: 46,
 } as const;
 
-const UUID_GLOB = '????????-????-????-????-????????????';
-
 export function encodeArg(value: string | Uint8Array): string {
   return Buffer.from(value).toString('base64');
 }
@@ -72,11 +86,17 @@ export function shellQuote(value: string): string {
   return `'${value.replace(/'/g, `'\\''`)}'`;
 }
 
-export function controlFile(tag: string, uuid: string): string {
-  return `${CONTROL_FILE_PREFIX}${checkTag(tag)}-${uuid}`;
+/** The mark of one command (EXEC_MARK_VAR's value). */
+export function execMark(tag: string, uuid: string): string {
+  return `${checkTag(tag)}/${uuid}`;
 }
 
-/** What the session runs: exports, cd, then the caller's command. */
+/** The exec's environment that marks the command. */
+export function execMarkEnv(mark: string): string[] {
+  return [`${EXEC_MARK_VAR}=${mark}`];
+}
+
+/** What the command's shell runs: exports, cd, then the caller's command. */
 export function commandPayload(command: string, env: Readonly<Record<string, string>>, cwd: string | undefined): string {
   const lines: string[] = [];
   for (const [key, value] of Object.entries(env)) lines.push(`export ${key}=${shellQuote(value)}`);
@@ -87,90 +107,118 @@ export function commandPayload(command: string, env: Readonly<Record<string, str
   return lines.join('\n');
 }
 
-// Runs as the session leader: records the session id, runs the command under the backstop,
-// and removes the control file only when no process of the session is left (a background child
-// still holding the output must stay findable for a timeout, abort or killTagged).
-const SESSION = String.raw`
-printf "%s\n" "$$" > "$1" || exit 125
-timeout -s KILL "$2" bash -c "$3"
-rc=$?
-for p in /proc/[0-9]*; do
-  [ "${'$'}{p#/proc/}" = "$$" ] && continue
-  read -r line < "$p/stat" 2>/dev/null || continue
-  read -r -a f <<< "${'$'}{line##*) }"
-  [ "${'$'}{f[3]}" = "$$" ] && exit $rc
-done
-rm -f -- "$1"
-exit $rc
-`;
+/**
+ * The bytes a payload too large for an exec body is sent as, on stdin before the caller's own:
+ * the script, then an end line naming the command's mark. A stream cut short lacks the end line,
+ * and a part of a command must never run as if it were the whole.
+ */
+export function stagedPayload(script: string, mark: string): Buffer {
+  return Buffer.from(`${script}${stagedEnd(mark)}`, 'utf8');
+}
 
-// $1 control file, $2 backstop seconds, $3 base64 payload or @staged-file, $4 the session script.
+function stagedEnd(mark: string): string {
+  return `\n# capybara-payload-end ${mark}`;
+}
+
+// The backstop's child: prints the start byte, then execs the command's shell in its place (an
+// exec needs no new process, so it cannot meet the pids limit; the same argument already passed
+// exec once). The command's shell is a plain "bash -c": its $0 and line numbers are the caller's.
+const BEGIN = `${STARTED_PRINTF}; exec bash -c "$1"`;
+
+// $1 backstop seconds; $2 the payload: base64, or "-N" for N bytes on stdin (stagedPayload).
+// Nothing here writes a file. Every failure before the start byte is reported with
+// WRAPPER_FAILED_MARKER (or SANDBOX_FULL_MARKER, or by bash itself), never as the command's
+// status. The exec is a session of its own (runc starts every exec with setsid), which the kill
+// scripts also end.
 const WRAPPER = String.raw`${ROOM_CHECK}
-${STARTED_PRINTF}
-case $3 in
-  @*) f=${'$'}{3#@}; script=$(cat -- "$f") || exit 125; rm -f -- "$f" ;;
-  *) script=$(printf '%s' "$3" | base64 -d) || exit 125 ;;
+fail() { echo "${WRAPPER_FAILED_MARKER}: $1" >&2; exit ${WRAPPER_FAILED_EXIT}; }
+case $2 in
+  -*)
+    script=$(head -c "${'$'}{2#-}" && echo .) || fail "the command could not be read from stdin"
+    script=${'$'}{script%.}
+    end="${stagedEnd('${' + EXEC_MARK_VAR + '}')}"
+    [[ $script == *"$end" ]] || fail "the command arrived incomplete on stdin"
+    script=${'$'}{script%"$end"}
+    ;;
+  *) script=$(printf '%s' "$2" | base64 -d) || fail "the command could not be decoded" ;;
 esac
-exec setsid -w bash -c "$4" capybara-session "$1" "$2" "$script"
+exec timeout -s KILL "$1" bash -c ${shellQuote(BEGIN)} capybara-begin "$script"
 `;
 
-export function wrapperCmd(ctlFile: string, backstopSeconds: number, payload: string): string[] {
-  return ['bash', '-c', WRAPPER, 'capybara-exec', ctlFile, String(backstopSeconds), payload, SESSION];
+export function wrapperCmd(backstopSeconds: number, payload: string): string[] {
+  return ['bash', '-c', WRAPPER, 'capybara-exec', String(backstopSeconds), payload];
 }
 
-/** Stages a large payload: stdin is written to `file` (mode 0600). */
-export function stageCmd(file: string): string[] {
-  return ['bash', '-c', `${ROOM_CHECK}umask 077; cat > "$1"`, 'capybara-stage', file];
-}
-
-// Kills every process whose session id is listed in the given control files, scanning /proc
-// again until a scan finds none of them alive. A zombie (state Z, or X while it goes) has ended
-// already: kill succeeds on it, so counting it would rescan /proc for as long as its parent or
-// PID 1 leaves it unreaped (50 scans, seconds, after a fork bomb under an init that reaps slowly).
-const KILL_SESSIONS = String.raw`
-kill_session() {
-  local sid=$1 round p line alive
-  local -a f
-  for ((round = 0; round < 50; round++)); do
-    alive=0
-    for p in /proc/[0-9]*; do
-      read -r line < "$p/stat" 2>/dev/null || continue
-      # Fields after "(comm) ": state ppid pgrp session ...
-      read -r -a f <<< "${'$'}{line##*) }"
-      [ "${'$'}{f[3]}" = "$sid" ] || continue
-      case ${'$'}{f[0]} in Z|X) continue ;; esac
-      kill -KILL "${'$'}{p#/proc/}" 2>/dev/null && alive=1
-    done
-    [ "$alive" = 0 ] && return 0
+// Kills every live process `chosen` accepts, scanning /proc again until a scan finds none of them
+// alive; then prints the OK line (50 scans without that: no line, and the controller restarts the
+// container). `chosen` gets /proc/PID, the pid and its session. A zombie (state Z, or X while it
+// goes) has ended already: kill succeeds on it, so counting it would rescan /proc for as long as
+// its parent or PID 1 leaves it unreaped (50 scans, seconds, after a fork bomb under an init that
+// reaps slowly). A kill of a process of another user (root's init) fails for uid 1000, so it does
+// not count either.
+const KILL_UNTIL_NONE_ALIVE = String.raw`
+for ((round = 0; round < 50; round++)); do
+  alive=0
+  for p in /proc/[0-9]*; do
+    pid=${'$'}{p#/proc/}
+    [ "$pid" = "$$" ] && continue
+    read -r line < "$p/stat" 2>/dev/null || continue
+    # Fields after "(comm) ": state ppid pgrp session ...
+    read -r -a f <<< "${'$'}{line##*) }"
+    case ${'$'}{f[0]} in Z|X) continue ;; esac
+    chosen "$p" "$pid" "${'$'}{f[3]}" || continue
+    kill -KILL "$pid" 2>/dev/null && alive=1
   done
-}
-for c in "$@"; do
-  [ -f "$c" ] || continue
-  read -r sid < "$c" 2>/dev/null
-  case $sid in ''|*[!0-9]*) ;; *) kill_session "$sid" ;; esac
-  rm -f -- "$c"
+  [ "$alive" = 0 ] && { echo ${KILL_OK_MARKER}; exit 0; }
 done
-echo ${KILL_OK_MARKER}
 `;
 
-/** Kills the sessions of the given control files (one command, or glob patterns). */
-export function killFilesCmd(files: readonly string[]): string[] {
-  // Patterns are expanded by bash here; tags and uuids contain no other glob characters.
-  return ['bash', '-O', 'nullglob', '-c', `set -- ${files.join(' ')}\n${KILL_SESSIONS}`, 'capybara-kill'];
+// Chooses every process marked with one of the given marks ($@: "tag/uuid", or "tag/*" for a
+// whole tag) and every process of a session a marked process leads (a child that cleared its
+// environment but stayed in the command's session). A process that left the session (setsid)
+// keeps the mark, so it is found too.
+const KILL_MARKED = String.raw`
+wanted=("$@")
+marked() {
+  local e w
+  local -a env
+  mapfile -d '' -t env < "$1/environ" 2>/dev/null || return 1
+  for e in "${'$'}{env[@]}"; do
+    [[ $e == ${EXEC_MARK_VAR}=* ]] || continue
+    # Unquoted: a pattern ("tag/*"); tags and uuids hold no other glob character.
+    for w in "${'$'}{wanted[@]}"; do [[ ${'$'}{e#*=} == $w ]] && return 0; done
+  done
+  return 1
+}
+declare -A lead=()
+chosen() {
+  [ -n "${'$'}{lead[$3]+x}" ] && return 0
+  marked "$1" || return 1
+  # Only a leader's session: the session of a process that is not one may be shared.
+  [ "$3" = "$2" ] && lead[$2]=1
+  return 0
+}
+${KILL_UNTIL_NONE_ALIVE}`;
+
+/** Kills the processes of the given commands: marks from execMark, or `tag/*` patterns. */
+export function killMarkedCmd(marks: readonly string[]): string[] {
+  return ['bash', '-c', KILL_MARKED, 'capybara-kill', ...marks];
 }
 
 export function killTaggedCmd(tags: readonly string[]): string[] {
-  return killFilesCmd(tags.map((tag) => `${CONTROL_FILE_PREFIX}${checkTag(tag)}-${UUID_GLOB}`));
+  return killMarkedCmd(tags.map((tag) => `${checkTag(tag)}/*`));
 }
 
-/** As uid 1000, `kill -9 -1` reaches every process of the sandbox user and none of root's. */
-export function killAllCmd(): string[] {
-  const script = String.raw`
+// As uid 1000, `kill -9 -1` reaches every process of the sandbox user and none of root's. Then it
+// judges what is left, so that a caller that asked for a clean sandbox (exec `fresh`) gets one or
+// a restart.
+const KILL_ALL = String.raw`
 for round in 1 2 3 4 5 6 7 8 9 10; do kill -KILL -1 2>/dev/null || break; done
-rm -f -- ${CONTROL_FILE_PREFIX}*
-echo ${KILL_OK_MARKER}
-`;
-  return ['bash', '-O', 'nullglob', '-c', script, 'capybara-killall'];
+chosen() { return 0; }
+${KILL_UNTIL_NONE_ALIVE}`;
+
+export function killAllCmd(): string[] {
+  return ['bash', '-c', KILL_ALL, 'capybara-killall'];
 }
 
 // Classifies an open failure by its C-locale message.

@@ -13,8 +13,6 @@ import { startFailure } from './sandbox-full.js';
 import { OutputCapture } from './output-capture.js';
 import type { CommandRunner, WithRunning } from './commands.js';
 
-/** Without an explicit maxBytes a read is refused above this size rather than cut. */
-const DEFAULT_READ_LIMIT = 256 * 1024 * 1024;
 const SKILLS_ROOT = '/skills';
 
 export interface FileDeps {
@@ -22,6 +20,11 @@ export interface FileDeps {
   readonly withRunning: WithRunning;
   /** Frees a sandbox found at its process limit and tries once more (commands.ts). */
   readonly withRoom: CommandRunner['withRoom'];
+  /**
+   * The deployment's ceiling of `maxBytes` (maxLimits.readBytes); a read without `maxBytes` is
+   * refused above this size rather than cut.
+   */
+  readonly maxReadBytes: number;
 }
 
 /** The exit code and stderr of one file script; stdout is data and is collected by the caller. */
@@ -72,11 +75,16 @@ export class FileOps {
 
   async readFile(name: string, path: string, maxBytes?: number): Promise<Uint8Array> {
     checkPath(path);
+    const limit = this.deps.maxReadBytes;
     if (maxBytes !== undefined && (!Number.isInteger(maxBytes) || maxBytes < 0)) {
       throw new SandboxError('invalid_spec', `maxBytes must be a whole number >= 0, got ${String(maxBytes)}.`);
     }
-    // Without a caller limit, read one byte more than the default to tell "too large" apart.
-    const readBytes = maxBytes ?? DEFAULT_READ_LIMIT + 1;
+    // The bytes are held in the controller's memory: never more than the deployment allows.
+    if (maxBytes !== undefined && maxBytes > limit) {
+      throw new SandboxError('invalid_spec', `maxBytes ${maxBytes} is above this deployment's maximum of ${limit} bytes (extensionConfig."sandbox-docker".maxLimits.readBytes).`);
+    }
+    // Without a caller limit, read one byte more than the limit to tell "too large" apart.
+    const readBytes = maxBytes ?? limit + 1;
     let out = new OutputCapture(readBytes);
     const { exitCode, stderr } = await this.deps.withRoom(name, () => {
       out = new OutputCapture(readBytes);
@@ -84,8 +92,8 @@ export class FileOps {
     }, noRoom);
     if (exitCode !== 0) throw fileError(exitCode, path, stderr, 'read');
     const bytes = out.bytesRaw();
-    if (maxBytes === undefined && bytes.length > DEFAULT_READ_LIMIT) {
-      throw new SandboxError('file_too_large', `${path} is larger than ${DEFAULT_READ_LIMIT} bytes; pass maxBytes to read a prefix.`);
+    if (maxBytes === undefined && bytes.length > limit) {
+      throw new SandboxError('file_too_large', `${path} is larger than ${limit} bytes; pass maxBytes to read a prefix.`);
     }
     // A plain Uint8Array with its own ArrayBuffer (small Buffers share Node's allocation pool).
     return new Uint8Array(bytes);

@@ -7,6 +7,7 @@
 import { parseArgs } from 'node:util';
 import { IMAGES } from '../../common/index.js';
 import { DEFAULT_EGRESS_TIER, EGRESS_TIER_NAMES, SandboxError, TIERS } from '../spec/index.js';
+import { shellQuote } from '../exec/index.js';
 import { DEFAULT_SANDBOX_IMAGE, parseSandboxOptions, sandboxName, type SandboxOptions } from './sandbox-options.js';
 
 export const OPERATOR_COMMANDS = ['up', 'down', 'create', 'run', 'ls', 'inspect', 'exec', 'destroy', 'gc', 'doctor'] as const;
@@ -27,7 +28,7 @@ export interface OperatorArgs {
   readonly labels: Readonly<Record<string, string>>;
   /** The sandbox name (`cap-<id>`), for the commands that take one. */
   readonly name: string | undefined;
-  /** The command line after `--` (exec, run), joined for `bash -c`. */
+  /** The command line after `--` (exec, run), as `bash -c` runs it (commandLine). */
   readonly execCommand: string | undefined;
   readonly timeoutMs: number | undefined;
   readonly dryRun: boolean;
@@ -134,6 +135,16 @@ const COMMAND_OPTIONS: Partial<Record<OptionName, readonly OperatorCommand[]>> =
 const NAMED: readonly OperatorCommand[] = ['create', 'run', 'inspect', 'exec', 'destroy'];
 const DASH_DASH: readonly OperatorCommand[] = ['exec', 'run'];
 
+/**
+ * The `bash -c` string of the words after `--`. One word is a shell command line of its own, as
+ * typed (`-- 'ls | wc -l'`). Several words are an argv, each quoted, so the shell that split them
+ * is the only one that did: `-- sh -c 'exit 7'` runs sh with two arguments (joined with spaces,
+ * `sh -c exit 7` would run `exit`), `-- python3 -c 'print(1)'` prints 1.
+ */
+function commandLine(words: readonly string[]): string {
+  return words.length === 1 ? words[0] ?? '' : words.map(shellQuote).join(' ');
+}
+
 export function parseOperatorArgs(argv: readonly string[]): OperatorArgs {
   const dashDash = argv.indexOf('--');
   const head = dashDash === -1 ? argv : argv.slice(0, dashDash);
@@ -179,7 +190,7 @@ export function parseOperatorArgs(argv: readonly string[]): OperatorArgs {
     network: values.network,
     labels: parseLabels(values.label ?? []),
     name: needsName && !help ? sandboxName(rest[0] ?? '') : undefined,
-    execCommand: tail?.join(' '),
+    execCommand: tail === undefined ? undefined : commandLine(tail),
     timeoutMs: values.timeout === undefined ? undefined : parseDuration(values.timeout, '--timeout'),
     dryRun: values['dry-run'] === true,
     minAgeMs: values['min-age'] === undefined ? DEFAULT_MIN_AGE_MS : parseDuration(values['min-age'], '--min-age'),
@@ -216,7 +227,7 @@ Usage:
 Commands:
   up        start (or reuse) the socket proxy container on a unix socket in --socket-dir
             (default ${DEFAULT_SOCKET_DIR}, root only), check the images, print the endpoint.
-  run       run COMMAND (bash -c, as the sandbox user) in sandbox NAME, creating it first
+  run       run COMMAND (as the sandbox user) in sandbox NAME, creating it first
             with the sandbox options when it does not exist; prints the output and exits
             with the command's exit code (124 when it timed out). --rm destroys it after.
   create    create sandbox NAME; refused when it already exists.
@@ -234,6 +245,10 @@ Commands:
             Starts and removes one throwaway sandbox (allowlist tier, --image).
 
 NAME is a sandbox name (cap-demo) or its id (demo, meaning cap-demo).
+
+COMMAND (after --): one word is a shell command line, run by bash -c as written
+(-- 'ls -la | wc -l'); several words are a program and its arguments, each passed
+as it is (-- python3 -c 'print(1)'; -- sh -c 'exit 7' exits 7).
 
 Sandbox options (create, run):
   --egress TIER        ${TIER_CHOICES}

@@ -15,6 +15,25 @@ const ENDPOINT_RE = /^(tcp:\/\/(\[[^\]]+\]|[^:/]+):\d{1,5}\/?|unix:\/\/\/.+)$/;
  * the controller and the socket proxy). */
 const VOLUME_DRIVER_RE = /^(?!.*\.\.)([a-zA-Z0-9][a-zA-Z0-9_.-]{0,127})?$/;
 
+/** Node fires a longer timer at once (after a warning): a command would be killed at once. */
+const MAX_TIMER_MS = 2_147_483_647;
+const MIB = 1024 * 1024;
+
+/**
+ * The largest value a caller may ask for of each numeric limit (a spec's `limits`, exec and
+ * readFile options); above it the call is refused `invalid_spec` before any engine call. The
+ * defaults keep one caller from asking the engine, or the controller's own memory, for what no
+ * sandbox needs (`memoryMb: 1e9`, a 1 TiB output cap).
+ */
+const maxLimitsSchema = z.strictObject({
+  cpu: z.number().finite().positive().max(1024).default(4).describe('Largest limits.cpu (CPUs).'),
+  memoryMb: z.number().int().positive().max(16 * MIB).default(16_384).describe('Largest limits.memoryMb (MiB).'),
+  diskMb: z.number().int().positive().max(1024 * MIB).default(102_400).describe('Largest limits.diskMb (MiB).'),
+  execTimeoutMs: z.number().int().positive().max(MAX_TIMER_MS).default(4 * 3_600_000).describe('Largest exec timeoutMs; also the default timeout when it is below 10 minutes.'),
+  outputBytes: z.number().int().positive().max(1024 * MIB).default(16 * MIB).describe('Largest exec maxOutputBytes (per stream, held in the controller\'s memory); also the default cap when it is below 1 MiB.'),
+  readBytes: z.number().int().positive().max(2048 * MIB).default(256 * MIB).describe('Largest readFile maxBytes, and the size above which a readFile without maxBytes fails with file_too_large.'),
+});
+
 export const deploymentConfigSchema = z
   .strictObject({
     endpoint: z
@@ -89,6 +108,15 @@ export const deploymentConfigSchema = z
       .optional()
       .describe('Images a sandbox may run, each exactly as spec.image names it. Unset: any image the engine has or can pull, so the host application alone decides (an image\'s own HEALTHCHECK, ENV and VOLUME lines apply in the sandbox).')
       .meta({ title: 'Allowed images', 'x-ui': { label: { en: 'Allowed images', zh: '允许的镜像' } } }),
+    maxLimits: maxLimitsSchema
+      .prefault({})
+      .describe('Upper bounds of the numeric limits a caller may ask for: cpu, memoryMb, diskMb (spec limits), execTimeoutMs and outputBytes (exec options), readBytes (readFile). Each key has a default.')
+      .meta({ title: 'Limit ceilings', 'x-ui': { label: { en: 'Limit ceilings', zh: '资源上限' } } }),
+    persistentHome: z
+      .boolean()
+      .default(false)
+      .describe('With a persistent workspace, keep the image\'s HOME (/workspace in the sandbox image), so dotfiles an earlier sandbox wrote there (.bashrc, .gitconfig, Python .pth files, pip and curl config) take effect in the next one. Off by default: HOME is then a fresh tmpfs at /home/sandbox.')
+      .meta({ title: 'Persistent HOME', 'x-ui': { label: { en: 'Persistent HOME', zh: '持久化 HOME' } } }),
     allowOpenEgress: z
       .boolean()
       .default(false)
@@ -105,6 +133,7 @@ export type DeploymentConfig = Readonly<z.infer<typeof deploymentConfigSchema>>;
 export type DeploymentConfigInput = z.input<typeof deploymentConfigSchema>;
 /** The log caps both containers of a sandbox get (container-spec.ts). */
 export type LogCaps = Pick<DeploymentConfig, 'logMaxSizeMb' | 'logMaxFiles'>;
+export type MaxLimits = DeploymentConfig['maxLimits'];
 
 /** Validates once at the entry point; the result is frozen and passed down. */
 export function parseDeploymentConfig(input: unknown, source = 'extensionConfig."sandbox-docker"'): DeploymentConfig {

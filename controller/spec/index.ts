@@ -5,11 +5,11 @@
  */
 export type { SandboxProvider, SandboxHandle, SandboxSpec, SandboxLimits, SandboxWorkspace, EgressTier, ExecOptions, ExecResult, FileStat } from './contract.js';
 export { deploymentConfigSchema, parseDeploymentConfig } from './config.js';
-export type { DeploymentConfig, DeploymentConfigInput, LogCaps } from './config.js';
+export type { DeploymentConfig, DeploymentConfigInput, LogCaps, MaxLimits } from './config.js';
 export { SandboxError, isSandboxError, sandboxErrorCodes } from './errors.js';
 export type { SandboxErrorCode } from './errors.js';
 export { checkExecOptions } from './exec-options.js';
-export type { CheckedExecOptions } from './exec-options.js';
+export type { CheckedExecOptions, ExecCeilings } from './exec-options.js';
 export {
   LABEL_ALLOW_HOSTS,
   LABEL_EGRESS,
@@ -26,7 +26,7 @@ export {
 } from './names.js';
 export type { SandboxNames } from './names.js';
 export { PIDS_LIMIT } from './limits.js';
-export { planSandbox } from './sandbox-plan.js';
+export { planSandbox, withAllowHosts } from './sandbox-plan.js';
 export type { SandboxPlan } from './sandbox-plan.js';
 export { parseAddressPool, sandboxSubnet, subnetAddresses, subnetSlots } from './address-pool.js';
 export type { AddressPool, SandboxSubnet } from './address-pool.js';

@@ -15,7 +15,10 @@ export function describeIssues(error: z.ZodError, root: string): string {
       if (issue.code === 'unrecognized_keys') {
         return `${path || '(root)'}: unknown key${issue.keys.length > 1 ? 's' : ''} ${issue.keys.map((k) => JSON.stringify(k)).join(', ')}`;
       }
-      return `${path || '(root)'}: ${issue.message}`;
+      // A record key's own problems (an environment name) are nested: say those, not zod's
+      // "Invalid key in record".
+      const message = issue.code === 'invalid_key' && issue.issues.length > 0 ? issue.issues.map((inner) => inner.message).join('; ') : issue.message;
+      return `${path || '(root)'}: ${message}`;
     })
     .join('; ');
 }

@@ -4,6 +4,7 @@
  * a cap the caller asked for is worse than no sandbox. Types and signs are the schema's job
  * (sandbox-spec.ts); what is left here is what Docker and the deployment can express.
  */
+import type { MaxLimits } from './config.js';
 import { SandboxError } from './errors.js';
 import type { CheckedSandboxSpec } from './sandbox-spec.js';
 
@@ -26,12 +27,23 @@ export interface DockerLimits {
   readonly volumeSize: string | undefined;
 }
 
-export function dockerLimits(limits: CheckedSandboxSpec['limits'], volumeDriver: string | undefined): DockerLimits {
-  const cpu = limits.cpu ?? DEFAULT_CPU;
+/** Refuses a value above the deployment's ceiling, naming both and the config key. */
+function atMost(value: number | undefined, ceiling: number, key: 'cpu' | 'memoryMb' | 'diskMb'): void {
+  if (value !== undefined && value > ceiling) {
+    throw new SandboxError('invalid_spec', `The sandbox spec was refused: spec.limits.${key} ${value} is above this deployment's maximum of ${ceiling} (extensionConfig."sandbox-docker".maxLimits.${key}).`);
+  }
+}
+
+export function dockerLimits(limits: CheckedSandboxSpec['limits'], volumeDriver: string | undefined, ceilings: MaxLimits): DockerLimits {
+  atMost(limits.cpu, ceilings.cpu, 'cpu');
+  atMost(limits.memoryMb, ceilings.memoryMb, 'memoryMb');
+  atMost(limits.diskMb, ceilings.diskMb, 'diskMb');
+  // A default never exceeds the deployment's ceiling.
+  const cpu = limits.cpu ?? Math.min(DEFAULT_CPU, ceilings.cpu);
   if (cpu < MIN_CPU) {
     throw new SandboxError('limit_not_expressible', `limits.cpu ${cpu} is below Docker's smallest CPU quota (${MIN_CPU}).`);
   }
-  const memoryMb = limits.memoryMb ?? DEFAULT_MEMORY_MB;
+  const memoryMb = limits.memoryMb ?? Math.min(DEFAULT_MEMORY_MB, ceilings.memoryMb);
   if (memoryMb < MIN_MEMORY_MB) {
     throw new SandboxError('limit_not_expressible', `limits.memoryMb ${memoryMb} is below Docker's minimum of ${MIN_MEMORY_MB} MiB.`);
   }

@@ -30,8 +30,8 @@ const SANDBOX_PREFIX = 'cap-';
 /** Persistent workspace keys. */
 const WORKSPACE_KEY_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
 /**
- * Exec holder tags; they go into control file names (`/tmp/.capybara-exec-<tag>-<uuid>`) and
- * shell globs, so only characters without meaning to either.
+ * Exec holder tags; they go into each command's mark (`CAPYBARA_EXEC=<tag>/<uuid>`) and the
+ * kill scripts' glob patterns (`<tag>/*`), so only characters without meaning to either.
  */
 export const SANDBOX_TAG_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
 

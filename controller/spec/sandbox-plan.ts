@@ -39,8 +39,24 @@ export interface SandboxPlan {
   readonly sharedNetwork: string;
   readonly egressProxyImage: string;
   readonly volumeDriver: string | undefined;
+  /**
+   * A fresh tmpfs the sandbox user's HOME points at, when the workspace is persistent and the
+   * deployment keeps HOME off it (SANDBOX_HOME); undefined: HOME is the image's.
+   */
+  readonly home: string | undefined;
   readonly logCaps: LogCaps;
 }
+
+/**
+ * HOME of a sandbox whose persistent workspace an earlier sandbox may have written: a tmpfs of
+ * its own, empty at every start, so no dotfile of an earlier sandbox (.bashrc, .profile,
+ * .gitconfig, a Python .pth in the user site-packages, pip, npm and curl config, everything under
+ * the XDG directories, which default to HOME) takes effect.
+ */
+const SANDBOX_HOME = '/home/sandbox';
+
+/** The tiers an allowlist means something to, from the tier table. */
+const PROXY_TIERS = Object.entries(TIERS).filter(([, m]) => m.egressProxy).map(([name]) => JSON.stringify(name)).join(', ');
 
 export interface PlanOptions {
   /** Labels for every resource, already checked as printable ASCII (by the provider, once). */
@@ -64,14 +80,20 @@ export function planSandbox(input: unknown, config: DeploymentConfig, options: P
       `limits.egress ${JSON.stringify(tier)} is disabled: an open sandbox can reach the host, the local network and cloud metadata. Set extensionConfig."sandbox-docker".allowOpenEgress to true only in a trusted environment, or use "allowlist".`,
     );
   }
-  // Validated for every tier (by the schema), used only by a tier with a proxy.
-  const allowHosts = meaning.egressProxy ? spec.limits.allowHosts ?? [] : [];
-  const limits = dockerLimits(spec.limits, config.volumeDriver);
+  // An allowlist only means something to a tier with an egress proxy: anywhere else it would be
+  // dropped without a word, and the caller left believing the sandbox reaches those hosts.
+  const allowHosts = spec.limits.allowHosts ?? [];
+  if (!meaning.egressProxy && allowHosts.length > 0) {
+    throw new SandboxError(
+      'invalid_spec',
+      `The sandbox spec was refused: spec.limits.allowHosts is only used by a tier with an egress proxy (${PROXY_TIERS}), and limits.egress is ${JSON.stringify(tier)}; drop allowHosts, or use one of those tiers.`,
+    );
+  }
+  const limits = dockerLimits(spec.limits, config.volumeDriver, config.maxLimits);
   const names = namesFor(name);
   const { extraLabels } = options;
   const labels = sandboxLabels(name, extraLabels);
   const containerLabels: Record<string, string> = { ...labels, [LABEL_EGRESS]: tier };
-  if (meaning.egressProxy) containerLabels[LABEL_ALLOW_HOSTS] = encodeAllowHosts(allowHosts);
 
   const env: Record<string, string> = { ...spec.env };
   if (meaning.egressProxy) {
@@ -88,7 +110,18 @@ export function planSandbox(input: unknown, config: DeploymentConfig, options: P
 
   let workspaceVolume = names.workspaceVolume;
   let persistentWorkspace: SandboxPlan['persistentWorkspace'];
+  let home: string | undefined;
   if (spec.workspace?.durability === 'persistent') {
+    if (!config.persistentHome) {
+      if (spec.env?.HOME !== undefined) {
+        throw new SandboxError(
+          'invalid_spec',
+          'The sandbox spec was refused: spec.env.HOME cannot be set with a persistent workspace: HOME is a fresh tmpfs there, so nothing an earlier sandbox wrote runs in this one. Ask the operator for extensionConfig."sandbox-docker".persistentHome to keep HOME on the workspace.',
+        );
+      }
+      home = SANDBOX_HOME;
+      env.HOME = home;
+    }
     workspaceVolume = persistentWorkspaceVolume(spec.workspace.key);
     persistentWorkspace = {
       key: spec.workspace.key,
@@ -97,11 +130,11 @@ export function planSandbox(input: unknown, config: DeploymentConfig, options: P
     };
   }
 
-  return {
+  const plan: SandboxPlan = {
     names,
     image: spec.image,
     tier,
-    allowHosts,
+    allowHosts: [],
     limits,
     env,
     labels,
@@ -112,6 +145,16 @@ export function planSandbox(input: unknown, config: DeploymentConfig, options: P
     sharedNetwork: config.network,
     egressProxyImage: config.egressProxyImage,
     volumeDriver: config.volumeDriver,
+    home,
     logCaps: { logMaxSizeMb: config.logMaxSizeMb, logMaxFiles: config.logMaxFiles },
   };
+  return meaning.egressProxy ? withAllowHosts(plan, allowHosts) : plan;
+}
+
+/**
+ * The plan with another allowlist: the hosts and the container's label recovery reads them
+ * from. Also how the create bodies are measured with part of an allowlist (docker/body-budget.ts).
+ */
+export function withAllowHosts(plan: SandboxPlan, allowHosts: readonly string[]): SandboxPlan {
+  return { ...plan, allowHosts, containerLabels: { ...plan.containerLabels, [LABEL_ALLOW_HOSTS]: encodeAllowHosts(allowHosts) } };
 }

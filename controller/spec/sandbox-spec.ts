@@ -6,7 +6,7 @@
  */
 import { z } from 'zod';
 import { parseHostPattern } from '../../policy/index.js';
-import { containerEnvNameSchema } from './env-name.js';
+import { containerEnvNameSchema, containerEnvValueProblem } from './env-name.js';
 import { SandboxError } from './errors.js';
 import { describeIssues } from './input-issues.js';
 import { PRINTABLE_ASCII } from './ascii-body.js';
@@ -62,7 +62,15 @@ const sandboxSpecSchema = z.strictObject({
   id: z.string(),
   image: z.string().min(1, 'must be a non-empty image reference').regex(PRINTABLE_ASCII, ASCII_HINT),
   limits: sandboxLimitsSchema,
-  env: z.record(containerEnvNameSchema, z.string().regex(PRINTABLE_ASCII, ASCII_HINT)).optional(),
+  env: z
+    .record(containerEnvNameSchema, z.string().regex(PRINTABLE_ASCII, ASCII_HINT))
+    .superRefine((env, ctx) => {
+      for (const [name, value] of Object.entries(env)) {
+        const problem = containerEnvValueProblem(name, value);
+        if (problem !== undefined) ctx.addIssue({ code: 'custom', path: [name], message: problem });
+      }
+    })
+    .optional(),
   workspace: sandboxWorkspaceSchema.optional(),
 });
 

@@ -65,6 +65,18 @@ t.test('sandbox container carries every hardening flag', async (t) => {
   t.ok(body.Env.includes('https_proxy=http://cap-conv1-egress:3128'));
   t.ok(body.Env.includes('NO_PROXY=localhost,127.0.0.1,::1'));
   t.doesNotThrow(() => serialiseAsciiBody(body, 'test'));
+  t.same(Object.keys(hc.Tmpfs as Record<string, string>).sort(), ['/opt/capybara', '/tmp'], 'an ephemeral workspace: no tmpfs HOME');
+});
+
+t.test('a persistent workspace gets HOME on a tmpfs, empty at every start', async (t) => {
+  const body = sandboxContainerBody(planSandbox(spec({ workspace: { key: 'proj', durability: 'persistent' } }), config, opts));
+  t.equal((body.HostConfig.Tmpfs as Record<string, string>)['/home/sandbox'], 'rw,exec,nosuid,nodev,size=268435456,mode=1777');
+  t.ok(body.Env.includes('HOME=/home/sandbox'));
+  t.same(body.HostConfig.Mounts, [
+    { Type: 'volume', Source: 'cap-ws.proj', Target: '/workspace' },
+    { Type: 'volume', Source: 'cap-conv1-skills', Target: '/skills', ReadOnly: true },
+    { Type: 'volume', Source: 'cap-conv1-skills', Target: '/opt/capybara/skills' },
+  ]);
 });
 
 const tiers: { name: string; egress: SandboxSpec['limits']['egress']; mode: string }[] = [

@@ -10,6 +10,9 @@ import { Writable } from 'node:stream';
 import pino from 'pino';
 import { sandboxTestEnv, SANDBOX_IMAGE, UPSTREAM_HOST, type SandboxTestEnv } from '../support/sandbox-env.js';
 import { createDockerSandbox, isSandboxError, type DeploymentConfigInput, type SandboxSpec } from '../../controller/index.js';
+import { fileNeeds } from '../support/needs.js';
+
+await fileNeeds(t, 'engine');
 
 /** Images no engine has and none can pull: their registry is a closed loopback port. */
 const MISSING_SANDBOX_IMAGE = '127.0.0.1:9/capybara-missing-sandbox:1';

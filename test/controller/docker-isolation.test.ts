@@ -14,6 +14,9 @@ import type { SandboxHandle, SandboxProvider } from '../../controller/index.js';
 // The same route-aware probe that `capybara-sandbox doctor` runs: it connects only where the
 // sandbox has no route, or only a default route through a gateway nobody holds.
 import { ISOLATION_PROBE, probeCommand } from '../../controller/operator/isolation-probe.js';
+import { fileNeeds } from '../support/needs.js';
+
+await fileNeeds(t, 'engine');
 
 function hostAddresses(): string[] {
   return Object.values(networkInterfaces()).flat()

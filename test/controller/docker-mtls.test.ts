@@ -12,11 +12,13 @@ import t from 'tap';
 import { connect } from 'node:tls';
 import { existsSync, readFileSync } from 'node:fs';
 import { dockerTest } from '../support/docker.js';
-import { needUnmet } from '../support/needs.js';
+import { fileNeeds, needUnmet } from '../support/needs.js';
 import { SANDBOX_IMAGE } from '../support/sandbox-env.js';
 import { makeTestPki, pkiUnsupported, type TestPki } from '../support/test-certs.js';
 import { secondEngineUnsupported, startSecondEngine, type SecondEngine } from '../support/second-engine.js';
 import { createDockerSandbox, isSandboxError } from '../../controller/index.js';
+
+await fileNeeds(t, 'engine');
 
 t.test('sandbox lifecycle over mTLS to a second engine', async (t) => {
   const env = await dockerTest(t, [SANDBOX_IMAGE]);

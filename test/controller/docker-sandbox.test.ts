@@ -8,9 +8,11 @@ import { execFileSync } from 'node:child_process';
 import { readFileSync, readlinkSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { sandboxTestEnv, SANDBOX_IMAGE, UPSTREAM_BODY, UPSTREAM_HOST } from '../support/sandbox-env.js';
-import { needUnmet, platformCannot } from '../support/needs.js';
+import { fileNeeds, needUnmet, platformCannot } from '../support/needs.js';
 import { createDockerSandbox, isSandboxError } from '../../controller/index.js';
 import type { SandboxHandle, SandboxProvider } from '../../controller/index.js';
+
+await fileNeeds(t, 'engine');
 
 const docker = (...args: string[]) => execFileSync('docker', args, { encoding: 'utf8' }).trim();
 
@@ -410,8 +412,8 @@ t.test('sandbox provider on the real engine', async (t) => {
   await t.test('when the pids limit leaves no room for the kill, the container restarts', async (t) => {
     const info = await s.inspect(name);
     // The victim is one command; the filler, in a session of its own, takes back at once every
-    // pid the kill frees, so the kill script cannot start the one program it needs (rm) and never
-    // confirms: only a restart ends the command.
+    // pid the kill frees, so the kill's exec cannot even start and never confirms: only a
+    // restart ends the command.
     const ac = new AbortController();
     const victim = provider.exec(h, 'sleep 1007', { signal: ac.signal, tag: 'victim' });
     await until(provider, h, 'pgrep -f "sleep 100[7]"');

@@ -5,27 +5,59 @@ import { existsSync, mkdtempSync, readFileSync, readdirSync, symlinkSync, writeF
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
+  EXEC_MARK_VAR,
   KILL_OK_MARKER,
+  MAX_INLINE_PAYLOAD,
+  STARTED_BYTE,
+  WRAPPER_FAILED_EXIT,
+  WRAPPER_FAILED_MARKER,
   commandPayload,
-  controlFile,
   encodeArg,
-  killFilesCmd,
+  execMark,
+  killMarkedCmd,
   killTaggedCmd,
   readFileCmd,
   shellQuote,
+  stagedPayload,
   statCmd,
   wrapperCmd,
   writeFileCmd,
   FILE_EXIT,
 } from '../../controller/exec/exec-script.js';
 import { isSandboxError } from '../../controller/spec/errors.js';
-import { needUnmet, toolMissing } from '../support/needs.js';
+import { leftOutOfUnitRun, needUnmet, toolMissing } from '../support/needs.js';
 
 // These run the scripts with the host's bash and coreutils (no Docker): the same programs the
-// sandbox image ships.
-function run(cmd: string[], input?: Buffer | string) {
+// sandbox image ships. The kill scripts read every process's environment on this machine, and
+// kill only what carries a mark of this file's own: each test's tag is unique (other worktrees
+// may run this file at the same time).
+const START = String.fromCharCode(STARTED_BYTE);
+const uniqueTag = (name: string) => `${name}-${randomUUID().slice(0, 8)}`;
+
+/** The environment Docker gives a command's exec: the caller's plus the mark. */
+function markedEnv(mark: string): NodeJS.ProcessEnv {
+  return { ...process.env, [EXEC_MARK_VAR]: mark };
+}
+
+function run(cmd: string[], input?: Buffer | string, env?: NodeJS.ProcessEnv) {
   const [file, ...args] = cmd;
-  return spawnSync(file ?? 'bash', args, { input: typeof input === 'string' ? Buffer.from(input) : input, encoding: 'buffer', timeout: 10_000 });
+  return spawnSync(file ?? 'bash', args, { input: typeof input === 'string' ? Buffer.from(input) : input, encoding: 'buffer', timeout: 10_000, env });
+}
+
+/** Live processes carrying a mark (or whose environment cannot be read any more). */
+function liveMarked(mark: string): number[] {
+  const live: number[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      if (/^[ZX]/.test(stat.slice(stat.lastIndexOf(')') + 2))) continue;
+      if (readFileSync(`/proc/${entry}/environ`, 'latin1').split('\0').includes(`${EXEC_MARK_VAR}=${mark}`)) live.push(Number(entry));
+    } catch {
+      // ended meanwhile
+    }
+  }
+  return live;
 }
 
 /**
@@ -33,7 +65,7 @@ function run(cmd: string[], input?: Buffer | string) {
  * orphan, reaps it, and a PID 1 may reap slowly or never (tini does in the sandbox; a test
  * machine's may not), so zombies (state Z) do not count as left over.
  */
-function liveInSession(sid: string): number[] {
+function liveInSession(sid: number): number[] {
   const live: number[] = [];
   for (const entry of readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
@@ -45,23 +77,33 @@ function liveInSession(sid: string): number[] {
     }
     // Fields after "(comm) ": state ppid pgrp session ...
     const [state, , , session] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    if (session === sid && state !== 'Z') live.push(Number(entry));
+    if (session === String(sid) && state !== 'Z') live.push(Number(entry));
   }
   return live;
 }
 
-/** Waits (with a deadline) until no live process is left in the session; returns what is left. */
-async function sessionEnded(sid: string, deadlineMs = 10_000): Promise<number[]> {
+/** Waits (with a deadline) until `left()` is empty; returns what is left. */
+async function gone(left: () => number[], deadlineMs = 10_000): Promise<number[]> {
   const deadline = Date.now() + deadlineMs;
   for (;;) {
-    const left = liveInSession(sid);
-    if (left.length === 0 || Date.now() > deadline) return left;
+    const now = left();
+    if (now.length === 0 || Date.now() > deadline) return now;
     await new Promise((r) => setTimeout(r, 20));
   }
 }
 
+/** Waits until `ready()` holds; false at the deadline. */
+async function until(ready: () => boolean, deadlineMs = 10_000): Promise<boolean> {
+  const deadline = Date.now() + deadlineMs;
+  while (!ready()) {
+    if (Date.now() > deadline) return false;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return true;
+}
+
 t.test('every exec argument is ASCII without JSON escapes', async (t) => {
-  const cmd = wrapperCmd(controlFile('agent-1', randomUUID()), 65, encodeArg(commandPayload('echo "héllo\tworld" \u0001', { V: 'ü\nx' }, '/tmp/ä')));
+  const cmd = wrapperCmd(65, encodeArg(commandPayload('echo "héllo\tworld" \u0001', { V: 'ü\nx' }, '/tmp/ä')));
   const json = JSON.stringify(cmd);
   t.notMatch(json, /\\u/);
   t.match(json, /^[\x20-\x7e]*$/);
@@ -74,45 +116,93 @@ t.test('shellQuote round-trips awkward strings', async (t) => {
   }
 });
 
-t.test('wrapper runs the command with env and cwd, records and removes its control file', async (t) => {
-  const ctl = controlFile('t1', randomUUID());
-  const payload = encodeArg(commandPayload('echo "$GREETING from $(pwd)"; cat; exit 3', { GREETING: "it's ü" }, '/tmp'));
-  const out = run(wrapperCmd(ctl, 30, payload), 'stdin-data');
+t.test('wrapper runs the command with env, cwd and stdin; the start byte comes first', async (t) => {
+  const mark = execMark(uniqueTag('t1'), randomUUID());
+  const payload = encodeArg(commandPayload('echo "$GREETING from $(pwd)"; cat; echo "mark=$' + EXEC_MARK_VAR + '" >&2; exit 3', { GREETING: "it's ü" }, '/tmp'));
+  const out = run(wrapperCmd(30, payload), 'stdin-data', markedEnv(mark));
   t.equal(out.status, 3);
   t.equal(out.stdout.toString(), "it's ü from /tmp\nstdin-data");
-  t.notOk(existsSync(ctl), 'control file removed');
+  t.equal(out.stderr.toString(), `${START}mark=${mark}\n`, 'the start byte, then the command\'s own stderr; the mark is in its environment');
+});
+
+t.test('a command with a syntax error has begun: its status is its own', async (t) => {
+  const out = run(wrapperCmd(30, encodeArg(commandPayload('echo one\nif then', {}, undefined))), undefined, markedEnv(execMark('t', randomUUID())));
+  t.equal(out.status, 2);
+  t.equal(out.stdout.toString(), 'one\n');
+  t.ok(out.stderr.toString().startsWith(`${START}`), 'started');
 });
 
 t.test('a missing cwd is a clear error', async (t) => {
-  const out = run(wrapperCmd(controlFile('t1', randomUUID()), 30, encodeArg(commandPayload('true', {}, '/nonexistent-dir'))));
+  const out = run(wrapperCmd(30, encodeArg(commandPayload('true', {}, '/nonexistent-dir'))), undefined, markedEnv(execMark('t', randomUUID())));
   t.equal(out.status, 126);
   t.match(out.stderr.toString(), 'cannot change directory to /nonexistent-dir');
 });
 
 t.test('backstop kills a command that outlives its limit', async (t) => {
   const started = Date.now();
-  const out = run(wrapperCmd(controlFile('t1', randomUUID()), 1, encodeArg('sleep 30')));
-  t.equal(out.status, 137);
+  const out = run(wrapperCmd(1, encodeArg(commandPayload('sleep 30', {}, undefined))), undefined, markedEnv(execMark('t', randomUUID())));
+  // timeout kills its whole process group, itself included: Docker reports that exec as 137.
+  t.equal(out.signal, 'SIGKILL');
   t.ok(Date.now() - started < 10_000);
 });
 
-t.test('kill by control file ends the session including background children', async (t) => {
-  const ctl = controlFile('victim', randomUUID());
-  const marker = `capybara-test-${randomUUID()}`;
-  const [file, ...args] = wrapperCmd(ctl, 60, encodeArg(`sleep 300 & sleep 301; echo ${marker}`));
-  const child = spawn(file ?? 'bash', args, { stdio: 'ignore' });
+t.test('a command too large for an exec body comes on stdin, ahead of the caller\'s', async (t) => {
+  const mark = execMark(uniqueTag('big'), randomUUID());
+  const big = `x=${'y'.repeat(MAX_INLINE_PAYLOAD)}\necho "\${#x}"; cat`;
+  const staged = stagedPayload(commandPayload(big, {}, undefined), mark);
+  const out = run(wrapperCmd(30, `-${staged.length}`), Buffer.concat([staged, Buffer.from('caller stdin\n')]), markedEnv(mark));
+  t.equal(out.status, 0, out.stderr.toString());
+  t.equal(out.stdout.toString(), `${MAX_INLINE_PAYLOAD}\ncaller stdin\n`);
+  // Cut short on the way (the connection broke): the part that came must not run as the whole.
+  const dir = mkdtempSync(join(tmpdir(), 'capybara-cut-'));
+  const sideEffect = join(dir, 'ran');
+  const cut = stagedPayload(commandPayload(`touch ${sideEffect}; : ${'z'.repeat(MAX_INLINE_PAYLOAD)}`, {}, undefined), mark);
+  const short = run(wrapperCmd(30, `-${cut.length}`), cut.subarray(0, cut.length - 10), markedEnv(mark));
+  t.equal(short.status, WRAPPER_FAILED_EXIT);
+  t.equal(short.stderr.toString(), `${WRAPPER_FAILED_MARKER}: the command arrived incomplete on stdin\n`, 'no start byte: the wrapper failed, the command never began');
+  t.notOk(existsSync(sideEffect), 'nothing of the command ran');
+});
+
+t.test('the wrapper writes nothing: a full /tmp cannot stop a command', async (t) => {
+  // A mount namespace takes root, as the network namespaces of the 'netns' need do.
+  if (leftOutOfUnitRun(t, 'netns')) return;
+  const missing = toolMissing('unshare', ['--version'], 'util-linux');
+  if (missing) return needUnmet(t, missing);
+  if (spawnSync('unshare', ['-m', 'true']).status !== 0) return needUnmet(t, 'unshare -m cannot make a mount namespace here (root needed)');
+  // A 64 KiB tmpfs on /tmp, filled up, in a mount namespace of its own; then the wrapper.
+  const mark = execMark(uniqueTag('full'), randomUUID());
+  const [, ...wrapperArgs] = wrapperCmd(30, encodeArg(commandPayload('echo still-runs; exit 7', {}, undefined)));
+  const script = `mount -t tmpfs -o size=64k tmpfs /tmp && { head -c 1M /dev/zero > /tmp/fill; df -k /tmp | tail -1 >&2; exec bash "$@"; }`;
+  const out = spawnSync('unshare', ['-m', '--propagation', 'private', 'bash', '-c', script, 'full', ...wrapperArgs], { encoding: 'buffer', timeout: 20_000, env: markedEnv(mark) });
+  const stderr = out.stderr.toString();
+  t.match(stderr, /\s100%\s/, '/tmp was full');
+  t.equal(out.status, 7, stderr);
+  t.equal(out.stdout.toString(), 'still-runs\n');
+  t.ok(stderr.endsWith(START), 'the command began (the start byte after df\'s line)');
+});
+
+t.test('a kill by mark ends the command, its background children, and a child that left the session', async (t) => {
+  const tag = uniqueTag('victim');
+  const mark = execMark(tag, randomUUID());
+  const done = `capybara-test-${randomUUID()}`;
+  // Detached: a session of its own, as runc starts every exec. The env -i child stays in the
+  // session without the mark; the setsid child leaves the session with the mark.
+  const [file, ...args] = wrapperCmd(60, encodeArg(commandPayload(`sleep 300 & env -i /bin/sleep 302 & setsid sleep 303 & sleep 301; echo ${done}`, {}, undefined)));
+  const child = spawn(file ?? 'bash', args, { stdio: 'ignore', detached: true, env: markedEnv(mark) });
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
-  for (let i = 0; i < 500 && !existsSync(ctl); i += 1) await new Promise((r) => setTimeout(r, 20));
-  const sid = readFileSync(ctl, 'utf8').trim();
-  const other = controlFile('other', randomUUID());
-  writeFileSync(other, '999999999\n');
-  const killed = run(killTaggedCmd(['victim']));
+  const sid = child.pid ?? 0;
+  t.ok(await until(() => liveInSession(sid).length >= 4 && liveMarked(mark).length >= 4), 'the command and its children run');
+  const other = execMark(uniqueTag('other'), randomUUID());
+  const bystander = spawn('sleep', ['304'], { stdio: 'ignore', env: markedEnv(other) });
+  t.teardown(() => bystander.kill('SIGKILL'));
+  const killed = run(killTaggedCmd([tag]));
   t.match(killed.stdout.toString(), KILL_OK_MARKER);
   t.equal(await exited, null, 'wrapper killed');
-  t.same(await sessionEnded(sid), [], 'no live process left in the session');
-  t.notOk(existsSync(ctl));
-  t.ok(existsSync(other), 'other tags untouched');
-  t.match(run(killFilesCmd([other])).stdout.toString(), KILL_OK_MARKER);
+  t.same(await gone(() => liveInSession(sid)), [], 'no live process left in the session, the unmarked one included');
+  t.same(await gone(() => liveMarked(mark)), [], 'no live process with the mark, the one in a session of its own included');
+  t.equal(bystander.exitCode, null, 'another tag untouched');
+  t.match(run(killMarkedCmd([other])).stdout.toString(), KILL_OK_MARKER);
+  t.same(await gone(() => liveMarked(other)), []);
 });
 
 t.test('tags are validated', async (t) => {
@@ -187,16 +277,15 @@ while True:
   t.notOk(outcomes.has('read blocked') || outcomes.has('write blocked'), 'no read or write waited for a FIFO writer or reader');
 });
 
-t.test('a background child holding the session keeps the control file for a later kill', async (t) => {
-  const ctl = controlFile('bg', randomUUID());
-  const [file, ...args] = wrapperCmd(ctl, 60, encodeArg('sleep 307 & echo main-done'));
-  const out = spawnSync(file ?? 'bash', args, { stdio: 'ignore' });
+t.test('a background child outlives its command and is found by its tag later', async (t) => {
+  const tag = uniqueTag('bg');
+  const mark = execMark(tag, randomUUID());
+  const [file, ...args] = wrapperCmd(60, encodeArg(commandPayload('sleep 307 & echo main-done', {}, undefined)));
+  const out = spawnSync(file ?? 'bash', args, { stdio: 'ignore', env: markedEnv(mark) });
   t.equal(out.status, 0, 'main command finished');
-  t.ok(existsSync(ctl), 'control file kept while the child lives');
-  const sid = readFileSync(ctl, 'utf8').trim();
-  t.match(run(killTaggedCmd(['bg'])).stdout.toString(), KILL_OK_MARKER);
-  t.same(await sessionEnded(sid), [], 'child killed');
-  t.notOk(existsSync(ctl));
+  t.equal(liveMarked(mark).length, 1, 'the child runs on, with the mark');
+  t.match(run(killTaggedCmd([tag])).stdout.toString(), KILL_OK_MARKER);
+  t.same(await gone(() => liveMarked(mark)), [], 'child killed');
 });
 
 /**
@@ -210,12 +299,13 @@ function underNonReapingInit(driver: string, args: unknown): ReturnType<typeof s
 }
 
 // One pass over /proc as the kill scripts make it (read the stat line, split the fields after
-// "(comm) "), without killing: the unit the kill's duration is measured in.
+// "(comm) ", read the environment), without killing: the unit the kill's duration is measured in.
 const SCAN = String.raw`
 n=0
 for p in /proc/[0-9]*; do
   read -r line < "$p/stat" 2>/dev/null || continue
   read -r -a f <<< "${'$'}{line##*) }"
+  mapfile -d '' -t env < "$p/environ" 2>/dev/null
   [ "${'$'}{f[3]}" = "$1" ] && n=$((n + 1))
 done
 echo "$n"
@@ -242,11 +332,10 @@ def members(sid):
                 live += 1
     return live, zombies
 
-session = subprocess.Popen(a['wrapper'], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+# A session of its own, as runc starts every exec; the mark in its environment, as Docker sets it.
+session = subprocess.Popen(a['wrapper'], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=dict(os.environ, **a['env']))
+sid = str(session.pid)
 deadline = time.monotonic() + 60
-while not os.path.exists(a['ctl']) and time.monotonic() < deadline:
-    time.sleep(0.01)
-sid = open(a['ctl']).read().strip()
 while members(sid)[0] < a['processes'] and time.monotonic() < deadline:
     time.sleep(0.05)
 before = members(sid)
@@ -263,17 +352,18 @@ time.sleep(0.2)
 print(json.dumps({'before': before, 'after': members(sid), 'scan_s': statistics.median(scans), 'kill_s': kill_s, 'stdout': kill.stdout}))
 `;
 
-t.test('a kill skips zombies and stops once nothing of the session is alive', async (t) => {
+t.test('a kill skips zombies and stops once nothing of the command is alive', async (t) => {
+  if (leftOutOfUnitRun(t, 'pidns')) return;
   const missing = toolMissing('unshare', ['--version'], 'util-linux') ?? toolMissing('python3', ['--version'], 'apt-get install python3');
   if (missing) return needUnmet(t, missing);
   const probe = spawnSync('unshare', ['-fp', '--mount-proc', 'true']);
   if (probe.status !== 0) return needUnmet(t, `unshare -fp --mount-proc cannot make a PID namespace here (root needed): ${probe.stderr.toString().trim()}`);
   const processes = 400;
-  const ctl = controlFile('zombies', randomUUID());
+  const mark = execMark('zombies', randomUUID());
   const out = underNonReapingInit(KILL_DRIVER, {
-    wrapper: wrapperCmd(ctl, 120, encodeArg(`for i in $(seq ${processes}); do sleep 300 & done; wait`)),
-    kill: killFilesCmd([ctl]),
-    ctl,
+    wrapper: wrapperCmd(120, encodeArg(commandPayload(`for i in $(seq ${processes}); do sleep 300 & done; wait`, {}, undefined))),
+    env: { [EXEC_MARK_VAR]: mark },
+    kill: killMarkedCmd([mark]),
     processes,
     scan: SCAN,
   });

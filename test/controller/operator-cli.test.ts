@@ -88,8 +88,13 @@ t.test('operator commands against the engine and the socket proxy', async (t) =>
     const d = JSON.parse(inspected.stdout) as Record<string, unknown>;
     t.same([d.state, d.tier, d.egress, d.network, d.allowHosts], ['running', 'allowlist', 'running', `${live.id}-net`, [UPSTREAM_HOST]]);
     t.match(await op([...viaProxy, 'inspect', live.id]), { code: 0, stdout: /tier\s+allowlist/ });
-    const ran = await op([...viaProxy, 'exec', live.id, '--', 'echo', 'out;', 'echo', 'err', '>&2;', 'exit', '7']);
+    // One word after --: a shell command line. Several: a program and its arguments.
+    const ran = await op([...viaProxy, 'exec', live.id, '--', 'echo out; echo err >&2; exit 7']);
     t.same([ran.code, ran.stdout, ran.stderr], [7, 'out\n', 'err\n']);
+    const argv = await op([...viaProxy, 'exec', live.id, '--', 'sh', '-c', 'echo out; echo err >&2; exit 7']);
+    t.same([argv.code, argv.stdout, argv.stderr], [7, 'out\n', 'err\n'], 'sh -c gets its script as one argument');
+    const python = await op([...viaProxy, 'exec', live.id, '--', 'python3', '-c', 'print(1)']);
+    t.same([python.code, python.stdout], [0, '1\n']);
     const missing = await op([...viaProxy, 'inspect', `cap-${env.runId}-nope`]);
     t.equal(missing.code, 1);
     t.match(missing.stderr, /not_found/);

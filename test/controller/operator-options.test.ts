@@ -5,6 +5,7 @@
  * drift check and socket directory check.
  */
 import t from 'tap';
+import { spawnSync } from 'node:child_process';
 import { parseOperatorArgs } from '../../controller/operator/args.js';
 import { egressTestHostsFromEnv, loadOperatorConfig } from '../../controller/operator/operator-config.js';
 import { optionMismatches, parseSandboxOptions, sandboxName, sandboxSpec } from '../../controller/operator/sandbox-options.js';
@@ -26,7 +27,7 @@ function codeOf(fn: () => unknown): string | undefined {
 t.test('command lines of the new verbs', async (t) => {
   const rows: Array<{ name: string; argv: string[]; code?: string; check?: (a: ReturnType<typeof parseOperatorArgs>) => unknown; want?: unknown }> = [
     { name: 'run with options and a command', argv: ['run', 'demo', '--allow', 'a.example,b.example', '--allow', '*.c.example', '--cpu', '0.5', '--memory', '512', '--rm', '--', 'echo', 'hi'],
-      check: (a) => [a.name, a.sandbox.allowHosts, a.sandbox.cpu, a.sandbox.memoryMb, a.remove, a.execCommand], want: ['cap-demo', ['a.example', 'b.example', '*.c.example'], 0.5, 512, true, 'echo hi'] },
+      check: (a) => [a.name, a.sandbox.allowHosts, a.sandbox.cpu, a.sandbox.memoryMb, a.remove, a.execCommand], want: ['cap-demo', ['a.example', 'b.example', '*.c.example'], 0.5, 512, true, "'echo' 'hi'"] },
     { name: 'a cap- name is kept', argv: ['create', 'cap-demo'], check: (a) => a.name, want: 'cap-demo' },
     { name: 'defaults of create', argv: ['create', 'demo'], check: (a) => [a.sandbox.egress, a.sandbox.image, [...a.sandbox.given]], want: ['allowlist', 'capybara-sandbox:latest', []] },
     { name: 'up defaults', argv: ['up'], check: (a) => [a.socketDir, a.proxyName, a.proxyImage], want: ['/run/capybara-sandbox', 'capybara-socket-proxy', 'capybara-sandbox-proxy:latest'] },
@@ -65,6 +66,21 @@ t.test('command lines of the new verbs', async (t) => {
     } else {
       t.same(row.check?.(parseOperatorArgs(row.argv)), row.want, row.name);
     }
+  }
+});
+
+t.test('after --, one word is a shell command line, several words an argv', async (t) => {
+  const rows: { name: string; words: string[]; status: number; stdout: string }[] = [
+    { name: 'one word is a shell line, as typed', words: ['echo a | tr a b; exit 3'], status: 3, stdout: 'b\n' },
+    { name: 'sh -c with its script as one argument', words: ['sh', '-c', 'exit 7'], status: 7, stdout: '' },
+    { name: 'python3 -c with parentheses', words: ['python3', '-c', 'print(1)'], status: 0, stdout: '1\n' },
+    { name: 'words with quotes, dollars and spaces reach the program as they are', words: ['printf', '%s|', "it's", '$HOME', 'a b', ''], status: 0, stdout: "it's|$HOME|a b||" },
+  ];
+  for (const row of rows) {
+    const command = parseOperatorArgs(['exec', 'demo', '--', ...row.words]).execCommand ?? '';
+    // What the sandbox runs with it: bash -c (exec-script.ts).
+    const ran = spawnSync('bash', ['-c', command], { encoding: 'utf8' });
+    t.same([ran.status, ran.stdout], [row.status, row.stdout], `${row.name}: ${command}`);
   }
 });
 

@@ -11,6 +11,9 @@ import { join } from 'node:path';
 import { sandboxTestEnv, UPSTREAM_BODY, UPSTREAM_HOST } from '../support/sandbox-env.js';
 import { SOCKET_PROXY_IMAGE, TEST_LABEL } from '../support/docker.js';
 import { runOperator } from '../../controller/operator/index.js';
+import { fileNeeds } from '../support/needs.js';
+
+await fileNeeds(t, 'engine');
 
 interface Ran { code: number; stdout: string; stderr: string }
 

@@ -1,7 +1,9 @@
 /**
  * The edge checks of the sandbox spec and exec options (zod schemas), without Docker: allowlist
- * entries judged by policy/ exactly as the egress proxy judges them, the one environment-name
- * rule for both spec.env and exec env, unknown keys, and the codes of each refusal.
+ * entries judged by policy/ exactly as the egress proxy judges them, the environment-name rules
+ * (one syntax for spec.env and exec env; the loader's and bash's variables refused in spec.env),
+ * the deployment's ceilings of numeric limits, HOME with a persistent workspace, unknown keys,
+ * and the codes of each refusal.
  */
 import t, { type Test } from 'tap';
 import fc from 'fast-check';
@@ -97,7 +99,7 @@ t.test('one rule for environment names, in the spec and in exec options', async 
   ];
   for (const row of names) {
     const spec = () => planSandbox({ id: 'c1', image: 'img', limits: { egress: 'none' }, env: { [row.key]: 'v' } }, config, opts);
-    const exec = () => checkExecOptions('true', { env: { [row.key]: 'v' } });
+    const exec = () => checkExecOptions('true', { env: { [row.key]: 'v' } }, config.maxLimits);
     if (row.ok) {
       t.doesNotThrow(spec, `spec: ${row.name}`);
       t.doesNotThrow(exec, `exec: ${row.name}`);
@@ -153,9 +155,79 @@ t.test('exec option refusals', async (t) => {
     { name: 'stdin a number', command: 'true', options: { stdin: 5 }, mentions: /opts\.stdin/ },
     { name: 'signal not an AbortSignal', command: 'true', options: { signal: {} }, mentions: /opts\.signal/ },
   ];
-  for (const row of rows) refused(t, () => checkExecOptions(row.command, row.options), 'invalid_spec', row.mentions);
-  const { options } = checkExecOptions('true', undefined);
-  t.same([options.timeoutMs, options.tag, options.maxOutputBytes, options.env], [600_000, 'default', 1024 * 1024, {}], 'defaults');
+  for (const row of rows) refused(t, () => checkExecOptions(row.command, row.options, config.maxLimits), 'invalid_spec', row.mentions);
+  const { options } = checkExecOptions('true', undefined, config.maxLimits);
+  t.same([options.timeoutMs, options.tag, options.maxOutputBytes, options.env, options.fresh], [600_000, 'default', 1024 * 1024, {}, false], 'defaults');
+});
+
+// glibc's sysdeps/generic/unsecvars.h (UNSECURE_ENVVARS, with GLIBC_TUNABLES), as of 2.40.
+const GLIBC_UNSECURE = [
+  'GCONV_PATH', 'GETCONF_DIR', 'GLIBC_TUNABLES', 'HOSTALIASES', 'LD_AUDIT', 'LD_DEBUG', 'LD_DEBUG_OUTPUT', 'LD_DYNAMIC_WEAK',
+  'LD_HWCAP_MASK', 'LD_LIBRARY_PATH', 'LD_ORIGIN_PATH', 'LD_PRELOAD', 'LD_PROFILE', 'LD_SHOW_AUXV', 'LD_USE_LOAD_BIAS',
+  'LOCALDOMAIN', 'LOCPATH', 'MALLOC_TRACE', 'NIS_PATH', 'NLSPATH', 'RESOLV_HOST_CONF', 'RES_OPTIONS', 'TMPDIR', 'TZDIR',
+];
+// Older and other lists name more of the same families; bash reads these before or while a script runs.
+const FAMILIES_AND_SHELL = [
+  'LD_BIND_NOW', 'LD_AOUT_PRELOAD', 'MALLOC_CHECK_', 'MALLOC_ARENA_MAX', 'MALLOC_PERTURB_',
+  'BASH_ENV', 'ENV', 'PATH', 'IFS', 'SHELLOPTS', 'BASHOPTS', 'PS4', 'BASH_FUNC_x', 'BASH_COMPAT', 'BASH_XTRACEFD',
+  'BASH_LOADABLES_PATH', 'POSIXLY_CORRECT', 'CDPATH', 'GLOBIGNORE', 'EXECIGNORE', 'FUNCNEST', 'TMOUT', 'PROMPT_COMMAND',
+];
+
+t.test('the loader\'s and bash\'s start-up variables are refused in spec.env, allowed per command', async (t) => {
+  for (const key of [...GLIBC_UNSECURE, ...FAMILIES_AND_SHELL]) {
+    refused(t, () => planSandbox({ id: 'c1', image: 'img', limits: { egress: 'none' }, env: { [key]: 'x' } }, config, opts), 'invalid_spec', new RegExp(`spec\\.env\\.${key}: is read by the dynamic loader or by bash`));
+    t.doesNotThrow(() => checkExecOptions('true', { env: { [key]: 'x' } }, config.maxLimits), `exec env may set ${key} for its own command`);
+  }
+  // What workloads set: their own settings and keys, and the usual runtime knobs.
+  const ordinary = { OPENAI_API_KEY: 'sk-x', NODE_ENV: 'production', PYTHONUNBUFFERED: '1', PIP_INDEX_URL: 'https://pypi.example/simple', LANG: 'C.UTF-8', LC_ALL: 'en_US.UTF-8', LANGUAGE: 'de:en', TZ: 'Europe/Berlin', HOME: '/workspace', LDAP_URI: 'ldap://x', ENVIRONMENT: 'dev', PATHS: 'a', BASE_PATH: '/x' };
+  t.same(planSandbox({ id: 'c1', image: 'img', limits: { egress: 'none' }, env: ordinary }, config, opts).env, ordinary, 'ordinary names pass');
+  // A locale is loaded from the file a path names: a name only.
+  for (const [key, value] of [['LANG', '/workspace/evil'], ['LC_CTYPE', '../../tmp/x'], ['LANGUAGE', 'de/x']]) {
+    refused(t, () => planSandbox({ id: 'c1', image: 'img', limits: { egress: 'none' }, env: { [key as string]: value } }, config, opts), 'invalid_spec', new RegExp(`spec\\.env\\.${key as string}: is a locale variable`));
+  }
+  // The mark the kills find a command's processes by is the controller's own, in both.
+  refused(t, () => planSandbox({ id: 'c1', image: 'img', limits: { egress: 'none' }, env: { CAPYBARA_EXEC: 'x/y' } }, config, opts), 'invalid_spec', /spec\.env\.CAPYBARA_EXEC: is reserved/);
+  refused(t, () => checkExecOptions('true', { env: { CAPYBARA_EXEC: 'x/y' } }, config.maxLimits), 'invalid_spec', /opts\.env\.CAPYBARA_EXEC: is reserved/);
+});
+
+t.test('allowHosts belongs to a tier with an egress proxy', async (t) => {
+  for (const egress of ['none', 'internal', 'open']) {
+    refused(t, () => planSandbox({ id: 'c1', image: 'img', limits: { egress, allowHosts: ['a.example'] } }, config, opts), 'invalid_spec', new RegExp(`allowHosts is only used by a tier with an egress proxy \\("allowlist"\\), and limits\\.egress is "${egress}"`));
+    t.same(planSandbox({ id: 'c1', image: 'img', limits: { egress, allowHosts: [] } }, config, opts).allowHosts, [], `${egress}: an empty list asks for nothing`);
+  }
+});
+
+t.test('numeric limits have upper bounds from the deployment config', async (t) => {
+  const spec = (limits: Record<string, unknown>) => ({ id: 'c1', image: 'img', limits: { egress: 'none', ...limits } });
+  refused(t, () => planSandbox(spec({ memoryMb: 1e9 }), config, opts), 'invalid_spec', /spec\.limits\.memoryMb 1000000000 is above this deployment's maximum of 16384 \(extensionConfig\."sandbox-docker"\.maxLimits\.memoryMb\)/);
+  refused(t, () => planSandbox(spec({ cpu: 4.5 }), config, opts), 'invalid_spec', /limits\.cpu 4\.5 .* maximum of 4 .*maxLimits\.cpu/);
+  const withDriver = parseDeploymentConfig({ endpoint: 'tcp://proxy:2375', volumeDriver: 'sized', maxLimits: { diskMb: 2048 } });
+  refused(t, () => planSandbox(spec({ diskMb: 4096 }), withDriver, opts), 'invalid_spec', /limits\.diskMb 4096 .* maximum of 2048/);
+  t.equal(planSandbox(spec({ diskMb: 2048 }), withDriver, opts).limits.volumeSize, '2048M', 'the ceiling itself is allowed');
+  refused(t, () => checkExecOptions('true', { timeoutMs: 4 * 3_600_000 + 1 }, config.maxLimits), 'invalid_spec', /opts\.timeoutMs 14400001 is above this deployment's maximum of 14400000 ms \(extensionConfig\."sandbox-docker"\.maxLimits\.execTimeoutMs\)/);
+  refused(t, () => checkExecOptions('true', { maxOutputBytes: 2 ** 40 }, config.maxLimits), 'invalid_spec', /opts\.maxOutputBytes .*maxLimits\.outputBytes/);
+  // An operator's lower ceilings also lower the defaults, never past them.
+  const small = parseDeploymentConfig({ endpoint: 'tcp://proxy:2375', maxLimits: { cpu: 0.5, memoryMb: 256, execTimeoutMs: 60_000, outputBytes: 4096 } });
+  const plan = planSandbox(spec({}), small, opts);
+  t.same([plan.limits.nanoCpus, plan.limits.memoryBytes], [5e8, 256 * 1024 * 1024], 'default cpu and memory at the ceilings');
+  const { options } = checkExecOptions('true', {}, small.maxLimits);
+  t.same([options.timeoutMs, options.maxOutputBytes], [60_000, 4096], 'default timeout and output cap at the ceilings');
+  // The ceilings themselves are checked, strictly.
+  for (const maxLimits of [{ memoryMb: -1 }, { cpu: 0 }, { execTimeoutMs: 3_000_000_000 }, { outputBytes: 1.5 }, { gpus: 1 }]) {
+    refused(t, () => parseDeploymentConfig({ endpoint: 'tcp://proxy:2375', maxLimits }), 'invalid_config', /maxLimits/);
+  }
+});
+
+t.test('with a persistent workspace HOME is a fresh tmpfs, unless the operator keeps it', async (t) => {
+  const persistent = { id: 'c1', image: 'img', limits: { egress: 'none' }, workspace: { key: 'proj', durability: 'persistent' } };
+  const plan = planSandbox(persistent, config, opts);
+  t.same([plan.home, plan.env.HOME], ['/home/sandbox', '/home/sandbox']);
+  refused(t, () => planSandbox({ ...persistent, env: { HOME: '/workspace' } }, config, opts), 'invalid_spec', /spec\.env\.HOME cannot be set with a persistent workspace.*persistentHome/);
+  const kept = parseDeploymentConfig({ endpoint: 'tcp://proxy:2375', persistentHome: true });
+  t.same([planSandbox(persistent, kept, opts).home, planSandbox(persistent, kept, opts).env.HOME], [undefined, undefined], 'opted in: the image\'s HOME');
+  t.equal(planSandbox({ ...persistent, env: { HOME: '/workspace' } }, kept, opts).env.HOME, '/workspace');
+  const ephemeral = planSandbox({ id: 'c1', image: 'img', limits: { egress: 'none' } }, config, opts);
+  t.same([ephemeral.home, ephemeral.env.HOME], [undefined, undefined], 'an ephemeral workspace is this sandbox\'s own: the image\'s HOME');
 });
 
 t.test('a handle names a sandbox, never the egress proxy of one', async (t) => {

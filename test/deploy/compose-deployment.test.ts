@@ -13,6 +13,9 @@ import type Docker from 'dockerode';
 import { dockerTest, SOCKET_PROXY_IMAGE, TEST_LABEL } from '../support/docker.js';
 import { composeProject } from './compose-cli.js';
 import { IMAGES as PRODUCT_IMAGES } from '../../common/index.js';
+import { fileNeeds } from '../support/needs.js';
+
+await fileNeeds(t, 'engine');
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const IMAGES = [PRODUCT_IMAGES.sandbox, PRODUCT_IMAGES.egress, SOCKET_PROXY_IMAGE, PRODUCT_IMAGES.cli];

@@ -1,22 +1,27 @@
 /**
  * deploy/egress/compose.yaml on the real engine with docker-compose: the workload reaches an
  * allowlisted host through the egress image, gets 403 with X-Egress-Reason for anything else,
- * has no route around the proxy, and the read-only policy is reloaded when it changes. The
- * example file is used as shipped; an override adds only the test's upstream (on the example's
- * outside network, which the test project creates) and pins deb.debian.org and example.com to
- * it, so nothing leaves the networks the test made.
+ * has no route around the proxy, and the read-only policy is reloaded when it changes. With no
+ * proxy variable at all (transparent mode), curl over https and http and python's urllib reach
+ * the allowlisted host, and a refused name fails at once with NXDOMAIN, named in the proxy's log.
+ * The example file is used as shipped (on a subnet of the test's own); an override adds only the
+ * test's upstream (on the example's outside network, which the test project creates) and pins
+ * deb.debian.org and example.com to it, so nothing leaves the networks the test made.
  */
 import t from 'tap';
-import { cpSync, mkdtempSync, renameSync, rmSync, writeFileSync, readFileSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, renameSync, rmSync, writeFileSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type Docker from 'dockerode';
 import { dockerTest } from '../support/docker.js';
-import { composeProject } from './compose-cli.js';
+import { composeProject, type Ran } from './compose-cli.js';
 import { ISOLATION_PROBE, probeCommand, readProbeOutput } from '../../controller/operator/isolation-probe.js';
-import { upstreamOverride, UPSTREAM_TEXT } from './upstream.js';
+import { testSubnet, upstreamOverride, UPSTREAM_TEXT, writeUpstreamCert } from './upstream.js';
 import { IMAGES } from '../../common/index.js';
+import { fileNeeds } from '../support/needs.js';
+
+await fileNeeds(t, 'engine');
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -27,9 +32,13 @@ t.test('a workload behind the egress image, with docker-compose', async (t) => {
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   const policyDir = join(dir, 'policy');
   cpSync(join(root, 'deploy/egress/policy'), policyDir, { recursive: true });
+  const certDir = join(dir, 'certs');
+  mkdirSync(certDir, { mode: 0o755 });
+  writeUpstreamCert(certDir);
   const override = join(dir, 'override.yaml');
-  writeFileSync(override, upstreamOverride('outside', 'egress'));
-  const project = composeProject(t, `egress-${env.runId}`, [join(root, 'deploy/egress/compose.yaml'), override], { EGRESS_POLICY_DIR: policyDir, TEST_HOSTS: '{}' });
+  writeFileSync(override, upstreamOverride('outside', 'egress', certDir));
+  const { subnet, gateway, address } = testSubnet();
+  const project = composeProject(t, `egress-${env.runId}`, [join(root, 'deploy/egress/compose.yaml'), override], { EGRESS_POLICY_DIR: policyDir, TEST_HOSTS: '{}', EGRESS_SUBNET: subnet, EGRESS_GATEWAY: gateway, EGRESS_ADDRESS: address });
   if (!project) return;
 
   const first = await project.run(['up', '-d', 'upstream']);
@@ -52,6 +61,27 @@ t.test('a workload behind the egress image, with docker-compose', async (t) => {
     t.equal(r.code, 0, r.stderr);
     t.match(r.stdout, /^HTTP\/1\.1 403 /);
     t.match(r.stdout, /^X-Egress-Reason: host_not_allowed\r$/m);
+  });
+
+  await t.test('with no proxy variables: transparent mode', async (t) => {
+    const bare = (command: string): Promise<Ran> => project.exec('workload', `unset HTTP_PROXY HTTPS_PROXY http_proxy https_proxy NO_PROXY no_proxy; ${command}`);
+    const https = await bare('curl -sSk https://deb.debian.org/');
+    t.same([https.code, https.stdout], [0, UPSTREAM_TEXT], `curl https: ${https.stderr}`);
+    const http = await bare('curl -sS http://deb.debian.org/');
+    t.same([http.code, http.stdout], [0, UPSTREAM_TEXT], `curl http: ${http.stderr}`);
+    const python = await bare(`python3 -c 'import ssl, urllib.request; print(urllib.request.urlopen("https://deb.debian.org/", context=ssl._create_unverified_context(), timeout=10).read().decode(), end="")'`);
+    t.same([python.code, python.stdout], [0, UPSTREAM_TEXT], `python3 urllib: ${python.stderr}`);
+    const refused = await bare('start=$(date +%s%N); curl -sS https://example.com/; code=$?; echo "exit=$code ms=$(( ($(date +%s%N) - start) / 1000000 ))"');
+    const ms = Number(/ms=(\d+)/.exec(refused.stdout)?.[1]);
+    t.match(refused.stdout, /exit=6 /, 'curl: could not resolve the host');
+    t.match(refused.stderr, /Could not resolve host: example\.com/);
+    t.ok(ms < 1_000, `refused in ${ms} ms, not after a timeout`);
+    const nx = await bare('getent hosts example.com; echo "exit=$?"');
+    t.match(nx.stdout, /^exit=2$/m, 'getent: no such name');
+    const logs = await project.run(['logs', '--no-color', 'egress']);
+    const lines = logs.stdout.split('\n').map((l) => l.replace(/^[^|]*\|\s?/, '')).filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Record<string, unknown>);
+    t.ok(lines.some((l) => l.event === 'decision' && l.reason === 'dns_not_allowed' && l.host === 'example.com' && l.via === 'transparent'), 'the log names the refused name and why');
+    t.ok(lines.some((l) => l.event === 'decision' && l.decision === 'allow' && l.host === 'deb.debian.org' && l.via === 'transparent' && l.sni === 'deb.debian.org'), 'the allowed TLS connection, via transparent');
   });
 
   await t.test('no route around the proxy', async (t) => {

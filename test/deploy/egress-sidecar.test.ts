@@ -2,8 +2,10 @@
  * deploy/egress/sidecar.sh, the egress image in front of a plain `docker run` workload, on the
  * real engine: the workload started with the flags the script prints reaches an allowlisted
  * host through the proxy, gets 403 with the reason for anything else and has no route around it;
- * bad input is refused and a proxy that cannot start leaves nothing behind. The proxy's way out
- * is a network the test creates (EGRESS_OUTSIDE_NETWORK) with the test's upstream on it.
+ * started with only the network and DNS flags (no proxy variable at all), curl reaches it over
+ * https and http in transparent mode and a refused name fails at once with NXDOMAIN; bad input is
+ * refused and a proxy that cannot start leaves nothing behind. The proxy's way out is a network
+ * the test creates (EGRESS_OUTSIDE_NETWORK) with the test's upstream on it.
  */
 import t from 'tap';
 import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -13,8 +15,11 @@ import { fileURLToPath } from 'node:url';
 import { dockerTest } from '../support/docker.js';
 import { runCommand, type Ran } from './compose-cli.js';
 import { ISOLATION_PROBE, probeCommand, readProbeOutput } from '../../controller/operator/isolation-probe.js';
-import { UPSTREAM_TEXT } from './upstream.js';
+import { startUpstream, testSubnet, UPSTREAM_TEXT, writeUpstreamCert } from './upstream.js';
 import { IMAGES } from '../../common/index.js';
+import { fileNeeds } from '../support/needs.js';
+
+await fileNeeds(t, 'engine');
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const script = join(root, 'deploy/egress/sidecar.sh');
@@ -32,12 +37,17 @@ t.test('the sidecar pattern for docker run', async (t) => {
 
   const outside = env.name('out');
   await env.docker.createNetwork({ Name: outside, Driver: 'bridge', Labels: env.labels, CheckDuplicate: true });
-  const upstreamIp = await startUpstream(env.docker, env.name('upstream'), outside, env.labels);
+  const certDir = join(dir, 'certs');
+  mkdirSync(certDir, { mode: 0o755 });
+  writeUpstreamCert(certDir);
+  const upstreamIp = await startUpstream(env.docker, env.name('upstream'), outside, env.labels, certDir);
+  const { subnet, address } = testSubnet();
   const label = `dev.capybara.test=${env.runId}`;
   const scriptEnv = {
     ...process.env,
     EGRESS_OUTSIDE_NETWORK: outside,
     EGRESS_LABEL: label,
+    EGRESS_SUBNET: subnet,
     CAPYBARA_EGRESS_TEST_HOSTS: JSON.stringify({ 'deb.debian.org': upstreamIp }),
   };
   const sidecar = (...args: string[]): Promise<Ran> => runCommand('bash', [script, ...args], { env: scriptEnv });
@@ -48,7 +58,7 @@ t.test('the sidecar pattern for docker run', async (t) => {
   t.comment(`start took ${Date.now() - started} ms`);
   t.equal(start.code, 0, start.stderr);
   const flags = start.stdout.trim().split(' ');
-  t.same(flags.slice(0, 2), ['--network', `${name}-net`]);
+  t.same(flags.slice(0, 4), ['--network', `${name}-net`, '--dns', address], 'the network, and the proxy as its DNS server');
   t.ok(flags.includes(`HTTPS_PROXY=http://${name}-egress:3128`));
   t.equal((await sidecar('flags', name)).stdout, start.stdout, 'flags prints the same again');
   const workload = (command: string): Promise<Ran> =>
@@ -60,6 +70,16 @@ t.test('the sidecar pattern for docker run', async (t) => {
     const refused = await workload('curl -sS -i http://example.com/');
     t.match(refused.stdout, /^HTTP\/1\.1 403 /);
     t.match(refused.stdout, /^X-Egress-Reason: host_not_allowed\r$/m);
+  });
+
+  await t.test('with only the network and DNS flags (no proxy variable): transparent mode', async (t) => {
+    const bare = (command: string): Promise<Ran> =>
+      runCommand('docker', ['run', '--rm', '--label', label, ...flags.slice(0, 4), IMAGES.sandbox, 'bash', '-c', command]);
+    const r = await bare('env | grep -ci _proxy; curl -sSk https://deb.debian.org/; echo; curl -sS http://deb.debian.org/');
+    t.same([r.code, r.stdout], [0, `0\n${UPSTREAM_TEXT}\n${UPSTREAM_TEXT}`], r.stderr);
+    const refused = await bare('start=$(date +%s%N); curl -sS https://example.com/; code=$?; echo "exit=$code ms=$(( ($(date +%s%N) - start) / 1000000 ))"');
+    t.match(refused.stdout, /exit=6 /, 'could not resolve the host');
+    t.ok(Number(/ms=(\d+)/.exec(refused.stdout)?.[1]) < 1_000, `refused at once: ${refused.stdout.trim()}`);
   });
 
   await t.test('no route around the proxy', async (t) => {
@@ -80,9 +100,10 @@ t.test('the sidecar pattern for docker run', async (t) => {
       { name: 'a name docker would refuse', args: ['start', 'Bad Name', policy], err: /NAME 'Bad Name'/ },
       { name: 'already started', args: ['start', name, policy], err: /already exists/ },
       { name: 'unknown command', args: ['restart', name], err: /usage/ },
+      { name: 'a subnet outside the private ranges', args: ['start', `${env.runId}-y`, policy], env: { EGRESS_SUBNET: '8.8.8.0/24' }, err: /EGRESS_SUBNET '8\.8\.8\.0\/24' must be A\.B\.C\.0\/24 in a private range/ },
     ];
     for (const row of rows) {
-      const r = await sidecar(...row.args);
+      const r = await runCommand('bash', [script, ...row.args], { env: { ...scriptEnv, ...('env' in row ? row.env : {}) } });
       t.equal(r.code, 2, row.name);
       t.match(r.stderr, row.err, row.name);
     }
@@ -91,7 +112,8 @@ t.test('the sidecar pattern for docker run', async (t) => {
   await t.test('a proxy that refuses its policy leaves nothing behind', async (t) => {
     writeFileSync(join(policyDir, 'broken.yaml'), 'allowHosts:\n  - 10.0.0.1\n');
     const other = `${env.runId}-broken`;
-    const r = await sidecar('start', other, join(policyDir, 'broken.yaml'));
+    // A subnet of its own: the first sidecar still holds the test's.
+    const r = await runCommand('bash', [script, 'start', other, join(policyDir, 'broken.yaml')], { env: { ...scriptEnv, EGRESS_SUBNET: testSubnet().subnet } });
     t.not(r.code, 0);
     t.match(r.stderr, /did not become ready/);
     const left = await env.docker.listContainers({ all: true, filters: { name: [other] } });
@@ -106,19 +128,3 @@ t.test('the sidecar pattern for docker run', async (t) => {
     t.ok(await env.docker.getNetwork(outside).inspect().then(() => true, () => false));
   });
 });
-
-async function startUpstream(docker: import('dockerode'), name: string, network: string, labels: Record<string, string>): Promise<string> {
-  const script = `mkdir -p /tmp/www && printf '%s' '${UPSTREAM_TEXT}' > /tmp/www/index.html && cd /tmp/www && exec python3 -m http.server 80 --bind 0.0.0.0`;
-  const c = await docker.createContainer({
-    name,
-    Image: IMAGES.sandbox,
-    User: '0:0',
-    Entrypoint: ['bash', '-c', script],
-    Labels: labels,
-    HostConfig: { NetworkMode: network, CapDrop: ['ALL'], CapAdd: ['NET_BIND_SERVICE'] },
-  });
-  await c.start();
-  const ip = (await c.inspect()).NetworkSettings.Networks[network]?.IPAddress;
-  if (!ip) throw new Error(`upstream ${name} has no address on ${network}`);
-  return ip;
-}

@@ -2,7 +2,10 @@
  * The Kubernetes manifests under deploy/kubernetes/, checked offline: every document validates
  * against the Kubernetes OpenAPI schemas (kubernetes-models, generated from them), with unknown
  * fields refused as a strict API server would; the policy in the ConfigMap loads with the
- * proxy's own policy code; and the security properties docs/kubernetes.md claims hold.
+ * proxy's own policy code; the proxy's environment parses with its own configuration code; and the
+ * security properties docs/kubernetes.md claims hold, transparent mode's wiring included (the
+ * Service address is the workloads' DNS server and the proxy's answer; each port a client dials
+ * reaches the port the proxy listens on and decides by; the NetworkPolicies let exactly those through).
  */
 import t from 'tap';
 import { readdirSync, readFileSync } from 'node:fs';
@@ -10,6 +13,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseAllDocuments } from 'yaml';
 import { buildPolicy, parsePolicyText } from '../../policy/index.js';
+import { parseConfig } from '../../proxy/config.js';
+import { planTransparentPorts } from '../../proxy/transparent-ports.js';
 import { unknownFields, type SchemaError, type ValidateManifest } from './k8s-strict.js';
 
 const dir = fileURLToPath(new URL('../../deploy/kubernetes', import.meta.url));
@@ -106,11 +111,12 @@ t.test('workloads have no way out but the proxy', async (t) => {
   t.same(policy.podSelector, { matchExpressions: [{ key: 'app.kubernetes.io/name', operator: 'NotIn', values: ['capybara-egress'] }] }, 'every pod but the proxy');
   t.same(policy.policyTypes, ['Ingress', 'Egress']);
   t.same(policy.ingress, [], 'nothing in');
-  t.same(policy.egress, [{ to: [{ podSelector: { matchLabels: { 'app.kubernetes.io/name': 'capybara-egress' } } }], ports: [{ protocol: 'TCP', port: 3128 }] }], 'out only to the proxy, not even DNS');
+  t.same(policy.egress.length, 1, 'one rule');
+  t.same(policy.egress[0].to, [{ podSelector: { matchLabels: { 'app.kubernetes.io/name': 'capybara-egress' } } }], 'out only to the proxy, DNS included');
   const proxyLabels = find('Deployment', 'capybara-egress').spec.template.metadata.labels;
   t.same(proxyLabels, { 'app.kubernetes.io/name': 'capybara-egress' }, 'the label both policies select on');
   const workload = find('Pod', 'example-workload').spec.containers[0];
-  t.match(workload.env.find((e: Manifest) => e.name === 'HTTPS_PROXY')?.value, /^http:\/\/\$\(CAPYBARA_EGRESS_SERVICE_HOST\):3128$/, 'the proxy by its service address: no DNS needed');
+  t.match(workload.env.find((e: Manifest) => e.name === 'HTTPS_PROXY')?.value, /^http:\/\/\$\(CAPYBARA_EGRESS_SERVICE_HOST\):3128$/, 'the proxy by its service address: no DNS needed for it');
   t.equal(find('Service', 'capybara-egress').metadata.name.toUpperCase().replace(/-/g, '_') + '_SERVICE_HOST', 'CAPYBARA_EGRESS_SERVICE_HOST', 'the variable Kubernetes derives from the service name');
 
   const proxy = find('NetworkPolicy', 'capybara-egress').spec;
@@ -124,3 +130,35 @@ function structuredCloneWith<T>(value: T, edit: (copy: any) => void): T {
   edit(copy);
   return copy;
 }
+
+t.test('transparent mode: the Service is the workloads\' DNS and the proxy\'s answer, every port wired through', async (t) => {
+  const deployment = find('Deployment', 'capybara-egress');
+  const container = deployment.spec.template.spec.containers[0];
+  const env = Object.fromEntries(container.env.map((e: Manifest) => [e.name, e.value as string]));
+  const config = parseConfig([], env);
+  t.ok(config?.transparent, 'the proxy\'s environment turns transparent mode on, and parses');
+  const service = find('Service', 'capybara-egress').spec;
+  t.equal(config?.transparent?.answer, service.clusterIP, 'allowed names resolve to the Service');
+  const pod = find('Pod', 'example-workload').spec;
+  t.same([pod.dnsPolicy, pod.dnsConfig.nameservers, pod.dnsConfig.searches], ['None', [service.clusterIP], []], 'the workload asks only the Service, no search domains');
+
+  const text = find('ConfigMap', 'capybara-egress-policy').data['policy.yaml'] as string;
+  const built = buildPolicy(parsePolicyText(text, 'ConfigMap'));
+  if (!built.ok) throw new Error('the policy does not load');
+  const plan = planTransparentPorts(built.policy.connectPorts, config?.transparent?.portMap ?? new Map());
+  if (!plan.ok) throw new Error(plan.problem);
+  t.same(plan.ports.map((p) => `${p.kind}:${p.dialled}=${p.listen}`), ['dns:53=5353', 'http:80=8080', 'tls:443=8443'], 'DNS, HTTP and TLS, on ports a non-root process binds');
+
+  // Every port a client dials reaches, through the Service, the port the proxy listens on for it.
+  const containerPort = (name: string, protocol: string): number | undefined => container.ports.find((p: Manifest) => p.name === name && p.protocol === protocol)?.containerPort;
+  const wanted = plan.ports.flatMap((p) => (p.kind === 'dns' ? [{ ...p, protocol: 'UDP' }, { ...p, protocol: 'TCP' }] : [{ ...p, protocol: 'TCP' }]));
+  for (const p of wanted) {
+    const servicePort = service.ports.find((s: Manifest) => s.port === p.dialled && s.protocol === p.protocol);
+    t.ok(servicePort, `the Service has ${p.protocol} ${p.dialled}`);
+    t.equal(containerPort(servicePort?.targetPort, p.protocol), p.listen, `${p.protocol} ${p.dialled} reaches ${p.listen} in the pod`);
+  }
+  const allowed = [{ protocol: 'TCP', port: 3128 }, ...wanted.map((p) => ({ protocol: p.protocol, port: p.listen }))];
+  const key = (p: Manifest): string => `${p.protocol}/${p.port}`;
+  t.same(find('NetworkPolicy', 'workloads-only-through-egress').spec.egress[0].ports.map(key).sort(), allowed.map(key).sort(), 'workloads may send exactly to the proxy\'s ports');
+  t.same(find('NetworkPolicy', 'capybara-egress').spec.ingress[0].ports.map(key).sort(), allowed.map(key).sort(), 'the proxy takes exactly those');
+});

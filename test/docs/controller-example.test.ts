@@ -11,6 +11,9 @@ import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { sandboxTestEnv } from '../support/sandbox-env.js';
+import { fileNeeds } from '../support/needs.js';
+
+await fileNeeds(t, 'engine');
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const doc = readFileSync(join(root, 'docs/controller.md'), 'utf8');

@@ -14,8 +14,8 @@ import { internalNetworkBody, networkConnectBody, sharedNetworkBody } from '../.
 import { volumeBody } from '../../controller/docker/volume-spec.js';
 import { EXEC_START_BODY, execCreateBody } from '../../controller/docker/engine-exec.js';
 import {
-  MAX_INLINE_PAYLOAD, ROOT_USER, SANDBOX_USER, commandPayload, controlFile, encodeArg, killAllCmd, killFilesCmd, killTaggedCmd,
-  readFileCmd, stageCmd, statCmd, wrapperCmd, writeFileCmd,
+  MAX_INLINE_PAYLOAD, ROOT_USER, SANDBOX_USER, commandPayload, encodeArg, execMark, execMarkEnv, killAllCmd, killMarkedCmd, killTaggedCmd,
+  readFileCmd, statCmd, wrapperCmd, writeFileCmd,
 } from '../../controller/exec/exec-script.js';
 import type { SandboxSpec } from '../../controller/spec/contract.js';
 
@@ -62,7 +62,8 @@ export function controllerBodies(sharedNetwork: string, extraLabels: Readonly<Re
     { name: 'none', spec: { image: 'capybara-sandbox:latest', limits: { egress: 'none' } } },
     { name: 'internal', spec: { image: 'capybara-sandbox:latest', limits: { egress: 'internal', cpu: 0.01, memoryMb: 6 } } },
     { name: 'allowlist', spec: { image: 'capybara-sandbox:latest', limits: { egress: 'allowlist', allowHosts: ['example.com', '*.pypi.org'] }, env: { A: 'b', LANG: 'C.UTF-8' } } },
-    { name: 'allowlist, empty list', spec: { image: 'capybara-sandbox:latest', limits: { egress: 'allowlist', cpu: 16, memoryMb: 65536 } } },
+    // cpu and memory at the default ceilings (maxLimits).
+    { name: 'allowlist, empty list', spec: { image: 'capybara-sandbox:latest', limits: { egress: 'allowlist', cpu: 4, memoryMb: 16384 } } },
     { name: 'open', spec: { image: 'capybara-sandbox:latest', limits: { egress: 'open' } }, needs: 'allowOpenEgress' },
     { name: 'persistent workspace', spec: { image: 'capybara-sandbox:latest', limits: { egress: 'allowlist', allowHosts: ['deb.debian.org'] }, workspace: { key: 'proj-1', durability: 'persistent' } } },
     { name: 'disk limit', spec: { image: 'capybara-sandbox:latest', limits: { egress: 'internal', diskMb: 100 } }, needs: 'volumeDriver' },
@@ -107,24 +108,23 @@ export function controllerBodies(sharedNetwork: string, extraLabels: Readonly<Re
       });
     }
   }
-  const ctl = controlFile('default', '00000000-0000-4000-8000-000000000000');
-  const scripts: Array<{ name: string; cmd: readonly string[]; user: string; stdin?: Uint8Array }> = [
-    // As commands.ts runs them: the script base64-encoded inline, or staged and named with "@".
-    { name: 'command', cmd: wrapperCmd(ctl, 65, encodeArg(commandPayload('echo héllo; exit 7', { X: 'ü' }, '/workspace/sub'))), user: SANDBOX_USER },
-    { name: 'largest inline command', cmd: wrapperCmd(ctl, 86_405, encodeArg('x'.repeat(MAX_INLINE_PAYLOAD * 3 / 4))), user: SANDBOX_USER },
-    { name: 'command with stdin', cmd: wrapperCmd(ctl, 65, encodeArg(commandPayload('cat', {}, undefined))), user: SANDBOX_USER, stdin: new Uint8Array([1, 2]) },
-    { name: 'staged command', cmd: wrapperCmd(ctl, 65, '@/tmp/.capybara-cmd-00000000-0000-4000-8000-000000000000'), user: SANDBOX_USER },
-    { name: 'staged payload', cmd: stageCmd('/tmp/.capybara-stage-x'), user: SANDBOX_USER, stdin: new Uint8Array([1]) },
-    { name: 'kill by control file', cmd: killFilesCmd([ctl]), user: ROOT_USER },
-    { name: 'kill by tag', cmd: killTaggedCmd(['default', 'build']), user: ROOT_USER },
-    { name: 'kill all', cmd: killAllCmd(), user: ROOT_USER },
+  const mark = execMark('default', '00000000-0000-4000-8000-000000000000');
+  const scripts: Array<{ name: string; cmd: readonly string[]; user: string; env?: readonly string[]; stdin?: Uint8Array }> = [
+    // As commands.ts runs them: marked, the script base64-encoded inline, or on stdin ("-N").
+    { name: 'command', cmd: wrapperCmd(65, encodeArg(commandPayload('echo héllo; exit 7', { X: 'ü' }, '/workspace/sub'))), user: SANDBOX_USER, env: execMarkEnv(mark) },
+    { name: 'largest inline command', cmd: wrapperCmd(86_405, encodeArg('x'.repeat(MAX_INLINE_PAYLOAD * 3 / 4))), user: SANDBOX_USER, env: execMarkEnv(mark) },
+    { name: 'command with stdin', cmd: wrapperCmd(65, encodeArg(commandPayload('cat', {}, undefined))), user: SANDBOX_USER, env: execMarkEnv(mark), stdin: new Uint8Array([1, 2]) },
+    { name: 'command on stdin', cmd: wrapperCmd(65, '-40000'), user: SANDBOX_USER, env: execMarkEnv(mark), stdin: new Uint8Array([1]) },
+    { name: 'kill one command', cmd: killMarkedCmd([mark]), user: SANDBOX_USER },
+    { name: 'kill by tag', cmd: killTaggedCmd(['default', 'build']), user: SANDBOX_USER },
+    { name: 'kill all', cmd: killAllCmd(), user: SANDBOX_USER },
     { name: 'read file', cmd: readFileCmd('/workspace/a.txt', 1024), user: SANDBOX_USER },
     { name: 'write file', cmd: writeFileCmd('/workspace/a.txt'), user: SANDBOX_USER, stdin: new Uint8Array([1]) },
     { name: 'write a skill', cmd: writeFileCmd('/opt/capybara/skills/s.md', '/opt/capybara/skills'), user: ROOT_USER, stdin: new Uint8Array([1]) },
     { name: 'stat', cmd: statCmd('/workspace'), user: SANDBOX_USER },
   ];
   for (const s of scripts) {
-    out.push({ route: 'exec_create', what: `exec: ${s.name}`, body: execCreateBody({ cmd: s.cmd, user: s.user, stdin: s.stdin }) });
+    out.push({ route: 'exec_create', what: `exec: ${s.name}`, body: execCreateBody({ cmd: s.cmd, user: s.user, env: s.env, stdin: s.stdin }) });
   }
   out.push({ route: 'exec_start', what: 'exec start', body: EXEC_START_BODY });
   return out;

@@ -22,6 +22,9 @@ import { isSandboxError } from '../../controller/spec/errors.js';
 import { IMAGES } from '../../common/index.js';
 import { controllerBodies, TEST_VOLUME_DRIVER, type BodyRoute } from './controller-bodies.js';
 import { send } from './raw-http.js';
+import { fileNeeds } from '../support/needs.js';
+
+await fileNeeds(t, 'engine');
 
 const SANDBOX_IMAGE = IMAGES.sandbox;
 const EGRESS_IMAGE = IMAGES.egress;

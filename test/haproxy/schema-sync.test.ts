@@ -22,7 +22,6 @@ const EXTRAS: Record<string, string> = {
   'container_create NetworkingConfig': 'one settings-free endpoint on the NetworkMode network (public corpus A12)',
   'container_create NetworkingConfig.EndpointsConfig': 'as above',
   'container_create NetworkingConfig.EndpointsConfig.*': 'as above',
-  'exec_create Env': 'an exec environment (public corpus A15)',
   'exec_create Privileged': 'false only (the corpus refuses true in any letter case)',
   'network_create IPAM.Driver': 'the default IPAM driver by name (public corpus A08)',
 };

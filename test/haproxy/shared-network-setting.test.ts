@@ -6,6 +6,9 @@
  */
 import t from 'tap';
 import { dockerTest, SOCKET_PROXY_IMAGE, type DockerTestEnv } from '../support/docker.js';
+import { fileNeeds } from '../support/needs.js';
+
+await fileNeeds(t, 'engine');
 
 t.test('SOCKET_PROXY_SHARED_NETWORK is required and must start with cap', async (t) => {
   const env = await dockerTest(t, [SOCKET_PROXY_IMAGE]);

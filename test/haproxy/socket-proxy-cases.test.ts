@@ -12,6 +12,9 @@ import type Docker from 'dockerode';
 import type { Test } from 'tap';
 import { dockerTest, startSocketProxy, SOCKET_PROXY_IMAGE } from '../support/docker.js';
 import { send, readExecStream, type RawResponse } from './raw-http.js';
+import { fileNeeds } from '../support/needs.js';
+
+await fileNeeds(t, 'engine');
 
 interface Case {
   id: string;

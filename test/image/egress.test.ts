@@ -11,6 +11,9 @@ import t from 'tap';
 import type Docker from 'dockerode';
 import { dockerTest } from '../support/docker.js';
 import { IMAGES } from '../../common/index.js';
+import { fileNeeds } from '../support/needs.js';
+
+await fileNeeds(t, 'engine');
 
 const IMAGE = IMAGES.egress;
 

@@ -6,6 +6,9 @@
 import t from 'tap';
 import { dockerTest } from '../support/docker.js';
 import { IMAGES } from '../../common/index.js';
+import { fileNeeds } from '../support/needs.js';
+
+await fileNeeds(t, 'engine');
 
 const IMAGE = IMAGES.sandbox;
 
@@ -43,6 +46,9 @@ t.test('sandbox image', async (t) => {
   t.match(await box.inspect(), { Config: { User: 'sandbox', WorkingDir: '/workspace' } }, 'image defaults: user and workdir');
   t.same(await sh('id -u; id -g; id -un'), { out: '1000\n1000\nsandbox', code: 0 }, 'runs as sandbox, uid 1000');
   t.same(await sh('echo "$HOME"; pwd'), { out: '/workspace\n/workspace', code: 0 }, 'HOME and workdir are /workspace');
+  // What getpwuid() says (curl falls back to it for .curlrc): never the workspace, which a
+  // persistent workspace carries from one sandbox to the next.
+  t.same(await sh('getent passwd sandbox | cut -d: -f6; ls -A /home/sandbox | wc -l; stat -c %U:%a /home/sandbox'), { out: '/home/sandbox\n0\nroot:1777', code: 0 }, 'the account\'s home is an empty directory of its own');
 
   const tools: [string, RegExp][] = [
     ['bash --version', /GNU bash/],

@@ -1,5 +1,5 @@
 /**
- * Runs inside private network and mount namespaces (started by dns.test.ts): /etc/resolv.conf is
+ * Runs inside private network and mount namespaces (started by dns-namespace.test.ts): /etc/resolv.conf is
  * replaced by one naming a test DNS server on this namespace's loopback port 53, which never
  * answers names under slow.test. Then, with the proxy's default resolver (no --dns-server), many
  * lookups that never get an answer are started at once and a name that does answer is looked up
@@ -11,7 +11,9 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { createLookup } from '../../proxy/index.js';
 import { startDnsServer } from '../support/dns-server.js';
+import { requireOwnNamespaces } from '../support/own-namespace.js';
 
+requireOwnNamespaces(['net', 'mnt']);
 execFileSync('ip', ['link', 'set', 'lo', 'up']);
 const dir = mkdtempSync(path.join(tmpdir(), 'egress-resolv-'));
 writeFileSync(path.join(dir, 'resolv.conf'), 'nameserver 127.0.0.1\n');

@@ -1,36 +1,15 @@
 /**
- * The proxy's default resolver is never held up by lookups that get no answer: with a DNS server
- * that stays silent for every name under a wildcard (as an attacker's own zone can), two dozen
- * lookups in flight do not delay an answer for another name. (getaddrinfo, the old default, ran on
- * Node's four-thread pool and held a thread per silent lookup for the resolver's whole retry
- * schedule.) Runs in private network and mount namespaces, so /etc/resolv.conf can name a server
- * on their loopback; nothing leaves them. Concurrent lookups of one name share one question, and
- * a flood of silent lookups is capped so c-ares never runs out of query numbers.
+ * The proxy's resolver on loopback: concurrent lookups of one name share one question, and a
+ * flood of silent lookups is capped so c-ares never runs out of query numbers. (That silent
+ * lookups never hold up another answer is dns-namespace.test.ts, which needs namespaces.)
  */
-import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import type { LookupOutcome } from '../../policy/index.js';
 import { createLookup, limitLookups, MAX_LOOKUPS_IN_FLIGHT } from '../../proxy/index.js';
 import { openFilesFor, softOpenFileLimit } from '../../proxy/fd-budget.js';
 import { startDnsServer } from '../support/dns-server.js';
 import { needUnmet } from '../support/needs.js';
-
-const here = path.dirname(fileURLToPath(import.meta.url));
-const probe = spawnSync('unshare', ['-n', '-m', '--', 'true'], { encoding: 'utf8' });
-const unavailable = probe.status === 0 ? undefined : `cannot create network and mount namespaces here (unshare -n -m: ${(probe.stderr || probe.error?.message || 'failed').trim()})`;
-
-t.test('silent lookups in flight do not delay another answer', async (t) => {
-  if (unavailable !== undefined) return needUnmet(t, unavailable);
-  const loader = process.execArgv.filter((a) => a.includes('typescript'));
-  const run = spawnSync('unshare', ['-n', '-m', '--', process.execPath, ...loader, path.join(here, 'dns-driver.ts')], { encoding: 'utf8', timeout: 60_000 });
-  t.equal(run.status, 0, `driver exited cleanly: ${run.stderr.slice(-2000)}`);
-  const result = JSON.parse(run.stdout.trim().split('\n').pop() ?? '{}') as { ms: number; fast: { ok: boolean; addresses?: string[] } };
-  t.same(result.fast, { ok: true, addresses: ['93.184.215.14'] });
-  t.ok(result.ms < 1_000, `answered in ${result.ms?.toFixed(0)} ms behind 24 silent lookups`);
-});
 
 t.test('concurrent lookups of one name share one question to the server', async (t) => {
   const dns = await startDnsServer();

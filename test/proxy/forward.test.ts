@@ -473,6 +473,13 @@ t.test('a CONNECT read by Node\'s parser keeps the bytes sent while it is decide
 });
 
 t.test('the long-lived tunnel survived all of it', async (t) => {
+  // All of it: in the whole file, everything above; run alone, at least every refused request and
+  // every hostile upstream once more.
+  for (const c of refused) (await rawRequest(port, c.request)).socket.destroy();
+  for (const [i, c] of hostileCases.entries()) {
+    scripts.set(`/survive${i}`, typeof c.answer === 'string' ? ((s) => s.write(Buffer.from(c.answer as string, 'latin1'))) : c.answer);
+    await exchange(`GET http://${hostile}/survive${i} HTTP/1.1\r\nHost: ${hostile}\r\nConnection: close\r\n\r\n`);
+  }
   tunnel.socket.write('still here');
   t.match(await readUntil(tunnel.socket, 'still here'), 'still here');
   tunnel.socket.destroy();

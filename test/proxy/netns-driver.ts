@@ -14,6 +14,7 @@ import { rawRequest, readUntil } from '../support/raw-client.js';
 import { selfSignedCert } from '../support/tls-cert.js';
 import { startDnsServer, type DnsBehaviour } from '../support/dns-server.js';
 import { startTestProxy } from '../support/test-proxy.js';
+import { requireOwnNamespaces } from '../support/own-namespace.js';
 
 interface Case {
   id: string;
@@ -30,6 +31,8 @@ const fixture = JSON.parse(readFileSync(process.argv[2] ?? '', 'utf8')) as {
 };
 
 const PUBLIC = ['93.184.215.14', '93.184.215.15', '2606:4700:4700::1111', '64:ff9b::808:808'];
+requireOwnNamespaces(['net']);
+
 const ip = (...args: string[]): void => {
   execFileSync('ip', args, { stdio: 'ignore' });
 };

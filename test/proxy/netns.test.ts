@@ -9,8 +9,10 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
-import { needUnmet } from '../support/needs.js';
+import { fileNeeds, needUnmet } from '../support/needs.js';
 import { opensslUnavailable } from '../support/tls-cert.js';
+
+await fileNeeds(t, 'netns');
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const fixturePath = path.join(here, 'fixtures', 'egress-cases.json');
@@ -18,13 +20,11 @@ const fixture = JSON.parse(readFileSync(fixturePath, 'utf8')) as {
   cases: { id: string; name: string; expect: 'allow' | 'deny'; status: number; reason?: string; anyClientError?: boolean; lookups?: number }[];
 };
 
-const probe = spawnSync('unshare', ['-n', '--', 'ip', 'link', 'set', 'lo', 'up'], { encoding: 'utf8' });
-const unavailable =
-  probe.status === 0 ? opensslUnavailable() : `cannot create a network namespace here (unshare -n: ${(probe.stderr || probe.error?.message || 'failed').trim()})`;
+const unavailable = opensslUnavailable();
 
 t.test('egress cases in a private network namespace', async (t) => {
   if (unavailable !== undefined) return needUnmet(t, unavailable);
-  const loader = process.execArgv.filter((a) => a.includes('typescript'));
+  const loader = ['--import=tsx'];
   const run = spawnSync('unshare', ['-n', '--', process.execPath, ...loader, path.join(here, 'netns-driver.ts'), fixturePath], {
     encoding: 'utf8',
     timeout: 120_000,

@@ -153,11 +153,11 @@ t.test('no checked address reachable is 502 connect_failed', async (t) => {
   t.equal(plain.reason, 'connect_failed');
 });
 
+/** A POST with a body and proxy credentials (`c2VjcmV0`), neither of which may reach the log. */
+const postWithCredentials = `POST http://web.test:${webPort}//a//b?x=1&y=%2F HTTP/1.1\r\nHost: web.test:${webPort}\r\nProxy-Authorization: Basic c2VjcmV0\r\nProxy-Connection: keep-alive\r\nConnection: keep-alive, X-Secret\r\nX-Secret: 1\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\nX-Kept: yes\r\nContent-Length: 4\r\n\r\nbody`;
+
 t.test('plain HTTP is forwarded with the exact path, without hop-by-hop or Proxy-* fields', async (t) => {
-  const res = await rawRequest(
-    port,
-    `POST http://web.test:${webPort}//a//b?x=1&y=%2F HTTP/1.1\r\nHost: web.test:${webPort}\r\nProxy-Authorization: Basic c2VjcmV0\r\nProxy-Connection: keep-alive\r\nConnection: keep-alive, X-Secret\r\nX-Secret: 1\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\nX-Kept: yes\r\nContent-Length: 4\r\n\r\nbody`,
-  );
+  const res = await rawRequest(port, postWithCredentials);
   t.equal(res.status, 200);
   const echoed = JSON.parse(res.body) as { url: string; headers: Record<string, string>; body: string };
   t.equal(echoed.url, '//a//b?x=1&y=%2F', 'path as sent');
@@ -205,13 +205,20 @@ const refusals: { name: string; request: string; status: number; reason: string;
   { name: 'unsupported scheme', request: 'GET ftp://a.dns.test/', status: 400, reason: 'bad_request' },
   { name: 'CONNECT without a port', request: 'CONNECT a.dns.test', status: 400, reason: 'bad_request' },
 ];
+/** The host a refusal row names. */
+const hostOf = (c: (typeof refusals)[number]): string => (c.request.split(' ')[1] ?? '').replace(/^http:\/\//, '').split(/[:/]/)[0] ?? '';
+/** Sends a refusal row's request, with its DNS behaviour set. */
+function sendRefusal(c: (typeof refusals)[number]): ReturnType<typeof rawRequest> {
+  const host = hostOf(c);
+  if (c.dns) dns.set(host, c.dns);
+  const hostHeader = c.request.startsWith('GET http') ? `Host: ${host}\r\n` : 'Host: x\r\n';
+  return rawRequest(port, `${c.request} HTTP/1.1\r\n${hostHeader}\r\n`);
+}
 for (const c of refusals) {
   t.test(`refusal: ${c.name}`, async (t) => {
-    const host = (c.request.split(' ')[1] ?? '').replace(/^http:\/\//, '').split(/[:/]/)[0] ?? '';
-    if (c.dns) dns.set(host, c.dns);
+    const host = hostOf(c);
     const before = proxyT.dialed.length;
-    const hostHeader = c.request.startsWith('GET http') ? `Host: ${host}\r\n` : 'Host: x\r\n';
-    const res = await rawRequest(port, `${c.request} HTTP/1.1\r\n${hostHeader}\r\n`);
+    const res = await sendRefusal(c);
     t.equal(res.status, c.status);
     t.equal(res.reason, c.reason);
     t.match(res.body, new RegExp(`^egress (denied|failed).*: ${c.reason}: .+; .+\\n$`), 'one line naming the reason and the remedy');
@@ -373,7 +380,29 @@ t.test('health endpoint and metrics', async (t) => {
   t.match(text, /egress_open_tunnels 0\n/);
 });
 
+/**
+ * Some of everything above (every refusal and malformed row, a POST with a body and credentials,
+ * tunnels reset and half-closed), for the cases below that judge what traffic leaves behind (log
+ * lines, open connections): run in the whole file they judge all of it, run alone this.
+ */
+async function mixedTraffic(): Promise<void> {
+  for (const c of refusals) (await sendRefusal(c)).socket.destroy();
+  for (const c of malformed) (await rawRequest(port, Buffer.from(c.bytes, 'latin1'))).socket.destroy();
+  const post = await rawRequest(port, postWithCredentials);
+  post.socket.destroy();
+  const reset = await rawRequest(port, `CONNECT echo.test:${echoPort} HTTP/1.1\r\nHost: x\r\n\r\n`);
+  reset.socket.write('x');
+  await readUntil(reset.socket, 'echo:x');
+  reset.socket.resetAndDestroy();
+  const half = await rawRequest(port, `CONNECT echo.test:${echoPort} HTTP/1.1\r\nHost: x\r\n\r\n`);
+  half.socket.end('y');
+  await readUntil(half.socket, undefined);
+  half.socket.destroy();
+}
+
 t.test('every decision line has the fixed fields; bodies are never logged', async (t) => {
+  await mixedTraffic();
+  await settle(() => proxyT.logs.filter((l) => l.event === 'tunnel_closed').length >= 2, 'the tunnels to close');
   const decisions = proxyT.logs.filter((l) => l.event === 'decision');
   t.ok(decisions.length > 20);
   for (const l of decisions) {
@@ -384,6 +413,7 @@ t.test('every decision line has the fixed fields; bodies are never logged', asyn
 });
 
 t.test('after all of this the proxy holds no connection', async (t) => {
+  await mixedTraffic();
   await settle(() => proxyT.proxy.openConnections === 0, 'all connections to close', 5_000);
   t.pass('back to zero');
 });

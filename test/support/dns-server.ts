@@ -55,6 +55,7 @@ export async function startDnsServer(port = 0): Promise<TestDnsServer> {
   const table = new Map<string, DnsBehaviour>();
   const counts = new Map<string, number>();
   const socket = dgram.createSocket('udp4');
+  const pending = new Set<NodeJS.Timeout>();
   socket.on('message', (msg, peer) => {
     if (msg.length < 17) return;
     const { name, next } = readName(msg, 12);
@@ -75,8 +76,15 @@ export async function startDnsServer(port = 0): Promise<TestDnsServer> {
       .map((a) => Buffer.from(a.toByteArray()));
     const reply = answer(msg, qEnd, 0, records);
     const delay = 'delayMs' in behaviour ? (behaviour.delayMs ?? 0) : 0;
-    if (delay > 0) setTimeout(() => socket.send(reply, peer.port, peer.address), delay);
-    else socket.send(reply, peer.port, peer.address);
+    if (delay > 0) {
+      // A delayed answer still due when the server closes (to a retry the resolver sent under
+      // load) is dropped: sent on the closed socket it would throw outside any test.
+      const timer = setTimeout(() => {
+        pending.delete(timer);
+        socket.send(reply, peer.port, peer.address);
+      }, delay);
+      pending.add(timer);
+    } else socket.send(reply, peer.port, peer.address);
   });
   await new Promise<void>((resolve) => socket.bind(port, '127.0.0.1', resolve));
   return {
@@ -86,6 +94,10 @@ export async function startDnsServer(port = 0): Promise<TestDnsServer> {
       counts.delete(name.toLowerCase());
     },
     questions: (name) => counts.get(name.toLowerCase()) ?? 0,
-    close: () => new Promise<void>((resolve) => socket.close(() => resolve())),
+    close: () => {
+      for (const timer of pending) clearTimeout(timer);
+      pending.clear();
+      return new Promise<void>((resolve) => socket.close(() => resolve()));
+    },
   };
 }

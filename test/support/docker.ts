@@ -39,8 +39,10 @@ import { join } from 'node:path';
 import http from 'node:http';
 import Docker from 'dockerode';
 import type { Test } from 'tap';
-import { needUnmet } from './needs.js';
 import { IMAGES, SOCKET_PROXY_ENV } from '../../common/index.js';
+import { engineProblem, engineSocketPath, leftOutOfUnitRun, needUnmet } from './needs.js';
+
+export { engineSocketPath };
 
 export const TEST_LABEL = 'dev.capybara.test';
 /**
@@ -64,34 +66,18 @@ export interface SocketProxy {
   logs(): Promise<string>;
 }
 
-/** Path of the engine's own socket, from DOCKER_HOST when it names a unix socket. */
-export function engineSocketPath(): string {
-  const host = process.env.DOCKER_HOST;
-  if (host?.startsWith('unix://')) return host.slice('unix://'.length);
-  return '/var/run/docker.sock';
-}
-
-async function engineProblem(docker: Docker): Promise<string | null> {
-  try {
-    await Promise.race([
-      docker.ping(),
-      new Promise((_, reject) => setTimeout(() => reject(new Error('no answer within 5s')), 5000).unref()),
-    ]);
-    return null;
-  } catch (err) {
-    return `no Docker engine answers at ${engineSocketPath()} (${(err as Error).message}); ` +
-      'start one with `bash scripts/docker-up.sh`';
-  }
-}
-
-/** The engine must answer and every image in `images` be on it (needs.ts decides skip or fail). */
+/**
+ * The engine must answer and every image in `images` be on it (needs.ts decides skip or fail);
+ * `npm run test:unit` skips the test.
+ */
 export async function dockerTest(t: Test, images: readonly string[] = []): Promise<DockerTestEnv | null> {
-  const docker = new Docker({ socketPath: engineSocketPath() });
-  const problem = await engineProblem(docker);
-  if (problem) {
+  if (leftOutOfUnitRun(t, 'engine')) return null;
+  const problem = await engineProblem();
+  if (problem !== undefined) {
     needUnmet(t, problem);
     return null;
   }
+  const docker = new Docker({ socketPath: engineSocketPath() });
   for (const image of images) {
     if (!(await docker.getImage(image).inspect().then(() => true, () => false))) {
       needUnmet(t, `image ${image} is missing: run bash scripts/build-images.sh`);

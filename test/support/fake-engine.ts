@@ -27,7 +27,9 @@
  *               container mounts it 409; an unknown driver 404
  *   images      present or not; a pull finds only what `registry` holds
  *   exec        a process model a test can replace (`onExec`): by default a command exits 0 with
- *               no output, and one that dials `/dev/tcp/HOST/PORT` (the egress health probe)
+ *               no output (a command of the controller's exec wrapper, whose exec carries the
+ *               CAPYBARA_EXEC mark, first writes its start byte to stderr, as its shell does),
+ *               and one that dials `/dev/tcp/HOST/PORT` (the egress health probe)
  *               exits 0 when HOST is a running, unpaused container on a network it shares, and
  *               137 (killed by its `timeout -s KILL`) otherwise
  *   the *Optional calls of DockerEngine (inspect, stop, remove: a missing object is no error)
@@ -40,6 +42,7 @@ import { randomBytes } from 'node:crypto';
 import { EngineStatusError } from '../../controller/docker/engine.js';
 import type { ExecRequest, ExecRun } from '../../controller/docker/engine.js';
 import type { ContainerView, NetworkView, SandboxEngine } from '../../controller/docker/sandbox-engine.js';
+import { EXEC_MARK_VAR, STARTED_BYTE } from '../../controller/exec/exec-script.js';
 
 type ContainerState = 'created' | 'running' | 'paused' | 'exited';
 
@@ -488,7 +491,7 @@ export class FakeEngine implements SandboxEngine {
   /** The default process model: see the header. */
   defaultExec(container: string, request: ExecRequest): ExecOutcome {
     const dial = /\/dev\/tcp\/([^/\s]+)\/\d+/.exec(request.cmd.join('\n'));
-    if (dial === null) return { exitCode: 0 };
+    if (dial === null) return request.env?.some((e) => e.startsWith(`${EXEC_MARK_VAR}=`)) === true ? { exitCode: 0, stderr: String.fromCharCode(STARTED_BYTE) } : { exitCode: 0 };
     return { exitCode: this.reachable(container, dial[1] ?? '') ? 0 : 137 };
   }
 

@@ -1,0 +1,47 @@
+/**
+ * Whether a sandbox's container create bodies fit in one request body as the socket proxy
+ * accepts it (haproxy/haproxy.cfg refuses a body over 32 KiB), measured on the bodies this
+ * controller sends, before any engine call. The allowlist is what grows them (the sandbox
+ * container's label and the egress proxy's environment each carry all of it), so a list too long
+ * is refused naming its count and how many of its entries fit, instead of a body-size error
+ * part-way through a create.
+ */
+import { SandboxError, TIERS, type SandboxPlan, withAllowHosts } from '../spec/index.js';
+import { egressContainerBody, sandboxContainerBody } from './container-spec.js';
+import { MAX_BODY_BYTES } from './engine-call.js';
+
+interface Measured {
+  readonly what: string;
+  readonly bytes: number;
+}
+
+/** The larger of the plan's create bodies, serialised as the engine sends it. */
+function largestBody(plan: SandboxPlan, testHosts: Readonly<Record<string, string>> | undefined): Measured {
+  const bodies: Measured[] = [{ what: 'sandbox container', bytes: Buffer.byteLength(JSON.stringify(sandboxContainerBody(plan))) }];
+  if (TIERS[plan.tier].egressProxy) {
+    bodies.push({ what: 'egress proxy', bytes: Buffer.byteLength(JSON.stringify(egressContainerBody(plan, testHosts))) });
+  }
+  return bodies.reduce((a, b) => (b.bytes > a.bytes ? b : a));
+}
+
+export function checkCreateBodies(plan: SandboxPlan, testHosts: Readonly<Record<string, string>> | undefined): void {
+  const largest = largestBody(plan, testHosts);
+  if (largest.bytes <= MAX_BODY_BYTES) return;
+  const fits = (count: number): boolean => largestBody(withAllowHosts(plan, plan.allowHosts.slice(0, count)), testHosts).bytes <= MAX_BODY_BYTES;
+  const hosts = plan.allowHosts.length;
+  if (hosts === 0 || !fits(0)) {
+    throw new SandboxError('invalid_spec', `The sandbox spec was refused: the ${largest.what}'s create body would be ${largest.bytes} bytes, over the ${MAX_BODY_BYTES} bytes the socket proxy accepts in one body; shorten spec.env.`);
+  }
+  // The most entries (in the caller's order) that fit: fits(low) holds, fits(high) does not.
+  let low = 0;
+  let high = hosts;
+  while (high - low > 1) {
+    const mid = Math.floor((low + high) / 2);
+    if (fits(mid)) low = mid;
+    else high = mid;
+  }
+  throw new SandboxError(
+    'invalid_spec',
+    `The sandbox spec was refused: spec.limits.allowHosts has ${hosts} entries, and the ${largest.what}'s create body would be ${largest.bytes} bytes, over the ${MAX_BODY_BYTES} bytes the socket proxy accepts in one body; at most ${low} of these entries fit. Cover several hosts with one wildcard entry (*.example.com), or use fewer.`,
+  );
+}

@@ -1,0 +1,59 @@
+/**
+ * The one decision line and decision metric of one proxied request. Every request the proxy takes
+ * up gets a recorder, and every path that ends the request (allowed, refused before or after a
+ * `200`, failed upstream, cut off by the client, a parse error behind it) goes through it: the
+ * first `allow` or `deny` writes the line and counts the metric, and every later call does
+ * nothing. "Exactly one line per request" is then this object's rule, not one each path keeps by
+ * hand: an operator counting lines, or alerting on the deny metric, sees every request once.
+ */
+import { F, logLine, type LineLevel, type LineValue, type Logger } from './log.js';
+import type { ProxyObserver } from './metrics.js';
+import type { Refusal } from './refusal.js';
+
+export type LineFields = Readonly<Record<string, LineValue>>;
+
+export class DecisionRecorder {
+  private written = false;
+  private noted: LineFields = {};
+
+  /**
+   * `method` is the request's, when it was parsed; `level` is that of the line (a limit refusal,
+   * made before the connection had a logger of its own, is a warning).
+   */
+  constructor(
+    private readonly observer: ProxyObserver,
+    private readonly log: Logger,
+    private readonly method: string | undefined,
+    private readonly level: LineLevel = 'info',
+  ) {}
+
+  /** Whether the request's line is written (its outcome is known, and nothing may change it). */
+  get recorded(): boolean {
+    return this.written;
+  }
+
+  /** Fields the request's line carries whatever its outcome, known before it (a TLS server name read first). */
+  note(fields: LineFields): void {
+    this.noted = { ...this.noted, ...fields };
+  }
+
+  /** The request was allowed; `fields` say to where and how it went. */
+  allow(fields: LineFields): void {
+    if (this.written) return;
+    this.written = true;
+    this.observer.decision('allow', 'allowed');
+    logLine(this.log, { [F.event]: 'decision', [F.decision]: 'allow', [F.method]: this.method, ...this.noted, ...fields }, this.level);
+  }
+
+  /** The request was refused for `refusal`'s reason; `fields` add what was known by then. */
+  deny(refusal: Refusal, fields: LineFields = {}): void {
+    if (this.written) return;
+    this.written = true;
+    this.observer.decision('deny', refusal.reason);
+    logLine(
+      this.log,
+      { [F.event]: 'decision', [F.decision]: 'deny', [F.method]: this.method, [F.reason]: refusal.reason, [F.detail]: refusal.detail, [F.host]: refusal.host, [F.port]: refusal.port, ...this.noted, ...fields },
+      this.level,
+    );
+  }
+}

@@ -1,0 +1,243 @@
+/**
+ * The DNS responder of transparent mode, on the workload-facing address, over UDP and TCP (RFC
+ * 7766: a client retries a truncated answer over TCP). Every message is answered by
+ * dns-answer.ts alone; this file owns the sockets and what one client may make them do.
+ *
+ * A query costs the client nothing, so everything is capped: queries per second per client and in
+ * all (over the rate a UDP query gets no answer, a TCP connection is closed), TCP connections per
+ * client and in all, their idle time, queries per connection, and answers waiting to be written
+ * (the connection stops being read until the client reads them). A refused name has a decision
+ * line (`dns_not_allowed`, or why it is no host name), but a client asking thousands of names
+ * must not become thousands of lines: past a few lines a second per client, refusals are only
+ * counted (the decision metric counts every one), and the count is logged every 10 s.
+ */
+import dgram from 'node:dgram';
+import net from 'node:net';
+import type { Policy } from '../policy/index.js';
+import { answerQuery, MAX_QUERY_BYTES, type DnsVerdict } from './dns-answer.js';
+import { F, logLine, printable, type Logger } from './log.js';
+import type { ProxyObserver } from './metrics.js';
+import { RateLimiter } from './rate-limit.js';
+
+/** What one client, and every client together, may make the responder do. */
+export const DNS_LIMITS = Object.freeze({
+  /** Queries per second from one client address, and its burst. */
+  clientQueriesPerSecond: 100,
+  clientQueryBurst: 200,
+  /** Queries per second from every client together, and the burst. */
+  totalQueriesPerSecond: 2_000,
+  totalQueryBurst: 4_000,
+  /** Decision lines per second for one client's refused names, and their burst. */
+  clientLinesPerSecond: 2,
+  clientLineBurst: 20,
+  /** Client addresses the rate tables remember. */
+  maxClients: 4_096,
+  /** How often the count of refusals logged without a line of their own is written. */
+  suppressedReportMs: 10_000,
+  maxTcpPerClient: 16,
+  maxTcpTotal: 256,
+  /** A TCP connection with no complete query for this long is closed (RFC 7766 §6.2.3: seconds). */
+  tcpIdleMs: 10_000,
+  maxQueriesPerTcp: 1_000,
+  /** Answers waiting to be written to one TCP client before its connection stops being read. */
+  maxTcpBacklog: 64 * 1024,
+});
+
+export type DnsLimits = typeof DNS_LIMITS;
+
+export interface DnsResponderOptions {
+  readonly policy: () => Policy;
+  /** The IPv4 address an allowed name resolves to. */
+  readonly answer: string;
+  readonly observer: ProxyObserver;
+  readonly log: Logger;
+  /** Tests shorten deadlines and caps. */
+  readonly limits?: Partial<DnsLimits>;
+}
+
+export interface DnsResponder {
+  /** The UDP and TCP port it listens on (the same). */
+  readonly port: number;
+  close(): Promise<void>;
+}
+
+/** Binds UDP and TCP on `host:port` (port 0: one free port for both). */
+export async function startDnsResponder(host: string, port: number, options: DnsResponderOptions): Promise<DnsResponder> {
+  const { policy, answer, observer, log } = options;
+  const limits: DnsLimits = { ...DNS_LIMITS, ...options.limits };
+  const queries = new RateLimiter(limits.clientQueriesPerSecond, limits.clientQueryBurst, limits.maxClients);
+  const total = new RateLimiter(limits.totalQueriesPerSecond, limits.totalQueryBurst, 1);
+  const lines = new RateLimiter(limits.clientLinesPerSecond, limits.clientLineBurst, limits.maxClients);
+  let suppressed = 0;
+  const suppressedFrom = new Set<string>();
+  const report = (): void => {
+    if (suppressed === 0) return;
+    logLine(log, { [F.event]: 'dns_lines_suppressed', [F.lines]: suppressed, clients: suppressedFrom.size, [F.detail]: 'refused DNS names logged without a line of their own (over the per-client line rate); the decision metric counts each' });
+    suppressed = 0;
+    suppressedFrom.clear();
+  };
+  const reporter = setInterval(report, limits.suppressedReportMs);
+  reporter.unref();
+
+  /** The answer to one message from `clientIp` (`client` is ip:port), or undefined for none. */
+  const handle = (query: Buffer, clientIp: string, client: string, transport: 'udp' | 'tcp'): Buffer | undefined => {
+    if (!total.take('') || !queries.take(clientIp)) {
+      observer.dnsQuery('rate_limited');
+      return undefined;
+    }
+    let verdict: DnsVerdict;
+    try {
+      verdict = answerQuery(query, policy(), answer, transport);
+    } catch (err) {
+      // Fail closed: no answer. Never expected (the codec's errors are caught inside).
+      observer.dnsQuery('error');
+      if (lines.take(clientIp)) log.error({ err, [F.event]: 'dns_failed', [F.client]: client }, 'DNS responder failed; no answer');
+      return undefined;
+    }
+    if (verdict.kind === 'drop') {
+      observer.dnsQuery(`dropped_${verdict.why}`);
+      return undefined;
+    }
+    observer.dnsQuery(verdict.truncated ? 'truncated' : verdict.result);
+    if (verdict.refusal !== undefined) {
+      observer.decision('deny', verdict.refusal.reason);
+      if (lines.take(clientIp)) {
+        logLine(log, {
+          [F.event]: 'decision',
+          [F.decision]: 'deny',
+          [F.reason]: verdict.refusal.reason,
+          [F.detail]: verdict.refusal.detail,
+          [F.client]: client,
+          [F.via]: 'transparent',
+          [F.method]: 'DNS',
+          [F.host]: printable(Buffer.from(verdict.name ?? '', 'utf8')),
+          [F.qtype]: verdict.qtype,
+        });
+      } else {
+        suppressed += 1;
+        suppressedFrom.add(clientIp);
+      }
+    }
+    return verdict.message;
+  };
+
+  const makeUdp = (): dgram.Socket => {
+    const socket = dgram.createSocket({ type: 'udp4' });
+    socket.on('message', (msg, peer) => {
+      // Port 0 is no client's.
+      if (peer.port === 0) return;
+      const out = handle(msg, peer.address, `${peer.address}:${peer.port}`, 'udp');
+      if (out !== undefined) socket.send(out, peer.port, peer.address);
+    });
+    // A send that fails (an ICMP error from a client gone away) ends nothing.
+    socket.on('error', () => undefined);
+    return socket;
+  };
+
+  const perClient = new Map<string, number>();
+  const tcpSockets = new Set<net.Socket>();
+  const tcp = net.createServer({ noDelay: true }, (socket) => {
+    const clientIp = socket.remoteAddress ?? 'unknown';
+    const fromClient = perClient.get(clientIp) ?? 0;
+    socket.on('error', () => socket.destroy());
+    if (tcpSockets.size >= limits.maxTcpTotal || fromClient >= limits.maxTcpPerClient) {
+      observer.dnsQuery('tcp_refused');
+      socket.destroy();
+      return;
+    }
+    perClient.set(clientIp, fromClient + 1);
+    tcpSockets.add(socket);
+    socket.once('close', () => {
+      tcpSockets.delete(socket);
+      const left = (perClient.get(clientIp) ?? 1) - 1;
+      if (left === 0) perClient.delete(clientIp);
+      else perClient.set(clientIp, left);
+    });
+    serveTcp(socket, limits, (query) => handle(query, clientIp, `${clientIp}:${socket.remotePort ?? 0}`, 'tcp'));
+  });
+
+  const { udp, port: bound } = await bindBoth(makeUdp, tcp, host, port);
+  return {
+    port: bound,
+    close: async () => {
+      clearInterval(reporter);
+      report();
+      for (const s of tcpSockets) s.destroy();
+      await Promise.all([new Promise<void>((r) => udp.close(() => r())), new Promise<void>((r) => tcp.close(() => r()))]);
+    },
+  };
+}
+
+/**
+ * One TCP connection: messages with their two-byte length (RFC 1035 §4.2.2), pipelined, answered
+ * in order. A length that cannot be a query, a query over the rate, or the connection's query cap
+ * closes it; so does the idle deadline.
+ */
+function serveTcp(socket: net.Socket, limits: DnsLimits, handle: (query: Buffer) => Buffer | undefined): void {
+  let pending: Buffer = Buffer.alloc(0);
+  let served = 0;
+  // Restarted by complete queries only: a client trickling bytes does not keep its slot.
+  const idle = setTimeout(() => socket.destroy(), limits.tcpIdleMs);
+  socket.once('close', () => clearTimeout(idle));
+  socket.on('data', (chunk: Buffer) => {
+    pending = pending.length === 0 ? chunk : Buffer.concat([pending, chunk]);
+    while (pending.length >= 2) {
+      const length = pending.readUInt16BE(0);
+      if (length === 0 || length > MAX_QUERY_BYTES) {
+        socket.destroy();
+        return;
+      }
+      if (pending.length < 2 + length) break;
+      const query = pending.subarray(2, 2 + length);
+      pending = pending.subarray(2 + length);
+      served += 1;
+      idle.refresh();
+      const out = served > limits.maxQueriesPerTcp ? undefined : handle(query);
+      if (out === undefined) {
+        // Over a cap, or a message that gets no answer (a response): the connection ends, since
+        // a client waiting on this answer would wait for nothing.
+        socket.destroy();
+        return;
+      }
+      const framed = Buffer.allocUnsafe(2 + out.length);
+      framed.writeUInt16BE(out.length, 0);
+      out.copy(framed, 2);
+      socket.write(framed);
+    }
+    // The half-read message that is left is at most 2 + MAX_QUERY_BYTES.
+    if (pending.length > 0) pending = Buffer.from(pending);
+    if (socket.writableLength > limits.maxTcpBacklog) {
+      socket.pause();
+      socket.once('drain', () => socket.resume());
+    }
+  });
+  socket.on('end', () => socket.end());
+}
+
+/** Binds a UDP socket and the TCP server on one port (a free one for both when `port` is 0). */
+async function bindBoth(makeUdp: () => dgram.Socket, tcp: net.Server, host: string, port: number): Promise<{ udp: dgram.Socket; port: number }> {
+  for (let attempt = 0; ; attempt++) {
+    const udp = makeUdp();
+    const udpPort = await new Promise<number>((resolve, reject) => {
+      udp.once('error', reject);
+      udp.bind({ address: host, port, exclusive: true }, () => {
+        udp.off('error', reject);
+        resolve(udp.address().port);
+      });
+    });
+    try {
+      await new Promise<void>((resolve, reject) => {
+        tcp.once('error', reject);
+        tcp.listen({ host, port: udpPort }, () => {
+          tcp.off('error', reject);
+          resolve();
+        });
+      });
+      return { udp, port: udpPort };
+    } catch (err) {
+      await new Promise<void>((r) => udp.close(() => r()));
+      // A free UDP port whose TCP twin is taken: another pair, when any port would do.
+      if (port !== 0 || attempt >= 20 || (err as NodeJS.ErrnoException).code !== 'EADDRINUSE') throw err;
+    }
+  }
+}

@@ -1,0 +1,103 @@
+/**
+ * A connection on a transparent TLS listener: the client believes it talks to the server, so its
+ * first bytes are a ClientHello, and the server name in it is the destination. The hello is read
+ * with the strict reader of `tls` tunnels (client-hello.ts), within the hello deadline; then the
+ * name goes through the same decision as a CONNECT host (host-name rules, allowlist, port, pinned
+ * resolution, address checks) on the port the client dialled, and the tunnel opens as a `tls`
+ * tunnel whatever the entry's mode (tunnel.ts: the hello is checked again as it passes, and a
+ * TLS 1.3 retry's second hello is held to the same name).
+ *
+ * A refusal is a TLS alert, since nothing else reaches a TLS client: `access_denied` when the
+ * policy refused (the name, the port, the address, the hello), `internal_error` when the network
+ * failed (DNS, connect), so that a client can still tell the two apart. Every refusal has its
+ * decision line.
+ */
+import type { Socket } from 'node:net';
+import { performance } from 'node:perf_hooks';
+import { REASONS } from '../policy/index.js';
+import { ClientHelloReader, type HelloResult } from './client-hello.js';
+import type { ProxyContext } from './context.js';
+import type { DecisionRecorder } from './decision-recorder.js';
+import { F, printable, type Logger } from './log.js';
+import { closeRefused, type Refusal } from './refusal.js';
+import { ACCESS_DENIED_ALERT, openTunnel, type TunnelEntry } from './tunnel.js';
+
+// A fatal internal_error alert (RFC 8446 §6.2): the proxy, not the policy, could not go on.
+const INTERNAL_ERROR_ALERT = Buffer.from([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x50]);
+
+function alertFor(refusal: Refusal): Buffer {
+  return REASONS[refusal.reason].status >= 500 ? INTERNAL_ERROR_ALERT : ACCESS_DENIED_ALERT;
+}
+
+/** Ends a transparent TLS connection refused before any tunnel: a TLS alert is all it reads. */
+export function refuseTls(socket: Socket, refusal: Refusal): void {
+  closeRefused(socket, alertFor(refusal));
+}
+
+const TRANSPARENT_ENTRY: TunnelEntry = { established: undefined, refuse: refuseTls, alwaysTls: true };
+
+type HelloRead =
+  | { readonly kind: 'hello'; readonly serverName: Buffer | undefined; readonly bytes: Buffer }
+  | { readonly kind: 'refused'; readonly refusal: Refusal; readonly tls: boolean };
+
+/**
+ * Reads the first ClientHello of `client`, held whole (at most what the reader accepts: 32 KiB of
+ * hello over at most 64 records, and the rest of the read that completed it), within `timeoutMs`
+ * of the call. The socket is left paused with nothing read past the returned bytes.
+ */
+function readHello(client: Socket, timeoutMs: number): Promise<HelloRead> {
+  return new Promise((resolve) => {
+    const reader = new ClientHelloReader();
+    const chunks: Buffer[] = [];
+    let timer: NodeJS.Timeout | undefined;
+    const finish = (read: HelloRead): void => {
+      clearTimeout(timer);
+      client.off('data', onData);
+      client.off('end', onEnd);
+      client.off('close', onEnd);
+      client.pause();
+      resolve(read);
+    };
+    const settle = (result: HelloResult): void => {
+      if (result.kind === 'incomplete') return;
+      if (result.kind === 'refused') {
+        // Bytes that are no TLS at all get no alert: the client would not read one.
+        finish({ kind: 'refused', refusal: { reason: result.reason, detail: result.detail }, tls: result.reason === 'tls_hello_malformed' });
+        return;
+      }
+      finish({ kind: 'hello', serverName: result.serverName, bytes: chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks) });
+    };
+    const onData = (chunk: Buffer): void => {
+      chunks.push(chunk);
+      settle(reader.push(chunk));
+    };
+    const onEnd = (): void => settle(reader.end());
+    timer = setTimeout(() => finish({ kind: 'refused', refusal: { reason: 'tls_hello_timeout', detail: 'no complete TLS ClientHello arrived in time' }, tls: true }), timeoutMs);
+    client.on('data', onData);
+    client.once('end', onEnd);
+    client.once('close', onEnd);
+    client.resume();
+  });
+}
+
+/** One connection on the transparent TLS listener for dialled port `port`. */
+export async function handleTransparentTls(ctx: ProxyContext, root: Logger, client: Socket, port: number, record: DecisionRecorder): Promise<void> {
+  const started = performance.now();
+  client.on('error', () => client.destroy()); // reported by the close line; never crashes the process
+  const hello = await readHello(client, ctx.limits.helloTimeoutMs);
+  if (hello.kind === 'refused') {
+    record.deny(hello.refusal, { [F.port]: port });
+    closeRefused(client, hello.tls ? alertFor(hello.refusal) : undefined);
+    return;
+  }
+  if (hello.serverName === undefined) {
+    const refusal: Refusal = { reason: 'sni_missing', detail: 'the TLS ClientHello carries no server name: a transparent TLS connection is routed by it', port };
+    record.deny(refusal, { [F.port]: port });
+    closeRefused(client, alertFor(refusal));
+    return;
+  }
+  // The name as sent, bytes and all: the policy's host-name rules refuse what is no host name.
+  const host = hello.serverName.toString('latin1');
+  record.note({ [F.sni]: printable(hello.serverName) });
+  await openTunnel(ctx, root, { host, port, started }, client, hello.bytes, record, TRANSPARENT_ENTRY);
+}

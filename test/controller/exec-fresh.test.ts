@@ -1,0 +1,44 @@
+/**
+ * exec's `fresh` on the in-memory engine: every process of the sandbox user is ended (killAll's
+ * script, confirmed) before the command's exec is created, and when that kill cannot confirm, the
+ * container restarts before the command runs. The attack it stops runs on the real engine in
+ * docker-exec-truth.test.ts.
+ */
+import t from 'tap';
+import { fakeSandbox } from '../support/fake-sandbox.js';
+import { KILL_OK_MARKER, STARTED_BYTE } from '../../controller/exec/exec-script.js';
+import type { ExecRequest } from '../../controller/docker/engine.js';
+
+const kind = (r: ExecRequest): string => (r.cmd[3] === 'capybara-killall' ? 'killall' : r.cmd[3] === 'capybara-exec' ? 'command' : String(r.cmd[3]));
+
+t.test('fresh ends everything first, then runs the command', async (t) => {
+  const s = fakeSandbox();
+  const h = await s.provider.create({ id: 'fresh', image: 'capybara-sandbox:latest', limits: { egress: 'none' } });
+  const seen: string[] = [];
+  s.engine.onExec = (_container, request) => {
+    seen.push(kind(request));
+    return kind(request) === 'killall' ? { exitCode: 0, stdout: `${KILL_OK_MARKER}\n` } : { exitCode: 3, stderr: `${String.fromCharCode(STARTED_BYTE)}own\n` };
+  };
+  t.same(await s.provider.exec(h, 'true', { fresh: true }), { exitCode: 3, stdout: '', stderr: 'own\n', truncated: false, timedOut: false, aborted: false });
+  t.same(seen, ['killall', 'command']);
+  seen.length = 0;
+  await s.provider.exec(h, 'true');
+  t.same(seen, ['command'], 'without fresh, nothing is killed');
+});
+
+t.test('a kill that does not confirm restarts the container before the command', async (t) => {
+  const s = fakeSandbox();
+  const h = await s.provider.create({ id: 'fresh2', image: 'capybara-sandbox:latest', limits: { egress: 'none' } });
+  const order: string[] = [];
+  s.engine.beforeCall((call) => {
+    if (call.method === 'restartContainer') order.push('restart');
+  });
+  s.engine.onExec = (_container, request) => {
+    order.push(kind(request));
+    // A process survived every round: no OK line.
+    return kind(request) === 'killall' ? { exitCode: 0 } : { exitCode: 0, stderr: String.fromCharCode(STARTED_BYTE) };
+  };
+  t.equal((await s.provider.exec(h, 'true', { fresh: true })).exitCode, 0);
+  t.same(order, ['killall', 'restart', 'command']);
+  t.match(s.logs, [{ event: 'container_restart', cause: 'kill_not_confirmed' }]);
+});
