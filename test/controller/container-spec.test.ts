@@ -69,7 +69,7 @@ t.test('sandbox container carries every hardening flag', async (t) => {
 });
 
 t.test('a persistent workspace gets HOME on a tmpfs, empty at every start', async (t) => {
-  const body = sandboxContainerBody(planSandbox(spec({ workspace: { key: 'proj', durability: 'persistent' } }), config, opts));
+  const body = sandboxContainerBody(planSandbox(spec({ workspace: { key: 'proj', durability: 'persistent' } }), config, opts), NET_ID);
   t.equal((body.HostConfig.Tmpfs as Record<string, string>)['/home/sandbox'], 'rw,exec,nosuid,nodev,size=268435456,mode=1777');
   t.ok(body.Env.includes('HOME=/home/sandbox'));
   t.same(body.HostConfig.Mounts, [
