@@ -1,6 +1,6 @@
 /**
- * Density benchmark (not a test): as many allowlist sandboxes as this machine holds, created six
- * at a time through the socket proxy and all left running, up to --max or until the host's
+ * Density benchmark (not a test): as many allowlist sandboxes as this machine holds, created
+ * --batch (six) at a time through the socket proxy and all left running, up to --max or until the host's
  * MemAvailable falls under --reserve-gib. Each --step sandboxes, one row: create-to-ready p50
  * and p99 of that step's creates, and memory per sandbox (the sandbox container and its egress
  * proxy, from their memory cgroups' memory.stat: rss + mapped_file, page cache excluded) over
@@ -9,7 +9,7 @@
  * Needs a local engine (cgroup v1 or v2) and the images from scripts/build-images.sh. Everything
  * it creates is labelled with the run and removed at the end.
  *
- *   npm run bench:density -- [--max 250] [--step 25] [--reserve-gib 6]
+ *   npm run bench:density -- [--max 250] [--step 25] [--batch 6] [--reserve-gib 6]
  */
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
@@ -22,7 +22,6 @@ import { percentile } from './report.js';
 import { BENCH_LABEL, removeLabelled, startSocketProxy } from './bench-engine.js';
 
 const runId = `bench${randomBytes(3).toString('hex')}`;
-const BATCH = 6;
 const MIB = 1024 * 1024;
 
 /** The host's MemAvailable, in bytes. */
@@ -53,12 +52,13 @@ function containerMemory(id: string): number {
 }
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({ options: { max: { type: 'string', default: '250' }, step: { type: 'string', default: '25' }, 'reserve-gib': { type: 'string', default: '6' } } });
+  const { values } = parseArgs({ options: { max: { type: 'string', default: '250' }, step: { type: 'string', default: '25' }, batch: { type: 'string', default: '6' }, 'reserve-gib': { type: 'string', default: '6' } } });
   const max = Number(values.max);
   const step = Number(values.step);
+  const batch = Number(values.batch);
   const reserve = Number(values['reserve-gib']) * 1024 * MIB;
-  if (!Number.isInteger(max) || max < BATCH || !Number.isInteger(step) || step < BATCH || !(reserve >= 0)) {
-    throw new Error('--max and --step must be integers of at least 6, --reserve-gib a number of GiB');
+  if (!Number.isInteger(batch) || batch < 1 || !Number.isInteger(max) || max < batch || !Number.isInteger(step) || step < batch || !(reserve >= 0)) {
+    throw new Error('--batch must be a positive integer, --max and --step integers of at least --batch, --reserve-gib a number of GiB');
   }
   const engine = new Docker({ socketPath: '/var/run/docker.sock' });
   const proxy = await startSocketProxy(engine, runId);
@@ -77,7 +77,7 @@ async function main(): Promise<void> {
         stopped = `MemAvailable ${(memAvailable() / 1024 / MIB).toFixed(1)} GiB under the --reserve-gib ${values['reserve-gib']}`;
         break;
       }
-      const ids = Array.from({ length: Math.min(BATCH, max - live.length) }, (_, i) => `${runId}-d${live.length + i}`);
+      const ids = Array.from({ length: Math.min(batch, max - live.length) }, (_, i) => `${runId}-d${live.length + i}`);
       const made = await Promise.all(ids.map(async (id) => {
         const t0 = performance.now();
         try {
@@ -130,7 +130,7 @@ async function main(): Promise<void> {
     const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
     const line = (cells: readonly string[]) => `| ${cells.map((c, i) => c.padStart(widths[i] ?? 0)).join(' | ')} |`;
     const out = [
-      `allowlist sandboxes, created ${BATCH} at a time and left running; create p50/p99 over each row's creates; memory: sandbox + its egress proxy, rss + mapped files (no page cache), over all running`,
+      `allowlist sandboxes, created ${batch} at a time and left running; create p50/p99 over each row's creates; memory: sandbox + its egress proxy, rss + mapped files (no page cache), over all running`,
       line(header), `|${widths.map((w) => '-'.repeat(w + 2)).join('|')}|`, ...rows.map(line),
       `stopped at ${live.length} sandboxes: ${stopped}; ${((Date.now() - started) / 1000).toFixed(0)} s`,
     ];
@@ -146,8 +146,8 @@ async function main(): Promise<void> {
     process.stdout.write(`\n${out.join('\n')}\n`);
   } finally {
     const destroyStarted = Date.now();
-    for (let at = 0; at < live.length; at += BATCH) {
-      await Promise.all(live.slice(at, at + BATCH).map((name) => provider.destroyByName(name).catch((err: unknown) => {
+    for (let at = 0; at < live.length; at += batch) {
+      await Promise.all(live.slice(at, at + batch).map((name) => provider.destroyByName(name).catch((err: unknown) => {
         process.stderr.write(`destroy of ${name} failed: ${(err as Error).message}\n`);
       })));
     }
