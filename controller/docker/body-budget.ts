@@ -15,11 +15,14 @@ interface Measured {
   readonly bytes: number;
 }
 
+/** Networks are named in a create body by id: Docker's ids are 64 hex digits, the longest reference. */
+const NETWORK_ID = '0'.repeat(64);
+
 /** The larger of the plan's create bodies, serialised as the engine sends it. */
 function largestBody(plan: SandboxPlan, testHosts: Readonly<Record<string, string>> | undefined): Measured {
-  const bodies: Measured[] = [{ what: 'sandbox container', bytes: Buffer.byteLength(JSON.stringify(sandboxContainerBody(plan))) }];
+  const bodies: Measured[] = [{ what: 'sandbox container', bytes: Buffer.byteLength(JSON.stringify(sandboxContainerBody(plan, NETWORK_ID))) }];
   if (TIERS[plan.tier].egressProxy) {
-    bodies.push({ what: 'egress proxy', bytes: Buffer.byteLength(JSON.stringify(egressContainerBody(plan, testHosts))) });
+    bodies.push({ what: 'egress proxy', bytes: Buffer.byteLength(JSON.stringify(egressContainerBody(plan, NETWORK_ID, testHosts))) });
   }
   return bodies.reduce((a, b) => (b.bytes > a.bytes ? b : a));
 }
