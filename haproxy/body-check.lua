@@ -130,28 +130,33 @@ check_value = function(spec, v, name, settings, deferred)
   refuse(M.REASONS.check_failed)
 end
 
--- The body of `route` (a routes.map name) read as Docker will read it, or nil and the reason.
+-- The body of `route` (a routes.map name) read as Docker will read it, or nil and the reason;
+-- then the network ids it names (each still to be proven a sandbox network: network-proof.lua).
 -- settings: { shared_network = 'name', volume_drivers = { name = true, ... } }.
 function M.parse_checked(route, body, settings)
   local spec = schema.routes[route]
   if spec == nil then return nil, M.REASONS.unknown_route end
   local tree, reason = json.parse(body, schema.plain_routes[route] == true)
   if tree == nil then return nil, reason end
+  -- This call's own view of the settings: the schema records the network ids it meets here.
+  local call = setmetatable({ network_ids = {} }, { __index = settings })
   local ok, err = pcall(function()
     local deferred = {}
-    check_value(spec, tree, '', settings, deferred)
+    check_value(spec, tree, '', call, deferred)
     for _, judge in ipairs(deferred) do judge() end
   end)
-  if ok then return tree end
+  if ok then return tree, call.network_ids end
   if type(err) == 'table' and type(err.reason) == 'string' then return nil, err.reason end
   error(err, 0)
 end
 
+-- nil when the body may pass (once the network ids in the second result are proven), else the
+-- deny reason.
 function M.check(route, body, settings)
-  local ok, tree, reason = pcall(M.parse_checked, route, body, settings)
+  local ok, tree, extra = pcall(M.parse_checked, route, body, settings)
   if not ok then return M.REASONS.check_failed end
-  if tree == nil then return reason end
-  return nil
+  if tree == nil then return extra end
+  return nil, extra
 end
 
 return M

@@ -52,11 +52,66 @@ end
 local function user(v)
   return v:find('^[A-Za-z0-9_.%-]+$') ~= nil or v:find('^[A-Za-z0-9_.%-]+:[A-Za-z0-9_.%-]+$') ~= nil
 end
--- A network a container or an endpoint may join, or a network create may name: "cap-..." or
--- exactly the deployment's shared network (never a bare "cap" prefix: that would admit the
--- operator's own networks, such as a compose project's capybara-sandbox_default).
-local function network_ref(v, settings)
+-- A network a network create may name: "cap-..." or exactly the deployment's shared network
+-- (never a bare "cap" prefix: that would admit the operator's own networks, such as a compose
+-- project's capybara-sandbox_default).
+local function network_name(v, settings)
   return cap_name(v) or v == settings.shared_network
+end
+-- A network a container or an endpoint may join: such a name, or a full network id. An id can
+-- address any network on the host, so it is only recorded here (settings.network_ids), and
+-- socket-proxy.lua asks dockerd what it names before the request goes on (network-proof.lua).
+local function network_ref(v, settings)
+  if #v == 64 and v:find('^[0-9a-f]+$') then
+    settings.network_ids[#settings.network_ids + 1] = v
+    return true
+  end
+  return network_name(v, settings)
+end
+
+-- IPv4 in dotted decimal, exactly as Go's parser takes it (no leading zeros), as a number.
+local function ipv4(v)
+  local a, b, c, d = v:match('^(%d+)%.(%d+)%.(%d+)%.(%d+)$')
+  if a == nil then return nil end
+  local n = 0
+  for _, o in ipairs({ a, b, c, d }) do
+    if #o > 3 or (#o > 1 and o:sub(1, 1) == '0') or tonumber(o) > 255 then return nil end
+    n = n * 256 + tonumber(o)
+  end
+  return n
+end
+-- A canonical CIDR block: base and prefix length, no host bits set.
+local function cidr(v)
+  local addr, len = v:match('^([%d.]+)/(%d%d?)$')
+  local base = addr and ipv4(addr)
+  local prefix = tonumber(len)
+  if base == nil or prefix > 32 or (len:sub(1, 1) == '0' and #len > 1) then return nil end
+  if base % (1 << (32 - prefix)) ~= 0 then return nil end
+  return base, prefix
+end
+local function inside(base, prefix, outer_base, outer_prefix)
+  return prefix >= outer_prefix and base >> (32 - outer_prefix) == outer_base >> (32 - outer_prefix)
+end
+-- RFC 1918 only: a sandbox subnet must never shadow a public address or the link-local metadata
+-- range for whatever joins it.
+local PRIVATE = { { 0x0a000000, 8 }, { 0xac100000, 12 }, { 0xc0a80000, 16 } }
+local function private(base, prefix)
+  for _, r in ipairs(PRIVATE) do
+    if inside(base, prefix, r[1], r[2]) then return true end
+  end
+  return false
+end
+-- A sandbox network's subnet: private, a /24 to a /29 (room for a sandbox, its gateway and its
+-- egress proxy; never a block that swallows a whole private range).
+S.SUBNET_PREFIX_MIN = 24
+S.SUBNET_PREFIX_MAX = 29
+local function sandbox_subnet(v)
+  local base, prefix = cidr(v)
+  return base ~= nil and prefix >= S.SUBNET_PREFIX_MIN and prefix <= S.SUBNET_PREFIX_MAX and private(base, prefix)
+end
+local function private_ipv4(v)
+  local n = ipv4(v)
+  return n ~= nil and private(n, 32)
 end
 
 -- No new privileges, spelled as Docker documents it (the only security option allowed: seccomp,
@@ -154,8 +209,10 @@ local HOST_CONFIG = struct({
   { 'IpcMode', one_of({ 'private' }) },
   { 'NanoCpus', int(1) },
   { 'Init', bool() },
+  -- "on-failure" brings back an egress proxy whose process died (the OOM killer); never "always" or
+  -- "unless-stopped", which would also restart what an operator or the controller stopped.
   { 'RestartPolicy', struct({
-    { 'Name', one_of({ 'no' }) },
+    { 'Name', one_of({ 'no', 'on-failure' }) },
     -- What an inspect gives back, copied by the controller's rebuild of a container.
     { 'MaximumRetryCount', int(0, 0) },
   }, { prefix = 'RestartPolicy.' }) },
@@ -205,7 +262,7 @@ S.routes.container_create = struct({
 
 -- Networks ---------------------------------------------------------------------------------------
 S.routes.network_create = struct({
-  { 'Name', str(network_ref, 'network_name_not_allowed'), required = 'network_name_required' },
+  { 'Name', str(network_name, 'network_name_not_allowed'), required = 'network_name_required' },
   -- CheckDuplicate: without it Docker 20.10 makes a second network of an existing name, after which
   -- every call naming it fails as ambiguous.
   { 'CheckDuplicate', bool(true), required = 'check_duplicate_required' },
@@ -219,13 +276,49 @@ S.routes.network_create = struct({
     value = one_of({ 'true', 'false' }), label = 'Options',
   } },
   { 'Labels', LABELS },
-  -- The IPAM driver by name only: a chosen subnet overlapping a host network captures its traffic.
-  { 'IPAM', struct({ { 'Driver', one_of({ 'default' }) } }, { prefix = 'IPAM.' }) },
+  -- The default IPAM driver, and at most one chosen subnet: a sandbox network's, from the
+  -- controller's address pool (its range for dynamic addresses within it). Never a gateway or
+  -- auxiliary addresses (rules below say where a subnet may be chosen at all).
+  { 'IPAM', struct({
+    { 'Driver', one_of({ 'default' }) },
+    { 'Config', list(struct({
+      { 'Subnet', str(sandbox_subnet), required = 'bad_value:IPAM.Config.Subnet' },
+      { 'IPRange', str(function(v) return cidr(v) ~= nil end) },
+    }, {
+      prefix = 'IPAM.Config.',
+      rules = {
+        function(c)
+          if c.IPRange == nil then return nil end
+          local base, prefix = cidr(c.IPRange)
+          local sbase, sprefix = cidr(c.Subnet)
+          if not inside(base, prefix, sbase, sprefix) then return 'bad_value:IPAM.Config.IPRange' end
+        end,
+      },
+    }), 1, 1) },
+  }, { prefix = 'IPAM.' }) },
+}, {
+  rules = {
+    -- A chosen subnet only on an internal bridge without a host address: the host then has no
+    -- route into it, so no subnet, however chosen, captures traffic of the host or its networks.
+    function(n)
+      if n.IPAM == nil or n.IPAM.Config == nil then return nil end
+      if n.Internal ~= true or n.Options == nil or n.Options['com.docker.network.bridge.inhibit_ipv4'] ~= 'true' then
+        return 'subnet_not_internal'
+      end
+    end,
+  },
 })
 
--- The egress proxy's second leg: one cap- container, no endpoint settings.
+-- The egress proxy's second leg: one cap- container and, on a sandbox network, its fixed address
+-- there (dockerd takes only an address inside the network's own subnet, which is private); no
+-- alias, MAC, driver option, links or network id.
 S.routes.network_connect = struct({
   { 'Container', str(cap_name), required = 'connect_shape' },
+  { 'EndpointConfig', struct({
+    { 'IPAMConfig', struct({
+      { 'IPv4Address', str(private_ipv4), required = 'connect_shape' },
+    }, { prefix = 'EndpointConfig.IPAMConfig.' }), required = 'connect_shape' },
+  }, { prefix = 'EndpointConfig.' }) },
 })
 
 -- Volumes ----------------------------------------------------------------------------------------

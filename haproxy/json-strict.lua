@@ -4,7 +4,7 @@
 -- (dockerd) merges or overwrites on a duplicate, so the checker must see every member as sent.
 -- Pure Lua, no HAProxy API: the same file runs under a standalone lua5.4 for the fuzz tests.
 --
--- parse(text, plain) returns the value tree, or nil and a deny reason:
+-- parse(text, plain, list) returns the value tree, or nil and a deny reason:
 --   objects  { tag = 'object', keys = { k1, ... }, vals = { v1, ... } }  every member, in order,
 --            duplicates included (body-check.lua decides what a duplicate is, per object kind);
 --   arrays   { tag = 'array', n = count, [1] = v1, ... };
@@ -217,11 +217,13 @@ local function has_control_byte(s)
   return find(s, '[\0-\8\11\12\14-\31\127]') ~= nil
 end
 
-function M.parse(text, plain)
+-- list = true reads a JSON array instead of an object: dockerd's answer to a listing
+-- (network-proof.lua), with the same caps and refusals.
+function M.parse(text, plain, list)
   if type(text) ~= 'string' then return nil, 'body_not_json' end
   if has_control_byte(text) then return nil, 'control_byte' end
   local i = skip_ws(text, 1)
-  if byte(text, i) ~= 123 then return nil, 'body_not_object' end
+  if byte(text, i) ~= (list and 91 or 123) then return nil, 'body_not_object' end
   local st = { nodes = 0, plain = plain and true or false }
   local ok, value, j = pcall(parse_value, text, i, st, 0)
   if not ok then

@@ -7,6 +7,8 @@
 --                                 or unset: none. To dockerd a driver name is a path (its plugin
 --                                 socket is /run/docker/plugins/<name>.sock), so a name is a plain
 --                                 word: no "/", no "..".
+--   DOCKER_SOCKET                 the engine's socket (haproxy.cfg's backend too): where the
+--                                 network proofs ask dockerd what an id names.
 
 local M = {}
 
@@ -34,7 +36,11 @@ function M.from_env(getenv)
   if shared == nil or not shared:find(NETWORK) then
     error('SOCKET_PROXY_SHARED_NETWORK must name the controller\'s shared network and start with cap (default capybara-sandbox)', 0)
   end
-  return { shared_network = shared, volume_drivers = volume_drivers(getenv('SOCKET_PROXY_VOLUME_DRIVERS')) }
+  local socket = getenv('DOCKER_SOCKET')
+  if socket == nil or not socket:find('^/') then
+    error('DOCKER_SOCKET must be the absolute path of the engine\'s socket (default /var/run/docker.sock)', 0)
+  end
+  return { shared_network = shared, volume_drivers = volume_drivers(getenv('SOCKET_PROXY_VOLUME_DRIVERS')), docker_socket = socket }
 end
 
 return M

@@ -4,7 +4,7 @@
  * re-checks the dangerous ones, so these bodies stay minimal.
  */
 import { EGRESS_ENV, EGRESS_METRICS_PORT, EGRESS_PROXY_PORT, encodeAllowHosts } from '../../common/index.js';
-import { type LogCaps, type SandboxPlan, PIDS_LIMIT, TIERS } from '../spec/index.js';
+import { type LogCaps, type SandboxPlan, PIDS_LIMIT, SandboxError, TIERS } from '../spec/index.js';
 import type { ContainerView } from './sandbox-engine.js';
 
 /** Where the skills volume is writable, under a root-only (0700) directory. */
@@ -32,15 +32,14 @@ export interface ContainerCreateBody {
   HostConfig: Record<string, unknown> & { NetworkMode: string };
 }
 
-function sandboxNetworkMode(plan: Pick<SandboxPlan, 'tier' | 'names' | 'sharedNetwork'>): string {
-  switch (TIERS[plan.tier].sandboxNetwork) {
-    case 'none':
-      return 'none';
-    case 'shared':
-      return plan.sharedNetwork;
-    case 'internal':
-      return plan.names.network;
-  }
+/**
+ * The network a sandbox joins, by id (`network`: its internal network's, or the shared one's for
+ * a tier on the shared network): a name can stand for several networks after a CheckDuplicate race.
+ */
+function sandboxNetworkMode(plan: Pick<SandboxPlan, 'tier'>, network: string | undefined): string {
+  if (TIERS[plan.tier].sandboxNetwork === 'none') return 'none';
+  if (network === undefined) throw new SandboxError('engine_error', `A ${plan.tier} sandbox needs its network's id before its container is created.`);
+  return network;
 }
 
 /**
@@ -56,7 +55,8 @@ function envList(env: Readonly<Record<string, string>>): string[] {
   return Object.entries(env).map(([key, value]) => `${key}=${value}`);
 }
 
-export function sandboxContainerBody(plan: SandboxPlan): ContainerCreateBody {
+/** `network`: the id of the network the tier attaches the sandbox to (none for tier `none`). */
+export function sandboxContainerBody(plan: SandboxPlan, network: string | undefined): ContainerCreateBody {
   const mounts: MountBody[] = [
     { Type: 'volume', Source: plan.workspaceVolume, Target: '/workspace' },
     // Agents read skills but must not rewrite them for later runs.
@@ -77,7 +77,7 @@ export function sandboxContainerBody(plan: SandboxPlan): ContainerCreateBody {
     Env: envList(plan.env),
     Labels: { ...plan.containerLabels },
     HostConfig: {
-      NetworkMode: sandboxNetworkMode(plan),
+      NetworkMode: sandboxNetworkMode(plan, network),
       // tini as PID 1 reaps orphans, so killed sessions do not pile up zombies.
       Init: true,
       // Root in the container holds no capabilities: no raw sockets, no chown, no mounts.
@@ -113,12 +113,12 @@ export function sandboxContainerBody(plan: SandboxPlan): ContainerCreateBody {
   };
 }
 
-/** The egress proxy of an allowlist sandbox. It is created and started on the shared network;
- * its leg on the sandbox's internal network is connected after (one endpoint per create on API
- * < 1.44; build-steps.ts says why in that order). */
-export type EgressPlan = Pick<SandboxPlan, 'names' | 'allowHosts' | 'labels' | 'egressProxyImage' | 'sharedNetwork' | 'logCaps'>;
+/** The egress proxy of an allowlist sandbox. It is created and started on the shared network
+ * (`sharedNetwork`: its id); its leg on the sandbox's internal network is connected after (one
+ * endpoint per create on API < 1.44; build-steps.ts says why in that order). */
+export type EgressPlan = Pick<SandboxPlan, 'names' | 'allowHosts' | 'labels' | 'egressProxyImage' | 'logCaps'>;
 
-export function egressContainerBody(plan: EgressPlan, testHosts: Readonly<Record<string, string>> | undefined): ContainerCreateBody {
+export function egressContainerBody(plan: EgressPlan, sharedNetwork: string, testHosts: Readonly<Record<string, string>> | undefined): ContainerCreateBody {
   const env: Record<string, string> = {
     [EGRESS_ENV.allowHosts]: encodeAllowHosts(plan.allowHosts),
     [EGRESS_ENV.listen]: `0.0.0.0:${EGRESS_PROXY_PORT}`,
@@ -135,7 +135,7 @@ export function egressContainerBody(plan: EgressPlan, testHosts: Readonly<Record
     Env: envList(env),
     Labels: { ...plan.labels, [LABEL_ROLE]: 'egress' },
     HostConfig: {
-      NetworkMode: plan.sharedNetwork,
+      NetworkMode: sharedNetwork,
       CapDrop: ['ALL'],
       SecurityOpt: ['no-new-privileges'],
       ReadonlyRootfs: true,
@@ -145,7 +145,10 @@ export function egressContainerBody(plan: EgressPlan, testHosts: Readonly<Record
       Memory: EGRESS_MEMORY_BYTES,
       MemorySwap: EGRESS_MEMORY_BYTES,
       Init: true,
-      RestartPolicy: { Name: 'no' },
+      // A proxy whose process dies (the OOM killer, a crash) comes back at once: without it the
+      // sandbox has no way out. Not `always`: a stop (suspend) or a kill stays stopped, and the
+      // controller starts it again before the sandbox's next command.
+      RestartPolicy: { Name: 'on-failure' },
       LogConfig: logConfig(plan.logCaps),
     },
   };
@@ -153,12 +156,12 @@ export function egressContainerBody(plan: EgressPlan, testHosts: Readonly<Record
 
 /**
  * The HostConfig keys `sandboxContainerBody` sets that a rebuilt container copies from its
- * inspect data. `CgroupnsMode` and `LogConfig` are not copied but set again: a container created
- * before the controller set them records the engine's defaults (`host` on cgroup v1, an uncapped
- * log), which the socket proxy refuses.
+ * inspect data. `NetworkMode` is the network's id now; `CgroupnsMode` and `LogConfig` are not
+ * copied but set again: a container created before the controller set them records the engine's
+ * defaults (`host` on cgroup v1, an uncapped log), which the socket proxy refuses.
  */
 const SANDBOX_HOST_KEYS = [
-  'NetworkMode', 'Init', 'CapDrop', 'SecurityOpt', 'ReadonlyRootfs', 'PidsLimit', 'IpcMode',
+  'Init', 'CapDrop', 'SecurityOpt', 'ReadonlyRootfs', 'PidsLimit', 'IpcMode',
   'NanoCpus', 'Memory', 'MemorySwap', 'Tmpfs', 'Runtime', 'RestartPolicy',
 ] as const;
 
@@ -166,19 +169,18 @@ const SANDBOX_HOST_KEYS = [
 type InspectedContainer = Pick<ContainerView, 'image' | 'user' | 'cmd' | 'workingDir' | 'env' | 'labels' | 'hostConfig'>;
 
 /**
- * The create body of a sandbox container rebuilt from its own inspect data. Needed when its
- * internal network was removed: Docker binds a container to a network by id, so a network
- * recreated under the same name is not found by the old container.
+ * The create body of a sandbox container rebuilt from its own inspect data, on `network` (the
+ * id of its network now). Needed when its internal network was removed: Docker binds a container
+ * to a network by id, so a network recreated under the same name is not found by the old container.
  */
-export function sandboxBodyFromInspect(view: InspectedContainer, caps: LogCaps): ContainerCreateBody {
+export function sandboxBodyFromInspect(view: InspectedContainer, caps: LogCaps, network: string): ContainerCreateBody {
   const copied: Record<string, unknown> = {};
   for (const key of SANDBOX_HOST_KEYS) {
     if (view.hostConfig[key] !== undefined && view.hostConfig[key] !== null) copied[key] = view.hostConfig[key];
   }
-  const networkMode = view.hostConfig.NetworkMode;
   const hostConfig: Record<string, unknown> & { NetworkMode: string } = {
     ...copied,
-    NetworkMode: typeof networkMode === 'string' ? networkMode : 'none',
+    NetworkMode: network,
     CgroupnsMode: 'private',
     LogConfig: logConfig(caps),
   };

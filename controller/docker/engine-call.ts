@@ -26,17 +26,20 @@ type Modem = {
 
 export class EngineStatusError extends SandboxError {
   readonly status: number;
+  /** The socket proxy answered (a refusal), not Docker: its 403 means "not allowed", Docker's "in use" or "overlaps". */
+  readonly byProxy: boolean;
 
-  constructor(code: 'engine_refused' | 'engine_error', status: number, message: string, cause: unknown) {
+  constructor(code: 'engine_refused' | 'engine_error', status: number, message: string, cause: unknown, byProxy = false) {
     super(code, message, { cause });
     this.status = status;
+    this.byProxy = byProxy;
   }
 }
 
-function engineMessage(err: ModemError): string {
+/** Docker's own answer ({"message": ...}), as opposed to the socket proxy's plain-text refusal. */
+function dockerMessage(err: ModemError): string | undefined {
   const json = err.json as { message?: unknown } | undefined;
-  if (json !== null && typeof json === 'object' && typeof json.message === 'string') return json.message;
-  return err.message;
+  return json !== null && typeof json === 'object' && typeof json.message === 'string' ? json.message : undefined;
 }
 
 /** HTTP status of a failed engine call, if it got that far. */
@@ -50,9 +53,11 @@ function mapError(err: ModemError, what: string, timeoutMs: number): SandboxErro
   }
   if (typeof err.statusCode === 'number') {
     const status = err.statusCode;
-    const detail = engineMessage(err).trim();
-    if (status === 403) {
-      return new EngineStatusError('engine_refused', status, `The socket proxy refused ${what} (403): ${detail}`, err);
+    const fromDocker = dockerMessage(err);
+    const detail = (fromDocker ?? err.message).trim();
+    // Docker answers 403 too ("Pool overlaps", "has active endpoints"), always with a JSON message.
+    if (status === 403 && fromDocker === undefined) {
+      return new EngineStatusError('engine_refused', status, `The socket proxy refused ${what} (403): ${detail}`, err, true);
     }
     return new EngineStatusError(status < 500 ? 'engine_refused' : 'engine_error', status, `Docker answered ${what} with ${status}: ${detail}`, err);
   }

@@ -1,9 +1,14 @@
 /**
- * Listing by label, for the operator CLI only: the socket proxy refuses these calls by design
- * (403), so they work only against the engine itself. Always filtered by labels (all must match).
+ * Listing by label. Containers and volumes are listed for the operator CLI only: the socket proxy
+ * refuses those calls by design (403), so they work only against the engine itself. Networks are
+ * listed by the controller too, filtered on exactly one label (the sandbox's name, or the shared
+ * network's), which is the one listing the socket proxy admits: it finds every network of a name
+ * when Docker's CheckDuplicate lost a race and made several. Always filtered by labels (all must
+ * match).
  */
 import { SandboxError } from '../spec/index.js';
 import type { EngineCaller } from './engine-call.js';
+import type { ContainerNetwork, NetworkView } from './sandbox-engine.js';
 
 export interface ContainerSummary {
   readonly id: string;
@@ -13,6 +18,7 @@ export interface ContainerSummary {
   readonly status: string;
   readonly createdMs: number;
   readonly labels: Readonly<Record<string, string>>;
+  readonly networks: readonly ContainerNetwork[];
 }
 
 /** A listed network or volume (a volume's id is its name). */
@@ -24,7 +30,7 @@ export interface ResourceSummary {
 }
 
 export async function listContainers(engine: EngineCaller, labels: readonly string[]): Promise<ContainerSummary[]> {
-  const rows = await engine.call<Array<{ Id: string; Names?: string[]; Image?: string; State?: string; Status?: string; Created?: number; Labels?: Record<string, string> | null }>>(
+  const rows = await engine.call<Array<{ Id: string; Names?: string[]; Image?: string; State?: string; Status?: string; Created?: number; Labels?: Record<string, string> | null; NetworkSettings?: RawNetworkSettings }>>(
     'listing of containers', 'GET', '/containers/json', { query: { all: true, filters: labelFilter(labels) } },
   );
   return rows.map((c) => ({
@@ -35,14 +41,49 @@ export async function listContainers(engine: EngineCaller, labels: readonly stri
     status: c.Status ?? '',
     createdMs: (c.Created ?? 0) * 1000,
     labels: c.Labels ?? {},
+    networks: containerNetworks(c.NetworkSettings),
   }));
 }
 
-export async function listNetworks(engine: EngineCaller, labels: readonly string[]): Promise<ResourceSummary[]> {
-  const rows = await engine.call<Array<{ Id: string; Name: string; Created?: string; Labels?: Record<string, string> | null }>>(
-    'listing of networks', 'GET', '/networks', { query: { filters: labelFilter(labels) } },
-  );
-  return rows.map((n) => ({ id: n.Id, name: n.Name, createdMs: Date.parse(n.Created ?? '') || 0, labels: n.Labels ?? {} }));
+/** NetworkSettings of a container, as inspect and a listing give it. */
+export interface RawNetworkSettings {
+  Networks?: Record<string, { NetworkID?: string; IPAddress?: string } | null> | null;
+}
+
+export function containerNetworks(settings: RawNetworkSettings | undefined): ContainerNetwork[] {
+  return Object.entries(settings?.Networks ?? {}).map(([name, n]) => ({ name, id: n?.NetworkID ?? '', ipv4: n?.IPAddress ?? '' }));
+}
+
+/** A network as Docker's inspect and listing give it. */
+export interface RawNetwork {
+  Id?: string;
+  Name?: string;
+  Created?: string;
+  Internal?: boolean;
+  Options?: Record<string, string> | null;
+  Labels?: Record<string, string> | null;
+  IPAM?: { Config?: Array<{ Gateway?: string; Subnet?: string }> | null };
+  Containers?: Record<string, { Name?: string; IPv4Address?: string }> | null;
+}
+
+export function networkView(data: RawNetwork): NetworkView {
+  const config = data.IPAM?.Config ?? [];
+  return {
+    id: data.Id ?? '',
+    name: data.Name ?? '',
+    createdMs: Date.parse(data.Created ?? '') || 0,
+    internal: data.Internal === true,
+    options: data.Options ?? {},
+    labels: data.Labels ?? {},
+    subnets: config.map((c) => c.Subnet ?? '').filter((s) => s !== ''),
+    gateways: config.map((c) => c.Gateway ?? '').filter((g) => g !== ''),
+    members: Object.values(data.Containers ?? {}).map((c) => ({ name: c.Name ?? '', ipv4: (c.IPv4Address ?? '').split('/')[0] ?? '' })),
+  };
+}
+
+export async function listNetworks(engine: EngineCaller, labels: readonly string[]): Promise<NetworkView[]> {
+  const rows = await engine.call<RawNetwork[]>('listing of networks', 'GET', '/networks', { query: { filters: labelFilter(labels) } });
+  return rows.map(networkView);
 }
 
 export async function listVolumes(engine: EngineCaller, labels: readonly string[]): Promise<ResourceSummary[]> {

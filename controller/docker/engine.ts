@@ -1,5 +1,6 @@
 /**
- * The Docker objects the controller uses, by name: containers, volumes, networks, images. Every
+ * The Docker objects the controller uses: containers and volumes by name, networks by id once
+ * created (a name can be ambiguous: Docker's CheckDuplicate races across processes), images. Every
  * call goes through engine-call.ts (exact requests, deadlines, error mapping); exec streaming
  * and the operator's listing live in engine-exec.ts and engine-listing.ts and are reached here
  * so that callers hold one engine object. Containers are always addressed by name.
@@ -8,23 +9,18 @@ import type { Readable } from 'node:stream';
 import { SandboxError } from '../spec/index.js';
 import { EngineCaller, type EngineOptions } from './engine-call.js';
 import { startExec, type ExecRequest, type ExecRun } from './engine-exec.js';
-import { listContainers, listNetworks, listVolumes, type ContainerSummary, type ResourceSummary } from './engine-listing.js';
+import {
+  containerNetworks, listContainers, listNetworks, listVolumes, networkView, type ContainerSummary, type RawNetwork, type RawNetworkSettings, type ResourceSummary,
+} from './engine-listing.js';
 import { networkConnectBody } from './network-spec.js';
-import type { ContainerView, SandboxEngine } from './sandbox-engine.js';
+import type { ContainerView, NetworkView, SandboxEngine } from './sandbox-engine.js';
 
 export { EngineStatusError, engineStatus } from './engine-call.js';
 export type { ExecRequest, ExecRun } from './engine-exec.js';
 export type { ContainerSummary, ResourceSummary } from './engine-listing.js';
+export type { NetworkView } from './sandbox-engine.js';
 
 const PULL_TIMEOUT_MS = 10 * 60_000;
-
-export interface NetworkView {
-  readonly internal: boolean;
-  readonly options: Readonly<Record<string, string>>;
-  readonly labels: Readonly<Record<string, string>>;
-  readonly gateways: readonly string[];
-  readonly members: ReadonlyArray<{ readonly name: string; readonly ipv4: string }>;
-}
 
 /** The sandbox calls (sandbox-engine.ts) and the operator CLI's own: ping, network inspect, image checks, listing. */
 export class DockerEngine implements SandboxEngine {
@@ -56,6 +52,7 @@ export class DockerEngine implements SandboxEngine {
         State?: { Status?: string; Running?: boolean; Paused?: boolean };
         Config?: { Labels?: Record<string, string> | null; Image?: string; User?: string; Cmd?: string[] | null; WorkingDir?: string; Env?: string[] | null };
         HostConfig?: Record<string, unknown>;
+        NetworkSettings?: RawNetworkSettings;
       }>(`inspect of container ${name}`, 'GET', `/containers/${name}/json`),
     );
     if (data === undefined) return undefined;
@@ -70,6 +67,7 @@ export class DockerEngine implements SandboxEngine {
       workingDir: data.Config?.WorkingDir ?? '',
       env: data.Config?.Env ?? [],
       hostConfig: data.HostConfig ?? {},
+      networks: containerNetworks(data.NetworkSettings),
     };
   }
 
@@ -113,36 +111,23 @@ export class DockerEngine implements SandboxEngine {
     await this.optional(this.call(`removal of volume ${name}`, 'DELETE', `/volumes/${name}`));
   }
 
-  async networkExists(name: string): Promise<boolean> {
-    return (await this.optional(this.call(`inspect of network ${name}`, 'GET', `/networks/${name}`))) !== undefined;
+  async createNetwork(body: { Name: string }): Promise<string> {
+    const created = await this.call<{ Id?: unknown }>(`create of network ${body.Name}`, 'POST', '/networks/create', { body });
+    if (typeof created?.Id !== 'string' || created.Id === '') throw new SandboxError('engine_error', `Docker created network ${body.Name} but did not say its id.`);
+    return created.Id;
   }
 
-  async createNetwork(body: { Name: string }): Promise<void> {
-    await this.call(`create of network ${body.Name}`, 'POST', '/networks/create', { body });
+  async removeNetwork(idOrName: string): Promise<void> {
+    await this.optional(this.call(`removal of network ${idOrName}`, 'DELETE', `/networks/${idOrName}`));
   }
 
-  async removeNetwork(name: string): Promise<void> {
-    await this.optional(this.call(`removal of network ${name}`, 'DELETE', `/networks/${name}`));
+  async connectNetwork(network: string, container: string, ipv4?: string): Promise<void> {
+    await this.call(`connection of ${container} to network ${network}`, 'POST', `/networks/${network}/connect`, { body: networkConnectBody(container, ipv4) });
   }
 
-  async connectNetwork(network: string, container: string): Promise<void> {
-    await this.call(`connection of ${container} to network ${network}`, 'POST', `/networks/${network}/connect`, { body: networkConnectBody(container) });
-  }
-
-  async inspectNetwork(name: string): Promise<NetworkView | undefined> {
-    const data = await this.optional(this.call<{
-      Internal?: boolean; Options?: Record<string, string> | null; Labels?: Record<string, string> | null;
-      IPAM?: { Config?: Array<{ Gateway?: string; Subnet?: string }> | null };
-      Containers?: Record<string, { Name?: string; IPv4Address?: string }> | null;
-    }>(`inspect of network ${name}`, 'GET', `/networks/${name}`));
-    if (data === undefined) return undefined;
-    return {
-      internal: data.Internal === true,
-      options: data.Options ?? {},
-      labels: data.Labels ?? {},
-      gateways: (data.IPAM?.Config ?? []).map((c) => c.Gateway ?? '').filter((g) => g !== ''),
-      members: Object.values(data.Containers ?? {}).map((c) => ({ name: c.Name ?? '', ipv4: (c.IPv4Address ?? '').split('/')[0] ?? '' })),
-    };
+  async inspectNetwork(idOrName: string): Promise<NetworkView | undefined> {
+    const data = await this.optional(this.call<RawNetwork>(`inspect of network ${idOrName}`, 'GET', `/networks/${idOrName}`));
+    return data === undefined ? undefined : networkView(data);
   }
 
   async imageExists(image: string): Promise<boolean> {
@@ -182,10 +167,12 @@ export class DockerEngine implements SandboxEngine {
     return listContainers(this.engine, labels);
   }
 
-  listNetworks(labels: readonly string[]): Promise<ResourceSummary[]> {
+  /** The socket proxy admits one exact label: a sandbox's name, or the shared network's. */
+  listNetworks(labels: readonly string[]): Promise<NetworkView[]> {
     return listNetworks(this.engine, labels);
   }
 
+  /** Operator CLI only. */
   listVolumes(labels: readonly string[]): Promise<ResourceSummary[]> {
     return listVolumes(this.engine, labels);
   }

@@ -1,11 +1,11 @@
 /**
- * The Docker engine as the controller meets it: the one engine object (every call by name, with
- * deadlines and errors mapped), the endpoint and its TLS diagnosis, and the pure builders of the
+ * The Docker engine as the controller meets it: the one engine object (every call by name, or by
+ * id for networks, with deadlines and errors mapped), the endpoint and its TLS diagnosis, and the pure builders of the
  * container, network and volume create bodies.
  */
-export { DockerEngine, engineStatus } from './engine.js';
+export { DockerEngine, EngineStatusError, engineStatus } from './engine.js';
 export type { ContainerSummary, ExecRun, ResourceSummary } from './engine.js';
-export type { ContainerView, SandboxEngine } from './sandbox-engine.js';
+export type { ContainerNetwork, ContainerView, NetworkView, SandboxEngine } from './sandbox-engine.js';
 export { parseEndpoint } from './endpoint.js';
 export { SKILLS_WRITABLE_ROOT, egressContainerBody, sandboxBodyFromInspect, sandboxContainerBody } from './container-spec.js';
 export type { EgressPlan } from './container-spec.js';

@@ -1,9 +1,11 @@
 /**
- * Network create bodies. The shared network carries egress proxies (and open-tier sandboxes)
- * with inter-container traffic off; each sandbox's own network is internal (no route out) and
- * its bridge gets no host address, so nothing on it can reach services listening on the host.
+ * Network create and connect bodies. The shared network carries egress proxies (and open-tier
+ * sandboxes) with inter-container traffic off; each sandbox's own network is internal (no route
+ * out), its bridge gets no host address, so nothing on it can reach services listening on the
+ * host, and it takes a small subnet of the deployment's address pool (address-pool.ts) instead of
+ * a /16 or /20 of Docker's default pools, which hold about 30 networks per engine.
  */
-import { LABEL_SANDBOX } from '../spec/index.js';
+import { LABEL_SANDBOX, LABEL_SHARED_NETWORK, LABEL_SUBNET, type SandboxSubnet } from '../spec/index.js';
 
 export interface NetworkCreateBody {
   Name: string;
@@ -12,6 +14,12 @@ export interface NetworkCreateBody {
   Internal?: true;
   Options: Record<string, string>;
   Labels: Record<string, string>;
+  IPAM?: { Config: [{ Subnet: string; IPRange: string }] };
+}
+
+export interface NetworkConnectBody {
+  Container: string;
+  EndpointConfig?: { IPAMConfig: { IPv4Address: string } };
 }
 
 export function sharedNetworkBody(name: string, extraLabels: Readonly<Record<string, string>>): NetworkCreateBody {
@@ -21,11 +29,13 @@ export function sharedNetworkBody(name: string, extraLabels: Readonly<Record<str
     CheckDuplicate: true,
     // Sandboxes and egress proxies of different conversations must not talk to each other.
     Options: { 'com.docker.network.bridge.enable_icc': 'false' },
-    Labels: { ...extraLabels, [LABEL_SANDBOX]: '1' },
+    // The label lets a controller find every network of this name it made: CheckDuplicate races
+    // across processes, and the duplicates must be found to be removed.
+    Labels: { ...extraLabels, [LABEL_SANDBOX]: '1', [LABEL_SHARED_NETWORK]: name },
   };
 }
 
-export function internalNetworkBody(name: string, labels: Readonly<Record<string, string>>): NetworkCreateBody {
+export function internalNetworkBody(name: string, labels: Readonly<Record<string, string>>, addresses: SandboxSubnet): NetworkCreateBody {
   return {
     Name: name,
     Driver: 'bridge',
@@ -33,16 +43,20 @@ export function internalNetworkBody(name: string, labels: Readonly<Record<string
     // No default route and no NAT: the only way out is the egress proxy on the same network.
     Internal: true,
     // Without a host-side address on the bridge, a sandbox cannot reach host services bound to
-    // 0.0.0.0 through the gateway address (Internal alone still allows that).
+    // 0.0.0.0 through the gateway address (Internal alone still allows that), and the host has no
+    // route into the subnet.
     Options: { 'com.docker.network.bridge.inhibit_ipv4': 'true' },
-    Labels: { ...labels },
+    Labels: { ...labels, [LABEL_SUBNET]: addresses.subnet },
+    // Dynamic addresses (Docker's gateway, the sandbox) from the lower half only: the egress
+    // proxy's fixed address above it can never be taken first.
+    IPAM: { Config: [{ Subnet: addresses.subnet, IPRange: addresses.ipRange }] },
   };
 }
 
 /**
- * The egress proxy's second leg (API 1.41 takes one endpoint per create): the container and
- * nothing else, so no address, alias or driver option is chosen on connect.
+ * The egress proxy's leg on a sandbox network (API 1.41 takes one endpoint per create): the
+ * container, and on a network from the address pool its fixed address; no alias or driver option.
  */
-export function networkConnectBody(container: string): { Container: string } {
-  return { Container: container };
+export function networkConnectBody(container: string, ipv4: string | undefined): NetworkConnectBody {
+  return ipv4 === undefined ? { Container: container } : { Container: container, EndpointConfig: { IPAMConfig: { IPv4Address: ipv4 } } };
 }

@@ -21,6 +21,27 @@ export interface ContainerView {
   readonly env: readonly string[];
   /** HostConfig as Docker stored it (what the controller sent, plus defaults). */
   readonly hostConfig: Readonly<Record<string, unknown>>;
+  /** The networks it is attached to; `id` and `ipv4` are empty until it has started on one. */
+  readonly networks: readonly ContainerNetwork[];
+}
+
+export interface ContainerNetwork {
+  readonly name: string;
+  readonly id: string;
+  readonly ipv4: string;
+}
+
+/** A network as inspect or a listing shows it (a listing leaves `members` empty). */
+export interface NetworkView {
+  readonly id: string;
+  readonly name: string;
+  readonly createdMs: number;
+  readonly internal: boolean;
+  readonly options: Readonly<Record<string, string>>;
+  readonly labels: Readonly<Record<string, string>>;
+  readonly subnets: readonly string[];
+  readonly gateways: readonly string[];
+  readonly members: ReadonlyArray<{ readonly name: string; readonly ipv4: string }>;
 }
 
 export interface SandboxEngine {
@@ -38,11 +59,19 @@ export interface SandboxEngine {
   createVolume(body: { Name: string }): Promise<void>;
   /** Unforced: the engine refuses (409) while a container uses the volume; a missing one is fine. */
   removeVolume(name: string): Promise<void>;
-  networkExists(name: string): Promise<boolean>;
-  createNetwork(body: { Name: string }): Promise<void>;
-  /** A missing one is fine. */
-  removeNetwork(name: string): Promise<void>;
-  connectNetwork(network: string, container: string): Promise<void>;
+  /**
+   * By id, or by name (the shared network; a name several networks share is an error, 400):
+   * undefined when there is none.
+   */
+  inspectNetwork(idOrName: string): Promise<NetworkView | undefined>;
+  /** Every network carrying all these `key=value` labels (the socket proxy admits one exact label). */
+  listNetworks(labels: readonly string[]): Promise<NetworkView[]>;
+  /** Returns the new network's id. */
+  createNetwork(body: { Name: string }): Promise<string>;
+  /** By id; a missing one is fine. */
+  removeNetwork(idOrName: string): Promise<void>;
+  /** Attaches a container; `ipv4` is its fixed address there (a network with a subnet of its own). */
+  connectNetwork(network: string, container: string, ipv4?: string): Promise<void>;
   pullImage(image: string): Promise<void>;
   /** Creates and starts an exec: output as it arrives, stdin streamed, then the exit code. */
   startExec(container: string, request: ExecRequest): Promise<ExecRun>;

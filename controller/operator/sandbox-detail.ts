@@ -37,7 +37,7 @@ export async function inspectSandbox(engine: DockerEngine, rawName: string): Pro
     allowHosts: decodeAllowHosts(view.labels[LABEL_ALLOW_HOSTS] ?? ''),
     runtime: String(view.hostConfig.Runtime ?? ''),
     egress,
-    network: hasNetwork ? ((await engine.networkExists(names.network)) ? names.network : `${names.network} (missing)`) : 'none',
+    network: hasNetwork ? ((await engine.inspectNetwork(names.network)) !== undefined ? names.network : `${names.network} (missing)`) : 'none',
     volumes: mounts.filter((m) => m.Type === 'volume' && typeof m.Source === 'string').map((m) => m.Source as string),
     limits: { nanoCpus: view.hostConfig.NanoCpus, memory: view.hostConfig.Memory, pidsLimit: view.hostConfig.PidsLimit },
   };

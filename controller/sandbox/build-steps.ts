@@ -1,37 +1,25 @@
 /**
  * The steps that both a create (lifecycle.ts) and a recovery (recovery.ts) run to bring parts
- * of a sandbox up: the shared network, a container create that pulls a missing image once, and
- * the per-sandbox egress proxy (created on the shared network, started, given its leg on the
- * sandbox's internal network, and asked for its health from inside the sandbox so the first
- * command can use it).
+ * of a sandbox up: a container create that pulls a missing image once, and the per-sandbox egress
+ * proxy (created on the shared network, started, given its leg on the sandbox's internal network
+ * at its fixed address, and asked for its health from inside the sandbox so the first command
+ * can use it). The networks themselves are sandbox-network.ts.
  */
-import type { Logger } from 'pino';
 import { EGRESS_HEALTH_PATH, EGRESS_PROXY_PORT } from '../../common/index.js';
-import { type DeploymentConfig, SandboxError, type SandboxNames } from '../spec/index.js';
-import { egressContainerBody, type EgressPlan, engineStatus, type SandboxEngine, sharedNetworkBody } from '../docker/index.js';
+import { SandboxError, type SandboxNames } from '../spec/index.js';
+import { egressContainerBody, type EgressPlan, engineStatus } from '../docker/index.js';
 import { SANDBOX_USER } from '../exec/index.js';
+import type { BuildDeps } from './build-deps.js';
+import { dockerSays } from './concurrent-change.js';
+import type { SandboxNetwork } from './sandbox-network.js';
 
 const EGRESS_READY_TIMEOUT_MS = 15_000;
 /** Between health attempts: the proxy is usually up within a second of its start. */
 const EGRESS_PROBE_PAUSE_S = 0.02;
 
-export interface BuildDeps {
-  readonly engine: SandboxEngine;
-  readonly config: DeploymentConfig;
-  readonly extraLabels: Readonly<Record<string, string>>;
-  readonly egressTestHosts: Readonly<Record<string, string>> | undefined;
-  readonly logger: Logger;
-}
-
 /** A create that lost a race with a concurrent one (409) is as good as done. */
 export function ignoreConflict(err: unknown): void {
   if (engineStatus(err) !== 409) throw err;
-}
-
-export async function ensureSharedNetwork(deps: BuildDeps): Promise<void> {
-  const { engine, config } = deps;
-  if (await engine.networkExists(config.network)) return;
-  await engine.createNetwork(sharedNetworkBody(config.network, deps.extraLabels)).catch(ignoreConflict);
 }
 
 export async function createContainerPullingOnce(deps: BuildDeps, name: string, image: string, body: unknown): Promise<void> {
@@ -52,26 +40,39 @@ export async function createContainerPullingOnce(deps: BuildDeps, name: string, 
 }
 
 /**
- * Creates the egress proxy on the shared network, starts it, then connects its leg on the
- * sandbox's internal network once `internalNetwork` exists (API 1.41 takes one endpoint
- * per create). Starting first lets the proxy process load while the rest of the sandbox is
- * built: its start-up is the longest step of a create. Nothing can reach the proxy meanwhile but
- * what the shared network allows (no inter-container traffic), and the sandbox is only ever on
- * its internal network. `proceed` is asked before each call (step-group.ts).
+ * Creates the egress proxy on the shared network (`sharedNetwork`: its id), starts it, then
+ * connects its leg on the sandbox's internal network once `internalNetwork` exists (API 1.41
+ * takes one endpoint per create). Starting first lets the proxy process load while the rest of
+ * the sandbox is built: its start-up is the longest step of a create. Nothing can reach the proxy
+ * meanwhile but what the shared network allows (no inter-container traffic), and the sandbox is
+ * only ever on its internal network. `proceed` is asked before each call (step-group.ts).
  */
 export async function createEgress(
   deps: BuildDeps,
   plan: EgressPlan,
-  internalNetwork: Promise<unknown> = Promise.resolve(),
+  sharedNetwork: string,
+  internalNetwork: Promise<SandboxNetwork>,
   proceed: () => void = () => undefined,
 ): Promise<void> {
-  const body = egressContainerBody(plan, deps.egressTestHosts);
+  const body = egressContainerBody(plan, sharedNetwork, deps.egressTestHosts);
   await createContainerPullingOnce(deps, plan.names.egress, plan.egressProxyImage, body);
   proceed();
   await deps.engine.startContainer(plan.names.egress);
-  await internalNetwork;
+  const network = await internalNetwork;
   proceed();
-  await deps.engine.connectNetwork(plan.names.network, plan.names.egress);
+  await connectEgress(deps, plan.names.egress, network);
+}
+
+/**
+ * Gives the egress proxy its leg on the sandbox's network, at its fixed address there. Already
+ * connected (a recovery in another process did it a moment before) is as good as done.
+ */
+export async function connectEgress(deps: BuildDeps, egress: string, network: SandboxNetwork): Promise<void> {
+  try {
+    await deps.engine.connectNetwork(network.id, egress, network.egressAddress);
+  } catch (err) {
+    if (!dockerSays(err, 403, /already exists/)) throw err;
+  }
 }
 
 /**

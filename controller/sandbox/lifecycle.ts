@@ -1,13 +1,24 @@
 /**
  * Creating, suspending and removing the Docker objects of one sandbox. Bringing a stopped,
- * paused or partly removed sandbox back is recovery.ts; the steps both share are build-steps.ts.
+ * paused or partly removed sandbox back is recovery.ts; the steps both share are build-steps.ts,
+ * the networks sandbox-network.ts. Another controller process may create or destroy the same
+ * sandbox at the same moment: what that explains ends as `conflict` (concurrent-change.ts), and
+ * a destroy tries again until what it removes stays removed.
  */
-import { engineStatus, sandboxContainerBody, internalNetworkBody, volumeBody } from '../docker/index.js';
-import { SandboxError, TIERS, namesFor, usesSharedNetwork, type SandboxNames, type SandboxPlan } from '../spec/index.js';
-import { createContainerPullingOnce, createEgress, ensureSharedNetwork, waitForEgress, type BuildDeps } from './build-steps.js';
+import { engineStatus, sandboxContainerBody, volumeBody } from '../docker/index.js';
+import { SandboxError, TIERS, namesFor, usesSharedNetwork, type SandboxPlan } from '../spec/index.js';
+import { createContainerPullingOnce, createEgress, waitForEgress } from './build-steps.js';
+import type { BuildDeps } from './build-deps.js';
+import { asConflict, concurrentChange } from './concurrent-change.js';
+import { createSandboxNetwork, ensureSharedNetwork, removeSandboxNetworks } from './sandbox-network.js';
 import { StepGroup } from './step-group.js';
 
 const STOP_GRACE_SECONDS = 2;
+/**
+ * Rounds of a destroy: a container another process creates between this destroy's removal of
+ * the containers and of the network keeps the network in use; the next round removes it again.
+ */
+const DESTROY_ROUNDS = 3;
 
 export class SandboxLifecycle {
   constructor(private readonly deps: BuildDeps) {}
@@ -23,21 +34,21 @@ export class SandboxLifecycle {
       // Create-to-ready is what a conversation waits for: every step starts as soon as what it
       // needs exists (step-group.ts keeps a failure from leaving anything behind).
       const shared = usesSharedNetwork(meaning) ? steps.run(() => ensureSharedNetwork(this.deps)) : undefined;
-      const internal = meaning.sandboxNetwork === 'internal' ? steps.run(() => this.createInternalNetwork(names, plan.labels)) : undefined;
+      const internal = meaning.sandboxNetwork === 'internal' ? steps.run(() => createSandboxNetwork(this.deps, names, plan.labels)) : undefined;
       const volumes = steps.run(() => this.createVolumes(plan));
-      if (meaning.egressProxy) {
+      if (meaning.egressProxy && shared !== undefined && internal !== undefined) {
         steps.run(async () => {
-          await shared;
+          const sharedId = await shared;
           steps.proceed();
-          await createEgress(this.deps, plan, internal ?? Promise.resolve(), steps.proceed);
+          await createEgress(this.deps, plan, sharedId, internal, steps.proceed);
         });
       }
       steps.run(async () => {
-        // The sandbox's own network must exist before its create names it, and its volumes
-        // too: a create would otherwise make them, unlabelled.
-        await Promise.all([meaning.sandboxNetwork === 'shared' ? shared : internal, volumes]);
+        // The sandbox's own network must exist before its create names it (by id), and its
+        // volumes too: a create would otherwise make them, unlabelled.
+        const [network] = await Promise.all([meaning.sandboxNetwork === 'shared' ? shared : internal?.then((n) => n.id), volumes]);
         steps.proceed();
-        await createContainerPullingOnce(this.deps, names.container, plan.image, sandboxContainerBody(plan));
+        await createContainerPullingOnce(this.deps, names.container, plan.image, sandboxContainerBody(plan, network));
         steps.proceed();
         await engine.startContainer(names.container);
       });
@@ -49,7 +60,7 @@ export class SandboxLifecycle {
       await this.destroy(names.name).catch((cleanupErr: unknown) => {
         this.deps.logger.warn({ sandbox: names.name, err: cleanupErr }, 'cleanup after failed create did not finish');
       });
-      throw err;
+      throw asConflict(err, names.name, 'create');
     }
   }
 
@@ -66,12 +77,25 @@ export class SandboxLifecycle {
   }
 
   async destroy(name: string): Promise<void> {
+    for (let round = 1; ; round += 1) {
+      try {
+        await this.removeAll(name);
+        return;
+      } catch (err) {
+        if (round === DESTROY_ROUNDS || !concurrentChange(err)) throw asConflict(err, name, 'destroy');
+        this.deps.logger.warn({ sandbox: name, err }, 'a concurrent call changed the sandbox during its destroy; removing again');
+      }
+    }
+  }
+
+  private async removeAll(name: string): Promise<void> {
     const { engine } = this.deps;
     const names = namesFor(name);
     // Networks and volumes can only go once no container uses them.
     await Promise.all([engine.removeContainer(names.container), engine.removeContainer(names.egress)]);
-    // Ephemeral volumes only; a persistent workspace is named cap-ws.<key> and stays.
-    await Promise.all([engine.removeNetwork(names.network), engine.removeVolume(names.workspaceVolume), engine.removeVolume(names.skillsVolume)]);
+    // Every network of its name with its labels (a create race can have made two); ephemeral
+    // volumes only: a persistent workspace is named cap-ws.<key> and stays.
+    await Promise.all([removeSandboxNetworks(this.deps, names), engine.removeVolume(names.workspaceVolume), engine.removeVolume(names.skillsVolume)]);
   }
 
   async destroyWorkspace(volume: string): Promise<void> {
@@ -94,9 +118,5 @@ export class SandboxLifecycle {
       creates.push(engine.createVolume(volumeBody(plan.workspaceVolume, plan.persistentWorkspace.labels, plan.volumeDriver, plan.limits.volumeSize)));
     }
     await Promise.all(creates);
-  }
-
-  private async createInternalNetwork(names: SandboxNames, labels: Readonly<Record<string, string>>): Promise<void> {
-    await this.deps.engine.createNetwork(internalNetworkBody(names.network, labels));
   }
 }

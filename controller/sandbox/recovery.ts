@@ -1,14 +1,20 @@
 /**
  * Bringing a sandbox back to running: `resume`, and the auto-start before exec and file
  * operations. Recreates a missing internal network, rebuilds a missing egress proxy from the
- * allowlist recorded in the container's labels, unpauses or starts what is stopped. Never execs
- * into a paused container: on Docker 20.10 with cgroup v1 such an exec can hang holding the
- * container lock (which then blocks inspect, unpause and remove too).
+ * allowlist recorded in the container's labels, unpauses or starts what is stopped, and puts back
+ * an egress proxy (or a sandbox) that runs but is off the sandbox's network: a controller killed
+ * between the proxy's start and its connect, or `docker network disconnect`, leaves a sandbox
+ * that looks healthy with no way out. Never execs into a paused container: on Docker 20.10 with
+ * cgroup v1 such an exec can hang holding the container lock (which then blocks inspect, unpause
+ * and remove too).
  */
 import { decodeAllowHosts } from '../../common/index.js';
-import { type ContainerView, engineStatus, sandboxBodyFromInspect, type EgressPlan, internalNetworkBody } from '../docker/index.js';
-import { SandboxError, LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_NAME, meaningOfLabel, namesFor } from '../spec/index.js';
-import { createEgress, ensureSharedNetwork, ignoreConflict, waitForEgress, type BuildDeps } from './build-steps.js';
+import { type ContainerView, engineStatus, sandboxBodyFromInspect, type EgressPlan } from '../docker/index.js';
+import { SandboxError, LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_NAME, meaningOfLabel, namesFor, type TierMeaning } from '../spec/index.js';
+import { connectEgress, createEgress, ignoreConflict, waitForEgress } from './build-steps.js';
+import type { BuildDeps } from './build-deps.js';
+import { asConflict, dockerSays } from './concurrent-change.js';
+import { ensureSharedNetwork, findOrRecreateSandboxNetwork, type SandboxNetwork } from './sandbox-network.js';
 import type { SandboxLanes } from './sandbox-lanes.js';
 
 export class SandboxRecovery {
@@ -22,71 +28,104 @@ export class SandboxRecovery {
     return this.lanes.run(name, async () => {
       const view = await this.deps.engine.inspectContainer(name);
       if (view === undefined) return 'gone';
-      await this.doRecover(name, view);
+      await this.recover(name, view);
       return 'running';
     });
   }
 
-  /** Auto-start before a command or file operation: cheap when already running. */
+  /** Auto-start before a command or file operation: cheap when already running (two inspects). */
   async ensureRunning(name: string): Promise<void> {
     const first = await this.deps.engine.inspectContainer(name);
-    if (first !== undefined && (await this.isReady(name, first))) return;
+    if (first !== undefined && (await this.unready(name, first)) === undefined) return;
     await this.lanes.run(name, async () => {
       // A change queued ahead of this one may have settled it either way: a resume that was
       // recreating the container (gone for a moment) or a destroy.
       const view = existing(name, await this.deps.engine.inspectContainer(name));
-      if (await this.isReady(name, view)) return;
-      this.deps.logger.warn({ sandbox: name, status: view.status }, view.running && !view.paused ? 'egress proxy not running, recovering it' : 'sandbox not running, starting it');
-      await this.doRecover(name, view);
+      const problem = await this.unready(name, view);
+      if (problem === undefined) return;
+      this.deps.logger.warn({ sandbox: name, status: view.status }, problem);
+      await this.recover(name, view);
     });
   }
 
-  /** Running and unpaused, with a running proxy when its tier has one. */
-  private async isReady(name: string, view: ContainerView): Promise<boolean> {
-    if (!view.running || view.paused) return false;
-    if (!meaningOfLabel(view.labels[LABEL_EGRESS]).egressProxy) return true;
-    // Its proxy is part of a running sandbox: without it every request fails.
+  /**
+   * What keeps the sandbox from serving a command, or undefined: it must run unpaused, on its
+   * network, and so must its proxy when its tier has one; without the proxy's leg on the
+   * sandbox's network every request from the sandbox times out.
+   */
+  private async unready(name: string, view: ContainerView): Promise<string | undefined> {
+    if (!view.running || view.paused) return 'sandbox not running, starting it';
+    const meaning = meaningOfLabel(view.labels[LABEL_EGRESS]);
+    if (meaning.sandboxNetwork !== 'internal') return undefined;
+    const network = view.networks.find((n) => n.id !== '');
+    if (network === undefined) return 'sandbox not on its network, recovering it';
+    if (!meaning.egressProxy) return undefined;
     const egress = await this.deps.engine.inspectContainer(namesFor(name).egress);
-    return egress?.running === true && !egress.paused;
+    if (egress?.running !== true || egress.paused) return 'egress proxy not running, recovering it';
+    if (!egress.networks.some((n) => n.id === network.id)) return 'egress proxy not on the sandbox network, recovering it';
+    return undefined;
+  }
+
+  private async recover(name: string, view: ContainerView): Promise<void> {
+    try {
+      await this.doRecover(name, view);
+    } catch (err) {
+      throw asConflict(err, name, 'recovery');
+    }
   }
 
   private async doRecover(name: string, view: ContainerView): Promise<void> {
-    const { engine } = this.deps;
     const names = namesFor(name);
     const tier = meaningOfLabel(view.labels[LABEL_EGRESS]);
+    let network: SandboxNetwork | undefined;
     let networkRebuilt = false;
     if (tier.sandboxNetwork === 'internal') {
-      if (!(await engine.networkExists(names.network))) {
-        this.deps.logger.warn({ sandbox: name }, 'internal network missing, recreating it');
-        await engine.createNetwork(internalNetworkBody(names.network, this.resourceLabels(name, view))).catch(ignoreConflict);
-        networkRebuilt = true;
-      }
+      const found = await findOrRecreateSandboxNetwork(this.deps, names, view, this.resourceLabels(name, view));
+      network = found.network;
+      networkRebuilt = found.rebuilt;
     }
-    if (tier.egressProxy) await this.recoverEgress(name, view, networkRebuilt);
+    if (tier.egressProxy && network !== undefined) await this.recoverEgress(name, view, network, networkRebuilt);
     if (networkRebuilt) {
-      await this.rebuildContainer(name, view);
+      await this.rebuildContainer(name, view, tier, network);
     } else {
-      if (view.paused) {
-        await engine.unpauseContainer(name);
-        const after = await engine.inspectContainer(name);
-        if (after?.running === true && !after.paused) return;
-      }
+      await this.startContainer(name, view, tier, network);
+    }
+    if (tier.egressProxy) await waitForEgress(this.deps, names);
+  }
+
+  private async startContainer(name: string, view: ContainerView, tier: TierMeaning, network: SandboxNetwork | undefined): Promise<void> {
+    const { engine } = this.deps;
+    let current: ContainerView | undefined = view;
+    if (view.paused) {
+      await engine.unpauseContainer(name);
+      // A `docker stop` may land between the unpause and now.
+      current = await engine.inspectContainer(name);
+    }
+    if (current === undefined || !current.running) {
       try {
         await engine.startContainer(name);
       } catch (err) {
         // The network it was created on is gone (it is bound by id, not by name).
         if (engineStatus(err) !== 404) throw err;
-        await this.rebuildContainer(name, view);
+        await this.rebuildContainer(name, view, tier, network);
+        return;
       }
+      current = network === undefined ? undefined : await engine.inspectContainer(name);
     }
-    if (tier.egressProxy) await waitForEgress(this.deps, names);
+    // Running: on its network again if someone took it off (docker network disconnect).
+    if (network !== undefined && current !== undefined && !current.networks.some((n) => n.id === network.id)) {
+      this.deps.logger.warn({ sandbox: name }, 'sandbox not on its network, connecting it again');
+      await engine.connectNetwork(network.id, name);
+    }
   }
 
   /** Recreates the container from its own inspect data; files live on the volumes. */
-  private async rebuildContainer(name: string, view: ContainerView): Promise<void> {
+  private async rebuildContainer(name: string, view: ContainerView, tier: TierMeaning, network: SandboxNetwork | undefined): Promise<void> {
     this.deps.logger.warn({ sandbox: name }, 'recreating the sandbox container on its rebuilt network');
+    const target = tier.sandboxNetwork === 'internal' ? network?.id : tier.sandboxNetwork === 'shared' ? await ensureSharedNetwork(this.deps) : 'none';
+    if (target === undefined) throw new SandboxError('engine_error', `No network to rebuild ${name} on.`);
     await this.deps.engine.removeContainer(name);
-    await this.deps.engine.createContainer(name, sandboxBodyFromInspect(view, this.deps.config));
+    await this.deps.engine.createContainer(name, sandboxBodyFromInspect(view, this.deps.config, target));
     await this.deps.engine.startContainer(name);
   }
 
@@ -98,33 +137,57 @@ export class SandboxRecovery {
     return labels;
   }
 
-  private async recoverEgress(name: string, view: ContainerView, networkRebuilt: boolean): Promise<void> {
+  private async recoverEgress(name: string, view: ContainerView, network: SandboxNetwork, networkRebuilt: boolean): Promise<void> {
     const { engine } = this.deps;
     const names = namesFor(name);
     // On a rebuilt network the old proxy's endpoint points at a network id that no longer exists.
     if (networkRebuilt) await engine.removeContainer(names.egress);
     const egress = networkRebuilt ? undefined : await engine.inspectContainer(names.egress);
     if (egress === undefined) {
-      this.deps.logger.warn({ sandbox: name }, 'egress proxy missing, rebuilding it from the recorded allowlist');
-      await ensureSharedNetwork(this.deps);
-      const plan: EgressPlan = {
-        names,
-        allowHosts: decodeAllowHosts(view.labels[LABEL_ALLOW_HOSTS] ?? ''),
-        labels: this.resourceLabels(name, view),
-        egressProxyImage: this.deps.config.egressProxyImage,
-        sharedNetwork: this.deps.config.network,
-        logCaps: this.deps.config,
-      };
-      try {
-        await createEgress(this.deps, plan);
-      } catch (err) {
-        // A concurrent recovery created it first.
-        ignoreConflict(err);
-      }
+      await this.rebuildEgress(name, view, network);
       return;
     }
-    if (egress.paused) await engine.unpauseContainer(names.egress);
-    else if (!egress.running) await engine.startContainer(names.egress);
+    if (egress.paused) {
+      await engine.unpauseContainer(names.egress);
+    } else if (!egress.running) {
+      try {
+        await engine.startContainer(names.egress);
+      } catch (err) {
+        // Its shared network is gone: a proxy of the current config replaces it.
+        if (!dockerSays(err, 404, /network/)) throw err;
+        await engine.removeContainer(names.egress);
+        await this.rebuildEgress(name, view, network);
+        return;
+      }
+    }
+    const running = await engine.inspectContainer(names.egress);
+    if (running !== undefined && !running.networks.some((n) => n.id === network.id)) {
+      this.deps.logger.warn({ sandbox: name, egress: names.egress }, 'egress proxy not on the sandbox network, connecting it again');
+      await connectEgress(this.deps, names.egress, network);
+    }
+  }
+
+  /**
+   * A missing proxy, rebuilt: its allowlist and labels from the container's labels, its image and
+   * shared network from the current deployment config.
+   */
+  private async rebuildEgress(name: string, view: ContainerView, network: SandboxNetwork): Promise<void> {
+    const names = namesFor(name);
+    this.deps.logger.warn({ sandbox: name }, 'egress proxy missing, rebuilding it from the recorded allowlist');
+    const shared = await ensureSharedNetwork(this.deps);
+    const plan: EgressPlan = {
+      names,
+      allowHosts: decodeAllowHosts(view.labels[LABEL_ALLOW_HOSTS] ?? ''),
+      labels: this.resourceLabels(name, view),
+      egressProxyImage: this.deps.config.egressProxyImage,
+      logCaps: this.deps.config,
+    };
+    try {
+      await createEgress(this.deps, plan, shared, Promise.resolve(network));
+    } catch (err) {
+      // A concurrent recovery created it first.
+      ignoreConflict(err);
+    }
   }
 }
 

@@ -8,6 +8,7 @@ import { IMAGES } from '../../common/index.js';
 import { SandboxError } from './errors.js';
 import { describeIssues } from './input-issues.js';
 import { ASCII_WORD } from './ascii-body.js';
+import { DEFAULT_ADDRESS_POOL, DEFAULT_SUBNET_PREFIX, SUBNET_PREFIX_MAX, SUBNET_PREFIX_MIN, addressPoolProblem } from './address-pool.js';
 
 const ENDPOINT_RE = /^(tcp:\/\/(\[[^\]]+\]|[^:/]+):\d{1,5}\/?|unix:\/\/\/.+)$/;
 /** A volume plugin name, or empty (the local driver: one compose variable can say "none" to both
@@ -82,6 +83,19 @@ export const deploymentConfigSchema = z
       .default(3)
       .describe('Log files kept per container (json-file max-file); at most 5. A container\'s log never exceeds logMaxSizeMb x logMaxFiles.')
       .meta({ title: 'Log files kept', 'x-ui': { label: { en: 'Log files kept', zh: '保留的日志文件数' } } }),
+    addressPool: z
+      .string()
+      .default(DEFAULT_ADDRESS_POOL)
+      .describe('Private IPv4 block (CIDR) from which each sandbox network gets its own subnet; reserve it for the controller: no other network, route or daemon default-address-pools entry may overlap it.')
+      .meta({ title: 'Sandbox address pool', 'x-ui': { label: { en: 'Sandbox address pool', zh: '沙箱地址池' } } }),
+    subnetPrefix: z
+      .number()
+      .int('must be a whole prefix length')
+      .min(SUBNET_PREFIX_MIN)
+      .max(SUBNET_PREFIX_MAX, `must be at most ${SUBNET_PREFIX_MAX} (a sandbox, its gateway and its egress proxy need 3 addresses)`)
+      .default(DEFAULT_SUBNET_PREFIX)
+      .describe('Prefix length of each sandbox network\'s subnet (28: 16 addresses, 4,096 networks in a /16 pool).')
+      .meta({ title: 'Sandbox subnet prefix', 'x-ui': { label: { en: 'Sandbox subnet prefix', zh: '沙箱子网前缀' } } }),
     tlsCertDir: z
       .string()
       .regex(/^\//, 'must be an absolute path')
@@ -108,6 +122,10 @@ export const deploymentConfigSchema = z
       .default(false)
       .describe('Allow limits.egress = "open" (a sandbox on the shared bridge can reach whatever the host network reaches). Off by default.')
       .meta({ title: 'Allow open egress', 'x-ui': { label: { en: 'Allow open egress', zh: '允许开放出站' } } }),
+  })
+  .superRefine((c, ctx) => {
+    const problem = addressPoolProblem(c.addressPool, c.subnetPrefix);
+    if (problem !== undefined) ctx.addIssue({ code: 'custom', path: ['addressPool'], message: problem });
   })
   .describe('Deployment config of the sandbox-docker plugin.');
 

@@ -27,6 +27,8 @@ export const sandboxErrorCodes = {
   egress_unavailable: 'The egress proxy of an allowlist sandbox did not come up.',
   sandbox_full: 'The sandbox stayed at its process limit even after its processes were ended, so the command could not start.',
   exec_failed: 'Docker could not start the command in the sandbox (the container runtime refused the exec).',
+  conflict: 'Another call, in this controller or another one, created, removed or changed the same sandbox at the same time.',
+  address_pool_exhausted: 'No subnet of the deployment\'s address pool was free for a sandbox network.',
 } as const;
 
 export type SandboxErrorCode = keyof typeof sandboxErrorCodes;

@@ -15,6 +15,8 @@ export {
   LABEL_EGRESS,
   LABEL_NAME,
   LABEL_SANDBOX,
+  LABEL_SHARED_NETWORK,
+  LABEL_SUBNET,
   LABEL_WORKSPACE_KEY,
   SANDBOX_TAG_RE,
   checkSandboxName,
@@ -26,6 +28,9 @@ export type { SandboxNames } from './names.js';
 export { PIDS_LIMIT } from './limits.js';
 export { planSandbox, withAllowHosts } from './sandbox-plan.js';
 export type { SandboxPlan } from './sandbox-plan.js';
+export { parseAddressPool, sandboxSubnet, subnetAddresses, subnetSlots } from './address-pool.js';
+export type { AddressPool, SandboxSubnet } from './address-pool.js';
 export { printableAsciiMap, serialiseAsciiBody } from './ascii-body.js';
 export { DEFAULT_EGRESS_TIER, EGRESS_TIER_NAMES } from './sandbox-spec.js';
 export { TIERS, meaningOfLabel, usesSharedNetwork } from './tiers.js';
+export type { TierMeaning } from './tiers.js';

@@ -11,6 +11,10 @@ export const LABEL_NAME = 'dev.capybara.sandbox.name';
 export const LABEL_ALLOW_HOSTS = 'dev.capybara.sandbox.allow-hosts';
 export const LABEL_EGRESS = 'dev.capybara.sandbox.egress';
 export const LABEL_WORKSPACE_KEY = 'dev.capybara.sandbox.workspace';
+/** On a sandbox network: the subnet it was created with (from the deployment's address pool). */
+export const LABEL_SUBNET = 'dev.capybara.sandbox.subnet';
+/** On the shared network the controller made: its name, the one label a listing may filter on. */
+export const LABEL_SHARED_NETWORK = 'dev.capybara.sandbox.shared-network';
 
 /**
  * A conversation id becomes part of DNS names (`cap-<id>-egress` is the proxy host the sandbox

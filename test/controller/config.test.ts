@@ -19,6 +19,8 @@ t.test('defaults are applied and the result is frozen', async (t) => {
     allowOpenEgress: false,
     logMaxSizeMb: 10,
     logMaxFiles: 3,
+    addressPool: '10.213.0.0/16',
+    subnetPrefix: 28,
   });
   t.ok(Object.isFrozen(config));
 });
@@ -47,6 +49,14 @@ const invalid: { name: string; input: unknown; mentions: string }[] = [
   { name: 'logMaxSizeMb must be whole', input: { endpoint: 'tcp://a:1', logMaxSizeMb: 1.5 }, mentions: 'logMaxSizeMb' },
   { name: 'logMaxSizeMb of 0 refused', input: { endpoint: 'tcp://a:1', logMaxSizeMb: 0 }, mentions: 'logMaxSizeMb' },
   { name: 'logMaxFiles over the socket proxy cap refused', input: { endpoint: 'tcp://a:1', logMaxFiles: 6 }, mentions: 'logMaxFiles' },
+  // The socket proxy admits only private subnets of /24 to /29 for sandbox networks.
+  { name: 'a public address pool refused', input: { endpoint: 'tcp://a:1', addressPool: '8.8.0.0/16' }, mentions: 'addressPool: must lie inside a private range' },
+  { name: 'an address pool with host bits refused', input: { endpoint: 'tcp://a:1', addressPool: '10.213.1.0/16' }, mentions: 'addressPool: has host bits set (the block starts at 10.213.0.0/16)' },
+  { name: 'an address pool that is not a CIDR refused', input: { endpoint: 'tcp://a:1', addressPool: '10.213.0.0' }, mentions: 'addressPool' },
+  { name: 'an IPv6 address pool refused', input: { endpoint: 'tcp://a:1', addressPool: 'fd00::/48' }, mentions: 'addressPool' },
+  { name: 'a pool smaller than one subnet refused', input: { endpoint: 'tcp://a:1', addressPool: '10.213.0.0/29', subnetPrefix: 28 }, mentions: 'addressPool: is smaller than one sandbox subnet (/28)' },
+  { name: 'subnetPrefix /30 refused', input: { endpoint: 'tcp://a:1', subnetPrefix: 30 }, mentions: 'subnetPrefix' },
+  { name: 'subnetPrefix /23 refused', input: { endpoint: 'tcp://a:1', subnetPrefix: 23 }, mentions: 'subnetPrefix' },
 ];
 for (const row of invalid) {
   t.test(row.name, async (t) => {

@@ -2,7 +2,7 @@ import t, { type Test } from 'tap';
 import { parseDeploymentConfig } from '../../controller/spec/config.js';
 import { planSandbox } from '../../controller/spec/sandbox-plan.js';
 import { egressContainerBody, sandboxBodyFromInspect, sandboxContainerBody } from '../../controller/docker/container-spec.js';
-import { internalNetworkBody, sharedNetworkBody } from '../../controller/docker/network-spec.js';
+import { internalNetworkBody, networkConnectBody, sharedNetworkBody } from '../../controller/docker/network-spec.js';
 import { volumeBody } from '../../controller/docker/volume-spec.js';
 import { serialiseAsciiBody } from '../../controller/spec/ascii-body.js';
 import { isSandboxError } from '../../controller/spec/errors.js';
@@ -27,9 +27,12 @@ const spec = (over: Partial<SandboxSpec> = {}, limits: Partial<SandboxSpec['limi
   ...over,
 });
 const opts = { extraLabels: { 'test.run': 'x' } };
+/** Network ids, as the create got them back from the engine. */
+const NET_ID = 'c'.repeat(64);
+const SHARED_ID = 'd'.repeat(64);
 
 t.test('sandbox container carries every hardening flag', async (t) => {
-  const body = sandboxContainerBody(planSandbox(spec(), config, opts));
+  const body = sandboxContainerBody(planSandbox(spec(), config, opts), NET_ID);
   const hc = body.HostConfig;
   t.equal(body.User, '0:0');
   t.same(body.Cmd, ['sleep', 'infinity']);
@@ -44,7 +47,7 @@ t.test('sandbox container carries every hardening flag', async (t) => {
   t.equal(hc.Memory, 512 * 1024 * 1024);
   t.equal(hc.MemorySwap, 512 * 1024 * 1024);
   t.equal(hc.Runtime, 'runc');
-  t.equal(hc.NetworkMode, 'cap-conv1-net');
+  t.equal(hc.NetworkMode, NET_ID, 'its internal network, by id');
   t.match((hc.Tmpfs as Record<string, string>)['/tmp'], /nosuid,nodev,size=268435456/);
   t.match((hc.Tmpfs as Record<string, string>)['/opt/capybara'], /mode=0700/);
   t.notOk('Privileged' in hc);
@@ -78,13 +81,13 @@ t.test('a persistent workspace gets HOME on a tmpfs, empty at every start', asyn
 
 const tiers: { name: string; egress: SandboxSpec['limits']['egress']; mode: string }[] = [
   { name: 'none has no network', egress: 'none', mode: 'none' },
-  { name: 'internal has its own network', egress: 'internal', mode: 'cap-conv1-net' },
-  { name: 'open uses the shared bridge', egress: 'open', mode: 'capybara-sandbox' },
+  { name: 'internal has its own network, by id', egress: 'internal', mode: NET_ID },
+  { name: 'open uses the shared bridge, by id', egress: 'open', mode: SHARED_ID },
 ];
 for (const row of tiers) {
   t.test(row.name, async (t) => {
     const open = parseDeploymentConfig({ endpoint: 'tcp://p:1', allowOpenEgress: true });
-    const body = sandboxContainerBody(planSandbox(spec({}, { egress: row.egress, allowHosts: [] }), open, opts));
+    const body = sandboxContainerBody(planSandbox(spec({}, { egress: row.egress, allowHosts: [] }), open, opts), row.egress === 'open' ? SHARED_ID : row.egress === 'none' ? undefined : NET_ID);
     t.equal(body.HostConfig.NetworkMode, row.mode);
     t.notOk(body.Env.some((e) => e.startsWith('HTTP_PROXY=')));
   });
@@ -119,7 +122,7 @@ t.test('disk limit with a volume driver sizes the workspace and /tmp', async (t)
   const withDriver = parseDeploymentConfig({ endpoint: 'tcp://p:1', volumeDriver: 'quota' });
   const plan = planSandbox(spec({}, { diskMb: 100 }), withDriver, opts);
   t.same(volumeBody(plan.workspaceVolume, plan.labels, plan.volumeDriver, plan.limits.volumeSize).DriverOpts, { size: '100M' });
-  t.match((sandboxContainerBody(plan).HostConfig.Tmpfs as Record<string, string>)['/tmp'], `size=${100 * 1024 * 1024},`);
+  t.match((sandboxContainerBody(plan, NET_ID).HostConfig.Tmpfs as Record<string, string>)['/tmp'], `size=${100 * 1024 * 1024},`);
 });
 
 t.test('persistent workspace uses its own volume', async (t) => {
@@ -130,8 +133,9 @@ t.test('persistent workspace uses its own volume', async (t) => {
 
 t.test('egress proxy body', async (t) => {
   const plan = planSandbox(spec(), config, opts);
-  const body = egressContainerBody(plan, { 'upstream.test': '10.0.0.5' });
-  t.equal(body.HostConfig.NetworkMode, 'capybara-sandbox', 'created on the shared network; the internal leg is connected after start');
+  const body = egressContainerBody(plan, SHARED_ID, { 'upstream.test': '10.0.0.5' });
+  t.equal(body.HostConfig.NetworkMode, SHARED_ID, 'created on the shared network, by id; the internal leg is connected after start');
+  t.same(body.HostConfig.RestartPolicy, { Name: 'on-failure' }, 'a proxy process that dies (OOM) is restarted by the engine');
   t.ok(body.Env.includes('EGRESS_ALLOW_HOSTS=example.com,*.pypi.org'));
   t.ok(body.Env.includes('CAPYBARA_EGRESS_TEST_HOSTS={"upstream.test":"10.0.0.5"}'));
   t.same(body.HostConfig.CapDrop, ['ALL']);
@@ -145,8 +149,8 @@ t.test('both containers carry the whole hardening profile and capped logs', asyn
   const capped = parseDeploymentConfig({ endpoint: 'tcp://proxy:2375', logMaxSizeMb: 20, logMaxFiles: 2 });
   const plan = planSandbox(spec(), capped, opts);
   const rows = [
-    { name: 'sandbox', hc: sandboxContainerBody(plan).HostConfig },
-    { name: 'egress proxy', hc: egressContainerBody(plan, undefined).HostConfig },
+    { name: 'sandbox', hc: sandboxContainerBody(plan, NET_ID).HostConfig },
+    { name: 'egress proxy', hc: egressContainerBody(plan, SHARED_ID, undefined).HostConfig },
   ];
   for (const { name, hc } of rows) {
     t.same(
@@ -160,16 +164,29 @@ t.test('both containers carry the whole hardening profile and capped logs', asyn
     }
     t.same(hc.LogConfig, { Type: 'json-file', Config: { 'max-size': '20m', 'max-file': '2' } }, `${name}: logs capped at the deployment's size and count`);
   }
-  t.same(egressContainerBody(planSandbox(spec(), config, opts), undefined).HostConfig.LogConfig,
+  t.same(egressContainerBody(planSandbox(spec(), config, opts), SHARED_ID, undefined).HostConfig.LogConfig,
     { Type: 'json-file', Config: { 'max-size': '10m', 'max-file': '3' } }, 'the default caps: 10 MiB x 3');
 });
 
 t.test('network bodies', async (t) => {
-  t.same(sharedNetworkBody('capybara-sandbox', {}).Options, { 'com.docker.network.bridge.enable_icc': 'false' });
-  const internal = internalNetworkBody('cap-x-net', { a: 'b' });
+  const shared = sharedNetworkBody('capybara-sandbox', { a: 'b' });
+  t.same(shared.Options, { 'com.docker.network.bridge.enable_icc': 'false' });
+  t.same(shared.Labels, { a: 'b', 'dev.capybara.sandbox': '1', 'dev.capybara.sandbox.shared-network': 'capybara-sandbox' }, 'labelled so that duplicates of its name can be found');
+  t.notOk('IPAM' in shared, 'the shared network takes its subnet from the engine');
+  const addresses = { subnet: '10.213.4.16/28', ipRange: '10.213.4.16/29', egressAddress: '10.213.4.30' };
+  const internal = internalNetworkBody('cap-x-net', { a: 'b' }, addresses);
   t.equal(internal.Internal, true);
   t.equal(internal.Driver, 'bridge');
   t.equal(internal.Options['com.docker.network.bridge.inhibit_ipv4'], 'true');
+  t.same(internal.IPAM, { Config: [{ Subnet: '10.213.4.16/28', IPRange: '10.213.4.16/29' }] }, 'its subnet, dynamic addresses from the lower half; no gateway');
+  t.equal(internal.Labels['dev.capybara.sandbox.subnet'], '10.213.4.16/28');
+  t.same(networkConnectBody('cap-x-egress', '10.213.4.30'), { Container: 'cap-x-egress', EndpointConfig: { IPAMConfig: { IPv4Address: '10.213.4.30' } } }, 'the proxy at its fixed address');
+  t.same(networkConnectBody('cap-x', undefined), { Container: 'cap-x' });
+});
+
+t.test('a sandbox on a network needs the network\'s id', async (t) => {
+  throwsCode(t, () => sandboxContainerBody(planSandbox(spec(), config, opts), undefined), 'engine_error', 'network');
+  t.same(sandboxContainerBody(planSandbox(spec(), config, opts), NET_ID).HostConfig.RestartPolicy, { Name: 'no' }, 'the sandbox itself is never restarted behind the controller');
 });
 
 t.test('serialiseAsciiBody refuses escapes', async (t) => {
@@ -178,7 +195,7 @@ t.test('serialiseAsciiBody refuses escapes', async (t) => {
 });
 
 t.test('a container rebuilt from inspect keeps every hardening field and mount', async (t) => {
-  const original = sandboxContainerBody(planSandbox(spec(), config, opts));
+  const original = sandboxContainerBody(planSandbox(spec(), config, opts), NET_ID);
   const inspected = {
     image: original.Image,
     user: original.User ?? '',
@@ -193,7 +210,9 @@ t.test('a container rebuilt from inspect keeps every hardening field and mount',
       LogConfig: { Type: 'json-file', Config: {} },
       Mounts: (original.HostConfig.Mounts as object[]).map((m) => ({ ...m, VolumeOptions: {} })) },
   };
-  const rebuilt = sandboxBodyFromInspect(inspected, config);
+  const rebuilt = sandboxBodyFromInspect(inspected, config, NET_ID);
   t.same(rebuilt, original);
   t.doesNotThrow(() => serialiseAsciiBody(rebuilt, 'test'));
+  const moved = sandboxBodyFromInspect(inspected, config, 'e'.repeat(64));
+  t.same(moved, { ...original, HostConfig: { ...original.HostConfig, NetworkMode: 'e'.repeat(64) } }, 'rebuilt on the network it has now, by id');
 });

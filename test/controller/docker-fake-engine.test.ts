@@ -13,7 +13,13 @@ t.test('the real engine answers the engine script', async (t) => {
   const env = await dockerTest(t, [IMAGES.sandbox]);
   if (!env) return;
   const docker = new DockerEngine({ endpoint: `unix://${engineSocketPath()}` });
-  const engine: ScriptEngine = Object.assign(docker, { pause: async (name: string) => { await env.docker.getContainer(name).pause(); } });
+  const engine: ScriptEngine = Object.assign(docker, {
+    pause: async (name: string) => { await env.docker.getContainer(name).pause(); },
+    disconnect: async (network: string, container: string) => { await env.docker.getNetwork(network).disconnect({ Container: container }); },
+  });
+  // Two /28 subnets of a block no test allocates from, picked by the run id.
+  const slot = parseInt(env.runId.slice(1, 5), 16) % 2048;
+  const subnet = (k: number): string => `10.254.${Math.floor((slot * 2 + k) / 16)}.${((slot * 2 + k) % 16) * 16}/28`;
   const names = {
     network: env.name('net'),
     volume: env.name('vol'),
@@ -23,6 +29,9 @@ t.test('the real engine answers the engine script', async (t) => {
     image: IMAGES.sandbox,
     missingImage: `capybara-missing-${env.runId}:latest`,
     labels: env.labels,
+    subnetNetwork: env.name('subnet-net'),
+    subnets: [subnet(0), subnet(1)] as const,
+    second: env.name('second'),
   };
   t.same(await runEngineScript(engine, names), EXPECTED);
 });

@@ -16,13 +16,16 @@ const names = {
   image: 'capybara-sandbox:latest',
   missingImage: 'capybara-missing:latest',
   labels: { 'dev.capybara.test': 'fake' },
+  subnetNetwork: 'cap-f-subnet-net',
+  subnets: ['10.254.7.16/28', '10.254.7.32/28'] as const,
+  second: 'cap-f-second',
 };
 
 t.test('the fake answers the engine script as Docker does', async (t) => {
   const fake = new FakeEngine([names.image]);
-  const engine: ScriptEngine = Object.assign(fake, { pause: (name: string) => fake.pauseContainer(name) });
+  const engine: ScriptEngine = Object.assign(fake, { pause: (name: string) => fake.pauseContainer(name), disconnect: (network: string, container: string) => fake.disconnectNetwork(network, container) });
   t.same(await runEngineScript(engine, names), EXPECTED);
-  t.same([...fake.containers.keys(), ...fake.networks.keys(), ...fake.volumes.keys()], [], 'nothing left');
+  t.same([...fake.containers.keys(), ...fake.networkNames(), ...fake.volumes.keys()], [], 'nothing left');
 });
 
 t.test('the health probe reaches a running container on a shared network only', async (t) => {

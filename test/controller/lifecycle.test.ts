@@ -23,7 +23,7 @@ const spec = (egress: 'none' | 'internal' | 'allowlist' | 'open', more: object =
 
 /** Everything of sandbox NAME on the engine, sorted; the shared network is the deployment's. */
 function leftOver(s: FakeSandbox): string[] {
-  return [...s.engine.containers.keys(), ...s.engine.networks.keys(), ...s.engine.volumes.keys()].filter((n) => n.startsWith(NAME)).sort();
+  return [...s.engine.containers.keys(), ...s.engine.networkNames(), ...s.engine.volumes.keys()].filter((n) => n.startsWith(NAME)).sort();
 }
 
 t.test('each tier makes what its row of the tier table says', async (t) => {
@@ -37,7 +37,7 @@ t.test('each tier makes what its row of the tier table says', async (t) => {
     const s = fakeSandbox({ allowOpenEgress: true });
     t.same(await s.provider.create(spec(row.egress)), { id: NAME }, row.egress);
     t.same(leftOver(s), [...row.objects].sort(), `${row.egress}: its objects`);
-    t.equal(s.engine.networks.has(SHARED), row.shared, `${row.egress}: the shared network`);
+    t.equal(s.engine.networkNamed(SHARED) !== undefined, row.shared, `${row.egress}: the shared network`);
     t.equal(s.engine.containers.get(NAME)?.state, 'running', `${row.egress}: started`);
     t.equal(s.engine.count('startExec', NAME), row.egress === 'allowlist' ? 1 : 0, `${row.egress}: waits for a proxy only when it has one`);
     if (row.egress === 'allowlist') t.ok(s.engine.reachable(NAME, EGRESS), 'the sandbox reaches its proxy');
@@ -91,7 +91,9 @@ t.test('a 404 that is not a missing image is not pulled for', async (t) => {
   const s = fakeSandbox();
   s.engine.failOnce('createContainer', NAME, 404, 'network cap-l1-net not found');
   const err = await s.provider.create(spec('internal')).catch((e: unknown) => e);
-  t.ok(isSandboxError(err, 'engine_refused'), String(err));
+  // The network this create made is gone: another call removed it meanwhile.
+  t.ok(isSandboxError(err, 'conflict'), String(err));
+  t.match((err as Error).message, 'network cap-l1-net not found', 'the engine\'s words');
   t.equal(s.engine.count('pullImage'), 0);
   t.same(leftOver(s), []);
 });
@@ -109,8 +111,8 @@ t.test('a cleanup that fails too is logged, and the create reports the first cau
   s.engine.failOnce('startContainer', NAME, 500, 'first cause');
   let creates = 0;
   s.engine.beforeCall((call) => {
-    // The removal before the create passes; the one of the cleanup fails.
-    if (call.method === 'removeNetwork' && call.target === NET && ++creates === 2) throw s.engine.status(call, 500, 'engine busy');
+    // The removal of the network the create made (by id) fails.
+    if (call.method === 'removeNetwork' && s.engine.networks.get(call.target)?.name === NET && ++creates === 1) throw s.engine.status(call, 500, 'engine busy');
   });
   const err = await s.provider.create(spec('internal')).catch((e: unknown) => e);
   t.match((err as Error).message, 'first cause');
@@ -176,11 +178,11 @@ t.test('persistent workspaces: made once, labelled by key, kept by destroy, remo
 t.test('a shared network another replica creates meanwhile is used', async (t) => {
   const s = fakeSandbox();
   s.engine.beforeCall((call) => {
-    if (call.method === 'createNetwork' && call.target === SHARED && !s.engine.networks.has(SHARED)) {
-      s.engine.networks.set(SHARED, { id: 'other', name: SHARED, body: { Name: SHARED } });
+    if (call.method === 'createNetwork' && call.target === SHARED && s.engine.networkNamed(SHARED) === undefined) {
+      s.engine.putNetwork('other', { Name: SHARED });
     }
   });
   await s.provider.create(spec('allowlist'));
-  t.equal(s.engine.networks.get(SHARED)?.id, 'other');
+  t.equal(s.engine.networkNamed(SHARED)?.id, 'other');
   t.ok(s.engine.reachable(NAME, EGRESS));
 });

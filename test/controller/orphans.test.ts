@@ -10,7 +10,7 @@ const young = NOW - 60_000;
 const named = (sandbox: string) => ({ 'dev.capybara.sandbox': '1', 'dev.capybara.sandbox.name': sandbox });
 
 function container(name: string, sandbox: string, createdMs = old): ContainerSummary {
-  return { id: `id-${name}`, name, image: 'img', state: 'running', status: 'Up', createdMs, labels: named(sandbox) };
+  return { id: `id-${name}`, name, image: 'img', state: 'running', status: 'Up', createdMs, labels: named(sandbox), networks: [] };
 }
 function resource(name: string, labels: Record<string, string>, createdMs = old): ResourceSummary {
   return { id: `id-${name}`, name, createdMs, labels };

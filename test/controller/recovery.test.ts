@@ -62,8 +62,8 @@ t.test('a missing egress proxy is rebuilt from the labels and the current config
   const proxy = s.engine.containers.get(EGRESS);
   t.ok(proxy, 'rebuilt');
   t.equal(proxy?.body.Image, 'capybara-sandbox-egress:next', 'the image of the current config');
-  t.equal(proxy?.body.HostConfig?.NetworkMode, 'capybara-next', 'the shared network of the current config');
-  t.ok(s.engine.networks.has('capybara-next'), 'which is created when missing');
+  t.equal(proxy?.body.HostConfig?.NetworkMode, s.engine.networkNamed('capybara-next')?.id, 'the shared network of the current config, by id');
+  t.ok(s.engine.networkNamed('capybara-next'), 'which is created when missing');
   t.ok(proxy?.body.Env?.includes(`${EGRESS_ENV.allowHosts}=example.com,*.pypi.org`), 'the allowlist recorded in the labels');
   t.same(proxy?.body.Labels, { ...FAKE_LABELS, 'dev.capybara.sandbox': '1', 'dev.capybara.sandbox.name': NAME, 'dev.capybara.sandbox.role': 'egress' }, 'resource labels, not the tier or the allowlist');
   t.ok(s.engine.reachable(NAME, EGRESS), 'on the sandbox network again');
@@ -76,8 +76,8 @@ t.test('a removed internal network is recreated, and the proxy and the container
   await stopBoth(s);
   await s.engine.removeNetwork(NET);
   t.equal(await s.provider.resume({ id: NAME }), 'running');
-  t.ok(s.engine.networks.has(NET));
-  t.same(s.engine.networks.get(NET)?.body.Labels, { ...FAKE_LABELS, 'dev.capybara.sandbox': '1', 'dev.capybara.sandbox.name': NAME }, 'labelled as a resource of the sandbox');
+  t.ok(s.engine.networkNamed(NET));
+  t.match(s.engine.networkNamed(NET)?.body.Labels, { ...FAKE_LABELS, 'dev.capybara.sandbox': '1', 'dev.capybara.sandbox.name': NAME, 'dev.capybara.sandbox.subnet': /^10\.213\./ }, 'labelled as a resource of the sandbox, with its subnet');
   t.not(s.engine.containers.get(NAME)?.id, oldIds[0], 'the container was recreated: it was bound to the old network');
   t.not(s.engine.containers.get(EGRESS)?.id, oldIds[1], 'so was the proxy');
   t.equal(s.engine.containers.get(NAME)?.body.HostConfig?.CgroupnsMode, 'private');
@@ -94,11 +94,11 @@ t.test('an internal sandbox without its network: network and container rebuilt, 
   t.equal(s.engine.count('startExec', EGRESS), 0);
 });
 
-t.test('a network recreated by someone else meanwhile: the start fails 404 and the container is rebuilt', async (t) => {
+t.test('a network recreated by another replica meanwhile: the start fails 404 and the container is rebuilt', async (t) => {
   const s = await created(internal);
   await s.engine.stopContainer(NAME, 0);
   await s.engine.removeNetwork(NET);
-  await s.engine.createNetwork({ Name: NET });
+  await s.engine.createNetwork({ Name: NET, CheckDuplicate: true, Labels: { 'dev.capybara.sandbox': '1', 'dev.capybara.sandbox.name': NAME } } as { Name: string });
   const old = s.engine.containers.get(NAME)?.id;
   t.equal(await s.provider.resume({ id: NAME }), 'running');
   t.not(s.engine.containers.get(NAME)?.id, old);
@@ -198,7 +198,7 @@ t.test('a proxy another replica creates meanwhile is used, not an error', async 
       raced = true;
       // The other replica's recovery wins the create (and starts and connects it).
       const body = { Image: IMAGES.egress, Labels: {}, HostConfig: { NetworkMode: SHARED } };
-      s.engine.containers.set(EGRESS, { id: 'other', name: EGRESS, state: 'running', body, attached: [{ name: SHARED, id: s.engine.networks.get(SHARED)?.id }, { name: NET, id: s.engine.networks.get(NET)?.id }], volumes: [] });
+      s.engine.containers.set(EGRESS, { id: 'other', name: EGRESS, state: 'running', body, attached: [{ name: SHARED, id: s.engine.networkNamed(SHARED)?.id }, { name: NET, id: s.engine.networkNamed(NET)?.id }], volumes: [] });
     }
   });
   t.equal(await s.provider.resume({ id: NAME }), 'running');
@@ -222,11 +222,12 @@ t.test('a network another replica recreates meanwhile is used', async (t) => {
   s.engine.beforeCall(async (call) => {
     if (!raced && call.method === 'createNetwork' && call.target === NET) {
       raced = true;
-      s.engine.networks.set(NET, { id: 'other-net', name: NET, body: { Name: NET } });
+      // The other replica's network: this controller's own kind, with the sandbox's labels.
+      s.engine.putNetwork('other-net', { Name: NET, Labels: { ...FAKE_LABELS, 'dev.capybara.sandbox': '1', 'dev.capybara.sandbox.name': NAME } });
     }
   });
   t.equal(await s.provider.resume({ id: NAME }), 'running');
-  t.equal(s.engine.networks.get(NET)?.id, 'other-net');
+  t.equal(s.engine.networkNamed(NET)?.id, 'other-net');
   t.ok(s.engine.reachable(NAME, EGRESS), 'both on the network the other replica made');
 });
 
@@ -258,4 +259,39 @@ t.test('an allowlist sandbox whose allowlist label is gone gets a proxy that all
   delete s.engine.containers.get(NAME)?.body.Labels?.['dev.capybara.sandbox.allow-hosts'];
   t.equal(await s.provider.resume({ id: NAME }), 'running');
   t.ok(s.engine.containers.get(EGRESS)?.body.Env?.includes(`${EGRESS_ENV.allowHosts}=`), 'an empty allowlist: fail closed, never open');
+});
+
+t.test('an egress proxy that runs off the sandbox network is put back, at its fixed address, before a command and on resume', async (t) => {
+  for (const how of ['exec', 'resume'] as const) {
+    const s = await created();
+    const net = s.engine.networkNamed(NET);
+    const address = s.engine.containers.get(EGRESS)?.attached.find((a) => a.id === net?.id)?.ipv4;
+    t.match(address, /^10\.213\.\d+\.\d+$/, `${how}: the proxy had its fixed address`);
+    // A controller killed between the proxy's start and its connect leaves the same state.
+    await s.engine.disconnectNetwork(net?.id ?? '', EGRESS);
+    t.notOk(s.engine.reachable(NAME, EGRESS), `${how}: running, and out of reach`);
+    if (how === 'exec') t.equal((await s.provider.exec({ id: NAME }, 'true')).exitCode, 0, 'the command runs');
+    else t.equal(await s.provider.resume({ id: NAME }), 'running');
+    t.ok(s.engine.reachable(NAME, EGRESS), `${how}: reachable again`);
+    t.equal(s.engine.containers.get(EGRESS)?.attached.find((a) => a.id === net?.id)?.ipv4, address, `${how}: at the same address`);
+    t.equal(s.engine.count('createContainer', EGRESS), 1, `${how}: the proxy was not rebuilt`);
+    if (how === 'exec') t.ok(s.logs.some((l) => l.msg === 'egress proxy not on the sandbox network, recovering it'), 'said why');
+    // The health probe asked from inside the sandbox: the leg works, not only exists.
+    t.ok(s.engine.calls.slice(-4).some((c) => c.method === 'startExec' && c.target === NAME));
+  }
+});
+
+t.test('a sandbox taken off its own network is put back before a command', async (t) => {
+  const s = await created(internal);
+  await s.engine.disconnectNetwork(s.engine.networkNamed(NET)?.id ?? '', NAME);
+  t.equal((await s.provider.exec({ id: NAME }, 'true')).exitCode, 0);
+  t.ok(s.engine.containers.get(NAME)?.attached.some((a) => a.id === s.engine.networkNamed(NET)?.id), 'on its network again');
+  t.ok(s.logs.some((l) => l.msg === 'sandbox not on its network, connecting it again'));
+});
+
+t.test('a healthy allowlist sandbox costs two inspects before a command, no more', async (t) => {
+  const s = await created();
+  const before = s.engine.calls.length;
+  await s.provider.exec({ id: NAME }, 'true');
+  t.same(s.engine.calls.slice(before).map((c) => `${c.method} ${c.target}`), [`inspectContainer ${NAME}`, `inspectContainer ${EGRESS}`, `startExec ${NAME}`]);
 });

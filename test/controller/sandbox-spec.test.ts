@@ -78,7 +78,7 @@ t.test('anything the controller accepts, the egress proxy accepts (property)', a
       }
       accepted += 1;
       // What the proxy receives is the environment variable of its create body, decoded.
-      const env = egressContainerBody(plan, undefined).Env.find((e) => e.startsWith(`${EGRESS_ENV.allowHosts}=`)) ?? '';
+      const env = egressContainerBody(plan, 'a'.repeat(64), undefined).Env.find((e) => e.startsWith(`${EGRESS_ENV.allowHosts}=`)) ?? '';
       const sent = decodeAllowHosts(env.slice(EGRESS_ENV.allowHosts.length + 1));
       return sent.length === plan.allowHosts.length && buildPolicy({ allowHosts: sent }).ok;
     }),

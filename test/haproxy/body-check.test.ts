@@ -121,3 +121,68 @@ t.test('the parser and the schema, member by member', async (t) => {
     t.equal(v?.allowed === true ? 'ok' : v?.reason, row.verdict, row.name);
   }
 });
+
+t.test('network shapes: a sandbox subnet, the proxy\'s fixed address, networks by id, the restart policy', async (t) => {
+  const missing = luaMissing();
+  if (missing !== undefined) return needUnmet(t, missing);
+  const ID = '0123456789abcdef'.repeat(4);
+  const internal = (ipam: string, more = ''): string =>
+    `{"Name":"cap-n","CheckDuplicate":true,"Driver":"bridge","Internal":true,"Options":{"com.docker.network.bridge.inhibit_ipv4":"true"}${more},"IPAM":${ipam}}`;
+  const config = (entry: string): string => `{"Config":[${entry}]}`;
+  const on = (mode: string, more = ''): string => `{"Image":"img","HostConfig":{${PROFILE},"NetworkMode":"${mode}"${more}}}`;
+  const connect = (endpoint: string): string => `{"Container":"cap-x-egress","EndpointConfig":${endpoint}}`;
+  const rows: Array<{ name: string; route: string; body: string; verdict: string; ids?: string[] }> = [
+    // a subnet of its own, only where the host has no route into it (internal, no host address)
+    { name: 'a /28 with its lower half as the range', route: 'network_create', body: internal(config('{"Subnet":"10.213.7.16/28","IPRange":"10.213.7.16/29"}')), verdict: 'ok' },
+    { name: 'with the default driver named', route: 'network_create', body: internal('{"Driver":"default","Config":[{"Subnet":"172.20.0.0/24"}]}'), verdict: 'ok' },
+    { name: 'a /29, the smallest', route: 'network_create', body: internal(config('{"Subnet":"192.168.1.8/29"}')), verdict: 'ok' },
+    { name: 'a /30', route: 'network_create', body: internal(config('{"Subnet":"10.0.0.4/30"}')), verdict: 'bad_value:IPAM.Config.Subnet' },
+    { name: 'a /23', route: 'network_create', body: internal(config('{"Subnet":"10.0.0.0/23"}')), verdict: 'bad_value:IPAM.Config.Subnet' },
+    { name: 'a whole private range', route: 'network_create', body: internal(config('{"Subnet":"10.0.0.0/8"}')), verdict: 'bad_value:IPAM.Config.Subnet' },
+    { name: 'public addresses', route: 'network_create', body: internal(config('{"Subnet":"8.8.8.0/28"}')), verdict: 'bad_value:IPAM.Config.Subnet' },
+    { name: 'the metadata service\'s range', route: 'network_create', body: internal(config('{"Subnet":"169.254.169.240/28"}')), verdict: 'bad_value:IPAM.Config.Subnet' },
+    { name: 'just outside 172.16.0.0/12', route: 'network_create', body: internal(config('{"Subnet":"172.32.0.0/28"}')), verdict: 'bad_value:IPAM.Config.Subnet' },
+    { name: 'host bits set', route: 'network_create', body: internal(config('{"Subnet":"10.213.7.17/28"}')), verdict: 'bad_value:IPAM.Config.Subnet' },
+    { name: 'a leading zero (another address to some parsers)', route: 'network_create', body: internal(config('{"Subnet":"010.213.7.16/28"}')), verdict: 'bad_value:IPAM.Config.Subnet' },
+    { name: 'IPv6', route: 'network_create', body: internal(config('{"Subnet":"fd00::/120"}')), verdict: 'bad_value:IPAM.Config.Subnet' },
+    { name: 'a range outside the subnet', route: 'network_create', body: internal(config('{"Subnet":"10.213.7.16/28","IPRange":"10.213.7.32/29"}')), verdict: 'bad_value:IPAM.Config.IPRange' },
+    { name: 'a range larger than the subnet', route: 'network_create', body: internal(config('{"Subnet":"10.213.7.16/28","IPRange":"10.213.7.0/27"}')), verdict: 'bad_value:IPAM.Config.IPRange' },
+    { name: 'a gateway', route: 'network_create', body: internal(config('{"Subnet":"10.213.7.16/28","Gateway":"10.213.7.17"}')), verdict: 'forbidden_key:IPAM.Config.Gateway' },
+    { name: 'auxiliary addresses', route: 'network_create', body: internal(config('{"Subnet":"10.213.7.16/28","AuxiliaryAddresses":{"a":"10.213.7.18"}}')), verdict: 'forbidden_key:IPAM.Config.AuxiliaryAddresses' },
+    { name: 'two subnets', route: 'network_create', body: internal(config('{"Subnet":"10.213.7.16/28"},{"Subnet":"10.213.7.32/28"}')), verdict: 'too_broad:IPAM.Config' },
+    { name: 'no subnet', route: 'network_create', body: internal(config('{}')), verdict: 'bad_value:IPAM.Config.Subnet' },
+    { name: 'IPAM options', route: 'network_create', body: internal('{"Config":[{"Subnet":"10.213.7.16/28"}],"Options":{"a":"b"}}'), verdict: 'forbidden_key:IPAM.Options' },
+    { name: 'a subnet on a bridge the host routes into', route: 'network_create', body: `{"Name":"cap-n","CheckDuplicate":true,"IPAM":${config('{"Subnet":"10.213.7.16/28"}')}}`, verdict: 'subnet_not_internal' },
+    { name: 'a subnet on an internal bridge with a host address', route: 'network_create', body: `{"Name":"cap-n","CheckDuplicate":true,"Internal":true,"IPAM":${config('{"Subnet":"10.213.7.16/28"}')}}`, verdict: 'subnet_not_internal' },
+    { name: 'a subnet with inhibit_ipv4 false', route: 'network_create', body: `{"Name":"cap-n","CheckDuplicate":true,"Internal":true,"Options":{"com.docker.network.bridge.inhibit_ipv4":"false"},"IPAM":${config('{"Subnet":"10.213.7.16/28"}')}}`, verdict: 'subnet_not_internal' },
+    { name: 'a network named like an id', route: 'network_create', body: `{"Name":"${ID}","CheckDuplicate":true}`, verdict: 'network_name_not_allowed' },
+    // the egress proxy's fixed address on connect
+    { name: 'a fixed private address', route: 'network_connect', body: connect('{"IPAMConfig":{"IPv4Address":"10.213.7.30"}}'), verdict: 'ok' },
+    { name: 'a public address', route: 'network_connect', body: connect('{"IPAMConfig":{"IPv4Address":"1.1.1.1"}}'), verdict: 'bad_value:EndpointConfig.IPAMConfig.IPv4Address' },
+    { name: 'an address with a leading zero', route: 'network_connect', body: connect('{"IPAMConfig":{"IPv4Address":"10.213.7.030"}}'), verdict: 'bad_value:EndpointConfig.IPAMConfig.IPv4Address' },
+    { name: 'an IPv6 address', route: 'network_connect', body: connect('{"IPAMConfig":{"IPv4Address":"10.213.7.30","IPv6Address":"fd00::1"}}'), verdict: 'forbidden_key:EndpointConfig.IPAMConfig.IPv6Address' },
+    { name: 'link-local addresses', route: 'network_connect', body: connect('{"IPAMConfig":{"IPv4Address":"10.213.7.30","LinkLocalIPs":["169.254.1.1"]}}'), verdict: 'forbidden_key:EndpointConfig.IPAMConfig.LinkLocalIPs' },
+    { name: 'an alias (another container\'s name on the network)', route: 'network_connect', body: connect('{"Aliases":["cap-y-egress"],"IPAMConfig":{"IPv4Address":"10.213.7.30"}}'), verdict: 'forbidden_key:EndpointConfig.Aliases' },
+    { name: 'a network id in the endpoint', route: 'network_connect', body: connect(`{"NetworkID":"${ID}","IPAMConfig":{"IPv4Address":"10.213.7.30"}}`), verdict: 'forbidden_key:EndpointConfig.NetworkID' },
+    { name: 'an empty endpoint', route: 'network_connect', body: connect('{}'), verdict: 'connect_shape' },
+    { name: 'no address', route: 'network_connect', body: connect('{"IPAMConfig":{}}'), verdict: 'connect_shape' },
+    // networks by id: allowed by the schema, named for the proof
+    { name: 'a container on a network id', route: 'container_create', body: on(ID), verdict: 'ok', ids: [ID] },
+    { name: 'an endpoint on the same id', route: 'container_create', body: `{"Image":"img","HostConfig":{${PROFILE},"NetworkMode":"${ID}"},"NetworkingConfig":{"EndpointsConfig":{"${ID}":{}}}}`, verdict: 'ok', ids: [ID, ID] },
+    { name: 'an id in upper case', route: 'container_create', body: on(ID.toUpperCase()), verdict: 'network_mode_not_allowed' },
+    { name: 'an id prefix', route: 'container_create', body: on(ID.slice(0, 63)), verdict: 'network_mode_not_allowed' },
+    { name: 'a name, no proof', route: 'container_create', body: on('cap-x-net'), verdict: 'ok', ids: [] },
+    // the egress proxy comes back when its process dies
+    { name: 'restart on failure', route: 'container_create', body: on('none', ',"RestartPolicy":{"Name":"on-failure"}'), verdict: 'ok' },
+    { name: 'restart on failure, as inspect gives it back', route: 'container_create', body: on('none', ',"RestartPolicy":{"Name":"on-failure","MaximumRetryCount":0}'), verdict: 'ok' },
+    { name: 'a retry count', route: 'container_create', body: on('none', ',"RestartPolicy":{"Name":"on-failure","MaximumRetryCount":3}'), verdict: 'bad_value:RestartPolicy.MaximumRetryCount' },
+    { name: 'restart always', route: 'container_create', body: on('none', ',"RestartPolicy":{"Name":"always"}'), verdict: 'bad_value:RestartPolicy.Name' },
+    { name: 'restart unless stopped', route: 'container_create', body: on('none', ',"RestartPolicy":{"Name":"unless-stopped"}'), verdict: 'bad_value:RestartPolicy.Name' },
+  ];
+  const verdicts = checkBodies(rows.map((r) => ({ route: r.route, body: r.body })));
+  for (const [i, row] of rows.entries()) {
+    const v = verdicts[i];
+    t.equal(v?.allowed === true ? 'ok' : v?.reason, row.verdict, row.name);
+    if (row.ids !== undefined) t.same(v?.allowed === true ? v.networkIds : undefined, row.ids, `${row.name}: the ids to prove`);
+  }
+});

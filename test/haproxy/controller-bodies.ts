@@ -7,6 +7,7 @@
  * hand but the inputs, so a change to a builder changes what the socket proxy's tests check.
  */
 import { parseDeploymentConfig, type DeploymentConfigInput } from '../../controller/spec/config.js';
+import { parseAddressPool, sandboxSubnet, subnetSlots } from '../../controller/spec/address-pool.js';
 import { planSandbox } from '../../controller/spec/sandbox-plan.js';
 import { egressContainerBody, sandboxBodyFromInspect, sandboxContainerBody } from '../../controller/docker/container-spec.js';
 import { internalNetworkBody, networkConnectBody, sharedNetworkBody } from '../../controller/docker/network-spec.js';
@@ -29,11 +30,23 @@ export interface ControllerBody {
 /** The volume plugin the tests configure on both sides (controller and socket proxy). */
 export const TEST_VOLUME_DRIVER = 'capytestdriver';
 
+/** The ids the bodies name networks by (the controller's containers join networks by id). */
+export interface BodyNetworkIds {
+  /** The shared network's. */
+  readonly shared: string;
+  /** A sandbox network's. */
+  readonly sandbox: string;
+}
+
+/** Ids of the right shape, for the checks that do not ask dockerd (the Lua check alone). */
+export const SOME_NETWORK_IDS: BodyNetworkIds = { shared: 'a'.repeat(64), sandbox: 'b'.repeat(64) };
+
 /**
  * The bodies, with the deployment's shared network named `sharedNetwork` and `extraLabels` on
- * every resource (a test's run label), for sandbox ids starting with `idPrefix`.
+ * every resource (a test's run label), for sandbox ids starting with `idPrefix`, joining the
+ * networks of `ids`.
  */
-export function controllerBodies(sharedNetwork: string, extraLabels: Readonly<Record<string, string>>, idPrefix = 'bodies'): ControllerBody[] {
+export function controllerBodies(sharedNetwork: string, extraLabels: Readonly<Record<string, string>>, idPrefix = 'bodies', ids = SOME_NETWORK_IDS): ControllerBody[] {
   const out: ControllerBody[] = [];
   const deployments: Array<{ name: string; config: DeploymentConfigInput }> = [
     { name: 'defaults', config: {} },
@@ -42,6 +55,8 @@ export function controllerBodies(sharedNetwork: string, extraLabels: Readonly<Re
     { name: 'largest log caps', config: { logMaxSizeMb: 100, logMaxFiles: 5 } },
     { name: 'smallest log caps', config: { logMaxSizeMb: 1, logMaxFiles: 1 } },
     { name: 'open egress allowed', config: { allowOpenEgress: true } },
+    { name: 'smallest subnets', config: { subnetPrefix: 29 } },
+    { name: 'largest subnets, another pool', config: { addressPool: '192.168.0.0/16', subnetPrefix: 24 } },
   ];
   const specs: Array<{ name: string; spec: Omit<SandboxSpec, 'id'>; needs?: keyof DeploymentConfigInput }> = [
     { name: 'none', spec: { image: 'capybara-sandbox:latest', limits: { egress: 'none' } } },
@@ -61,10 +76,11 @@ export function controllerBodies(sharedNetwork: string, extraLabels: Readonly<Re
       if (s.needs !== undefined && d.config[s.needs] === undefined) continue;
       const plan = planSandbox({ id: `${idPrefix}${(n += 1)}`, ...s.spec }, config, { extraLabels });
       const what = `${d.name}, ${s.name}`;
-      const sandbox = sandboxContainerBody(plan);
+      const network = plan.tier === 'open' ? ids.shared : ids.sandbox;
+      const sandbox = sandboxContainerBody(plan, network);
       out.push({ route: 'container_create', what: `${what}: sandbox container`, body: sandbox });
-      out.push({ route: 'container_create', what: `${what}: egress proxy`, body: egressContainerBody(plan, undefined) });
-      out.push({ route: 'container_create', what: `${what}: egress proxy with test hosts`, body: egressContainerBody(plan, { 'upstream.test': '10.0.0.5' }) });
+      out.push({ route: 'container_create', what: `${what}: egress proxy`, body: egressContainerBody(plan, ids.shared, undefined) });
+      out.push({ route: 'container_create', what: `${what}: egress proxy with test hosts`, body: egressContainerBody(plan, ids.shared, { 'upstream.test': '10.0.0.5' }) });
       // resume after the network went: the container is rebuilt from what inspect gives back
       // (Docker adds its defaults; the controller copies only what it set).
       const inspected = {
@@ -76,9 +92,15 @@ export function controllerBodies(sharedNetwork: string, extraLabels: Readonly<Re
           Mounts: (sandbox.HostConfig.Mounts as object[]).map((m) => ({ ...m, VolumeOptions: {} })),
         },
       };
-      out.push({ route: 'container_create', what: `${what}: sandbox rebuilt from inspect`, body: sandboxBodyFromInspect(inspected, config) });
-      out.push({ route: 'network_create', what: `${what}: internal network`, body: internalNetworkBody(plan.names.network, plan.labels) });
-      out.push({ route: 'network_connect', what: `${what}: egress proxy's second leg`, body: networkConnectBody(plan.names.egress) });
+      out.push({ route: 'container_create', what: `${what}: sandbox rebuilt from inspect`, body: sandboxBodyFromInspect(inspected, config, plan.tier === 'none' ? 'none' : network) });
+      const pool = parseAddressPool(config.addressPool, config.subnetPrefix);
+      const addresses = sandboxSubnet(pool, subnetSlots(pool, plan.names.network).next().value ?? 0);
+      out.push({ route: 'network_create', what: `${what}: internal network`, body: internalNetworkBody(plan.names.network, plan.labels, addresses) });
+      out.push({ route: 'network_connect', what: `${what}: egress proxy's second leg`, body: networkConnectBody(plan.names.egress, addresses.egressAddress) });
+      // A network made before the address pool has no subnet of its own: the leg takes any address.
+      out.push({ route: 'network_connect', what: `${what}: egress proxy's second leg, network without a subnet`, body: networkConnectBody(plan.names.egress, undefined) });
+      // A sandbox taken off its network is put back on it, with a dynamic address.
+      out.push({ route: 'network_connect', what: `${what}: sandbox back on its network`, body: networkConnectBody(plan.names.container, undefined) });
       out.push({ route: 'volume_create', what: `${what}: skills volume`, body: volumeBody(plan.names.skillsVolume, plan.labels, undefined, undefined) });
       out.push({
         route: 'volume_create', what: `${what}: workspace volume`,

@@ -15,6 +15,7 @@ import { parseDeploymentConfig } from '../../controller/spec/config.js';
 import { planSandbox } from '../../controller/spec/sandbox-plan.js';
 import { egressContainerBody, sandboxContainerBody } from '../../controller/docker/container-spec.js';
 import { internalNetworkBody, sharedNetworkBody } from '../../controller/docker/network-spec.js';
+import { parseAddressPool, sandboxSubnet, subnetSlots } from '../../controller/spec/address-pool.js';
 import { volumeBody } from '../../controller/docker/volume-spec.js';
 import { SANDBOX_USER } from '../../controller/exec/exec-script.js';
 import { isSandboxError } from '../../controller/spec/errors.js';
@@ -43,6 +44,11 @@ t.test('the controller engine layer through the socket proxy', async (t) => {
     { extraLabels: env.labels },
   );
   const { names } = plan;
+  // A subnet of the default pool, as a create picks it (a later candidate when one is taken).
+  const pool = parseAddressPool(config.addressPool, config.subnetPrefix);
+  const slots = subnetSlots(pool, names.network);
+  const ids = { shared: '', sandbox: '' };
+  let addresses = sandboxSubnet(pool, slots.next().value ?? 0);
 
   // Each row is one method of DockerEngine, called as the controller calls it.
   const rows: Array<{ method: string; run: () => Promise<unknown> }> = [
@@ -57,26 +63,45 @@ t.test('the controller engine layer through the socket proxy', async (t) => {
       },
     },
     { method: 'createNetwork', run: async () => {
-      await engine.createNetwork(sharedNetworkBody(shared, env.labels));
-      await engine.createNetwork(internalNetworkBody(names.network, plan.labels));
+      ids.shared = await engine.createNetwork(sharedNetworkBody(shared, env.labels));
+      for (;;) {
+        try {
+          ids.sandbox = await engine.createNetwork(internalNetworkBody(names.network, plan.labels, addresses));
+          break;
+        } catch (err) {
+          if (!/overlaps/.test(String(err))) throw err;
+          addresses = sandboxSubnet(pool, slots.next().value ?? 0);
+        }
+      }
     } },
-    { method: 'networkExists', run: async () => t.same([await engine.networkExists(shared), await engine.networkExists(names.network)], [true, true]) },
-    { method: 'inspectNetwork', run: async () => t.match(await engine.inspectNetwork(names.network), { internal: true }) },
+    { method: 'inspectNetwork', run: async () => {
+      t.match(await engine.inspectNetwork(ids.sandbox), { internal: true, name: names.network, subnets: [addresses.subnet] }, 'a sandbox network by id');
+      t.match(await engine.inspectNetwork(shared), { id: ids.shared }, 'the shared network by name');
+      t.equal(await engine.inspectNetwork('f'.repeat(64)), undefined, 'a missing id is a 404, as from dockerd');
+    } },
+    { method: 'listNetworks', run: async () => {
+      t.same((await engine.listNetworks([`dev.capybara.sandbox.name=${names.name}`])).map((n) => n.id), [ids.sandbox], 'by the sandbox name label');
+      t.same((await engine.listNetworks([`dev.capybara.sandbox.shared-network=${shared}`])).map((n) => n.id), [ids.shared], 'by the shared network label');
+    } },
     { method: 'createVolume', run: async () => {
       await engine.createVolume(volumeBody(names.workspaceVolume, plan.labels, undefined, undefined));
       await engine.createVolume(volumeBody(names.skillsVolume, plan.labels, undefined, undefined));
     } },
     { method: 'volumeExists', run: async () => t.equal(await engine.volumeExists(names.workspaceVolume), true) },
     { method: 'createContainer', run: async () => {
-      await engine.createContainer(names.container, sandboxContainerBody(plan));
-      await engine.createContainer(names.egress, egressContainerBody(plan, undefined));
+      await engine.createContainer(names.container, sandboxContainerBody(plan, ids.sandbox));
+      await engine.createContainer(names.egress, egressContainerBody(plan, ids.shared, undefined));
     } },
-    { method: 'connectNetwork', run: () => engine.connectNetwork(names.network, names.egress) },
+    { method: 'connectNetwork', run: () => engine.connectNetwork(ids.sandbox, names.egress, addresses.egressAddress) },
     { method: 'startContainer', run: async () => {
       await engine.startContainer(names.container);
       await engine.startContainer(names.egress);
     } },
-    { method: 'inspectContainer', run: async () => t.match(await engine.inspectContainer(names.container), { running: true, paused: false }) },
+    { method: 'inspectContainer', run: async () => {
+      t.match(await engine.inspectContainer(names.container), { running: true, paused: false, networks: [{ id: ids.sandbox }] });
+      const proxyNetworks = (await engine.inspectContainer(names.egress))?.networks ?? [];
+      t.same(proxyNetworks.map((n) => `${n.id}${n.id === ids.sandbox ? ` ${n.ipv4}` : ''}`).sort(), [ids.shared, `${ids.sandbox} ${addresses.egressAddress}`].sort(), 'the proxy on both, at its fixed address');
+    } },
     {
       method: 'startExec',
       run: async () => {
@@ -102,15 +127,17 @@ t.test('the controller engine layer through the socket proxy', async (t) => {
       t.equal(await engine.inspectContainer(names.container), undefined);
     } },
     { method: 'removeNetwork', run: async () => {
-      await engine.removeNetwork(names.network);
+      await engine.removeNetwork(ids.sandbox);
       await engine.removeNetwork(shared);
+      await engine.removeNetwork(ids.sandbox);
     } },
     { method: 'removeVolume', run: async () => {
       await engine.removeVolume(names.workspaceVolume);
       await engine.removeVolume(names.skillsVolume);
       t.equal(await engine.volumeExists(names.workspaceVolume), false);
     } },
-    // The operator's listing works only against the engine itself: the proxy refuses it.
+    // The operator's listing works only against the engine itself: the proxy refuses it (networks
+    // are listed through it only by one exact label).
     ...(['listContainers', 'listNetworks', 'listVolumes'] as const).map((method) => ({
       method,
       run: async () => {
@@ -134,7 +161,8 @@ t.test('the controller engine layer through the socket proxy', async (t) => {
 
   // The proxy's own log: only the listing calls were refused. HAProxy writes its log lines a moment
   // after the answers, so wait (with a deadline) until the last call's line is there.
-  const deniedLines = async (): Promise<string[]> => (await proxy.logs()).split('\n').filter((line) => /deny=\S/.test(line) && !/deny=-/.test(line));
+  // A network id that names nothing is answered 404 by the proxy itself, as dockerd would.
+  const deniedLines = async (): Promise<string[]> => (await proxy.logs()).split('\n').filter((line) => /deny=\S/.test(line) && !/deny=-/.test(line) && !/deny=network_not_found/.test(line));
   let denied = await deniedLines();
   for (const deadline = Date.now() + 10_000; !denied.some((l) => l.includes('/volumes')) && Date.now() < deadline; denied = await deniedLines()) {
     await new Promise((r) => setTimeout(r, 50));
@@ -147,7 +175,10 @@ t.test('every body the controller builds passes the socket proxy', async (t) => 
   if (!env) return;
   const shared = `capshared${env.runId}b`;
   const proxy = await startSocketProxy(t, env, { sharedNetwork: shared, volumeDrivers: TEST_VOLUME_DRIVER });
-  const bodies = controllerBodies(shared, env.labels, `${env.runId}-b`);
+  // The networks the bodies name by id: a sandbox network and the shared one, as the proxy proves them.
+  const sharedId = (await env.docker.createNetwork({ Name: shared, CheckDuplicate: true, Labels: env.labels })).id;
+  const sandboxId = (await env.docker.createNetwork({ Name: env.name('bodies-net'), CheckDuplicate: true, Internal: true, Labels: env.labels })).id;
+  const bodies = controllerBodies(shared, env.labels, `${env.runId}-b`, { shared: sharedId, sandbox: sandboxId });
   // Where each call goes. Docker may answer an error of its own (a network or container that does
   // not exist here, a runtime not installed): only the proxy's answer is judged. Networks are
   // created once per kind (each takes an address pool of the engine); a volume of the test

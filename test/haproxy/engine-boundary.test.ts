@@ -172,6 +172,37 @@ t.test('a body check that fails refuses: error, endless loop, out of memory', as
   }
 });
 
+t.test('a network proof that fails refuses: error, endless loop, out of memory, an answer that never ends', async (t) => {
+  const env = await dockerTest(t, [SOCKET_PROXY_IMAGE]);
+  if (!env) return;
+  const dir = mkdtempSync(join(tmpdir(), 'capybara-broken-proof-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  // A sandbox network, named by its id: only a proof that ran to its end could let the request on.
+  const network = await env.docker.createNetwork({ Name: env.name('proved-net'), Labels: env.labels, Internal: true });
+  const rows = [
+    { name: 'an error', judge: "function() error('the proof broke') end" },
+    { name: 'an endless loop (HAProxy stops it after its Lua timeout)', judge: 'function() while true do end end' },
+    { name: 'out of memory (tune.lua.maxmem)', judge: "function() local t = {} for i = 1, 1e9 do t[i] = string.rep('x', 64) .. i end end" },
+    // The question goes to a dockerd endpoint that never finishes its answer: the proof's own
+    // deadline ends the wait, and the real judge refuses what came.
+    { name: 'an answer that never ends', judge: 'real.judge', path: "function() return '/events' end" },
+  ];
+  const real = readFileSync(join(HAPROXY_DIR, 'network-proof.lua'), 'utf8');
+  writeFileSync(join(dir, 'real-proof.lua'), real);
+  chmodSync(join(dir, 'real-proof.lua'), 0o644);
+  for (const [i, row] of rows.entries()) {
+    const file = join(dir, `network-proof-${i}.lua`);
+    writeFileSync(file, `local real = require('real-proof')\nreturn { OK = real.OK, is_id = real.is_id, path = ${row.path ?? 'real.path'}, judge = ${row.judge} }\n`);
+    chmodSync(file, 0o644);
+    const proxy = await startSocketProxy(t, env, { binds: [`${file}:/etc/haproxy/network-proof.lua:ro`, `${join(dir, 'real-proof.lua')}:/etc/haproxy/real-proof.lua:ro`] });
+    const started = Date.now();
+    const res = await send(proxy.socketPath, { method: 'GET', path: `/v1.41/networks/${network.id}`, headers: {}, body: null }, 90_000);
+    t.same([res.status, res.headers['x-socket-proxy-deny']], [403, 'network_proof_failed'], `${row.name}: refused (${Date.now() - started} ms)`);
+    t.notOk(res.headers['api-version'], `${row.name}: the request never reached dockerd`);
+    t.equal((await send(proxy.socketPath, { method: 'GET', path: '/_ping', headers: {}, body: null })).status, 200, `${row.name}: the proxy still serves`);
+  }
+});
+
 t.test('the proxy image loads exactly the repository\'s Lua files and rules', async (t) => {
   const env = await dockerTest(t, [SOCKET_PROXY_IMAGE]);
   if (!env) return;

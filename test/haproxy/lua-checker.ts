@@ -20,10 +20,11 @@ export interface CheckSettings {
   readonly volumeDrivers?: string;
 }
 
-export type Verdict = { readonly allowed: true; readonly view: unknown } | { readonly allowed: false; readonly reason: string };
+/** `networkIds`: the ids the body names networks by, which the proxy proves before it forwards. */
+export type Verdict = { readonly allowed: true; readonly view: unknown; readonly networkIds: readonly string[] } | { readonly allowed: false; readonly reason: string };
 
 function settingsEnv(s: CheckSettings): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = { ...process.env, SOCKET_PROXY_SHARED_NETWORK: s.sharedNetwork ?? 'capybara-sandbox' };
+  const env: NodeJS.ProcessEnv = { ...process.env, SOCKET_PROXY_SHARED_NETWORK: s.sharedNetwork ?? 'capybara-sandbox', DOCKER_SOCKET: '/var/run/docker.sock' };
   if (s.volumeDrivers !== undefined) env.SOCKET_PROXY_VOLUME_DRIVERS = s.volumeDrivers;
   else delete env.SOCKET_PROXY_VOLUME_DRIVERS;
   return env;
@@ -39,9 +40,11 @@ export function checkBodies(items: ReadonlyArray<{ route: string; body: string |
   if (run.status !== 0) throw new Error(`the checker failed: ${run.stderr.toString('utf8')}`);
   const lines = run.stdout.toString('utf8').split('\n').filter((l) => l !== '');
   if (lines.length !== items.length) throw new Error(`the checker answered ${lines.length} of ${items.length} bodies`);
-  return lines.map((line) => line.startsWith('ok ')
-    ? { allowed: true as const, view: JSON.parse(line.slice(3)) as unknown }
-    : { allowed: false as const, reason: line.replace(/^deny /, '') });
+  return lines.map((line) => {
+    if (!line.startsWith('ok ')) return { allowed: false as const, reason: line.replace(/^deny /, '') };
+    const [view = '', ids = ''] = line.slice(3).split('\t');
+    return { allowed: true as const, view: JSON.parse(view) as unknown, networkIds: ids === '' ? [] : ids.split(',') };
+  });
 }
 
 /** What loading the settings says: undefined when they load, else the error HAProxy would stop on. */

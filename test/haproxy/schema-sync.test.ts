@@ -23,8 +23,7 @@ const EXTRAS: Record<string, string> = {
   'container_create NetworkingConfig.EndpointsConfig': 'as above',
   'container_create NetworkingConfig.EndpointsConfig.*': 'as above',
   'exec_create Privileged': 'false only (the corpus refuses true in any letter case)',
-  'network_create IPAM': 'the default IPAM driver by name (public corpus A08)',
-  'network_create IPAM.Driver': 'as above',
+  'network_create IPAM.Driver': 'the default IPAM driver by name (public corpus A08)',
 };
 
 /** Member paths of a body, as the schema names them: a map's members (a path the schema lists as "path.*") as path.*. */

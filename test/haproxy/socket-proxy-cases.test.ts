@@ -26,7 +26,7 @@ interface Case {
   verdict: 'allow' | '403';
   /** For a 403: the X-Socket-Proxy-Deny reason. */
   deny?: string;
-  /** For a refusal HAProxy answers itself (broken framing): its status. */
+  /** For a refusal HAProxy answers itself (broken framing): its status; with `deny`, the status of the proxy's answer other than 403. */
   status?: number;
   why: string;
   raw?: string;
@@ -58,12 +58,15 @@ t.test('socket proxy cases against the real engine', async (t) => {
 
   // A network whose name does not start with "cap": its ID is what F40/H08 try to smuggle in.
   const other = await env.docker.createNetwork({ Name: `other${env.runId}`, Labels: env.labels, Internal: true });
+  // A cap network that cases name by its id.
+  const capNet = await env.docker.createNetwork({ Name: `cap-${env.runId}-idnet`, Labels: env.labels, Internal: true });
   const vars: Record<string, string> = {
     P: `cap-${env.runId}`, R: env.runId, IMAGE: TEST_NODE_IMAGE, OTHER_NET_ID: other.id,
+    CAP_NET_ID: capNet.id, CAP_NET_ID_UPPER: capNet.id.toUpperCase(),
     EXEC_ID: '0'.repeat(64), STDIN_EXEC_ID: '0'.repeat(64), SHARED: sharedNetwork,
   };
   const fill = (s: string) => s.replace(/\{([A-Z_]+)\}/g, (m, k: string) => vars[k] ?? m);
-  const created = new Set<string>([proxy.container, `other${env.runId}`]);
+  const created = new Set<string>([proxy.container, `other${env.runId}`, `cap-${env.runId}-idnet`]);
 
   for (const c of fixture.cases) {
     const req = {
@@ -92,7 +95,8 @@ t.test('socket proxy cases against the real engine', async (t) => {
       for (const n of createdNames(c, req.path, req.body)) created.add(n);
     } else {
       if (c.deny !== undefined) {
-        t.same([res.status, denied], [403, c.deny], `${label}: refused with ${c.deny}`);
+        // A network id that names nothing is answered 404 (as dockerd would), by the proxy.
+        t.same([res.status, denied], [c.status ?? 403, c.deny], `${label}: refused with ${c.deny}`);
       } else {
         t.same([res.status, denied], [c.status, undefined], `${label}: HAProxy itself answers ${String(c.status)}`);
       }

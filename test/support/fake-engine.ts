@@ -10,10 +10,19 @@
  *               start: paused 409, running 304 (success), a network gone 404; unpause of a
  *               container that is not paused 500; stop of a stopped one 304 (success);
  *               restart with a network gone 500; exec into a paused or stopped one 409
- *   networks    a taken name 409; bound by id: a network removed and created again under the
- *               same name is another network to a container created before (start 404), unless
- *               that container is connected to it again while stopped; removal while a running
- *               container is attached 403; connect: missing 404, twice while running 403
+ *   networks    by id (the map's key) or by name; a taken name 409 with CheckDuplicate, a second
+ *               network of the name without it, or when two creates of it overlap (the name is
+ *               checked when a create starts, the network is there when it ends: Docker 20.10's
+ *               CheckDuplicate race);
+ *               a name several networks share: inspect, remove and connect 400 (ambiguous); a
+ *               subnet overlapping another network's 403 ("Pool overlaps"); listing by labels;
+ *               a container's network is resolved by name at its first start (a name two networks
+ *               share: 400, even when the create named it by id), then bound by id: a network
+ *               removed and created again under the same name is another network to a container
+ *               that has started before (start 404), unless that container is connected to it
+ *               again while stopped; removal while a running container is
+ *               attached 403; connect: missing 404, twice while running 403, a fixed address
+ *               outside the subnet 500, taken 403; disconnect (`docker network disconnect`)
  *   volumes     create of an existing one succeeds and changes nothing; removal while any
  *               container mounts it 409; an unknown driver 404
  *   images      present or not; a pull finds only what `registry` holds
@@ -32,7 +41,7 @@
 import { randomBytes } from 'node:crypto';
 import { EngineStatusError } from '../../controller/docker/engine.js';
 import type { ExecRequest, ExecRun } from '../../controller/docker/engine.js';
-import type { ContainerView, SandboxEngine } from '../../controller/docker/sandbox-engine.js';
+import type { ContainerView, NetworkView, SandboxEngine } from '../../controller/docker/sandbox-engine.js';
 import { EXEC_MARK_VAR, STARTED_BYTE } from '../../controller/exec/exec-script.js';
 
 type ContainerState = 'created' | 'running' | 'paused' | 'exited';
@@ -47,10 +56,17 @@ interface CreateBody {
   HostConfig?: Record<string, unknown> & { NetworkMode?: string; Mounts?: Array<{ Type?: string; Source?: string }> };
 }
 
-/** A network attachment: by id once the network existed, by name until then (resolved at start). */
+/**
+ * A network attachment. Docker records it under the network's name and resolves that name when
+ * the container first starts (so a name two networks share fails the start, 400, even when the
+ * create named the network by id); from then on it is bound to the network's id.
+ */
 interface Attachment {
   name: string;
+  /** Set once bound (a start, or a connect while running). */
   id: string | undefined;
+  /** A fixed address (connect with IPAMConfig); dynamic ones are not modelled. */
+  ipv4?: string;
 }
 
 interface FakeContainer {
@@ -66,6 +82,27 @@ interface FakeNetwork {
   readonly id: string;
   readonly name: string;
   readonly body: Readonly<Record<string, unknown>>;
+  readonly createdMs: number;
+}
+
+interface NetworkBody {
+  Name: string;
+  CheckDuplicate?: boolean;
+  Internal?: boolean;
+  Options?: Record<string, string>;
+  Labels?: Record<string, string>;
+  IPAM?: { Config?: Array<{ Subnet?: string }> };
+}
+
+/** An IPv4 CIDR as [first, last] address numbers. */
+function cidrRange(cidr: string): [number, number] {
+  const [addr = '', len = '32'] = cidr.split('/');
+  const base = addr.split('.').reduce((a, o) => a * 256 + Number(o), 0);
+  return [base, base + 2 ** (32 - Number(len)) - 1];
+}
+
+function addressNumber(ip: string): number {
+  return ip.split('.').reduce((a, o) => a * 256 + Number(o), 0);
 }
 
 interface FakeVolume {
@@ -93,11 +130,14 @@ const tick = (): Promise<void> => new Promise((resolve) => setImmediate(resolve)
 
 export class FakeEngine implements SandboxEngine {
   readonly containers = new Map<string, FakeContainer>();
+  /** By id: several can share a name. */
   readonly networks = new Map<string, FakeNetwork>();
   readonly volumes = new Map<string, FakeVolume>();
   readonly images = new Set<string>();
   /** Images a pull finds. */
   readonly registry = new Set<string>();
+  /** Subnets of network creates under way. */
+  private readonly pendingSubnets = new Set<string>();
   /** Volume drivers besides `local`. */
   readonly volumeDrivers = new Set<string>();
   readonly calls: FakeCall[] = [];
@@ -151,19 +191,52 @@ export class FakeEngine implements SandboxEngine {
   }
 
   private networkById(id: string | undefined): FakeNetwork | undefined {
-    return [...this.networks.values()].find((n) => n.id === id);
+    return id === undefined ? undefined : this.networks.get(id);
   }
 
-  /** Resolves every attachment of a container about to start, as the engine does; the error names the first missing network. */
-  private resolveNetworks(c: FakeContainer): string | undefined {
+  /** Every network of a name (Docker allows several). */
+  networksNamed(name: string): FakeNetwork[] {
+    return [...this.networks.values()].filter((n) => n.name === name);
+  }
+
+  /** The one network of a name, for tests (undefined when none or several). */
+  networkNamed(name: string): FakeNetwork | undefined {
+    const all = this.networksNamed(name);
+    return all.length === 1 ? all[0] : undefined;
+  }
+
+  /** Not a controller call: a network another process (or an operator) made, with this id. */
+  putNetwork(id: string, body: { Name: string } & Record<string, unknown>): void {
+    this.networks.set(id, { id, name: body.Name, body: structuredClone(body), createdMs: Date.now() });
+  }
+
+  /** Names of every network, once per network. */
+  networkNames(): string[] {
+    return [...this.networks.values()].map((n) => n.name);
+  }
+
+  /** Docker's FindNetwork: an exact id, else a name only one network has (ambiguous otherwise). */
+  private findNetwork(call: FakeCall, idOrName: string): FakeNetwork | undefined {
+    const byId = this.networks.get(idOrName);
+    if (byId !== undefined) return byId;
+    const named = this.networksNamed(idOrName);
+    if (named.length > 1) throw this.status(call, 400, `network ${idOrName} is ambiguous (${named.length} matches found on name)`);
+    return named[0];
+  }
+
+  /** Resolves every attachment of a container about to start, as the engine does: the failure of the first that cannot be. */
+  private resolveNetworks(c: FakeContainer): { status: number; message: string } | undefined {
     for (const a of c.attached) {
       if (a.id !== undefined) {
-        if (this.networkById(a.id) === undefined) return `network ${a.id} not found`;
-      } else {
-        const n = this.networks.get(a.name);
-        if (n === undefined) return `network ${a.name} not found`;
-        a.id = n.id;
+        if (this.networkById(a.id) === undefined) return { status: 404, message: `network ${a.id} not found` };
+        continue;
       }
+      const named = this.networksNamed(a.name);
+      if (named.length > 1) return { status: 400, message: `network ${a.name} is ambiguous (${named.length} matches found on name)` };
+      const n = named[0] ?? this.networks.get(a.name);
+      if (n === undefined) return { status: 404, message: `network ${a.name} not found` };
+      a.id = n.id;
+      a.name = n.name;
     }
     return undefined;
   }
@@ -185,6 +258,12 @@ export class FakeEngine implements SandboxEngine {
       workingDir: c.body.WorkingDir ?? '',
       env: [...(c.body.Env ?? [])],
       hostConfig: structuredClone(c.body.HostConfig ?? {}),
+      // Docker gives the network's id once the container has started on it.
+      networks: c.attached.map((a) => ({
+        name: a.name,
+        id: c.state === 'running' || c.state === 'paused' ? a.id ?? '' : '',
+        ipv4: a.ipv4 ?? '',
+      })),
     };
   }
 
@@ -197,7 +276,9 @@ export class FakeEngine implements SandboxEngine {
     }
     if (!this.images.has(body.Image ?? '')) throw this.status(call, 404, `No such image: ${body.Image ?? ''}`);
     const mode = body.HostConfig?.NetworkMode ?? 'default';
-    const attached: Attachment[] = mode === 'none' ? [] : [{ name: mode, id: this.networks.get(mode)?.id }];
+    // Recorded under the network's name (found by id or name), resolved at the first start.
+    const known = this.networks.get(mode) ?? this.networksNamed(mode)[0];
+    const attached: Attachment[] = mode === 'none' ? [] : [{ name: known?.name ?? mode, id: undefined }];
     const volumes = (body.HostConfig?.Mounts ?? []).filter((m) => m.Type === 'volume' && typeof m.Source === 'string').map((m) => m.Source as string);
     // A volume a create names that does not exist is made on the spot, without labels.
     for (const v of volumes) if (!this.volumes.has(v)) this.volumes.set(v, { name: v, body: { Name: v } });
@@ -209,8 +290,8 @@ export class FakeEngine implements SandboxEngine {
     const c = this.container(call);
     if (c.state === 'paused') throw this.status(call, 409, 'cannot start a paused container, try unpause instead');
     if (c.state === 'running') return; // 304: already started
-    const missing = this.resolveNetworks(c);
-    if (missing !== undefined) throw this.status(call, 404, missing);
+    const failure = this.resolveNetworks(c);
+    if (failure !== undefined) throw this.status(call, failure.status, failure.message);
     c.state = 'running';
   }
 
@@ -224,10 +305,10 @@ export class FakeEngine implements SandboxEngine {
   async restartContainer(name: string): Promise<void> {
     const call = await this.enter('restartContainer', name);
     const c = this.container(call);
-    const missing = this.resolveNetworks(c);
-    if (missing !== undefined) {
+    const failure = this.resolveNetworks(c);
+    if (failure !== undefined) {
       c.state = c.state === 'created' ? 'created' : 'exited';
-      throw this.status(call, 500, `Cannot restart container ${name}: ${missing}`);
+      throw this.status(call, 500, `Cannot restart container ${name}: ${failure.message}`);
     }
     c.state = 'running';
   }
@@ -279,39 +360,107 @@ export class FakeEngine implements SandboxEngine {
 
   // --- networks -----------------------------------------------------------------------------
 
-  async networkExists(name: string): Promise<boolean> {
-    await this.enter('networkExists', name);
-    return this.networks.has(name);
+  async inspectNetwork(idOrName: string): Promise<NetworkView | undefined> {
+    const call = await this.enter('inspectNetwork', idOrName);
+    const n = this.findNetwork(call, idOrName);
+    return n === undefined ? undefined : this.networkView(n, true);
   }
 
-  async createNetwork(body: { Name: string }): Promise<void> {
+  async listNetworks(labels: readonly string[]): Promise<NetworkView[]> {
+    await this.enter('listNetworks', labels.join(','));
+    const carries = (n: FakeNetwork): boolean => labels.every((l) => {
+      const at = l.indexOf('=');
+      return ((n.body.Labels ?? {}) as Record<string, string>)[l.slice(0, at)] === l.slice(at + 1);
+    });
+    return [...this.networks.values()].filter(carries).map((n) => this.networkView(n, false));
+  }
+
+  private networkView(n: FakeNetwork, members: boolean): NetworkView {
+    const body = n.body as unknown as NetworkBody;
+    return {
+      id: n.id,
+      name: n.name,
+      createdMs: n.createdMs,
+      internal: body.Internal === true,
+      options: { ...(body.Options ?? {}) },
+      labels: { ...(body.Labels ?? {}) },
+      subnets: (body.IPAM?.Config ?? []).map((c) => c.Subnet ?? '').filter((x) => x !== ''),
+      gateways: [],
+      members: members
+        ? [...this.containers.values()].filter((c) => c.state === 'running' && c.attached.some((a) => a.id === n.id)).map((c) => ({ name: c.name, ipv4: c.attached.find((a) => a.id === n.id)?.ipv4 ?? '' }))
+        : [],
+    };
+  }
+
+  private subnetOf(n: FakeNetwork): string | undefined {
+    return (n.body as unknown as NetworkBody).IPAM?.Config?.[0]?.Subnet;
+  }
+
+  async createNetwork(body: { Name: string }): Promise<string> {
     const call = await this.enter('createNetwork', body.Name);
-    if (this.networks.has(body.Name)) throw this.status(call, 409, `network with name ${body.Name} already exists`);
-    this.networks.set(body.Name, { id: newId(), name: body.Name, body: structuredClone(body) });
+    const request = body as NetworkBody;
+    if (request.CheckDuplicate === true && this.networksNamed(body.Name).length > 0) throw this.status(call, 409, `network with name ${body.Name} already exists`);
+    // The subnet is reserved at once (IPAM holds a lock); the network is there only after it is
+    // set up, a moment later: two creates of one name in that moment both pass CheckDuplicate.
+    const subnet = request.IPAM?.Config?.[0]?.Subnet;
+    if (subnet !== undefined) {
+      const [first, last] = cidrRange(subnet);
+      for (const taken of [...[...this.networks.values()].map((n) => this.subnetOf(n)), ...this.pendingSubnets]) {
+        if (taken === undefined) continue;
+        const [a, b] = cidrRange(taken);
+        if (first <= b && a <= last) throw this.status(call, 403, 'Pool overlaps with other one on this address space');
+      }
+      this.pendingSubnets.add(subnet);
+    }
+    const createdMs = Date.now() + this.calls.length / 1e6;
+    await tick();
+    if (subnet !== undefined) this.pendingSubnets.delete(subnet);
+    const id = newId();
+    this.networks.set(id, { id, name: body.Name, body: structuredClone(body), createdMs });
+    return id;
   }
 
-  async removeNetwork(name: string): Promise<void> {
-    const call = await this.enter('removeNetwork', name);
-    const n = this.networks.get(name);
+  async removeNetwork(idOrName: string): Promise<void> {
+    const call = await this.enter('removeNetwork', idOrName);
+    const n = this.findNetwork(call, idOrName);
     if (n === undefined) return;
     const active = [...this.containers.values()].some((c) => (c.state === 'running' || c.state === 'paused') && c.attached.some((a) => a.id === n.id));
-    if (active) throw this.status(call, 403, `error while removing network: network ${name} id ${n.id} has active endpoints`);
-    this.networks.delete(name);
+    if (active) throw this.status(call, 403, `error while removing network: network ${n.name} id ${n.id} has active endpoints`);
+    this.networks.delete(n.id);
   }
 
-  async connectNetwork(network: string, container: string): Promise<void> {
+  async connectNetwork(network: string, container: string, ipv4?: string): Promise<void> {
     const call = await this.enter('connectNetwork', container);
     const c = this.container(call);
-    const n = this.networks.get(network);
+    const n = this.findNetwork(call, network);
+    if (ipv4 !== undefined && n !== undefined) {
+      const subnet = this.subnetOf(n);
+      const [first, last] = subnet === undefined ? [1, 0] : cidrRange(subnet);
+      const at = addressNumber(ipv4);
+      if (subnet === undefined) throw this.status(call, 400, 'user specified IP address is supported only when connecting to networks with user configured subnets');
+      if (at < first || at > last) throw this.status(call, 500, `Invalid address ${ipv4}: It does not belong to any of this network's subnets`);
+      const taken = [...this.containers.values()].some((o) => o !== c && o.attached.some((a) => a.id === n.id && a.ipv4 === ipv4));
+      if (taken) throw this.status(call, 403, 'Address already in use');
+    }
     if (c.state === 'running' || c.state === 'paused') {
       if (n === undefined) throw this.status(call, 404, `network ${network} not found`);
-      if (c.attached.some((a) => a.id === n.id)) throw this.status(call, 403, `endpoint with name ${container} already exists in network ${network}`);
-      c.attached.push({ name: network, id: n.id });
+      if (c.attached.some((a) => a.id === n.id)) throw this.status(call, 403, `endpoint with name ${container} already exists in network ${n.name}`);
+      c.attached.push({ name: n.name, id: n.id, ...(ipv4 === undefined ? {} : { ipv4 }) });
       return;
     }
     // A container that is not running only has its settings changed: the attachment of that
-    // name now means this network (by name until start when none exists).
-    c.attached = [...c.attached.filter((a) => a.name !== network), { name: network, id: n?.id }];
+    // name, resolved by name at its next start.
+    const name = n?.name ?? network;
+    c.attached = [...c.attached.filter((a) => a.name !== name), { name, id: undefined, ...(ipv4 === undefined ? {} : { ipv4 }) }];
+  }
+
+  /** Not a controller call: `docker network disconnect`. */
+  async disconnectNetwork(network: string, container: string): Promise<void> {
+    const call = await this.enter('disconnectNetwork', container);
+    const c = this.container(call);
+    const n = this.findNetwork(call, network);
+    if (n === undefined) throw this.status(call, 404, `network ${network} not found`);
+    c.attached = c.attached.filter((a) => a.id !== n.id && a.name !== n.name);
   }
 
   // --- images and exec ----------------------------------------------------------------------

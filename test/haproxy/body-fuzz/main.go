@@ -88,7 +88,8 @@ func main() {
 
 	args := strings.Fields(*luaCmd)
 	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Env = append(os.Environ(), "SOCKET_PROXY_SHARED_NETWORK="+*shared, "SOCKET_PROXY_VOLUME_DRIVERS="+*drivers)
+	// DOCKER_SOCKET: where the proxy proves network ids; the check itself never dials it.
+	cmd.Env = append(os.Environ(), "SOCKET_PROXY_SHARED_NETWORK="+*shared, "SOCKET_PROXY_VOLUME_DRIVERS="+*drivers, "DOCKER_SOCKET=/var/run/docker.sock")
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	must(err)
@@ -149,7 +150,9 @@ func main() {
 			record(&sum, finding{Kind: "docker_refused", Route: j.route, Body: string(j.body), Detail: err.Error()})
 			continue
 		}
-		if same, lv, dv := sameReading([]byte(line[3:]), d); !same {
+		// After a tab: the network ids the proxy proves before forwarding (not part of the reading).
+		reading := strings.SplitN(line[3:], "\t", 2)[0]
+		if same, lv, dv := sameReading([]byte(reading), d); !same {
 			record(&sum, finding{Kind: "read_differently", Route: j.route, Body: string(j.body), Lua: lv, Docker: dv})
 			continue
 		}

@@ -6,6 +6,7 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"reflect"
 	"regexp"
 	"strconv"
@@ -23,6 +24,46 @@ type settings struct {
 }
 
 func (s settings) network(name string) bool { return capName.MatchString(name) || name == s.sharedNetwork }
+
+// A full network id: the proxy asks dockerd what it names and admits only a network network()
+// admits (network-proof.lua); here it stands for such a network.
+var networkID = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+func (s settings) joinable(name string) bool { return s.network(name) || networkID.MatchString(name) }
+
+// RFC 1918.
+var private = []*net.IPNet{mustCIDR("10.0.0.0/8"), mustCIDR("172.16.0.0/12"), mustCIDR("192.168.0.0/16")}
+
+func mustCIDR(s string) *net.IPNet {
+	_, n, err := net.ParseCIDR(s)
+	if err != nil {
+		panic(err)
+	}
+	return n
+}
+
+func privateIP(ip net.IP) bool {
+	for _, p := range private {
+		if ip.To4() != nil && p.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// A sandbox network's subnet: private IPv4, /24 to /29, canonical.
+func sandboxSubnet(s string) (*net.IPNet, bool) {
+	ip, n, err := net.ParseCIDR(s)
+	if err != nil || ip.To4() == nil || !ip.Equal(n.IP) || n.String() != s {
+		return nil, false
+	}
+	ones, _ := n.Mask.Size()
+	last := make(net.IP, 4)
+	for i := range last {
+		last[i] = n.IP.To4()[i] | ^n.Mask[i]
+	}
+	return n, ones >= 24 && ones <= 29 && privateIP(n.IP) && privateIP(last)
+}
 
 // onlyFields: every field of the struct not named is its zero value.
 func onlyFields(v interface{}, allowed ...string) error {
@@ -112,7 +153,7 @@ func policy(route string, d *decoded, s settings) error {
 		}
 		mode := string(hc.NetworkMode)
 		switch {
-		case mode != "none" && !s.network(mode):
+		case mode != "none" && !s.joinable(mode):
 			return fmt.Errorf("NetworkMode %q", mode)
 		case len(hc.CapDrop) != 1 || hc.CapDrop[0] != "ALL":
 			return fmt.Errorf("CapDrop %v", hc.CapDrop)
@@ -134,7 +175,8 @@ func policy(route string, d *decoded, s settings) error {
 			return fmt.Errorf("OomScoreAdj %d", hc.OomScoreAdj)
 		case hc.Runtime != "" && hc.Runtime != "runc" && hc.Runtime != "runsc":
 			return fmt.Errorf("Runtime %q", hc.Runtime)
-		case hc.RestartPolicy.Name != "" && hc.RestartPolicy.Name != "no":
+		case hc.RestartPolicy.Name != "" && hc.RestartPolicy.Name != "no" && hc.RestartPolicy.Name != "on-failure",
+			hc.RestartPolicy.MaximumRetryCount != 0:
 			return fmt.Errorf("RestartPolicy %v", hc.RestartPolicy)
 		}
 		if hc.LogConfig.Type != "" || len(hc.LogConfig.Config) > 0 {
@@ -209,8 +251,27 @@ func policy(route string, d *decoded, s settings) error {
 		if !s.network(n.Name) || !n.CheckDuplicate || (n.Driver != "bridge" && n.Driver != "") {
 			return fmt.Errorf("network %q driver %q checkDuplicate %v", n.Name, n.Driver, n.CheckDuplicate)
 		}
-		if n.IPAM != nil && (n.IPAM.Driver != "default" && n.IPAM.Driver != "" || len(n.IPAM.Config) > 0 || len(n.IPAM.Options) > 0) {
+		if n.IPAM != nil && (n.IPAM.Driver != "default" && n.IPAM.Driver != "" || len(n.IPAM.Config) > 1 || len(n.IPAM.Options) > 0) {
 			return fmt.Errorf("IPAM %+v", n.IPAM)
+		}
+		if n.IPAM != nil && len(n.IPAM.Config) == 1 {
+			c := n.IPAM.Config[0]
+			subnet, ok := sandboxSubnet(c.Subnet)
+			if !ok || c.Gateway != "" || len(c.AuxAddress) > 0 {
+				return fmt.Errorf("IPAM config %+v", c)
+			}
+			if c.IPRange != "" {
+				rip, r, err := net.ParseCIDR(c.IPRange)
+				rOnes, _ := r.Mask.Size()
+				sOnes, _ := subnet.Mask.Size()
+				if err != nil || !subnet.Contains(rip) || rOnes < sOnes {
+					return fmt.Errorf("IPAM range %q in %q", c.IPRange, c.Subnet)
+				}
+			}
+			// A chosen subnet only where the host has no route into it.
+			if !n.Internal || n.Options["com.docker.network.bridge.inhibit_ipv4"] != "true" {
+				return fmt.Errorf("subnet %q on a network the host routes into", c.Subnet)
+			}
 		}
 		for k, v := range n.Options {
 			if (k != "com.docker.network.bridge.enable_icc" && k != "com.docker.network.bridge.inhibit_ipv4") || (v != "true" && v != "false") {
@@ -219,8 +280,22 @@ func policy(route string, d *decoded, s settings) error {
 		}
 	case "network_connect":
 		n := d.other.(*types.NetworkConnect)
-		if !capName.MatchString(n.Container) || n.EndpointConfig != nil {
+		if !capName.MatchString(n.Container) {
 			return fmt.Errorf("connect %+v", n)
+		}
+		// At most a fixed private IPv4 address: no alias, link, MAC, driver option or network id.
+		if ep := n.EndpointConfig; ep != nil {
+			if err := onlyFields(ep, "IPAMConfig"); err != nil {
+				return fmt.Errorf("connect endpoint: %v", err)
+			}
+			if ep.IPAMConfig != nil {
+				if err := onlyFields(ep.IPAMConfig, "IPv4Address"); err != nil {
+					return fmt.Errorf("connect address: %v", err)
+				}
+				if ip := net.ParseIP(ep.IPAMConfig.IPv4Address); ip == nil || !privateIP(ip) {
+					return fmt.Errorf("connect address %q", ep.IPAMConfig.IPv4Address)
+				}
+			}
 		}
 	case "exec_create":
 		e := d.other.(*types.ExecConfig)

@@ -5,7 +5,9 @@
 -- Usage: lua5.4 check-bodies.lua <haproxy dir>
 -- stdin: frames "<route> <byte count>\n<body bytes>"; stdout, one line per frame:
 --   "deny <reason>"  or  "ok <json>": the body as the checker read it (members in order, strings
---   re-encoded with \u escapes for everything outside printable ASCII), for the Go differential.
+--   re-encoded with \u escapes for everything outside printable ASCII), for the Go differential,
+--   then, when the body names networks by id (which the proxy proves before the request goes on),
+--   a tab and those ids, comma-separated.
 -- With the single argument "schema" after the directory, prints the schema's member paths instead.
 local dir = arg[1]
 package.path = dir .. '/?.lua;' .. package.path
@@ -89,11 +91,13 @@ while true do
   local route, count = head:match('^(%S+) (%d+)$')
   if route == nil then error('bad frame head: ' .. head) end
   local body = io.read(tonumber(count)) or ''
-  local ok, tree, reason = pcall(check.parse_checked, route, body, settings)
+  local ok, tree, extra = pcall(check.parse_checked, route, body, settings)
   if not ok then
     io.write('deny ', check.REASONS.check_failed, '\n')
   elseif tree == nil then
-    io.write('deny ', reason, '\n')
+    io.write('deny ', extra, '\n')
+  elseif #extra > 0 then
+    io.write('ok ', encode(tree), '\t', table.concat(extra, ','), '\n')
   else
     io.write('ok ', encode(tree), '\n')
   end

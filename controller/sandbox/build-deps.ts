@@ -1,0 +1,12 @@
+/** What the steps of a create and a recovery work with: the engine, the config, and who to tell. */
+import type { Logger } from 'pino';
+import type { DeploymentConfig } from '../spec/index.js';
+import type { SandboxEngine } from '../docker/index.js';
+
+export interface BuildDeps {
+  readonly engine: SandboxEngine;
+  readonly config: DeploymentConfig;
+  readonly extraLabels: Readonly<Record<string, string>>;
+  readonly egressTestHosts: Readonly<Record<string, string>> | undefined;
+  readonly logger: Logger;
+}

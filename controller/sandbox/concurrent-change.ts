@@ -1,0 +1,46 @@
+/**
+ * Which engine answers mean that a sandbox's objects changed under a call. Within one process the
+ * lanes (sandbox-lanes.ts) keep the changes to one sandbox in order; across processes nothing
+ * does, so a create, destroy or recovery can meet objects another controller made or removed a
+ * moment before: a name in use, an object gone between two calls, a network still in use. Such a
+ * call ends as `conflict` (retry), never as the engine's raw 404, 409 or 403.
+ */
+import { EngineStatusError } from '../docker/index.js';
+import { SandboxError } from '../spec/index.js';
+
+/** Docker itself (not the socket proxy) answered `status` with a message matching `words`. */
+export function dockerSays(err: unknown, status: number, words: RegExp): boolean {
+  return err instanceof EngineStatusError && !err.byProxy && err.status === status && words.test(err.message);
+}
+
+/** An answer that only a concurrent change explains. */
+export function concurrentChange(err: unknown): boolean {
+  if (!(err instanceof EngineStatusError) || err.byProxy) return false;
+  switch (err.status) {
+    // A name in use, a removal already in progress, a container that stopped or was paused.
+    case 409:
+      return true;
+    // Made moments ago by this call or found by it, removed since (a missing image is no such case).
+    case 404:
+      return !/no such image/i.test(err.message);
+    // A network still in use, an endpoint or address another call took.
+    case 403:
+      return /active endpoints|already exists|in use/i.test(err.message);
+    // A network name several networks share (made before networks were addressed by id).
+    case 400:
+      return /ambiguous/i.test(err.message);
+    default:
+      return false;
+  }
+}
+
+/** `err` as the call's result: `conflict` when a concurrent change explains it. */
+export function asConflict(err: unknown, name: string, what: string): unknown {
+  if (err instanceof SandboxError && err.code === 'conflict') return err;
+  if (!concurrentChange(err)) return err;
+  return new SandboxError(
+    'conflict',
+    `${name} was changed by another call while this ${what} ran (${(err as Error).message}); retry.`,
+    { cause: err },
+  );
+}

@@ -1,0 +1,186 @@
+/**
+ * The networks of a sandbox, by id. Docker 20.10's CheckDuplicate races across processes: two
+ * controllers creating one network name at once can both succeed, and from then on every call
+ * that names the network fails as ambiguous, for good. So a network is named only when it is
+ * created; everything after (containers, connects, inspect, removal) uses the id the create gave
+ * back, and a create that finds several networks of its name keeps the oldest and removes the
+ * others that are its own (labels) and unused. A sandbox network's subnet comes from the
+ * deployment's address pool (spec/address-pool.ts): candidates in a fixed order per name, each
+ * tried until the engine takes one (it refuses a subnet that overlaps another network's).
+ */
+import {
+  LABEL_NAME, LABEL_SANDBOX, LABEL_SHARED_NETWORK, LABEL_SUBNET, SandboxError, parseAddressPool, sandboxSubnet, subnetAddresses, subnetSlots,
+  type SandboxNames,
+} from '../spec/index.js';
+import { engineStatus, internalNetworkBody, sharedNetworkBody, type ContainerView, type NetworkView } from '../docker/index.js';
+import type { BuildDeps } from './build-deps.js';
+import { dockerSays } from './concurrent-change.js';
+
+/** A sandbox's own network: its id, and the egress proxy's fixed address on it. */
+export interface SandboxNetwork {
+  readonly id: string;
+  /** Undefined on a network made before the address pool: it has no subnet of its own to pick from. */
+  readonly egressAddress: string | undefined;
+}
+
+/**
+ * Subnets one create tries before it gives up. At a pool a quarter full, 64 taken in a row happen
+ * once in 10^38 creates; a pool that refuses 64 is full, or overlapped by someone else's network.
+ */
+const MAX_SUBNET_TRIES = 64;
+
+function oldestFirst(a: NetworkView, b: NetworkView): number {
+  return a.createdMs - b.createdMs || a.id.localeCompare(b.id);
+}
+
+export function sandboxNetworkOf(view: NetworkView): SandboxNetwork {
+  // The label names the subnet the controller asked for; the engine's own record must agree.
+  const subnet = view.labels[LABEL_SUBNET];
+  const addresses = subnet !== undefined && view.subnets.includes(subnet) ? subnetAddresses(subnet) : undefined;
+  return { id: view.id, egressAddress: addresses?.egressAddress };
+}
+
+/** Every network named like the sandbox's that carries its labels, oldest first: one, unless a create race made more. */
+export async function ownSandboxNetworks(deps: BuildDeps, names: SandboxNames): Promise<NetworkView[]> {
+  const listed = await deps.engine.listNetworks([`${LABEL_NAME}=${names.name}`]);
+  return listed.filter((n) => n.name === names.network && n.labels[LABEL_SANDBOX] === '1' && n.labels[LABEL_NAME] === names.name).sort(oldestFirst);
+}
+
+/**
+ * Keeps the oldest of the networks of one name and removes the others, unless something runs on
+ * one (Docker refuses, and it stays: every call names its network by id, so it harms nothing).
+ * Every process that finds them keeps the same one.
+ */
+async function keepOldest(deps: BuildDeps, networks: readonly NetworkView[]): Promise<NetworkView> {
+  const [kept, ...others] = networks;
+  if (kept === undefined) throw new SandboxError('engine_error', 'No network to keep.');
+  for (const other of others) {
+    try {
+      await deps.engine.removeNetwork(other.id);
+      deps.logger.warn({ network: other.name, id: other.id, kept: kept.id }, 'removed a duplicate network (a concurrent create made two of one name)');
+    } catch (err) {
+      if (!dockerSays(err, 403, /active endpoints/)) throw err;
+    }
+  }
+  return kept;
+}
+
+/**
+ * Creates the sandbox's internal network on the first free subnet of its candidates and returns
+ * its id. A network of that name that exists already is another call's (a create of the same id
+ * running elsewhere): `conflict`.
+ */
+export async function createSandboxNetwork(deps: BuildDeps, names: SandboxNames, labels: Readonly<Record<string, string>>): Promise<SandboxNetwork> {
+  const { engine, config } = deps;
+  const pool = parseAddressPool(config.addressPool, config.subnetPrefix);
+  let tries = 0;
+  for (const slot of subnetSlots(pool, names.network)) {
+    if (tries === MAX_SUBNET_TRIES) break;
+    tries += 1;
+    const addresses = sandboxSubnet(pool, slot);
+    let id: string;
+    try {
+      id = await engine.createNetwork(internalNetworkBody(names.network, labels, addresses));
+    } catch (err) {
+      // Taken by another network: the next candidate.
+      if (dockerSays(err, 403, /overlaps/)) continue;
+      if (engineStatus(err) === 409) throw await nameTaken(deps, names, err);
+      throw err;
+    }
+    const own = await ownSandboxNetworks(deps, names);
+    if (own.length <= 1) return { id, egressAddress: addresses.egressAddress };
+    return sandboxNetworkOf(await keepOldest(deps, own));
+  }
+  throw new SandboxError(
+    'address_pool_exhausted',
+    `No /${pool.subnetPrefix} subnet of the address pool ${config.addressPool} was free for ${names.network} (${tries} tried): the pool is full or another network overlaps it. ` +
+      'Destroy unused sandboxes (capybara-sandbox gc removes orphans), or give extensionConfig."sandbox-docker".addressPool a larger or another private block.',
+  );
+}
+
+async function nameTaken(deps: BuildDeps, names: SandboxNames, cause: unknown): Promise<SandboxError> {
+  const own = await ownSandboxNetworks(deps, names);
+  if (own.length > 0) {
+    return new SandboxError('conflict', `Network ${names.network} was created by another call at the same time (a create of ${names.name} running elsewhere); retry.`, { cause });
+  }
+  return new SandboxError(
+    'conflict',
+    `A network named ${names.network} exists that this controller did not make (it lacks the labels ${LABEL_SANDBOX}=1 and ${LABEL_NAME}=${names.name}); remove it (docker network rm ${names.network}) and retry.`,
+    { cause },
+  );
+}
+
+/**
+ * The sandbox network recovery brings back: the one the container names when it still exists
+ * (by id; a name, for a sandbox made before networks were addressed by id), else a new one, as
+ * a create makes it, or the one another call made of that name meanwhile.
+ */
+export async function findOrRecreateSandboxNetwork(
+  deps: BuildDeps,
+  names: SandboxNames,
+  view: ContainerView,
+  labels: Readonly<Record<string, string>>,
+): Promise<{ readonly network: SandboxNetwork; readonly rebuilt: boolean }> {
+  const ref = view.hostConfig.NetworkMode;
+  const own = await ownSandboxNetworks(deps, names);
+  const current = own.find((n) => n.id === ref || n.name === ref);
+  if (current !== undefined) return { network: sandboxNetworkOf(current), rebuilt: false };
+  // Gone, and another call made a new one meanwhile.
+  if (own.length > 0) return { network: sandboxNetworkOf(await keepOldest(deps, own)), rebuilt: true };
+  deps.logger.warn({ sandbox: names.name }, 'internal network missing, recreating it');
+  try {
+    return { network: await createSandboxNetwork(deps, names, labels), rebuilt: true };
+  } catch (err) {
+    // A concurrent recovery made it first: use that one.
+    if (!(err instanceof SandboxError && err.code === 'conflict')) throw err;
+    const made = await ownSandboxNetworks(deps, names);
+    if (made.length === 0) throw err;
+    return { network: sandboxNetworkOf(await keepOldest(deps, made)), rebuilt: true };
+  }
+}
+
+/** Removes every network of the sandbox's name that carries its labels (duplicates included). */
+export async function removeSandboxNetworks(deps: BuildDeps, names: SandboxNames): Promise<void> {
+  const own = await ownSandboxNetworks(deps, names);
+  await Promise.all(own.map((n) => deps.engine.removeNetwork(n.id)));
+}
+
+/**
+ * The id of the deployment's shared network, created (inter-container traffic off) when missing.
+ * Made by several controllers at once it can exist twice: the oldest of those this controller
+ * labelled is kept. An operator's own network of that name is used as it is.
+ */
+export async function ensureSharedNetwork(deps: BuildDeps): Promise<string> {
+  const { engine, config } = deps;
+  try {
+    const found = await engine.inspectNetwork(config.network);
+    if (found !== undefined) return found.id;
+  } catch (err) {
+    if (!dockerSays(err, 400, /ambiguous/)) throw err;
+    return resolveSharedNetwork(deps, err);
+  }
+  try {
+    await engine.createNetwork(sharedNetworkBody(config.network, deps.extraLabels));
+  } catch (err) {
+    // Created by a concurrent call meanwhile.
+    if (engineStatus(err) !== 409) throw err;
+  }
+  return resolveSharedNetwork(deps, undefined);
+}
+
+async function resolveSharedNetwork(deps: BuildDeps, cause: unknown): Promise<string> {
+  const { engine, config } = deps;
+  const own = (await engine.listNetworks([`${LABEL_SHARED_NETWORK}=${config.network}`])).filter((n) => n.name === config.network).sort(oldestFirst);
+  if (own.length > 0) return (await keepOldest(deps, own)).id;
+  // Not the controller's: the operator's network of that name, once.
+  const found = await engine.inspectNetwork(config.network).catch((err: unknown) => {
+    if (!dockerSays(err, 400, /ambiguous/)) throw err;
+    throw new SandboxError(
+      'conflict',
+      `Several networks are named ${config.network} and none was made by this controller; keep one (docker network ls --filter name=${config.network}) or set extensionConfig."sandbox-docker".network to another name.`,
+      { cause: cause ?? err },
+    );
+  });
+  if (found === undefined) throw new SandboxError('conflict', `The shared network ${config.network} was removed while it was being created; retry.`, { cause });
+  return found.id;
+}
