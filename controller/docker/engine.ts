@@ -49,6 +49,7 @@ export class DockerEngine implements SandboxEngine {
   async inspectContainer(name: string): Promise<ContainerView | undefined> {
     const data = await this.optional(
       this.call<{
+        Id?: string;
         State?: { Status?: string; Running?: boolean; Paused?: boolean };
         Config?: { Labels?: Record<string, string> | null; Image?: string; User?: string; Cmd?: string[] | null; WorkingDir?: string; Env?: string[] | null };
         HostConfig?: Record<string, unknown>;
@@ -57,6 +58,7 @@ export class DockerEngine implements SandboxEngine {
     );
     if (data === undefined) return undefined;
     return {
+      id: data.Id ?? '',
       status: data.State?.Status ?? 'unknown',
       running: data.State?.Running === true,
       paused: data.State?.Paused === true,
@@ -71,8 +73,10 @@ export class DockerEngine implements SandboxEngine {
     };
   }
 
-  async createContainer(name: string, body: unknown): Promise<void> {
-    await this.call(`create of container ${name}`, 'POST', '/containers/create', { query: { name }, body, timeoutMs: this.callTimeoutMs * 2 });
+  async createContainer(name: string, body: unknown): Promise<string> {
+    const created = await this.call<{ Id?: unknown }>(`create of container ${name}`, 'POST', '/containers/create', { query: { name }, body, timeoutMs: this.callTimeoutMs * 2 });
+    if (typeof created?.Id !== 'string' || created.Id === '') throw new SandboxError('engine_error', `Docker created container ${name} but did not say its id.`);
+    return created.Id;
   }
 
   async startContainer(name: string): Promise<void> {

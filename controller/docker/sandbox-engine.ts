@@ -9,6 +9,7 @@ import type { ExecRequest, ExecRun } from './engine-exec.js';
 
 /** A container as inspect shows it. */
 export interface ContainerView {
+  readonly id: string;
   readonly status: string;
   /** True for a paused container too (Docker's State.Running). */
   readonly running: boolean;
@@ -47,7 +48,8 @@ export interface NetworkView {
 export interface SandboxEngine {
   /** undefined when there is no container of that name. */
   inspectContainer(name: string): Promise<ContainerView | undefined>;
-  createContainer(name: string, body: unknown): Promise<void>;
+  /** Returns the new container's id. */
+  createContainer(name: string, body: unknown): Promise<string>;
   startContainer(name: string): Promise<void>;
   /** A missing or stopped container is fine. */
   stopContainer(name: string, graceSeconds: number): Promise<void>;

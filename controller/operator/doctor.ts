@@ -12,6 +12,7 @@ import { randomBytes } from 'node:crypto';
 import { type DeploymentConfig, type SandboxHandle, type SandboxProvider, isSandboxError } from '../spec/index.js';
 import { type DockerEngine, engineStatus, parseEndpoint } from '../docker/index.js';
 import { ISOLATION_PROBE, probeCommand, readProbeOutput } from './isolation-probe.js';
+import type { SandboxRow } from './inventory.js';
 
 export const DOCTOR_CHECKS = {
   engine_reachable: 'The endpoint answers (over mTLS when tlsCertDir is set).',
@@ -20,6 +21,7 @@ export const DOCTOR_CHECKS = {
   shared_network_icc_off: 'The shared network has inter-container traffic off.',
   runtime_usable: 'A sandbox starts with the configured runtime and runs a command.',
   isolation: 'Inside an allowlist sandbox: no metadata service, no socket proxy, no direct route out; the egress proxy refuses unlisted hosts.',
+  sandboxes_egress: 'Every sandbox with an egress proxy has it running on the sandbox\'s network (listed through the engine on this host).',
 } as const;
 export type DoctorCheckId = keyof typeof DOCTOR_CHECKS;
 
@@ -36,6 +38,11 @@ export interface DoctorOptions {
   readonly provider: SandboxProvider;
   readonly image: string;
   readonly labels: Readonly<Record<string, string>>;
+  /**
+   * The sandboxes as `ls` lists them, through the engine itself (the socket proxy refuses listing
+   * by design); undefined when this host has no engine of the deployment to ask.
+   */
+  readonly listSandboxes: (() => Promise<readonly SandboxRow[]>) | undefined;
 }
 
 /** A documentation-range address (RFC 5737): stands for "anywhere outside". */
@@ -140,9 +147,33 @@ async function checkIsolation(o: DoctorOptions, h: SandboxHandle): Promise<Docto
   };
 }
 
+/** Proxies that do not run on their sandbox's network: those sandboxes have no way out until repaired. */
+async function checkSandboxesEgress(o: DoctorOptions): Promise<DoctorCheck> {
+  const check = 'sandboxes_egress';
+  if (o.listSandboxes === undefined) {
+    return { check, status: 'skip', detail: 'Listing sandboxes needs the engine itself (the socket proxy refuses it by design); run capybara-sandbox ls on the engine host.' };
+  }
+  let rows: readonly SandboxRow[];
+  try {
+    rows = await o.listSandboxes();
+  } catch (err) {
+    return { check, status: 'skip', detail: `The engine on this host cannot list sandboxes: ${(err as Error).message}` };
+  }
+  // A stopped sandbox's proxy may be stopped too (suspend); a running one's must run on its network.
+  const running = rows.filter((r) => r.egress !== 'none' && r.state === 'running');
+  const broken = running.filter((r) => r.egress !== 'running');
+  if (broken.length === 0) return { check, status: 'pass', detail: `${running.length} running sandbox(es) with an egress proxy, each proxy running on its sandbox's network.` };
+  return {
+    check,
+    status: 'fail',
+    detail: `No way out: ${broken.map((r) => `${r.name} (egress proxy ${r.egress})`).join(', ')}.`,
+    fix: 'The controller repairs a sandbox before its next command or resume (capybara-sandbox exec NAME -- true); or destroy it.',
+  };
+}
+
 export async function runDoctor(o: DoctorOptions): Promise<DoctorCheck[]> {
   const checks: DoctorCheck[] = [await checkEngine(o)];
-  const later: DoctorCheckId[] = ['socket_proxy_refuses', 'images_present', 'shared_network_icc_off', 'runtime_usable', 'isolation'];
+  const later: DoctorCheckId[] = ['socket_proxy_refuses', 'images_present', 'shared_network_icc_off', 'runtime_usable', 'isolation', 'sandboxes_egress'];
   if (checks[0]?.status !== 'pass') {
     return [...checks, ...later.map((check) => ({ check, status: 'skip' as const, detail: 'The engine is not reachable.' }))];
   }
@@ -171,5 +202,6 @@ export async function runDoctor(o: DoctorOptions): Promise<DoctorCheck[]> {
   } finally {
     await o.provider.destroyByName(`cap-${id}`).catch(() => undefined);
   }
+  checks.push(await checkSandboxesEgress(o));
   return checks;
 }

@@ -4,8 +4,9 @@
  * socket proxy on purpose, so a 403 becomes an error that says which endpoint to use instead.
  */
 import { type ContainerSummary, type DockerEngine, type ResourceSummary, engineStatus } from '../docker/index.js';
-import { SandboxError, LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_NAME, LABEL_SANDBOX, meaningOfLabel, namesFor } from '../spec/index.js';
+import { SandboxError, LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_NAME, LABEL_SANDBOX, namesFor } from '../spec/index.js';
 import { decodeAllowHosts } from '../../common/index.js';
+import { egressState } from './egress-state.js';
 
 export interface Inventory {
   /** Every sandbox-labelled container (not narrowed by --label: used to tell live sandboxes). */
@@ -23,7 +24,7 @@ export interface SandboxRow {
   readonly created: string;
   readonly ageSeconds: number;
   readonly image: string;
-  /** running, exited, paused, ..., `missing` (a tier with a proxy, without it) or `none`. */
+  /** running, exited, paused, ..., `detached` (running, off the sandbox's network), `missing` (a tier with a proxy, without it) or `none`. */
   readonly egress: string;
   readonly allowHosts: readonly string[];
 }
@@ -72,7 +73,7 @@ export function sandboxRows(inventory: Inventory, nowMs: number): SandboxRow[] {
       created: new Date(c.createdMs).toISOString(),
       ageSeconds: Math.max(0, Math.round((nowMs - c.createdMs) / 1000)),
       image: c.image,
-      egress: meaningOfLabel(c.labels[LABEL_EGRESS]).egressProxy ? (proxy?.state ?? 'missing') : 'none',
+      egress: egressState(c, proxy),
       allowHosts: decodeAllowHosts(c.labels[LABEL_ALLOW_HOSTS] ?? ''),
     };
   }).sort((a, b) => a.name.localeCompare(b.name));

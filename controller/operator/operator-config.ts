@@ -26,7 +26,7 @@ export interface OperatorConfig {
 }
 
 /** The engine's own socket on this host: DOCKER_HOST when it names a unix socket. */
-function localEngineEndpoint(env: NodeJS.ProcessEnv): string {
+export function localEngineEndpoint(env: NodeJS.ProcessEnv): string {
   const host = env.DOCKER_HOST;
   return host?.startsWith('unix://') ? host : 'unix:///var/run/docker.sock';
 }

@@ -11,7 +11,7 @@ import { DockerEngine } from '../docker/index.js';
 import { isSandboxError, type DeploymentConfig, type ExecResult } from '../spec/index.js';
 import { createDockerSandbox } from '../index.js';
 import { OPERATOR_HELP, parseOperatorArgs, type OperatorArgs } from './args.js';
-import { egressTestHostsFromEnv, engineSocketFor, loadOperatorConfig, PROXY_SOCKET_FILE, upSocketDir, type OperatorConfig } from './operator-config.js';
+import { egressTestHostsFromEnv, engineSocketFor, loadOperatorConfig, localEngineEndpoint, PROXY_SOCKET_FILE, upSocketDir, type OperatorConfig } from './operator-config.js';
 import { labelFilters, readInventory, sandboxRows } from './inventory.js';
 import { inspectSandbox } from './sandbox-detail.js';
 import { collectGarbage } from './gc.js';
@@ -137,7 +137,7 @@ async function dispatch(args: OperatorArgs, loaded: OperatorConfig, io: Operator
       const d = await inspectSandbox(engine, args.name ?? '');
       print(io, args, d, table(['FIELD', 'VALUE'], [
         ['name', d.name], ['state', d.state], ['tier', d.tier], ['image', d.image], ['runtime', d.runtime],
-        ['allow-hosts', d.allowHosts.join(',') || '-'], ['egress-proxy', d.egress], ['network', d.network],
+        ['allow-hosts', d.allowHosts.join(',') || '-'], ['egress-proxy', d.egress], ['network', d.network], ['subnet', d.subnet],
         ['volumes', d.volumes.join(',')], ['cpus', String(Number(d.limits.nanoCpus) / 1e9)],
         ['memory-mb', String(Number(d.limits.memory) / 1024 / 1024)], ['pids-limit', String(d.limits.pidsLimit)],
       ]));
@@ -162,7 +162,11 @@ async function dispatch(args: OperatorArgs, loaded: OperatorConfig, io: Operator
       return results.some((r) => r.action === 'failed') ? 1 : 0;
     }
     case 'doctor': {
-      const checks = await runDoctor({ config, engine, provider: provider(), image: args.image, labels: args.labels });
+      // Listing needs the engine itself: the one on this host, when the endpoint is a socket here
+      // (the socket proxy of up, or the engine); a tcp endpoint may be another host's engine.
+      const local = config.endpoint.startsWith('unix://') ? new DockerEngine({ endpoint: localEngineEndpoint(env), logger }) : undefined;
+      const listSandboxes = local === undefined ? undefined : async () => sandboxRows(await readInventory(local, args.labels, 'doctor'), now());
+      const checks = await runDoctor({ config, engine, provider: provider(), image: args.image, labels: args.labels, listSandboxes });
       const human = checks.map((c) => `[${c.status.toUpperCase()}] ${c.check}: ${c.detail}${c.fix === undefined ? '' : `\n       fix: ${c.fix}`}`).join('\n') + '\n';
       print(io, args, checks, human);
       return checks.some((c) => c.status === 'fail') ? 1 : 0;

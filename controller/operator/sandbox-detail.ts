@@ -2,9 +2,10 @@
  * `inspect NAME`: one sandbox as the controller sees it, read with per-name calls only, so it
  * works through the socket proxy too.
  */
-import type { DockerEngine } from '../docker/index.js';
+import { type ContainerView, type DockerEngine, engineStatus } from '../docker/index.js';
 import { SandboxError, LABEL_ALLOW_HOSTS, LABEL_EGRESS, checkSandboxName, meaningOfLabel, namesFor } from '../spec/index.js';
 import { decodeAllowHosts } from '../../common/index.js';
+import { egressState } from './egress-state.js';
 
 export interface SandboxDetail {
   readonly name: string;
@@ -13,8 +14,12 @@ export interface SandboxDetail {
   readonly image: string;
   readonly allowHosts: readonly string[];
   readonly runtime: string;
+  /** As `ls` says it (egress-state.ts): `detached` is a proxy that runs off the sandbox's network. */
   readonly egress: string;
+  /** The sandbox's network: its name, with `(missing)` when gone, or `none`. */
   readonly network: string;
+  /** Its subnet (from the address pool; a network made before has the engine's), or `-`. */
+  readonly subnet: string;
   readonly volumes: readonly string[];
   readonly limits: { readonly nanoCpus: unknown; readonly memory: unknown; readonly pidsLimit: unknown };
 }
@@ -26,8 +31,8 @@ export async function inspectSandbox(engine: DockerEngine, rawName: string): Pro
   if (view === undefined) throw new SandboxError('not_found', `Sandbox ${name} does not exist (no container of that name); gc removes leftovers.`);
   const tier = view.labels[LABEL_EGRESS] ?? 'unknown';
   const meaning = meaningOfLabel(view.labels[LABEL_EGRESS]);
-  const egress = meaning.egressProxy ? ((await engine.inspectContainer(names.egress))?.status ?? 'missing') : 'none';
-  const hasNetwork = meaning.sandboxNetwork === 'internal';
+  const proxy = meaning.egressProxy ? await engine.inspectContainer(names.egress) : undefined;
+  const egress = egressState(stateOf(view), proxy === undefined ? undefined : stateOf(proxy));
   const mounts = Array.isArray(view.hostConfig.Mounts) ? (view.hostConfig.Mounts as Array<{ Type?: string; Source?: string }>) : [];
   return {
     name,
@@ -37,8 +42,27 @@ export async function inspectSandbox(engine: DockerEngine, rawName: string): Pro
     allowHosts: decodeAllowHosts(view.labels[LABEL_ALLOW_HOSTS] ?? ''),
     runtime: String(view.hostConfig.Runtime ?? ''),
     egress,
-    network: hasNetwork ? ((await engine.inspectNetwork(names.network)) !== undefined ? names.network : `${names.network} (missing)`) : 'none',
+    ...(meaning.sandboxNetwork === 'internal' ? await networkOf(engine, view, names.network) : { network: 'none', subnet: '-' }),
     volumes: mounts.filter((m) => m.Type === 'volume' && typeof m.Source === 'string').map((m) => m.Source as string),
     limits: { nanoCpus: view.hostConfig.NanoCpus, memory: view.hostConfig.Memory, pidsLimit: view.hostConfig.PidsLimit },
   };
+}
+
+function stateOf(view: ContainerView): ContainerView & { readonly state: string } {
+  return { ...view, state: view.paused ? 'paused' : view.status };
+}
+
+/** The network the container names (by id; by name when made before networks were addressed by id). */
+async function networkOf(engine: DockerEngine, view: ContainerView, name: string): Promise<{ network: string; subnet: string }> {
+  const ref = view.hostConfig.NetworkMode;
+  let network;
+  try {
+    network = typeof ref === 'string' ? await engine.inspectNetwork(ref) : undefined;
+  } catch (err) {
+    // A name several networks share (a create race before networks were addressed by id).
+    if (engineStatus(err) === 400) return { network: `${name} (several networks of this name: destroy and create the sandbox again)`, subnet: '-' };
+    throw err;
+  }
+  if (network === undefined) return { network: `${name} (missing)`, subnet: '-' };
+  return { network: network.name, subnet: network.subnets.join(',') || '-' };
 }

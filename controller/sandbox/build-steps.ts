@@ -22,10 +22,11 @@ export function ignoreConflict(err: unknown): void {
   if (engineStatus(err) !== 409) throw err;
 }
 
-export async function createContainerPullingOnce(deps: BuildDeps, name: string, image: string, body: unknown): Promise<void> {
+/** Returns the new container's id. */
+export async function createContainerPullingOnce(deps: BuildDeps, name: string, image: string, body: unknown): Promise<string> {
   const { engine } = deps;
   try {
-    await engine.createContainer(name, body);
+    return await engine.createContainer(name, body);
   } catch (err) {
     // 404 also means a missing network; only a missing image is worth a pull.
     if (engineStatus(err) !== 404 || !/no such image/i.test((err as Error).message)) throw err;
@@ -35,7 +36,7 @@ export async function createContainerPullingOnce(deps: BuildDeps, name: string, 
     } catch (pullErr) {
       throw new SandboxError('image_unavailable', `Image ${image} is not on the engine and could not be pulled; build or pre-pull it on every Docker node.`, { cause: pullErr });
     }
-    await engine.createContainer(name, body);
+    return engine.createContainer(name, body);
   }
 }
 
@@ -45,7 +46,8 @@ export async function createContainerPullingOnce(deps: BuildDeps, name: string, 
  * takes one endpoint per create). Starting first lets the proxy process load while the rest of
  * the sandbox is built: its start-up is the longest step of a create. Nothing can reach the proxy
  * meanwhile but what the shared network allows (no inter-container traffic), and the sandbox is
- * only ever on its internal network. `proceed` is asked before each call (step-group.ts).
+ * only ever on its internal network. `proceed` is asked before each call (step-group.ts); `made`
+ * is told the proxy container's id.
  */
 export async function createEgress(
   deps: BuildDeps,
@@ -53,9 +55,10 @@ export async function createEgress(
   sharedNetwork: string,
   internalNetwork: Promise<SandboxNetwork>,
   proceed: () => void = () => undefined,
+  made: (name: string, id: string) => void = () => undefined,
 ): Promise<void> {
   const body = egressContainerBody(plan, sharedNetwork, deps.egressTestHosts);
-  await createContainerPullingOnce(deps, plan.names.egress, plan.egressProxyImage, body);
+  made(plan.names.egress, await createContainerPullingOnce(deps, plan.names.egress, plan.egressProxyImage, body));
   proceed();
   await deps.engine.startContainer(plan.names.egress);
   const network = await internalNetwork;

@@ -30,6 +30,11 @@ export class SandboxLifecycle {
     // A stale instance (the host may have died before recording the handle) is replaced.
     await this.destroy(names.name);
     const steps = new StepGroup();
+    // The containers this create made, by id: another process may replace them meanwhile.
+    const made = new Map<string, string>();
+    const remember = (name: string, id: string): void => {
+      made.set(name, id);
+    };
     try {
       // Create-to-ready is what a conversation waits for: every step starts as soon as what it
       // needs exists (step-group.ts keeps a failure from leaving anything behind).
@@ -40,7 +45,7 @@ export class SandboxLifecycle {
         steps.run(async () => {
           const sharedId = await shared;
           steps.proceed();
-          await createEgress(this.deps, plan, sharedId, internal, steps.proceed);
+          await createEgress(this.deps, plan, sharedId, internal, steps.proceed, remember);
         });
       }
       steps.run(async () => {
@@ -48,7 +53,7 @@ export class SandboxLifecycle {
         // volumes too: a create would otherwise make them, unlabelled.
         const [network] = await Promise.all([meaning.sandboxNetwork === 'shared' ? shared : internal?.then((n) => n.id), volumes]);
         steps.proceed();
-        await createContainerPullingOnce(this.deps, names.container, plan.image, sandboxContainerBody(plan, network));
+        remember(names.container, await createContainerPullingOnce(this.deps, names.container, plan.image, sandboxContainerBody(plan, network)));
         steps.proceed();
         await engine.startContainer(names.container);
       });
@@ -56,12 +61,28 @@ export class SandboxLifecycle {
       // Both containers are up and the proxy holds its leg on the internal network.
       if (meaning.egressProxy) await waitForEgress(this.deps, names);
     } catch (err) {
+      // Asked before the cleanup removes them: a proxy that never answered, a start that failed,
+      // are explained by another call that replaced or removed what this create made.
+      const replaced = await this.replacedMeanwhile(made);
       // Every step has finished (settled), so the cleanup finds all they made.
       await this.destroy(names.name).catch((cleanupErr: unknown) => {
         this.deps.logger.warn({ sandbox: names.name, err: cleanupErr }, 'cleanup after failed create did not finish');
       });
+      if (replaced !== undefined) {
+        throw new SandboxError('conflict', `${names.name} was changed by another call while this create ran (${replaced}); retry.`, { cause: err });
+      }
       throw asConflict(err, names.name, 'create');
     }
+  }
+
+  /** Which container this create made is gone or another one now, if any. */
+  private async replacedMeanwhile(made: ReadonlyMap<string, string>): Promise<string | undefined> {
+    for (const [name, id] of made) {
+      const now = await this.deps.engine.inspectContainer(name).catch(() => undefined);
+      if (now === undefined) return `container ${name} was removed`;
+      if (now.id !== id) return `container ${name} was replaced`;
+    }
+    return undefined;
   }
 
   async suspend(name: string): Promise<void> {

@@ -100,7 +100,7 @@ t.test('sandbox names and specs', async (t) => {
 t.test('run reuses a sandbox only when the options typed agree', async (t) => {
   const existing: SandboxDetail = {
     name: 'cap-demo', state: 'running', tier: 'allowlist', image: 'capybara-sandbox:latest', allowHosts: ['a.example', 'b.example'],
-    runtime: 'runc', egress: 'running', network: 'cap-demo-net', volumes: ['cap-demo-workspace', 'cap-demo-skills'],
+    runtime: 'runc', egress: 'running', network: 'cap-demo-net', subnet: '10.213.0.16/28', volumes: ['cap-demo-workspace', 'cap-demo-skills'],
     limits: { nanoCpus: 1e9, memory: 1024 * 1024 * 1024, pidsLimit: 1024 },
   };
   const rows = [

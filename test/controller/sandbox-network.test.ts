@@ -117,6 +117,31 @@ t.test('the shared network twice (a create race): the oldest labelled one is kep
   t.equal(s.engine.containers.get(EGRESS)?.body.HostConfig?.NetworkMode, 'shared-a', 'the proxy joins it by id');
 });
 
+t.test('a proxy replaced by another call while the create waits for it: conflict, not egress_unavailable', async (t) => {
+  const s = fakeSandbox();
+  s.engine.onExec = async (container, request) => {
+    if (container === NAME && request.cmd.join(' ').includes('/dev/tcp/')) {
+      // Another controller's create of the id removed this one's proxy and made its own.
+      const mine = s.engine.containers.get(EGRESS);
+      s.engine.containers.delete(EGRESS);
+      if (mine !== undefined) s.engine.containers.set(EGRESS, { ...mine, id: 'theirs', attached: [] });
+      return { exitCode: 137 };
+    }
+    return s.engine.defaultExec(container, request);
+  };
+  const err = await s.provider.create(allowlist).catch((e: unknown) => e);
+  t.ok(isSandboxError(err, 'conflict'), String(err));
+  t.match((err as Error).message, `container ${EGRESS} was replaced`);
+  t.same(leftOver(s), [], 'the create cleaned up after itself');
+});
+
+t.test('a proxy that does not answer, with nobody else at work, is still egress_unavailable', async (t) => {
+  const s = fakeSandbox();
+  s.engine.onExec = () => ({ exitCode: 137 });
+  const err = await s.provider.create(allowlist).catch((e: unknown) => e);
+  t.ok(isSandboxError(err, 'egress_unavailable'), String(err));
+});
+
 /** What each call said, and whether the id is still usable afterwards. */
 async function race(t: Test, processes: number, seed: number): Promise<void> {
   const s = fakeSandbox();

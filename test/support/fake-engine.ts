@@ -248,6 +248,7 @@ export class FakeEngine implements SandboxEngine {
     const c = this.containers.get(name);
     if (c === undefined) return undefined;
     return {
+      id: c.id,
       status: c.state,
       running: c.state === 'running' || c.state === 'paused',
       paused: c.state === 'paused',
@@ -267,7 +268,7 @@ export class FakeEngine implements SandboxEngine {
     };
   }
 
-  async createContainer(name: string, rawBody: unknown): Promise<void> {
+  async createContainer(name: string, rawBody: unknown): Promise<string> {
     const call = await this.enter('createContainer', name);
     const body = structuredClone(rawBody) as CreateBody;
     const taken = this.containers.get(name);
@@ -282,7 +283,9 @@ export class FakeEngine implements SandboxEngine {
     const volumes = (body.HostConfig?.Mounts ?? []).filter((m) => m.Type === 'volume' && typeof m.Source === 'string').map((m) => m.Source as string);
     // A volume a create names that does not exist is made on the spot, without labels.
     for (const v of volumes) if (!this.volumes.has(v)) this.volumes.set(v, { name: v, body: { Name: v } });
-    this.containers.set(name, { id: newId(), name, state: 'created', body, attached, volumes });
+    const id = newId();
+    this.containers.set(name, { id, name, state: 'created', body, attached, volumes });
+    return id;
   }
 
   async startContainer(name: string): Promise<void> {
