@@ -10,8 +10,9 @@ import { SandboxError, TIERS, type SandboxPlan, withAllowHosts } from '../spec/i
 import { egressContainerBody, sandboxContainerBody } from './container-spec.js';
 import { MAX_BODY_BYTES } from './engine-call.js';
 
-/** A network id as long as any (the bodies name networks by id): the measure must not depend on it. */
+/** A network id and an address as long as any (the bodies carry both): the measure must not depend on them. */
 const LONGEST_ID = 'f'.repeat(64);
+const LONGEST_ADDRESS = '255.255.255.255';
 
 interface Measured {
   readonly what: string;
@@ -20,9 +21,9 @@ interface Measured {
 
 /** The larger of the plan's create bodies, serialised as the engine sends it. */
 function largestBody(plan: SandboxPlan, testHosts: Readonly<Record<string, string>> | undefined): Measured {
-  const bodies: Measured[] = [{ what: 'sandbox container', bytes: Buffer.byteLength(JSON.stringify(sandboxContainerBody(plan, LONGEST_ID))) }];
+  const bodies: Measured[] = [{ what: 'sandbox container', bytes: Buffer.byteLength(JSON.stringify(sandboxContainerBody(plan, LONGEST_ID, LONGEST_ADDRESS))) }];
   if (TIERS[plan.tier].egressProxy) {
-    bodies.push({ what: 'egress proxy', bytes: Buffer.byteLength(JSON.stringify(egressContainerBody(plan, LONGEST_ID, testHosts))) });
+    bodies.push({ what: 'egress proxy', bytes: Buffer.byteLength(JSON.stringify(egressContainerBody(plan, LONGEST_ID, testHosts, LONGEST_ADDRESS))) });
   }
   return bodies.reduce((a, b) => (b.bytes > a.bytes ? b : a));
 }

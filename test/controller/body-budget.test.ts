@@ -16,7 +16,7 @@ const spec = (allowHosts: string[]) => ({ id: 'long', image: IMAGES.sandbox, lim
 const config = parseDeploymentConfig({ endpoint: 'unix:///nonexistent/fake-engine.sock' });
 const bodyBytes = (allowHosts: string[]) => {
   const plan = withAllowHosts(planSandbox(spec([]), config, { extraLabels: { 'dev.capybara.test': 'fake' } }), allowHosts);
-  return Math.max(JSON.stringify(sandboxContainerBody(plan)).length, JSON.stringify(egressContainerBody(plan, undefined)).length);
+  return Math.max(JSON.stringify(sandboxContainerBody(plan, 'f'.repeat(64), '255.255.255.255')).length, JSON.stringify(egressContainerBody(plan, 'f'.repeat(64), undefined, '255.255.255.255')).length);
 };
 
 t.test('an allowlist too long for one body is refused at once, with its count and what fits', async (t) => {
