@@ -10,20 +10,21 @@ import { SandboxError, TIERS, type SandboxPlan, withAllowHosts } from '../spec/i
 import { egressContainerBody, sandboxContainerBody } from './container-spec.js';
 import { MAX_BODY_BYTES } from './engine-call.js';
 
-/** A network id and an address as long as any (the bodies carry both): the measure must not depend on them. */
-const LONGEST_ID = 'f'.repeat(64);
-const LONGEST_ADDRESS = '255.255.255.255';
-
 interface Measured {
   readonly what: string;
   readonly bytes: number;
 }
 
+/** Networks are named in a create body by id: Docker's ids are 64 hex digits, the longest reference. */
+const NETWORK_ID = '0'.repeat(64);
+/** The egress proxy's address on the sandbox network (both bodies carry it), at its longest. */
+const LONGEST_ADDRESS = '255.255.255.255';
+
 /** The larger of the plan's create bodies, serialised as the engine sends it. */
 function largestBody(plan: SandboxPlan, testHosts: Readonly<Record<string, string>> | undefined): Measured {
-  const bodies: Measured[] = [{ what: 'sandbox container', bytes: Buffer.byteLength(JSON.stringify(sandboxContainerBody(plan, LONGEST_ID, LONGEST_ADDRESS))) }];
+  const bodies: Measured[] = [{ what: 'sandbox container', bytes: Buffer.byteLength(JSON.stringify(sandboxContainerBody(plan, NETWORK_ID, LONGEST_ADDRESS))) }];
   if (TIERS[plan.tier].egressProxy) {
-    bodies.push({ what: 'egress proxy', bytes: Buffer.byteLength(JSON.stringify(egressContainerBody(plan, LONGEST_ID, testHosts, LONGEST_ADDRESS))) });
+    bodies.push({ what: 'egress proxy', bytes: Buffer.byteLength(JSON.stringify(egressContainerBody(plan, NETWORK_ID, testHosts, LONGEST_ADDRESS))) });
   }
   return bodies.reduce((a, b) => (b.bytes > a.bytes ? b : a));
 }

@@ -14,9 +14,11 @@ import { egressContainerBody, sandboxContainerBody } from '../../controller/dock
 const hosts = (n: number) => Array.from({ length: n }, (_, i) => `host-${String(i).padStart(5, '0')}.example-registry.com`);
 const spec = (allowHosts: string[]) => ({ id: 'long', image: IMAGES.sandbox, limits: { egress: 'allowlist' as const, allowHosts } });
 const config = parseDeploymentConfig({ endpoint: 'unix:///nonexistent/fake-engine.sock' });
+// Networks are named by id in a create body; the check measures with Docker's longest (64 hex digits).
+const NETWORK_ID = 'f'.repeat(64);
 const bodyBytes = (allowHosts: string[]) => {
   const plan = withAllowHosts(planSandbox(spec([]), config, { extraLabels: { 'dev.capybara.test': 'fake' } }), allowHosts);
-  return Math.max(JSON.stringify(sandboxContainerBody(plan, 'f'.repeat(64), '255.255.255.255')).length, JSON.stringify(egressContainerBody(plan, 'f'.repeat(64), undefined, '255.255.255.255')).length);
+  return Math.max(JSON.stringify(sandboxContainerBody(plan, NETWORK_ID, '255.255.255.255')).length, JSON.stringify(egressContainerBody(plan, NETWORK_ID, undefined, '255.255.255.255')).length);
 };
 
 t.test('an allowlist too long for one body is refused at once, with its count and what fits', async (t) => {

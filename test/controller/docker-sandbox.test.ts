@@ -110,7 +110,8 @@ t.test('sandbox provider on the real engine', async (t) => {
     t.equal(hc.Memory, 512 * 1024 * 1024);
     t.equal(hc.MemorySwap, 512 * 1024 * 1024);
     t.equal(hc.Runtime, 'runc');
-    t.equal(hc.NetworkMode, `${name}-net`);
+    const net = await env.docker.getNetwork(`${name}-net`).inspect();
+    t.equal(hc.NetworkMode, net.Id, 'its internal network, by id');
     t.same(hc.Binds ?? null, null);
     t.same(Object.keys(info.NetworkSettings.Networks), [`${name}-net`]);
     t.match(hc.Tmpfs?.['/tmp'], /nosuid,nodev,size=268435456/);
@@ -128,7 +129,13 @@ t.test('sandbox provider on the real engine', async (t) => {
     t.equal(egress.HostConfig.ReadonlyRootfs, true);
     t.equal(egress.HostConfig.CgroupnsMode, 'private');
     t.same(Object.keys(egress.NetworkSettings.Networks).sort(), [`${name}-net`, s.sharedNetwork].sort());
-    const net = await env.docker.getNetwork(`${name}-net`).inspect();
+    t.same(egress.HostConfig.RestartPolicy, { Name: 'on-failure', MaximumRetryCount: 0 }, 'the engine restarts a proxy whose process dies');
+    // A subnet of its own from the address pool; the proxy at its last usable address.
+    const subnet = net.IPAM?.Config?.[0]?.Subnet ?? '';
+    t.match(subnet, /^10\.213\.\d+\.\d+\/28$/, 'a /28 of the default pool');
+    t.equal(net.Labels?.['dev.capybara.sandbox.subnet'], subnet);
+    const base = subnet.split('/')[0]?.split('.').map(Number) ?? [];
+    t.equal(egress.NetworkSettings.Networks[`${name}-net`]?.IPAddress, `${base.slice(0, 3).join('.')}.${(base[3] ?? 0) + 14}`, 'the proxy at the last usable address');
     t.equal(net.Internal, true);
     t.same(Object.values(net.Containers ?? {}).map((c) => (c as { Name: string }).Name).sort(), [name, `${name}-egress`].sort(),
       'the egress proxy is the only other member of the internal network');
@@ -468,7 +475,7 @@ t.test('sandbox provider on the real engine', async (t) => {
   await t.test('open tier joins the shared bridge only when allowed', async (t) => {
     const open = await s.openProvider.create({ id: `${env.runId}-open`, image: SANDBOX_IMAGE, limits: { egress: 'open' } });
     const info = await s.inspect(open.id);
-    t.equal(info.HostConfig.NetworkMode, s.sharedNetwork);
+    t.equal(info.HostConfig.NetworkMode, (await env.docker.getNetwork(s.sharedNetwork).inspect()).Id, 'the shared bridge, by id');
     t.notOk(info.Config.Env.some((e) => e.startsWith('HTTP_PROXY=')));
     await s.openProvider.destroy(open);
     t.same(await s.labelled(open.id), []);
