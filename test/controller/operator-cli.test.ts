@@ -143,7 +143,7 @@ t.test('operator commands against the engine and the socket proxy', async (t) =>
     t.same(checks.map((c) => [c.check, c.status]), [
       ['engine_reachable', 'pass'], ['socket_proxy_refuses', 'pass'], ['images_present', 'pass'],
       ['shared_network_icc_off', 'pass'], ['runtime_usable', 'pass'], ['isolation', 'pass'],
-      ['transparent_egress', 'pass'],
+      ['transparent_egress', 'pass'], ['sandboxes_egress', 'pass'],
     ], JSON.stringify(checks, null, 1));
     t.equal(r.code, 0);
     const leftovers = await env.docker.listContainers({ all: true, filters: { label: [`${TEST_LABEL}=${env.runId}`], name: ['cap-doctor-'] } });
