@@ -283,13 +283,15 @@ S.routes.network_create = struct({
   } },
   { 'Labels', LABELS },
   -- The default IPAM driver, and at most one chosen subnet: a sandbox network's, from the
-  -- controller's address pool (its range for dynamic addresses within it). Never a gateway or
+  -- controller's address pool (its range for dynamic addresses within it). A gateway only at the
+  -- subnet's first address (where dockerd puts it anyway; named so that inspect lists it), never
   -- auxiliary addresses (rules below say where a subnet may be chosen at all).
   { 'IPAM', struct({
     { 'Driver', one_of({ 'default' }) },
     { 'Config', list(struct({
       { 'Subnet', str(sandbox_subnet), required = 'bad_value:IPAM.Config.Subnet' },
       { 'IPRange', str(function(v) return cidr(v) ~= nil end) },
+      { 'Gateway', str(function(v) return ipv4(v) ~= nil end) },
     }, {
       prefix = 'IPAM.Config.',
       rules = {
@@ -298,6 +300,11 @@ S.routes.network_create = struct({
           local base, prefix = cidr(c.IPRange)
           local sbase, sprefix = cidr(c.Subnet)
           if not inside(base, prefix, sbase, sprefix) then return 'bad_value:IPAM.Config.IPRange' end
+        end,
+        function(c)
+          if c.Gateway == nil then return nil end
+          local sbase = cidr(c.Subnet)
+          if ipv4(c.Gateway) ~= sbase + 1 then return 'bad_value:IPAM.Config.Gateway' end
         end,
       },
     }), 1, 1) },

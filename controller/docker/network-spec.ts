@@ -14,7 +14,7 @@ export interface NetworkCreateBody {
   Internal?: true;
   Options: Record<string, string>;
   Labels: Record<string, string>;
-  IPAM?: { Config: [{ Subnet: string; IPRange: string }] };
+  IPAM?: { Config: [{ Subnet: string; IPRange: string; Gateway: string }] };
 }
 
 export interface NetworkConnectBody {
@@ -47,9 +47,10 @@ export function internalNetworkBody(name: string, labels: Readonly<Record<string
     // route into the subnet.
     Options: { 'com.docker.network.bridge.inhibit_ipv4': 'true' },
     Labels: { ...labels, [LABEL_SUBNET]: addresses.subnet },
-    // Dynamic addresses (Docker's gateway, the sandbox) from the lower half only: the egress
-    // proxy's fixed address above it can never be taken first.
-    IPAM: { Config: [{ Subnet: addresses.subnet, IPRange: addresses.ipRange }] },
+    // Dynamic addresses (the sandbox) from the lower half only: the egress proxy's fixed address
+    // above it can never be taken first. The gateway is the first address, as dockerd would pick
+    // it, but named: dockerd lists a gateway in inspect only when the create named it.
+    IPAM: { Config: [{ Subnet: addresses.subnet, IPRange: addresses.ipRange, Gateway: addresses.gateway }] },
   };
 }
 

@@ -46,6 +46,11 @@ export interface SandboxSubnet {
   readonly subnet: string;
   /** Its lower half: where Docker gives addresses (gateway, sandbox). */
   readonly ipRange: string;
+  /**
+   * The first address: dockerd's gateway, named in the create so that inspect lists it (on a
+   * bridge without a host address nothing holds it, which the isolation proof checks).
+   */
+  readonly gateway: string;
   /** The last usable address: the egress proxy's, outside `ipRange`. */
   readonly egressAddress: string;
 }
@@ -113,6 +118,7 @@ export function sandboxSubnet(pool: AddressPool, slot: number): SandboxSubnet {
   return {
     subnet: `${formatAddress(base)}/${pool.subnetPrefix}`,
     ipRange: `${formatAddress(base)}/${pool.subnetPrefix + 1}`,
+    gateway: formatAddress(base + 1),
     // The last address is the broadcast address; the one before it is the last usable.
     egressAddress: formatAddress(base + size - 2),
   };

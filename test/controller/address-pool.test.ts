@@ -53,11 +53,11 @@ t.test('a name tries every subnet of the pool once, from its own start', async (
 
 t.test('the addresses of a subnet', async (t) => {
   const pool = parseAddressPool('10.213.0.0/16', 28);
-  t.same(sandboxSubnet(pool, 0), { subnet: '10.213.0.0/28', ipRange: '10.213.0.0/29', egressAddress: '10.213.0.14' });
-  t.same(sandboxSubnet(pool, 4095), { subnet: '10.213.255.240/28', ipRange: '10.213.255.240/29', egressAddress: '10.213.255.254' });
-  t.same(sandboxSubnet(parseAddressPool('192.168.0.0/16', 24), 3), { subnet: '192.168.3.0/24', ipRange: '192.168.3.0/25', egressAddress: '192.168.3.254' });
-  t.same(sandboxSubnet(parseAddressPool('10.0.0.0/8', 29), 1), { subnet: '10.0.0.8/29', ipRange: '10.0.0.8/30', egressAddress: '10.0.0.14' });
-  t.same(subnetAddresses('10.213.7.16/28'), { subnet: '10.213.7.16/28', ipRange: '10.213.7.16/29', egressAddress: '10.213.7.30' }, 'read back from a network');
+  t.same(sandboxSubnet(pool, 0), { subnet: '10.213.0.0/28', ipRange: '10.213.0.0/29', gateway: '10.213.0.1', egressAddress: '10.213.0.14' });
+  t.same(sandboxSubnet(pool, 4095), { subnet: '10.213.255.240/28', ipRange: '10.213.255.240/29', gateway: '10.213.255.241', egressAddress: '10.213.255.254' });
+  t.same(sandboxSubnet(parseAddressPool('192.168.0.0/16', 24), 3), { subnet: '192.168.3.0/24', ipRange: '192.168.3.0/25', gateway: '192.168.3.1', egressAddress: '192.168.3.254' });
+  t.same(sandboxSubnet(parseAddressPool('10.0.0.0/8', 29), 1), { subnet: '10.0.0.8/29', ipRange: '10.0.0.8/30', gateway: '10.0.0.9', egressAddress: '10.0.0.14' });
+  t.same(subnetAddresses('10.213.7.16/28'), { subnet: '10.213.7.16/28', ipRange: '10.213.7.16/29', gateway: '10.213.7.17', egressAddress: '10.213.7.30' }, 'read back from a network');
   t.equal(subnetAddresses('172.17.0.0/16'), undefined, 'a network of the engine\'s default pools has no proxy address');
   t.equal(subnetAddresses('10.213.7.17/28'), undefined);
 });

@@ -173,12 +173,12 @@ t.test('network bodies', async (t) => {
   t.same(shared.Options, { 'com.docker.network.bridge.enable_icc': 'false' });
   t.same(shared.Labels, { a: 'b', 'dev.capybara.sandbox': '1', 'dev.capybara.sandbox.shared-network': 'capybara-sandbox' }, 'labelled so that duplicates of its name can be found');
   t.notOk('IPAM' in shared, 'the shared network takes its subnet from the engine');
-  const addresses = { subnet: '10.213.4.16/28', ipRange: '10.213.4.16/29', egressAddress: '10.213.4.30' };
+  const addresses = { subnet: '10.213.4.16/28', ipRange: '10.213.4.16/29', gateway: '10.213.4.17', egressAddress: '10.213.4.30' };
   const internal = internalNetworkBody('cap-x-net', { a: 'b' }, addresses);
   t.equal(internal.Internal, true);
   t.equal(internal.Driver, 'bridge');
   t.equal(internal.Options['com.docker.network.bridge.inhibit_ipv4'], 'true');
-  t.same(internal.IPAM, { Config: [{ Subnet: '10.213.4.16/28', IPRange: '10.213.4.16/29' }] }, 'its subnet, dynamic addresses from the lower half; no gateway');
+  t.same(internal.IPAM, { Config: [{ Subnet: '10.213.4.16/28', IPRange: '10.213.4.16/29', Gateway: '10.213.4.17' }] }, 'its subnet, dynamic addresses from the lower half, the gateway at its first address');
   t.equal(internal.Labels['dev.capybara.sandbox.subnet'], '10.213.4.16/28');
   t.same(networkConnectBody('cap-x-egress', '10.213.4.30'), { Container: 'cap-x-egress', EndpointConfig: { IPAMConfig: { IPv4Address: '10.213.4.30' } } }, 'the proxy at its fixed address');
   t.same(networkConnectBody('cap-x', undefined), { Container: 'cap-x' });

@@ -10,7 +10,7 @@ import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { sandboxTestEnv, SANDBOX_IMAGE, UPSTREAM_HOST } from '../support/sandbox-env.js';
+import { sandboxTestEnv, SANDBOX_IMAGE, UPSTREAM_BODY, UPSTREAM_HOST } from '../support/sandbox-env.js';
 import { engineSocketPath, TEST_LABEL } from '../support/docker.js';
 import { needUnmet } from '../support/needs.js';
 import { runOperator } from '../../controller/operator/index.js';
@@ -160,6 +160,40 @@ t.test('operator commands against the engine and the socket proxy', async (t) =>
     t.match(r.stdout, /^\[FAIL\] socket_proxy_refuses: The endpoint accepted a privileged container create .*\n\s+fix: Point endpoint at the socket proxy/m);
     t.match(r.stdout, /^\[FAIL\] shared_network_icc_off: .*allows inter-container traffic/m);
     t.match(r.stdout, /^\[PASS\] isolation: /m);
+  });
+
+  await t.test('an egress proxy taken off the sandbox network: ls, inspect and doctor say so; the next command puts it back', async (t) => {
+    execFileSync('docker', ['network', 'disconnect', `${live.id}-net`, `${live.id}-egress`]);
+    const listed = JSON.parse((await op([...engine, '--json', 'ls'])).stdout) as Array<Record<string, unknown>>;
+    t.same(listed.map((r) => [r.name, r.state, r.egress]), [[live.id, 'running', 'detached']], 'ls: running, but detached');
+    const inspected = JSON.parse((await op([...viaProxy, '--json', 'inspect', live.id])).stdout) as Record<string, unknown>;
+    t.equal(inspected.egress, 'detached', 'inspect, through the socket proxy');
+    t.match(inspected.subnet, /^10\.213\.\d+\.\d+\/28$/, 'inspect shows the subnet of the pool');
+    const doctor = await op([...viaProxy, '--network', env.name('docnet'), '--json', 'doctor']);
+    const checks = JSON.parse(doctor.stdout) as Array<{ check: string; status: string; detail: string }>;
+    t.match(checks.find((c) => c.check === 'sandboxes_egress'), { status: 'fail', detail: `${live.id} (egress proxy detached)` });
+    t.equal(doctor.code, 1, 'doctor fails');
+    const r = await provider.exec(live, `curl -sS -m 10 http://${UPSTREAM_HOST}/`);
+    t.equal(r.stdout, UPSTREAM_BODY, `the pre-exec check put the proxy back: ${r.stderr}`);
+    const after = JSON.parse((await op([...engine, '--json', 'ls'])).stdout) as Array<Record<string, unknown>>;
+    t.same(after.map((row) => row.egress), ['running']);
+  });
+
+  await t.test('an egress proxy whose process dies is restarted by the engine', async (t) => {
+    const proxy = () => env.docker.getContainer(`${live.id}-egress`).inspect();
+    const before = await proxy();
+    // A crash, not a docker stop or kill (the engine restarts neither by design).
+    execFileSync('kill', ['-9', String(before.State.Pid)]);
+    const deadline = Date.now() + 30_000;
+    let now = await proxy();
+    while (!(now.RestartCount > before.RestartCount && now.State.Running) && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      now = await proxy();
+    }
+    t.ok(now.RestartCount > before.RestartCount && now.State.Running, `restarted: ${now.RestartCount} restarts, ${now.State.Status}`);
+    t.same(Object.keys(now.NetworkSettings.Networks).sort(), Object.keys(before.NetworkSettings.Networks).sort(), 'on the same networks');
+    const r = await provider.exec(live, `for i in $(seq 50); do curl -sS -m 5 http://${UPSTREAM_HOST}/ && exit 0; sleep 0.2; done; exit 1`);
+    t.equal(r.stdout.endsWith(UPSTREAM_BODY), true, `the sandbox's way out works again: ${r.stderr}`);
   });
 
   await t.test('destroy', async (t) => {

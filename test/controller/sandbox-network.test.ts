@@ -46,7 +46,7 @@ t.test('a sandbox network takes the first free subnet of its candidates; the pro
   await s.engine.createNetwork({ Name: 'cap-other-net', IPAM: { Config: [{ Subnet: first }] } } as { Name: string });
   await s.provider.create(allowlist);
   const net = s.engine.networkNamed(NET);
-  t.same((net?.body as { IPAM?: unknown }).IPAM, { Config: [{ Subnet: second, IPRange: second?.replace('/28', '/29') }] }, 'the second candidate');
+  t.same((net?.body as { IPAM?: unknown }).IPAM, { Config: [{ Subnet: second, IPRange: second?.replace('/28', '/29'), Gateway: second?.replace(/\.(\d+)\/28$/, (_, last: string) => `.${Number(last) + 1}`) }] }, 'the second candidate');
   t.equal(net?.body.Labels && (net.body.Labels as Record<string, string>)['dev.capybara.sandbox.subnet'], second, 'labelled with it');
   t.equal(s.engine.count('createNetwork', NET), 2, 'one refused for overlapping, then the one taken');
   const leg = s.engine.containers.get(EGRESS)?.attached.find((a) => a.id === net?.id);

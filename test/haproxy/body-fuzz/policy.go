@@ -72,6 +72,14 @@ func sandboxSubnet(s string) (*net.IPNet, bool) {
 	return n, ones >= 24 && ones <= 29 && privateIP(n.IP) && privateIP(last)
 }
 
+// firstAddress: the subnet's first address after its base, where dockerd puts a gateway.
+func firstAddress(n *net.IPNet) string {
+	ip := make(net.IP, 4)
+	copy(ip, n.IP.To4())
+	ip[3]++
+	return ip.String()
+}
+
 // onlyFields: every field of the struct not named is its zero value.
 func onlyFields(v interface{}, allowed ...string) error {
 	rv := reflect.ValueOf(v)
@@ -266,7 +274,7 @@ func policy(route string, d *decoded, s settings) error {
 		if n.IPAM != nil && len(n.IPAM.Config) == 1 {
 			c := n.IPAM.Config[0]
 			subnet, ok := sandboxSubnet(c.Subnet)
-			if !ok || c.Gateway != "" || len(c.AuxAddress) > 0 {
+			if !ok || (c.Gateway != "" && c.Gateway != firstAddress(subnet)) || len(c.AuxAddress) > 0 {
 				return fmt.Errorf("IPAM config %+v", c)
 			}
 			if c.IPRange != "" {
