@@ -23,7 +23,9 @@ import { namesFor } from '../../controller/spec/index.js';
 import { sandboxTestEnv, SANDBOX_IMAGE } from '../support/sandbox-env.js';
 import type { DockerTestEnv } from '../support/docker.js';
 import { opensslUnavailable, selfSignedCert, type TestCert } from '../support/tls-cert.js';
-import { needUnmet } from '../support/needs.js';
+import { fileNeeds, needUnmet, toolMissing } from '../support/needs.js';
+
+await fileNeeds(t, 'engine');
 
 const NODE_BASE = 'capybara-base-egress:latest';
 const TLS_HOST = 'tls.capybara.test';
@@ -138,6 +140,11 @@ t.test('transparent egress: clients with no proxy settings reach the allowlist, 
   const s = await sandboxTestEnv(t);
   if (!s) return;
   const { env } = s;
+  const noCli = toolMissing('docker', ['version', '--format', '{{.Client.Version}}'], 'apt-get install docker.io');
+  if (noCli !== undefined) return needUnmet(t, noCli);
+  if (!(await env.docker.getImage(NODE_BASE).inspect().then(() => true, () => false))) {
+    return needUnmet(t, `${NODE_BASE} is not on the engine (bash scripts/build-images.sh egress)`);
+  }
   const image = buildNodeImage(env);
   t.teardown(() => env.docker.getImage(image).remove({ force: true }).catch(() => undefined));
   const cert = selfSignedCert([TLS_HOST]);
@@ -159,7 +166,7 @@ t.test('transparent egress: clients with no proxy settings reach the allowlist, 
   t.ok(proxy.Config.Env.includes(`EGRESS_TRANSPARENT_LISTEN=${proxyAddress}`), 'the proxy listens in transparent mode on that address');
   await provider.writeFile(h, '/tmp/ca.pem', cert.cert);
 
-  const run = async (command: string): Promise<{ out: string; code: number }> => {
+  const run = async (command: string): Promise<{ out: string; code: number | null }> => {
     const quoted = `'${command.replace(/'/g, "'\\''")}'`;
     const r = await provider.exec(h, `${NO_PROXY_ENV} bash -c ${quoted}`, { timeoutMs: 60_000 });
     return { out: r.stdout.trim(), code: r.exitCode };
