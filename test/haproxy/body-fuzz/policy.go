@@ -163,7 +163,7 @@ func policy(route string, d *decoded, s settings) error {
 		}
 		if err := onlyFields(hc, "NetworkMode", "CapDrop", "SecurityOpt", "ReadonlyRootfs", "PidsLimit", "Memory", "MemorySwap",
 			"CgroupnsMode", "IpcMode", "NanoCPUs", "Init", "RestartPolicy", "Tmpfs", "Mounts", "Runtime", "Privileged",
-			"OomScoreAdj", "LogConfig", "Dns"); err != nil {
+			"OomScoreAdj", "LogConfig", "DNS"); err != nil {
 			return err
 		}
 		mode := string(hc.NetworkMode)
@@ -188,8 +188,8 @@ func policy(route string, d *decoded, s settings) error {
 			return fmt.Errorf("privileged")
 		case hc.OomScoreAdj < 0:
 			return fmt.Errorf("OomScoreAdj %d", hc.OomScoreAdj)
-		case hc.Dns != nil && (len(hc.Dns) != 1 || !dnsServerOK(hc.Dns[0])):
-			return fmt.Errorf("Dns %q", hc.Dns)
+		case hc.DNS != nil && (len(hc.DNS) != 1 || !dnsServerOK(hc.DNS[0])):
+			return fmt.Errorf("Dns %q", hc.DNS)
 		case hc.Runtime != "" && hc.Runtime != "runc" && hc.Runtime != "runsc":
 			return fmt.Errorf("Runtime %q", hc.Runtime)
 		case hc.RestartPolicy.Name != "" && hc.RestartPolicy.Name != "no" && hc.RestartPolicy.Name != "on-failure",
