@@ -15,23 +15,20 @@
  */
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, existsSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { parseArgs, promisify } from 'node:util';
 import Docker from 'dockerode';
-import { IMAGES, SOCKET_PROXY_ENV } from '../common/index.js';
+import { IMAGES } from '../common/index.js';
 import { createDockerSandbox, type DockerSandboxProvider } from '../controller/index.js';
 import { percentile } from './report.js';
 import { EngineTimeline, type StepSpan } from './engine-timeline.js';
 import { egressStartToListening, type ListenSample } from './egress-listen.js';
+import { BENCH_LABEL, removeLabelled, startSocketProxy } from './bench-engine.js';
 
 const run = promisify(execFile);
 const SANDBOX_IMAGE = IMAGES.sandbox;
 const EGRESS_IMAGE = IMAGES.egress;
-const PROXY_IMAGE = IMAGES.proxy;
 const runId = `bench${randomBytes(3).toString('hex')}`;
-const LABEL = 'dev.capybara.bench';
+const LABEL = BENCH_LABEL;
 const labels = { [LABEL]: runId };
 const TARGET_ALLOWLIST_RATIO = 1.5;
 
@@ -54,47 +51,6 @@ function spread(samples: readonly number[]): string {
 
 function ratioSpread(samples: readonly number[]): string {
   return `x${percentile(samples, 50).toFixed(2)} [${Math.min(...samples).toFixed(2)}-${Math.max(...samples).toFixed(2)}]`;
-}
-
-async function startSocketProxy(engine: Docker): Promise<{ endpoint: string; stop: () => Promise<void> }> {
-  const dir = mkdtempSync(join(tmpdir(), `cap-${runId}-`));
-  // Never a cap- name: the socket proxy admits exec into cap- containers (SECURITY.md, section 2).
-  const name = `capybara-bench-${runId}-sockproxy`;
-  const container = await engine.createContainer({
-    _query: { name },
-    _body: {
-      Image: PROXY_IMAGE,
-      Labels: labels,
-      Env: [
-        `${SOCKET_PROXY_ENV.bind}=unix@/run/capybara-proxy/docker.sock`,
-        `${SOCKET_PROXY_ENV.dockerSocket}=/var/run/docker.sock`,
-        `${SOCKET_PROXY_ENV.sharedNetwork}=cap-${runId}-shared`,
-      ],
-      HostConfig: {
-        Binds: ['/var/run/docker.sock:/var/run/docker.sock', `${dir}:/run/capybara-proxy`],
-        NetworkMode: 'none', CapDrop: ['ALL'], SecurityOpt: ['no-new-privileges'], ReadonlyRootfs: true,
-      },
-    },
-  } as unknown as Docker.ContainerCreateOptions);
-  await container.start();
-  const socket = join(dir, 'docker.sock');
-  for (let i = 0; i < 150 && !existsSync(socket); i += 1) await new Promise((r) => setTimeout(r, 100));
-  await new Promise((r) => setTimeout(r, 300));
-  return {
-    endpoint: `unix://${socket}`,
-    stop: async () => {
-      await container.remove({ force: true }).catch(() => undefined);
-      rmSync(dir, { recursive: true, force: true });
-    },
-  };
-}
-
-async function cleanup(engine: Docker): Promise<void> {
-  const filters = { label: [`${LABEL}=${runId}`] };
-  for (const c of await engine.listContainers({ all: true, filters })) await engine.getContainer(c.Id).remove({ force: true, v: true }).catch(() => undefined);
-  for (const n of await engine.listNetworks({ filters })) await engine.getNetwork(n.Id).remove().catch(() => undefined);
-  const { Volumes } = await engine.listVolumes({ filters });
-  for (const v of Volumes ?? []) await engine.getVolume(v.Name).remove({ force: true }).catch(() => undefined);
 }
 
 /** Plain `docker run -d`s one after the other (what a person would type), then removed. */
@@ -177,7 +133,7 @@ async function main(): Promise<void> {
   const rounds = Number(values.rounds);
   if (!Number.isInteger(rounds) || rounds < 1) throw new Error(`--rounds must be a positive integer, not ${values.rounds}`);
   const engine = new Docker({ socketPath: '/var/run/docker.sock' });
-  const proxy = await startSocketProxy(engine);
+  const proxy = await startSocketProxy(engine, runId);
   const network = `cap-${runId}-shared`;
   const listenNetwork = `cap-${runId}-listen`;
   const timeline = new EngineTimeline();
@@ -222,7 +178,7 @@ async function main(): Promise<void> {
     await Promise.all(ids.map((id) => provider.destroyByName(`cap-${id}`)));
     process.stdout.write(`20 concurrent creates (none): ${concurrentMs.toFixed(0)} ms\n`);
   } finally {
-    await cleanup(engine);
+    await removeLabelled(engine, runId);
     await proxy.stop();
   }
 }

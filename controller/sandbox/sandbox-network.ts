@@ -162,11 +162,25 @@ export async function ensureSharedNetwork(deps: BuildDeps): Promise<string> {
   try {
     await engine.createNetwork(sharedNetworkBody(config.network, deps.extraLabels));
   } catch (err) {
+    // The shared network's subnet comes from the daemon's default-address-pools (about 30
+    // networks on a default Docker 20.10, shared with everything on the host); dockerd answers
+    // their exhaustion with a 404, which must not read as a concurrent removal.
+    if (dockerSays(err, 404, DAEMON_POOLS_EXHAUSTED)) {
+      throw new SandboxError(
+        'address_pool_exhausted',
+        `Docker has no free subnet in its default-address-pools for the shared network ${config.network}: other networks on the engine hold them all. ` +
+          'Remove networks nothing uses, or give dockerd larger default-address-pools in /etc/docker/daemon.json (outside extensionConfig."sandbox-docker".addressPool; see docs/operator.md).',
+        { cause: err },
+      );
+    }
     // Created by a concurrent call meanwhile.
     if (engineStatus(err) !== 409) throw err;
   }
   return resolveSharedNetwork(deps, undefined);
 }
+
+/** dockerd's words when its default-address-pools have no subnet left (answered 404). */
+const DAEMON_POOLS_EXHAUSTED = /could not find an available, non-overlapping IPv4 address pool/i;
 
 async function resolveSharedNetwork(deps: BuildDeps, cause: unknown): Promise<string> {
   const { engine, config } = deps;

@@ -186,11 +186,11 @@ t.test('operator commands against the engine and the socket proxy', async (t) =>
     execFileSync('kill', ['-9', String(before.State.Pid)]);
     const deadline = Date.now() + 30_000;
     let now = await proxy();
-    while (!(now.RestartCount > before.RestartCount && now.State.Running) && Date.now() < deadline) {
+    while (!(now.RestartCount > before.RestartCount && now.State.Status === 'running') && Date.now() < deadline) {
       await new Promise((resolve) => setTimeout(resolve, 200));
       now = await proxy();
     }
-    t.ok(now.RestartCount > before.RestartCount && now.State.Running, `restarted: ${now.RestartCount} restarts, ${now.State.Status}`);
+    t.ok(now.RestartCount > before.RestartCount && now.State.Status === 'running', `restarted: ${now.RestartCount} restarts, ${now.State.Status}`);
     t.same(Object.keys(now.NetworkSettings.Networks).sort(), Object.keys(before.NetworkSettings.Networks).sort(), 'on the same networks');
     const r = await provider.exec(live, `for i in $(seq 50); do curl -sS -m 5 http://${UPSTREAM_HOST}/ && exit 0; sleep 0.2; done; exit 1`);
     t.equal(r.stdout.endsWith(UPSTREAM_BODY), true, `the sandbox's way out works again: ${r.stderr}`);

@@ -66,6 +66,20 @@ t.test('a full pool is address_pool_exhausted, nothing left, naming the pool and
   t.equal(s.engine.count('createNetwork', NET), 16, 'every subnet of the pool tried once');
 });
 
+t.test('the engine\'s default-address-pools exhausted when the shared network is made: address_pool_exhausted, not conflict', async (t) => {
+  const s = fakeSandbox();
+  s.engine.beforeCall(async (call) => {
+    // dockerd's answer (a 404) when its default pools hold no free subnet.
+    if (call.method === 'createNetwork' && call.target === 'capybara-sandbox') {
+      throw s.engine.status(call, 404, 'could not find an available, non-overlapping IPv4 address pool among the defaults to assign to the network');
+    }
+  });
+  const err = await s.provider.create(allowlist).catch((e: unknown) => e);
+  t.ok(isSandboxError(err, 'address_pool_exhausted'), String(err));
+  t.match((err as Error).message, /default-address-pools for the shared network capybara-sandbox/);
+  t.same(leftOver(s), [], 'nothing left half-made');
+});
+
 t.test('two networks of the name from a create race: the create keeps the oldest, removes its twin', async (t) => {
   const s = fakeSandbox();
   let raced = false;
