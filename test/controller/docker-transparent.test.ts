@@ -156,7 +156,9 @@ t.test('transparent egress: clients with no proxy settings reach the allowlist, 
   );
   const id = `${env.runId}-tp`;
   const names = namesFor(`cap-${id}`);
+  const started = Date.now();
   const h: SandboxHandle = await provider.create({ id, image, limits: { egress: 'allowlist', allowHosts: [TLS_HOST, PRIVATE_HOST] } });
+  t.comment(`create-to-ready (allowlist, transparent): ${Date.now() - started} ms`);
   t.teardown(() => provider.destroy(h).catch(() => undefined));
   const sandbox = await s.inspect(names.container);
   const proxy = await s.inspect(names.egress);
