@@ -22,6 +22,7 @@ function frame(type: number, text: string | Buffer): Buffer {
 }
 
 const EXEC_ID = 'a'.repeat(64);
+const CONTAINER_ID = 'c'.repeat(64);
 
 async function fakeEngine(t: Test): Promise<{ endpoint: string; seen: Seen[] }> {
   const seen: Seen[] = [];
@@ -35,6 +36,7 @@ async function fakeEngine(t: Test): Promise<{ endpoint: string; seen: Seen[] }> 
       if (url.startsWith('/containers/cap-missing/json')) return json(res, 404, { message: 'No such container: cap-missing' });
       if (url.startsWith('/containers/cap-denied/json')) return void res.writeHead(403).end('denied by the Docker socket proxy: route_not_allowed\n');
       if (url.startsWith('/containers/cap-x/json')) return json(res, 200, { State: { Status: 'paused', Running: true, Paused: true }, Config: { Labels: { a: 'b' }, Image: 'img' }, HostConfig: { NetworkMode: 'none' } });
+      if (url.startsWith('/containers/create?name=cap-x')) return json(res, 201, { Id: CONTAINER_ID, Warnings: [] });
       if (url === '/containers/cap-x/exec') return json(res, 201, { Id: EXEC_ID });
       if (url === `/exec/${EXEC_ID}/start` && req.headers.upgrade === undefined) {
         res.writeHead(200, { 'Content-Type': 'application/vnd.docker.raw-stream' });
@@ -89,7 +91,7 @@ t.test('deadlines and error mapping', async (t) => {
 t.test('request shapes: query and body exactly as meant', async (t) => {
   const { endpoint, seen } = await fakeEngine(t);
   const engine = new DockerEngine({ endpoint });
-  await engine.createContainer('cap-x', { Image: 'img', HostConfig: { NetworkMode: 'none' } });
+  t.equal(await engine.createContainer('cap-x', { Image: 'img', HostConfig: { NetworkMode: 'none' } }), CONTAINER_ID, 'the new container\'s id, as Docker says it');
   await engine.stopContainer('cap-x', 2);
   await engine.startContainer('cap-x');
   await engine.removeContainer('cap-x');
