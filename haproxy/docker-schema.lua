@@ -245,6 +245,12 @@ S.routes.container_create = struct({
   { 'WorkingDir', str(abs_path) },
   { 'Env', list(str(NON_EMPTY_PRINTABLE), 0, 1024) },
   { 'Labels', LABELS },
+  -- Only the image's health check turned off ({"Test":["NONE"]}): the controller checks its egress
+  -- proxies itself, and the egress image's check starts a node process every 10 s, per sandbox.
+  -- Never a check of the caller's: a command dockerd runs in the container, as its root.
+  { 'Healthcheck', struct({
+    { 'Test', list(one_of({ 'NONE' }), 1, 1), required = 'bad_value:Healthcheck.Test' },
+  }, { prefix = 'Healthcheck.' }) },
   -- Required: without it Docker reads host fields (Privileged, Binds, ...) from the top level.
   { 'HostConfig', HOST_CONFIG, required = 'hostconfig_networkmode_required' },
   { 'NetworkingConfig', struct({

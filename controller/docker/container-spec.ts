@@ -29,6 +29,7 @@ export interface ContainerCreateBody {
   WorkingDir?: string;
   Env: string[];
   Labels: Record<string, string>;
+  Healthcheck?: { Test: ['NONE'] };
   HostConfig: Record<string, unknown> & { NetworkMode: string };
 }
 
@@ -164,6 +165,10 @@ export function egressContainerBody(
     Image: plan.egressProxyImage,
     Env: envList(env),
     Labels: { ...plan.labels, [LABEL_ROLE]: 'egress' },
+    // The image's HEALTHCHECK starts a node process every 10 s: per sandbox, on a host of hundreds
+    // of sandboxes, a core's worth of checks whose result nothing reads (the controller checks its
+    // proxy itself before a command; on-failure restarts a dead one).
+    Healthcheck: { Test: ['NONE'] },
     HostConfig: {
       NetworkMode: sharedNetwork,
       CapDrop: ['ALL'],

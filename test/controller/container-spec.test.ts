@@ -136,6 +136,7 @@ t.test('egress proxy body', async (t) => {
   const body = egressContainerBody(plan, SHARED_ID, { 'upstream.test': '10.0.0.5' });
   t.equal(body.HostConfig.NetworkMode, SHARED_ID, 'created on the shared network, by id; the internal leg is connected after start');
   t.same(body.HostConfig.RestartPolicy, { Name: 'on-failure' }, 'a proxy process that dies (OOM) is restarted by the engine');
+  t.same(body.Healthcheck, { Test: ['NONE'] }, 'the image\'s health check off: a node process every 10 s per sandbox');
   t.ok(body.Env.includes('EGRESS_ALLOW_HOSTS=example.com,*.pypi.org'));
   t.ok(body.Env.includes('CAPYBARA_EGRESS_TEST_HOSTS={"upstream.test":"10.0.0.5"}'));
   t.same(body.HostConfig.CapDrop, ['ALL']);

@@ -130,6 +130,8 @@ t.test('sandbox provider on the real engine', async (t) => {
     t.equal(egress.HostConfig.CgroupnsMode, 'private');
     t.same(Object.keys(egress.NetworkSettings.Networks).sort(), [`${name}-net`, s.sharedNetwork].sort());
     t.same(egress.HostConfig.RestartPolicy, { Name: 'on-failure', MaximumRetryCount: 0 }, 'the engine restarts a proxy whose process dies');
+    t.same(egress.Config.Healthcheck?.Test, ['NONE'], 'no health check process every 10 s (the image has one)');
+    t.equal(egress.State.Health, undefined, 'so the engine runs none');
     // A subnet of its own from the address pool; the proxy at its last usable address.
     const subnet = net.IPAM?.Config?.[0]?.Subnet ?? '';
     t.match(subnet, /^10\.213\.\d+\.\d+\/28$/, 'a /28 of the default pool');

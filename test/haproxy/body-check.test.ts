@@ -70,6 +70,12 @@ t.test('the parser and the schema, member by member', async (t) => {
     { name: 'a key of 257 bytes', route: 'volume_create', body: `{"Name":"cap-v","Labels":{"${'k'.repeat(257)}":"v"}}`, verdict: 'too_long:Key' },
     { name: 'more than 8,192 values', route: 'exec_create', body: `{"Cmd":["true"],"Env":[${Array.from({ length: 9 }, () => `[${Array.from({ length: 1000 }, () => '1').join(',')}]`).join(',')}]}`, verdict: 'too_broad:Body' },
     // numbers as Go reads them into int64 and unsigned fields
+    { name: 'the image\'s health check turned off', route: 'container_create', body: create('', ',"Healthcheck":{"Test":["NONE"]}'), verdict: 'ok' },
+    { name: 'a health check command of the caller\'s', route: 'container_create', body: create('', ',"Healthcheck":{"Test":["CMD","sh","-c","id"]}'), verdict: 'bad_value:Healthcheck.Test' },
+    { name: 'NONE twice', route: 'container_create', body: create('', ',"Healthcheck":{"Test":["NONE","NONE"]}'), verdict: 'too_broad:Healthcheck.Test' },
+    { name: 'a shell health check', route: 'container_create', body: create('', ',"Healthcheck":{"Test":["CMD-SHELL","id"]}'), verdict: 'bad_value:Healthcheck.Test' },
+    { name: 'a health check interval', route: 'container_create', body: create('', ',"Healthcheck":{"Test":["NONE"],"Interval":1}'), verdict: 'forbidden_key:Healthcheck.Interval' },
+    { name: 'a health check without Test', route: 'container_create', body: create('', ',"Healthcheck":{}'), verdict: 'bad_value:Healthcheck.Test' },
     { name: 'the largest int64', route: 'container_create', body: create(',"NanoCpus":9223372036854775807'), verdict: 'ok' },
     { name: 'past int64', route: 'container_create', body: create(',"NanoCpus":9223372036854775808'), verdict: 'bad_value:NanoCpus' },
     { name: 'minus zero (an error for unsigned Go fields)', route: 'container_create', body: create(',"Mounts":[{"Type":"tmpfs","Target":"/t","TmpfsOptions":{"Mode":-0}}]'), verdict: 'bad_value:Mounts.TmpfsOptions.Mode' },

@@ -154,8 +154,14 @@ func policy(route string, d *decoded, s settings) error {
 			return fmt.Errorf("no HostConfig")
 		}
 		if c != nil {
-			if err := onlyFields(c, "Image", "User", "Entrypoint", "Cmd", "WorkingDir", "Env", "Labels", "Volumes"); err != nil {
+			if err := onlyFields(c, "Image", "User", "Entrypoint", "Cmd", "WorkingDir", "Env", "Labels", "Volumes", "Healthcheck"); err != nil {
 				return err
+			}
+			// At most the image's health check turned off: never a command of the caller's.
+			if h := c.Healthcheck; h != nil {
+				if err := onlyFields(h, "Test"); err != nil || len(h.Test) != 1 || h.Test[0] != "NONE" {
+					return fmt.Errorf("Healthcheck %+v", h)
+				}
 			}
 			if len(c.Volumes) > 0 {
 				return fmt.Errorf("anonymous volumes %v", c.Volumes)
