@@ -193,6 +193,12 @@ local HOST_CONFIG = struct({
   -- Only "none", "cap-..." or the shared network: never host, bridge, default or container:<id>.
   { 'NetworkMode', str(function(v, s) return v == 'none' or network_ref(v, s) end, 'network_mode_not_allowed'),
     required = 'hostconfig_networkmode_required' },
+  -- The name server of an allowlist sandbox: its egress proxy's fixed address (transparent mode).
+  -- Docker's embedded DNS forwards to it from the container's own network namespace. Exactly one
+  -- private IPv4 address: never a loopback one (the embedded DNS can dial a loopback server from
+  -- the host's namespace, the host's own resolver), a link-local, public or IPv6 one, a name; no
+  -- DnsOptions, DnsSearch or ExtraHosts (not listed), so nothing else changes how it resolves.
+  { 'Dns', list(str(private_ipv4), 1, 1) },
   -- The hardening profile: every container the proxy lets through is confined like a sandbox.
   -- Root in the container holds no capability (no raw sockets, mknod, setuid, mounts).
   { 'CapDrop', list(one_of({ 'ALL' }), 1, 1), required = 'profile_missing:CapDrop' },

@@ -17,12 +17,14 @@ interface Measured {
 
 /** Networks are named in a create body by id: Docker's ids are 64 hex digits, the longest reference. */
 const NETWORK_ID = '0'.repeat(64);
+/** The egress proxy's address on the sandbox network (both bodies carry it), at its longest. */
+const LONGEST_ADDRESS = '255.255.255.255';
 
 /** The larger of the plan's create bodies, serialised as the engine sends it. */
 function largestBody(plan: SandboxPlan, testHosts: Readonly<Record<string, string>> | undefined): Measured {
-  const bodies: Measured[] = [{ what: 'sandbox container', bytes: Buffer.byteLength(JSON.stringify(sandboxContainerBody(plan, NETWORK_ID))) }];
+  const bodies: Measured[] = [{ what: 'sandbox container', bytes: Buffer.byteLength(JSON.stringify(sandboxContainerBody(plan, NETWORK_ID, LONGEST_ADDRESS))) }];
   if (TIERS[plan.tier].egressProxy) {
-    bodies.push({ what: 'egress proxy', bytes: Buffer.byteLength(JSON.stringify(egressContainerBody(plan, NETWORK_ID, testHosts))) });
+    bodies.push({ what: 'egress proxy', bytes: Buffer.byteLength(JSON.stringify(egressContainerBody(plan, NETWORK_ID, testHosts, LONGEST_ADDRESS))) });
   }
   return bodies.reduce((a, b) => (b.bytes > a.bytes ? b : a));
 }

@@ -56,8 +56,24 @@ function envList(env: Readonly<Record<string, string>>): string[] {
   return Object.entries(env).map(([key, value]) => `${key}=${value}`);
 }
 
-/** `network`: the id of the network the tier attaches the sandbox to (none for tier `none`). */
-export function sandboxContainerBody(plan: SandboxPlan, network: string | undefined): ContainerCreateBody {
+/**
+ * The sandbox's name server: its egress proxy's fixed address, on a tier with a proxy that has
+ * one (transparent mode). Docker keeps `nameserver 127.0.0.11` in the container: its embedded DNS
+ * answers the names of containers on the network (the proxy's) and forwards every other query to
+ * this address from the sandbox's own network namespace, where only the proxy is reachable.
+ * Without it (tiers `none` and `internal`) those queries go to the host's resolvers, which the
+ * sandbox has no route to: no name resolves.
+ */
+function nameServer(dns: string | undefined): { Dns?: string[] } {
+  return dns === undefined ? {} : { Dns: [dns] };
+}
+
+/**
+ * `network`: the id of the network the tier attaches the sandbox to (none for tier `none`);
+ * `egressAddress`: the egress proxy's fixed address on it, its name server (ignored on a tier
+ * without a proxy: no other tier may resolve names).
+ */
+export function sandboxContainerBody(plan: SandboxPlan, network: string | undefined, egressAddress?: string): ContainerCreateBody {
   const mounts: MountBody[] = [
     { Type: 'volume', Source: plan.workspaceVolume, Target: '/workspace' },
     // Agents read skills but must not rewrite them for later runs.
@@ -79,6 +95,7 @@ export function sandboxContainerBody(plan: SandboxPlan, network: string | undefi
     Labels: { ...plan.containerLabels },
     HostConfig: {
       NetworkMode: sandboxNetworkMode(plan, network),
+      ...nameServer(TIERS[plan.tier].egressProxy ? egressAddress : undefined),
       // tini as PID 1 reaps orphans, so killed sessions do not pile up zombies.
       Init: true,
       // Root in the container holds no capabilities: no raw sockets, no chown, no mounts.
@@ -119,10 +136,23 @@ export function sandboxContainerBody(plan: SandboxPlan, network: string | undefi
  * endpoint per create on API < 1.44; build-steps.ts says why in that order). */
 export type EgressPlan = Pick<SandboxPlan, 'names' | 'allowHosts' | 'labels' | 'egressProxyImage' | 'logCaps'>;
 
-export function egressContainerBody(plan: EgressPlan, sharedNetwork: string, testHosts: Readonly<Record<string, string>> | undefined): ContainerCreateBody {
+/**
+ * `transparentAddress`: the proxy's fixed address on the sandbox's network, where it answers DNS
+ * and takes TLS and HTTP from clients with no proxy settings (transparent mode); bound to that
+ * address only, so the shared network never sees those listeners. The proxy waits for the
+ * address to appear (the leg is connected after the start). None on a network made before the
+ * address pool: the explicit proxy alone.
+ */
+export function egressContainerBody(
+  plan: EgressPlan,
+  sharedNetwork: string,
+  testHosts: Readonly<Record<string, string>> | undefined,
+  transparentAddress?: string,
+): ContainerCreateBody {
   const env: Record<string, string> = {
     [EGRESS_ENV.allowHosts]: encodeAllowHosts(plan.allowHosts),
     [EGRESS_ENV.listen]: `0.0.0.0:${EGRESS_PROXY_PORT}`,
+    ...(transparentAddress === undefined ? {} : { [EGRESS_ENV.transparentListen]: transparentAddress }),
     // Loopback of the proxy's own container: read by the controller (egressUsage), not by the sandbox.
     [EGRESS_ENV.metricsListen]: `127.0.0.1:${EGRESS_METRICS_PORT}`,
   };
@@ -177,8 +207,10 @@ type InspectedContainer = Pick<ContainerView, 'image' | 'user' | 'cmd' | 'workin
  * The create body of a sandbox container rebuilt from its own inspect data, on `network` (the
  * id of its network now). Needed when its internal network was removed: Docker binds a container
  * to a network by id, so a network recreated under the same name is not found by the old container.
+ * `egressAddress`: its egress proxy's fixed address on that network (its name server), for an
+ * allowlist sandbox on a network from the address pool.
  */
-export function sandboxBodyFromInspect(view: InspectedContainer, caps: LogCaps, network: string): ContainerCreateBody {
+export function sandboxBodyFromInspect(view: InspectedContainer, caps: LogCaps, network: string, egressAddress?: string): ContainerCreateBody {
   const copied: Record<string, unknown> = {};
   for (const key of SANDBOX_HOST_KEYS) {
     if (view.hostConfig[key] !== undefined && view.hostConfig[key] !== null) copied[key] = view.hostConfig[key];
@@ -186,6 +218,8 @@ export function sandboxBodyFromInspect(view: InspectedContainer, caps: LogCaps, 
   const hostConfig: Record<string, unknown> & { NetworkMode: string } = {
     ...copied,
     NetworkMode: network,
+    // Not copied: a rebuilt network has another subnet, so its proxy another address.
+    ...nameServer(egressAddress),
     CgroupnsMode: 'private',
     LogConfig: logConfig(caps),
   };

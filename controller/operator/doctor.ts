@@ -21,6 +21,7 @@ export const DOCTOR_CHECKS = {
   shared_network_icc_off: 'The shared network has inter-container traffic off.',
   runtime_usable: 'A sandbox starts with the configured runtime and runs a command.',
   isolation: 'Inside an allowlist sandbox: no metadata service, no socket proxy, no direct route out; the egress proxy refuses unlisted hosts.',
+  transparent_egress: 'Inside that sandbox, with no proxy settings: its name server is its egress proxy, an allowlisted name resolves to the proxy, an unlisted one fails at once (NXDOMAIN), and the proxy takes plain HTTP by Host.',
   sandboxes_egress: 'Every sandbox with an egress proxy has it running on the sandbox\'s network (listed through the engine on this host).',
 } as const;
 export type DoctorCheckId = keyof typeof DOCTOR_CHECKS;
@@ -147,6 +148,44 @@ async function checkIsolation(o: DoctorOptions, h: SandboxHandle): Promise<Docto
   };
 }
 
+/**
+ * Transparent mode as a client with no proxy settings meets it (issue 20): the allowlisted name
+ * resolves to the name server Docker was given (the proxy's fixed address), an unlisted one is
+ * NXDOMAIN at once instead of a resolver timeout, and port 80 of that address answers with the
+ * proxy's own reason header (the doctor's name is reserved, so the proxy cannot resolve it).
+ */
+const TRANSPARENT_PROBE = [
+  'unset HTTP_PROXY HTTPS_PROXY http_proxy https_proxy NO_PROXY no_proxy ALL_PROXY all_proxy',
+  `echo "allowed=$(getent hosts ${DOCTOR_ALLOWED_HOST} | cut -d' ' -f1)"`,
+  's=$(date +%s%N); getent hosts not-allowed.invalid >/dev/null; rc=$?; e=$(date +%s%N)',
+  'echo "unlisted=$rc $(( (e - s) / 1000000 ))"',
+  `echo "http=$(curl -s -m 10 -o /dev/null -D - http://${DOCTOR_ALLOWED_HOST}/ | tr -d '\\r' | grep -i '^x-egress-reason:' | cut -d' ' -f2)"`,
+].join('\n');
+/** An unlisted name fails in milliseconds; a resolver that times out takes seconds. */
+const NXDOMAIN_MS = 2_000;
+
+async function checkTransparent(o: DoctorOptions, h: SandboxHandle): Promise<DoctorCheck> {
+  const dns = (await o.engine.inspectContainer(h.id))?.hostConfig.Dns;
+  const server = Array.isArray(dns) && typeof dns[0] === 'string' ? dns[0] : undefined;
+  const run = await o.provider.exec(h, TRANSPARENT_PROBE, { timeoutMs: 60_000 });
+  const field = (key: string): string => new RegExp(`^${key}=(.*)$`, 'm').exec(run.stdout)?.[1] ?? '';
+  const [code, ms] = field('unlisted').split(' ').map(Number);
+  const problems: string[] = [];
+  if (server === undefined) problems.push('the sandbox has no name server of its own (its network has no fixed address for the proxy)');
+  else if (field('allowed') !== server) problems.push(`${DOCTOR_ALLOWED_HOST} resolved to "${field('allowed')}", not to the egress proxy (${server})`);
+  if (code !== 2 || !(Number(ms) < NXDOMAIN_MS)) problems.push(`an unlisted name did not fail at once (getent exit ${code}, ${ms} ms)`);
+  if (field('http') === '') problems.push('port 80 of the egress proxy did not answer plain HTTP');
+  if (problems.length === 0) {
+    return { check: 'transparent_egress', status: 'pass', detail: `Name server ${server}: ${DOCTOR_ALLOWED_HOST} resolves to it, an unlisted name failed in ${ms} ms, HTTP by Host answered ${field('http')}.` };
+  }
+  return {
+    check: 'transparent_egress',
+    status: 'fail',
+    detail: problems.join('; '),
+    fix: `Use an egress image with transparent mode (${o.config.egressProxyImage}: EGRESS_TRANSPARENT_LISTEN) and a Docker whose embedded DNS forwards to HostConfig.Dns from an internal network (20.10 does); docs/controller.md, "Transparent egress".`,
+  };
+}
+
 /** Proxies that do not run on their sandbox's network: those sandboxes have no way out until repaired. */
 async function checkSandboxesEgress(o: DoctorOptions): Promise<DoctorCheck> {
   const check = 'sandboxes_egress';
@@ -173,7 +212,7 @@ async function checkSandboxesEgress(o: DoctorOptions): Promise<DoctorCheck> {
 
 export async function runDoctor(o: DoctorOptions): Promise<DoctorCheck[]> {
   const checks: DoctorCheck[] = [await checkEngine(o)];
-  const later: DoctorCheckId[] = ['socket_proxy_refuses', 'images_present', 'shared_network_icc_off', 'runtime_usable', 'isolation', 'sandboxes_egress'];
+  const later: DoctorCheckId[] = ['socket_proxy_refuses', 'images_present', 'shared_network_icc_off', 'runtime_usable', 'isolation', 'transparent_egress', 'sandboxes_egress'];
   if (checks[0]?.status !== 'pass') {
     return [...checks, ...later.map((check) => ({ check, status: 'skip' as const, detail: 'The engine is not reachable.' }))];
   }
@@ -199,6 +238,12 @@ export async function runDoctor(o: DoctorOptions): Promise<DoctorCheck[]> {
     else checks.push(await checkIsolation(o, handle));
   } catch (err) {
     checks.push({ check: 'isolation', status: 'fail', detail: (err as Error).message, fix: 'Run doctor again; if it persists, check the engine logs.' });
+  }
+  try {
+    if (handle === undefined) checks.push({ check: 'transparent_egress', status: 'skip', detail: 'No throwaway sandbox could be started.' });
+    else checks.push(await checkTransparent(o, handle));
+  } catch (err) {
+    checks.push({ check: 'transparent_egress', status: 'fail', detail: (err as Error).message, fix: 'Run doctor again; if it persists, check the engine logs.' });
   } finally {
     await o.provider.destroyByName(`cap-${id}`).catch(() => undefined);
   }

@@ -41,12 +41,12 @@ export async function createContainerPullingOnce(deps: BuildDeps, name: string, 
 }
 
 /**
- * Creates the egress proxy on the shared network (`sharedNetwork`: its id), starts it, then
- * connects its leg on the sandbox's internal network once `internalNetwork` exists (API 1.41
- * takes one endpoint per create). Starting first lets the proxy process load while the rest of
- * the sandbox is built: its start-up is the longest step of a create. Nothing can reach the proxy
- * meanwhile but what the shared network allows (no inter-container traffic), and the sandbox is
- * only ever on its internal network. `proceed` is asked before each call (step-group.ts); `made`
+ * Creates the egress proxy on the shared network (`sharedNetwork`: its id) once `internalNetwork`
+ * exists (its body names its fixed address there, where transparent mode listens), starts it,
+ * then connects its leg on that network (API 1.41 takes one endpoint per create). Starting first
+ * lets the proxy process load while the rest of the sandbox is built: its start-up is the longest
+ * step of a create. Nothing can reach the proxy meanwhile but what the shared network allows (no
+ * inter-container traffic), and the sandbox is only ever on its internal network. `proceed` is asked before each call (step-group.ts); `made`
  * is told the proxy container's id.
  */
 export async function createEgress(
@@ -57,11 +57,13 @@ export async function createEgress(
   proceed: () => void = () => undefined,
   made: (name: string, id: string) => void = () => undefined,
 ): Promise<void> {
-  const body = egressContainerBody(plan, sharedNetwork, deps.egressTestHosts);
+  // Its transparent listeners bind the fixed address, so the body waits for the network.
+  const network = await internalNetwork;
+  proceed();
+  const body = egressContainerBody(plan, sharedNetwork, deps.egressTestHosts, network.egressAddress);
   made(plan.names.egress, await createContainerPullingOnce(deps, plan.names.egress, plan.egressProxyImage, body));
   proceed();
   await deps.engine.startContainer(plan.names.egress);
-  const network = await internalNetwork;
   proceed();
   await connectEgress(deps, plan.names.egress, network);
 }

@@ -51,9 +51,9 @@ export class SandboxLifecycle {
       steps.run(async () => {
         // The sandbox's own network must exist before its create names it (by id), and its
         // volumes too: a create would otherwise make them, unlabelled.
-        const [network] = await Promise.all([meaning.sandboxNetwork === 'shared' ? shared : internal?.then((n) => n.id), volumes]);
+        const [network, own] = await Promise.all([meaning.sandboxNetwork === 'shared' ? shared : internal?.then((n) => n.id), internal, volumes]);
         steps.proceed();
-        remember(names.container, await createContainerPullingOnce(this.deps, names.container, plan.image, sandboxContainerBody(plan, network)));
+        remember(names.container, await createContainerPullingOnce(this.deps, names.container, plan.image, sandboxContainerBody(plan, network, own?.egressAddress)));
         steps.proceed();
         await engine.startContainer(names.container);
       });

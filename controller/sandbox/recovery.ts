@@ -125,7 +125,8 @@ export class SandboxRecovery {
     const target = tier.sandboxNetwork === 'internal' ? network?.id : tier.sandboxNetwork === 'shared' ? await ensureSharedNetwork(this.deps) : 'none';
     if (target === undefined) throw new SandboxError('engine_error', `No network to rebuild ${name} on.`);
     await this.deps.engine.removeContainer(name);
-    await this.deps.engine.createContainer(name, sandboxBodyFromInspect(view, this.deps.config, target));
+    const dns = tier.egressProxy ? network?.egressAddress : undefined;
+    await this.deps.engine.createContainer(name, sandboxBodyFromInspect(view, this.deps.config, target, dns));
     await this.deps.engine.startContainer(name);
   }
 

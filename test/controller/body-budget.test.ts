@@ -18,7 +18,7 @@ const config = parseDeploymentConfig({ endpoint: 'unix:///nonexistent/fake-engin
 const NETWORK_ID = 'f'.repeat(64);
 const bodyBytes = (allowHosts: string[]) => {
   const plan = withAllowHosts(planSandbox(spec([]), config, { extraLabels: { 'dev.capybara.test': 'fake' } }), allowHosts);
-  return Math.max(JSON.stringify(sandboxContainerBody(plan, NETWORK_ID)).length, JSON.stringify(egressContainerBody(plan, NETWORK_ID, undefined)).length);
+  return Math.max(JSON.stringify(sandboxContainerBody(plan, NETWORK_ID, '255.255.255.255')).length, JSON.stringify(egressContainerBody(plan, NETWORK_ID, undefined, '255.255.255.255')).length);
 };
 
 t.test('an allowlist too long for one body is refused at once, with its count and what fits', async (t) => {

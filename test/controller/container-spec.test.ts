@@ -217,3 +217,43 @@ t.test('a container rebuilt from inspect keeps every hardening field and mount',
   const moved = sandboxBodyFromInspect(inspected, config, 'e'.repeat(64));
   t.same(moved, { ...original, HostConfig: { ...original.HostConfig, NetworkMode: 'e'.repeat(64) } }, 'rebuilt on the network it has now, by id');
 });
+
+t.test('transparent egress: an allowlist sandbox resolves through its own egress proxy, no other tier resolves at all', async (t) => {
+  const open = parseDeploymentConfig({ endpoint: 'tcp://p:1', allowOpenEgress: true });
+  const ADDRESS = '10.213.7.30';
+  const allowlist = planSandbox(spec(), open, opts);
+  const sandbox = sandboxContainerBody(allowlist, NET_ID, ADDRESS);
+  t.same(sandbox.HostConfig.Dns, [ADDRESS], 'the name server is the proxy\'s fixed address on the sandbox\'s network');
+  for (const key of ['DnsOptions', 'DnsSearch', 'ExtraHosts']) t.notOk(key in sandbox.HostConfig, `no ${key}`);
+  t.ok(sandbox.Env.some((e) => e.startsWith('HTTPS_PROXY=')), 'the proxy variables stay set');
+  // Another tier never gets a name server, whatever the caller passes.
+  const rows: Array<{ egress: SandboxSpec['limits']['egress']; network: string | undefined }> = [
+    { egress: 'none', network: undefined },
+    { egress: 'internal', network: NET_ID },
+    { egress: 'open', network: SHARED_ID },
+  ];
+  for (const row of rows) {
+    const body = sandboxContainerBody(planSandbox(spec({}, { egress: row.egress, allowHosts: [] }), open, opts), row.network, ADDRESS);
+    t.notOk('Dns' in body.HostConfig, `${row.egress}: no name server`);
+  }
+  t.notOk('Dns' in sandboxContainerBody(allowlist, NET_ID).HostConfig, 'a network without a fixed address (made before the address pool): the explicit proxy alone');
+
+  const egress = egressContainerBody(allowlist, SHARED_ID, undefined, ADDRESS);
+  t.ok(egress.Env.includes(`EGRESS_TRANSPARENT_LISTEN=${ADDRESS}`), 'the proxy listens in transparent mode on that address only');
+  t.ok(egress.Env.includes('EGRESS_LISTEN=0.0.0.0:3128'), 'and still on 3128');
+  t.notOk(egress.Env.some((e) => e.startsWith('EGRESS_TRANSPARENT_ANSWER=') || e.startsWith('EGRESS_TRANSPARENT_PORT_MAP=')), 'answers with the address it listens on, on the ports themselves');
+  t.notOk(egressContainerBody(allowlist, SHARED_ID, undefined).Env.some((e) => e.startsWith('EGRESS_TRANSPARENT_')), 'no fixed address, no transparent mode');
+  t.doesNotThrow(() => serialiseAsciiBody(sandbox, 'test'));
+  t.doesNotThrow(() => serialiseAsciiBody(egress, 'test'));
+});
+
+t.test('a sandbox rebuilt from inspect takes the name server of the network it is on now', async (t) => {
+  const original = sandboxContainerBody(planSandbox(spec(), config, opts), NET_ID, '10.213.7.30');
+  const inspected = {
+    image: original.Image, user: original.User ?? '', cmd: original.Cmd ?? [], workingDir: original.WorkingDir ?? '',
+    env: original.Env, labels: original.Labels, hostConfig: { ...original.HostConfig },
+  };
+  t.same(sandboxBodyFromInspect(inspected, config, NET_ID, '10.213.7.30'), original, 'the same network: the same body');
+  t.same(sandboxBodyFromInspect(inspected, config, 'e'.repeat(64), '10.213.9.14').HostConfig.Dns, ['10.213.9.14'], 'a rebuilt network has another subnet: never the old address copied');
+  t.notOk('Dns' in sandboxBodyFromInspect(inspected, config, 'e'.repeat(64)).HostConfig, 'none without a proxy address');
+});

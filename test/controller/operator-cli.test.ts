@@ -142,7 +142,8 @@ t.test('operator commands against the engine and the socket proxy', async (t) =>
     const checks = JSON.parse(r.stdout) as Array<{ check: string; status: string; detail: string }>;
     t.same(checks.map((c) => [c.check, c.status]), [
       ['engine_reachable', 'pass'], ['socket_proxy_refuses', 'pass'], ['images_present', 'pass'],
-      ['shared_network_icc_off', 'pass'], ['runtime_usable', 'pass'], ['isolation', 'pass'], ['sandboxes_egress', 'pass'],
+      ['shared_network_icc_off', 'pass'], ['runtime_usable', 'pass'], ['isolation', 'pass'],
+      ['transparent_egress', 'pass'], ['sandboxes_egress', 'pass'],
     ], JSON.stringify(checks, null, 1));
     t.equal(r.code, 0);
     const leftovers = await env.docker.listContainers({ all: true, filters: { label: [`${TEST_LABEL}=${env.runId}`], name: ['cap-doctor-'] } });
@@ -150,6 +151,7 @@ t.test('operator commands against the engine and the socket proxy', async (t) =>
     const human = await op([...viaProxy, '--network', env.name('docnet'), 'doctor']);
     t.match(human.stdout, /^\[PASS\] engine_reachable: /m);
     t.match(human.stdout, /^\[PASS\] isolation: Unreachable from cap-doctor-\w+: 169\.254\.169\.254:80, 192\.0\.2\.1:443/m);
+    t.match(human.stdout, /^\[PASS\] transparent_egress: Name server 10\.\d+\.\d+\.\d+: doctor\.capybara\.invalid resolves to it, an unlisted name failed in \d+ ms, HTTP by Host answered dns_failed\.$/m);
   });
 
   await t.test('doctor against the engine itself fails the proxy check and names the ICC problem', async (t) => {

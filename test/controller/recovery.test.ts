@@ -295,3 +295,24 @@ t.test('a healthy allowlist sandbox costs two inspects before a command, no more
   await s.provider.exec({ id: NAME }, 'true');
   t.same(s.engine.calls.slice(before).map((c) => `${c.method} ${c.target}`), [`inspectContainer ${NAME}`, `inspectContainer ${EGRESS}`, `startExec ${NAME}`]);
 });
+
+t.test('transparent egress survives recovery: a recreated network\'s new address becomes the sandbox\'s name server and the proxy\'s listen address', async (t) => {
+  const s = await created();
+  const nameServer = () => (s.engine.containers.get(NAME)?.body.HostConfig?.Dns as string[] | undefined)?.[0];
+  const listen = () => s.engine.containers.get(EGRESS)?.body.Env?.find((e) => e.startsWith(`${EGRESS_ENV.transparentListen}=`))?.split('=')[1];
+  const subnet = () => s.engine.networkNamed(NET)?.body.Labels?.['dev.capybara.sandbox.subnet'] as string | undefined;
+  const before = nameServer();
+  t.match(before, /^10\.213\.\d+\.\d+$/, 'created with its proxy as name server');
+  t.equal(listen(), before, 'the proxy listens there in transparent mode');
+  const oldSubnet = subnet();
+  await stopBoth(s);
+  await s.engine.removeNetwork(NET);
+  // Someone else's network takes the old subnet meanwhile: the new network gets another one.
+  s.engine.putNetwork('squatter', { Name: 'someone-else', IPAM: { Config: [{ Subnet: oldSubnet }] } });
+  t.equal(await s.provider.resume({ id: NAME }), 'running');
+  t.not(subnet(), oldSubnet, 'the network was recreated on another subnet');
+  t.not(nameServer(), before, 'the old address is not copied into the rebuilt sandbox');
+  t.equal(listen(), nameServer(), 'the rebuilt proxy listens on the address the rebuilt sandbox asks');
+  const last = subnet()?.split('/')[0]?.split('.').map(Number) ?? [];
+  t.equal(nameServer(), [last[0], last[1], last[2], (last[3] ?? 0) + 14].join('.'), 'the last usable address of the new /28');
+});

@@ -196,3 +196,40 @@ t.test('network shapes: a sandbox subnet, the proxy\'s fixed address, networks b
     if (row.ids !== undefined) t.same(v?.allowed === true ? v.networkIds : undefined, row.ids, `${row.name}: the ids to prove`);
   }
 });
+
+t.test('a sandbox\'s name server: exactly one private IPv4 address (its egress proxy\'s), nothing else about DNS', async (t) => {
+  const missing = luaMissing();
+  if (missing !== undefined) return needUnmet(t, missing);
+  const rows: Array<{ name: string; hostConfig: string; verdict: string }> = [
+    { name: 'the proxy\'s fixed address', hostConfig: ',"Dns":["10.213.7.30"]', verdict: 'ok' },
+    { name: 'in 172.16.0.0/12', hostConfig: ',"Dns":["172.31.255.254"]', verdict: 'ok' },
+    { name: 'in 192.168.0.0/16', hostConfig: ',"Dns":["192.168.1.14"]', verdict: 'ok' },
+    { name: 'two servers (a second one would be asked when the first fails)', hostConfig: ',"Dns":["10.213.7.30","10.213.7.29"]', verdict: 'too_broad:Dns' },
+    { name: 'an empty list', hostConfig: ',"Dns":[]', verdict: 'bad_value:Dns' },
+    { name: 'a string, not a list', hostConfig: ',"Dns":"10.213.7.30"', verdict: 'bad_value:Dns' },
+    { name: 'a public resolver', hostConfig: ',"Dns":["8.8.8.8"]', verdict: 'bad_value:Dns' },
+    { name: 'loopback (the host\'s own resolver)', hostConfig: ',"Dns":["127.0.0.53"]', verdict: 'bad_value:Dns' },
+    { name: 'the embedded DNS itself', hostConfig: ',"Dns":["127.0.0.11"]', verdict: 'bad_value:Dns' },
+    { name: 'link-local (the metadata service)', hostConfig: ',"Dns":["169.254.169.254"]', verdict: 'bad_value:Dns' },
+    { name: 'just outside 172.16.0.0/12', hostConfig: ',"Dns":["172.32.0.1"]', verdict: 'bad_value:Dns' },
+    { name: 'a leading zero (octal to some parsers)', hostConfig: ',"Dns":["010.213.7.30"]', verdict: 'bad_value:Dns' },
+    { name: 'an octet over 255', hostConfig: ',"Dns":["10.213.7.300"]', verdict: 'bad_value:Dns' },
+    { name: 'a port', hostConfig: ',"Dns":["10.213.7.30:53"]', verdict: 'bad_value:Dns' },
+    { name: 'a trailing blank', hostConfig: ',"Dns":["10.213.7.30 "]', verdict: 'bad_value:Dns' },
+    { name: 'IPv6', hostConfig: ',"Dns":["fd00::1"]', verdict: 'bad_value:Dns' },
+    { name: 'IPv4-mapped IPv6', hostConfig: ',"Dns":["::ffff:10.213.7.30"]', verdict: 'bad_value:Dns' },
+    { name: 'a name', hostConfig: ',"Dns":["resolver.internal"]', verdict: 'bad_value:Dns' },
+    { name: 'a number', hostConfig: ',"Dns":[181208862]', verdict: 'bad_value:Dns' },
+    { name: 'null', hostConfig: ',"Dns":null', verdict: 'bad_value:Dns' },
+    { name: 'another spelling', hostConfig: ',"DNS":["10.213.7.30"]', verdict: 'forbidden_key:DNS' },
+    { name: 'twice in two spellings', hostConfig: ',"Dns":["10.213.7.30"],"dns":["8.8.8.8"]', verdict: 'duplicate_key:Dns' },
+    { name: 'resolver options (ndots, attempts)', hostConfig: ',"Dns":["10.213.7.30"],"DnsOptions":["ndots:5"]', verdict: 'forbidden_key:DnsOptions' },
+    { name: 'a search domain', hostConfig: ',"Dns":["10.213.7.30"],"DnsSearch":["corp.example"]', verdict: 'forbidden_key:DnsSearch' },
+    { name: 'extra hosts (names fixed in /etc/hosts)', hostConfig: ',"ExtraHosts":["pypi.org:10.213.7.30"]', verdict: 'forbidden_key:ExtraHosts' },
+  ];
+  const verdicts = checkBodies(rows.map((r) => ({ route: 'container_create', body: create(r.hostConfig) })));
+  for (const [i, row] of rows.entries()) {
+    const v = verdicts[i];
+    t.equal(v?.allowed === true ? 'ok' : v?.reason, row.verdict, row.name);
+  }
+});

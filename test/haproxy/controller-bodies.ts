@@ -77,10 +77,15 @@ export function controllerBodies(sharedNetwork: string, extraLabels: Readonly<Re
       const plan = planSandbox({ id: `${idPrefix}${(n += 1)}`, ...s.spec }, config, { extraLabels });
       const what = `${d.name}, ${s.name}`;
       const network = plan.tier === 'open' ? ids.shared : ids.sandbox;
-      const sandbox = sandboxContainerBody(plan, network);
+      const pool = parseAddressPool(config.addressPool, config.subnetPrefix);
+      const addresses = sandboxSubnet(pool, subnetSlots(pool, plan.names.network).next().value ?? 0);
+      // An allowlist sandbox's name server is its proxy's fixed address (transparent mode).
+      const sandbox = sandboxContainerBody(plan, network, addresses.egressAddress);
       out.push({ route: 'container_create', what: `${what}: sandbox container`, body: sandbox });
-      out.push({ route: 'container_create', what: `${what}: egress proxy`, body: egressContainerBody(plan, ids.shared, undefined) });
-      out.push({ route: 'container_create', what: `${what}: egress proxy with test hosts`, body: egressContainerBody(plan, ids.shared, { 'upstream.test': '10.0.0.5' }) });
+      out.push({ route: 'container_create', what: `${what}: egress proxy`, body: egressContainerBody(plan, ids.shared, undefined, addresses.egressAddress) });
+      out.push({ route: 'container_create', what: `${what}: egress proxy with test hosts`, body: egressContainerBody(plan, ids.shared, { 'upstream.test': '10.0.0.5' }, addresses.egressAddress) });
+      // A network made before the address pool: no fixed address, so no transparent mode.
+      out.push({ route: 'container_create', what: `${what}: egress proxy on a network without a subnet`, body: egressContainerBody(plan, ids.shared, undefined) });
       // resume after the network went: the container is rebuilt from what inspect gives back
       // (Docker adds its defaults; the controller copies only what it set).
       const inspected = {
@@ -92,9 +97,8 @@ export function controllerBodies(sharedNetwork: string, extraLabels: Readonly<Re
           Mounts: (sandbox.HostConfig.Mounts as object[]).map((m) => ({ ...m, VolumeOptions: {} })),
         },
       };
-      out.push({ route: 'container_create', what: `${what}: sandbox rebuilt from inspect`, body: sandboxBodyFromInspect(inspected, config, plan.tier === 'none' ? 'none' : network) });
-      const pool = parseAddressPool(config.addressPool, config.subnetPrefix);
-      const addresses = sandboxSubnet(pool, subnetSlots(pool, plan.names.network).next().value ?? 0);
+      const dns = plan.tier === 'allowlist' ? addresses.egressAddress : undefined;
+      out.push({ route: 'container_create', what: `${what}: sandbox rebuilt from inspect`, body: sandboxBodyFromInspect(inspected, config, plan.tier === 'none' ? 'none' : network, dns) });
       out.push({ route: 'network_create', what: `${what}: internal network`, body: internalNetworkBody(plan.names.network, plan.labels, addresses) });
       out.push({ route: 'network_connect', what: `${what}: egress proxy's second leg`, body: networkConnectBody(plan.names.egress, addresses.egressAddress) });
       // A network made before the address pool has no subnet of its own: the leg takes any address.

@@ -203,6 +203,42 @@ t.test('a network proof that fails refuses: error, endless loop, out of memory, 
   }
 });
 
+t.test('a sandbox\'s name server: one private address passes and Docker keeps its embedded DNS; near-misses never reach dockerd', async (t) => {
+  const env = await dockerTest(t, [SOCKET_PROXY_IMAGE, NODE_IMAGE]);
+  if (!env) return;
+  const proxy = await startSocketProxy(t, env);
+  // A sandbox network as the controller makes it: internal, no host address, a subnet of its own.
+  const network = env.name('dns-net');
+  await env.docker.createNetwork({
+    Name: network, Labels: env.labels, Internal: true, CheckDuplicate: true,
+    Options: { 'com.docker.network.bridge.inhibit_ipv4': 'true' },
+    IPAM: { Config: [{ Subnet: '10.213.254.240/28', IPRange: '10.213.254.240/29' }] },
+  });
+  const refusals = [
+    { name: 'a loopback server', hostConfig: { Dns: ['127.0.0.53'] }, reason: 'bad_value:Dns' },
+    { name: 'a public server', hostConfig: { Dns: ['1.1.1.1'] }, reason: 'bad_value:Dns' },
+    { name: 'a second server', hostConfig: { Dns: ['10.213.254.254', '10.213.254.253'] }, reason: 'too_broad:Dns' },
+    { name: 'resolver options', hostConfig: { Dns: ['10.213.254.254'], DnsOptions: ['ndots:5'] }, reason: 'forbidden_key:DnsOptions' },
+    { name: 'a search domain', hostConfig: { Dns: ['10.213.254.254'], DnsSearch: ['corp.example'] }, reason: 'forbidden_key:DnsSearch' },
+    { name: 'extra hosts', hostConfig: { ExtraHosts: ['pypi.org:10.213.254.254'] }, reason: 'forbidden_key:ExtraHosts' },
+  ];
+  for (const [i, row] of refusals.entries()) {
+    const res = await send(proxy.socketPath, post(`/v1.41/containers/create?name=${env.name(`dns-bad${i}`)}`, hardened(env, ['true'], { NetworkMode: network, ...row.hostConfig })));
+    t.same([res.status, res.headers['x-socket-proxy-deny']], [403, row.reason], `${row.name}: refused`);
+    t.notOk(res.headers['api-version'], `${row.name}: dockerd never saw it`);
+  }
+  const name = env.name('dns-ok');
+  const created = await send(proxy.socketPath, post(`/v1.41/containers/create?name=${name}`, hardened(env, ['cat', '/etc/resolv.conf'], { NetworkMode: network, Dns: ['10.213.254.254'] })));
+  t.equal(created.status, 201, `the egress proxy's fixed address as the name server (${created.body.toString('utf8')})`);
+  const container = env.docker.getContainer(name);
+  t.same((await container.inspect()).HostConfig.Dns, ['10.213.254.254']);
+  await container.start();
+  await container.wait();
+  // The embedded DNS stays the container's resolver: it answers the network's container names and
+  // forwards the rest to the address above, from the container's own network namespace.
+  t.match(demux(await container.logs({ stdout: true, stderr: false })), /^nameserver 127\.0\.0\.11$/m, 'resolv.conf still names the embedded DNS');
+});
+
 t.test('the proxy image loads exactly the repository\'s Lua files and rules', async (t) => {
   const env = await dockerTest(t, [SOCKET_PROXY_IMAGE]);
   if (!env) return;

@@ -52,6 +52,13 @@ func privateIP(ip net.IP) bool {
 }
 
 // A sandbox network's subnet: private IPv4, /24 to /29, canonical.
+// The egress proxy's address as a sandbox's name server: one private IPv4 address, written as Go's
+// parser reads it back the same (no leading zeros, no IPv6 form).
+func dnsServerOK(text string) bool {
+	ip := net.ParseIP(text)
+	return ip != nil && ip.To4() != nil && ip.String() == text && privateIP(ip)
+}
+
 func sandboxSubnet(s string) (*net.IPNet, bool) {
 	ip, n, err := net.ParseCIDR(s)
 	if err != nil || ip.To4() == nil || !ip.Equal(n.IP) || n.String() != s {
@@ -162,7 +169,7 @@ func policy(route string, d *decoded, s settings) error {
 		}
 		if err := onlyFields(hc, "NetworkMode", "CapDrop", "SecurityOpt", "ReadonlyRootfs", "PidsLimit", "Memory", "MemorySwap",
 			"CgroupnsMode", "IpcMode", "NanoCPUs", "Init", "RestartPolicy", "Tmpfs", "Mounts", "Runtime", "Privileged",
-			"OomScoreAdj", "LogConfig"); err != nil {
+			"OomScoreAdj", "LogConfig", "DNS"); err != nil {
 			return err
 		}
 		mode := string(hc.NetworkMode)
@@ -187,6 +194,8 @@ func policy(route string, d *decoded, s settings) error {
 			return fmt.Errorf("privileged")
 		case hc.OomScoreAdj < 0:
 			return fmt.Errorf("OomScoreAdj %d", hc.OomScoreAdj)
+		case hc.DNS != nil && (len(hc.DNS) != 1 || !dnsServerOK(hc.DNS[0])):
+			return fmt.Errorf("Dns %q", hc.DNS)
 		case hc.Runtime != "" && hc.Runtime != "runc" && hc.Runtime != "runsc":
 			return fmt.Errorf("Runtime %q", hc.Runtime)
 		case hc.RestartPolicy.Name != "" && hc.RestartPolicy.Name != "no" && hc.RestartPolicy.Name != "on-failure",
