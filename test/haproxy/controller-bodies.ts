@@ -58,6 +58,8 @@ export function controllerBodies(sharedNetwork: string, extraLabels: Readonly<Re
     { name: 'smallest subnets', config: { subnetPrefix: 29 } },
     { name: 'largest subnets, another pool', config: { addressPool: '192.168.0.0/16', subnetPrefix: 24 } },
   ];
+  // The persistent workspace's key carries idPrefix: a create that mounts a volume not made yet
+  // makes it without labels, so only its name (a test's run id) lets the test's clean-up find it.
   const specs: Array<{ name: string; spec: Omit<SandboxSpec, 'id'>; needs?: keyof DeploymentConfigInput }> = [
     { name: 'none', spec: { image: 'capybara-sandbox:latest', limits: { egress: 'none' } } },
     { name: 'internal', spec: { image: 'capybara-sandbox:latest', limits: { egress: 'internal', cpu: 0.01, memoryMb: 6 } } },
@@ -65,7 +67,7 @@ export function controllerBodies(sharedNetwork: string, extraLabels: Readonly<Re
     // cpu and memory at the default ceilings (maxLimits).
     { name: 'allowlist, empty list', spec: { image: 'capybara-sandbox:latest', limits: { egress: 'allowlist', cpu: 4, memoryMb: 16384 } } },
     { name: 'open', spec: { image: 'capybara-sandbox:latest', limits: { egress: 'open' } }, needs: 'allowOpenEgress' },
-    { name: 'persistent workspace', spec: { image: 'capybara-sandbox:latest', limits: { egress: 'allowlist', allowHosts: ['deb.debian.org'] }, workspace: { key: 'proj-1', durability: 'persistent' } } },
+    { name: 'persistent workspace', spec: { image: 'capybara-sandbox:latest', limits: { egress: 'allowlist', allowHosts: ['deb.debian.org'] }, workspace: { key: `proj-${idPrefix}`, durability: 'persistent' } } },
     { name: 'disk limit', spec: { image: 'capybara-sandbox:latest', limits: { egress: 'internal', diskMb: 100 } }, needs: 'volumeDriver' },
   ];
   let n = 0;
