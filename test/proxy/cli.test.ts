@@ -22,7 +22,7 @@ const cli = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 
 const dir = mkdtempSync(path.join(os.tmpdir(), 'egress-cli-'));
 const baseEnv = { PATH: process.env.PATH ?? '' };
 // Every test starts proxies of its own (own files, own ports): they run side by side.
-t.jobs = 4;
+t.jobs = 3;
 
 function run(args: string[], env: Record<string, string> = {}) {
   return spawnSync(...plainNode(cli, args), { encoding: 'utf8', env: { ...baseEnv, ...env }, timeout: 30_000 });

@@ -11,9 +11,6 @@ import t from 'tap';
 import { EXIT_FLUSH_MS } from '../../proxy/exit.js';
 import { plainNode } from '../support/plain-node.js';
 
-// Each test runs a process of its own: they run side by side.
-t.jobs = 5;
-
 const fixture = path.join(path.dirname(fileURLToPath(import.meta.url)), 'fixtures', 'log-burst-exit.mjs');
 const LINES = 20_000; // about 5 MB of log: far more than a pipe holds
 

@@ -22,7 +22,7 @@ import { selfSignedCert } from '../support/tls-cert.js';
 const cli = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'dist', 'proxy', 'cli.js');
 const baseEnv = { PATH: process.env.PATH ?? '' };
 // Every test starts proxies of its own (own ports): they run side by side.
-t.jobs = 4;
+t.jobs = 3;
 /** A loopback address of this run's own, so that parallel test files never share one. */
 const ADDRESS = `127.${20 + Math.floor(Math.random() * 200)}.${Math.floor(Math.random() * 250) + 1}.${Math.floor(Math.random() * 250) + 1}`;
 
