@@ -14,6 +14,7 @@ import { EGRESS_ENV, EGRESS_NODE_OPTIONS } from '../../common/index.js';
 import { MIN_OPEN_FILES, openFilesFor, planDescriptors } from '../../proxy/fd-budget.js';
 import { planMemory } from '../../proxy/memory-plan.js';
 import { freePort } from '../support/loopback.js';
+import { plainNode } from '../support/plain-node.js';
 import { rawRequest, readUntil } from '../support/raw-client.js';
 
 // The built command, as operators run it (`npm test` builds first); starting it through the
@@ -21,9 +22,11 @@ import { rawRequest, readUntil } from '../support/raw-client.js';
 const cli = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'dist', 'proxy', 'cli.js');
 const dir = mkdtempSync(path.join(os.tmpdir(), 'egress-cli-'));
 const baseEnv = { PATH: process.env.PATH ?? '' };
+// Every test starts proxies of its own (own files, own ports): they run side by side.
+t.jobs = 3;
 
 function run(args: string[], env: Record<string, string> = {}) {
-  return spawnSync(process.execPath, [cli, ...args], { encoding: 'utf8', env: { ...baseEnv, ...env }, timeout: 30_000 });
+  return spawnSync(...plainNode(cli, args), { encoding: 'utf8', env: { ...baseEnv, ...env }, timeout: 30_000 });
 }
 
 const failures: { name: string; args: string[]; env?: Record<string, string>; file?: string; message: RegExp }[] = [
@@ -54,7 +57,7 @@ const failures: { name: string; args: string[]; env?: Record<string, string>; fi
 ];
 for (const c of failures) {
   t.test(`start-up fails closed: ${c.name}`, async (t) => {
-    const file = path.join(dir, 'policy.yaml');
+    const file = path.join(mkdtempSync(path.join(dir, 'case-')), 'policy.yaml');
     if (c.file !== undefined) writeFileSync(file, c.file);
     const res = run(c.args.map((a) => (a === 'FILE' ? file : a)), c.env);
     t.equal(res.status, 2, 'exits 2');
@@ -98,7 +101,7 @@ t.test('SIGHUP and file changes reload the policy; an invalid file keeps the old
   const upstreamPort = (upstream.address() as net.AddressInfo).port;
   const port = await freePort();
   const metricsPort = await freePort();
-  const file = path.join(dir, 'reload.yaml');
+  const file = path.join(mkdtempSync(path.join(dir, 'reload-')), 'reload.yaml');
   const write = (text: string): void => {
     // Replace by rename, as editors and config managers do.
     writeFileSync(`${file}.tmp`, text);
@@ -107,7 +110,7 @@ t.test('SIGHUP and file changes reload the policy; an invalid file keeps the old
   write(`allowHosts: [one.test]\nconnectPorts: [${upstreamPort}]\n`);
   const output = { text: '' };
   // The upstream echoes plain bytes: entries without a tunnel mode are opaque here.
-  const child = spawn(process.execPath, [cli, '--policy', file, '--listen', `127.0.0.1:${port}`, '--metrics-listen', `127.0.0.1:${metricsPort}`, '--tunnel-default', 'opaque'], {
+  const child = spawn(...plainNode(cli, ['--policy', file, '--listen', `127.0.0.1:${port}`, '--metrics-listen', `127.0.0.1:${metricsPort}`, '--tunnel-default', 'opaque']), {
     env: { ...baseEnv, CAPYBARA_EGRESS_TEST_HOSTS: JSON.stringify({ 'one.test': '127.0.0.1', 'two.test': '127.0.0.1' }) },
   });
   child.stdout?.on('data', (d: Buffer) => (output.text += d.toString()));
@@ -169,7 +172,7 @@ t.test('a ConfigMap-style swap of the ..data symlink reloads the policy', async 
   symlinkSync('..data/policy.yaml', path.join(volume, 'policy.yaml'));
   const port = await freePort();
   const output = { text: '' };
-  const child = spawn(process.execPath, [cli, '--policy', path.join(volume, 'policy.yaml'), '--listen', `127.0.0.1:${port}`], { env: baseEnv });
+  const child = spawn(...plainNode(cli, ['--policy', path.join(volume, 'policy.yaml'), '--listen', `127.0.0.1:${port}`]), { env: baseEnv });
   child.stdout?.on('data', (d: Buffer) => (output.text += d.toString()));
   child.stderr?.on('data', (d: Buffer) => (output.text += d.toString()));
   t.teardown(() => child.kill('SIGKILL'));
@@ -285,7 +288,7 @@ for (const c of linked) {
     const configured = c.layout(root, policyFor(0));
     const port = await freePort();
     const output = { text: '' };
-    const child = spawn(process.execPath, [cli, '--policy', configured, '--listen', `127.0.0.1:${port}`, '--tunnel-default', 'opaque'], {
+    const child = spawn(...plainNode(cli, ['--policy', configured, '--listen', `127.0.0.1:${port}`, '--tunnel-default', 'opaque']), {
       env: { ...baseEnv, CAPYBARA_EGRESS_TEST_HOSTS: JSON.stringify(Object.fromEntries(hosts.map((h) => [h, '127.0.0.1']))) },
     });
     child.stdout?.on('data', (d: Buffer) => (output.text += d.toString()));
@@ -325,7 +328,7 @@ for (const c of linked) {
 t.test('an allowlist variable that is set but empty starts a proxy that allows nothing', async (t) => {
   const port = await freePort();
   const output = { text: '' };
-  const child = spawn(process.execPath, [cli, '--listen', `127.0.0.1:${port}`], { env: { ...baseEnv, EGRESS_ALLOW_HOSTS: '' } });
+  const child = spawn(...plainNode(cli, ['--listen', `127.0.0.1:${port}`]), { env: { ...baseEnv, EGRESS_ALLOW_HOSTS: '' } });
   child.stdout?.on('data', (d: Buffer) => (output.text += d.toString()));
   child.stderr?.on('data', (d: Buffer) => (output.text += d.toString()));
   t.teardown(() => child.kill('SIGKILL'));
@@ -356,7 +359,7 @@ t.test('an open-file limit too small for the limits lowers the caps, and says so
   t.same(plan, { maxConnections: 5, maxLookupsInFlight: 5 });
   const port = await freePort();
   const output = { text: '' };
-  const child = spawn('prlimit', [`--nofile=${nofile}:${nofile}`, '--', process.execPath, cli, '--allow-hosts', 'a.example', '--listen', `127.0.0.1:${port}`], { env: baseEnv });
+  const child = spawn('prlimit', [`--nofile=${nofile}:${nofile}`, '--', ...plainNode(cli, ['--allow-hosts', 'a.example', '--listen', `127.0.0.1:${port}`]).flat()], { env: baseEnv });
   child.stdout?.on('data', (d: Buffer) => (output.text += d.toString()));
   child.stderr?.on('data', (d: Buffer) => (output.text += d.toString()));
   t.teardown(() => child.kill('SIGKILL'));
@@ -372,7 +375,7 @@ t.test('an open-file limit too small for the limits lowers the caps, and says so
 
 t.test('an open-file limit that holds nothing stops the proxy at start', async (t) => {
   const nofile = MIN_OPEN_FILES - 1;
-  const res = spawnSync('prlimit', [`--nofile=${nofile}:${nofile}`, '--', process.execPath, cli, '--allow-hosts', 'a.example', '--listen', '127.0.0.1:0'], { encoding: 'utf8', env: baseEnv, timeout: 30_000 });
+  const res = spawnSync('prlimit', [`--nofile=${nofile}:${nofile}`, '--', ...plainNode(cli, ['--allow-hosts', 'a.example', '--listen', '127.0.0.1:0']).flat()], { encoding: 'utf8', env: baseEnv, timeout: 30_000 });
   t.equal(res.status, 2, 'exits 2');
   t.match(res.stderr, new RegExp(`open-file limit is ${nofile}, and the proxy needs at least ${MIN_OPEN_FILES}`));
 });

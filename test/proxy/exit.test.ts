@@ -9,6 +9,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import { EXIT_FLUSH_MS } from '../../proxy/exit.js';
+import { plainNode } from '../support/plain-node.js';
 
 const fixture = path.join(path.dirname(fileURLToPath(import.meta.url)), 'fixtures', 'log-burst-exit.mjs');
 const LINES = 20_000; // about 5 MB of log: far more than a pipe holds
@@ -25,7 +26,7 @@ interface Ended {
 function run(how: string, read: boolean, killAfterMs: number): Promise<Ended> {
   return new Promise((resolve) => {
     const start = Date.now();
-    const child = spawn(process.execPath, [fixture, how, String(LINES)], { stdio: ['ignore', 'pipe', 'pipe', 'ipc'] });
+    const child = spawn(...plainNode(fixture, [how, String(LINES)]), { stdio: ['ignore', 'pipe', 'pipe', 'ipc'] });
     const out: Buffer[] = [];
     let stderr = '';
     child.stdout!.pause();

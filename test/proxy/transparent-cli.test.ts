@@ -15,16 +15,19 @@ import t from 'tap';
 import { EGRESS_ENV } from '../../common/index.js';
 import { freePort, listen } from '../support/loopback.js';
 import { needUnmet, toolMissing } from '../support/needs.js';
+import { plainNode } from '../support/plain-node.js';
 import { settle } from '../support/settle.js';
 import { selfSignedCert } from '../support/tls-cert.js';
 
 const cli = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'dist', 'proxy', 'cli.js');
 const baseEnv = { PATH: process.env.PATH ?? '' };
+// Every test starts proxies of its own (own ports): they run side by side.
+t.jobs = 3;
 /** A loopback address of this run's own, so that parallel test files never share one. */
 const ADDRESS = `127.${20 + Math.floor(Math.random() * 200)}.${Math.floor(Math.random() * 250) + 1}.${Math.floor(Math.random() * 250) + 1}`;
 
 function run(args: string[], env: Record<string, string> = {}) {
-  return spawnSync(process.execPath, [cli, ...args], { encoding: 'utf8', env: { ...baseEnv, ...env }, timeout: 30_000 });
+  return spawnSync(...plainNode(cli, args), { encoding: 'utf8', env: { ...baseEnv, ...env }, timeout: 30_000 });
 }
 
 const T = EGRESS_ENV;
@@ -61,7 +64,7 @@ t.test('a transparent port already taken stops the proxy at start', async (t) =>
 
 /** Starts the command; resolves with its log lines once it says it is listening. */
 async function startProxy(t: Parameters<Parameters<typeof t.test>[1]>[0], args: string[], env: Record<string, string>): Promise<Record<string, unknown>[]> {
-  const child = spawn(process.execPath, [cli, ...args], { env: { ...baseEnv, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(...plainNode(cli, args), { env: { ...baseEnv, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   t.teardown(() => {
     child.kill('SIGKILL');
   });

@@ -56,11 +56,12 @@ t.test('a file that makes namespaces declares them', async (t) => {
   for (const file of files) {
     const text = readFileSync(join(root, file), 'utf8');
     // A unit file may hold one namespace test, which leaves the unit run first.
-    for (const [flags, need] of [['-n', 'netns'], ['-fp', 'pidns']] as const) {
+    // A mount namespace takes root as a network namespace does: it leaves the unit run as 'netns'.
+    for (const [flags, need] of [['-n', 'netns'], ['-m', 'netns'], ['-fp', 'pidns']] as const) {
       if (!new RegExp(`(spawn|execFile)(Sync)?\\('unshare', \\['${flags}'`).test(text)) continue;
       t.ok(needOf.get(file) === need || text.includes(`leftOutOfUnitRun(t, '${need}')`), `${file} runs unshare ${flags} and declares ${need}`);
     }
-    t.notMatch(text.replace(/(spawn|execFile)(Sync)?\('unshare', \['(-n|-fp)'/g, ''), /(spawn|execFile)(Sync)?\('unshare'/, `${file}: every unshare is one of the known kinds`);
+    t.notMatch(text.replace(/(spawn|execFile)(Sync)?\('unshare', \['(-n|-m|-fp)'/g, ''), /(spawn|execFile)(Sync)?\('unshare'/, `${file}: every unshare is one of the known kinds`);
   }
 });
 
