@@ -390,8 +390,8 @@ t.test('a flood of connections past the caps: the process stays up and its healt
   t.equal(planDescriptors(nofile, 16_384)?.maxConnections, 86);
   const port = await freePort();
   const output = { text: '' };
-  const args = [cli, '--allow-hosts', 'a.example', '--listen', `127.0.0.1:${port}`, '--max-connections-per-client', '10'];
-  const child = spawn('prlimit', [`--nofile=${nofile}:${nofile}`, '--', process.execPath, ...args], { env: baseEnv });
+  const args = ['--allow-hosts', 'a.example', '--listen', `127.0.0.1:${port}`, '--max-connections-per-client', '10'];
+  const child = spawn('prlimit', [`--nofile=${nofile}:${nofile}`, '--', ...plainNode(cli, args).flat()], { env: baseEnv });
   child.stdout?.on('data', (d: Buffer) => (output.text += d.toString()));
   child.stderr?.on('data', (d: Buffer) => (output.text += d.toString()));
   t.teardown(() => child.kill('SIGKILL'));
@@ -420,7 +420,7 @@ t.test('a flood of connections past the caps: the process stays up and its healt
 t.test('the memory budget is planned at start and logged; a limit below the minimum stops the proxy', async (t) => {
   const port = await freePort();
   const output = { text: '' };
-  const child = spawn(process.execPath, [cli, '--allow-hosts', 'a.example', '--listen', `127.0.0.1:${port}`, '--memory-limit-mb', '256'], { env: baseEnv });
+  const child = spawn(...plainNode(cli, ['--allow-hosts', 'a.example', '--listen', `127.0.0.1:${port}`, '--memory-limit-mb', '256']), { env: baseEnv });
   child.stdout?.on('data', (d: Buffer) => (output.text += d.toString()));
   t.teardown(() => child.kill('SIGKILL'));
   await waitFor(child, output, /egress proxy listening/);
