@@ -163,7 +163,7 @@ t.test('operator commands against the engine and the socket proxy', async (t) =>
   });
 
   await t.test('an egress proxy taken off the sandbox network: ls, inspect and doctor say so; the next command puts it back', async (t) => {
-    execFileSync('docker', ['network', 'disconnect', `${live.id}-net`, `${live.id}-egress`]);
+    await env.docker.getNetwork(`${live.id}-net`).disconnect({ Container: `${live.id}-egress` });
     const listed = JSON.parse((await op([...engine, '--json', 'ls'])).stdout) as Array<Record<string, unknown>>;
     t.same(listed.map((r) => [r.name, r.state, r.egress]), [[live.id, 'running', 'detached']], 'ls: running, but detached');
     const inspected = JSON.parse((await op([...viaProxy, '--json', 'inspect', live.id])).stdout) as Record<string, unknown>;
