@@ -7,7 +7,7 @@
  */
 import { performance } from 'node:perf_hooks';
 import tls from 'node:tls';
-import { openTunnel, type Route } from './tunnel-load.js';
+import { drain, openTunnel, type Route } from './tunnel-load.js';
 
 /** How the client enters: by CONNECT through the proxy port, or straight to the transparent address. */
 export type TlsRoute =
@@ -59,19 +59,6 @@ export async function tlsSetup(route: TlsRoute, tlsPort: number, servername: str
 export async function tlsThroughput(route: TlsRoute, tlsPort: number, servername: string, bytes: number): Promise<number> {
   const socket = await openTls(route, tlsPort, servername);
   const t0 = performance.now();
-  await new Promise<void>((resolve, reject) => {
-    let got = 0;
-    socket.setTimeout(STEP_TIMEOUT_MS, () => socket.destroy(new Error('stream stalled')));
-    socket.on('data', (buf: Buffer) => {
-      got += buf.length;
-      if (got >= bytes) {
-        socket.destroy();
-        resolve();
-      }
-    });
-    socket.once('error', reject);
-    socket.once('close', () => (got >= bytes ? resolve() : reject(new Error(`stream ended after ${got} of ${bytes} bytes`))));
-    socket.write(`${bytes}\n`);
-  });
+  await drain(socket, bytes);
   return bytes / ((performance.now() - t0) / 1000) / 1e6;
 }

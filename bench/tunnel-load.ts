@@ -108,8 +108,8 @@ export async function roundTrips(route: Route, echoPort: number, count: number, 
   return samplesMs;
 }
 
-/** Receives `bytes` on a tunnel to the source upstream and throws them away. */
-function drain(socket: net.Socket, bytes: number): Promise<void> {
+/** Receives `bytes` on a tunnel (or a TLS connection) to the source upstream and throws them away. */
+export function drain(socket: net.Socket, bytes: number): Promise<void> {
   return new Promise((resolve, reject) => {
     let got = 0;
     socket.setTimeout(STEP_TIMEOUT_MS, () => socket.destroy(new Error('stream stalled')));
