@@ -39,6 +39,8 @@ local function fail(reason)
 end
 
 local function skip_ws(s, i)
+  local c = byte(s, i)
+  if c ~= 32 and c ~= 9 and c ~= 10 and c ~= 13 then return i end
   local _, e = find(s, '^[ \t\r\n]*', i)
   return e + 1
 end
@@ -70,8 +72,14 @@ end
 -- A string starting at the opening quote s[i]; returns the decoded string and the index after it.
 -- `key` strings may hold only printable ASCII and the simple escapes.
 local function read_string(s, i, plain, key)
-  local parts, np = {}, 0
   local j = i + 1
+  -- Most strings hold no escape and no high byte: taken whole, without building parts.
+  local q = find(s, '[\0-\31"\\\128-\255]', j)
+  if q ~= nil and byte(s, q) == 34 then
+    if key and q - j > M.MAX_KEY_BYTES then fail('too_long:Key') end
+    return sub(s, j, q - 1), q + 1
+  end
+  local parts, np = {}, 0
   while true do
     -- The run of plain printable ASCII up to the next quote, backslash, control or high byte.
     local a = find(s, '[\0-\31"\\\128-\255]', j)
