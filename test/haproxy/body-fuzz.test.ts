@@ -84,10 +84,11 @@ t.test(`${BODIES} generated bodies: none allowed that Docker reads otherwise`, a
     ...fixtureSeeds(),
   ];
   writeFileSync(join(dir, 'seeds.json'), JSON.stringify(seeds));
+  // GOGC 400: the fuzzer holds little, and collecting a quarter as often saves a quarter of its CPU.
   const run = spawnSync(binary, [
     '-seeds', join(dir, 'seeds.json'), '-count', String(BODIES), '-seed', String(SEED),
     '-lua', `lua5.4 ${HARNESS} ${HAPROXY_DIR}`, '-shared', SHARED, '-drivers', TEST_VOLUME_DRIVER,
-  ], { maxBuffer: 1 << 26 });
+  ], { maxBuffer: 1 << 26, env: { ...process.env, GOGC: '400' } });
   t.equal(run.status, 0, `the fuzzer ran (seed ${SEED}): ${run.stderr.toString('utf8').slice(0, 2000)}`);
   const summary = JSON.parse(run.stdout.toString('utf8')) as Summary;
   t.comment(`seed ${SEED}: ${summary.bodies} bodies (${seeds.length} seeds, largest ${summary.maxBody} bytes) in ${summary.millis} ms; ` +
