@@ -209,7 +209,7 @@ build_node_image() {
   cat > "$TMP/tsconfig.$name.json" <<JSON
 {
   "extends": "$ROOT/tsconfig.json",
-  "compilerOptions": { "rootDir": "$ROOT", "outDir": "$stage/dist", "declaration": false, "sourceMap": false },
+  "compilerOptions": { "rootDir": "$ROOT", "outDir": "$stage/dist", "declaration": false, "sourceMap": false, "incremental": false },
   "include": [$include],
   "exclude": []
 }
