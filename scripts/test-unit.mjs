@@ -5,11 +5,22 @@
  * `await fileNeeds(t, 'engine')` (test/support/needs.ts), and is left out; every other test file
  * runs, with CAPYBARA_TEST_UNIT=1, under which a single engine test among unit tests skips with
  * its reason. A file is left out only by its own declaration, which test/scripts/test-unit.test.ts
- * checks against what the file uses, so no unit test can drop out unseen. Arguments go to tap.
+ * checks against what the file uses, so no unit test can drop out unseen.
+ *
+ * The files run as tap runs them, each a node program whose root test is tap's, but without tap's
+ * runner: tap starts a process per file with its process tracker loaded into it, about 2 s of CPU
+ * per file before the first test, which on 2 cores was more than half of the run. Here a
+ * file runs in a worker process (test-unit-worker.mjs, under tsx) that runs files one after
+ * another, or in a process of its own when it touches what files in one process would share
+ * (soloReason). `jobs` processes run at a time (twice the CPUs by default: many tests wait on
+ * timers and peers). Arguments: --jobs N, and unit test files to run only those.
  */
-import { spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { availableParallelism } from 'node:os';
+import { join, relative, resolve } from 'node:path';
+import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
 
@@ -65,13 +76,271 @@ export function unitTestFiles(root) {
   });
 }
 
+/** How a worker marks the end of a file in its output (a TAP comment: "# " comes first); no test prints it. */
+const WORKER_MARK = `test-unit-worker-${randomUUID()} `;
+
+/** What a file may call on tap's root and still share a process: registering its tests. */
+const SHARED_ROOT_CALLS = new Set(['test', 'skip', 'todo', 'comment']);
+/** What of `process` outlives the file that touches it: such a file gets a process of its own. */
+const PROCESS_STATE = new Set([
+  'on', 'once', 'addListener', 'prependListener', 'prependOnceListener', 'off', 'removeListener', 'removeAllListeners',
+  'exit', 'exitCode', 'abort', 'chdir', 'umask', 'setUncaughtExceptionCaptureCallback', 'setSourceMapsEnabled', 'stdin',
+]);
+
+/** Whether a binding name (an identifier or a destructuring pattern) binds `name`. */
+function binds(node, name) {
+  if (ts.isIdentifier(node)) return node.text === name;
+  if (ts.isObjectBindingPattern(node) || ts.isArrayBindingPattern(node)) {
+    return node.elements.some((e) => !ts.isOmittedExpression(e) && binds(e.name, name));
+  }
+  return false;
+}
+
+/** Whether `node`, an expression, is written to: assigned, deleted, incremented. */
+function isWritten(node) {
+  const p = node.parent;
+  if (ts.isBinaryExpression(p) && p.left === node && p.operatorToken.kind >= ts.SyntaxKind.FirstAssignment && p.operatorToken.kind <= ts.SyntaxKind.LastAssignment) return true;
+  return ts.isDeleteExpression(p) || ts.isPrefixUnaryExpression(p) || ts.isPostfixUnaryExpression(p);
+}
+
+/**
+ * Why a test file must run in a process of its own, or undefined when it can run after other
+ * files in one process (scripts/test-unit-worker.mjs). Allowed: what the file does inside its
+ * tests (each gets its own `t`), registering tests on tap's root (`t.test`, `t.skip`, `t.todo`,
+ * `t.comment`), reading process.env. Anything else is a reason: any other use of the root (a
+ * teardown or a hook on it would run for later files, `t.jobs` would set their parallelism, a
+ * root teardown ends the root once idle), a write to process.env, a listener on the process, an
+ * exit code, a working directory.
+ */
+export function soloReason(text) {
+  const source = ts.createSourceFile('test.ts', text, ts.ScriptTarget.Latest, true, ts.ScriptKind.TS);
+  let root;
+  for (const s of source.statements) {
+    if (!ts.isImportDeclaration(s) || !ts.isStringLiteral(s.moduleSpecifier) || s.moduleSpecifier.text !== 'tap') continue;
+    const clause = s.importClause;
+    if (clause === undefined || clause.isTypeOnly) continue;
+    const typesOnly = clause.namedBindings === undefined || (ts.isNamedImports(clause.namedBindings) && clause.namedBindings.elements.every((e) => e.isTypeOnly));
+    if (clause.name === undefined || !typesOnly) return 'imports from tap other than its root';
+    root = clause.name.text;
+  }
+  let reason;
+  const visit = (node, shadowed) => {
+    if (reason !== undefined) return;
+    if (ts.isFunctionLike(node) && node.parameters?.some((p) => binds(p.name, root))) shadowed = true;
+    if (root !== undefined && ts.isVariableDeclaration(node) && binds(node.name, root)) {
+      reason = `declares another ${root}`;
+    } else if (root !== undefined && ts.isIdentifier(node) && node.text === root && !shadowed) {
+      const p = node.parent;
+      const isName = ts.isImportClause(p) || ((ts.isPropertyAccessExpression(p) || ts.isPropertyAssignment(p) || ts.isMethodDeclaration(p) || ts.isPropertyDeclaration(p)) && p.name === node);
+      const registers = ts.isPropertyAccessExpression(p) && p.expression === node && SHARED_ROOT_CALLS.has(p.name.text)
+        && ts.isCallExpression(p.parent) && p.parent.expression === p;
+      if (!isName && !registers) reason = `uses tap's root: ${p.getText(source).slice(0, 60)}`;
+    } else if (ts.isPropertyAccessExpression(node) && ts.isIdentifier(node.expression) && node.expression.text === 'process') {
+      const member = node.name.text;
+      if (PROCESS_STATE.has(member)) reason = `touches process.${member}`;
+      else if (member === 'env') {
+        const p = node.parent;
+        const read = ((ts.isPropertyAccessExpression(p) || ts.isElementAccessExpression(p)) && p.expression === node && !isWritten(p))
+          || ts.isSpreadAssignment(p) || ts.isSpreadElement(p);
+        if (!read) reason = `uses process.env other than reading it: ${p.getText(source).slice(0, 60)}`;
+      }
+    }
+    ts.forEachChild(node, (child) => visit(child, shadowed));
+  };
+  visit(source, false);
+  return reason;
+}
+
+/**
+ * One node process running test files (scripts/test-unit-worker.mjs): `run` gives it a file and
+ * resolves with the file's result once its tests have ended, it crashed, or it ran out of time;
+ * `finish` closes its input and waits for the process to end.
+ */
+class Worker {
+  constructor(root, env) {
+    this.proc = spawn(process.execPath, ['--import=tsx', fileURLToPath(new URL('./test-unit-worker.mjs', import.meta.url)), WORKER_MARK], {
+      cwd: root, env, stdio: ['ignore', 'pipe', 'pipe', 'ipc'], detached: true,
+    });
+    this.output = [];
+    /** The counts of the files it reported, summed. */
+    this.counted = {};
+    this.current = undefined;
+    // 'close': the process has ended and all it wrote has been read.
+    this.exited = new Promise((resolve) => this.proc.once('close', (code, signal) => resolve({ code, signal })));
+    this.exited.then((end) => this.current?.({ crashed: end }));
+    createInterface({ input: this.proc.stdout, crlfDelay: Infinity }).on('line', (line) => this.#line(line));
+    createInterface({ input: this.proc.stderr, crlfDelay: Infinity }).on('line', (line) => this.output.push(line));
+  }
+
+  #line(line) {
+    if (line.startsWith(`# ${WORKER_MARK}`)) this.current?.({ done: JSON.parse(line.slice(2 + WORKER_MARK.length)) });
+    else this.output.push(line);
+  }
+
+  /** Kills the worker and every process its tests started and left (its process group). */
+  kill() {
+    try {
+      process.kill(-this.proc.pid, 'SIGKILL');
+    } catch {
+      // already gone
+    }
+  }
+
+  /** Runs one file: { file, ms, counts, output, problem? }. */
+  async run(file, timeoutMs) {
+    const started = Date.now();
+    this.output = [];
+    const outcome = await new Promise((resolve) => {
+      this.current = resolve;
+      this.proc.send(file);
+      this.timer = setTimeout(() => resolve({ timedOut: true }), timeoutMs);
+    });
+    clearTimeout(this.timer);
+    this.current = undefined;
+    const output = this.output;
+    this.output = [];
+    if (outcome.done !== undefined) {
+      for (const [key, n] of Object.entries(outcome.done.counts)) this.counted[key] = (this.counted[key] ?? 0) + n;
+      return { file, ms: outcome.done.ms, counts: outcome.done.counts, output };
+    }
+    if (outcome.timedOut) this.kill();
+    const problem = outcome.timedOut ? `did not end within ${timeoutMs / 1000} s (killed)`
+      : `its process ended (${outcome.crashed.signal ?? `status ${outcome.crashed.code}`}) before its tests did`;
+    return { file, ms: Date.now() - started, counts: { fail: 1 }, output, problem, lost: true };
+  }
+
+  /**
+   * Ends the worker (killed after `timeoutMs`), and what its tests left running: { code, signal,
+   * output, uncounted }: what it wrote after its last file, and
+   * what its root counted beyond the files' counts (see the worker's note on skips), from the
+   * counts the root writes at its end.
+   */
+  async finish(timeoutMs) {
+    if (this.proc.connected) this.proc.send(null);
+    const timer = setTimeout(() => this.kill(), timeoutMs);
+    const end = await this.exited;
+    clearTimeout(timer);
+    this.kill(); // whatever its tests left running
+    const final = this.output.findLast((l) => l.startsWith('# { total: '));
+    const uncounted = {};
+    for (const [, key, n] of final?.matchAll(/(\w+): (\d+)/g) ?? []) uncounted[key] = Number(n) - (this.counted[key] ?? 0);
+    return { ...end, output: this.output, uncounted };
+  }
+}
+
+const COUNT_KEYS = ['pass', 'fail', 'skip', 'todo'];
+
+function usage(message) {
+  process.stderr.write(`test-unit: ${message}\nusage: npm run test:unit [-- [--jobs N] [test files...]]\n`);
+  process.exit(2);
+}
+
+/**
+ * --jobs N (or -jN, --jobs=N) and test files (relative to `cwd`), which must be unit files; none
+ * means every unit file.
+ */
+function parseArgs(argv, root, cwd, units) {
+  let jobs = Math.max(2, availableParallelism() * 2);
+  const files = [];
+  for (let i = 0; i < argv.length; i += 1) {
+    const arg = argv[i];
+    const jobsArg = /^(?:-j|--jobs=?)(\d*)$/.exec(arg);
+    if (jobsArg !== null) {
+      const value = jobsArg[1] !== '' ? jobsArg[1] : argv[++i];
+      if (value === undefined || !/^[1-9]\d{0,2}$/.test(value)) usage(`${arg} wants a number of processes from 1 to 999`);
+      jobs = Number(value);
+    } else if (arg.startsWith('-')) {
+      usage(`unknown option ${arg}`);
+    } else {
+      const file = relative(root, resolve(cwd, arg));
+      if (!units.includes(file)) usage(`${arg} is not a unit test file (npx tap ${arg} runs any test file)`);
+      files.push(file);
+    }
+  }
+  return { jobs, files: files.length > 0 ? files : units };
+}
+
+/**
+ * Runs test files, `jobs` processes at a time (see the top of this file): a file that touches what
+ * files would share (soloReason) in a process of its own, the others one after another in shared
+ * processes. Writes a line per file as it ends (with its output when it failed) and a summary.
+ * `files` are relative to `root` or absolute. Resolves with { totals, failed } (failed: the files,
+ * and processes, that did not pass).
+ */
+export async function runTestFiles({ root, files, jobs, env, fileTimeoutMs = 600_000, endTimeoutMs = 60_000, write = (s) => process.stdout.write(s) }) {
+  const solo = new Map(files.map((f) => [f, soloReason(readFileSync(resolve(root, f), 'utf8'))]).filter(([, r]) => r !== undefined));
+  // Files of their own first: those that set a root up tend to be the long ones (servers, timers).
+  const queue = [...files.filter((f) => solo.has(f)), ...files.filter((f) => !solo.has(f))];
+  const started = Date.now();
+  const totals = { pass: 0, fail: 0, skip: 0, todo: 0 };
+  const failed = [];
+  const live = new Set();
+  write(`${files.length} test files, ${jobs} at a time; ${solo.size} in a process of their own, the rest share processes\n`);
+
+  const report = (r) => {
+    for (const key of COUNT_KEYS) totals[key] += r.counts[key] ?? 0;
+    const bad = (r.counts.fail ?? 0) > 0 || r.problem !== undefined;
+    // A whole skipped test is counted by the root a line later (test-unit-worker.mjs).
+    const counts = COUNT_KEYS.filter((k) => r.counts[k]).map((k) => `${r.counts[k]} ${k}`).join(', ')
+      || (r.output.some((l) => /^ok \d+ .*# (SKIP|TODO)/.test(l)) ? 'whole tests skipped' : 'no assertions');
+    write(`${bad ? 'FAIL' : 'ok  '} ${(r.ms / 1000).toFixed(1).padStart(6)} s  ${r.file}  ${counts}${r.problem ? `: ${r.problem}` : ''}\n`);
+    if (bad) {
+      failed.push(r.file);
+      write(`${r.output.map((l) => `    ${l}`).join('\n')}\n`);
+    }
+  };
+  const endWorker = async (worker, ran) => {
+    const end = await worker.finish(endTimeoutMs);
+    live.delete(worker);
+    for (const key of COUNT_KEYS) totals[key] += end.uncounted[key] ?? 0;
+    if ((end.code === 0 && end.signal === null) || ran.some((f) => failed.includes(f))) return;
+    failed.push(`the process that ran ${ran.join(', ')}`);
+    write(`FAIL the process that ran ${ran.join(', ')} ended with ${end.signal ?? `status ${end.code}`} after its files:\n`);
+    write(`${end.output.map((l) => `    ${l}`).join('\n')}\n`);
+  };
+  const lane = async () => {
+    let shared;
+    let sharedRan = [];
+    for (let file = queue.shift(); file !== undefined; file = queue.shift()) {
+      const own = solo.has(file);
+      if (!own && shared === undefined) {
+        shared = new Worker(root, env);
+        live.add(shared);
+        sharedRan = [];
+      }
+      const worker = own ? new Worker(root, env) : shared;
+      if (own) live.add(worker);
+      const result = { ...(await worker.run(resolve(root, file), fileTimeoutMs)), file };
+      report(result);
+      if (!own) sharedRan.push(file);
+      if (own || result.lost) {
+        await endWorker(worker, own ? [file] : sharedRan);
+        if (!own) shared = undefined;
+      }
+    }
+    if (shared !== undefined) await endWorker(shared, sharedRan);
+  };
+  const interrupted = () => {
+    for (const w of live) w.kill();
+    process.exit(130);
+  };
+  process.on('SIGINT', interrupted);
+  await Promise.all(Array.from({ length: jobs }, lane));
+  process.off('SIGINT', interrupted);
+  const seconds = ((Date.now() - started) / 1000).toFixed(0);
+  write(`\n${files.length} files in ${seconds} s: ${totals.pass} passed, ${totals.fail} failed, ${totals.skip} skipped, ${totals.todo} todo\n`);
+  if (failed.length > 0) write(`failed: ${failed.join('; ')}\n`);
+  return { totals, failed };
+}
+
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const root = fileURLToPath(new URL('..', import.meta.url));
-  const tap = join(root, 'node_modules', '.bin', 'tap');
-  const run = spawnSync(tap, ['--disable-coverage', ...process.argv.slice(2), ...unitTestFiles(root)], {
-    cwd: root,
-    stdio: 'inherit',
-    env: { ...process.env, CAPYBARA_TEST_UNIT: '1' },
-  });
-  process.exit(run.status ?? 1);
+  // npm runs a script in the package's directory and says where it was called in INIT_CWD.
+  const { jobs, files } = parseArgs(process.argv.slice(2), root, process.env.INIT_CWD ?? process.cwd(), unitTestFiles(root));
+  process.chdir(root);
+  // tap's own 30 s limit would count from a worker's start, not a file's: the runner times each
+  // file (10 minutes, well above the slowest unit file, the body fuzzer: under a minute alone).
+  const env = { ...process.env, CAPYBARA_TEST_UNIT: '1', TAP_TIMEOUT: '0' };
+  const { failed } = await runTestFiles({ root, files, jobs, env });
+  process.exit(failed.length > 0 ? 1 : 0);
 }

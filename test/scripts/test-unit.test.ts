@@ -4,12 +4,12 @@
  * or network namespaces; a declaration is checked against what the file uses, so a unit test
  * cannot be declared away, and a file that makes namespaces cannot slip into the unit run.
  */
-import { readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import ts from 'typescript';
-import { declaredNeed, NEEDS, testFiles, unitTestFiles } from '../../scripts/test-unit.mjs';
+import { declaredNeed, NEEDS, runTestFiles, soloReason, testFiles, unitTestFiles } from '../../scripts/test-unit.mjs';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 /** The support module every engine test goes through (it skips, fails or gives the engine). */
@@ -90,4 +90,106 @@ t.test('npm run test:unit runs the unit files, with the engine tests among them 
   t.match(scripts['test:unit'], /^npm run build --silent && node scripts\/test-unit\.mjs$/);
   t.match(readFileSync(join(root, 'scripts/test-unit.mjs'), 'utf8'), /CAPYBARA_TEST_UNIT: '1'/);
   t.match(readFileSync(join(root, 'test/support/needs.ts'), 'utf8'), /const UNIT_RUN = 'CAPYBARA_TEST_UNIT';/);
+});
+
+t.test('a file shares a process only when it touches nothing the files would share', async (t) => {
+  const head = "import t, { type Test } from 'tap';\n";
+  const shares = [
+    "t.test('a', async (t) => { t.teardown(() => {}); t.jobs = 2; t.beforeEach(() => {}); });",
+    "t.skip('b'); t.todo('c'); t.comment('d');",
+    "const helper = (t: Test) => t.teardown(() => {}); t.test('e', async (t) => helper(t));",
+    "function f(t: Test) { t.plan(1); t.pass('x'); } t.test('f', f);",
+    "const seed = process.env.SEED ?? '1'; const env = { ...process.env, X: '1' }; const v = process.env['Y'];",
+    "for (const n of [1, 2]) t.test(`g${n}`, async () => {});",
+    "const o = { t: 1 }; const p = o.t;",
+  ];
+  for (const body of shares) t.equal(soloReason(head + body), undefined, body);
+  const solo: Array<[string, RegExp]> = [
+    ["t.teardown(() => {});", /uses tap's root: t\.teardown/],
+    ["t.jobs = 3;", /uses tap's root: t\.jobs/],
+    ["t.beforeEach(() => {});", /t\.beforeEach/],
+    ["t.setTimeout(1000);", /t\.setTimeout/],
+    ["function close() { t.teardown(() => {}); }", /t\.teardown/],
+    ["const f = () => t.before(() => {});", /t\.before/],
+    ["helper(t);", /helper\(t\)/],
+    ["const { test } = t;", /uses tap's root/],
+    ["t.test('x', async () => { t.pass('the root, not the test'); });", /t\.pass/],
+    ["process.on('uncaughtException', () => {});", /process\.on/],
+    ["t.test('x', async () => { process.exitCode = 1; });", /process\.exitCode/],
+    ["process.chdir('/');", /process\.chdir/],
+    ["process.env.X = '1';", /process\.env other than reading it/],
+    ["delete process.env.X;", /process\.env other than reading it/],
+    ["Object.assign(process.env, { X: '1' });", /process\.env other than reading it/],
+    ["t.test('x', async () => { const t = 1; });", /declares another t/],
+  ];
+  for (const [body, reason] of solo) t.match(soloReason(head + body), reason, body);
+  t.match(soloReason("import { test } from 'tap';\ntest('x', () => {});\n"), /other than its root/);
+  t.equal(soloReason("import tap from 'tap';\ntap.test('x', async (t) => { t.teardown(() => {}); });\n"), undefined, 'the root under another name');
+  t.match(soloReason("import tap from 'tap';\ntap.teardown(() => {});\n"), /tap\.teardown/);
+});
+
+/** The environment npm run test:unit gives its processes, without what tap set for this one. */
+function runnerEnv(): NodeJS.ProcessEnv {
+  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('TAP') && k !== 'NODE_OPTIONS'));
+  return { ...env, TAP_TIMEOUT: '0' };
+}
+
+t.test('the runner: shared processes keep each file\'s result apart, and a file of its own keeps its root', async (t) => {
+  // Under node_modules, so that the files find tap as the repository's tests do.
+  const cache = join(root, 'node_modules', '.cache');
+  mkdirSync(cache, { recursive: true });
+  const dir = mkdtempSync(join(cache, 'capybara-test-unit-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const file = (name: string, text: string): string => {
+    writeFileSync(join(dir, name), `import t from 'tap';\n${text}\n`);
+    return join(dir, name);
+  };
+  const torn = join(dir, 'torn-down');
+  const files = [
+    file('a.test.mjs', "t.test('a1', async (t) => { t.pass('a1 passes'); t.pass('a1 again'); });"),
+    file('b.test.mjs', "t.test('b1', async (t) => { t.pass('b1 passes'); t.equal(1, 2, 'b1 fails'); });"),
+    file('c.test.mjs', "t.test('c1', async (t) => { t.plan(0, 'skipped whole'); });\nt.test('c2', async (t) => { t.pass('c2 passes'); });"),
+    file('d.test.mjs', `import { writeFileSync } from 'node:fs';\nt.teardown(() => writeFileSync(${JSON.stringify(torn)}, 'x'));\nt.test('d1', async (t) => { t.pass('d1 passes'); });`),
+    file('e.test.mjs', "t.test('e1', async (t) => { t.pass('e1 passes'); });"),
+  ];
+  let out = '';
+  const env = runnerEnv();
+  const run = await runTestFiles({ root, files, jobs: 1, env, write: (s: string) => { out += s; } });
+  t.same(run.failed, [files[1]], 'only the failing file failed');
+  t.same(run.totals, { pass: 6, fail: 1, skip: 1, todo: 0 }, 'every assertion counted once, the whole skipped test too');
+  t.match(out, /1 in a process of their own/, 'the file with a root teardown ran alone');
+  t.ok(existsSync(torn), "its root teardown ran");
+  const lines = out.split('\n');
+  const lineOf = (f: string): string => lines.find((l) => l.includes(f)) ?? '';
+  t.match(lineOf(files[0]!), /^ok .* 2 pass$/);
+  t.match(lineOf(files[1]!), /^FAIL .* 1 pass, 1 fail$/);
+  t.match(lineOf(files[4]!), /^ok .* 1 pass$/, 'a file after a failing one in the same process is its own');
+  t.match(out, /b1 fails/, "the failing file's output is shown");
+  t.notMatch(out, /a1 passes/, "a passing file's output is not");
+});
+
+t.test('the runner: a file that hangs is killed at its deadline, one that ends its process is a failure, and the files after them run', async (t) => {
+  const cache = join(root, 'node_modules', '.cache');
+  mkdirSync(cache, { recursive: true });
+  const dir = mkdtempSync(join(cache, 'capybara-test-unit-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const file = (name: string, text: string): string => {
+    writeFileSync(join(dir, name), `import t from 'tap';\n${text}\n`);
+    return join(dir, name);
+  };
+  const files = [
+    file('hang.test.mjs', "t.test('hangs', async () => { await new Promise((r) => setTimeout(r, 600_000)); });"),
+    file('after-hang.test.mjs', "t.test('after', async (t) => { t.pass('runs after the hung file'); });"),
+    file('exits.test.mjs', "t.test('exits', async () => { process.exit(3); });"),
+    file('after-exit.test.mjs', "t.test('after', async (t) => { t.pass('runs after the exit'); });"),
+  ];
+  let out = '';
+  const env = runnerEnv();
+  const started = Date.now();
+  const run = await runTestFiles({ root, files, jobs: 1, env, fileTimeoutMs: 10_000, write: (s: string) => { out += s; } });
+  t.ok(Date.now() - started < 60_000, 'the hung file did not hold the run');
+  t.same(run.failed, [files[2], files[0]], 'the file that ended its process (run alone, first) and the hung file failed');
+  t.match(out, /hang\.test\.mjs .*did not end within 10 s \(killed\)/);
+  t.match(out, /exits\.test\.mjs .*its process ended \(status \d+\) before its tests did/);
+  t.equal(run.totals.pass, 2, 'the files after them passed');
 });
