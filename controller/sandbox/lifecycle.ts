@@ -15,6 +15,13 @@ import { StepGroup } from './step-group.js';
 
 const STOP_GRACE_SECONDS = 2;
 /**
+ * How long a create whose proxy probe failed watches for another call's removal to show: a
+ * destroy kills the probe with the container, and the engine can still call that container
+ * running for a moment after the probe has ended.
+ */
+const CHANGE_SHOWS_MS = 2_000;
+const CHANGE_POLL_MS = 200;
+/**
  * Rounds of a destroy: a container another process creates between this destroy's removal of
  * the containers and of the network keeps the network in use; the next round removes it again.
  */
@@ -63,7 +70,8 @@ export class SandboxLifecycle {
     } catch (err) {
       // Asked before the cleanup removes them: a proxy that never answered, a start that failed,
       // are explained by another call that replaced or removed what this create made.
-      const replaced = await this.replacedMeanwhile(made);
+      const probeFailed = err instanceof SandboxError && err.code === 'egress_unavailable';
+      const replaced = await this.replacedMeanwhile(made, probeFailed ? CHANGE_SHOWS_MS : 0);
       // Every step has finished (settled), so the cleanup finds all they made.
       await this.destroy(names.name).catch((cleanupErr: unknown) => {
         this.deps.logger.warn({ sandbox: names.name, err: cleanupErr }, 'cleanup after failed create did not finish');
@@ -75,14 +83,23 @@ export class SandboxLifecycle {
     }
   }
 
-  /** Which container this create made is gone or another one now, if any. */
-  private async replacedMeanwhile(made: ReadonlyMap<string, string>): Promise<string | undefined> {
-    for (const [name, id] of made) {
-      const now = await this.deps.engine.inspectContainer(name).catch(() => undefined);
-      if (now === undefined) return `container ${name} was removed`;
-      if (now.id !== id) return `container ${name} was replaced`;
+  /**
+   * Which container this create made is gone, going, or another one now, if any; watched for up
+   * to `watchMs` before the answer is none.
+   */
+  private async replacedMeanwhile(made: ReadonlyMap<string, string>, watchMs: number): Promise<string | undefined> {
+    const deadline = Date.now() + watchMs;
+    for (;;) {
+      for (const [name, id] of made) {
+        const now = await this.deps.engine.inspectContainer(name).catch(() => undefined);
+        if (now === undefined) return `container ${name} was removed`;
+        if (now.id !== id) return `container ${name} was replaced`;
+        // Only a removal request puts a container in this state, and this create made none yet.
+        if (now.status === 'removing') return `container ${name} is being removed`;
+      }
+      if (Date.now() >= deadline) return undefined;
+      await new Promise((resolve) => setTimeout(resolve, CHANGE_POLL_MS));
     }
-    return undefined;
   }
 
   async suspend(name: string): Promise<void> {

@@ -149,6 +149,26 @@ t.test('a proxy replaced by another call while the create waits for it: conflict
   t.same(leftOver(s), [], 'the create cleaned up after itself');
 });
 
+t.test('a destroy by another call kills the proxy probe, and the engine shows the removal only a moment later: conflict', async (t) => {
+  const s = fakeSandbox();
+  s.engine.onExec = async (container, request) => {
+    if (container === NAME && request.cmd.join(' ').includes('/dev/tcp/')) {
+      // Another controller's destroy: the probe dies with the container, and the engine drops
+      // the containers a little after the probe has ended.
+      setTimeout(() => {
+        s.engine.containers.delete(NAME);
+        s.engine.containers.delete(EGRESS);
+      }, 600);
+      return { exitCode: 137 };
+    }
+    return s.engine.defaultExec(container, request);
+  };
+  const err = await s.provider.create(allowlist).catch((e: unknown) => e);
+  t.ok(isSandboxError(err, 'conflict'), String(err));
+  t.match((err as Error).message, /was removed/);
+  t.same(leftOver(s), [], 'nothing is left');
+});
+
 t.test('a proxy that does not answer, with nobody else at work, is still egress_unavailable', async (t) => {
   const s = fakeSandbox();
   s.engine.onExec = () => ({ exitCode: 137 });
