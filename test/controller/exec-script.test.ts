@@ -255,14 +255,18 @@ t.test('a FIFO swapped in between the type check and the open never blocks a fil
   t.equal(spawnSync('mkfifo', [join(dir, 'fifo')]).status, 0);
   const link = join(dir, 'link');
   symlinkSync('regular', link);
-  // Flips the link between the file and the FIFO as fast as it can, so some opens land on the
-  // FIFO after a check that saw the file.
-  const flipper = spawn('python3', ['-c', `import os
+  // Flips the link between the file and the FIFO every quarter of a millisecond or so, each
+  // target held as long as the other, so some opens land on the FIFO after a check that saw the
+  // file: a script's check-to-open window (a subshell and an exec of dd) lasts milliseconds. The
+  // pause keeps the flipper to a fraction of a core; spinning, it took a whole one for as long as
+  // the test ran, which under a loaded test run was most of a minute.
+  const flipper = spawn('python3', ['-c', `import os, time
 d = ${JSON.stringify(dir)}
 while True:
     for target in ('fifo', 'regular'):
         os.symlink(target, d + '/next')
-        os.replace(d + '/next', d + '/link')`], { stdio: 'ignore' });
+        os.replace(d + '/next', d + '/link')
+        time.sleep(0.0002)`], { stdio: 'ignore' });
   t.teardown(() => flipper.kill('SIGKILL'));
   const outcomes = new Map<string, number>();
   for (let i = 0; i < 60; i += 1) {
