@@ -43,6 +43,12 @@ for (;;) {
   if (file === null) break;
   const before = t.counts.toJSON();
   const started = performance.now();
+  // A root teardown would end tap's root once idle, before the next file: the file's teardowns
+  // run here instead, once its tests have ended, as they would at the end of a process of its own.
+  const teardowns = [];
+  t.teardown = (fn) => {
+    teardowns.push(fn);
+  };
   try {
     await import(pathToFileURL(file).href);
   } catch (err) {
@@ -50,6 +56,13 @@ for (;;) {
   }
   // tap's 'idle' event does not come after tests run in parallel (t.jobs): asked every 10 ms.
   while (!t.idle) await setTimeout(10);
+  for (const fn of teardowns) {
+    try {
+      await fn();
+    } catch (err) {
+      t.error(err, `${file}: a teardown`);
+    }
+  }
   const ms = Math.round(performance.now() - started);
   // Written directly: a comment on an idle root waits in its queue until the root ends. Node
   // writes to a pipe synchronously, so this line comes after everything the file's tests wrote.

@@ -17,9 +17,9 @@
  */
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { readdirSync, readFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
-import { join, relative, resolve } from 'node:path';
+import { dirname, join, relative, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
@@ -79,8 +79,17 @@ export function unitTestFiles(root) {
 /** How a worker marks the end of a file in its output (a TAP comment: "# " comes first); no test prints it. */
 const WORKER_MARK = `test-unit-worker-${randomUUID()} `;
 
-/** What a file may call on tap's root and still share a process: registering its tests. */
-const SHARED_ROOT_CALLS = new Set(['test', 'skip', 'todo', 'comment']);
+/**
+ * What a file may call on tap's root and still share a process: registering its tests, and a
+ * teardown (the worker runs it once the file's tests have ended).
+ */
+const SHARED_ROOT_CALLS = new Set([
+  'test', 'skip', 'todo', 'comment', 'teardown',
+  // Assertions on the root count toward the file whose import made them.
+  'ok', 'notOk', 'equal', 'not', 'same', 'notSame', 'strictSame', 'match', 'notMatch', 'has', 'type', 'pass', 'fail', 'error', 'throws', 'rejects',
+]);
+/** Calls that only read the object given to them: `Object.keys(process.env)`. */
+const READERS = new Set(['keys', 'values', 'entries']);
 /** What of `process` outlives the file that touches it: such a file gets a process of its own. */
 const PROCESS_STATE = new Set([
   'on', 'once', 'addListener', 'prependListener', 'prependOnceListener', 'off', 'removeListener', 'removeAllListeners',
@@ -106,11 +115,11 @@ function isWritten(node) {
 /**
  * Why a test file must run in a process of its own, or undefined when it can run after other
  * files in one process (scripts/test-unit-worker.mjs). Allowed: what the file does inside its
- * tests (each gets its own `t`), registering tests on tap's root (`t.test`, `t.skip`, `t.todo`,
- * `t.comment`), reading process.env. Anything else is a reason: any other use of the root (a
- * teardown or a hook on it would run for later files, `t.jobs` would set their parallelism, a
- * root teardown ends the root once idle), a write to process.env, a listener on the process, an
- * exit code, a working directory.
+ * tests (each gets its own `t`); on tap's root, registering tests (`t.test`, `t.skip`, `t.todo`,
+ * `t.comment`), teardowns (`t.teardown`) and assertions; reading process.env. Anything else is a
+ * reason: any other use of the root (a hook on it would run for later files, `t.jobs` would set
+ * their parallelism, a plan would count them), a write to process.env, a listener on the
+ * process, an exit code, a working directory.
  */
 export function soloReason(text) {
   const source = ts.createSourceFile('test.ts', text, ts.ScriptTarget.Latest, true, ts.ScriptKind.TS);
@@ -141,7 +150,9 @@ export function soloReason(text) {
       else if (member === 'env') {
         const p = node.parent;
         const read = ((ts.isPropertyAccessExpression(p) || ts.isElementAccessExpression(p)) && p.expression === node && !isWritten(p))
-          || ts.isSpreadAssignment(p) || ts.isSpreadElement(p);
+          || ts.isSpreadAssignment(p) || ts.isSpreadElement(p)
+          || (ts.isCallExpression(p) && p.arguments.length === 1 && ts.isPropertyAccessExpression(p.expression)
+            && ts.isIdentifier(p.expression.expression) && p.expression.expression.text === 'Object' && READERS.has(p.expression.name.text));
         if (!read) reason = `uses process.env other than reading it: ${p.getText(source).slice(0, 60)}`;
       }
     }
@@ -230,6 +241,25 @@ class Worker {
 
 const COUNT_KEYS = ['pass', 'fail', 'skip', 'todo'];
 
+/** The milliseconds per file of the last run; none when there is no record or it cannot be read. */
+function readTimes(file) {
+  try {
+    return Object.fromEntries(Object.entries(JSON.parse(readFileSync(file, 'utf8'))).filter(([, ms]) => Number.isFinite(ms)));
+  } catch {
+    return {};
+  }
+}
+
+/** Records the files' times; a run that cannot record them still stands, and says so. */
+function writeTimes(file, times) {
+  try {
+    mkdirSync(dirname(file), { recursive: true });
+    writeFileSync(file, `${JSON.stringify(times, null, 1)}\n`);
+  } catch (err) {
+    process.stderr.write(`test-unit: could not record the files' times in ${file} (${err.message}); the next run keeps the default order\n`);
+  }
+}
+
 function usage(message) {
   process.stderr.write(`test-unit: ${message}\nusage: npm run test:unit [-- [--jobs N] [test files...]]\n`);
   process.exit(2);
@@ -264,13 +294,20 @@ function parseArgs(argv, root, cwd, units) {
  * Runs test files, `jobs` processes at a time (see the top of this file): a file that touches what
  * files would share (soloReason) in a process of its own, the others one after another in shared
  * processes. Writes a line per file as it ends (with its output when it failed) and a summary.
- * `files` are relative to `root` or absolute. Resolves with { totals, failed } (failed: the files,
- * and processes, that did not pass).
+ * `files` are relative to `root` or absolute; `timesFile` (optional) records each file's time for
+ * the next run's order. Resolves with { totals, failed } (failed: the files, and processes, that
+ * did not pass).
  */
-export async function runTestFiles({ root, files, jobs, env, fileTimeoutMs = 600_000, endTimeoutMs = 60_000, write = (s) => process.stdout.write(s) }) {
+export async function runTestFiles({ root, files, jobs, env, timesFile, fileTimeoutMs = 600_000, endTimeoutMs = 60_000, write = (s) => process.stdout.write(s) }) {
   const solo = new Map(files.map((f) => [f, soloReason(readFileSync(resolve(root, f), 'utf8'))]).filter(([, r]) => r !== undefined));
-  // Files of their own first: those that set a root up tend to be the long ones (servers, timers).
-  const queue = [...files.filter((f) => solo.has(f)), ...files.filter((f) => !solo.has(f))];
+  // The longest files first, by the last run's times (a file not timed yet counts as long), so
+  // that no long one starts last; with no record, the files of their own first (those that set a
+  // root up tend to be long: many processes, timers). Only the order depends on the times.
+  const record = timesFile === undefined ? {} : readTimes(timesFile);
+  const known = Object.keys(record).length > 0;
+  const guess = (f) => (known ? record[f] ?? Infinity : solo.has(f) ? 1 : 0);
+  const queue = [...files].sort((a, b) => guess(b) - guess(a));
+  const took = {};
   const started = Date.now();
   const totals = { pass: 0, fail: 0, skip: 0, todo: 0 };
   const failed = [];
@@ -311,6 +348,7 @@ export async function runTestFiles({ root, files, jobs, env, fileTimeoutMs = 600
       const worker = own ? new Worker(root, env) : shared;
       if (own) live.add(worker);
       const result = { ...(await worker.run(resolve(root, file), fileTimeoutMs)), file };
+      took[file] = result.ms;
       report(result);
       if (!own) sharedRan.push(file);
       if (own || result.lost) {
@@ -330,6 +368,7 @@ export async function runTestFiles({ root, files, jobs, env, fileTimeoutMs = 600
   const seconds = ((Date.now() - started) / 1000).toFixed(0);
   write(`\n${files.length} files in ${seconds} s: ${totals.pass} passed, ${totals.fail} failed, ${totals.skip} skipped, ${totals.todo} todo\n`);
   if (failed.length > 0) write(`failed: ${failed.join('; ')}\n`);
+  if (timesFile !== undefined) writeTimes(timesFile, { ...record, ...took });
   return { totals, failed };
 }
 
@@ -341,6 +380,8 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
   // tap's own 30 s limit would count from a worker's start, not a file's: the runner times each
   // file (10 minutes, well above the slowest unit file, the body fuzzer: under a minute alone).
   const env = { ...process.env, CAPYBARA_TEST_UNIT: '1', TAP_TIMEOUT: '0' };
-  const { failed } = await runTestFiles({ root, files, jobs, env });
+  // Under node_modules: not part of the tree, gone with a fresh install.
+  const timesFile = join(root, 'node_modules', '.cache', 'capybara-test-unit', 'times.json');
+  const { failed } = await runTestFiles({ root, files, jobs, env, timesFile });
   process.exit(failed.length > 0 ? 1 : 0);
 }

@@ -102,18 +102,21 @@ t.test('a file shares a process only when it touches nothing the files would sha
     "const seed = process.env.SEED ?? '1'; const env = { ...process.env, X: '1' }; const v = process.env['Y'];",
     "for (const n of [1, 2]) t.test(`g${n}`, async () => {});",
     "const o = { t: 1 }; const p = o.t;",
+    "t.teardown(() => {}); function close() { t.teardown(() => {}); }",
+    "t.equal(1, 1); t.ok(true);",
+    "const names = Object.keys(process.env);",
   ];
   for (const body of shares) t.equal(soloReason(head + body), undefined, body);
   const solo: Array<[string, RegExp]> = [
-    ["t.teardown(() => {});", /uses tap's root: t\.teardown/],
     ["t.jobs = 3;", /uses tap's root: t\.jobs/],
+    ["t.plan(2);", /t\.plan/],
     ["t.beforeEach(() => {});", /t\.beforeEach/],
     ["t.setTimeout(1000);", /t\.setTimeout/],
-    ["function close() { t.teardown(() => {}); }", /t\.teardown/],
+    ["function close() { t.afterEach(() => {}); }", /t\.afterEach/],
     ["const f = () => t.before(() => {});", /t\.before/],
     ["helper(t);", /helper\(t\)/],
     ["const { test } = t;", /uses tap's root/],
-    ["t.test('x', async () => { t.pass('the root, not the test'); });", /t\.pass/],
+    ["t.test('x', async () => { t.plan(1); });", /t\.plan/],
     ["process.on('uncaughtException', () => {});", /process\.on/],
     ["t.test('x', async () => { process.exitCode = 1; });", /process\.exitCode/],
     ["process.chdir('/');", /process\.chdir/],
@@ -125,7 +128,7 @@ t.test('a file shares a process only when it touches nothing the files would sha
   for (const [body, reason] of solo) t.match(soloReason(head + body), reason, body);
   t.match(soloReason("import { test } from 'tap';\ntest('x', () => {});\n"), /other than its root/);
   t.equal(soloReason("import tap from 'tap';\ntap.test('x', async (t) => { t.teardown(() => {}); });\n"), undefined, 'the root under another name');
-  t.match(soloReason("import tap from 'tap';\ntap.teardown(() => {});\n"), /tap\.teardown/);
+  t.match(soloReason("import tap from 'tap';\ntap.jobs = 2;\n"), /tap\.jobs/);
 });
 
 /** The environment npm run test:unit gives its processes, without what tap set for this one. */
@@ -134,7 +137,7 @@ function runnerEnv(): NodeJS.ProcessEnv {
   return { ...env, TAP_TIMEOUT: '0' };
 }
 
-t.test('the runner: shared processes keep each file\'s result apart, and a file of its own keeps its root', async (t) => {
+t.test('the runner: shared processes keep each file\'s result apart and run its teardowns before the next, and a file of its own keeps its root', async (t) => {
   // Under node_modules, so that the files find tap as the repository's tests do.
   const cache = join(root, 'node_modules', '.cache');
   mkdirSync(cache, { recursive: true });
@@ -150,20 +153,20 @@ t.test('the runner: shared processes keep each file\'s result apart, and a file 
     file('b.test.mjs', "t.test('b1', async (t) => { t.pass('b1 passes'); t.equal(1, 2, 'b1 fails'); });"),
     file('c.test.mjs', "t.test('c1', async (t) => { t.plan(0, 'skipped whole'); });\nt.test('c2', async (t) => { t.pass('c2 passes'); });"),
     file('d.test.mjs', `import { writeFileSync } from 'node:fs';\nt.teardown(() => writeFileSync(${JSON.stringify(torn)}, 'x'));\nt.test('d1', async (t) => { t.pass('d1 passes'); });`),
-    file('e.test.mjs', "t.test('e1', async (t) => { t.pass('e1 passes'); });"),
+    file('e.test.mjs', `import { existsSync } from 'node:fs';\nt.test('e1', async (t) => { t.ok(existsSync(${JSON.stringify(torn)}), 'the teardown of the file before ran'); });`),
+    file('f.test.mjs', "t.jobs = 2;\nt.test('f1', async (t) => { t.pass('f1 passes'); });\nt.test('f2', async (t) => { t.pass('f2 passes'); });"),
   ];
   let out = '';
   const env = runnerEnv();
   const run = await runTestFiles({ root, files, jobs: 1, env, write: (s: string) => { out += s; } });
+  const lineOf = (f: string): string => out.split('\n').find((l) => l.includes(f)) ?? '';
   t.same(run.failed, [files[1]], 'only the failing file failed');
-  t.same(run.totals, { pass: 6, fail: 1, skip: 1, todo: 0 }, 'every assertion counted once, the whole skipped test too');
-  t.match(out, /1 in a process of their own/, 'the file with a root teardown ran alone');
-  t.ok(existsSync(torn), "its root teardown ran");
-  const lines = out.split('\n');
-  const lineOf = (f: string): string => lines.find((l) => l.includes(f)) ?? '';
+  t.same(run.totals, { pass: 8, fail: 1, skip: 1, todo: 0 }, 'every assertion counted once, the whole skipped test too');
+  t.match(out, /1 in a process of their own/, 'the file that sets its root up ran alone');
+  t.match(lineOf(files[5]!), /^ok .* 2 pass$/);
   t.match(lineOf(files[0]!), /^ok .* 2 pass$/);
   t.match(lineOf(files[1]!), /^FAIL .* 1 pass, 1 fail$/);
-  t.match(lineOf(files[4]!), /^ok .* 1 pass$/, 'a file after a failing one in the same process is its own');
+  t.match(lineOf(files[4]!), /^ok .* 1 pass$/, 'a file after a failing one in the same process is its own, and saw the teardown before it');
   t.match(out, /b1 fails/, "the failing file's output is shown");
   t.notMatch(out, /a1 passes/, "a passing file's output is not");
 });
@@ -192,4 +195,28 @@ t.test('the runner: a file that hangs is killed at its deadline, one that ends i
   t.match(out, /hang\.test\.mjs .*did not end within 10 s \(killed\)/);
   t.match(out, /exits\.test\.mjs .*its process ended \(status \d+\) before its tests did/);
   t.equal(run.totals.pass, 2, 'the files after them passed');
+});
+
+t.test('the runner records each file\'s time and starts the longest first next time', async (t) => {
+  const cache = join(root, 'node_modules', '.cache');
+  mkdirSync(cache, { recursive: true });
+  const dir = mkdtempSync(join(cache, 'capybara-test-unit-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const files = ['a', 'b', 'c'].map((n) => {
+    writeFileSync(join(dir, `${n}.test.mjs`), `import t from 'tap';\nt.test('${n}', async (t) => { t.pass('${n}'); });\n`);
+    return join(dir, `${n}.test.mjs`);
+  });
+  const timesFile = join(dir, 'times', 'times.json');
+  const order = async (): Promise<string[]> => {
+    let out = '';
+    await runTestFiles({ root, files, jobs: 1, env: runnerEnv(), timesFile, write: (s: string) => { out += s; } });
+    return out.split('\n').filter((l) => l.startsWith('ok ')).map((l) => /([abc])\.test\.mjs/.exec(l)?.[1] ?? '?');
+  };
+  t.same(await order(), ['a', 'b', 'c'], 'with no record: in the given order');
+  const record = JSON.parse(readFileSync(timesFile, 'utf8')) as Record<string, number>;
+  t.same(Object.keys(record).sort(), [...files].sort(), 'every file timed');
+  writeFileSync(timesFile, JSON.stringify({ [files[0]!]: 5, [files[1]!]: 900 }));
+  t.same(await order(), ['c', 'b', 'a'], 'then the longest first, a file with no time counted longest');
+  writeFileSync(timesFile, '{not json');
+  t.same(await order(), ['a', 'b', 'c'], 'a record it cannot read is no record');
 });
