@@ -7,7 +7,7 @@
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import t from 'tap';
+import t, { type Test } from 'tap';
 import ts from 'typescript';
 import { declaredNeed, NEEDS, runTestFiles, soloReason, testFiles, unitTestFiles } from '../../scripts/test-unit.mjs';
 
@@ -137,16 +137,24 @@ function runnerEnv(): NodeJS.ProcessEnv {
   return { ...env, TAP_TIMEOUT: '0' };
 }
 
-t.test('the runner: shared processes keep each file\'s result apart and run its teardowns before the next, and a file of its own keeps its root', async (t) => {
-  // Under node_modules, so that the files find tap as the repository's tests do.
+/**
+ * A directory for test files of the runner's own tests, under node_modules so that they find tap
+ * as the repository's tests do, and `file(name, body)` writing one (tap's root imported as t).
+ */
+function testFilesDir(t: Test): { dir: string; file: (name: string, body: string) => string } {
   const cache = join(root, 'node_modules', '.cache');
   mkdirSync(cache, { recursive: true });
   const dir = mkdtempSync(join(cache, 'capybara-test-unit-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
-  const file = (name: string, text: string): string => {
-    writeFileSync(join(dir, name), `import t from 'tap';\n${text}\n`);
+  const file = (name: string, body: string): string => {
+    writeFileSync(join(dir, name), `import t from 'tap';\n${body}\n`);
     return join(dir, name);
   };
+  return { dir, file };
+}
+
+t.test('the runner: shared processes keep each file\'s result apart and run its teardowns before the next, and a file of its own keeps its root', async (t) => {
+  const { dir, file } = testFilesDir(t);
   const torn = join(dir, 'torn-down');
   const files = [
     file('a.test.mjs', "t.test('a1', async (t) => { t.pass('a1 passes'); t.pass('a1 again'); });"),
@@ -172,14 +180,7 @@ t.test('the runner: shared processes keep each file\'s result apart and run its 
 });
 
 t.test('the runner: a file that hangs is killed at its deadline, one that ends its process is a failure, and the files after them run', async (t) => {
-  const cache = join(root, 'node_modules', '.cache');
-  mkdirSync(cache, { recursive: true });
-  const dir = mkdtempSync(join(cache, 'capybara-test-unit-'));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
-  const file = (name: string, text: string): string => {
-    writeFileSync(join(dir, name), `import t from 'tap';\n${text}\n`);
-    return join(dir, name);
-  };
+  const { file } = testFilesDir(t);
   const files = [
     file('hang.test.mjs', "t.test('hangs', async () => { await new Promise((r) => setTimeout(r, 600_000)); });"),
     file('after-hang.test.mjs', "t.test('after', async (t) => { t.pass('runs after the hung file'); });"),
@@ -198,14 +199,8 @@ t.test('the runner: a file that hangs is killed at its deadline, one that ends i
 });
 
 t.test('the runner records each file\'s time and starts the longest first next time', async (t) => {
-  const cache = join(root, 'node_modules', '.cache');
-  mkdirSync(cache, { recursive: true });
-  const dir = mkdtempSync(join(cache, 'capybara-test-unit-'));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
-  const files = ['a', 'b', 'c'].map((n) => {
-    writeFileSync(join(dir, `${n}.test.mjs`), `import t from 'tap';\nt.test('${n}', async (t) => { t.pass('${n}'); });\n`);
-    return join(dir, `${n}.test.mjs`);
-  });
+  const { dir, file } = testFilesDir(t);
+  const files = ['a', 'b', 'c'].map((n) => file(`${n}.test.mjs`, `t.test('${n}', async (t) => { t.pass('${n}'); });`));
   const timesFile = join(dir, 'times', 'times.json');
   const order = async (): Promise<string[]> => {
     let out = '';
