@@ -7,6 +7,9 @@
  * process spare each the start of node, tsx and tap (about 1 s of CPU); the runner gives a file a
  * process of its own when it touches what the files would share (soloReason in test-unit.mjs).
  *
+ * A file's root teardowns run once its tests have ended (tap would run them at the root's end,
+ * and a root teardown makes tap end the root once idle, before the next file could run).
+ *
  * The root counts the summary point of a whole skipped test when its parser reads the next line,
  * so such a skip can show under the next file; the process's own total at its end is exact.
  */
@@ -43,8 +46,7 @@ for (;;) {
   if (file === null) break;
   const before = t.counts.toJSON();
   const started = performance.now();
-  // A root teardown would end tap's root once idle, before the next file: the file's teardowns
-  // run here instead, once its tests have ended, as they would at the end of a process of its own.
+  // The file's root teardowns, run below once its tests have ended.
   const teardowns = [];
   t.teardown = (fn) => {
     teardowns.push(fn);

@@ -9,11 +9,12 @@
  *
  * The files run as tap runs them, each a node program whose root test is tap's, but without tap's
  * runner: tap starts a process per file with its process tracker loaded into it, about 2 s of CPU
- * per file before the first test, which on 2 cores was more than half of the run. Here a
- * file runs in a worker process (test-unit-worker.mjs, under tsx) that runs files one after
- * another, or in a process of its own when it touches what files in one process would share
- * (soloReason). `jobs` processes run at a time (twice the CPUs by default: many tests wait on
- * timers and peers). Arguments: --jobs N, and unit test files to run only those.
+ * per file before the first test, which on 2 cores was more than half of the run. Here a file
+ * runs in a worker process (test-unit-worker.mjs, under tsx) that runs files one after another,
+ * or in a process of its own when it touches what files in one process would share (soloReason).
+ * `jobs` processes run at a time (twice the CPUs by default: many tests wait on timers and
+ * peers), the longest files first by the last run's times. Arguments: --jobs N, and unit test
+ * files to run only those.
  */
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -80,8 +81,8 @@ export function unitTestFiles(root) {
 const WORKER_MARK = `test-unit-worker-${randomUUID()} `;
 
 /**
- * What a file may call on tap's root and still share a process: registering its tests, and a
- * teardown (the worker runs it once the file's tests have ended).
+ * What a file may call on tap's root and still share a process: registering its tests, a
+ * teardown (the worker runs it once the file's tests have ended), assertions.
  */
 const SHARED_ROOT_CALLS = new Set([
   'test', 'skip', 'todo', 'comment', 'teardown',
@@ -109,7 +110,8 @@ function binds(node, name) {
 function isWritten(node) {
   const p = node.parent;
   if (ts.isBinaryExpression(p) && p.left === node && p.operatorToken.kind >= ts.SyntaxKind.FirstAssignment && p.operatorToken.kind <= ts.SyntaxKind.LastAssignment) return true;
-  return ts.isDeleteExpression(p) || ts.isPrefixUnaryExpression(p) || ts.isPostfixUnaryExpression(p);
+  const step = (u) => u.operator === ts.SyntaxKind.PlusPlusToken || u.operator === ts.SyntaxKind.MinusMinusToken;
+  return ts.isDeleteExpression(p) || ((ts.isPrefixUnaryExpression(p) || ts.isPostfixUnaryExpression(p)) && step(p));
 }
 
 /**

@@ -104,7 +104,7 @@ t.test('a file shares a process only when it touches nothing the files would sha
     "const o = { t: 1 }; const p = o.t;",
     "t.teardown(() => {}); function close() { t.teardown(() => {}); }",
     "t.equal(1, 1); t.ok(true);",
-    "const names = Object.keys(process.env);",
+    "const names = Object.keys(process.env); const off = !process.env.X;",
   ];
   for (const body of shares) t.equal(soloReason(head + body), undefined, body);
   const solo: Array<[string, RegExp]> = [
@@ -122,6 +122,7 @@ t.test('a file shares a process only when it touches nothing the files would sha
     ["process.chdir('/');", /process\.chdir/],
     ["process.env.X = '1';", /process\.env other than reading it/],
     ["delete process.env.X;", /process\.env other than reading it/],
+    ["process.env.N++;", /process\.env other than reading it/],
     ["Object.assign(process.env, { X: '1' });", /process\.env other than reading it/],
     ["t.test('x', async () => { const t = 1; });", /declares another t/],
   ];
