@@ -113,9 +113,10 @@ export class CommandRunner {
     if (failure === undefined) return first;
     if (failure.kind === 'failed') {
       // Running when this call began: stopped or gone now means another call (a destroy or
-      // suspend in another controller process) changed the sandbox meanwhile.
-      const now = await this.deps.engine.inspectContainer(name).catch(() => undefined);
-      if (now === undefined || !now.running || now.status === 'removing') {
+      // suspend in another controller process) changed the sandbox meanwhile. An engine that
+      // cannot say leaves the failure as it is.
+      const now = await this.deps.engine.inspectContainer(name).catch(() => 'unknown' as const);
+      if (now !== 'unknown' && (now === undefined || !now.running || now.status === 'removing')) {
         throw new SandboxError('conflict', `${name} was stopped or removed by another call while the command started (${failure.detail}); retry.`);
       }
       throw new SandboxError('exec_failed', `The command could not start in ${name}: ${failure.detail}`);

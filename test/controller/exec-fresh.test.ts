@@ -66,3 +66,14 @@ t.test('a command whose exec cannot start in a sandbox that still runs: exec_fai
   const err = await s.provider.exec(h, 'true').catch((e: unknown) => e);
   t.ok(isSandboxError(err, 'exec_failed'), String(err));
 });
+
+t.test('a command whose exec cannot start, and an engine that cannot say whether the sandbox still runs: exec_failed', async (t) => {
+  const s = fakeSandbox();
+  const h = await s.provider.create({ id: 'unsure', image: 'capybara-sandbox:latest', limits: { egress: 'none' } });
+  s.engine.onExec = () => {
+    s.engine.failOnce('inspectContainer', h.id, 500, 'engine busy');
+    return { exitCode: 126, stdout: 'OCI runtime exec failed: exec failed: unable to start container process: exec: "bash": not found\r\n' };
+  };
+  const err = await s.provider.exec(h, 'true').catch((e: unknown) => e);
+  t.ok(isSandboxError(err, 'exec_failed'), String(err));
+});
