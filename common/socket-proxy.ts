@@ -13,4 +13,14 @@ export const SOCKET_PROXY_ENV = {
   sharedNetwork: 'SOCKET_PROXY_SHARED_NETWORK',
   /** Volume plugins allowed besides `local`, comma-separated: the controller's `volumeDriver`. */
   volumeDrivers: 'SOCKET_PROXY_VOLUME_DRIVERS',
+  /** Images a container may run and a pull may fetch, comma-separated, exactly as named. */
+  images: 'SOCKET_PROXY_IMAGES',
+  /** Registries any image may come from, comma-separated host names (no IP literal, no localhost). */
+  registries: 'SOCKET_PROXY_REGISTRIES',
+  /** Ceiling of PidsLimit: the controller's pids limit. */
+  maxPids: 'SOCKET_PROXY_MAX_PIDS',
+  /** Ceiling of Memory in MiB (tmpfs sizes: half of it): the controller's maxLimits.memoryMb. */
+  maxMemory: 'SOCKET_PROXY_MAX_MEMORY',
+  /** Ceiling of NanoCpus in CPUs: the controller's maxLimits.cpu. */
+  maxCpus: 'SOCKET_PROXY_MAX_CPUS',
 } as const;

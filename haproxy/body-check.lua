@@ -24,6 +24,7 @@ M.REASONS = {
   duplicate_key = 'duplicate_key',   -- a member given twice (for a struct: in any letter case)
   bad_value = 'bad_value',           -- wrong type, or a value outside the member's set
   too_broad = 'too_broad',           -- more members or items than the member allows
+  above_ceiling = 'limit_above_ceiling', -- a limit above the operator's ceiling (SOCKET_PROXY_MAX_*)
   unknown_route = 'body_not_allowed', -- no schema for this call (haproxy.cfg should not ask)
   check_failed = 'body_check_failed', -- the checker itself failed: refused
 }
@@ -45,9 +46,10 @@ local check_value
 
 local function check_string(spec, v, name, settings)
   if type(v) ~= 'string' then deny(M.REASONS.bad_value, name) end
-  local ok
-  if type(spec.test) == 'function' then ok = spec.test(v, settings) else ok = v:find(spec.test) ~= nil end
+  local ok, reason
+  if type(spec.test) == 'function' then ok, reason = spec.test(v, settings) else ok = v:find(spec.test) ~= nil end
   if not ok then
+    if reason then refuse(reason) end
     if spec.bad then refuse(spec.bad) end
     deny(M.REASONS.bad_value, name)
   end
@@ -89,7 +91,10 @@ local function check_map(spec, v, name, settings, deferred)
   for i, key in ipairs(v.keys) do
     if out[key] ~= nil then deny(M.REASONS.duplicate_key, map_name .. '.' .. key) end
     if spec.keys and not spec.keys[key] then deny(M.REASONS.forbidden_key, map_name .. '.' .. key) end
-    if spec.key and not spec.key(key, settings) then
+    local key_ok, key_reason = true, nil
+    if spec.key then key_ok, key_reason = spec.key(key, settings) end
+    if not key_ok then
+      if key_reason then refuse(key_reason) end
       if spec.bad_key then refuse(spec.bad_key) end
       deny(M.REASONS.bad_value, map_name)
     end
@@ -122,9 +127,13 @@ check_value = function(spec, v, name, settings, deferred)
     if math.type(v) ~= 'integer' or (spec.min and v < spec.min) or (spec.max and v > spec.max) then
       deny(M.REASONS.bad_value, name)
     end
+    if spec.ceiling and not (v <= settings[spec.ceiling]) then deny(M.REASONS.above_ceiling, name) end
     return v
   elseif kind == 'bool' then
-    if type(v) ~= 'boolean' or (spec.only ~= nil and v ~= spec.only) then deny(M.REASONS.bad_value, name) end
+    if type(v) ~= 'boolean' or (spec.only ~= nil and v ~= spec.only) then
+      if spec.bad then refuse(spec.bad) end
+      deny(M.REASONS.bad_value, name)
+    end
     return v
   end
   refuse(M.REASONS.check_failed)
@@ -132,7 +141,7 @@ end
 
 -- The body of `route` (a routes.map name) read as Docker will read it, or nil and the reason;
 -- then the network ids it names (each still to be proven a sandbox network: network-proof.lua).
--- settings: { shared_network = 'name', volume_drivers = { name = true, ... } }.
+-- settings: proxy-settings.lua's (shared network, volume drivers, images, registries, ceilings).
 function M.parse_checked(route, body, settings)
   local spec = schema.routes[route]
   if spec == nil then return nil, M.REASONS.unknown_route end

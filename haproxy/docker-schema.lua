@@ -13,10 +13,14 @@
 --   map{ key = test, keys = { allowed = true }, value = spec, max = n, label = 'X' }
 --     Go map: keys are data, matched exactly; `keys` (when given) is the only keys allowed.
 --   list{ item = spec, min = n, max = n, label = 'X' }
---   str(test) / one_of{ ... } / int(min, max) / bool(only) / text()
---     `test` is a Lua pattern or a function(value, settings) -> boolean. text() is any UTF-8
---     (exec commands); every other string must pass its test, which never admits a control byte.
+--   str(test) / one_of{ ... } / int(min, max, ceiling) / bool(only) / text()
+--     `test` is a Lua pattern or a function(value, settings) -> boolean[, reason]: a reason given
+--     with false is the refusal. text() is any UTF-8 (exec commands); every other string must pass
+--     its test, which never admits a control byte. `ceiling` names the setting (proxy-settings.lua)
+--     an integer may not exceed: above it the refusal is limit_above_ceiling:<Key>.
 -- `bad = 'reason'` on a spec replaces the generic bad_value:<Key> for that value.
+
+local image_ref = require('image-ref')
 
 local S = { routes = {} }
 
@@ -32,14 +36,18 @@ local function one_of(values, bad)
   for _, v in ipairs(values) do set[v] = true end
   return { kind = 'string', test = function(v) return set[v] == true end, bad = bad, values = values }
 end
-local function int(min, max) return { kind = 'int', min = min, max = max } end
-local function bool(only) return { kind = 'bool', only = only } end
+local function int(min, max, ceiling) return { kind = 'int', min = min, max = max, ceiling = ceiling } end
+local function bool(only, bad) return { kind = 'bool', only = only, bad = bad } end
 local function text() return { kind = 'text' } end
 
 -- Plain values ------------------------------------------------------------------------------
 local PRINTABLE = '^[ -~]*$'
 local NON_EMPTY_PRINTABLE = '^[ -~]+$'
-local IMAGE = '^[!-~]+$'
+-- An image a container may run: listed, or from a listed registry (image-ref.lua).
+local function image(v, settings)
+  local reason = image_ref.judge(v, settings)
+  return reason == nil, reason
+end
 -- A name Docker can never read as an ID or a path: "cap-" then a plain name.
 local function cap_name(v)
   return v:find('^cap%-[A-Za-z0-9][A-Za-z0-9_.%-]*$') ~= nil
@@ -47,6 +55,26 @@ end
 -- Absolute container paths: no "..", no separators Docker reads inside mount specs (":", ",").
 local function abs_path(v)
   return #v <= 4096 and v:find('^/[A-Za-z0-9_.%-/]*$') ~= nil and not v:find('%.%.')
+end
+
+-- Where a volume or tmpfs may be mounted. dockerd acts on a mount target: it copies the image's
+-- content there into an empty volume (following symlinks a container planted in it: NoCopy,
+-- below, turns that off), and a mount on /proc, /sys or /dev replaces what the kernel and the
+-- runtime put there (masked paths among them). So a target is a normalised absolute path (no
+-- "//", "/./", "..", trailing "/"), never "/" and never /proc, /sys, /dev or below them.
+S.MOUNT_TARGET_DENIED = { '/proc', '/sys', '/dev' }
+local function mount_target(v)
+  local ok = #v <= 4096 and v:find('^/[A-Za-z0-9_.%-/]*$') ~= nil and v ~= '/' and not v:find('/$')
+  if ok then
+    for segment in (v:sub(2) .. '/'):gmatch('([^/]*)/') do
+      if segment == '' or segment == '.' or segment == '..' then ok = false end
+    end
+    for _, denied in ipairs(S.MOUNT_TARGET_DENIED) do
+      if v == denied or v:sub(1, #denied + 1) == denied .. '/' then ok = false end
+    end
+  end
+  if ok then return true end
+  return false, 'mount_target_not_allowed:' .. v:sub(1, 64):gsub('[^A-Za-z0-9_./%-]', '?')
 end
 -- "uid", "uid:gid" or a user name: what `User` means to Docker, nothing else.
 local function user(v)
@@ -122,13 +150,22 @@ local NO_NEW_PRIVILEGES = { 'no-new-privileges', 'no-new-privileges:true', 'no-n
 -- or a device node on a tmpfs would otherwise work). A later option wins in mount(8), which is why
 -- "suid" or "dev" are not in the list at all.
 local TMPFS_OPTIONS = { rw = true, ro = true, exec = true, noexec = true, nosuid = true, nodev = true }
-local function tmpfs_options(v)
+local SIZE_UNIT = { [''] = 1, k = 1024, m = 1024 * 1024, g = 1024 * 1024 * 1024 }
+-- A tmpfs size (in bytes) within the ceiling: half the memory ceiling, as the controller sizes
+-- /tmp. 0 is no limit at all to the kernel.
+local function tmpfs_size_ok(bytes, settings)
+  return bytes >= 1 and bytes <= settings.max_tmpfs_bytes
+end
+local function tmpfs_options(v, settings)
   if #v > 256 then return false end
   local seen = {}
   for token in (v .. ','):gmatch('([^,]*),') do
+    local digits, unit = token:match('^size=(%d+)([kmg]?)$')
     if TMPFS_OPTIONS[token] then
       seen[token] = true
-    elseif not (token:find('^size=%d+[kmg]?$') or token:find('^mode=[0-7][0-7][0-7][0-7]?$')) or #token > 24 then
+    elseif digits ~= nil and #token <= 24 then
+      if not tmpfs_size_ok(tonumber(digits) * SIZE_UNIT[unit], settings) then return false, 'limit_above_ceiling:Tmpfs' end
+    elseif not token:find('^mode=[0-7][0-7][0-7][0-7]?$') then
       return false
     end
   end
@@ -155,10 +192,14 @@ local MOUNT = struct({
   { 'Type', one_of({ 'volume', 'tmpfs' }), required = 'bad_value:Mounts.Type' },
   -- A named cap- volume: never a host path, another container's volume or an anonymous volume.
   { 'Source', str(cap_name) },
-  { 'Target', str(abs_path), required = 'bad_value:Mounts.Target' },
+  { 'Target', str(mount_target), required = 'bad_value:Mounts.Target' },
   { 'ReadOnly', bool() },
+  -- NoCopy, always: without it dockerd copies the image's content at the target into an empty
+  -- volume, following any symlink a container that shares the volume planted meanwhile, as root,
+  -- into the host (SECURITY.md, section 2). No Labels or DriverConfig (a driver's own options).
+  { 'VolumeOptions', struct({ { 'NoCopy', bool(true, 'nocopy_required'), required = 'nocopy_required' } }, { prefix = 'Mounts.VolumeOptions.' }) },
   -- Mode is the tmpfs root's permission bits (Docker mounts tmpfs nosuid,nodev,noexec by itself).
-  { 'TmpfsOptions', struct({ { 'SizeBytes', int(0) }, { 'Mode', int(0, 4095) } }, { prefix = 'Mounts.TmpfsOptions.' }) },
+  { 'TmpfsOptions', struct({ { 'SizeBytes', int(0, nil, 'max_tmpfs_bytes') }, { 'Mode', int(0, 4095) } }, { prefix = 'Mounts.TmpfsOptions.' }) },
 }, {
   prefix = 'Mounts.',
   rules = {
@@ -166,8 +207,10 @@ local MOUNT = struct({
       -- Without a Source Docker makes an anonymous volume with a random name that no cap- rule
       -- can address or clean up.
       if m.Type == 'volume' and m.Source == nil then return 'anonymous_volume:Mounts' end
+      if m.Type == 'volume' and m.VolumeOptions == nil then return 'nocopy_required' end
       if m.Type == 'volume' and m.TmpfsOptions ~= nil then return 'bad_value:Mounts.TmpfsOptions' end
       if m.Type == 'tmpfs' and m.Source ~= nil then return 'bad_value:Mounts.Source' end
+      if m.Type == 'tmpfs' and m.VolumeOptions ~= nil then return 'bad_value:Mounts.VolumeOptions' end
     end,
   },
 })
@@ -204,16 +247,17 @@ local HOST_CONFIG = struct({
   { 'CapDrop', list(one_of({ 'ALL' }), 1, 1), required = 'profile_missing:CapDrop' },
   { 'SecurityOpt', list(one_of(NO_NEW_PRIVILEGES), 1, 1), required = 'profile_missing:SecurityOpt' },
   { 'ReadonlyRootfs', bool(true), required = 'profile_missing:ReadonlyRootfs' },
-  -- Zero or less is "unlimited" to Docker.
-  { 'PidsLimit', int(1, 4194304), required = 'profile_missing:PidsLimit' },
-  { 'Memory', int(1), required = 'profile_missing:Memory' },
+  -- Zero or less is "unlimited" to Docker; above the ceilings (the controller's own maxLimits)
+  -- a value is as good as unlimited on any host (a PidsLimit past pid_max, 2^63 bytes).
+  { 'PidsLimit', int(1, nil, 'max_pids'), required = 'profile_missing:PidsLimit' },
+  { 'Memory', int(1, nil, 'max_memory_bytes'), required = 'profile_missing:Memory' },
   -- Equal to Memory when given: no swap beyond the memory cap (-1 would be unlimited swap).
   { 'MemorySwap', int(1) },
   -- On cgroup v1 Docker 20.10 otherwise gives a container the host's cgroup namespace.
   { 'CgroupnsMode', one_of({ 'private' }), required = 'cgroupns_private_required' },
   -- "private" when given; absent is the engine's default, a namespace of the container's own.
   { 'IpcMode', one_of({ 'private' }) },
-  { 'NanoCpus', int(1) },
+  { 'NanoCpus', int(1, nil, 'max_nano_cpus') },
   { 'Init', bool() },
   -- "on-failure" brings back an egress proxy whose process died (the OOM killer); never "always" or
   -- "unless-stopped", which would also restart what an operator or the controller stopped.
@@ -222,7 +266,7 @@ local HOST_CONFIG = struct({
     -- What an inspect gives back, copied by the controller's rebuild of a container.
     { 'MaximumRetryCount', int(0, 0) },
   }, { prefix = 'RestartPolicy.' }) },
-  { 'Tmpfs', map{ key = abs_path, value = str(tmpfs_options), max = 8, label = 'Tmpfs' } },
+  { 'Tmpfs', map{ key = mount_target, value = str(tmpfs_options), max = 8, label = 'Tmpfs' } },
   { 'Mounts', list(MOUNT, 0, 16) },
   { 'Runtime', one_of({ 'runc', 'runsc' }) },
   { 'Privileged', bool(false) },
@@ -238,7 +282,7 @@ local HOST_CONFIG = struct({
 })
 
 S.routes.container_create = struct({
-  { 'Image', str(IMAGE) },
+  { 'Image', str(image), required = 'image_not_allowed' },
   { 'User', str(user) },
   { 'Entrypoint', list(str(PRINTABLE), 0, 64) },
   { 'Cmd', list(str(PRINTABLE), 0, 1024) },
@@ -273,6 +317,8 @@ S.routes.container_create = struct({
 })
 
 -- Networks ---------------------------------------------------------------------------------------
+local BRIDGE_ICC = 'com.docker.network.bridge.enable_icc'
+local BRIDGE_INHIBIT_IPV4 = 'com.docker.network.bridge.inhibit_ipv4'
 S.routes.network_create = struct({
   { 'Name', str(network_name, 'network_name_not_allowed'), required = 'network_name_required' },
   -- CheckDuplicate: without it Docker 20.10 makes a second network of an existing name, after which
@@ -284,7 +330,7 @@ S.routes.network_create = struct({
   -- Only the two bridge options the controller sets, each "true" or "false": no host interface
   -- name, host bindings, masquerading or MTU.
   { 'Options', map{
-    keys = { ['com.docker.network.bridge.enable_icc'] = true, ['com.docker.network.bridge.inhibit_ipv4'] = true },
+    keys = { [BRIDGE_ICC] = true, [BRIDGE_INHIBIT_IPV4] = true },
     value = one_of({ 'true', 'false' }), label = 'Options',
   } },
   { 'Labels', LABELS },
@@ -317,13 +363,25 @@ S.routes.network_create = struct({
   }, { prefix = 'IPAM.' }) },
 }, {
   rules = {
-    -- A chosen subnet only on an internal bridge without a host address: the host then has no
-    -- route into it, so no subnet, however chosen, captures traffic of the host or its networks.
-    function(n)
-      if n.IPAM == nil or n.IPAM.Config == nil then return nil end
-      if n.Internal ~= true or n.Options == nil or n.Options['com.docker.network.bridge.inhibit_ipv4'] ~= 'true' then
-        return 'subnet_not_internal'
+    function(n, s)
+      local options = n.Options or {}
+      local chosen_subnet = n.IPAM ~= nil and n.IPAM.Config ~= nil
+      if n.Name == s.shared_network then
+        -- The shared network holds the egress proxies (and open sandboxes) of every tenant:
+        -- inter-container traffic off, always ("true" let one tenant's container reach another's
+        -- ports). Its members are the way out, so it keeps its route and host address, and its
+        -- subnet comes from dockerd's pools.
+        if options[BRIDGE_ICC] ~= 'false' then return 'network_option_required:enable_icc' end
+        if options[BRIDGE_INHIBIT_IPV4] ~= nil then return 'network_option_not_allowed:inhibit_ipv4' end
+        if n.Internal == true then return 'network_option_not_allowed:Internal' end
+        if chosen_subnet then return 'subnet_not_internal' end
+        return nil
       end
+      -- Every other network is a sandbox's: internal (no route out, no NAT).
+      if n.Internal ~= true then return 'network_option_required:Internal' end
+      -- A chosen subnet only on a bridge without a host address as well: the host then has no
+      -- route into it, so no subnet, however chosen, captures traffic of the host or its networks.
+      if chosen_subnet and options[BRIDGE_INHIBIT_IPV4] ~= 'true' then return 'network_option_required:inhibit_ipv4' end
     end,
   },
 })

@@ -7,28 +7,69 @@
 --                                 or unset: none. To dockerd a driver name is a path (its plugin
 --                                 socket is /run/docker/plugins/<name>.sock), so a name is a plain
 --                                 word: no "/", no "..".
+--   SOCKET_PROXY_IMAGES           comma list of images a container may run or a pull may fetch,
+--                                 each exactly as the controller names it (image-ref.lua); unset:
+--                                 the project's own images (the Dockerfile sets them).
+--   SOCKET_PROXY_REGISTRIES       comma list of registries any image may come from besides those:
+--                                 host names (a port only as listed), never an IP literal or
+--                                 localhost; empty or unset: none, nothing else is ever pulled.
+--   SOCKET_PROXY_MAX_PIDS         ceiling of a container's PidsLimit
+--   SOCKET_PROXY_MAX_MEMORY       ceiling of a container's Memory, in MiB (the controller's
+--                                 maxLimits.memoryMb); a tmpfs may be at most half of it, as the
+--                                 controller sizes /tmp
+--   SOCKET_PROXY_MAX_CPUS         ceiling of a container's NanoCpus, in CPUs (maxLimits.cpu)
+--                                 Unset ceilings are the controller's defaults (M.DEFAULTS).
 --   DOCKER_SOCKET                 the engine's socket (haproxy.cfg's backend too): where the
 --                                 network proofs ask dockerd what an id names.
+
+local image_ref = require('image-ref')
 
 local M = {}
 
 local NETWORK = '^cap[A-Za-z0-9_.%-]*$'
 local PLUGIN = '^[A-Za-z0-9][A-Za-z0-9_.%-]*$'
 M.MAX_PLUGIN_NAME = 128
+local MIB = 1024 * 1024
 
-local function volume_drivers(text)
+-- The controller's own defaults (controller/spec/config.ts maxLimits, spec/limits.ts PIDS_LIMIT);
+-- test/haproxy/ceilings.test.ts holds the two equal both ways.
+M.DEFAULTS = { max_pids = 1024, max_memory_mb = 16384, max_cpus = 4 }
+
+-- The entries of a comma list, each checked by `valid` (a description of what it must be on the
+-- error), as a set.
+local function list(name, text, valid, what)
   local set = {}
   if text == nil or text == '' then return set end
-  for name in (text .. ','):gmatch('([^,]*),') do
-    if name == '' then
-      error('SOCKET_PROXY_VOLUME_DRIVERS has an empty name (' .. string.format('%q', text) .. '): list plugin names separated by single commas', 0)
+  for entry in (text .. ','):gmatch('([^,]*),') do
+    if entry == '' then
+      error(name .. ' has an empty entry (' .. string.format('%q', text) .. '): separate entries by single commas', 0)
     end
-    if #name > M.MAX_PLUGIN_NAME or not name:find(PLUGIN) or name:find('%.%.') then
-      error('SOCKET_PROXY_VOLUME_DRIVERS: ' .. string.format('%q', name) .. ' is not a plugin name: letters, digits, "_", "." and "-" only (no "/" or "..": to dockerd a driver name is a socket path)', 0)
-    end
-    set[name] = true
+    if not valid(entry) then error(name .. ': ' .. string.format('%q', entry) .. ' is not ' .. what, 0) end
+    set[entry] = true
   end
   return set
+end
+
+local function plugin_name(name)
+  return #name <= M.MAX_PLUGIN_NAME and name:find(PLUGIN) ~= nil and not name:find('%.%.')
+end
+
+-- A listed image: a reference dockerd reads as a name (never an id prefix), from a registry that
+-- could itself be listed.
+local function listable_image(ref)
+  local parsed = image_ref.parse(ref)
+  return parsed ~= nil and not image_ref.reads_as_id(ref) and (parsed.domain == nil or image_ref.listable_registry(parsed.domain))
+end
+
+-- A positive whole number (or, with `fraction`, a decimal like 0.5), at most `max`.
+local function number(name, text, default, max, fraction)
+  if text == nil or text == '' then return default end
+  local ok = text:find(fraction and '^%d+%.?%d*$' or '^%d+$') ~= nil and #text <= 12
+  local n = ok and tonumber(text) or nil
+  if n == nil or n <= 0 or n > max or (#text > 1 and text:find('^0%d')) then
+    error(name .. ' must be a positive ' .. (fraction and 'number' or 'whole number') .. ' of at most ' .. max .. ', got ' .. string.format('%q', text), 0)
+  end
+  return n
 end
 
 function M.from_env(getenv)
@@ -40,7 +81,24 @@ function M.from_env(getenv)
   if socket == nil or not socket:find('^/') then
     error('DOCKER_SOCKET must be the absolute path of the engine\'s socket (default /var/run/docker.sock)', 0)
   end
-  return { shared_network = shared, volume_drivers = volume_drivers(getenv('SOCKET_PROXY_VOLUME_DRIVERS')), docker_socket = socket }
+  local max_pids = number('SOCKET_PROXY_MAX_PIDS', getenv('SOCKET_PROXY_MAX_PIDS'), M.DEFAULTS.max_pids, 4194304)
+  local max_memory_mb = number('SOCKET_PROXY_MAX_MEMORY', getenv('SOCKET_PROXY_MAX_MEMORY'), M.DEFAULTS.max_memory_mb, 16 * MIB)
+  local max_cpus = number('SOCKET_PROXY_MAX_CPUS', getenv('SOCKET_PROXY_MAX_CPUS'), M.DEFAULTS.max_cpus, 1024, true)
+  return {
+    shared_network = shared,
+    volume_drivers = list('SOCKET_PROXY_VOLUME_DRIVERS', getenv('SOCKET_PROXY_VOLUME_DRIVERS'), plugin_name,
+      'a plugin name: letters, digits, "_", "." and "-" only (no "/" or "..": to dockerd a driver name is a socket path)'),
+    images = list('SOCKET_PROXY_IMAGES', getenv('SOCKET_PROXY_IMAGES'), listable_image,
+      'an image reference dockerd reads as a name (lower-case, like capybara-sandbox:latest or registry.example.com/team/img:1), from a named registry (no IP literal, no localhost)'),
+    registries = list('SOCKET_PROXY_REGISTRIES', getenv('SOCKET_PROXY_REGISTRIES'), image_ref.listable_registry,
+      'a registry host name with at least one dot and an optional port (registry.example.com:5000); never an IP literal or localhost, which would let dockerd fetch from this host'),
+    max_pids = max_pids,
+    max_memory_bytes = max_memory_mb * MIB,
+    -- tmpfs counts against the container's memory: the controller sizes /tmp at half of it.
+    max_tmpfs_bytes = (max_memory_mb * MIB) // 2,
+    max_nano_cpus = math.floor(max_cpus * 1e9 + 0.5),
+    docker_socket = socket,
+  }
 end
 
 return M

@@ -1,16 +1,25 @@
--- HAProxy's side of the body check and of the network proofs (haproxy.cfg loads this file): reads
--- the settings once at load (an invalid one stops HAProxy there), and registers two actions.
+-- HAProxy's side of the body check, the image check, the network proofs and the pull answer
+-- (haproxy.cfg loads this file): reads the settings once at load (an invalid one stops HAProxy
+-- there), and registers three actions and a filter.
 --   lua.check_body      sets txn.body_verdict to "ok" or to the deny reason, and txn.body_net_ids
 --                       to the network ids the body names (comma-separated), which must be proven;
+--                       an archive (route container_archive) must be workspace-owner.lua's;
+--   lua.check_pull      sets txn.pull_verdict to "ok" or the reason for the image a pull names
+--                       (its one fromImage, decoded as dockerd decodes it: image-ref.lua);
 --   lua.prove_networks  asks dockerd (over DOCKER_SOCKET) what each network id of the request
 --                       names (the path's, txn.net, and the body's) and sets txn.proof_verdict to
---                       "ok" or the reason (network-proof.lua judges the answers).
+--                       "ok" or the reason (network-proof.lua judges the answers);
+--   filter pull-answer  on a pull's 200 stream, passes progress lines and replaces every other
+--                       line by a fixed error line (pull-answer.lua).
 -- haproxy.cfg sets each verdict to a refusal before calling its action: HAProxy continues with the
 -- next rule when a Lua action errors, times out or runs out of memory, so only an action that ran
--- to its end can pass a request.
+-- to its end can pass a request. A filter that errors aborts its stream: nothing more is sent.
 
 local check = require('body-check')
 local proof = require('network-proof')
+local image_ref = require('image-ref')
+local owner = require('workspace-owner')
+local pull_answer = require('pull-answer')
 local settings = require('proxy-settings').from_env(os.getenv)
 
 -- Deadline of one question to dockerd: it answers a listing in milliseconds.
@@ -18,9 +27,19 @@ local PROOF_TIMEOUT_MS = 5000
 
 core.register_action('check_body', { 'http-req' }, function(txn)
   local route = txn:get_var('txn.route')
+  if route == 'container_archive' then
+    txn:set_var('txn.body_verdict', owner.check(txn.f:req_body()) or 'ok')
+    return
+  end
   local reason, ids = check.check(route, txn.f:req_body(), settings)
   if reason == nil and ids ~= nil and #ids > 0 then txn:set_var('txn.body_net_ids', table.concat(ids, ',')) end
   txn:set_var('txn.body_verdict', reason or 'ok')
+end, 0)
+
+core.register_action('check_pull', { 'http-req' }, function(txn)
+  local ref = image_ref.query_value(txn.f:query(), 'fromImage')
+  local reason = ref == nil and 'image_not_allowed' or image_ref.judge(ref, settings)
+  txn:set_var('txn.pull_verdict', reason or 'ok')
 end, 0)
 
 core.register_action('prove_networks', { 'http-req' }, function(txn)
@@ -41,3 +60,27 @@ core.register_action('prove_networks', { 'http-req' }, function(txn)
   end
   txn:set_var('txn.proof_verdict', proof.OK)
 end, 0)
+
+-- A pull's answer, line by line. Registered on every response of the frontend, it takes the data
+-- of a pull's only (txn.route is set before any response exists).
+local PullFilter = { id = 'pull-answer', flags = filter.FLT_CFG_FL_HTX }
+PullFilter.__index = PullFilter
+
+function PullFilter:new()
+  return setmetatable({ pending = '' }, PullFilter)
+end
+
+function PullFilter:start_analyze(txn, chn)
+  if chn:is_resp() and txn:get_var('txn.route') == 'image_pull' then filter.register_data_filter(self, chn) end
+end
+
+function PullFilter:http_payload(txn, msg)
+  local data = msg:body()
+  if data == nil or #data == 0 then return 0 end
+  local out
+  out, self.pending = pull_answer.feed(self.pending, data)
+  msg:set(out, 0, #data)
+  return #out
+end
+
+core.register_filter('pull_answer', PullFilter, function(f) return f end)

@@ -5,6 +5,7 @@
  */
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { SOCKET_PROXY_ENV } from '../../common/index.js';
 import { toolMissing } from '../support/needs.js';
 
 export const HAPROXY_DIR = fileURLToPath(new URL('../../haproxy', import.meta.url));
@@ -18,15 +19,40 @@ export function luaMissing(): string | undefined {
 export interface CheckSettings {
   readonly sharedNetwork?: string;
   readonly volumeDrivers?: string;
+  /** SOCKET_PROXY_IMAGES; default TEST_IMAGES. */
+  readonly images?: string;
+  /** SOCKET_PROXY_REGISTRIES; default none. */
+  readonly registries?: string;
+  /** SOCKET_PROXY_MAX_PIDS, _MEMORY, _CPUS; default unset (the controller's defaults). */
+  readonly maxPids?: string;
+  readonly maxMemory?: string;
+  readonly maxCpus?: string;
 }
+
+/** The images the unit tests' bodies name: the controller's own, and the rows' short "img". */
+export const TEST_IMAGES = 'img,capybara-sandbox:latest,capybara-sandbox-egress:latest';
 
 /** `networkIds`: the ids the body names networks by, which the proxy proves before it forwards. */
 export type Verdict = { readonly allowed: true; readonly view: unknown; readonly networkIds: readonly string[] } | { readonly allowed: false; readonly reason: string };
 
 function settingsEnv(s: CheckSettings): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = { ...process.env, SOCKET_PROXY_SHARED_NETWORK: s.sharedNetwork ?? 'capybara-sandbox', DOCKER_SOCKET: '/var/run/docker.sock' };
-  if (s.volumeDrivers !== undefined) env.SOCKET_PROXY_VOLUME_DRIVERS = s.volumeDrivers;
-  else delete env.SOCKET_PROXY_VOLUME_DRIVERS;
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    [SOCKET_PROXY_ENV.sharedNetwork]: s.sharedNetwork ?? 'capybara-sandbox',
+    [SOCKET_PROXY_ENV.dockerSocket]: '/var/run/docker.sock',
+    [SOCKET_PROXY_ENV.images]: s.images ?? TEST_IMAGES,
+  };
+  const optional: Array<[string, string | undefined]> = [
+    [SOCKET_PROXY_ENV.volumeDrivers, s.volumeDrivers],
+    [SOCKET_PROXY_ENV.registries, s.registries],
+    [SOCKET_PROXY_ENV.maxPids, s.maxPids],
+    [SOCKET_PROXY_ENV.maxMemory, s.maxMemory],
+    [SOCKET_PROXY_ENV.maxCpus, s.maxCpus],
+  ];
+  for (const [name, value] of optional) {
+    if (value !== undefined) env[name] = value;
+    else delete env[name];
+  }
   return env;
 }
 

@@ -3,7 +3,9 @@
 -- by haproxy/proxy-settings.lua as HAProxy reads them.
 --
 -- Usage: lua5.4 check-bodies.lua <haproxy dir>
--- stdin: frames "<route> <byte count>\n<body bytes>"; stdout, one line per frame:
+-- stdin: frames "<route> <byte count>\n<body bytes>"; stdout, one line per frame (route
+-- container_archive: the archive's verdict, as socket-proxy.lua gives it; route image_pull: the
+-- body is the query string of a pull, judged as socket-proxy.lua's check_pull judges it):
 --   "deny <reason>"  or  "ok <json>": the body as the checker read it (members in order, strings
 --   re-encoded with \u escapes for everything outside printable ASCII), for the Go differential,
 --   then, when the body names networks by id (which the proxy proves before the request goes on),
@@ -14,6 +16,8 @@ package.path = dir .. '/?.lua;' .. package.path
 local json = require('json-strict')
 local check = require('body-check')
 local schema = require('docker-schema')
+local owner = require('workspace-owner')
+local image_ref = require('image-ref')
 
 local function encode_string(s)
   local out = s:gsub('[%c"\\\128-\255]', function(c) return string.format('\\u%04x', c:byte()) end)
@@ -91,15 +95,26 @@ while true do
   local route, count = head:match('^(%S+) (%d+)$')
   if route == nil then error('bad frame head: ' .. head) end
   local body = io.read(tonumber(count)) or ''
-  local ok, tree, extra = pcall(check.parse_checked, route, body, settings)
-  if not ok then
-    io.write('deny ', check.REASONS.check_failed, '\n')
-  elseif tree == nil then
-    io.write('deny ', extra, '\n')
-  elseif #extra > 0 then
-    io.write('ok ', encode(tree), '\t', table.concat(extra, ','), '\n')
+  if route == 'container_archive' or route == 'image_pull' then
+    local reason
+    if route == 'container_archive' then
+      reason = owner.check(body)
+    else
+      local ref = image_ref.query_value(body, 'fromImage')
+      reason = ref == nil and 'image_not_allowed' or image_ref.judge(ref, settings)
+    end
+    io.write(reason and ('deny ' .. reason) or 'ok {}', '\n')
   else
-    io.write('ok ', encode(tree), '\n')
+    local ok, tree, extra = pcall(check.parse_checked, route, body, settings)
+    if not ok then
+      io.write('deny ', check.REASONS.check_failed, '\n')
+    elseif tree == nil then
+      io.write('deny ', extra, '\n')
+    elseif #extra > 0 then
+      io.write('ok ', encode(tree), '\t', table.concat(extra, ','), '\n')
+    else
+      io.write('ok ', encode(tree), '\n')
+    end
   end
   io.stdout:flush()
 end
