@@ -7,6 +7,8 @@ import { EGRESS_ENV, EGRESS_METRICS_PORT, EGRESS_PROXY_PORT, encodeAllowHosts } 
 import { type LogCaps, type SandboxPlan, PIDS_LIMIT, SandboxError, TIERS } from '../spec/index.js';
 import type { ContainerView } from './sandbox-engine.js';
 
+/** Where the workspace volume is mounted: the sandbox user's working directory. */
+export const WORKSPACE = '/workspace';
 /** Where the skills volume is writable, under a root-only (0700) directory. */
 export const SKILLS_WRITABLE_ROOT = '/opt/capybara/skills';
 const LABEL_ROLE = 'dev.capybara.sandbox.role';
@@ -19,6 +21,17 @@ interface MountBody {
   Source: string;
   Target: string;
   ReadOnly?: true;
+  VolumeOptions: { NoCopy: true };
+}
+
+/**
+ * A volume mount. Always NoCopy: without it dockerd copies the image's content at the target into
+ * an empty volume, as root, following any symlink that a container sharing the volume planted
+ * there meanwhile, which writes into the host (the socket proxy requires it; SECURITY.md, section
+ * 2). The workspace volume is handed to the sandbox user instead (workspace-owner.ts).
+ */
+function volumeMount(source: string, target: string, readOnly = false): MountBody {
+  return { Type: 'volume', Source: source, Target: target, ...(readOnly ? { ReadOnly: true as const } : {}), VolumeOptions: { NoCopy: true } };
 }
 
 export interface ContainerCreateBody {
@@ -75,12 +88,12 @@ function nameServer(dns: string | undefined): { Dns?: string[] } {
  */
 export function sandboxContainerBody(plan: SandboxPlan, network: string | undefined, egressAddress?: string): ContainerCreateBody {
   const mounts: MountBody[] = [
-    { Type: 'volume', Source: plan.workspaceVolume, Target: '/workspace' },
+    volumeMount(plan.workspaceVolume, WORKSPACE),
     // Agents read skills but must not rewrite them for later runs.
-    { Type: 'volume', Source: plan.names.skillsVolume, Target: '/skills', ReadOnly: true },
+    volumeMount(plan.names.skillsVolume, '/skills', true),
     // The controller writes skills here as root; /opt/capybara is a 0700 root tmpfs, so the
     // sandbox user can neither enter it nor reach it through a symlink.
-    { Type: 'volume', Source: plan.names.skillsVolume, Target: SKILLS_WRITABLE_ROOT },
+    volumeMount(plan.names.skillsVolume, SKILLS_WRITABLE_ROOT),
   ];
   return {
     Image: plan.image,
@@ -90,7 +103,7 @@ export function sandboxContainerBody(plan: SandboxPlan, network: string | undefi
     // An image entrypoint would run as root in place of the idle process; clear it.
     Entrypoint: [''],
     Cmd: ['sleep', 'infinity'],
-    WorkingDir: '/workspace',
+    WorkingDir: WORKSPACE,
     Env: envList(plan.env),
     Labels: { ...plan.containerLabels },
     HostConfig: {
@@ -224,11 +237,8 @@ export function sandboxBodyFromInspect(view: InspectedContainer, caps: LogCaps, 
     LogConfig: logConfig(caps),
   };
   const mounts = Array.isArray(view.hostConfig.Mounts) ? (view.hostConfig.Mounts as Record<string, unknown>[]) : [];
-  hostConfig.Mounts = mounts.map((m): MountBody => {
-    const mount: MountBody = { Type: 'volume', Source: String(m.Source), Target: String(m.Target) };
-    if (m.ReadOnly === true) mount.ReadOnly = true;
-    return mount;
-  });
+  // NoCopy is set again whatever the old container had (one made before it was).
+  hostConfig.Mounts = mounts.map((m) => volumeMount(String(m.Source), String(m.Target), m.ReadOnly === true));
   return {
     Image: view.image,
     User: view.user,

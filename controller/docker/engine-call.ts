@@ -67,6 +67,8 @@ function mapError(err: ModemError, what: string, timeoutMs: number): SandboxErro
 interface CallOptions {
   readonly query?: Record<string, string | number | boolean>;
   readonly body?: unknown;
+  /** A body sent as these bytes (an archive), not as JSON. */
+  readonly file?: Buffer;
   readonly timeoutMs?: number;
   readonly stream?: boolean;
   readonly hijack?: boolean;
@@ -115,6 +117,7 @@ export class EngineCaller {
           path: options.query === undefined ? path : `${path}?`,
           method,
           options: dialOptions,
+          ...(options.file === undefined ? {} : { file: options.file }),
           abortSignal: abort.signal,
           isStream: options.stream === true || options.hijack === true,
           hijack: options.hijack === true,

@@ -1,6 +1,7 @@
 /**
- * Listing by label. Containers and volumes are listed for the operator CLI only: the socket proxy
- * refuses those calls by design (403), so they work only against the engine itself. Networks are
+ * Listing by label. Containers and volumes are listed for the operator CLI (the socket proxy
+ * refuses those calls by design, 403, so they work only against the engine itself), but for the
+ * running containers that hold one persistent workspace, which the controller asks. Networks are
  * listed by the controller too, filtered on exactly one label (the sandbox's name, or the shared
  * network's), which is the one listing the socket proxy admits: it finds every network of a name
  * when Docker's CheckDuplicate lost a race and made several. Always filtered by labels (all must
@@ -8,18 +9,9 @@
  */
 import { SandboxError } from '../spec/index.js';
 import type { EngineCaller } from './engine-call.js';
-import type { ContainerNetwork, NetworkView } from './sandbox-engine.js';
+import type { ContainerNetwork, ContainerSummary, NetworkView } from './sandbox-engine.js';
 
-export interface ContainerSummary {
-  readonly id: string;
-  readonly name: string;
-  readonly image: string;
-  readonly state: string;
-  readonly status: string;
-  readonly createdMs: number;
-  readonly labels: Readonly<Record<string, string>>;
-  readonly networks: readonly ContainerNetwork[];
-}
+export type { ContainerSummary } from './sandbox-engine.js';
 
 /** A listed network or volume (a volume's id is its name). */
 export interface ResourceSummary {
@@ -29,9 +21,13 @@ export interface ResourceSummary {
   readonly labels: Readonly<Record<string, string>>;
 }
 
-export async function listContainers(engine: EngineCaller, labels: readonly string[]): Promise<ContainerSummary[]> {
+/**
+ * `all`: stopped containers too (the operator CLI's listings). Only the running ones, filtered on
+ * one workspace label, is the listing the socket proxy admits (who holds a persistent workspace).
+ */
+export async function listContainers(engine: EngineCaller, labels: readonly string[], all = true): Promise<ContainerSummary[]> {
   const rows = await engine.call<Array<{ Id: string; Names?: string[]; Image?: string; State?: string; Status?: string; Created?: number; Labels?: Record<string, string> | null; NetworkSettings?: RawNetworkSettings }>>(
-    'listing of containers', 'GET', '/containers/json', { query: { all: true, filters: labelFilter(labels) } },
+    'listing of containers', 'GET', '/containers/json', { query: all ? { all: true, filters: labelFilter(labels) } : { filters: labelFilter(labels) } },
   );
   return rows.map((c) => ({
     id: c.Id,

@@ -13,6 +13,8 @@ import {
   containerNetworks, listContainers, listNetworks, listVolumes, networkView, type ContainerSummary, type RawNetwork, type RawNetworkSettings, type ResourceSummary,
 } from './engine-listing.js';
 import { networkConnectBody } from './network-spec.js';
+import { WORKSPACE } from './container-spec.js';
+import { WORKSPACE_OWNER_ARCHIVE } from './workspace-owner.js';
 import type { ContainerView, NetworkView, SandboxEngine } from './sandbox-engine.js';
 
 export { EngineStatusError, engineStatus } from './engine-call.js';
@@ -77,6 +79,10 @@ export class DockerEngine implements SandboxEngine {
     const created = await this.call<{ Id?: unknown }>(`create of container ${name}`, 'POST', '/containers/create', { query: { name }, body, timeoutMs: this.callTimeoutMs * 2 });
     if (typeof created?.Id !== 'string' || created.Id === '') throw new SandboxError('engine_error', `Docker created container ${name} but did not say its id.`);
     return created.Id;
+  }
+
+  async giveWorkspaceToSandboxUser(name: string): Promise<void> {
+    await this.call(`hand-over of the workspace of ${name}`, 'PUT', `/containers/${name}/archive`, { query: { path: WORKSPACE }, file: WORKSPACE_OWNER_ARCHIVE });
   }
 
   async startContainer(name: string): Promise<void> {
@@ -169,6 +175,11 @@ export class DockerEngine implements SandboxEngine {
   /** Operator CLI only (engine-listing.ts): refused by the socket proxy by design. */
   listContainers(labels: readonly string[]): Promise<ContainerSummary[]> {
     return listContainers(this.engine, labels);
+  }
+
+  /** The socket proxy admits one exact label: a persistent workspace's. */
+  listRunningContainers(labels: readonly string[]): Promise<ContainerSummary[]> {
+    return listContainers(this.engine, labels, false);
   }
 
   /** The socket proxy admits one exact label: a sandbox's name, or the shared network's. */

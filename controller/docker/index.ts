@@ -9,6 +9,6 @@ export type { ContainerNetwork, ContainerView, NetworkView, SandboxEngine } from
 export { parseEndpoint } from './endpoint.js';
 export { SKILLS_WRITABLE_ROOT, egressContainerBody, sandboxBodyFromInspect, sandboxContainerBody } from './container-spec.js';
 export type { EgressPlan } from './container-spec.js';
-export { internalNetworkBody, sharedNetworkBody } from './network-spec.js';
+export { internalNetworkBody, sandboxNetworkProblem, sharedNetworkBody, sharedNetworkProblem } from './network-spec.js';
 export { volumeBody } from './volume-spec.js';
 export { checkCreateBodies } from './body-budget.js';

@@ -6,6 +6,10 @@
  * a /16 or /20 of Docker's default pools, which hold about 30 networks per engine.
  */
 import { LABEL_SANDBOX, LABEL_SHARED_NETWORK, LABEL_SUBNET, type SandboxSubnet } from '../spec/index.js';
+import type { NetworkView } from './sandbox-engine.js';
+
+const ENABLE_ICC = 'com.docker.network.bridge.enable_icc';
+const INHIBIT_IPV4 = 'com.docker.network.bridge.inhibit_ipv4';
 
 export interface NetworkCreateBody {
   Name: string;
@@ -28,7 +32,7 @@ export function sharedNetworkBody(name: string, extraLabels: Readonly<Record<str
     Driver: 'bridge',
     CheckDuplicate: true,
     // Sandboxes and egress proxies of different conversations must not talk to each other.
-    Options: { 'com.docker.network.bridge.enable_icc': 'false' },
+    Options: { [ENABLE_ICC]: 'false' },
     // The label lets a controller find every network of this name it made: CheckDuplicate races
     // across processes, and the duplicates must be found to be removed.
     Labels: { ...extraLabels, [LABEL_SANDBOX]: '1', [LABEL_SHARED_NETWORK]: name },
@@ -45,7 +49,7 @@ export function internalNetworkBody(name: string, labels: Readonly<Record<string
     // Without a host-side address on the bridge, a sandbox cannot reach host services bound to
     // 0.0.0.0 through the gateway address (Internal alone still allows that), and the host has no
     // route into the subnet.
-    Options: { 'com.docker.network.bridge.inhibit_ipv4': 'true' },
+    Options: { [INHIBIT_IPV4]: 'true' },
     Labels: { ...labels, [LABEL_SUBNET]: addresses.subnet },
     // Dynamic addresses (the sandbox) from the lower half only: the egress proxy's fixed address
     // above it can never be taken first. The gateway is the first address, as dockerd would pick
@@ -60,4 +64,22 @@ export function internalNetworkBody(name: string, labels: Readonly<Record<string
  */
 export function networkConnectBody(container: string, ipv4: string | undefined): NetworkConnectBody {
   return ipv4 === undefined ? { Container: container } : { Container: container, EndpointConfig: { IPAMConfig: { IPv4Address: ipv4 } } };
+}
+
+/**
+ * Why an existing network cannot serve as the shared network, or undefined. Made by someone else,
+ * or deleted and made again, with inter-container traffic on, it lets one tenant's container reach
+ * another's ports; the socket proxy refuses to create one, and the controller refuses to use one.
+ */
+export function sharedNetworkProblem(view: NetworkView): string | undefined {
+  if (view.options[ENABLE_ICC] !== 'false') return `its option ${ENABLE_ICC} is ${JSON.stringify(view.options[ENABLE_ICC] ?? 'unset (true)')}, not "false": containers of different sandboxes on it could reach each other`;
+  if (view.internal) return 'it is internal: the egress proxies on it would have no way out';
+  return undefined;
+}
+
+/** Why an existing network cannot serve as a sandbox's own, or undefined (internal, no host address). */
+export function sandboxNetworkProblem(view: NetworkView): string | undefined {
+  if (!view.internal) return 'it is not internal: a sandbox on it would have a route out past its egress proxy';
+  if (view.options[INHIBIT_IPV4] !== 'true') return `its option ${INHIBIT_IPV4} is not "true": its bridge has a host address, through which a sandbox reaches services on the host`;
+  return undefined;
 }

@@ -26,6 +26,18 @@ export interface ContainerView {
   readonly networks: readonly ContainerNetwork[];
 }
 
+/** A container as a listing shows it. */
+export interface ContainerSummary {
+  readonly id: string;
+  readonly name: string;
+  readonly image: string;
+  readonly state: string;
+  readonly status: string;
+  readonly createdMs: number;
+  readonly labels: Readonly<Record<string, string>>;
+  readonly networks: readonly ContainerNetwork[];
+}
+
 export interface ContainerNetwork {
   readonly name: string;
   readonly id: string;
@@ -50,6 +62,13 @@ export interface SandboxEngine {
   inspectContainer(name: string): Promise<ContainerView | undefined>;
   /** Returns the new container's id. */
   createContainer(name: string, body: unknown): Promise<string>;
+  /**
+   * Makes the root of the container's workspace volume the sandbox user's (workspace-owner.ts): a
+   * volume mounted with NoCopy starts as root's. Before the first start.
+   */
+  giveWorkspaceToSandboxUser(name: string): Promise<void>;
+  /** Running (and paused) containers carrying all these labels (the proxy admits one workspace label). */
+  listRunningContainers(labels: readonly string[]): Promise<ContainerSummary[]>;
   startContainer(name: string): Promise<void>;
   /** A missing or stopped container is fine. */
   stopContainer(name: string, graceSeconds: number): Promise<void>;

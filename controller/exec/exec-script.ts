@@ -14,9 +14,9 @@
  * could read would be one uid 1000 could not write either. `timeout -s KILL` inside the sandbox
  * is the backstop when the controller that started the command is gone.
  */
-import { checkTag } from '../spec/index.js';
+import { SANDBOX_UID, checkTag } from '../spec/index.js';
 
-export const SANDBOX_USER = '1000:1000';
+export const SANDBOX_USER = `${SANDBOX_UID}:${SANDBOX_UID}`;
 export const ROOT_USER = '0:0';
 /**
  * The environment variable that marks every process of one command, `<tag>/<uuid>`. Set by the

@@ -7,7 +7,7 @@
  */
 import { EGRESS_HEALTH_PATH, EGRESS_PROXY_PORT } from '../../common/index.js';
 import { SandboxError, type SandboxNames } from '../spec/index.js';
-import { egressContainerBody, type EgressPlan, engineStatus } from '../docker/index.js';
+import { EngineStatusError, egressContainerBody, type EgressPlan, engineStatus } from '../docker/index.js';
 import { SANDBOX_USER } from '../exec/index.js';
 import type { BuildDeps } from './build-deps.js';
 import { dockerSays } from './concurrent-change.js';
@@ -22,18 +22,38 @@ export function ignoreConflict(err: unknown): void {
   if (engineStatus(err) !== 409) throw err;
 }
 
+/** The socket proxy's refusal of an image (its X-Socket-Proxy-Deny reason), if that is what `err` is. */
+function imageRefusal(err: unknown): string | undefined {
+  if (!(err instanceof EngineStatusError) || !err.byProxy) return undefined;
+  return /\b(image_not_allowed|registry_not_allowed:\S+)/.exec(err.message)?.[1];
+}
+
+/** What to do about an image the socket proxy does not admit. */
+function imageNotAllowed(image: string, reason: string, cause: unknown): SandboxError {
+  return new SandboxError(
+    'image_unavailable',
+    `The Docker socket proxy does not let the engine run or pull ${image} (${reason}): add it to the proxy's SOCKET_PROXY_IMAGES (capybara-sandbox up does for the deployment's images), ` +
+      'or its registry to SOCKET_PROXY_REGISTRIES; images are meant to be on the engine already (bash scripts/build-images.sh, or a pre-pull on every node).',
+    { cause },
+  );
+}
+
 /** Returns the new container's id. */
 export async function createContainerPullingOnce(deps: BuildDeps, name: string, image: string, body: unknown): Promise<string> {
   const { engine } = deps;
   try {
     return await engine.createContainer(name, body);
   } catch (err) {
+    const refused = imageRefusal(err);
+    if (refused !== undefined) throw imageNotAllowed(image, refused, err);
     // 404 also means a missing network; only a missing image is worth a pull.
     if (engineStatus(err) !== 404 || !/no such image/i.test((err as Error).message)) throw err;
     deps.logger.info({ image }, 'image not on the engine, pulling it once');
     try {
       await engine.pullImage(image);
     } catch (pullErr) {
+      const pullRefused = imageRefusal(pullErr);
+      if (pullRefused !== undefined) throw imageNotAllowed(image, pullRefused, pullErr);
       throw new SandboxError('image_unavailable', `Image ${image} is not on the engine and could not be pulled; build or pre-pull it on every Docker node.`, { cause: pullErr });
     }
     return engine.createContainer(name, body);

@@ -12,6 +12,7 @@ import type { BuildDeps } from './build-deps.js';
 import { asConflict, concurrentChange } from './concurrent-change.js';
 import { createSandboxNetwork, ensureSharedNetwork, removeSandboxNetworks } from './sandbox-network.js';
 import { StepGroup } from './step-group.js';
+import { requireWorkspaceFree } from './workspace-holder.js';
 
 const STOP_GRACE_SECONDS = 2;
 /**
@@ -61,6 +62,10 @@ export class SandboxLifecycle {
         const [network, own] = await Promise.all([meaning.sandboxNetwork === 'shared' ? shared : internal?.then((n) => n.id), internal, volumes]);
         steps.proceed();
         remember(names.container, await createContainerPullingOnce(this.deps, names.container, plan.image, sandboxContainerBody(plan, network, own?.egressAddress)));
+        steps.proceed();
+        await engine.giveWorkspaceToSandboxUser(names.container);
+        steps.proceed();
+        await requireWorkspaceFree(this.deps, names.container, plan.persistentWorkspace?.key);
         steps.proceed();
         await engine.startContainer(names.container);
       });

@@ -10,12 +10,13 @@
  */
 import { decodeAllowHosts } from '../../common/index.js';
 import { type ContainerView, engineStatus, sandboxBodyFromInspect, type EgressPlan } from '../docker/index.js';
-import { SandboxError, LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_NAME, meaningOfLabel, namesFor, type TierMeaning } from '../spec/index.js';
+import { SandboxError, LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_NAME, LABEL_WORKSPACE_KEY, meaningOfLabel, namesFor, type TierMeaning } from '../spec/index.js';
 import { connectEgress, createEgress, ignoreConflict, waitForEgress } from './build-steps.js';
 import type { BuildDeps } from './build-deps.js';
 import { asConflict, dockerSays } from './concurrent-change.js';
 import { ensureSharedNetwork, findOrRecreateSandboxNetwork, type SandboxNetwork } from './sandbox-network.js';
 import type { SandboxLanes } from './sandbox-lanes.js';
+import { requireWorkspaceFree } from './workspace-holder.js';
 
 export class SandboxRecovery {
   constructor(
@@ -102,6 +103,7 @@ export class SandboxRecovery {
       current = await engine.inspectContainer(name);
     }
     if (current === undefined || !current.running) {
+      await requireWorkspaceFree(this.deps, name, view.labels[LABEL_WORKSPACE_KEY]);
       try {
         await engine.startContainer(name);
       } catch (err) {
@@ -127,6 +129,8 @@ export class SandboxRecovery {
     await this.deps.engine.removeContainer(name);
     const dns = tier.egressProxy ? network?.egressAddress : undefined;
     await this.deps.engine.createContainer(name, sandboxBodyFromInspect(view, this.deps.config, target, dns));
+    await this.deps.engine.giveWorkspaceToSandboxUser(name);
+    await requireWorkspaceFree(this.deps, name, view.labels[LABEL_WORKSPACE_KEY]);
     await this.deps.engine.startContainer(name);
   }
 

@@ -12,7 +12,9 @@ import {
   LABEL_NAME, LABEL_SANDBOX, LABEL_SHARED_NETWORK, LABEL_SUBNET, SandboxError, parseAddressPool, sandboxSubnet, subnetAddresses, subnetSlots,
   type SandboxNames,
 } from '../spec/index.js';
-import { engineStatus, internalNetworkBody, sharedNetworkBody, type ContainerView, type NetworkView } from '../docker/index.js';
+import {
+  engineStatus, internalNetworkBody, sandboxNetworkProblem, sharedNetworkBody, sharedNetworkProblem, type ContainerView, type NetworkView,
+} from '../docker/index.js';
 import type { BuildDeps } from './build-deps.js';
 import { dockerSays } from './concurrent-change.js';
 
@@ -33,7 +35,18 @@ function oldestFirst(a: NetworkView, b: NetworkView): number {
   return a.createdMs - b.createdMs || a.id.localeCompare(b.id);
 }
 
+/**
+ * A sandbox network to use, from its inspect or listing: refused (`network_not_isolated`) when
+ * someone changed or replaced it since the controller made it.
+ */
 export function sandboxNetworkOf(view: NetworkView): SandboxNetwork {
+  const problem = sandboxNetworkProblem(view);
+  if (problem !== undefined) {
+    throw new SandboxError(
+      'network_not_isolated',
+      `The network ${view.name} (${view.id.slice(0, 12)}) cannot hold a sandbox: ${problem}. Destroy the sandbox (capybara-sandbox destroy ${view.labels[LABEL_NAME] ?? view.name}) or remove the network (docker network rm ${view.id.slice(0, 12)}), and create it again.`,
+    );
+  }
   // The label names the subnet the controller asked for; the engine's own record must agree.
   const subnet = view.labels[LABEL_SUBNET];
   const addresses = subnet !== undefined && view.subnets.includes(subnet) ? subnetAddresses(subnet) : undefined;
@@ -154,7 +167,7 @@ export async function ensureSharedNetwork(deps: BuildDeps): Promise<string> {
   const { engine, config } = deps;
   try {
     const found = await engine.inspectNetwork(config.network);
-    if (found !== undefined) return found.id;
+    if (found !== undefined) return usableShared(found);
   } catch (err) {
     if (!dockerSays(err, 400, /ambiguous/)) throw err;
     return resolveSharedNetwork(deps, err);
@@ -185,7 +198,7 @@ const DAEMON_POOLS_EXHAUSTED = /could not find an available, non-overlapping IPv
 async function resolveSharedNetwork(deps: BuildDeps, cause: unknown): Promise<string> {
   const { engine, config } = deps;
   const own = (await engine.listNetworks([`${LABEL_SHARED_NETWORK}=${config.network}`])).filter((n) => n.name === config.network).sort(oldestFirst);
-  if (own.length > 0) return (await keepOldest(deps, own)).id;
+  if (own.length > 0) return usableShared(await keepOldest(deps, own));
   // Not the controller's: the operator's network of that name, once.
   const found = await engine.inspectNetwork(config.network).catch((err: unknown) => {
     if (!dockerSays(err, 400, /ambiguous/)) throw err;
@@ -196,5 +209,15 @@ async function resolveSharedNetwork(deps: BuildDeps, cause: unknown): Promise<st
     );
   });
   if (found === undefined) throw new SandboxError('conflict', `The shared network ${config.network} was removed while it was being created; retry.`, { cause });
-  return found.id;
+  return usableShared(found);
+}
+
+/** The shared network's id, once its options keep sandboxes apart (`network_not_isolated` else). */
+function usableShared(view: NetworkView): string {
+  const problem = sharedNetworkProblem(view);
+  if (problem === undefined) return view.id;
+  throw new SandboxError(
+    'network_not_isolated',
+    `The shared network ${view.name} (${view.id.slice(0, 12)}) cannot be used: ${problem}. Remove it once nothing runs on it (docker network rm ${view.name}; the controller then makes it again, with the right options), or set extensionConfig."sandbox-docker".network to another name.`,
+  );
 }

@@ -117,6 +117,11 @@ export const deploymentConfigSchema = z
       .default(false)
       .describe('With a persistent workspace, keep the image\'s HOME (/workspace in the sandbox image), so dotfiles an earlier sandbox wrote there (.bashrc, .gitconfig, Python .pth files, pip and curl config) take effect in the next one. Off by default: HOME is then a fresh tmpfs at /home/sandbox.')
       .meta({ title: 'Persistent HOME', 'x-ui': { label: { en: 'Persistent HOME', zh: '持久化 HOME' } } }),
+    sharedWorkspaces: z
+      .boolean()
+      .default(false)
+      .describe('Let several running sandboxes mount one persistent workspace at once (each sees what the others write as they write it). Off by default: starting a sandbox whose persistent workspace a running sandbox holds fails with workspace_in_use.')
+      .meta({ title: 'Shared workspaces', 'x-ui': { label: { en: 'Shared workspaces', zh: '共享工作区' } } }),
     allowOpenEgress: z
       .boolean()
       .default(false)

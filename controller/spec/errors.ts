@@ -28,6 +28,7 @@ export const sandboxErrorCodes = {
   sandbox_full: 'The sandbox stayed at its process limit even after its processes were ended, so the command could not start.',
   exec_failed: 'Docker could not start the command in the sandbox (the container runtime refused the exec).',
   conflict: 'Another call, in this controller or another one, created, removed or changed the same sandbox at the same time.',
+  network_not_isolated: 'A network the controller would use lacks the options that keep sandboxes apart: inter-container traffic off on the shared network; internal and without a host address on a sandbox network.',
   address_pool_exhausted: 'No subnet was free for a network: of the deployment\'s address pool for a sandbox network, or of the engine\'s default-address-pools for the shared network.',
 } as const;
 

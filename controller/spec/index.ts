@@ -19,6 +19,7 @@ export {
   LABEL_SUBNET,
   LABEL_WORKSPACE_KEY,
   SANDBOX_TAG_RE,
+  SANDBOX_UID,
   checkSandboxName,
   checkTag,
   namesFor,

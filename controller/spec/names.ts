@@ -5,6 +5,9 @@
  */
 import { SandboxError } from './errors.js';
 
+/** The sandbox user: every command runs as this uid (and gid), the sandbox image's `sandbox`. */
+export const SANDBOX_UID = 1000;
+
 export const LABEL_SANDBOX = 'dev.capybara.sandbox';
 export const LABEL_NAME = 'dev.capybara.sandbox.name';
 /** The allowlist, recorded so `resume` can rebuild a missing egress proxy. */

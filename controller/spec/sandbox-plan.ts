@@ -123,6 +123,8 @@ export function planSandbox(input: unknown, config: DeploymentConfig, options: P
       env.HOME = home;
     }
     workspaceVolume = persistentWorkspaceVolume(spec.workspace.key);
+    // The sandbox container names its workspace: who holds it is asked by this label.
+    containerLabels[LABEL_WORKSPACE_KEY] = spec.workspace.key;
     persistentWorkspace = {
       key: spec.workspace.key,
       // Not tied to one sandbox name: it outlives the session that created it.

@@ -53,9 +53,9 @@ t.test('sandbox container carries every hardening flag', async (t) => {
   t.notOk('Privileged' in hc);
   t.notOk('Binds' in hc);
   t.same(hc.Mounts, [
-    { Type: 'volume', Source: 'cap-conv1-workspace', Target: '/workspace' },
-    { Type: 'volume', Source: 'cap-conv1-skills', Target: '/skills', ReadOnly: true },
-    { Type: 'volume', Source: 'cap-conv1-skills', Target: '/opt/capybara/skills' },
+    { Type: 'volume', Source: 'cap-conv1-workspace', Target: '/workspace', VolumeOptions: { NoCopy: true } },
+    { Type: 'volume', Source: 'cap-conv1-skills', Target: '/skills', ReadOnly: true, VolumeOptions: { NoCopy: true } },
+    { Type: 'volume', Source: 'cap-conv1-skills', Target: '/opt/capybara/skills', VolumeOptions: { NoCopy: true } },
   ]);
   t.equal(body.Labels['dev.capybara.sandbox'], '1');
   t.equal(body.Labels['dev.capybara.sandbox.name'], 'cap-conv1');
@@ -73,9 +73,9 @@ t.test('a persistent workspace gets HOME on a tmpfs, empty at every start', asyn
   t.equal((body.HostConfig.Tmpfs as Record<string, string>)['/home/sandbox'], 'rw,exec,nosuid,nodev,size=268435456,mode=1777');
   t.ok(body.Env.includes('HOME=/home/sandbox'));
   t.same(body.HostConfig.Mounts, [
-    { Type: 'volume', Source: 'cap-ws.proj', Target: '/workspace' },
-    { Type: 'volume', Source: 'cap-conv1-skills', Target: '/skills', ReadOnly: true },
-    { Type: 'volume', Source: 'cap-conv1-skills', Target: '/opt/capybara/skills' },
+    { Type: 'volume', Source: 'cap-ws.proj', Target: '/workspace', VolumeOptions: { NoCopy: true } },
+    { Type: 'volume', Source: 'cap-conv1-skills', Target: '/skills', ReadOnly: true, VolumeOptions: { NoCopy: true } },
+    { Type: 'volume', Source: 'cap-conv1-skills', Target: '/opt/capybara/skills', VolumeOptions: { NoCopy: true } },
   ]);
 });
 

@@ -179,7 +179,7 @@ t.test('a shared network another replica creates meanwhile is used', async (t) =
   const s = fakeSandbox();
   s.engine.beforeCall((call) => {
     if (call.method === 'createNetwork' && call.target === SHARED && s.engine.networkNamed(SHARED) === undefined) {
-      s.engine.putNetwork('other', { Name: SHARED });
+      s.engine.putNetwork('other', { Name: SHARED, Options: { 'com.docker.network.bridge.enable_icc': 'false' } });
     }
   });
   await s.provider.create(spec('allowlist'));

@@ -98,7 +98,9 @@ t.test('a network recreated by another replica meanwhile: the start fails 404 an
   const s = await created(internal);
   await s.engine.stopContainer(NAME, 0);
   await s.engine.removeNetwork(NET);
-  await s.engine.createNetwork({ Name: NET, CheckDuplicate: true, Labels: { 'dev.capybara.sandbox': '1', 'dev.capybara.sandbox.name': NAME } } as { Name: string });
+  await s.engine.createNetwork({
+    Name: NET, CheckDuplicate: true, Internal: true, Options: { 'com.docker.network.bridge.inhibit_ipv4': 'true' }, Labels: { 'dev.capybara.sandbox': '1', 'dev.capybara.sandbox.name': NAME },
+  } as { Name: string });
   const old = s.engine.containers.get(NAME)?.id;
   t.equal(await s.provider.resume({ id: NAME }), 'running');
   t.not(s.engine.containers.get(NAME)?.id, old);
@@ -223,7 +225,7 @@ t.test('a network another replica recreates meanwhile is used', async (t) => {
     if (!raced && call.method === 'createNetwork' && call.target === NET) {
       raced = true;
       // The other replica's network: this controller's own kind, with the sandbox's labels.
-      s.engine.putNetwork('other-net', { Name: NET, Labels: { ...FAKE_LABELS, 'dev.capybara.sandbox': '1', 'dev.capybara.sandbox.name': NAME } });
+      s.engine.putNetwork('other-net', { Name: NET, Internal: true, Options: { 'com.docker.network.bridge.inhibit_ipv4': 'true' }, Labels: { ...FAKE_LABELS, 'dev.capybara.sandbox': '1', 'dev.capybara.sandbox.name': NAME } });
     }
   });
   t.equal(await s.provider.resume({ id: NAME }), 'running');

@@ -88,7 +88,7 @@ t.test('two networks of the name from a create race: the create keeps the oldest
     // this one's, and its network is there by the time this create looks for twins.
     if (!raced && call.method === 'listNetworks' && call.target === `dev.capybara.sandbox.name=${NAME}` && s.engine.networksNamed(NET).length === 1) {
       raced = true;
-      s.engine.putNetwork('twin', { Name: NET, CheckDuplicate: true, Internal: true, Labels: OWN_LABELS, IPAM: { Config: [{ Subnet: '10.213.255.240/28' }] } });
+      s.engine.putNetwork('twin', { Name: NET, CheckDuplicate: true, Internal: true, Options: { 'com.docker.network.bridge.inhibit_ipv4': 'true' }, Labels: OWN_LABELS, IPAM: { Config: [{ Subnet: '10.213.255.240/28' }] } });
       const twin = s.engine.networks.get('twin');
       if (twin !== undefined) s.engine.networks.set('twin', { ...twin, createdMs: 0 });
     }
@@ -121,7 +121,7 @@ t.test('a network of the name the controller did not make: create says conflict 
 
 t.test('the shared network twice (a create race): the oldest labelled one is kept', async (t) => {
   const s = fakeSandbox();
-  const shared = { Name: 'capybara-sandbox', Labels: { 'dev.capybara.sandbox': '1', 'dev.capybara.sandbox.shared-network': 'capybara-sandbox' } };
+  const shared = { Name: 'capybara-sandbox', Options: { 'com.docker.network.bridge.enable_icc': 'false' }, Labels: { 'dev.capybara.sandbox': '1', 'dev.capybara.sandbox.shared-network': 'capybara-sandbox' } };
   s.engine.putNetwork('shared-a', shared);
   s.engine.putNetwork('shared-b', shared);
   const a = s.engine.networks.get('shared-a');

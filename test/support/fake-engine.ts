@@ -7,6 +7,7 @@
  * What it models (the engine's observable behaviour, not its internals):
  *   containers  created / running / paused / exited; a taken name 409, a missing image 404
  *               ("No such image"), volumes named in Mounts created on the fly (unlabelled);
+ *               a listing of the running (and paused) ones by label;
  *               start: paused 409, running 304 (success), a network gone 404; unpause of a
  *               container that is not paused 500; stop of a stopped one 304 (success);
  *               restart with a network gone 500; exec into a paused or stopped one 409
@@ -24,7 +25,8 @@
  *               attached 403; connect: missing 404, twice while running 403, a fixed address
  *               outside the subnet 500, taken 403; disconnect (`docker network disconnect`)
  *   volumes     create of an existing one succeeds and changes nothing; removal while any
- *               container mounts it 409; an unknown driver 404
+ *               container mounts it 409; an unknown driver 404; the archive that hands the
+ *               volume at /workspace to the sandbox user (500 when no volume is mounted there)
  *   images      present or not; a pull finds only what `registry` holds
  *   exec        a process model a test can replace (`onExec`): by default a command exits 0 with
  *               no output (a command of the controller's exec wrapper, whose exec carries the
@@ -40,7 +42,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { EngineStatusError } from '../../controller/docker/engine.js';
-import type { ExecRequest, ExecRun } from '../../controller/docker/engine.js';
+import type { ContainerSummary, ExecRequest, ExecRun } from '../../controller/docker/engine.js';
 import type { ContainerView, NetworkView, SandboxEngine } from '../../controller/docker/sandbox-engine.js';
 import { EXEC_MARK_VAR, STARTED_BYTE } from '../../controller/exec/exec-script.js';
 
@@ -286,6 +288,30 @@ export class FakeEngine implements SandboxEngine {
     const id = newId();
     this.containers.set(name, { id, name, state: 'created', body, attached, volumes });
     return id;
+  }
+
+  /** The volumes whose root was handed to the sandbox user (an archive put at /workspace). */
+  readonly sandboxUserVolumes = new Set<string>();
+
+  async giveWorkspaceToSandboxUser(name: string): Promise<void> {
+    const call = await this.enter('giveWorkspaceToSandboxUser', name);
+    const c = this.container(call);
+    const mount = (c.body.HostConfig?.Mounts ?? []).find((m) => m.Type === 'volume' && (m as { Target?: string }).Target === '/workspace');
+    // dockerd refuses to extract into a read-only root that no volume covers.
+    if (mount?.Source === undefined) throw this.status(call, 500, 'container rootfs is marked read-only');
+    this.sandboxUserVolumes.add(mount.Source);
+  }
+
+  async listRunningContainers(labels: readonly string[]): Promise<ContainerSummary[]> {
+    await this.enter('listRunningContainers', labels.join(','));
+    const carries = (c: FakeContainer): boolean => labels.every((l) => {
+      const at = l.indexOf('=');
+      return (c.body.Labels ?? {})[l.slice(0, at)] === l.slice(at + 1);
+    });
+    return [...this.containers.values()].filter((c) => (c.state === 'running' || c.state === 'paused') && carries(c)).map((c) => ({
+      id: c.id, name: c.name, image: c.body.Image ?? '', state: c.state, status: c.state, createdMs: 0, labels: { ...(c.body.Labels ?? {}) },
+      networks: c.attached.map((a) => ({ name: a.name, id: a.id ?? '', ipv4: a.ipv4 ?? '' })),
+    }));
   }
 
   async startContainer(name: string): Promise<void> {
