@@ -9,8 +9,18 @@ import type { ContainerView } from './sandbox-engine.js';
 
 /** Where the workspace volume is mounted: the sandbox user's working directory. */
 export const WORKSPACE = '/workspace';
-/** Where the skills volume is writable, under a root-only (0700) directory. */
-export const SKILLS_WRITABLE_ROOT = '/opt/capybara/skills';
+/** A root-only (0700) tmpfs: only root, the controller's file operations, may enter it. */
+const ROOT_ONLY_DIR = '/opt/capybara';
+/** Where the skills volume is writable, under the root-only directory. */
+export const SKILLS_WRITABLE_ROOT = `${ROOT_ONLY_DIR}/skills`;
+/**
+ * The sandbox's main process, as root: it closes the root-only directory again, then idles. runc
+ * gives a tmpfs the mode of the directory it is mounted on when that directory exists already,
+ * and from the second start on it does (runc made it in the first; dockerd makes it even before
+ * the first, when it mounts the volumes to put the workspace archive in): so `mode=0700` alone
+ * held only until the first restart.
+ */
+const IDLE_COMMAND = ['sh', '-c', `chmod 0700 ${ROOT_ONLY_DIR} && exec sleep infinity`];
 const LABEL_ROLE = 'dev.capybara.sandbox.role';
 
 const EGRESS_MEMORY_BYTES = 256 * 1024 * 1024;
@@ -102,7 +112,7 @@ export function sandboxContainerBody(plan: SandboxPlan, network: string | undefi
     User: '0:0',
     // An image entrypoint would run as root in place of the idle process; clear it.
     Entrypoint: [''],
-    Cmd: ['sleep', 'infinity'],
+    Cmd: IDLE_COMMAND,
     WorkingDir: WORKSPACE,
     Env: envList(plan.env),
     Labels: { ...plan.containerLabels },
@@ -130,7 +140,7 @@ export function sandboxContainerBody(plan: SandboxPlan, network: string | undefi
       Tmpfs: {
         // tmpfs counts against the memory cap; nosuid/nodev so no device or setuid file works.
         '/tmp': `rw,exec,nosuid,nodev,size=${plan.limits.tmpBytes},mode=1777`,
-        '/opt/capybara': 'rw,noexec,nosuid,nodev,size=65536,mode=0700',
+        [ROOT_ONLY_DIR]: 'rw,noexec,nosuid,nodev,size=65536,mode=0700',
         // HOME off a persistent workspace: empty at every start, sticky and open to all like /tmp
         // (the socket proxy allows no uid= option). Docker gives it the mode of the image's own
         // directory there when it has one (the sandbox image's is 1777 too).
@@ -214,7 +224,7 @@ const SANDBOX_HOST_KEYS = [
 ] as const;
 
 /** What a rebuild reads of the old container's inspect data. */
-type InspectedContainer = Pick<ContainerView, 'image' | 'user' | 'cmd' | 'workingDir' | 'env' | 'labels' | 'hostConfig'>;
+type InspectedContainer = Pick<ContainerView, 'image' | 'user' | 'workingDir' | 'env' | 'labels' | 'hostConfig'>;
 
 /**
  * The create body of a sandbox container rebuilt from its own inspect data, on `network` (the
@@ -243,7 +253,8 @@ export function sandboxBodyFromInspect(view: InspectedContainer, caps: LogCaps, 
     Image: view.image,
     User: view.user,
     Entrypoint: [''],
-    Cmd: [...view.cmd],
+    // The controller's own idle process, never the old container's (one made before it was this).
+    Cmd: IDLE_COMMAND,
     WorkingDir: view.workingDir,
     Env: [...view.env],
     Labels: { ...view.labels },

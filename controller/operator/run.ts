@@ -8,7 +8,8 @@
 import pino from 'pino';
 import { join } from 'node:path';
 import { DockerEngine } from '../docker/index.js';
-import { isSandboxError, type DeploymentConfig, type ExecResult } from '../spec/index.js';
+import { PIDS_LIMIT, isSandboxError, type DeploymentConfig, type ExecResult } from '../spec/index.js';
+import { IMAGES } from '../../common/index.js';
 import { createDockerSandbox } from '../index.js';
 import { OPERATOR_HELP, parseOperatorArgs, type OperatorArgs } from './args.js';
 import { egressTestHostsFromEnv, engineSocketFor, loadOperatorConfig, localEngineEndpoint, PROXY_SOCKET_FILE, upSocketDir, type OperatorConfig } from './operator-config.js';
@@ -49,7 +50,11 @@ function printExec(io: OperatorIo, args: OperatorArgs, r: ExecResult): number {
   return r.exitCode ?? (r.timedOut ? EXIT_TIMED_OUT : EXIT_NO_CODE);
 }
 
-function proxySettings(args: OperatorArgs, config: DeploymentConfig, env: NodeJS.ProcessEnv): SocketProxySettings {
+/**
+ * The socket proxy for this deployment: it admits the sandbox image of the command, the project's
+ * own, the deployment's allowedImages and its egress proxy image, and the deployment's ceilings.
+ */
+function proxySettings(args: OperatorArgs, config: DeploymentConfig, env: NodeJS.ProcessEnv, sandboxImage: string): SocketProxySettings {
   return {
     name: args.proxyName,
     image: args.proxyImage,
@@ -57,6 +62,8 @@ function proxySettings(args: OperatorArgs, config: DeploymentConfig, env: NodeJS
     engineSocket: engineSocketFor(args, env),
     sharedNetwork: config.network,
     volumeDriver: config.volumeDriver,
+    images: [...new Set([IMAGES.sandbox, sandboxImage, ...(config.allowedImages ?? []), config.egressProxyImage])],
+    ceilings: { pids: PIDS_LIMIT, memoryMb: config.maxLimits.memoryMb, cpus: config.maxLimits.cpu },
     labels: { ...args.labels },
   };
 }
@@ -91,12 +98,12 @@ async function dispatch(args: OperatorArgs, loaded: OperatorConfig, io: Operator
   const startProxyIfNeeded = async (): Promise<void> => {
     if (!loaded.proxyOnDemand || (await proxyAnswers(join(args.socketDir, PROXY_SOCKET_FILE)))) return;
     progress(`no socket proxy answers on ${config.endpoint}; starting one (capybara-sandbox up)`);
-    const r = await socketProxyUp(proxySettings(args, config, env), [args.sandbox.image, config.egressProxyImage], progress);
+    const r = await socketProxyUp(proxySettings(args, config, env, args.sandbox.image), [args.sandbox.image, config.egressProxyImage], progress);
     progress(`socket proxy ${r.container} answers on ${r.endpoint} (${(r.ms / 1000).toFixed(1)} s)`);
   };
   switch (args.command) {
     case 'up': {
-      const r = await socketProxyUp(proxySettings(args, config, env), [args.image, config.egressProxyImage], progress);
+      const r = await socketProxyUp(proxySettings(args, config, env, args.image), [args.image, config.egressProxyImage], progress);
       print(io, args, r, upLines(r, config));
       return 0;
     }

@@ -23,6 +23,10 @@ export interface SocketProxySettings {
   readonly sharedNetwork: string;
   /** The deployment's volume plugin (its `volumeDriver`), the one driver besides local the proxy admits. */
   readonly volumeDriver: string | undefined;
+  /** The images containers may run (SOCKET_PROXY_IMAGES): the sandbox images and the egress proxy's. */
+  readonly images: readonly string[];
+  /** The ceilings of PidsLimit, Memory (MiB) and CPUs: the deployment's own (maxLimits). */
+  readonly ceilings: { readonly pids: number; readonly memoryMb: number; readonly cpus: number };
   readonly labels: Readonly<Record<string, string>>;
 }
 
@@ -32,6 +36,12 @@ function socketProxyEnv(s: SocketProxySettings): string[] {
     `${SOCKET_PROXY_ENV.dockerSocket}=${INNER_ENGINE_SOCKET}`,
     `${SOCKET_PROXY_ENV.sharedNetwork}=${s.sharedNetwork}`,
     `${SOCKET_PROXY_ENV.volumeDrivers}=${s.volumeDriver ?? ''}`,
+    `${SOCKET_PROXY_ENV.images}=${s.images.join(',')}`,
+    // Nothing is pulled from anywhere but as a listed image: the images are local (scripts/build-images.sh).
+    `${SOCKET_PROXY_ENV.registries}=`,
+    `${SOCKET_PROXY_ENV.maxPids}=${s.ceilings.pids}`,
+    `${SOCKET_PROXY_ENV.maxMemory}=${s.ceilings.memoryMb}`,
+    `${SOCKET_PROXY_ENV.maxCpus}=${s.ceilings.cpus}`,
   ];
 }
 

@@ -35,7 +35,7 @@ t.test('sandbox container carries every hardening flag', async (t) => {
   const body = sandboxContainerBody(planSandbox(spec(), config, opts), NET_ID);
   const hc = body.HostConfig;
   t.equal(body.User, '0:0');
-  t.same(body.Cmd, ['sleep', 'infinity']);
+  t.same(body.Cmd, ['sh', '-c', 'chmod 0700 /opt/capybara && exec sleep infinity'], 'root closes its own directory again at every start, then idles');
   t.equal(hc.Init, true);
   t.same(hc.CapDrop, ['ALL']);
   t.same(hc.SecurityOpt, ['no-new-privileges']);

@@ -96,7 +96,7 @@ t.test('sandbox provider on the real engine', async (t) => {
     const hc = info.HostConfig;
     t.equal(info.State.Running, true);
     t.equal(info.Config.User, '0:0');
-    t.same(info.Config.Cmd, ['sleep', 'infinity']);
+    t.same(info.Config.Cmd, ['sh', '-c', 'chmod 0700 /opt/capybara && exec sleep infinity']);
     t.equal(hc.Init, true);
     t.same(hc.CapDrop, ['ALL']);
     t.same(hc.CapAdd ?? null, null);
@@ -310,6 +310,7 @@ t.test('sandbox provider on the real engine', async (t) => {
     t.equal(Buffer.from(await provider.readFile(h, '/skills/tool/SKILL.md')).toString(), '# skill ü');
     t.not((await provider.exec(h, 'echo x > /skills/tool/SKILL.md')).exitCode, 0, '/skills is read-only for the sandbox user');
     t.not((await provider.exec(h, 'ls /opt/capybara')).exitCode, 0, '/opt/capybara is closed to the sandbox user');
+    t.equal((await provider.exec(h, 'stat -c %U:%a /workspace')).stdout, 'sandbox:755\n', 'the workspace volume is the sandbox user\'s (its mount has NoCopy)');
   });
 
   await t.test('the allowlisted upstream works through the proxy', async (t) => {
@@ -324,6 +325,9 @@ t.test('sandbox provider on the real engine', async (t) => {
     t.equal((await s.inspect(`${name}-egress`)).State.Running, false);
     t.equal(await provider.resume(h), 'running');
     t.equal((await provider.exec(h, 'cat /workspace/kept; ls /tmp/gone 2>/dev/null || echo cleared')).stdout, 'kept\ncleared\n');
+    // runc gives a tmpfs its mountpoint's mode when the mountpoint exists, as it does at a second start.
+    t.not((await provider.exec(h, 'ls /opt/capybara')).exitCode, 0, '/opt/capybara is still closed to the sandbox user after a restart');
+    t.equal((await provider.exec(h, 'stat -c %U:%a /workspace')).stdout, 'sandbox:755\n', 'the workspace is still the sandbox user\'s');
   });
 
   await t.test('resume rebuilds a removed egress proxy and network', async (t) => {

@@ -20,7 +20,7 @@ import { execFileSync } from 'node:child_process';
 import pino from 'pino';
 import { createDockerSandbox, type SandboxHandle } from '../../controller/index.js';
 import { namesFor } from '../../controller/spec/index.js';
-import { sandboxTestEnv, SANDBOX_IMAGE } from '../support/sandbox-env.js';
+import { gatewayOf, sandboxTestEnv, SANDBOX_IMAGE, untilListening } from '../support/sandbox-env.js';
 import type { DockerTestEnv } from '../support/docker.js';
 import { opensslUnavailable, selfSignedCert, type TestCert } from '../support/tls-cert.js';
 import { fileNeeds, needUnmet, toolMissing } from '../support/needs.js';
@@ -41,8 +41,10 @@ const NO_PROXY_ENV = 'env -u HTTP_PROXY -u HTTPS_PROXY -u http_proxy -u https_pr
  * beside it (glibc stays the sandbox's own) and its externalised builtins, behind a wrapper on
  * PATH. No registry, no network.
  */
+const nodeImageTag = (runId: string): string => `capybara-sandbox-node-test:${runId}`;
+
 function buildNodeImage(env: DockerTestEnv): string {
-  const tag = `capybara-sandbox-node-test:${env.runId}`;
+  const tag = nodeImageTag(env.runId);
   const dockerfile = [
     `FROM ${NODE_BASE} AS node`,
     'RUN mkdir -p /out/opt/node/lib /out/opt/node/bin /out/usr/local/bin && cp /usr/bin/node /out/opt/node/bin/node && ' +
@@ -59,17 +61,20 @@ function buildNodeImage(env: DockerTestEnv): string {
 }
 
 /**
- * The allowlisted server: HTTPS on 443 and HTTP on 80 of the shared network, serving BODY at /
- * and a bare git repository for dumb-HTTP clones at /repo.git; `private.capybara.test` is its
- * alias there, so the egress proxy's own DNS gives that name a private address.
+ * The allowlisted server: HTTPS on 443 and HTTP on 80 of the shared network's gateway address (in
+ * the host's namespace, bound to that address alone: the shared network keeps inter-container
+ * traffic off), serving BODY at / and a bare git repository for dumb-HTTP clones at /repo.git.
+ * `private.capybara.test` is the alias of another container on the shared network, so the egress
+ * proxy's own DNS gives that name a private address (nothing needs to answer there).
  */
 async function startServer(env: DockerTestEnv, network: string, cert: TestCert): Promise<string> {
   const name = env.name('tls-upstream');
   const python = [
     'import functools, http.server, ssl, threading',
     "H = functools.partial(http.server.SimpleHTTPRequestHandler, directory='/tmp/www')",
+    "ADDRESS = __import__('os').environ['ADDRESS']",
     'def serve(port, tls):',
-    "    s = http.server.ThreadingHTTPServer(('0.0.0.0', port), H)",
+    "    s = http.server.ThreadingHTTPServer((ADDRESS, port), H)",
     '    if tls:',
     '        c = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)',
     "        c.load_cert_chain('/tmp/cert.pem', '/tmp/key.pem')",
@@ -78,6 +83,7 @@ async function startServer(env: DockerTestEnv, network: string, cert: TestCert):
     'threading.Thread(target=serve, args=(80, False), daemon=True).start()',
     'serve(443, True)',
   ].join('\n');
+  const gateway = await gatewayOf(env, network);
   const script = [
     'set -e',
     'printf "%s" "$CERT" > /tmp/cert.pem; printf "%s" "$KEY" > /tmp/key.pem',
@@ -92,15 +98,22 @@ async function startServer(env: DockerTestEnv, network: string, cert: TestCert):
     Image: SANDBOX_IMAGE,
     User: '0:0',
     Entrypoint: ['bash', '-c', script],
-    Env: [`CERT=${cert.cert}`, `KEY=${cert.key}`, `SERVER=${python}`],
+    Env: [`CERT=${cert.cert}`, `KEY=${cert.key}`, `SERVER=${python}`, `ADDRESS=${gateway}`],
     Labels: env.labels,
-    HostConfig: { NetworkMode: network, CapDrop: ['ALL'], CapAdd: ['NET_BIND_SERVICE'] },
-    NetworkingConfig: { EndpointsConfig: { [network]: { Aliases: [PRIVATE_HOST] } } },
+    HostConfig: { NetworkMode: 'host', CapDrop: ['ALL'], CapAdd: ['NET_BIND_SERVICE'] },
   });
   await container.start();
-  const ip = (await container.inspect()).NetworkSettings.Networks[network]?.IPAddress;
-  if (!ip) throw new Error(`${name} has no address on ${network}`);
-  return ip;
+  const alias = await env.docker.createContainer({
+    name: env.name('private-name'),
+    Image: SANDBOX_IMAGE,
+    Cmd: ['sleep', 'infinity'],
+    Labels: env.labels,
+    HostConfig: { NetworkMode: network, CapDrop: ['ALL'], ReadonlyRootfs: true },
+    NetworkingConfig: { EndpointsConfig: { [network]: { Aliases: [PRIVATE_HOST] } } },
+  });
+  await alias.start();
+  await untilListening(env, name, gateway, 443);
+  return gateway;
 }
 
 interface Decision {
@@ -137,7 +150,7 @@ async function decisionLogged(env: DockerTestEnv, container: string, after: numb
 t.test('transparent egress: clients with no proxy settings reach the allowlist, and only it', async (t) => {
   const noOpenssl = opensslUnavailable();
   if (noOpenssl !== undefined) return needUnmet(t, noOpenssl);
-  const s = await sandboxTestEnv(t);
+  const s = await sandboxTestEnv(t, (runId) => [nodeImageTag(runId)]);
   if (!s) return;
   const { env } = s;
   const noCli = toolMissing('docker', ['version', '--format', '{{.Client.Version}}'], 'apt-get install docker.io');

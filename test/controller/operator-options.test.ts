@@ -149,7 +149,10 @@ t.test('test hosts from the egress image variable', async (t) => {
 });
 
 t.test('the socket proxy container', async (t) => {
-  const s: SocketProxySettings = { name: 'capybara-socket-proxy', image: 'proxy:1', socketDir: '/run/capybara-sandbox', engineSocket: '/var/run/docker.sock', sharedNetwork: 'capybara-sandbox', volumeDriver: undefined, labels: {} };
+  const s: SocketProxySettings = {
+    name: 'capybara-socket-proxy', image: 'proxy:1', socketDir: '/run/capybara-sandbox', engineSocket: '/var/run/docker.sock', sharedNetwork: 'capybara-sandbox', volumeDriver: undefined,
+    images: ['capybara-sandbox:latest', 'capybara-sandbox-egress:latest'], ceilings: { pids: 1024, memoryMb: 16384, cpus: 4 }, labels: {},
+  };
   const body = socketProxyBody(s) as { Env: string[]; HostConfig: Record<string, unknown>; Labels: Record<string, string> };
   t.same(body.HostConfig.NetworkMode, 'none', 'no network: the socket is the only way in');
   t.same(body.HostConfig.CapDrop, ['ALL']);
@@ -158,12 +161,17 @@ t.test('the socket proxy container', async (t) => {
   const withPlugin = socketProxyBody({ ...s, volumeDriver: 'quota' }) as { Env: string[] };
   t.ok(withPlugin.Env.includes('SOCKET_PROXY_VOLUME_DRIVERS=quota'), 'the controller\'s volumeDriver is the one plugin the proxy admits');
   t.same(body.HostConfig.LogConfig, { Type: 'json-file', Config: { 'max-size': '10m', 'max-file': '3' } }, 'its own log is capped');
+  t.ok(body.Env.includes('SOCKET_PROXY_IMAGES=capybara-sandbox:latest,capybara-sandbox-egress:latest'), 'the images the deployment runs, and no other');
+  t.ok(body.Env.includes('SOCKET_PROXY_REGISTRIES='), 'nothing pulled from a registry');
+  t.same(body.Env.filter((e) => e.startsWith('SOCKET_PROXY_MAX_')).sort(), ['SOCKET_PROXY_MAX_CPUS=4', 'SOCKET_PROXY_MAX_MEMORY=16384', 'SOCKET_PROXY_MAX_PIDS=1024'], 'the deployment\'s ceilings');
   t.equal(socketDirOfBinds(body.HostConfig.Binds as string[]), '/run/capybara-sandbox');
   const same = { imageId: 'sha256:1', env: [...body.Env, 'PATH=/usr/bin'], binds: body.HostConfig.Binds as string[], labels: body.Labels };
   const rows = [
     { name: 'unchanged', existing: same, image: 'sha256:1', drift: 0 },
     { name: 'image rebuilt', existing: same, image: 'sha256:2', drift: 1 },
     { name: 'another shared network', existing: { ...same, env: same.env.filter((e) => !e.startsWith('SOCKET_PROXY_SHARED')) }, image: 'sha256:1', drift: 1 },
+    { name: 'another image list', existing: { ...same, env: [...same.env.filter((e) => !e.startsWith('SOCKET_PROXY_IMAGES')), 'SOCKET_PROXY_IMAGES=x'] }, image: 'sha256:1', drift: 1 },
+    { name: 'another memory ceiling', existing: { ...same, env: [...same.env.filter((e) => !e.startsWith('SOCKET_PROXY_MAX_MEMORY')), 'SOCKET_PROXY_MAX_MEMORY=1'] }, image: 'sha256:1', drift: 1 },
     { name: 'another volume plugin', existing: { ...same, env: [...same.env.filter((e) => !e.startsWith('SOCKET_PROXY_VOLUME')), 'SOCKET_PROXY_VOLUME_DRIVERS=x'] }, image: 'sha256:1', drift: 1 },
     { name: 'another socket directory', existing: { ...same, binds: ['/var/run/docker.sock:/var/run/docker.sock', '/tmp/x:/run/capybara-proxy'] }, image: 'sha256:1', drift: 1 },
   ];

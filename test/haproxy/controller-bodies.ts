@@ -91,7 +91,7 @@ export function controllerBodies(sharedNetwork: string, extraLabels: Readonly<Re
       // resume after the network went: the container is rebuilt from what inspect gives back
       // (Docker adds its defaults; the controller copies only what it set).
       const inspected = {
-        image: sandbox.Image, user: sandbox.User ?? '', cmd: sandbox.Cmd ?? [], workingDir: sandbox.WorkingDir ?? '',
+        image: sandbox.Image, user: sandbox.User ?? '', workingDir: sandbox.WorkingDir ?? '',
         env: sandbox.Env, labels: sandbox.Labels,
         hostConfig: {
           ...sandbox.HostConfig, Binds: null, Privileged: false, CgroupnsMode: 'host', OomKillDisable: false,

@@ -22,7 +22,8 @@ import { isSandboxError } from '../../controller/spec/errors.js';
 import { IMAGES } from '../../common/index.js';
 import { controllerBodies, TEST_VOLUME_DRIVER, type BodyRoute } from './controller-bodies.js';
 import { send } from './raw-http.js';
-import { fileNeeds } from '../support/needs.js';
+import { fileNeeds, needUnmet } from '../support/needs.js';
+import { loopbackName, loopbackNameProblem } from '../support/loopback-name.js';
 
 await fileNeeds(t, 'engine');
 
@@ -35,11 +36,20 @@ t.test('the controller engine layer through the socket proxy', async (t) => {
   // The deployment's shared network: starts "cap" but not "cap-", so only the proxy's exact-name
   // rule for SOCKET_PROXY_SHARED_NETWORK admits it.
   const shared = `capshared${env.runId}`;
-  const proxy = await startSocketProxy(t, env, { sharedNetwork: shared, volumeDrivers: TEST_VOLUME_DRIVER });
+  const noRoot = loopbackNameProblem();
+  if (noRoot !== undefined) return needUnmet(t, noRoot);
+  // A listed registry that resolves to a closed loopback port: pulls from it reach dockerd, which fails them.
+  const registry = `${await loopbackName(t, env.runId)}:9`;
+  const proxy = await startSocketProxy(t, env, { sharedNetwork: shared, volumeDrivers: TEST_VOLUME_DRIVER, registries: registry });
   const engine = new DockerEngine({ endpoint: proxy.endpoint });
   const config = parseDeploymentConfig({ endpoint: proxy.endpoint, network: shared });
+  // On a persistent workspace (its key carries the run id, for the clean-up), so that the sandbox
+  // carries the label its holders are listed by.
   const plan = planSandbox(
-    { id: `${env.runId}-calls`, image: SANDBOX_IMAGE, limits: { egress: 'allowlist', allowHosts: ['example.com'], memoryMb: 256 } },
+    {
+      id: `${env.runId}-calls`, image: SANDBOX_IMAGE, limits: { egress: 'allowlist', allowHosts: ['example.com'], memoryMb: 256 },
+      workspace: { key: `calls-${env.runId}`, durability: 'persistent' },
+    },
     config,
     { extraLabels: env.labels },
   );
@@ -58,8 +68,9 @@ t.test('the controller engine layer through the socket proxy', async (t) => {
       method: 'pullImage',
       // Forwarded to Docker, which fails it itself (the registry is a closed loopback port).
       run: async () => {
-        const err = await engine.pullImage('127.0.0.1:9/capybara-none:1').then(() => undefined, (e: unknown) => e);
+        const err = await engine.pullImage(`${registry}/capybara-none:1`).then(() => undefined, (e: unknown) => e);
         t.ok(isSandboxError(err, 'image_unavailable') || (isSandboxError(err) && engineStatus(err) !== 403), `Docker, not the proxy, failed the pull: ${String(err)}`);
+        t.notMatch(String(err), /connection refused|dial tcp/, 'what dockerd met on the way is not passed back');
       },
     },
     { method: 'createNetwork', run: async () => {
@@ -84,14 +95,15 @@ t.test('the controller engine layer through the socket proxy', async (t) => {
       t.same((await engine.listNetworks([`dev.capybara.sandbox.shared-network=${shared}`])).map((n) => n.id), [ids.shared], 'by the shared network label');
     } },
     { method: 'createVolume', run: async () => {
-      await engine.createVolume(volumeBody(names.workspaceVolume, plan.labels, undefined, undefined));
+      await engine.createVolume(volumeBody(plan.workspaceVolume, plan.labels, undefined, undefined));
       await engine.createVolume(volumeBody(names.skillsVolume, plan.labels, undefined, undefined));
     } },
-    { method: 'volumeExists', run: async () => t.equal(await engine.volumeExists(names.workspaceVolume), true) },
+    { method: 'volumeExists', run: async () => t.equal(await engine.volumeExists(plan.workspaceVolume), true) },
     { method: 'createContainer', run: async () => {
       await engine.createContainer(names.container, sandboxContainerBody(plan, ids.sandbox));
       await engine.createContainer(names.egress, egressContainerBody(plan, ids.shared, undefined));
     } },
+    { method: 'giveWorkspaceToSandboxUser', run: () => engine.giveWorkspaceToSandboxUser(names.container) },
     { method: 'connectNetwork', run: () => engine.connectNetwork(ids.sandbox, names.egress, addresses.egressAddress) },
     { method: 'startContainer', run: async () => {
       await engine.startContainer(names.container);
@@ -106,10 +118,13 @@ t.test('the controller engine layer through the socket proxy', async (t) => {
       method: 'startExec',
       run: async () => {
         let stdout = '';
-        const run = await engine.startExec(names.container, { cmd: ['bash', '-c', 'cat; id -u'], user: SANDBOX_USER, stdin: Buffer.from('in '), onOutput: (_s, c) => (stdout += c.toString()) });
-        t.same([await run.finished, stdout], [0, 'in 1000\n'], 'stdin in, stdout out, exit code');
+        const run = await engine.startExec(names.container, { cmd: ['bash', '-c', 'cat; id -u; stat -c %u /workspace'], user: SANDBOX_USER, stdin: Buffer.from('in '), onOutput: (_s, c) => (stdout += c.toString()) });
+        t.same([await run.finished, stdout], [0, 'in 1000\n1000\n'], 'stdin in, stdout out, exit code; the workspace is the sandbox user\'s');
       },
     },
+    { method: 'listRunningContainers', run: async () => {
+      t.same((await engine.listRunningContainers([`dev.capybara.sandbox.workspace=calls-${env.runId}`])).map((c) => c.name), [names.container], 'the holder of the workspace');
+    } },
     { method: 'restartContainer', run: () => engine.restartContainer(names.container) },
     {
       method: 'unpauseContainer',
@@ -132,9 +147,9 @@ t.test('the controller engine layer through the socket proxy', async (t) => {
       await engine.removeNetwork(ids.sandbox);
     } },
     { method: 'removeVolume', run: async () => {
-      await engine.removeVolume(names.workspaceVolume);
+      await engine.removeVolume(plan.workspaceVolume);
       await engine.removeVolume(names.skillsVolume);
-      t.equal(await engine.volumeExists(names.workspaceVolume), false);
+      t.equal(await engine.volumeExists(plan.workspaceVolume), false);
     } },
     // The operator's listing works only against the engine itself: the proxy refuses it (networks
     // are listed through it only by one exact label).

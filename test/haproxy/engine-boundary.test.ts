@@ -17,11 +17,11 @@ import { mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { dockerTest, startSocketProxy, SOCKET_PROXY_IMAGE, type DockerTestEnv } from '../support/docker.js';
+import { dockerTest, startSocketProxy, SOCKET_PROXY_IMAGE, TEST_LOCAL_IMAGE, type DockerTestEnv } from '../support/docker.js';
 import { send, serialise, type RawCase } from './raw-http.js';
 import { HAPROXY_DIR } from './lua-checker.js';
 
-const NODE_IMAGE = 'capybara-base-egress:latest';
+const NODE_IMAGE = TEST_LOCAL_IMAGE;
 const JSON_HEADERS = { 'Content-Type': 'application/json' };
 
 /** The hardening profile every container create must carry. */
@@ -54,7 +54,7 @@ t.test('a volume driver that names a plugin socket in a cap- volume is refused b
     "http.createServer((req, res) => { fs.appendFileSync('/plug/calls', req.method + ' ' + req.url + ' '); res.statusCode = 500; res.end('{\"Err\":\"refused by the test plugin\"}'); })" +
     ".listen('/plug/evil.sock', () => fs.writeFileSync('/plug/ready', ''));";
   const created = await send(proxy.socketPath, post(`/v1.41/containers/create?name=${server}`,
-    hardened(env, ['/usr/bin/node', '-e', plugin], { Mounts: [{ Type: 'volume', Source: volume, Target: '/plug' }] })));
+    hardened(env, ['/usr/bin/node', '-e', plugin], { Mounts: [{ Type: 'volume', Source: volume, Target: '/plug', VolumeOptions: { NoCopy: true } }] })));
   t.equal(created.status, 201, `the plugin server is an ordinary hardened container (${created.body.toString('utf8')})`);
   t.equal((await send(proxy.socketPath, post(`/v1.41/containers/${server}/start`))).status, 204);
   const mountpoint = (await env.docker.getVolume(volume).inspect()).Mountpoint;
@@ -74,7 +74,7 @@ t.test('a volume driver that names a plugin socket in a cap- volume is refused b
       req: post(`/v1.41/containers/create?name=${env.name('m')}`, hardened(env, ['true'], {
         Mounts: [{ Type: 'volume', Source: env.name('y3'), Target: '/y', VolumeOptions: { DriverConfig: { Name: driver } } }],
       })),
-      deny: 'forbidden_key:Mounts.VolumeOptions',
+      deny: 'forbidden_key:Mounts.VolumeOptions.DriverConfig',
     },
     { name: 'container create, VolumeDriver', req: post(`/v1.41/containers/create?name=${env.name('v')}`, hardened(env, ['true'], { VolumeDriver: driver })), deny: 'forbidden_key:VolumeDriver' },
   ];

@@ -10,9 +10,10 @@ import t from 'tap';
 import { readFileSync } from 'node:fs';
 import type Docker from 'dockerode';
 import type { Test } from 'tap';
-import { dockerTest, startSocketProxy, SOCKET_PROXY_IMAGE } from '../support/docker.js';
+import { dockerTest, startSocketProxy, SOCKET_PROXY_IMAGE, TEST_LOCAL_IMAGE } from '../support/docker.js';
 import { send, readExecStream, type RawResponse } from './raw-http.js';
-import { fileNeeds } from '../support/needs.js';
+import { fileNeeds, needUnmet } from '../support/needs.js';
+import { loopbackName, loopbackNameProblem } from '../support/loopback-name.js';
 
 await fileNeeds(t, 'engine');
 
@@ -36,12 +37,12 @@ const fixture = JSON.parse(readFileSync(new URL('./fixtures/socket-proxy-cases.j
   cases: Case[];
 };
 /** Stands in for the corpus's "test-node:1": a small local trixie image with /usr/bin/node. */
-const TEST_NODE_IMAGE = 'capybara-base-egress:latest';
+const TEST_NODE_IMAGE = TEST_LOCAL_IMAGE;
 
 /** Statuses Docker itself must answer for the legit group (where they are deterministic here). */
 const EXPECTED_STATUS: Record<string, number[]> = {
   A01: [200], A02: [200], A03: [200], A04: [200], A05: [200],
-  A08: [201], A09: [200], A10: [201], A11: [200], A12: [201], A13: [200], A14: [204],
+  A08: [201], A09: [200], A10: [201], A11: [200], A12: [201], A13: [200], A30: [404], A31: [200], A14: [204],
   A15: [201], A16: [101], A17: [200], A28: [201], A29: [101],
   A18: [204], A19: [204], A20: [204], A21: [409, 500], A22: [201, 400], A23: [204], A24: [204, 404],
   A25: [204], A26: [204], A27: [404],
@@ -53,8 +54,13 @@ t.test('socket proxy cases against the real engine', async (t) => {
   if (!env) return;
   // The deployment's shared network: starts "cap" but not "cap-", so only the exact-name rule admits it.
   const sharedNetwork = `capshared${env.runId}`;
-  // A volume plugin the operator named: only exactly this name passes besides "local".
-  const proxy = await startSocketProxy(t, env, { sharedNetwork, volumeDrivers: 'capytestdriver' });
+  const noRoot = loopbackNameProblem();
+  if (noRoot !== undefined) return needUnmet(t, noRoot);
+  // The listed registry: a name of this run's that resolves to loopback, on a port nothing serves.
+  const registry = `${await loopbackName(t, env.runId)}:9`;
+  // A volume plugin the operator named: only exactly this name passes besides "local"; one image,
+  // the test's small local one, and one registry.
+  const proxy = await startSocketProxy(t, env, { sharedNetwork, volumeDrivers: 'capytestdriver', images: [TEST_NODE_IMAGE], registries: registry });
 
   // A network whose name does not start with "cap": its ID is what F40/H08 try to smuggle in.
   const other = await env.docker.createNetwork({ Name: `other${env.runId}`, Labels: env.labels, Internal: true });
@@ -63,7 +69,7 @@ t.test('socket proxy cases against the real engine', async (t) => {
   const vars: Record<string, string> = {
     P: `cap-${env.runId}`, R: env.runId, IMAGE: TEST_NODE_IMAGE, OTHER_NET_ID: other.id,
     CAP_NET_ID: capNet.id, CAP_NET_ID_UPPER: capNet.id.toUpperCase(),
-    EXEC_ID: '0'.repeat(64), STDIN_EXEC_ID: '0'.repeat(64), SHARED: sharedNetwork,
+    EXEC_ID: '0'.repeat(64), STDIN_EXEC_ID: '0'.repeat(64), SHARED: sharedNetwork, REGISTRY: registry,
   };
   const fill = (s: string) => s.replace(/\{([A-Z_]+)\}/g, (m, k: string) => vars[k] ?? m);
   const created = new Set<string>([proxy.container, `other${env.runId}`, `cap-${env.runId}-idnet`]);

@@ -21,6 +21,10 @@
  *   const proxy = await startSocketProxy(t, env, { sharedNetwork, volumeDrivers });   // options optional
  *                     sharedNetwork: SOCKET_PROXY_SHARED_NETWORK (default: the image's, capybara-sandbox)
  *                     volumeDrivers: SOCKET_PROXY_VOLUME_DRIVERS (default: the image's, none)
+ *                     images:        SOCKET_PROXY_IMAGES (default: the project's images and the
+ *                                    tests' small local one, TEST_LOCAL_IMAGE)
+ *                     registries:    SOCKET_PROXY_REGISTRIES (default: the image's, none)
+ *                     env:           more of its variables (SOCKET_PROXY_MAX_*)
  *                     binds: more host:container[:ro] mounts (a test's own version of a proxy file)
  *   proxy.socketPath  host path of the proxy's unix socket (talk HTTP to it, or
  *                     new Docker({ socketPath }))
@@ -50,6 +54,11 @@ export const TEST_LABEL = 'dev.capybara.test';
  * engine while another of them is rebuilding :latest from a branch with different rules.
  */
 export const SOCKET_PROXY_IMAGE = process.env.CAPYBARA_TEST_PROXY_IMAGE ?? IMAGES.proxy;
+
+/** A small local image (trixie with /usr/bin/node) that tests run containers of through the proxy. */
+export const TEST_LOCAL_IMAGE = 'capybara-base-egress:latest';
+/** What startSocketProxy admits by default: the project's images and TEST_LOCAL_IMAGE. */
+export const TEST_PROXY_IMAGES = [IMAGES.sandbox, IMAGES.egress, TEST_LOCAL_IMAGE] as const;
 
 export interface DockerTestEnv {
   docker: Docker;
@@ -123,7 +132,9 @@ function ignoreMissing(err: { statusCode?: number }): void {
 export async function startSocketProxy(
   t: Test,
   env: DockerTestEnv,
-  options: { sharedNetwork?: string; volumeDrivers?: string; binds?: readonly string[] } = {},
+  options: {
+    sharedNetwork?: string; volumeDrivers?: string; images?: readonly string[]; registries?: string; env?: Readonly<Record<string, string>>; binds?: readonly string[];
+  } = {},
 ): Promise<SocketProxy> {
   const dir = mkdtempSync(join(tmpdir(), `cap-${env.runId}-proxy-`));
   const socketPath = join(dir, 'docker.sock');
@@ -144,6 +155,9 @@ export async function startSocketProxy(
         `${SOCKET_PROXY_ENV.dockerSocket}=/var/run/docker.sock`,
         ...(options.sharedNetwork === undefined ? [] : [`${SOCKET_PROXY_ENV.sharedNetwork}=${options.sharedNetwork}`]),
         ...(options.volumeDrivers === undefined ? [] : [`${SOCKET_PROXY_ENV.volumeDrivers}=${options.volumeDrivers}`]),
+        `${SOCKET_PROXY_ENV.images}=${(options.images ?? TEST_PROXY_IMAGES).join(',')}`,
+        ...(options.registries === undefined ? [] : [`${SOCKET_PROXY_ENV.registries}=${options.registries}`]),
+        ...Object.entries(options.env ?? {}).map(([k, v]) => `${k}=${v}`),
       ],
       HostConfig: {
         Binds: [`${engineSocketPath()}:/var/run/docker.sock`, `${dir}:/run/capybara-proxy`, ...(options.binds ?? [])],

@@ -3,15 +3,18 @@
  * images, the real socket proxy, a shared network, an upstream HTTP server the allowlist tier
  * may reach (pinned through egressTestHosts), and the provider under test.
  *
- * The shared network is created here with inter-container traffic ON, unlike the controller's
- * default: the upstream lives on it and egress proxies must reach it. Sandboxes never join it
+ * The shared network is created here as the controller makes it (inter-container traffic off: the
+ * controller refuses one without that). The upstream therefore does not live on it but on the host,
+ * bound to that network's gateway address only: what a container on the network reaches without
+ * crossing the bridge, as egress proxies reach the Internet through it. Sandboxes never join it
  * except in the open tier.
  */
 import type { Test } from 'tap';
 import type Docker from 'dockerode';
 import { Writable } from 'node:stream';
 import pino from 'pino';
-import { dockerTest, startSocketProxy, SOCKET_PROXY_IMAGE, type DockerTestEnv, type SocketProxy } from './docker.js';
+import { connect } from 'node:net';
+import { dockerTest, startSocketProxy, SOCKET_PROXY_IMAGE, TEST_PROXY_IMAGES, type DockerTestEnv, type SocketProxy } from './docker.js';
 import { createDockerSandbox } from '../../controller/index.js';
 import { IMAGES } from '../../common/index.js';
 import type { DockerSandboxProvider, SandboxProvider } from '../../controller/index.js';
@@ -36,12 +39,15 @@ export interface SandboxTestEnv {
   labelled(name: string): Promise<string[]>;
 }
 
-export async function sandboxTestEnv(t: Test): Promise<SandboxTestEnv | null> {
+/** `images`: more images the socket proxy admits (a test's own build, named by the run's id). */
+export async function sandboxTestEnv(t: Test, images: (runId: string) => readonly string[] = () => []): Promise<SandboxTestEnv | null> {
   const env = await dockerTest(t, [SANDBOX_IMAGE, EGRESS_IMAGE, SOCKET_PROXY_IMAGE]);
   if (!env) return null;
-  const proxy = await startSocketProxy(t, env);
+  const proxy = await startSocketProxy(t, env, { images: [...TEST_PROXY_IMAGES, ...images(env.runId)] });
   const sharedNetwork = env.name('shared');
-  await env.docker.createNetwork({ Name: sharedNetwork, Driver: 'bridge', Labels: env.labels, CheckDuplicate: true });
+  await env.docker.createNetwork({
+    Name: sharedNetwork, Driver: 'bridge', Labels: env.labels, CheckDuplicate: true, Options: { 'com.docker.network.bridge.enable_icc': 'false' },
+  });
   const upstreamIp = await startUpstream(env, sharedNetwork);
   const config = { endpoint: proxy.endpoint, network: sharedNetwork };
   const testOptions = { labels: env.labels, egressTestHosts: { [UPSTREAM_HOST]: upstreamIp } };
@@ -77,21 +83,52 @@ export async function sandboxTestEnv(t: Test): Promise<SandboxTestEnv | null> {
   };
 }
 
-/** A plain HTTP server on port 80 of the shared network (test-created, so tests may reach it). */
+/** The host's address on a test-made network (its bridge's gateway). */
+export async function gatewayOf(env: DockerTestEnv, network: string): Promise<string> {
+  const info = await env.docker.getNetwork(network).inspect() as { IPAM?: { Config?: Array<{ Gateway?: string }> } };
+  const gateway = info.IPAM?.Config?.[0]?.Gateway;
+  if (gateway === undefined || gateway === '') throw new Error(`network ${network} has no gateway address`);
+  return gateway;
+}
+
+/**
+ * A plain HTTP server on port 80 of the shared network's gateway address (test-created, so tests
+ * may reach it): in the host's network namespace, bound to that address alone.
+ */
 async function startUpstream(env: DockerTestEnv, network: string): Promise<string> {
   const name = env.name('upstream');
-  const script = `mkdir -p /tmp/www && printf '%s' '${UPSTREAM_BODY}' > /tmp/www/index.html && cd /tmp/www && exec python3 -m http.server 80 --bind 0.0.0.0`;
+  const gateway = await gatewayOf(env, network);
+  const script = `mkdir -p /tmp/www && printf '%s' '${UPSTREAM_BODY}' > /tmp/www/index.html && cd /tmp/www && exec python3 -m http.server 80 --bind ${gateway}`;
   const container = await env.docker.createContainer({
     name,
     Image: SANDBOX_IMAGE,
     User: '0:0',
     Entrypoint: ['bash', '-c', script],
     Labels: env.labels,
-    HostConfig: { NetworkMode: network, CapDrop: ['ALL'], CapAdd: ['NET_BIND_SERVICE'] },
+    HostConfig: { NetworkMode: 'host', CapDrop: ['ALL'], CapAdd: ['NET_BIND_SERVICE'] },
   });
   await container.start();
-  const info = await container.inspect();
-  const ip = info.NetworkSettings.Networks[network]?.IPAddress;
-  if (!ip) throw new Error(`upstream ${name} has no address on ${network}`);
-  return ip;
+  await untilListening(env, name, gateway, 80);
+  return gateway;
+}
+
+/** Waits (at most 10 s) until the server in container `name` accepts on address:port. */
+export async function untilListening(env: DockerTestEnv, name: string, address: string, port: number): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const up = await new Promise<boolean>((resolve) => {
+      const socket = connect({ host: address, port, timeout: 500 }, () => {
+        socket.destroy();
+        resolve(true);
+      });
+      socket.on('error', () => resolve(false));
+      socket.on('timeout', () => {
+        socket.destroy();
+        resolve(false);
+      });
+    });
+    if (up) return;
+    if (Date.now() > deadline) throw new Error(`${name} does not listen on ${address}:${port}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
 }
