@@ -161,9 +161,13 @@ t.test('transparent egress: clients with no proxy settings reach the allowlist, 
   const image = buildNodeImage(env);
   t.teardown(() => env.docker.getImage(image).remove({ force: true }).catch(() => undefined));
   const cert = selfSignedCert([TLS_HOST]);
-  const serverIp = await startServer(env, s.sharedNetwork, cert);
+  // A shared network of this test's own: the server takes ports 80 and 443 of its gateway address,
+  // where the environment's upstream already serves 80 on the environment's network.
+  const shared = env.name('tp-shared');
+  await env.docker.createNetwork({ Name: shared, Driver: 'bridge', Labels: env.labels, CheckDuplicate: true, Options: { 'com.docker.network.bridge.enable_icc': 'false' } });
+  const serverIp = await startServer(env, shared, cert);
   const provider = createDockerSandbox(
-    { endpoint: s.proxy.endpoint, network: s.sharedNetwork },
+    { endpoint: s.proxy.endpoint, network: shared },
     { labels: env.labels, egressTestHosts: { [TLS_HOST]: serverIp } },
     { logger: pino({ level: 'silent' }) },
   );
