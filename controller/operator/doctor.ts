@@ -94,7 +94,12 @@ async function checkImages(o: DoctorOptions): Promise<DoctorCheck> {
   const missing: string[] = [];
   for (const image of images) if (!(await o.engine.imageExists(image))) missing.push(image);
   if (missing.length === 0) return { check: 'images_present', status: 'pass', detail: `${images.join(', ')} present.` };
-  return { check: 'images_present', status: 'fail', detail: `Missing: ${missing.join(', ')}.`, fix: 'Build them on every engine node (bash scripts/build-images.sh) or pre-pull them.' };
+  return {
+    check: 'images_present',
+    status: 'fail',
+    detail: `Missing: ${missing.join(', ')}.`,
+    fix: 'Build them on every engine node (bash scripts/build-images.sh) or load them there: the socket proxy pulls only images listed in its SOCKET_PROXY_IMAGES or of a registry in SOCKET_PROXY_REGISTRIES (none by default).',
+  };
 }
 
 async function checkSharedNetwork(o: DoctorOptions): Promise<DoctorCheck> {
