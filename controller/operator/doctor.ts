@@ -215,6 +215,19 @@ async function checkSandboxesEgress(o: DoctorOptions): Promise<DoctorCheck> {
   };
 }
 
+/** What to do when the throwaway sandbox did not start: the cause named where it is known. */
+function runtimeFix(config: DeploymentConfig, err: unknown): string {
+  const message = (err as Error).message;
+  // The socket proxy tells the shared network from sandbox networks by its own setting: a
+  // controller with another --network has its shared network judged as a sandbox's.
+  if (/socket proxy: network_option_(required|not_allowed):/.test(message)) {
+    return `The socket proxy does not take ${config.network} for the shared network: give the socket proxy SOCKET_PROXY_SHARED_NETWORK=${config.network}, or give the controller (and doctor --network) the name the socket proxy has.`;
+  }
+  if (isSandboxError(err, 'network_not_isolated')) return 'See shared_network_icc_off above: the controller uses only a shared network with inter-container traffic off.';
+  if (config.runtime === 'runsc') return 'Register gVisor with the daemon (runtimes.runsc in daemon.json) and check that runsc can start containers on this host, or use runtime "runc".';
+  return 'Check the engine logs (journalctl -u docker) and the images.';
+}
+
 export async function runDoctor(o: DoctorOptions): Promise<DoctorCheck[]> {
   const checks: DoctorCheck[] = [await checkEngine(o)];
   const later: DoctorCheckId[] = ['socket_proxy_refuses', 'images_present', 'shared_network_icc_off', 'runtime_usable', 'isolation', 'transparent_egress', 'sandboxes_egress'];
@@ -235,7 +248,7 @@ export async function runDoctor(o: DoctorOptions): Promise<DoctorCheck[]> {
       check: 'runtime_usable',
       status: 'fail',
       detail: `Runtime ${o.config.runtime}: ${(err as Error).message}`,
-      fix: o.config.runtime === 'runsc' ? 'Register gVisor with the daemon (runtimes.runsc in daemon.json) and check that runsc can start containers on this host, or use runtime "runc".' : 'Check the engine logs (journalctl -u docker) and the images.',
+      fix: runtimeFix(o.config, err),
     });
   }
   try {

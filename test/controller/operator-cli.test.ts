@@ -137,7 +137,7 @@ t.test('operator commands against the engine and the socket proxy', async (t) =>
 
   await t.test('doctor through the socket proxy: every check passes', async (t) => {
     const started = Date.now();
-    const r = await op([...viaProxy, '--network', env.name('docnet'), '--json', 'doctor']);
+    const r = await op([...viaProxy, '--json', 'doctor']);
     t.comment(`doctor took ${Date.now() - started} ms`);
     const checks = JSON.parse(r.stdout) as Array<{ check: string; status: string; detail: string }>;
     t.same(checks.map((c) => [c.check, c.status]), [
@@ -148,18 +148,37 @@ t.test('operator commands against the engine and the socket proxy', async (t) =>
     t.equal(r.code, 0);
     const leftovers = await env.docker.listContainers({ all: true, filters: { label: [`${TEST_LABEL}=${env.runId}`], name: ['cap-doctor-'] } });
     t.same(leftovers.map((c) => c.Names), [], 'the throwaway sandbox is gone');
-    const human = await op([...viaProxy, '--network', env.name('docnet'), 'doctor']);
+    const human = await op([...viaProxy, 'doctor']);
     t.match(human.stdout, /^\[PASS\] engine_reachable: /m);
     t.match(human.stdout, /^\[PASS\] isolation: Unreachable from cap-doctor-\w+: 169\.254\.169\.254:80, 192\.0\.2\.1:443/m);
     t.match(human.stdout, /^\[PASS\] transparent_egress: Name server 10\.\d+\.\d+\.\d+: doctor\.capybara\.invalid resolves to it, an unlisted name failed in \d+ ms, HTTP by Host answered dns_failed\.$/m);
   });
 
+  await t.test('doctor through the socket proxy with a shared network the socket proxy does not know names the setting', async (t) => {
+    const other = env.name('docnet');
+    const r = await op([...viaProxy, '--network', other, '--json', 'doctor']);
+    t.equal(r.code, 1);
+    const checks = JSON.parse(r.stdout) as Array<{ check: string; status: string; detail: string; fix?: string }>;
+    t.match(checks.find((c) => c.check === 'shared_network_icc_off'), { status: 'pass', detail: /does not exist yet/ });
+    t.match(checks.find((c) => c.check === 'runtime_usable'), {
+      status: 'fail',
+      detail: /network_option_required:Internal/,
+      fix: new RegExp(`SOCKET_PROXY_SHARED_NETWORK=${other}`),
+    });
+    t.notOk(await env.docker.getNetwork(other).inspect().then(() => true, () => false), 'no network was made');
+  });
+
   await t.test('doctor against the engine itself fails the proxy check and names the ICC problem', async (t) => {
-    const r = await op([...engine, '--network', s.sharedNetwork, 'doctor']);
+    // A shared network as docker network create makes it: inter-container traffic on.
+    const open = env.name('iccnet');
+    await env.docker.createNetwork({ Name: open, Driver: 'bridge', Labels: env.labels, CheckDuplicate: true });
+    t.teardown(() => env.docker.getNetwork(open).remove().catch(() => undefined));
+    const r = await op([...engine, '--network', open, 'doctor']);
     t.equal(r.code, 1);
     t.match(r.stdout, /^\[FAIL\] socket_proxy_refuses: The endpoint accepted a privileged container create .*\n\s+fix: Point endpoint at the socket proxy/m);
     t.match(r.stdout, /^\[FAIL\] shared_network_icc_off: .*allows inter-container traffic/m);
-    t.match(r.stdout, /^\[PASS\] isolation: /m);
+    t.match(r.stdout, /^\[FAIL\] runtime_usable: .*cannot be used: its option com\.docker\.network\.bridge\.enable_icc .*\n\s+fix: See shared_network_icc_off above/m);
+    t.match(r.stdout, /^\[SKIP\] isolation: No throwaway sandbox could be started/m);
   });
 
   await t.test('an egress proxy taken off the sandbox network: ls, inspect and doctor say so; the next command puts it back', async (t) => {
@@ -169,7 +188,7 @@ t.test('operator commands against the engine and the socket proxy', async (t) =>
     const inspected = JSON.parse((await op([...viaProxy, '--json', 'inspect', live.id])).stdout) as Record<string, unknown>;
     t.equal(inspected.egress, 'detached', 'inspect, through the socket proxy');
     t.match(inspected.subnet, /^10\.213\.\d+\.\d+\/28$/, 'inspect shows the subnet of the pool');
-    const doctor = await op([...viaProxy, '--network', env.name('docnet'), '--json', 'doctor']);
+    const doctor = await op([...viaProxy, '--json', 'doctor']);
     const checks = JSON.parse(doctor.stdout) as Array<{ check: string; status: string; detail: string }>;
     t.match(checks.find((c) => c.check === 'sandboxes_egress'), { status: 'fail', detail: `${live.id} (egress proxy detached)` });
     t.equal(doctor.code, 1, 'doctor fails');
