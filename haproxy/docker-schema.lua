@@ -278,6 +278,27 @@ local HOST_CONFIG = struct({
     function(h)
       if h.MemorySwap ~= nil and h.MemorySwap ~= h.Memory then return 'bad_value:MemorySwap' end
     end,
+    -- Nothing mounted inside a volume. A volume's content is the caller's (another container that
+    -- shares it can put a symlink anywhere in it), and a mount inside it is made by following its
+    -- path: runc mounts a tmpfs or volume onto wherever that symlink points (/proc/sys, /dev), and
+    -- dockerd, for an archive call, bind-mounts the container's volumes on the host itself, along
+    -- the same path. A volume inside a tmpfs is fine: a tmpfs is new and empty at every start.
+    function(h)
+      local volumes = {}
+      for _, m in ipairs(h.Mounts or {}) do
+        if m.Type == 'volume' then volumes[#volumes + 1] = m.Target end
+      end
+      if #volumes == 0 then return nil end
+      local targets = {}
+      for _, m in ipairs(h.Mounts or {}) do targets[#targets + 1] = m.Target end
+      for target in pairs(h.Tmpfs or {}) do targets[#targets + 1] = target end
+      table.sort(targets)
+      for _, target in ipairs(targets) do
+        for _, volume in ipairs(volumes) do
+          if target:sub(1, #volume + 1) == volume .. '/' then return 'mount_nested:' .. target:sub(1, 64) end
+        end
+      end
+    end,
   },
 })
 

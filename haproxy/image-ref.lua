@@ -111,6 +111,32 @@ function M.judge(ref, settings)
   return 'image_not_allowed'
 end
 
+-- nil when `ref` may be pulled, else the deny reason: as judge, and with a tag or a digest (a pull
+-- of a bare name fetches every tag of it).
+function M.judge_pull(ref, settings)
+  local parsed = M.parse(ref)
+  if parsed ~= nil and not M.reads_as_id(ref) and parsed.tag == nil and parsed.digest == nil then return 'image_tag_required' end
+  return M.judge(ref, settings)
+end
+
+-- The reference an image inspect path names ("/images/<ref>/json", API version prefix removed),
+-- or nil. haproxy.cfg's route admits no "%" there, so the path is the reference as written.
+function M.inspect_reference(path)
+  if type(path) ~= 'string' then return nil end
+  return path:match('^/images/(.+)/json$')
+end
+
+-- nil when the image a request names may be used, else the deny reason: a pull's (route
+-- image_pull) one fromImage in `query`, or an inspect's reference in `path`.
+function M.check_request(route, query, path, settings)
+  if route == 'image_pull' then
+    local ref = M.query_value(query, 'fromImage')
+    return ref == nil and 'image_not_allowed' or M.judge_pull(ref, settings)
+  end
+  local ref = M.inspect_reference(path)
+  return ref == nil and 'image_not_allowed' or M.judge(ref, settings)
+end
+
 -- The value of a query parameter as Go's url.ParseQuery decodes it ("%2F" is "/"), or nil when
 -- it is not exactly `name=<value>` with well-formed escapes. haproxy.cfg's route admits no "+",
 -- "&" or ";" there, so this is the one value dockerd reads.

@@ -72,6 +72,19 @@ local function number(name, text, default, max, fraction)
   return n
 end
 
+-- The listed images with the spelling dockerd gives a name without tag or digest: "img" is
+-- "img:latest" to it, so a listed "img" admits both. Never the other way: a bare name that is not
+-- an image's name is searched for as an id prefix.
+local function with_default_tags(images)
+  local out = {}
+  for ref in pairs(images) do
+    out[ref] = true
+    local parsed = image_ref.parse(ref)
+    if parsed.tag == nil and parsed.digest == nil then out[ref .. ':latest'] = true end
+  end
+  return out
+end
+
 function M.from_env(getenv)
   local shared = getenv('SOCKET_PROXY_SHARED_NETWORK')
   if shared == nil or not shared:find(NETWORK) then
@@ -88,8 +101,8 @@ function M.from_env(getenv)
     shared_network = shared,
     volume_drivers = list('SOCKET_PROXY_VOLUME_DRIVERS', getenv('SOCKET_PROXY_VOLUME_DRIVERS'), plugin_name,
       'a plugin name: letters, digits, "_", "." and "-" only (no "/" or "..": to dockerd a driver name is a socket path)'),
-    images = list('SOCKET_PROXY_IMAGES', getenv('SOCKET_PROXY_IMAGES'), listable_image,
-      'an image reference dockerd reads as a name (lower-case, like capybara-sandbox:latest or registry.example.com/team/img:1), from a named registry (no IP literal, no localhost)'),
+    images = with_default_tags(list('SOCKET_PROXY_IMAGES', getenv('SOCKET_PROXY_IMAGES'), listable_image,
+      'an image reference dockerd reads as a name (lower-case, like capybara-sandbox:latest or registry.example.com/team/img:1), from a named registry (no IP literal, no localhost)')),
     registries = list('SOCKET_PROXY_REGISTRIES', getenv('SOCKET_PROXY_REGISTRIES'), image_ref.listable_registry,
       'a registry host name with at least one dot and an optional port (registry.example.com:5000); never an IP literal or localhost, which would let dockerd fetch from this host'),
     max_pids = max_pids,

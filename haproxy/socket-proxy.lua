@@ -4,8 +4,9 @@
 --   lua.check_body      sets txn.body_verdict to "ok" or to the deny reason, and txn.body_net_ids
 --                       to the network ids the body names (comma-separated), which must be proven;
 --                       an archive (route container_archive) must be workspace-owner.lua's;
---   lua.check_pull      sets txn.pull_verdict to "ok" or the reason for the image a pull names
---                       (its one fromImage, decoded as dockerd decodes it: image-ref.lua);
+--   lua.check_image     sets txn.image_verdict to "ok" or the reason for the image a pull names
+--                       (its one fromImage, decoded as dockerd decodes it, with a tag or digest)
+--                       or an inspect names (its path): image-ref.lua;
 --   lua.prove_networks  asks dockerd (over DOCKER_SOCKET) what each network id of the request
 --                       names (the path's, txn.net, and the body's) and sets txn.proof_verdict to
 --                       "ok" or the reason (network-proof.lua judges the answers);
@@ -36,10 +37,9 @@ core.register_action('check_body', { 'http-req' }, function(txn)
   txn:set_var('txn.body_verdict', reason or 'ok')
 end, 0)
 
-core.register_action('check_pull', { 'http-req' }, function(txn)
-  local ref = image_ref.query_value(txn.f:query(), 'fromImage')
-  local reason = ref == nil and 'image_not_allowed' or image_ref.judge(ref, settings)
-  txn:set_var('txn.pull_verdict', reason or 'ok')
+core.register_action('check_image', { 'http-req' }, function(txn)
+  local reason = image_ref.check_request(txn:get_var('txn.route'), txn.f:query(), txn:get_var('txn.upath'), settings)
+  txn:set_var('txn.image_verdict', reason or 'ok')
 end, 0)
 
 core.register_action('prove_networks', { 'http-req' }, function(txn)

@@ -13,6 +13,7 @@ import {
   containerNetworks, listContainers, listNetworks, listVolumes, networkView, type ContainerSummary, type RawNetwork, type RawNetworkSettings, type ResourceSummary,
 } from './engine-listing.js';
 import { networkConnectBody } from './network-spec.js';
+import { pullReference } from './image-reference.js';
 import { WORKSPACE } from './container-spec.js';
 import { WORKSPACE_OWNER_ARCHIVE } from './workspace-owner.js';
 import type { ContainerView, NetworkView, SandboxEngine } from './sandbox-engine.js';
@@ -146,7 +147,7 @@ export class DockerEngine implements SandboxEngine {
 
   async pullImage(image: string): Promise<void> {
     const stream = await this.call<Readable>(`pull of image ${image}`, 'POST', '/images/create', {
-      query: { fromImage: image }, stream: true, timeoutMs: PULL_TIMEOUT_MS,
+      query: { fromImage: pullReference(image) }, stream: true, timeoutMs: PULL_TIMEOUT_MS,
     });
     let last = '';
     const deadline = setTimeout(() => stream.destroy(new Error(`pull of ${image} took longer than ${PULL_TIMEOUT_MS} ms`)), PULL_TIMEOUT_MS);

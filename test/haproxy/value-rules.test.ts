@@ -75,6 +75,24 @@ t.test('volume mounts: NoCopy always, targets normalised and never the kernel\'s
   judge(t, rows);
 });
 
+t.test('nothing mounted inside a volume (its content is the caller\'s: a symlink there leads the mount anywhere)', async (t) => {
+  const missing = luaMissing();
+  if (missing !== undefined) return needUnmet(t, missing);
+  const vol = (target: string, source = 'cap-v'): string => `{"Type":"volume","Source":"${source}","Target":"${target}","VolumeOptions":{"NoCopy":true}}`;
+  const tmp = (target: string): string => `{"Type":"tmpfs","Target":"${target}"}`;
+  const rows: Row[] = [
+    { name: 'a volume inside a volume', route: 'container_create', body: mount(`${vol('/w')},${vol('/w/x', 'cap-u')}`), verdict: 'mount_nested:/w/x' },
+    { name: 'the inner one listed first', route: 'container_create', body: mount(`${vol('/w/x/y', 'cap-u')},${vol('/w')}`), verdict: 'mount_nested:/w/x/y' },
+    { name: 'a tmpfs mount inside a volume', route: 'container_create', body: mount(`${vol('/w')},${tmp('/w/proc')}`), verdict: 'mount_nested:/w/proc' },
+    { name: 'a HostConfig.Tmpfs inside a volume', route: 'container_create', body: create(`,"Mounts":[${vol('/w')}],"Tmpfs":{"/w/t":"nosuid,nodev"}`), verdict: 'mount_nested:/w/t' },
+    { name: 'the same volume twice, one inside the other', route: 'container_create', body: mount(`${vol('/w')},${vol('/w/w')}`), verdict: 'mount_nested:/w/w' },
+    { name: 'a sibling that starts with the same letters', route: 'container_create', body: mount(`${vol('/w')},${vol('/wx', 'cap-u')}`), verdict: 'ok' },
+    { name: 'a volume inside a tmpfs (the controller\'s skills under /opt/capybara)', route: 'container_create', body: create(`,"Mounts":[${vol('/opt/capybara/skills')}],"Tmpfs":{"/opt/capybara":"nosuid,nodev"}`), verdict: 'ok' },
+    { name: 'a tmpfs inside a tmpfs', route: 'container_create', body: create(`,"Mounts":[${tmp('/t/u')}],"Tmpfs":{"/t":"nosuid,nodev"}`), verdict: 'ok' },
+  ];
+  judge(t, rows);
+});
+
 t.test('images: listed exactly, or from a listed registry, never readable as an image id', async (t) => {
   const missing = luaMissing();
   if (missing !== undefined) return needUnmet(t, missing);
@@ -82,7 +100,9 @@ t.test('images: listed exactly, or from a listed registry, never readable as an 
   const rows: Row[] = [
     { name: 'a listed image', route: 'container_create', body: create('', 'img'), verdict: 'ok' },
     { name: 'the controller\'s sandbox image', route: 'container_create', body: create('', 'capybara-sandbox:latest'), verdict: 'ok' },
-    { name: 'another spelling of a listed one', route: 'container_create', body: create('', 'img:latest'), verdict: 'image_not_allowed' },
+    { name: 'a listed name with the tag dockerd reads it with', route: 'container_create', body: create('', 'img:latest'), verdict: 'ok' },
+    { name: 'another tag of a listed name', route: 'container_create', body: create('', 'img:2'), verdict: 'image_not_allowed' },
+    { name: 'a listed name:latest, the bare name (an id prefix to dockerd when no such name exists)', route: 'container_create', body: create('', 'abc'), verdict: 'image_not_allowed', settings: { images: 'abc:latest' } },
     { name: 'an image on Docker Hub, no registry listed', route: 'container_create', body: create('', 'alpine:3.19'), verdict: 'image_not_allowed' },
     { name: 'a registry named, none listed', route: 'container_create', body: create('', 'docker.io/library/alpine:3.19'), verdict: 'registry_not_allowed:docker.io' },
     { name: 'the host\'s loopback as a registry', route: 'container_create', body: create('', '127.0.0.1:5000/x:latest'), verdict: 'registry_not_allowed:127.0.0.1:5000' },
@@ -104,14 +124,22 @@ t.test('images: listed exactly, or from a listed registry, never readable as an 
     { name: 'a listed registry with its port', route: 'container_create', body: create('', 'registry.example.com:5000/team/x:1'), verdict: 'ok', settings: hub },
     { name: 'a listed registry on another port', route: 'container_create', body: create('', 'registry.example.com/team/x'), verdict: 'registry_not_allowed:registry.example.com', settings: hub },
     { name: 'a registry that contains a listed one', route: 'container_create', body: create('', 'registry.example.com.evil.net:5000/x'), verdict: 'registry_not_allowed:registry.example.com.evil.net:5000', settings: hub },
-    { name: 'a pull of a listed image', route: 'image_pull', body: 'fromImage=img', verdict: 'ok' },
-    { name: 'a pull, percent-encoded as Go decodes it', route: 'image_pull', body: 'fromImage=im%67', verdict: 'ok' },
+    { name: 'a pull of a listed image', route: 'image_pull', body: 'fromImage=img:latest', verdict: 'ok' },
+    { name: 'a pull without a tag (every tag of the name)', route: 'image_pull', body: 'fromImage=img', verdict: 'image_tag_required' },
+    { name: 'a pull without a tag, from a listed registry', route: 'image_pull', body: 'fromImage=docker.io%2Flibrary%2Falpine', verdict: 'image_tag_required', settings: hub },
+    { name: 'a pull by digest', route: 'image_pull', body: `fromImage=alpine%40${DIGEST}`, verdict: 'ok', settings: hub },
+    { name: 'a pull, percent-encoded as Go decodes it', route: 'image_pull', body: 'fromImage=im%67:latest', verdict: 'ok' },
     { name: 'a pull of the host\'s loopback', route: 'image_pull', body: 'fromImage=127.0.0.1%3A5000%2Fx%3Alatest', verdict: 'registry_not_allowed:127.0.0.1:5000' },
     { name: 'a pull from a listed registry, encoded', route: 'image_pull', body: 'fromImage=docker.io%2Flibrary%2Falpine%3A3.19', verdict: 'ok', settings: hub },
     { name: 'a pull with a cut escape', route: 'image_pull', body: 'fromImage=img%6', verdict: 'image_not_allowed' },
     { name: 'a pull with a bad escape', route: 'image_pull', body: 'fromImage=i%zzg', verdict: 'image_not_allowed' },
     { name: 'a pull that encodes its own "%"', route: 'image_pull', body: 'fromImage=img%2525', verdict: 'image_not_allowed' },
     { name: 'a pull with a second parameter', route: 'image_pull', body: 'fromImage=img&tag=x', verdict: 'image_not_allowed' },
+    { name: 'an inspect of a listed image', route: 'image_inspect', body: '/images/capybara-sandbox:latest/json', verdict: 'ok' },
+    { name: 'an inspect of an id prefix (which local images exist)', route: 'image_inspect', body: '/images/2c7b847d/json', verdict: 'image_not_allowed' },
+    { name: 'an inspect of an image not listed', route: 'image_inspect', body: '/images/alpine:3.19/json', verdict: 'image_not_allowed' },
+    { name: 'an inspect of a full id', route: 'image_inspect', body: `/images/${DIGEST}/json`, verdict: 'image_not_allowed' },
+    { name: 'an inspect from a listed registry', route: 'image_inspect', body: '/images/registry.example.com:5000/team/x:1/json', verdict: 'ok', settings: hub },
   ];
   judge(t, rows);
 });

@@ -4,8 +4,9 @@
 --
 -- Usage: lua5.4 check-bodies.lua <haproxy dir>
 -- stdin: frames "<route> <byte count>\n<body bytes>"; stdout, one line per frame (route
--- container_archive: the archive's verdict, as socket-proxy.lua gives it; route image_pull: the
--- body is the query string of a pull, judged as socket-proxy.lua's check_pull judges it):
+-- container_archive: the archive's verdict, as socket-proxy.lua gives it; routes image_pull and
+-- image_inspect: the body is a pull's query string or an inspect's path, judged as
+-- socket-proxy.lua's check_image judges them):
 --   "deny <reason>"  or  "ok <json>": the body as the checker read it (members in order, strings
 --   re-encoded with \u escapes for everything outside printable ASCII), for the Go differential,
 --   then, when the body names networks by id (which the proxy proves before the request goes on),
@@ -95,13 +96,12 @@ while true do
   local route, count = head:match('^(%S+) (%d+)$')
   if route == nil then error('bad frame head: ' .. head) end
   local body = io.read(tonumber(count)) or ''
-  if route == 'container_archive' or route == 'image_pull' then
+  if route == 'container_archive' or route == 'image_pull' or route == 'image_inspect' then
     local reason
     if route == 'container_archive' then
       reason = owner.check(body)
     else
-      local ref = image_ref.query_value(body, 'fromImage')
-      reason = ref == nil and 'image_not_allowed' or image_ref.judge(ref, settings)
+      reason = image_ref.check_request(route, body, body, settings)
     end
     io.write(reason and ('deny ' .. reason) or 'ok {}', '\n')
   else
