@@ -157,7 +157,7 @@ export function sandboxContainerBody(plan: SandboxPlan, network: string | undefi
 /** The egress proxy of an allowlist sandbox. It is created and started on the shared network
  * (`sharedNetwork`: its id); its leg on the sandbox's internal network is connected after (one
  * endpoint per create on API < 1.44; build-steps.ts says why in that order). */
-export type EgressPlan = Pick<SandboxPlan, 'names' | 'allowHosts' | 'labels' | 'egressProxyImage' | 'logCaps'>;
+export type EgressPlan = Pick<SandboxPlan, 'names' | 'allowHosts' | 'labels' | 'egressProxyImage' | 'logCaps' | 'egressNanoCpus'>;
 
 /**
  * `transparentAddress`: the proxy's fixed address on the sandbox's network, where it answers DNS
@@ -200,6 +200,7 @@ export function egressContainerBody(
       PidsLimit: EGRESS_PIDS_LIMIT,
       IpcMode: 'private',
       CgroupnsMode: 'private',
+      NanoCpus: plan.egressNanoCpus,
       Memory: EGRESS_MEMORY_BYTES,
       MemorySwap: EGRESS_MEMORY_BYTES,
       Init: true,

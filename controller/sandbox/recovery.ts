@@ -10,7 +10,7 @@
  */
 import { decodeAllowHosts } from '../../common/index.js';
 import { type ContainerView, engineStatus, sandboxBodyFromInspect, type EgressPlan } from '../docker/index.js';
-import { SandboxError, LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_NAME, LABEL_WORKSPACE_KEY, meaningOfLabel, namesFor, type TierMeaning } from '../spec/index.js';
+import { SandboxError, egressNanoCpus, LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_NAME, LABEL_WORKSPACE_KEY, meaningOfLabel, namesFor, type TierMeaning } from '../spec/index.js';
 import { connectEgress, createEgress, ignoreConflict, waitForEgress } from './build-steps.js';
 import type { BuildDeps } from './build-deps.js';
 import { asConflict, dockerSays } from './concurrent-change.js';
@@ -186,6 +186,7 @@ export class SandboxRecovery {
       labels: this.resourceLabels(name, view),
       egressProxyImage: this.deps.config.egressProxyImage,
       logCaps: this.deps.config,
+      egressNanoCpus: egressNanoCpus(this.deps.config),
     };
     try {
       await createEgress(this.deps, plan, shared, Promise.resolve(network));

@@ -27,7 +27,7 @@ export {
 } from './names.js';
 export type { SandboxNames } from './names.js';
 export { PIDS_LIMIT } from './limits.js';
-export { planSandbox, withAllowHosts } from './sandbox-plan.js';
+export { egressNanoCpus, planSandbox, withAllowHosts } from './sandbox-plan.js';
 export type { SandboxPlan } from './sandbox-plan.js';
 export { parseAddressPool, sandboxSubnet, subnetAddresses, subnetSlots } from './address-pool.js';
 export type { AddressPool, SandboxSubnet } from './address-pool.js';

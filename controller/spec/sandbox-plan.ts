@@ -45,6 +45,8 @@ export interface SandboxPlan {
    */
   readonly home: string | undefined;
   readonly logCaps: LogCaps;
+  /** The egress proxy's CPU cap: one CPU, or the deployment's CPU ceiling when that is lower. */
+  readonly egressNanoCpus: number;
 }
 
 /**
@@ -54,6 +56,14 @@ export interface SandboxPlan {
  * the XDG directories, which default to HOME) takes effect.
  */
 const SANDBOX_HOME = '/home/sandbox';
+
+/** The egress proxy is one Node process: a CPU is all it can use, and a flood of it takes no more. */
+const EGRESS_CPUS = 1;
+
+/** The egress proxy's CPU cap in a deployment: one CPU, or the CPU ceiling when that is lower. */
+export function egressNanoCpus(config: Pick<DeploymentConfig, 'maxLimits'>): number {
+  return Math.round(Math.min(EGRESS_CPUS, config.maxLimits.cpu) * 1e9);
+}
 
 /** The tiers an allowlist means something to, from the tier table. */
 const PROXY_TIERS = Object.entries(TIERS).filter(([, m]) => m.egressProxy).map(([name]) => JSON.stringify(name)).join(', ');
@@ -149,6 +159,7 @@ export function planSandbox(input: unknown, config: DeploymentConfig, options: P
     volumeDriver: config.volumeDriver,
     home,
     logCaps: { logMaxSizeMb: config.logMaxSizeMb, logMaxFiles: config.logMaxFiles },
+    egressNanoCpus: egressNanoCpus(config),
   };
   return meaning.egressProxy ? withAllowHosts(plan, allowHosts) : plan;
 }

@@ -160,11 +160,16 @@ t.test('both containers carry the whole hardening profile and capped logs', asyn
       `${name}: capabilities, no-new-privileges, read-only root, private IPC and cgroup namespaces, init`,
     );
     t.ok((hc.PidsLimit as number) > 0 && (hc.Memory as number) > 0 && hc.MemorySwap === hc.Memory, `${name}: pids and memory limits, no swap`);
+    t.ok((hc.NanoCpus as number) > 0 && (hc.NanoCpus as number) <= capped.maxLimits.cpu * 1e9, `${name}: a CPU cap within the ceiling`);
     for (const [target, options] of Object.entries((hc.Tmpfs ?? {}) as Record<string, string>)) {
       t.ok(options.split(',').includes('nosuid') && options.split(',').includes('nodev'), `${name}: ${target} is nosuid,nodev`);
     }
     t.same(hc.LogConfig, { Type: 'json-file', Config: { 'max-size': '20m', 'max-file': '2' } }, `${name}: logs capped at the deployment's size and count`);
   }
+  t.equal(egressContainerBody(plan, SHARED_ID, undefined).HostConfig.NanoCpus, 1e9, 'the egress proxy: one CPU');
+  const small = parseDeploymentConfig({ endpoint: 'tcp://proxy:2375', maxLimits: { cpu: 0.5 } });
+  t.equal(egressContainerBody(planSandbox(spec({}, { cpu: 0.5 }), small, opts), SHARED_ID, undefined).HostConfig.NanoCpus, 5e8,
+    'the egress proxy under a CPU ceiling below one: the ceiling (the socket proxy refuses more)');
   t.same(egressContainerBody(planSandbox(spec(), config, opts), SHARED_ID, undefined).HostConfig.LogConfig,
     { Type: 'json-file', Config: { 'max-size': '10m', 'max-file': '3' } }, 'the default caps: 10 MiB x 3');
 });
