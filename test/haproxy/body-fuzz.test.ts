@@ -16,7 +16,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { needUnmet, toolMissing } from '../support/needs.js';
-import { HAPROXY_DIR, HARNESS, luaMissing } from './lua-checker.js';
+import { HAPROXY_DIR, HARNESS, luaMissing, TEST_IMAGES } from './lua-checker.js';
 import { controllerBodies, TEST_VOLUME_DRIVER } from './controller-bodies.js';
 
 const BODIES = 100_000;
@@ -24,6 +24,8 @@ const SEED = Number(process.env.CAPYBARA_FUZZ_SEED ?? Date.now() % 1_000_000);
 /** Debian's copy of Docker's sources (golang-github-docker-docker-dev): the engine's own API types. */
 const GOPATH = '/usr/share/gocode';
 const SHARED = 'capshared';
+/** The fixture's {IMAGE} stands for "img:1" here; the controller's bodies name its own images. */
+const IMAGES = `${TEST_IMAGES},img:1`;
 
 interface Summary {
   bodies: number;
@@ -87,7 +89,7 @@ t.test(`${BODIES} generated bodies: none allowed that Docker reads otherwise`, a
   // GOGC 400: the fuzzer holds little, and collecting a quarter as often saves a quarter of its CPU.
   const run = spawnSync(binary, [
     '-seeds', join(dir, 'seeds.json'), '-count', String(BODIES), '-seed', String(SEED),
-    '-lua', `lua5.4 ${HARNESS} ${HAPROXY_DIR}`, '-shared', SHARED, '-drivers', TEST_VOLUME_DRIVER,
+    '-lua', `lua5.4 ${HARNESS} ${HAPROXY_DIR}`, '-shared', SHARED, '-drivers', TEST_VOLUME_DRIVER, '-images', IMAGES,
   ], { maxBuffer: 1 << 26, env: { ...process.env, GOGC: '400' } });
   t.equal(run.status, 0, `the fuzzer ran (seed ${SEED}): ${run.stderr.toString('utf8').slice(0, 2000)}`);
   const summary = JSON.parse(run.stdout.toString('utf8')) as Summary;

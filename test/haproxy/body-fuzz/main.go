@@ -6,8 +6,10 @@
 // checker that failed. Prints one JSON summary line; exit status 0 whatever it found (the test
 // judges the summary).
 //
-// Usage: body-fuzz -seeds seeds.json -count N -seed S -lua 'lua5.4 check-bodies.lua haproxy/'
-//        -shared NAME -drivers a,b
+// Usage:
+//
+//	body-fuzz -seeds seeds.json -count N -seed S -lua 'lua5.4 check-bodies.lua haproxy/' \
+//	  -shared NAME -drivers a,b -images x,y
 package main
 
 import (
@@ -66,6 +68,7 @@ func main() {
 	luaCmd := flag.String("lua", "", "command line of the checker harness")
 	shared := flag.String("shared", "capybara-sandbox", "SOCKET_PROXY_SHARED_NETWORK")
 	drivers := flag.String("drivers", "", "SOCKET_PROXY_VOLUME_DRIVERS")
+	images := flag.String("images", "", "SOCKET_PROXY_IMAGES")
 	flag.Parse()
 
 	var seeds []seed
@@ -79,17 +82,15 @@ func main() {
 			fail("seed %d (%s): %v", i, s.Route, err)
 		}
 	}
-	set := settings{sharedNetwork: *shared, volumeDrivers: map[string]bool{}}
-	for _, d := range strings.Split(*drivers, ",") {
-		if d != "" {
-			set.volumeDrivers[d] = true
-		}
-	}
+	set := newSettings(*shared, *drivers, *images)
 
 	args := strings.Fields(*luaCmd)
 	cmd := exec.Command(args[0], args[1:]...)
 	// DOCKER_SOCKET: where the proxy proves network ids; the check itself never dials it.
-	cmd.Env = append(os.Environ(), "SOCKET_PROXY_SHARED_NETWORK="+*shared, "SOCKET_PROXY_VOLUME_DRIVERS="+*drivers, "DOCKER_SOCKET=/var/run/docker.sock")
+	// The ceilings are left to their defaults, which policy.go restates.
+	cmd.Env = append(os.Environ(), "SOCKET_PROXY_SHARED_NETWORK="+*shared, "SOCKET_PROXY_VOLUME_DRIVERS="+*drivers,
+		"SOCKET_PROXY_IMAGES="+*images, "SOCKET_PROXY_REGISTRIES=", "SOCKET_PROXY_MAX_PIDS=", "SOCKET_PROXY_MAX_MEMORY=",
+		"SOCKET_PROXY_MAX_CPUS=", "DOCKER_SOCKET=/var/run/docker.sock")
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	must(err)
@@ -210,5 +211,3 @@ func fail(format string, args ...interface{}) {
 	fmt.Fprintf(os.Stderr, "body-fuzz: "+format+"\n", args...)
 	os.Exit(2)
 }
-
-

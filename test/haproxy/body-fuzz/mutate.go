@@ -269,7 +269,11 @@ var mutations = []func(r *rand.Rand, root *node, t reflect.Type){
 				}
 				return
 			case 'n':
-				l.n.raw = pick(r, ints)
+				if pool, ok := numbersByKey[l.key]; ok && r.Intn(2) == 0 {
+					l.n.raw = pick(r, pool)
+				} else {
+					l.n.raw = pick(r, ints)
+				}
 				return
 			case 'b':
 				l.n.b = !l.n.b

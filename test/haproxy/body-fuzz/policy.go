@@ -7,6 +7,7 @@ package main
 import (
 	"fmt"
 	"net"
+	"path"
 	"reflect"
 	"regexp"
 	"strconv"
@@ -21,9 +22,77 @@ var capName = regexp.MustCompile(`^cap-[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
 type settings struct {
 	sharedNetwork string
 	volumeDrivers map[string]bool
+	// SOCKET_PROXY_IMAGES as the proxy reads it: each listed name, and a name without tag or
+	// digest also with ":latest" (no registry is listed in the fuzz run).
+	images map[string]bool
+	// The default ceilings (proxy-settings.lua DEFAULTS): 1024 pids, 16384 MiB, 4 CPUs; a tmpfs
+	// at most half the memory ceiling.
+	maxPids, maxMemory, maxNanoCPUs, maxTmpfs int64
 }
 
-func (s settings) network(name string) bool { return capName.MatchString(name) || name == s.sharedNetwork }
+func newSettings(shared, drivers, images string) settings {
+	s := settings{sharedNetwork: shared, volumeDrivers: map[string]bool{}, images: map[string]bool{},
+		maxPids: 1024, maxMemory: 16384 << 20, maxNanoCPUs: 4e9, maxTmpfs: 16384 << 19}
+	for _, d := range strings.Split(drivers, ",") {
+		if d != "" {
+			s.volumeDrivers[d] = true
+		}
+	}
+	for _, i := range strings.Split(images, ",") {
+		if i == "" {
+			continue
+		}
+		s.images[i] = true
+		if !strings.Contains(i, "@") && !strings.Contains(i[strings.LastIndex(i, "/")+1:], ":") {
+			s.images[i+":latest"] = true
+		}
+	}
+	return s
+}
+
+// A mount target dockerd and runc may act on: a clean absolute path (what path.Clean keeps), not
+// "/", and never /proc, /sys, /dev or below them.
+func mountTargetOK(target string) bool {
+	if !strings.HasPrefix(target, "/") || target == "/" || path.Clean(target) != target {
+		return false
+	}
+	for _, denied := range []string{"/proc", "/sys", "/dev"} {
+		if target == denied || strings.HasPrefix(target, denied+"/") {
+			return false
+		}
+	}
+	return true
+}
+
+// tmpfsSize: the size= option of a HostConfig.Tmpfs value in bytes (0: none given).
+func tmpfsSize(opts string) (int64, bool) {
+	var size int64
+	for _, o := range strings.Split(opts, ",") {
+		if !strings.HasPrefix(o, "size=") {
+			continue
+		}
+		v := strings.TrimPrefix(o, "size=")
+		unit := int64(1)
+		switch {
+		case strings.HasSuffix(v, "k"):
+			unit, v = 1<<10, v[:len(v)-1]
+		case strings.HasSuffix(v, "m"):
+			unit, v = 1<<20, v[:len(v)-1]
+		case strings.HasSuffix(v, "g"):
+			unit, v = 1<<30, v[:len(v)-1]
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 || n > (1<<62)/unit {
+			return 0, false
+		}
+		size = n * unit
+	}
+	return size, true
+}
+
+func (s settings) network(name string) bool {
+	return capName.MatchString(name) || name == s.sharedNetwork
+}
 
 // A full network id: the proxy asks dockerd what it names and admits only a network network()
 // admits (network-proof.lua); here it stands for such a network.
@@ -153,6 +222,9 @@ func policy(route string, d *decoded, s settings) error {
 		if hc == nil {
 			return fmt.Errorf("no HostConfig")
 		}
+		if c == nil || !s.images[c.Image] {
+			return fmt.Errorf("image not listed")
+		}
 		if c != nil {
 			if err := onlyFields(c, "Image", "User", "Entrypoint", "Cmd", "WorkingDir", "Env", "Labels", "Volumes", "Healthcheck"); err != nil {
 				return err
@@ -182,10 +254,12 @@ func policy(route string, d *decoded, s settings) error {
 			return fmt.Errorf("SecurityOpt %v", hc.SecurityOpt)
 		case !hc.ReadonlyRootfs:
 			return fmt.Errorf("writable root")
-		case hc.PidsLimit == nil || *hc.PidsLimit <= 0:
-			return fmt.Errorf("no pids limit")
-		case hc.Memory <= 0 || (hc.MemorySwap != 0 && hc.MemorySwap != hc.Memory):
+		case hc.PidsLimit == nil || *hc.PidsLimit <= 0 || *hc.PidsLimit > s.maxPids:
+			return fmt.Errorf("pids limit %v", hc.PidsLimit)
+		case hc.Memory <= 0 || hc.Memory > s.maxMemory || (hc.MemorySwap != 0 && hc.MemorySwap != hc.Memory):
 			return fmt.Errorf("Memory %d MemorySwap %d", hc.Memory, hc.MemorySwap)
+		case hc.NanoCPUs < 0 || hc.NanoCPUs > s.maxNanoCPUs:
+			return fmt.Errorf("NanoCpus %d", hc.NanoCPUs)
 		case hc.CgroupnsMode != "private":
 			return fmt.Errorf("CgroupnsMode %q", hc.CgroupnsMode)
 		case hc.IpcMode != "" && hc.IpcMode != "private":
@@ -217,26 +291,44 @@ func policy(route string, d *decoded, s settings) error {
 				}
 			}
 		}
+		var targets, volumes []string
 		for target, opts := range hc.Tmpfs {
-			if !tmpfsOK(opts) {
+			size, ok := tmpfsSize(opts)
+			if !tmpfsOK(opts) || !ok || size > s.maxTmpfs || !mountTargetOK(target) {
 				return fmt.Errorf("Tmpfs %s %q", target, opts)
 			}
+			targets = append(targets, target)
 		}
 		for _, m := range hc.Mounts {
-			if m.BindOptions != nil || m.VolumeOptions != nil || m.Consistency != "" {
-				return fmt.Errorf("mount options %+v", m)
+			if m.BindOptions != nil || m.Consistency != "" || !mountTargetOK(m.Target) {
+				return fmt.Errorf("mount %+v", m)
 			}
+			targets = append(targets, m.Target)
 			switch m.Type {
 			case "volume":
-				if !capName.MatchString(m.Source) {
-					return fmt.Errorf("volume source %q", m.Source)
+				// NoCopy, and nothing else: dockerd copies the image into an empty volume otherwise.
+				v := m.VolumeOptions
+				if !capName.MatchString(m.Source) || v == nil || !v.NoCopy || len(v.Labels) > 0 || v.DriverConfig != nil || m.TmpfsOptions != nil {
+					return fmt.Errorf("volume mount %+v (options %+v)", m, v)
 				}
+				volumes = append(volumes, m.Target)
 			case "tmpfs":
-				if m.Source != "" {
-					return fmt.Errorf("tmpfs source %q", m.Source)
+				if m.Source != "" || m.VolumeOptions != nil {
+					return fmt.Errorf("tmpfs mount %+v", m)
+				}
+				if t := m.TmpfsOptions; t != nil && (t.SizeBytes < 0 || t.SizeBytes > s.maxTmpfs) {
+					return fmt.Errorf("tmpfs size %d", t.SizeBytes)
 				}
 			default:
 				return fmt.Errorf("mount type %q", m.Type)
+			}
+		}
+		// Nothing mounted inside a volume: its content is the caller's.
+		for _, target := range targets {
+			for _, v := range volumes {
+				if strings.HasPrefix(target, v+"/") {
+					return fmt.Errorf("%s mounted inside the volume at %s", target, v)
+				}
 			}
 		}
 		if nc != nil {
@@ -295,6 +387,15 @@ func policy(route string, d *decoded, s settings) error {
 			if !n.Internal || n.Options["com.docker.network.bridge.inhibit_ipv4"] != "true" {
 				return fmt.Errorf("subnet %q on a network the host routes into", c.Subnet)
 			}
+		}
+		if n.Name == s.sharedNetwork {
+			// The way out of every tenant: no traffic between its members, a route and NAT out.
+			_, inhibit := n.Options["com.docker.network.bridge.inhibit_ipv4"]
+			if n.Options["com.docker.network.bridge.enable_icc"] != "false" || inhibit || n.Internal || (n.IPAM != nil && len(n.IPAM.Config) > 0) {
+				return fmt.Errorf("shared network %+v", n)
+			}
+		} else if !n.Internal {
+			return fmt.Errorf("sandbox network %q not internal", n.Name)
 		}
 		for k, v := range n.Options {
 			if (k != "com.docker.network.bridge.enable_icc" && k != "com.docker.network.bridge.inhibit_ipv4") || (v != "true" && v != "false") {

@@ -14,7 +14,7 @@ import (
 )
 
 type node struct {
-	kind  byte // 'o' object, 'a' array, 's' string, 'n' number, 'b' bool, 'z' null
+	kind  byte     // 'o' object, 'a' array, 's' string, 'n' number, 'b' bool, 'z' null
 	keys  []string // object: raw key text between the quotes (already escaped)
 	vals  []*node
 	items []*node
@@ -22,8 +22,8 @@ type node struct {
 	b     bool
 }
 
-func str(s string) *node  { return &node{kind: 's', raw: escape(s)} }
-func num(s string) *node  { return &node{kind: 'n', raw: s} }
+func str(s string) *node   { return &node{kind: 's', raw: escape(s)} }
+func num(s string) *node   { return &node{kind: 'n', raw: s} }
 func boolean(b bool) *node { return &node{kind: 'b', b: b} }
 func null() *node          { return &node{kind: 'z'} }
 

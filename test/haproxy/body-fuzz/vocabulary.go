@@ -105,7 +105,8 @@ var interesting = []string{
 	"/var/run/docker.sock", "../../../x", "runc", "runsc", "10m", "100m", "101m", "-1", "1", "5", "6", "2g",
 	"rw,nosuid,nodev", "rw,nosuid,nodev,suid", "nosuid,nodev,dev", "rw", "true", "false", "volume", "tmpfs",
 	"bind", "npipe", "0:0", "1000:1000", "root", "capytestdriver", "capytestdriver/../x", "size", "10M",
-	"com.docker.network.bridge.enable_icc", "unless-stopped", "no", "always",
+	"com.docker.network.bridge.enable_icc", "com.docker.network.bridge.inhibit_ipv4", "unless-stopped", "no", "always",
+	"img:1", "/w", "/w/x", "nosuid,nodev,size=8g", "nosuid,nodev,size=9g", "nosuid,nodev,size=65536k",
 	"caf\u00e9", "\u212a", "\u017f", "\u0000", "line\nbreak", "tab\there", "quote\"", "back\\slash",
 }
 
@@ -122,10 +123,21 @@ var valuesByKey = map[string][]string{
 	"Driver":       {"local", "capytestdriver", "capytestdriver/../x", "../../x", "/x", "LOCAL", "bridge", "host", "macvlan", "default", ""},
 	"Name":         {"cap-fz-x", "capshared", "capsharedx", "cap-", "evil", "no", "always", "unless-stopped", ""},
 	"Container":    {"cap-fz-a", "evil", "cap-", "cap-fz-a/x"},
-	"Target":       {"/x", "/", "/proc", "/../x", "/a:b", "relative"},
-	"max-size":     {"10m", "100m", "101m", "104857600", "104857601", "1g", "-1", "0", "10M"},
-	"max-file":     {"1", "5", "6", "0", "-1", "05"},
-	"User":         {"0:0", "1000:1000", "root", "1000", "0:0:0", ""},
+	"Target":       {"/x", "/", "/proc", "/../x", "/a:b", "relative", "/workspace", "/workspace/x", "/tmp", "/tmp/x", "/x/y", "/usr/", "//proc", "/dev/shm", "/sys/fs/cgroup", "/proc/sys", "/./x"},
+	"Image":        {"img:1", "img", "img:latest", "img:2", "capybara-sandbox:latest", "capybara-sandbox", "2c7b847d", "sha256:2c7b", "127.0.0.1:5000/x", "localhost/x", "alpine:3.19", "docker.io/library/img:1", "IMG:1", ""},
+
+	"max-size": {"10m", "100m", "101m", "104857600", "104857601", "1g", "-1", "0", "10M"},
+	"max-file": {"1", "5", "6", "0", "-1", "05"},
+	"User":     {"0:0", "1000:1000", "root", "1000", "0:0:0", ""},
+}
+
+// Numbers at and past the ceilings of the members that have one (the proxy's defaults).
+var numbersByKey = map[string][]string{
+	"SizeBytes":  {"0", "1", "65536", "8589934592", "8589934593", "-1"},
+	"PidsLimit":  {"1", "1024", "1025", "0", "-1", "4194304"},
+	"Memory":     {"268435456", "17179869184", "17179869185", "0", "-1"},
+	"MemorySwap": {"268435456", "17179869184", "-1", "0"},
+	"NanoCpus":   {"1000000000", "4000000000", "4000000001", "0", "-1"},
 }
 
 var ints = []string{"0", "1", "-1", "2", "5", "60", "61", "256", "1024", "4095", "4096", "268435456", "536870912",
