@@ -43,7 +43,8 @@ export const DNS_LIMITS = Object.freeze({
   maxTcpBacklog: 64 * 1024,
 });
 
-export type DnsLimits = typeof DNS_LIMITS;
+/** The limits by name: any number for each (the defaults' own types are their literal values). */
+export type DnsLimits = { readonly [K in keyof typeof DNS_LIMITS]: number };
 
 export interface DnsResponderOptions {
   readonly policy: () => Policy;

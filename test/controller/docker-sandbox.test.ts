@@ -105,7 +105,8 @@ t.test('sandbox provider on the real engine', async (t) => {
     t.equal(hc.Privileged, false);
     t.equal(hc.PidsLimit, 1024);
     t.equal(hc.IpcMode, 'private');
-    t.equal(hc.CgroupnsMode, 'private');
+    // @types/dockerode's HostConfig does not know CgroupnsMode (API 1.41); the engine gives it.
+    t.equal((hc as { CgroupnsMode?: string }).CgroupnsMode, 'private');
     t.equal(hc.NanoCpus, 1e9);
     t.equal(hc.Memory, 512 * 1024 * 1024);
     t.equal(hc.MemorySwap, 512 * 1024 * 1024);
@@ -127,7 +128,7 @@ t.test('sandbox provider on the real engine', async (t) => {
     const egress = await s.inspect(`${name}-egress`);
     t.same(egress.HostConfig.CapDrop, ['ALL']);
     t.equal(egress.HostConfig.ReadonlyRootfs, true);
-    t.equal(egress.HostConfig.CgroupnsMode, 'private');
+    t.equal((egress.HostConfig as { CgroupnsMode?: string }).CgroupnsMode, 'private');
     t.same(Object.keys(egress.NetworkSettings.Networks).sort(), [`${name}-net`, s.sharedNetwork].sort());
     t.same(egress.HostConfig.RestartPolicy, { Name: 'on-failure', MaximumRetryCount: 0 }, 'the engine restarts a proxy whose process dies');
     t.same(egress.Config.Healthcheck?.Test, ['NONE'], 'no health check process every 10 s (the image has one)');

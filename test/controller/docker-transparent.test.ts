@@ -112,7 +112,7 @@ async function startServer(env: DockerTestEnv, network: string, cert: TestCert):
     NetworkingConfig: { EndpointsConfig: { [network]: { Aliases: [PRIVATE_HOST] } } },
   });
   await alias.start();
-  await untilListening(env, name, gateway, 443);
+  await untilListening(name, gateway, 443);
   return gateway;
 }
 

@@ -7,13 +7,13 @@
  * that admits it. The real-engine counterparts are in test/haproxy/engine-values.test.ts.
  */
 import t from 'tap';
-import { isSandboxError } from '../../controller/index.js';
+import { isSandboxError, type SandboxSpec } from '../../controller/index.js';
 import { EngineStatusError } from '../../controller/docker/engine.js';
 import { IMAGES } from '../../common/index.js';
 import { fakeSandbox } from '../support/fake-sandbox.js';
 
 const SHARED = 'capybara-sandbox';
-const spec = (id: string, more: object = {}) => ({ id, image: IMAGES.sandbox, limits: { egress: 'allowlist', allowHosts: ['example.com'] }, ...more });
+const spec = (id: string, more: Partial<SandboxSpec> = {}): SandboxSpec => ({ id, image: IMAGES.sandbox, limits: { egress: 'allowlist', allowHosts: ['example.com'] }, ...more });
 const persistent = (id: string) => spec(id, { workspace: { key: 'proj', durability: 'persistent' } });
 
 t.test('the workspace volume is handed to the sandbox user after the create and before the start', async (t) => {

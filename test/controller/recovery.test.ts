@@ -302,7 +302,7 @@ t.test('transparent egress survives recovery: a recreated network\'s new address
   const s = await created();
   const nameServer = () => (s.engine.containers.get(NAME)?.body.HostConfig?.Dns as string[] | undefined)?.[0];
   const listen = () => s.engine.containers.get(EGRESS)?.body.Env?.find((e) => e.startsWith(`${EGRESS_ENV.transparentListen}=`))?.split('=')[1];
-  const subnet = () => s.engine.networkNamed(NET)?.body.Labels?.['dev.capybara.sandbox.subnet'] as string | undefined;
+  const subnet = () => (s.engine.networkNamed(NET)?.body.Labels as Record<string, string> | undefined)?.['dev.capybara.sandbox.subnet'];
   const before = nameServer();
   t.match(before, /^10\.213\.\d+\.\d+$/, 'created with its proxy as name server');
   t.equal(listen(), before, 'the proxy listens there in transparent mode');

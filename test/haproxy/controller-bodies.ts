@@ -48,7 +48,7 @@ export const SOME_NETWORK_IDS: BodyNetworkIds = { shared: 'a'.repeat(64), sandbo
  */
 export function controllerBodies(sharedNetwork: string, extraLabels: Readonly<Record<string, string>>, idPrefix = 'bodies', ids = SOME_NETWORK_IDS): ControllerBody[] {
   const out: ControllerBody[] = [];
-  const deployments: Array<{ name: string; config: DeploymentConfigInput }> = [
+  const deployments: Array<{ name: string; config: Partial<DeploymentConfigInput> }> = [
     { name: 'defaults', config: {} },
     { name: 'runsc', config: { runtime: 'runsc' } },
     { name: 'volume plugin', config: { volumeDriver: TEST_VOLUME_DRIVER } },

@@ -92,7 +92,7 @@ export function send(socketPath: string, c: RawCase, timeoutMs = 20_000): Promis
         if (end < 0) { finish({ status: 0, headers: {}, body: buf }); return; }
         head = parseHead(buf.subarray(0, end).toString('latin1'), end + 4);
       }
-      let body = buf.subarray(head.end);
+      let body: Buffer = buf.subarray(head.end);
       if (head.headers['transfer-encoding'] === 'chunked') body = dechunk(body);
       finish({ status: head.status, headers: head.headers, body });
     });

@@ -27,7 +27,7 @@ t.test('sandbox image', async (t) => {
       SecurityOpt: ['no-new-privileges'],
       Mounts: [
         { Type: 'volume', Source: `${name}-workspace`, Target: '/workspace' },
-        { Type: 'tmpfs', Target: '/tmp' },
+        { Type: 'tmpfs', Source: '', Target: '/tmp' },
       ],
     },
   });

@@ -194,7 +194,7 @@ t.test('checkTarget allows exactly what label-wise reference matching allows, on
 
 t.test('checkAddresses never allows an address the reference denies, and pins the checked answer', (tt) =>
   holds(tt, fc.property(addresses, (answer) => {
-    const target = { allowed: true as const, host: 'example.com', port: 443, rule: 'example.com' };
+    const target = { allowed: true as const, host: 'example.com', port: 443, rule: 'example.com', tunnel: 'tls' as const };
     const got = checkAddresses(target, answer);
     if (!got.allowed) return answer.length === 0 ? got.reason === 'dns_failed' : true;
     return answer.length > 0 && answer.every(refPublic) && got.addresses.every((a) => answer.includes(a));
@@ -207,7 +207,7 @@ const V4_EXTRA = ['192.31.196.0/24', '192.52.193.0/24', '192.175.48.0/24'].map((
 t.test('IPv4: every address the reference finds public is allowed (no over-blocking)', (tt) =>
   holds(tt, fc.property(v4, (n) => {
     const s = dotted(n);
-    const got = checkAddresses({ allowed: true, host: 'example.com', port: 443, rule: 'example.com' }, [s]);
+    const got = checkAddresses({ allowed: true, host: 'example.com', port: 443, rule: 'example.com', tunnel: 'tls' }, [s]);
     const extra = V4_EXTRA.some((r) => ipaddr.IPv4.parse(s).match(r));
     return got.allowed === (refPublic(s) && !extra);
   }), 4_000));

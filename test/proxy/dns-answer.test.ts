@@ -15,16 +15,21 @@ const long = `${'a'.repeat(63)}.${'b'.repeat(63)}.${'c'.repeat(63)}.${'d'.repeat
 const policy = policyOf({ allowHosts: ['allowed.test', '*.wild.test'] });
 
 type Reply = Extract<DnsVerdict, { kind: 'reply' }>;
+/** The header fields dns-packet decodes that its types leave out. */
+type Decoded = dnsPacket.DecodedPacket & { rcode?: string; opcode?: string };
+/** Type names dns-packet writes beyond those its types list: ANY (255), and HTTPS, a name it does not know (written as type 0). */
+type QueryType = dnsPacket.RecordType | 'ANY' | 'HTTPS';
+const encode = dnsPacket.encode as (packet: Omit<dnsPacket.Packet, 'questions'> & { questions?: (Omit<dnsPacket.Question, 'type'> & { type: QueryType })[] }) => Buffer;
 
-function query(name: string, type: dnsPacket.RecordType = 'A', extra: Partial<dnsPacket.Packet> = {}): Buffer {
-  return dnsPacket.encode({ id: 0x4242, type: 'query', flags: dnsPacket.RECURSION_DESIRED, questions: [{ type, name, class: 'IN' }], ...extra });
+function query(name: string, type: QueryType = 'A', extra: Partial<dnsPacket.Packet> = {}): Buffer {
+  return encode({ id: 0x4242, type: 'query', flags: dnsPacket.RECURSION_DESIRED, questions: [{ type, name, class: 'IN' }], ...extra });
 }
 
 function ednsQuery(name: string, version = 0, size = 1232): Buffer {
   return query(name, 'A', { additionals: [{ type: 'OPT', name: '.', udpPayloadSize: size, extendedRcode: 0, ednsVersion: version, flags: 0, flag_do: false, options: [] }] });
 }
 
-function answered(verdict: DnsVerdict): Reply & { decoded: dnsPacket.DecodedPacket } {
+function answered(verdict: DnsVerdict): Reply & { decoded: Decoded } {
   if (verdict.kind !== 'reply') throw new Error(`dropped: ${verdict.why}`);
   return { ...verdict, decoded: dnsPacket.decode(verdict.message) };
 }

@@ -128,7 +128,7 @@ t.test('a TLS server name that differs from the CONNECT host is refused', async 
   t.equal(line?.sni, 'evil.net');
 });
 
-t.test('a matching TLS server name is passed through', async (t) => {
+t.test('a matching TLS server name is passed through', async () => {
   const before = upstreamBytes;
   await tlsThrough('tls.test', 'TLS.test');
   await settle(() => upstreamBytes > before, 'the ClientHello to reach the upstream');

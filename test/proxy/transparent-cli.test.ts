@@ -11,7 +11,7 @@ import https from 'node:https';
 import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { EGRESS_ENV } from '../../common/index.js';
 import { freePort, listen } from '../support/loopback.js';
 import { needUnmet, toolMissing } from '../support/needs.js';
@@ -63,7 +63,7 @@ t.test('a transparent port already taken stops the proxy at start', async (t) =>
 });
 
 /** Starts the command; resolves with its log lines once it says it is listening. */
-async function startProxy(t: Parameters<Parameters<typeof t.test>[1]>[0], args: string[], env: Record<string, string>): Promise<Record<string, unknown>[]> {
+async function startProxy(t: Test, args: string[], env: Record<string, string>): Promise<Record<string, unknown>[]> {
   const child = spawn(...plainNode(cli, args), { env: { ...baseEnv, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   t.teardown(() => {
     child.kill('SIGKILL');

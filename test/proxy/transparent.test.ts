@@ -181,7 +181,7 @@ t.test('TLS refusals: an alert and a decision line, nothing upstream', async (t)
       name: 'plain HTTP to a TLS port',
       run: () => rawExchange(s.port(tlsPort), Buffer.from('GET / HTTP/1.1\r\nHost: tls.test\r\n\r\n')),
       reason: 'sni_missing',
-      check: (out) => t.same(out.length, 0, 'closed without an alert the client would not read'),
+      check: (out) => t.same((out as Buffer).length, 0, 'closed without an alert the client would not read'),
     },
     {
       name: 'no hello in time',

@@ -4,7 +4,7 @@
  * or network namespaces; a declaration is checked against what the file uses, so a unit test
  * cannot be declared away, and a file that makes namespaces cannot slip into the unit run.
  */
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t, { type Test } from 'tap';
@@ -87,9 +87,22 @@ t.test('the declaration reader refuses what it cannot read', async (t) => {
 
 t.test('npm run test:unit runs the unit files, with the engine tests among them skipped', async (t) => {
   const { scripts } = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
-  t.match(scripts['test:unit'], /^npm run build --silent && node scripts\/test-unit\.mjs$/);
+  t.match(scripts['test:unit'], /^npm run build --silent && npm run typecheck --silent && node scripts\/test-unit\.mjs$/);
   t.match(readFileSync(join(root, 'scripts/test-unit.mjs'), 'utf8'), /CAPYBARA_TEST_UNIT: '1'/);
   t.match(readFileSync(join(root, 'test/support/needs.ts'), 'utf8'), /const UNIT_RUN = 'CAPYBARA_TEST_UNIT';/);
+});
+
+t.test('both test commands check the types of every test file first', async (t) => {
+  const { scripts } = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
+  t.equal(scripts.typecheck, 'tsc -p tsconfig.test.json');
+  t.match(scripts.test, /^npm run build --silent && npm run typecheck --silent && tap$/);
+  const config = ts.getParsedCommandLineOfConfigFile(join(root, 'tsconfig.test.json'), {}, {
+    ...ts.sys, onUnRecoverableConfigFileDiagnostic: (d) => { throw new Error(ts.flattenDiagnosticMessageText(d.messageText, '\n')); },
+  });
+  const checked = new Set((config?.fileNames ?? []).map((f) => relative(root, f)));
+  const missing = [...testFiles(root), 'test/support/docker.ts', 'test/haproxy/lua-checker.ts'].filter((f) => !checked.has(f));
+  t.same(missing, [], 'every test file and the support code are in the checked program');
+  t.equal(config?.options.strict, true, 'as strict as the sources');
 });
 
 t.test('a file shares a process only when it touches nothing the files would share', async (t) => {

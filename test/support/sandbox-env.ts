@@ -108,12 +108,12 @@ async function startUpstream(env: DockerTestEnv, network: string): Promise<strin
     HostConfig: { NetworkMode: 'host', CapDrop: ['ALL'], CapAdd: ['NET_BIND_SERVICE'] },
   });
   await container.start();
-  await untilListening(env, name, gateway, 80);
+  await untilListening(name, gateway, 80);
   return gateway;
 }
 
 /** Waits (at most 10 s) until the server in container `name` accepts on address:port. */
-export async function untilListening(env: DockerTestEnv, name: string, address: string, port: number): Promise<void> {
+export async function untilListening(name: string, address: string, port: number): Promise<void> {
   const deadline = Date.now() + 10_000;
   for (;;) {
     const up = await new Promise<boolean>((resolve) => {
