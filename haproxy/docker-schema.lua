@@ -122,9 +122,9 @@ local function inside(base, prefix, outer_base, outer_prefix)
 end
 -- RFC 1918 only: a sandbox subnet must never shadow a public address or the link-local metadata
 -- range for whatever joins it.
-local PRIVATE = { { 0x0a000000, 8 }, { 0xac100000, 12 }, { 0xc0a80000, 16 } }
+S.PRIVATE_RANGES = { { 0x0a000000, 8 }, { 0xac100000, 12 }, { 0xc0a80000, 16 } }
 local function private(base, prefix)
-  for _, r in ipairs(PRIVATE) do
+  for _, r in ipairs(S.PRIVATE_RANGES) do
     if inside(base, prefix, r[1], r[2]) then return true end
   end
   return false
@@ -181,6 +181,10 @@ local function log_max_size(v)
   local digits, unit = v:match('^([1-9]%d?%d?%d?%d?%d?%d?%d?%d?)([kmg]?)$')
   return digits ~= nil and tonumber(digits) * UNIT[unit] <= S.LOG_MAX_BYTES
 end
+-- A count of log files: 1 to LOG_MAX_FILES, in plain decimal (what dockerd's strconv.Atoi reads).
+local function log_max_file(v)
+  return v:find('^[1-9]%d?%d?$') ~= nil and tonumber(v) <= S.LOG_MAX_FILES
+end
 
 -- Labels: plain data to Docker, refused only where they could not be read back as sent.
 local LABELS = map{ key = function(k) return #k > 0 and k:find(PRINTABLE) ~= nil end, value = str(PRINTABLE), max = 256 }
@@ -220,7 +224,7 @@ local LOG_CONFIG = struct({
   { 'Config', map{
     keys = { ['max-size'] = true, ['max-file'] = true },
     value = str('.*'),
-    values = { ['max-size'] = str(log_max_size), ['max-file'] = str('^[1-5]$') },
+    values = { ['max-size'] = str(log_max_size), ['max-file'] = str(log_max_file) },
     label = 'LogConfig.Config',
   } },
 }, {

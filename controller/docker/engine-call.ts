@@ -101,7 +101,7 @@ export class EngineCaller {
     if (options.body !== undefined) {
       const json = serialiseAsciiBody(options.body, what);
       if (Buffer.byteLength(json) > MAX_BODY_BYTES) {
-        throw new SandboxError('invalid_spec', `The ${what} body is ${Buffer.byteLength(json)} bytes, over the socket proxy's 32 KiB limit (a very long allowlist or env?).`);
+        throw new SandboxError('invalid_spec', `The ${what} body is ${Buffer.byteLength(json)} bytes, over the socket proxy's ${MAX_BODY_BYTES / 1024} KiB limit (a very long allowlist or env?).`);
       }
       dialOptions = { _body: options.body };
     }

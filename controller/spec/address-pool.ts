@@ -15,7 +15,7 @@ import { createHash } from 'node:crypto';
 import { SandboxError } from './errors.js';
 
 /** RFC 1918: a pool anywhere else could shadow public addresses the sandbox should reach. */
-const PRIVATE_RANGES: ReadonlyArray<readonly [number, number]> = [
+export const PRIVATE_RANGES: ReadonlyArray<readonly [number, number]> = [
   [0x0a000000, 8], // 10.0.0.0/8
   [0xac100000, 12], // 172.16.0.0/12
   [0xc0a80000, 16], // 192.168.0.0/16

@@ -18,6 +18,9 @@ const VOLUME_DRIVER_RE = /^(?!.*\.\.)([a-zA-Z0-9][a-zA-Z0-9_.-]{0,127})?$/;
 /** Node fires a longer timer at once (after a warning): a command would be killed at once. */
 const MAX_TIMER_MS = 2_147_483_647;
 const MIB = 1024 * 1024;
+/** The socket proxy's log caps (haproxy/docker-schema.lua LOG_MAX_BYTES, LOG_MAX_FILES; test/haproxy/mirrors.test.ts). */
+export const LOG_MAX_SIZE_MB_MAX = 100;
+export const LOG_MAX_FILES_MAX = 5;
 
 /**
  * The largest value a caller may ask for of each numeric limit (a spec's `limits`, exec and
@@ -71,17 +74,17 @@ export const deploymentConfigSchema = z
       .number()
       .int('must be a whole number of MiB')
       .min(1)
-      .max(100, 'must be at most 100 (the socket proxy refuses larger log files)')
+      .max(LOG_MAX_SIZE_MB_MAX, `must be at most ${LOG_MAX_SIZE_MB_MAX} (the socket proxy refuses larger log files)`)
       .default(10)
-      .describe('Size of one log file of each sandbox container and egress proxy (json-file max-size), in MiB; at most 100.')
+      .describe(`Size of one log file of each sandbox container and egress proxy (json-file max-size), in MiB; at most ${LOG_MAX_SIZE_MB_MAX}.`)
       .meta({ title: 'Log file size (MiB)', 'x-ui': { label: { en: 'Log file size (MiB)', zh: '日志文件大小 (MiB)' } } }),
     logMaxFiles: z
       .number()
       .int('must be a whole number')
       .min(1)
-      .max(5, 'must be at most 5 (the socket proxy refuses more)')
+      .max(LOG_MAX_FILES_MAX, `must be at most ${LOG_MAX_FILES_MAX} (the socket proxy refuses more)`)
       .default(3)
-      .describe('Log files kept per container (json-file max-file); at most 5. A container\'s log never exceeds logMaxSizeMb x logMaxFiles.')
+      .describe(`Log files kept per container (json-file max-file); at most ${LOG_MAX_FILES_MAX}. A container's log never exceeds logMaxSizeMb x logMaxFiles.`)
       .meta({ title: 'Log files kept', 'x-ui': { label: { en: 'Log files kept', zh: '保留的日志文件数' } } }),
     addressPool: z
       .string()
