@@ -39,9 +39,15 @@ function markedEnv(mark: string): NodeJS.ProcessEnv {
   return { ...process.env, [EXEC_MARK_VAR]: mark };
 }
 
+/**
+ * Runs a script to its end. The timeout only guards against a hang: a kill script scans the whole
+ * host's /proc, every process's environment, which on a loaded CI machine running engine tests
+ * beside it takes seconds a round; the tests judge what a script printed and left alive, never
+ * how fast (a timeout's SIGKILL would also pass for the backstop's).
+ */
 function run(cmd: string[], input?: Buffer | string, env?: NodeJS.ProcessEnv) {
   const [file, ...args] = cmd;
-  return spawnSync(file ?? 'bash', args, { input: typeof input === 'string' ? Buffer.from(input) : input, encoding: 'buffer', timeout: 10_000, env });
+  return spawnSync(file ?? 'bash', args, { input: typeof input === 'string' ? Buffer.from(input) : input, encoding: 'buffer', timeout: 120_000, env });
 }
 
 /** Live processes carrying a mark (or whose environment cannot be read any more). */
