@@ -2,7 +2,7 @@
  * What every part of the project shares: the error base class, the product images' names and the
  * interfaces of the egress and socket proxy images.
  */
-export { CodedError } from './coded-error.js';
+export { CodedError, isCodedError } from './coded-error.js';
 export { requireCjs } from './require-cjs.js';
 export { IMAGES } from './images.js';
 export { SOCKET_PROXY_ENV } from './socket-proxy.js';

@@ -8,7 +8,8 @@
 import { readFileSync } from 'node:fs';
 import os from 'node:os';
 import v8 from 'node:v8';
-import { ConfigError, loadPolicy, OPTIONS, parseConfig, usage, type ProxyConfig } from './config.js';
+import { isCodedError } from '../common/index.js';
+import { loadPolicy, OPTIONS, parseConfig, usage, type ProxyConfig } from './config.js';
 import { createLookup, MAX_LOOKUPS_IN_FLIGHT } from './dns.js';
 import { createLogger } from './log.js';
 import { createEgressProxy, type EgressProxy } from './server.js';
@@ -57,7 +58,7 @@ async function main(): Promise<number> {
   try {
     config = parseConfig(process.argv.slice(2), process.env);
   } catch (err) {
-    if (err instanceof ConfigError) {
+    if (isCodedError(err, 'ConfigError')) {
       process.stderr.write(`capybara-egress: ${err.message}\n`);
       return 2;
     }

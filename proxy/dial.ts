@@ -3,7 +3,7 @@
  * moving to the next when one fails. Only the addresses handed in are ever dialed.
  */
 import net from 'node:net';
-import { CodedError } from '../common/index.js';
+import { CodedError, isCodedError } from '../common/index.js';
 
 /** Opens a TCP connection; injectable so tests can observe or fake the network. */
 export type Connect = (address: string, port: number) => net.Socket;
@@ -19,6 +19,11 @@ export class DialError extends CodedError<'connect_failed'> {
   ) {
     super('connect_failed', message, options);
   }
+}
+
+/** True when `err` is a DialError (by brand: also one of another copy of this package). */
+export function isDialError(err: unknown): err is DialError {
+  return isCodedError(err, 'DialError');
 }
 
 export interface Dialed {

@@ -12,13 +12,13 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import type { Dispatcher } from 'undici';
-import { CodedError, EGRESS_HEALTH_PATH } from '../common/index.js';
+import { CodedError, EGRESS_HEALTH_PATH, isCodedError } from '../common/index.js';
 import { checkTarget, resolveTarget, type Allowed, type Reason } from '../policy/index.js';
 import { parseAbsoluteUrl } from './authority.js';
 import { connectionOf } from './connection.js';
 import { holdInFlight, type ProxyContext } from './context.js';
 import type { DecisionRecorder, LineFields } from './decision-recorder.js';
-import { DialError } from './dial.js';
+import { isDialError } from './dial.js';
 import { F, ms, type Logger } from './log.js';
 import { refuseResponse, type Refusal } from './refusal.js';
 import { checkRequestHead, type BodyFraming } from './request-head.js';
@@ -31,7 +31,7 @@ class ExchangeError extends CodedError<'upstream_timeout' | 'bad_upstream_respon
 
 /** An upstream failure, as the reason a refusal gives for it. */
 function upstreamReason(err: Error): Reason {
-  if (err instanceof DialError || err instanceof ExchangeError) return err.code;
+  if (isDialError(err) || isCodedError(err, 'ExchangeError')) return err.code as Reason;
   // undici's own error codes, and the socket's.
   const code = (err as NodeJS.ErrnoException).code;
   if (code === 'UND_ERR_HEADERS_TIMEOUT') return 'upstream_timeout';
@@ -46,7 +46,7 @@ function latin1(values: readonly Buffer[]): string[] {
 /** Why a failure is refused, in the words of whoever found it. */
 function failureDetail(err: Error): string {
   // The proxy's own errors say it all; undici's and the socket's are named by their code.
-  if (err instanceof CodedError) return err.message;
+  if (isCodedError(err, 'CodedError')) return err.message;
   const code = (err as NodeJS.ErrnoException).code;
   return code ? `${err.message} (${code})` : err.message;
 }
@@ -157,7 +157,7 @@ function forward(ctx: ProxyContext, req: IncomingMessage, res: ServerResponse, f
     if (!res.headersSent) {
       f.counted.read = socket.bytesRead;
       const refusal: Refusal = { reason, detail: failureDetail(err), host: decision.host, port: decision.port };
-      record.deny(refusal, { [F.addresses]: decision.addresses, [F.dialed]: err instanceof DialError ? err.attempts : undefined, [F.decideMs]: f.decideMs });
+      record.deny(refusal, { [F.addresses]: decision.addresses, [F.dialed]: isDialError(err) ? err.attempts : undefined, [F.decideMs]: f.decideMs });
       refuseResponse(res, refusal);
     } else {
       allowLine(reason);

@@ -17,7 +17,7 @@ import { decide, type Reason } from '../policy/index.js';
 import { connectionOf } from './connection.js';
 import type { ProxyContext } from './context.js';
 import type { DecisionRecorder, LineFields } from './decision-recorder.js';
-import { dialPinned, DialError } from './dial.js';
+import { dialPinned, isDialError } from './dial.js';
 import { F, logLine, ms, printable, type Logger } from './log.js';
 import { closeRefused, refuseSocket, type Refusal } from './refusal.js';
 import { parseConnectTarget } from './authority.js';
@@ -131,7 +131,7 @@ export async function openTunnel(
     upstream = result.socket;
     dialed = result.attempts;
   } catch (err) {
-    const attempts = err instanceof DialError ? err.attempts : [];
+    const attempts = isDialError(err) ? err.attempts : [];
     ctx.observer.connect(ms(dialStarted) / 1000, false);
     return deny(
       record,

@@ -6,6 +6,7 @@
  */
 import Docker from 'dockerode';
 import type { Logger } from 'pino';
+import { isCodedError } from '../../common/index.js';
 import { SandboxError, serialiseAsciiBody } from '../spec/index.js';
 import { modemOptions } from './endpoint.js';
 import { tlsFailure, type TlsContext } from './tls-failure.js';
@@ -36,6 +37,11 @@ export class EngineStatusError extends SandboxError {
   }
 }
 
+/** True when `err` is an EngineStatusError (by brand: also one of another copy of this package). */
+export function isEngineStatusError(err: unknown): err is EngineStatusError {
+  return isCodedError(err, 'EngineStatusError');
+}
+
 /** Docker's own answer ({"message": ...}), as opposed to the socket proxy's plain-text refusal. */
 function dockerMessage(err: ModemError): string | undefined {
   const json = err.json as { message?: unknown } | undefined;
@@ -44,7 +50,7 @@ function dockerMessage(err: ModemError): string | undefined {
 
 /** HTTP status of a failed engine call, if it got that far. */
 export function engineStatus(err: unknown): number | undefined {
-  return err instanceof EngineStatusError ? err.status : undefined;
+  return isEngineStatusError(err) ? err.status : undefined;
 }
 
 function mapError(err: ModemError, what: string, timeoutMs: number): SandboxError {

@@ -8,7 +8,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
-import { type ExecCeilings, type ExecResult, SandboxError, checkExecOptions, type CheckedExecOptions } from '../spec/index.js';
+import { type ExecCeilings, type ExecResult, SandboxError, checkExecOptions, isSandboxError, type CheckedExecOptions } from '../spec/index.js';
 import type { ExecRun, SandboxEngine } from '../docker/index.js';
 import {
   BACKSTOP_GRACE_SECONDS,
@@ -202,7 +202,7 @@ export class CommandRunner {
         // Through withRunning: a container paused meanwhile is unpaused before the kill exec.
         await this.deps.withRunning(name, () => this.runKill(name, killMarkedCmd([mark])));
       } catch (err) {
-        if (err instanceof SandboxError && err.code === 'not_found') return;
+        if (isSandboxError(err, 'not_found')) return;
         throw err;
       }
       const ended = await Promise.race([run.finished.then(() => true), delay(DRAIN_AFTER_KILL_MS).then(() => false)]);
@@ -221,7 +221,7 @@ export class CommandRunner {
       const out = await withDeadline(this.runToEnd(name, cmd), KILL_DEADLINE_MS);
       confirmed = out !== undefined && out.stdout.includes(KILL_OK_MARKER);
     } catch (err) {
-      if (err instanceof SandboxError && err.code === 'not_found') throw err;
+      if (isSandboxError(err, 'not_found')) throw err;
       this.deps.logger.warn({ sandbox: name, err }, 'kill exec failed');
     }
     if (!confirmed) {

@@ -7,7 +7,7 @@
  */
 import { EGRESS_HEALTH_PATH, EGRESS_PROXY_PORT } from '../../common/index.js';
 import { SandboxError, type SandboxNames } from '../spec/index.js';
-import { EngineStatusError, egressContainerBody, type EgressPlan, engineStatus } from '../docker/index.js';
+import { egressContainerBody, isEngineStatusError, type EgressPlan, engineStatus } from '../docker/index.js';
 import { SANDBOX_USER } from '../exec/index.js';
 import type { BuildDeps } from './build-deps.js';
 import { dockerSays } from './concurrent-change.js';
@@ -24,7 +24,7 @@ export function ignoreConflict(err: unknown): void {
 
 /** The socket proxy's refusal of an image (its X-Socket-Proxy-Deny reason), if that is what `err` is. */
 function imageRefusal(err: unknown): string | undefined {
-  if (!(err instanceof EngineStatusError) || !err.byProxy) return undefined;
+  if (!isEngineStatusError(err) || !err.byProxy) return undefined;
   return /\b(image_not_allowed|registry_not_allowed:\S+)/.exec(err.message)?.[1];
 }
 

@@ -5,17 +5,17 @@
  * moment before: a name in use, an object gone between two calls, a network still in use. Such a
  * call ends as `conflict` (retry), never as the engine's raw 404, 409 or 403.
  */
-import { EngineStatusError } from '../docker/index.js';
-import { SandboxError } from '../spec/index.js';
+import { isEngineStatusError } from '../docker/index.js';
+import { SandboxError, isSandboxError } from '../spec/index.js';
 
 /** Docker itself (not the socket proxy) answered `status` with a message matching `words`. */
 export function dockerSays(err: unknown, status: number, words: RegExp): boolean {
-  return err instanceof EngineStatusError && !err.byProxy && err.status === status && words.test(err.message);
+  return isEngineStatusError(err) && !err.byProxy && err.status === status && words.test(err.message);
 }
 
 /** An answer that only a concurrent change explains. */
 export function concurrentChange(err: unknown): boolean {
-  if (!(err instanceof EngineStatusError) || err.byProxy) return false;
+  if (!isEngineStatusError(err) || err.byProxy) return false;
   switch (err.status) {
     // A name in use, a removal already in progress, a container that stopped or was paused.
     case 409:
@@ -36,7 +36,7 @@ export function concurrentChange(err: unknown): boolean {
 
 /** `err` as the call's result: `conflict` when a concurrent change explains it. */
 export function asConflict(err: unknown, name: string, what: string): unknown {
-  if (err instanceof SandboxError && err.code === 'conflict') return err;
+  if (isSandboxError(err, 'conflict')) return err;
   if (!concurrentChange(err)) return err;
   return new SandboxError(
     'conflict',

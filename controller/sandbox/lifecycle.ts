@@ -6,7 +6,7 @@
  * a destroy tries again until what it removes stays removed.
  */
 import { engineStatus, sandboxContainerBody, volumeBody } from '../docker/index.js';
-import { SandboxError, TIERS, namesFor, usesSharedNetwork, type SandboxPlan } from '../spec/index.js';
+import { SandboxError, isSandboxError, TIERS, namesFor, usesSharedNetwork, type SandboxPlan } from '../spec/index.js';
 import { createContainerPullingOnce, createEgress, waitForEgress } from './build-steps.js';
 import type { BuildDeps } from './build-deps.js';
 import { asConflict, concurrentChange } from './concurrent-change.js';
@@ -75,7 +75,7 @@ export class SandboxLifecycle {
     } catch (err) {
       // Asked before the cleanup removes them: a proxy that never answered, a start that failed,
       // are explained by another call that replaced or removed what this create made.
-      const probeFailed = err instanceof SandboxError && err.code === 'egress_unavailable';
+      const probeFailed = isSandboxError(err, 'egress_unavailable');
       const replaced = await this.replacedMeanwhile(made, probeFailed ? CHANGE_SHOWS_MS : 0);
       // Every step has finished (settled), so the cleanup finds all they made.
       await this.destroy(names.name).catch((cleanupErr: unknown) => {

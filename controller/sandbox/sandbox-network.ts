@@ -9,7 +9,7 @@
  * tried until the engine takes one (it refuses a subnet that overlaps another network's).
  */
 import {
-  LABEL_NAME, LABEL_SANDBOX, LABEL_SHARED_NETWORK, LABEL_SUBNET, SandboxError, parseAddressPool, sandboxSubnet, subnetAddresses, subnetSlots,
+  LABEL_NAME, LABEL_SANDBOX, LABEL_SHARED_NETWORK, LABEL_SUBNET, SandboxError, isSandboxError, parseAddressPool, sandboxSubnet, subnetAddresses, subnetSlots,
   type SandboxNames,
 } from '../spec/index.js';
 import {
@@ -145,7 +145,7 @@ export async function findOrRecreateSandboxNetwork(
     return { network: await createSandboxNetwork(deps, names, labels), rebuilt: true };
   } catch (err) {
     // A concurrent recovery made it first: use that one.
-    if (!(err instanceof SandboxError && err.code === 'conflict')) throw err;
+    if (!isSandboxError(err, 'conflict')) throw err;
     const made = await ownSandboxNetworks(deps, names);
     if (made.length === 0) throw err;
     return { network: sandboxNetworkOf(await keepOldest(deps, made)), rebuilt: true };

@@ -3,7 +3,7 @@
  * `SandboxError` with a stable `code` from one catalog, so callers (and tests) branch on
  * the code and people read the message. Messages say what to do next.
  */
-import { CodedError } from '../../common/index.js';
+import { CodedError, isCodedError } from '../../common/index.js';
 
 /** One entry per failure class; the key is the code. */
 export const sandboxErrorCodes = {
@@ -39,5 +39,5 @@ export class SandboxError extends CodedError<SandboxErrorCode> {}
 
 /** True when `err` is a SandboxError, optionally with the given code. */
 export function isSandboxError(err: unknown, code?: SandboxErrorCode): err is SandboxError {
-  return err instanceof SandboxError && (code === undefined || err.code === code);
+  return isCodedError(err, 'SandboxError') && (code === undefined || err.code === code);
 }
