@@ -5,34 +5,16 @@
  * user), and `fresh` ends it before the command starts; and with a persistent workspace nothing
  * an earlier sandbox wrote into it runs in the next one by itself, unless the operator opts in.
  */
-import t, { type Test } from 'tap';
+import t from 'tap';
 import { execFileSync } from 'node:child_process';
+import { rejectsCode, untilInSandbox } from '../support/sandbox-asserts.js';
 import { sandboxTestEnv, SANDBOX_IMAGE } from '../support/sandbox-env.js';
-import { createDockerSandbox, isSandboxError } from '../../controller/index.js';
-import type { SandboxHandle, SandboxProvider } from '../../controller/index.js';
+import { createDockerSandbox } from '../../controller/index.js';
 import { fileNeeds } from '../support/needs.js';
 
 await fileNeeds(t, 'engine');
 
 const docker = (...args: string[]) => execFileSync('docker', args, { encoding: 'utf8' }).trim();
-
-async function rejectsCode(t: Test, promise: Promise<unknown>, code: string, mentions?: RegExp): Promise<void> {
-  try {
-    await promise;
-    t.fail(`expected ${code}`);
-  } catch (err) {
-    t.equal(isSandboxError(err) ? err.code : String(err), code, (err as Error).message);
-    if (mentions !== undefined) t.match((err as Error).message, mentions);
-  }
-}
-
-/** Polls `check` inside the sandbox until it exits 0, within a deadline. */
-async function until(provider: SandboxProvider, h: SandboxHandle, check: string, deadlineMs = 30_000): Promise<void> {
-  const deadline = Date.now() + deadlineMs;
-  while ((await provider.exec(h, check, { timeoutMs: 10_000 })).exitCode !== 0) {
-    if (Date.now() > deadline) throw new Error(`not ready within ${deadlineMs} ms: ${check}`);
-  }
-}
 
 // Writes until the file system is full (dd stops at ENOSPC), and again a second later from a
 // process of its own: whatever the filling command's own exec freed when it ended (the old
@@ -118,7 +100,7 @@ t.test('exec truth on the real engine', async (t) => {
     t.teardown(() => provider.destroy(h));
     const id = env.runId;
     t.equal((await provider.exec(h, FORGER, { env: { FORGER_ID: id } })).exitCode, 0, 'the earlier command returns at once, leaving its process');
-    await until(provider, h, 'pgrep -c -x python3');
+    await untilInSandbox(provider, h, 'pgrep -c -x python3');
     // One trust domain: without fresh, the later command's output and status are the forger's.
     const forged = await provider.exec(h, `: victim-${id}; sleep 2; echo real-result; exit 1`);
     t.equal(forged.exitCode, 137, 'the known gap, as SECURITY.md states it: killed');

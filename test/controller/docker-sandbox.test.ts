@@ -3,29 +3,19 @@
  * (asserted with docker inspect), commands, kills, files, recovery. One allowlist sandbox
  * carries most cases to keep the file fast on two cores.
  */
-import t, { type Test } from 'tap';
+import t from 'tap';
 import { execFileSync } from 'node:child_process';
 import { readFileSync, readlinkSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
+import { rejectsCode, untilInSandbox } from '../support/sandbox-asserts.js';
 import { sandboxTestEnv, SANDBOX_IMAGE, UPSTREAM_BODY, UPSTREAM_HOST } from '../support/sandbox-env.js';
 import { fileNeeds, needUnmet, platformCannot } from '../support/needs.js';
-import { createDockerSandbox, isSandboxError } from '../../controller/index.js';
-import type { SandboxHandle, SandboxProvider } from '../../controller/index.js';
+import { createDockerSandbox } from '../../controller/index.js';
+import type { SandboxHandle } from '../../controller/index.js';
 
 await fileNeeds(t, 'engine');
 
 const docker = (...args: string[]) => execFileSync('docker', args, { encoding: 'utf8' }).trim();
-
-/**
- * A readiness signal: polls `check` inside the sandbox until it exits 0 (a process has started,
- * a file exists), within a deadline with room for a loaded 2-core machine.
- */
-async function until(provider: SandboxProvider, h: SandboxHandle, check: string, deadlineMs = 30_000): Promise<void> {
-  const deadline = Date.now() + deadlineMs;
-  while ((await provider.exec(h, check, { timeoutMs: 10_000 })).exitCode !== 0) {
-    if (Date.now() > deadline) throw new Error(`not ready within ${deadlineMs} ms: ${check}`);
-  }
-}
 
 /** pids.current of a container's cgroup, read on the engine host (cgroup v1 or v2 layout). */
 function pidsCurrent(id: string): number | undefined {
@@ -62,17 +52,6 @@ while True:
             os._exit(0)
     except OSError:
         pass' >/dev/null 2>&1 < /dev/null &`;
-
-async function rejectsCode(t: Test, promise: Promise<unknown>, code: string, mentions?: string | RegExp): Promise<void> {
-  try {
-    await promise;
-    t.fail(`expected ${code}`);
-  } catch (err) {
-    t.ok(isSandboxError(err), `a SandboxError: ${String(err)}`);
-    t.equal((err as { code?: string }).code, code, (err as Error).message);
-    if (mentions !== undefined) t.match((err as Error).message, mentions);
-  }
-}
 
 t.test('sandbox provider on the real engine', async (t) => {
   const s = await sandboxTestEnv(t);
@@ -219,7 +198,7 @@ t.test('sandbox provider on the real engine', async (t) => {
     const r = await provider.exec(h, 'nohup python3 -m http.server 8123 --bind 127.0.0.1 >/dev/null 2>&1 & sleep 1011 & echo started', { tag: 'dev-server', timeoutMs: 60_000 });
     t.same([r.exitCode, r.stdout, r.timedOut], [0, 'started\n', false], 'the command returns with its own exit code');
     t.ok(Date.now() - started < 30_000, `returned after ${Date.now() - started} ms, long before its children end`);
-    await until(provider, h, 'curl -s -o /dev/null http://127.0.0.1:8123/');
+    await untilInSandbox(provider, h, 'curl -s -o /dev/null http://127.0.0.1:8123/');
     t.equal((await provider.exec(h, 'pgrep -c -f "sleep 10[1]1"')).stdout, '1\n', 'the child that held the output still runs');
     await provider.killTagged(h, ['dev-server']);
     const after = await provider.exec(h, 'curl -s -o /dev/null -w "%{http_code}" http://127.0.0.1:8123/; echo; pgrep -c -f "sleep 10[1]1|http.serve[r]" || true');
@@ -229,7 +208,7 @@ t.test('sandbox provider on the real engine', async (t) => {
   await t.test('abort kills the command', async (t) => {
     const ac = new AbortController();
     const running = provider.exec(h, 'sleep 1003', { signal: ac.signal });
-    await until(provider, h, 'pgrep -f "sleep 100[3]"');
+    await untilInSandbox(provider, h, 'pgrep -f "sleep 100[3]"');
     ac.abort();
     const r = await running;
     t.equal(r.aborted, true);
@@ -244,7 +223,7 @@ t.test('sandbox provider on the real engine', async (t) => {
     const victim = provider.exec(h, 'sleep 1004; echo not-killed', { tag: 'agent-a' });
     // The survivor runs until the test says go, so it is certainly running during the kill.
     const survivor = provider.exec(h, 'touch /tmp/b-started; while [ ! -e /tmp/b-go ]; do sleep 0.05; done; echo finished', { tag: 'agent-b' });
-    await until(provider, h, 'pgrep -f "sleep 100[4]" && test -e /tmp/b-started');
+    await untilInSandbox(provider, h, 'pgrep -f "sleep 100[4]" && test -e /tmp/b-started');
     await provider.killTagged(h, ['agent-a']);
     const v = await victim;
     await provider.exec(h, 'touch /tmp/b-go');
@@ -258,7 +237,7 @@ t.test('sandbox provider on the real engine', async (t) => {
   await t.test('killAll stops every running command', async (t) => {
     const a = provider.exec(h, 'sleep 1005', { tag: 'x1' });
     const b = provider.exec(h, 'setsid sleep 1006 & wait', { tag: 'x2' });
-    await until(provider, h, 'pgrep -f "sleep 100[5]" && pgrep -f "sleep 100[6]"');
+    await untilInSandbox(provider, h, 'pgrep -f "sleep 100[5]" && pgrep -f "sleep 100[6]"');
     await provider.killAll(h);
     const [ra, rb] = await Promise.all([a, b]);
     t.not(ra.exitCode, 0);
@@ -268,7 +247,7 @@ t.test('sandbox provider on the real engine', async (t) => {
 
   await t.test('a command whose output mimics Docker\'s failed-start line is its own result', async (t) => {
     const bystander = provider.exec(h, 'sleep 1007; echo bystander-finished', { tag: 'bystander' });
-    await until(provider, h, 'pgrep -f "sleep 100[7]"');
+    await untilInSandbox(provider, h, 'pgrep -f "sleep 100[7]"');
     for (const detail of ['read init-p: connection reset by peer: unknown', 'exec: "bash": executable file not found in $PATH: unknown']) {
       const line = `OCI runtime exec failed: exec failed: unable to start container process: ${detail}\r\n`;
       const r = await provider.exec(h, `printf '%s' '${line.replace('\r\n', '')}'; printf '\\r\\n'; exit 126`);
@@ -355,7 +334,7 @@ t.test('sandbox provider on the real engine', async (t) => {
     t.equal((await s.inspect(name)).State.Running, true);
     // Paused while a command runs: the timeout unpauses before its kill exec instead of hanging.
     const during = provider.exec(h, 'sleep 1010', { timeoutMs: 8000 });
-    await until(provider, h, 'pgrep -f "sleep 10[1]0"');
+    await untilInSandbox(provider, h, 'pgrep -f "sleep 10[1]0"');
     docker('pause', name);
     const paused = await during;
     t.equal(paused.timedOut, true);
@@ -428,7 +407,7 @@ t.test('sandbox provider on the real engine', async (t) => {
       info = await s.inspect(name);
       const ac = new AbortController();
       const victim = provider.exec(h, 'sleep 1007', { signal: ac.signal, tag: 'victim' });
-      await until(provider, h, 'pgrep -f "sleep 100[7]"');
+      await untilInSandbox(provider, h, 'pgrep -f "sleep 100[7]"');
       t.equal((await provider.exec(h, PID_FILLER)).exitCode, 0);
       t.ok(await filledTo(info.Id, 1024), 'the sandbox is at its 1024 pids before the kill');
       logged = s.logs.length;

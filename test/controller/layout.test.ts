@@ -2,16 +2,13 @@
  * The controller's layout, as the tree shows it: a few files at the top (the provider, the
  * package face, the plugin manifest) and the rooms below, each used by the others only through
  * its index.ts, in one direction (spec <- docker <- exec <- sandbox), never back up to a file at
- * the top; and no import circle, types included. Imports are read with TypeScript's own
- * pre-processor, so type-only and dynamic imports count and comments do not.
+ * the top. Imports are read with TypeScript's own pre-processor (test/support/import-graph.ts),
+ * so type-only and dynamic imports count and comments do not; import circles are
+ * test/proxy/import-cycles.test.ts's, for every folder.
  */
 import t from 'tap';
-import { readFileSync, readdirSync, statSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
-import { join, posix } from 'node:path';
 import ts from 'typescript';
-
-const root = fileURLToPath(new URL('../..', import.meta.url));
+import { importsOf, sourceFiles } from '../support/import-graph.js';
 
 /** Most files directly in controller/ (the rest live in rooms). */
 const MAX_TOP_FILES = 12;
@@ -25,30 +22,6 @@ const ROOM_USES = {
 } as const satisfies Record<string, readonly string[]>;
 type Room = keyof typeof ROOM_USES;
 const ROOMS = Object.keys(ROOM_USES) as Room[];
-
-/**
- * Folders whose import graph must have no circle. proxy/ is left out until its connection
- * state has a file of its own (context.ts and refusal.ts still import each other's types).
- */
-const CYCLE_FREE = ['common', 'policy', 'controller', 'bench', 'index.mts'];
-
-function sourceFiles(entry: string): string[] {
-  const path = join(root, entry);
-  if (statSync(path).isFile()) return [entry];
-  return readdirSync(path, { recursive: true, encoding: 'utf8' })
-    .filter((f) => /\.m?ts$/.test(f) && !f.endsWith('.d.ts'))
-    .map((f) => posix.join(entry, f.split('\\').join('/')))
-    .sort();
-}
-
-/** Relative imports of a file, resolved to repository paths of their sources (.js -> .ts). */
-function importsOf(file: string): string[] {
-  const info = ts.preProcessFile(readFileSync(join(root, file), 'utf8'), true, true);
-  return info.importedFiles
-    .map((i) => i.fileName)
-    .filter((spec) => spec.startsWith('.'))
-    .map((spec) => posix.normalize(posix.join(posix.dirname(file), spec)).replace(/\.js$/, '.ts').replace(/\.mjs$/, '.mts'));
-}
 
 /** The room a controller path is in, `top` for controller/*.ts, `operator`, or undefined outside. */
 function placeOf(path: string): Room | 'top' | 'operator' | undefined {
@@ -94,28 +67,6 @@ t.test('rooms import each other through index.ts, one way, and nothing imports b
     }
   }
   t.same(problems, [], 'every import follows the layout');
-});
-
-t.test('no import circle, type-only imports included', async (t) => {
-  const files = CYCLE_FREE.flatMap(sourceFiles);
-  const graph = new Map(files.map((f) => [f, importsOf(f).filter((d) => files.includes(d))]));
-  // Depth-first search; a back edge to a file still on the path closes a circle.
-  const state = new Map<string, 'open' | 'done'>();
-  const circles: string[] = [];
-  const path: string[] = [];
-  const visit = (file: string): void => {
-    state.set(file, 'open');
-    path.push(file);
-    for (const dep of graph.get(file) ?? []) {
-      if (state.get(dep) === 'open') circles.push([...path.slice(path.indexOf(dep)), dep].join(' -> '));
-      else if (state.get(dep) === undefined) visit(dep);
-    }
-    path.pop();
-    state.set(file, 'done');
-  };
-  for (const file of files) if (state.get(file) === undefined) visit(file);
-  t.ok(files.length > 50, `${files.length} files read`);
-  t.same(circles, [], 'no circle');
 });
 
 t.test('the layout rules catch what they claim to', async (t) => {

@@ -7,7 +7,7 @@
 import t from 'tap';
 import { isSandboxError } from '../../controller/index.js';
 import { IMAGES } from '../../common/index.js';
-import { fakeSandbox, type FakeSandbox } from '../support/fake-sandbox.js';
+import { fakeSandbox, leftOver } from '../support/fake-sandbox.js';
 
 const ID = 'l1';
 const NAME = `cap-${ID}`;
@@ -21,11 +21,6 @@ const spec = (egress: 'none' | 'internal' | 'allowlist' | 'open', more: object =
   ...more,
 });
 
-/** Everything of sandbox NAME on the engine, sorted; the shared network is the deployment's. */
-function leftOver(s: FakeSandbox): string[] {
-  return [...s.engine.containers.keys(), ...s.engine.networkNames(), ...s.engine.volumes.keys()].filter((n) => n.startsWith(NAME)).sort();
-}
-
 t.test('each tier makes what its row of the tier table says', async (t) => {
   const rows = [
     { egress: 'none', objects: [NAME, `${NAME}-skills`, `${NAME}-workspace`], shared: false },
@@ -36,7 +31,7 @@ t.test('each tier makes what its row of the tier table says', async (t) => {
   for (const row of rows) {
     const s = fakeSandbox({ allowOpenEgress: true });
     t.same(await s.provider.create(spec(row.egress)), { id: NAME }, row.egress);
-    t.same(leftOver(s), [...row.objects].sort(), `${row.egress}: its objects`);
+    t.same(leftOver(s, NAME), [...row.objects].sort(), `${row.egress}: its objects`);
     t.equal(s.engine.networkNamed(SHARED) !== undefined, row.shared, `${row.egress}: the shared network`);
     t.equal(s.engine.containers.get(NAME)?.state, 'running', `${row.egress}: started`);
     t.equal(s.engine.count('startExec', NAME), row.egress === 'allowlist' ? 1 : 0, `${row.egress}: waits for a proxy only when it has one`);
@@ -52,7 +47,7 @@ t.test('a start failing mid-create leaves nothing and is the error', async (t) =
     const err = await s.provider.create(spec('allowlist')).catch((e: unknown) => e);
     t.ok(isSandboxError(err, 'engine_error'), `${target}: ${String(err)}`);
     t.match((err as Error).message, target, 'names what failed first');
-    t.same(leftOver(s), [], `${target}: nothing left`);
+    t.same(leftOver(s, NAME), [], `${target}: nothing left`);
   }
 });
 
@@ -67,7 +62,7 @@ t.test('a step failing while another is still on the wire: the cleanup waits for
   t.match((err as Error).message, EGRESS, 'the first failure is the error');
   // Whatever was still on the wire has landed by now.
   for (let i = 0; i < 100; i += 1) await new Promise(setImmediate);
-  t.same(leftOver(s), [], 'the container created after the failure was removed too');
+  t.same(leftOver(s, NAME), [], 'the container created after the failure was removed too');
   t.equal(s.engine.count('startContainer', NAME), 0, 'and never started');
 });
 
@@ -84,7 +79,7 @@ t.test('a missing image is pulled once; one that cannot be pulled is image_unava
   const err = await missing.provider.create(spec('allowlist')).catch((e: unknown) => e);
   t.ok(isSandboxError(err, 'image_unavailable'), String(err));
   t.match((err as Error).message, IMAGES.egress);
-  t.same(leftOver(missing), []);
+  t.same(leftOver(missing, NAME), []);
 });
 
 t.test('a 404 that is not a missing image is not pulled for', async (t) => {
@@ -95,7 +90,7 @@ t.test('a 404 that is not a missing image is not pulled for', async (t) => {
   t.ok(isSandboxError(err, 'conflict'), String(err));
   t.match((err as Error).message, 'network cap-l1-net not found', 'the engine\'s words');
   t.equal(s.engine.count('pullImage'), 0);
-  t.same(leftOver(s), []);
+  t.same(leftOver(s, NAME), []);
 });
 
 t.test('a proxy that never answers fails the create with egress_unavailable, nothing left', async (t) => {
@@ -103,7 +98,7 @@ t.test('a proxy that never answers fails the create with egress_unavailable, not
   s.engine.onExec = () => ({ exitCode: 137 });
   const err = await s.provider.create(spec('allowlist')).catch((e: unknown) => e);
   t.ok(isSandboxError(err, 'egress_unavailable'), String(err));
-  t.same(leftOver(s), []);
+  t.same(leftOver(s, NAME), []);
 });
 
 t.test('a cleanup that fails too is logged, and the create reports the first cause', async (t) => {
@@ -125,14 +120,14 @@ t.test('create replaces a stale instance of the same name', async (t) => {
   const old = s.engine.containers.get(NAME)?.id;
   await s.provider.create(spec('internal'));
   t.not(s.engine.containers.get(NAME)?.id, old);
-  t.same(leftOver(s), [NAME, NET, `${NAME}-skills`, `${NAME}-workspace`], 'the old proxy is gone');
+  t.same(leftOver(s, NAME), [NAME, NET, `${NAME}-skills`, `${NAME}-workspace`], 'the old proxy is gone');
 });
 
 t.test('a destroy called during a create or a resume waits for it and leaves nothing', async (t) => {
   const s = fakeSandbox();
   const [handle] = await Promise.all([s.provider.create(spec('allowlist')), s.provider.destroy({ id: NAME })]);
   t.same(handle, { id: NAME }, 'the create, called first, ran to its end');
-  t.same(leftOver(s), [], 'the destroy removed what it made');
+  t.same(leftOver(s, NAME), [], 'the destroy removed what it made');
 
   await s.provider.create(spec('allowlist'));
   await s.provider.suspend({ id: NAME });
@@ -140,10 +135,10 @@ t.test('a destroy called during a create or a resume waits for it and leaves not
   await s.engine.removeNetwork(NET);
   const [resumed] = await Promise.all([s.provider.resume({ id: NAME }), s.provider.destroy({ id: NAME })]);
   t.equal(resumed, 'running');
-  t.same(leftOver(s), []);
+  t.same(leftOver(s, NAME), []);
   await s.provider.destroy({ id: NAME });
   await s.provider.destroyByName(NAME);
-  t.same(leftOver(s), [], 'destroy of nothing is fine');
+  t.same(leftOver(s, NAME), [], 'destroy of nothing is fine');
 });
 
 t.test('suspend stops both containers, unpausing first; a missing sandbox is not_found', async (t) => {

@@ -12,7 +12,7 @@ import t, { type Test } from 'tap';
 import { isSandboxError } from '../../controller/index.js';
 import { parseAddressPool, sandboxSubnet, subnetSlots } from '../../controller/spec/address-pool.js';
 import { IMAGES } from '../../common/index.js';
-import { fakeSandbox, FAKE_LABELS, type FakeSandbox } from '../support/fake-sandbox.js';
+import { fakeSandbox, FAKE_LABELS, leftOver } from '../support/fake-sandbox.js';
 import { prng } from '../support/prng.js';
 
 const ID = 'n1';
@@ -33,11 +33,6 @@ const candidates = (name: string, count: number): string[] => {
   }
   return out;
 };
-
-/** Everything of sandbox NAME on the engine, sorted. */
-function leftOver(s: FakeSandbox): string[] {
-  return [...s.engine.containers.keys(), ...s.engine.networkNames(), ...s.engine.volumes.keys()].filter((n) => n.startsWith(NAME)).sort();
-}
 
 t.test('a sandbox network takes the first free subnet of its candidates; the proxy its last usable address', async (t) => {
   const s = fakeSandbox();
@@ -62,7 +57,7 @@ t.test('a full pool is address_pool_exhausted, nothing left, naming the pool and
   const err = await s.provider.create(internal).catch((e: unknown) => e);
   t.ok(isSandboxError(err, 'address_pool_exhausted'), String(err));
   t.match((err as Error).message, /10\.99\.0\.0\/24.*16 tried.*addressPool/);
-  t.same(leftOver(s), []);
+  t.same(leftOver(s, NAME), []);
   t.equal(s.engine.count('createNetwork', NET), 16, 'every subnet of the pool tried once');
 });
 
@@ -77,7 +72,7 @@ t.test('the engine\'s default-address-pools exhausted when the shared network is
   const err = await s.provider.create(allowlist).catch((e: unknown) => e);
   t.ok(isSandboxError(err, 'address_pool_exhausted'), String(err));
   t.match((err as Error).message, /default-address-pools for the shared network capybara-sandbox/);
-  t.same(leftOver(s), [], 'nothing left half-made');
+  t.same(leftOver(s, NAME), [], 'nothing left half-made');
 });
 
 t.test('two networks of the name from a create race: the create keeps the oldest, removes its twin', async (t) => {
@@ -116,7 +111,7 @@ t.test('a network of the name the controller did not make: create says conflict 
   const err = await s.provider.create(internal).catch((e: unknown) => e);
   t.ok(isSandboxError(err, 'conflict'), String(err));
   t.match((err as Error).message, `docker network rm ${NET}`);
-  t.same(leftOver(s), [NET], 'the foreign network stays, nothing else');
+  t.same(leftOver(s, NAME), [NET], 'the foreign network stays, nothing else');
 });
 
 t.test('the shared network twice (a create race): the oldest labelled one is kept', async (t) => {
@@ -146,7 +141,7 @@ t.test('a proxy replaced by another call while the create waits for it: conflict
   const err = await s.provider.create(allowlist).catch((e: unknown) => e);
   t.ok(isSandboxError(err, 'conflict'), String(err));
   t.match((err as Error).message, `container ${EGRESS} was replaced`);
-  t.same(leftOver(s), [], 'the create cleaned up after itself');
+  t.same(leftOver(s, NAME), [], 'the create cleaned up after itself');
 });
 
 t.test('a destroy by another call kills the proxy probe, and the engine shows the removal only a moment later: conflict', async (t) => {
@@ -166,7 +161,7 @@ t.test('a destroy by another call kills the proxy probe, and the engine shows th
   const err = await s.provider.create(allowlist).catch((e: unknown) => e);
   t.ok(isSandboxError(err, 'conflict'), String(err));
   t.match((err as Error).message, /was removed/);
-  t.same(leftOver(s), [], 'nothing is left');
+  t.same(leftOver(s, NAME), [], 'nothing is left');
 });
 
 t.test('a proxy that does not answer, with nobody else at work, is still egress_unavailable', async (t) => {
@@ -209,7 +204,7 @@ async function race(t: Test, processes: number, seed: number): Promise<void> {
   await providers[1]?.create(allowlist);
   t.equal((await providers[1]?.exec({ id: NAME }, 'true'))?.exitCode, 0, `seed ${seed}: a new create works`);
   await providers[0]?.destroy({ id: NAME });
-  t.same(leftOver(s), [], `seed ${seed}: and a destroy leaves nothing`);
+  t.same(leftOver(s, NAME), [], `seed ${seed}: and a destroy leaves nothing`);
 }
 
 t.test('two and four controllers on one id at once: success or conflict, never a wedged id', async (t) => {

@@ -3,6 +3,7 @@ import { isIP } from 'node:net';
 import t, { type Test } from 'tap';
 import fc from 'fast-check';
 import ipaddr from 'ipaddr.js';
+import { holds } from '../support/property.js';
 import { ADDRESS_CLASSES, classifyAddress, type AddressClassName, type AddressVerdict } from '../../policy/address-class.js';
 import { IPV4_DENIED, IPV6_DENIED, IPV6_EMBEDDINGS } from '../../policy/address-ranges.js';
 
@@ -303,10 +304,6 @@ t.test('corpus group R: deny when any answer is not public', (tt) => {
 
 // ---- properties ------------------------------------------------------------------------------
 
-/** fast-check throws with the shrunk counterexample; report it as one tap assertion. */
-function holds<T>(tt: Test, property: fc.IProperty<T>, numRuns: number): void {
-  tt.doesNotThrow(() => fc.assert(property, { numRuns }), 'property holds');
-}
 
 /** An independent reference: the denied IPv4 space as a plain list, most specific first. */
 const REFERENCE_V4: readonly (readonly [string, AddressClassName])[] = [
@@ -349,8 +346,8 @@ const anyIPv4 = fc.oneof(
     }),
 );
 
-t.test('IPv4 verdicts agree with an independent reference and with ipaddr.js', (tt) => {
-  holds(
+t.test('IPv4 verdicts agree with an independent reference and with ipaddr.js', async (tt) => {
+  await holds(
     tt,
     fc.property(anyIPv4, (n) => {
       const s = v4String(n);
@@ -362,12 +359,11 @@ t.test('IPv4 verdicts agree with an independent reference and with ipaddr.js', (
     }),
     20_000,
   );
-  tt.end();
 });
 
-t.test('an IPv4 address gets the same verdict in every IPv6 wrapping that is judged by it', (tt) => {
+t.test('an IPv4 address gets the same verdict in every IPv6 wrapping that is judged by it', async (tt) => {
   const hex = (n: number): string => `${(n >>> 16).toString(16)}:${(n & 0xffff).toString(16)}`;
-  holds(
+  await holds(
     tt,
     fc.property(anyIPv4, (n) => {
       const want = outcome(classifyAddress(v4String(n)));
@@ -384,7 +380,6 @@ t.test('an IPv4 address gets the same verdict in every IPv6 wrapping that is jud
     }),
     5_000,
   );
-  tt.end();
 });
 
 /** Interesting IPv6 prefixes: every special range ipaddr.js knows, and the edges of 2000::/3. */
@@ -426,8 +421,8 @@ function spellings(parts: number[]): string[] {
 
 const EMBEDDING_RANGES = ['ipv4Mapped', 'rfc6145', '6to4', 'teredo'];
 
-t.test('IPv6 verdicts agree with ipaddr.js and do not depend on the spelling', (tt) => {
-  holds(
+t.test('IPv6 verdicts agree with ipaddr.js and do not depend on the spelling', async (tt) => {
+  await holds(
     tt,
     fc.property(anyIPv6Parts, (parts) => {
       const verdicts = spellings(parts).map((s) => classifyAddress(s));
@@ -445,16 +440,14 @@ t.test('IPv6 verdicts agree with ipaddr.js and do not depend on the spelling', (
     }),
     20_000,
   );
-  tt.end();
 });
 
-t.test('IPv4-compatible addresses are denied even when the embedded IPv4 is public', (tt) => {
-  holds(
+t.test('IPv4-compatible addresses are denied even when the embedded IPv4 is public', async (tt) => {
+  await holds(
     tt,
     fc.property(anyIPv4, (n) => !classifyAddress(`::${v4String(n)}`).public),
     2_000,
   );
-  tt.end();
 });
 
 /** Strings close to addresses, so the grammar's corners get hit; validity must match node:net. */
@@ -463,8 +456,8 @@ const addressLike = fc.string({
   maxLength: 20,
 });
 
-t.test('validity agrees with node:net isIP (zone ids aside)', (tt) => {
-  holds(
+t.test('validity agrees with node:net isIP (zone ids aside)', async (tt) => {
+  await holds(
     tt,
     fc.property(addressLike, (s) => {
       const valid = isIP(s) !== 0 && !s.includes('%');
@@ -472,16 +465,14 @@ t.test('validity agrees with node:net isIP (zone ids aside)', (tt) => {
     }),
     50_000,
   );
-  tt.end();
 });
 
-t.test('never throws, whatever the input', (tt) => {
-  holds(
+t.test('never throws, whatever the input', async (tt) => {
+  await holds(
     tt,
     fc.property(fc.oneof(fc.string({ unit: 'binary' }), addressLike, fc.string({ maxLength: 60 })), (s) => {
       classifyAddress(s);
     }),
     20_000,
   );
-  tt.end();
 });

@@ -8,8 +8,9 @@
 import { isIP } from 'node:net';
 import fc from 'fast-check';
 import ipaddr from 'ipaddr.js';
-import t, { type Test } from 'tap';
+import t from 'tap';
 import { getDomain } from 'tldts';
+import { holds } from '../support/property.js';
 import { buildPolicy, checkAddresses, checkTarget, decide, type LookupOutcome, type Policy } from '../../policy/index.js';
 
 // ---- reference: host names and allowlist -------------------------------------------------------
@@ -151,19 +152,6 @@ const addresses = fc.array(address, { minLength: 0, maxLength: 4 });
 const port = fc.constantFrom(443, 80, 22, 8443, 0, 65536, -1, 1.5);
 
 // ---- helpers -----------------------------------------------------------------------------------
-
-/** Fixed, so a failure reproduces; change it to explore further. */
-const SEED = 0x5eed;
-
-async function holds<T>(tt: Test, property: fc.IAsyncProperty<T> | fc.IProperty<T>, numRuns: number): Promise<void> {
-  // fast-check throws with the shrunk counterexample; one tap assertion per property.
-  try {
-    await fc.assert(property as fc.IAsyncProperty<T>, { numRuns, seed: SEED });
-    tt.pass('property holds');
-  } catch (err) {
-    tt.fail((err as Error).message.split('\n').slice(0, 3).join(' '));
-  }
-}
 
 function policyFor(entries: readonly string[], testHosts: Record<string, string> = {}): Policy | undefined {
   const built = buildPolicy({ allowHosts: entries, connectPorts: [443, 80], testHosts });

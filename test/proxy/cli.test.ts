@@ -14,20 +14,12 @@ import { EGRESS_ENV, EGRESS_NODE_OPTIONS } from '../../common/index.js';
 import { MIN_OPEN_FILES, openFilesFor, planDescriptors } from '../../proxy/fd-budget.js';
 import { planMemory } from '../../proxy/memory-plan.js';
 import { freePort } from '../support/loopback.js';
-import { plainNode } from '../support/plain-node.js';
+import { EGRESS_BASE_ENV, EGRESS_CLI, plainNode, runEgressCli } from '../support/plain-node.js';
 import { rawRequest, readUntil } from '../support/raw-client.js';
 
-// The built command, as operators run it (`npm test` builds first); starting it through the
-// TypeScript loader would cost seconds per start.
-const cli = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'dist', 'proxy', 'cli.js');
 const dir = mkdtempSync(path.join(os.tmpdir(), 'egress-cli-'));
-const baseEnv = { PATH: process.env.PATH ?? '' };
 // Every test starts proxies of its own (own files, own ports): they run side by side.
 t.jobs = 3;
-
-function run(args: string[], env: Record<string, string> = {}) {
-  return spawnSync(...plainNode(cli, args), { encoding: 'utf8', env: { ...baseEnv, ...env }, timeout: 30_000 });
-}
 
 const failures: { name: string; args: string[]; env?: Record<string, string>; file?: string; message: RegExp }[] = [
   { name: 'no policy at all', args: [], message: /no policy: give --policy FILE/ },
@@ -59,7 +51,7 @@ for (const c of failures) {
   t.test(`start-up fails closed: ${c.name}`, async (t) => {
     const file = path.join(mkdtempSync(path.join(dir, 'case-')), 'policy.yaml');
     if (c.file !== undefined) writeFileSync(file, c.file);
-    const res = run(c.args.map((a) => (a === 'FILE' ? file : a)), c.env);
+    const res = runEgressCli(c.args.map((a) => (a === 'FILE' ? file : a)), c.env);
     t.equal(res.status, 2, 'exits 2');
     t.match(res.stderr, c.message);
     t.equal(res.stdout, '', 'nothing on stdout');
@@ -75,14 +67,14 @@ for (const which of ['--listen', '--metrics-listen'] as const) {
     t.teardown(() => taken.close());
     const busy = `127.0.0.1:${(taken.address() as net.AddressInfo).port}`;
     const free = `127.0.0.1:${await freePort()}`;
-    const res = run(['--allow-hosts', 'a.example', '--listen', which === '--listen' ? busy : free, '--metrics-listen', which === '--metrics-listen' ? busy : `127.0.0.1:${await freePort()}`]);
+    const res = runEgressCli(['--allow-hosts', 'a.example', '--listen', which === '--listen' ? busy : free, '--metrics-listen', which === '--metrics-listen' ? busy : `127.0.0.1:${await freePort()}`]);
     t.equal(res.status, 2, 'exits 2');
     t.match(res.stderr, /cannot listen: .*EADDRINUSE/);
   });
 }
 
 t.test('--help prints usage and every environment twin', async (t) => {
-  const res = run(['--help']);
+  const res = runEgressCli(['--help']);
   t.equal(res.status, 0);
   for (const v of Object.values(EGRESS_ENV)) t.match(res.stdout, v);
 });
@@ -110,8 +102,8 @@ t.test('SIGHUP and file changes reload the policy; an invalid file keeps the old
   write(`allowHosts: [one.test]\nconnectPorts: [${upstreamPort}]\n`);
   const output = { text: '' };
   // The upstream echoes plain bytes: entries without a tunnel mode are opaque here.
-  const child = spawn(...plainNode(cli, ['--policy', file, '--listen', `127.0.0.1:${port}`, '--metrics-listen', `127.0.0.1:${metricsPort}`, '--tunnel-default', 'opaque']), {
-    env: { ...baseEnv, CAPYBARA_EGRESS_TEST_HOSTS: JSON.stringify({ 'one.test': '127.0.0.1', 'two.test': '127.0.0.1' }) },
+  const child = spawn(...plainNode(EGRESS_CLI, ['--policy', file, '--listen', `127.0.0.1:${port}`, '--metrics-listen', `127.0.0.1:${metricsPort}`, '--tunnel-default', 'opaque']), {
+    env: { ...EGRESS_BASE_ENV, CAPYBARA_EGRESS_TEST_HOSTS: JSON.stringify({ 'one.test': '127.0.0.1', 'two.test': '127.0.0.1' }) },
   });
   child.stdout?.on('data', (d: Buffer) => (output.text += d.toString()));
   child.stderr?.on('data', (d: Buffer) => (output.text += d.toString()));
@@ -172,7 +164,7 @@ t.test('a ConfigMap-style swap of the ..data symlink reloads the policy', async 
   symlinkSync('..data/policy.yaml', path.join(volume, 'policy.yaml'));
   const port = await freePort();
   const output = { text: '' };
-  const child = spawn(...plainNode(cli, ['--policy', path.join(volume, 'policy.yaml'), '--listen', `127.0.0.1:${port}`]), { env: baseEnv });
+  const child = spawn(...plainNode(EGRESS_CLI, ['--policy', path.join(volume, 'policy.yaml'), '--listen', `127.0.0.1:${port}`]), { env: EGRESS_BASE_ENV });
   child.stdout?.on('data', (d: Buffer) => (output.text += d.toString()));
   child.stderr?.on('data', (d: Buffer) => (output.text += d.toString()));
   t.teardown(() => child.kill('SIGKILL'));
@@ -288,8 +280,8 @@ for (const c of linked) {
     const configured = c.layout(root, policyFor(0));
     const port = await freePort();
     const output = { text: '' };
-    const child = spawn(...plainNode(cli, ['--policy', configured, '--listen', `127.0.0.1:${port}`, '--tunnel-default', 'opaque']), {
-      env: { ...baseEnv, CAPYBARA_EGRESS_TEST_HOSTS: JSON.stringify(Object.fromEntries(hosts.map((h) => [h, '127.0.0.1']))) },
+    const child = spawn(...plainNode(EGRESS_CLI, ['--policy', configured, '--listen', `127.0.0.1:${port}`, '--tunnel-default', 'opaque']), {
+      env: { ...EGRESS_BASE_ENV, CAPYBARA_EGRESS_TEST_HOSTS: JSON.stringify(Object.fromEntries(hosts.map((h) => [h, '127.0.0.1']))) },
     });
     child.stdout?.on('data', (d: Buffer) => (output.text += d.toString()));
     child.stderr?.on('data', (d: Buffer) => (output.text += d.toString()));
@@ -328,7 +320,7 @@ for (const c of linked) {
 t.test('an allowlist variable that is set but empty starts a proxy that allows nothing', async (t) => {
   const port = await freePort();
   const output = { text: '' };
-  const child = spawn(...plainNode(cli, ['--listen', `127.0.0.1:${port}`]), { env: { ...baseEnv, EGRESS_ALLOW_HOSTS: '' } });
+  const child = spawn(...plainNode(EGRESS_CLI, ['--listen', `127.0.0.1:${port}`]), { env: { ...EGRESS_BASE_ENV, EGRESS_ALLOW_HOSTS: '' } });
   child.stdout?.on('data', (d: Buffer) => (output.text += d.toString()));
   child.stderr?.on('data', (d: Buffer) => (output.text += d.toString()));
   t.teardown(() => child.kill('SIGKILL'));
@@ -359,7 +351,7 @@ t.test('an open-file limit too small for the limits lowers the caps, and says so
   t.same(plan, { maxConnections: 5, maxLookupsInFlight: 5 });
   const port = await freePort();
   const output = { text: '' };
-  const child = spawn('prlimit', [`--nofile=${nofile}:${nofile}`, '--', ...plainNode(cli, ['--allow-hosts', 'a.example', '--listen', `127.0.0.1:${port}`]).flat()], { env: baseEnv });
+  const child = spawn('prlimit', [`--nofile=${nofile}:${nofile}`, '--', ...plainNode(EGRESS_CLI, ['--allow-hosts', 'a.example', '--listen', `127.0.0.1:${port}`]).flat()], { env: EGRESS_BASE_ENV });
   child.stdout?.on('data', (d: Buffer) => (output.text += d.toString()));
   child.stderr?.on('data', (d: Buffer) => (output.text += d.toString()));
   t.teardown(() => child.kill('SIGKILL'));
@@ -375,7 +367,7 @@ t.test('an open-file limit too small for the limits lowers the caps, and says so
 
 t.test('an open-file limit that holds nothing stops the proxy at start', async (t) => {
   const nofile = MIN_OPEN_FILES - 1;
-  const res = spawnSync('prlimit', [`--nofile=${nofile}:${nofile}`, '--', ...plainNode(cli, ['--allow-hosts', 'a.example', '--listen', '127.0.0.1:0']).flat()], { encoding: 'utf8', env: baseEnv, timeout: 30_000 });
+  const res = spawnSync('prlimit', [`--nofile=${nofile}:${nofile}`, '--', ...plainNode(EGRESS_CLI, ['--allow-hosts', 'a.example', '--listen', '127.0.0.1:0']).flat()], { encoding: 'utf8', env: EGRESS_BASE_ENV, timeout: 30_000 });
   t.equal(res.status, 2, 'exits 2');
   t.match(res.stderr, new RegExp(`open-file limit is ${nofile}, and the proxy needs at least ${MIN_OPEN_FILES}`));
 });
@@ -391,7 +383,7 @@ t.test('a flood of connections past the caps: the process stays up and its healt
   const port = await freePort();
   const output = { text: '' };
   const args = ['--allow-hosts', 'a.example', '--listen', `127.0.0.1:${port}`, '--max-connections-per-client', '10'];
-  const child = spawn('prlimit', [`--nofile=${nofile}:${nofile}`, '--', ...plainNode(cli, args).flat()], { env: baseEnv });
+  const child = spawn('prlimit', [`--nofile=${nofile}:${nofile}`, '--', ...plainNode(EGRESS_CLI, args).flat()], { env: EGRESS_BASE_ENV });
   child.stdout?.on('data', (d: Buffer) => (output.text += d.toString()));
   child.stderr?.on('data', (d: Buffer) => (output.text += d.toString()));
   t.teardown(() => child.kill('SIGKILL'));
@@ -420,7 +412,7 @@ t.test('a flood of connections past the caps: the process stays up and its healt
 t.test('the memory budget is planned at start and logged; a limit below the minimum stops the proxy', async (t) => {
   const port = await freePort();
   const output = { text: '' };
-  const child = spawn(...plainNode(cli, ['--allow-hosts', 'a.example', '--listen', `127.0.0.1:${port}`, '--memory-limit-mb', '256']), { env: baseEnv });
+  const child = spawn(...plainNode(EGRESS_CLI, ['--allow-hosts', 'a.example', '--listen', `127.0.0.1:${port}`, '--memory-limit-mb', '256']), { env: EGRESS_BASE_ENV });
   child.stdout?.on('data', (d: Buffer) => (output.text += d.toString()));
   t.teardown(() => child.kill('SIGKILL'));
   await waitFor(child, output, /egress proxy listening/);
@@ -428,10 +420,10 @@ t.test('the memory budget is planned at start and logged; a limit below the mini
   const plan = planMemory({ bytes: 256 * 1024 * 1024, source: 'flag' }, 16_384, 0.25)!;
   t.match(line, { level: 40, memoryLimitMb: 256, source: 'flag', budgetMb: Math.floor(plan.totalBytes / 2 ** 20), perClientMb: Math.floor(plan.perClientBytes / 2 ** 20), maxConnections: plan.maxConnections, configured: 16_384 });
   t.match(line.msg, /the connection caps are lowered/);
-  const res = run(['--allow-hosts', 'a.example', '--listen', '127.0.0.1:0'], { EGRESS_MEMORY_LIMIT_MB: '100' });
+  const res = runEgressCli(['--allow-hosts', 'a.example', '--listen', '127.0.0.1:0'], { EGRESS_MEMORY_LIMIT_MB: '100' });
   t.equal(res.status, 2, 'exits 2');
   t.match(res.stderr, /the memory limit is 100 MiB \(from the flag\), and the proxy needs at least 128 MiB/);
-  t.match(run(['--allow-hosts', 'a.example', '--memory-limit-mb', 'lots']).stderr, /--memory-limit-mb: expected a whole number/);
+  t.match(runEgressCli(['--allow-hosts', 'a.example', '--memory-limit-mb', 'lots']).stderr, /--memory-limit-mb: expected a whole number/);
 });
 
 /** A client connection the proxy has accepted and counts. */

@@ -1,89 +1,25 @@
 /**
- * No import circle in the proxy and its pure layers (proxy/, policy/, common/), `import type`
- * included: a circle of types still ties two files into one concept, and the next value import
- * along it turns it into a load-order bug. Imports are read with TypeScript's own pre-processor, so
- * every form counts (import, import type, export ... from, dynamic import()).
+ * No import circle anywhere in the sources (proxy/, policy/, common/, controller/, bench/ and the
+ * package entry), `import type` included: a circle of types still ties two files into one concept,
+ * and the next value import along it turns it into a load-order bug.
  */
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
-import { dirname, join, relative, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import t from 'tap';
-import ts from 'typescript';
+import { circles, importsOf, ROOT, sourceFiles } from '../support/import-graph.js';
 
-const root = fileURLToPath(new URL('../..', import.meta.url));
-const FOLDERS = ['proxy', 'policy', 'common'];
+const ENTRIES = ['proxy', 'policy', 'common', 'controller', 'bench', 'index.mts'];
 
-function sourcesUnder(folder: string): string[] {
-  return readdirSync(join(root, folder), { recursive: true, encoding: 'utf8' })
-    .filter((f) => /\.m?ts$/.test(f) && !f.endsWith('.d.ts'))
-    .map((f) => join(root, folder, f));
-}
-
-/** The file a relative specifier names (`./x.js` is `./x.ts` in the sources), or why none. */
-function resolveSpecifier(from: string, specifier: string): string {
-  const target = resolve(dirname(from), specifier).replace(/\.js$/, '.ts').replace(/\.mjs$/, '.mts');
-  if (!existsSync(target)) throw new Error(`${relative(root, from)} imports ${specifier}, which is no source file`);
-  return target;
-}
-
-/** Every local import edge reachable from the folders' files, types included. */
-function importGraph(): Map<string, string[]> {
-  const graph = new Map<string, string[]>();
-  const queue = FOLDERS.flatMap(sourcesUnder);
-  while (queue.length > 0) {
-    const file = queue.pop()!;
-    if (graph.has(file)) continue;
-    const imported = ts.preProcessFile(readFileSync(file, 'utf8'), true, true).importedFiles.map((f) => f.fileName);
-    const local = imported.filter((s) => s.startsWith('.')).map((s) => resolveSpecifier(file, s));
-    graph.set(file, local);
-    queue.push(...local);
-  }
-  return graph;
-}
-
-/** The strongly connected components with more than one file, or a file importing itself (Tarjan). */
-function circles(graph: Map<string, string[]>): string[][] {
-  let next = 0;
-  const index = new Map<string, number>();
-  const low = new Map<string, number>();
-  const stack: string[] = [];
-  const onStack = new Set<string>();
-  const found: string[][] = [];
-  const visit = (v: string): void => {
-    index.set(v, next);
-    low.set(v, next);
-    next += 1;
-    stack.push(v);
-    onStack.add(v);
-    for (const w of graph.get(v) ?? []) {
-      if (!index.has(w)) {
-        visit(w);
-        low.set(v, Math.min(low.get(v)!, low.get(w)!));
-      } else if (onStack.has(w)) {
-        low.set(v, Math.min(low.get(v)!, index.get(w)!));
-      }
-    }
-    if (low.get(v) !== index.get(v)) return;
-    const component: string[] = [];
-    let w: string;
-    do {
-      w = stack.pop()!;
-      onStack.delete(w);
-      component.push(w);
-    } while (w !== v);
-    if (component.length > 1 || (graph.get(v) ?? []).includes(v)) found.push(component.map((f) => relative(root, f)).sort());
-  };
-  for (const v of graph.keys()) if (!index.has(v)) visit(v);
-  return found;
-}
-
-t.test('no import circle in proxy/, policy/ and common/, type imports included', async (t) => {
-  const graph = importGraph();
+t.test('no import circle in the sources, type imports included', async (t) => {
+  const files = ENTRIES.flatMap(sourceFiles);
+  const graph = new Map(files.map((f) => [f, importsOf(f)]));
+  const missing = [...graph].flatMap(([file, deps]) => deps.filter((d) => !existsSync(join(ROOT, d))).map((d) => `${file} imports ${d}, which is no source file`));
+  t.same(missing, [], 'every relative import names a source file');
   const edges = [...graph.values()].reduce((n, e) => n + e.length, 0);
   // The reading itself is checked, so that a parser that found nothing cannot pass.
-  t.ok(graph.get(join(root, 'proxy/server.ts'))?.includes(join(root, 'proxy/refusal.ts')), 'server.ts is seen importing refusal.ts');
-  t.ok(graph.get(join(root, 'proxy/context.ts'))?.includes(join(root, 'proxy/refusal.ts')), 'a type-only import is an edge (context.ts to refusal.ts)');
-  t.ok(edges > 50, `${edges} import edges read`);
+  t.ok(graph.get('proxy/server.ts')?.includes('proxy/refusal.ts'), 'server.ts is seen importing refusal.ts');
+  t.ok(graph.get('proxy/context.ts')?.includes('proxy/refusal.ts'), 'a type-only import is an edge (context.ts to refusal.ts)');
+  t.ok(edges > 100, `${edges} import edges read in ${files.length} files`);
   t.same(circles(graph), [], 'every circle, as the files in it');
 });
 

@@ -5,30 +5,22 @@
  * port, and a real resolver and curl reach an allowlisted TLS server through them. As root, the
  * default ports (53, 80, 443) are bound. Runs dist/proxy/cli.js (`npm test` builds first).
  */
-import { execFile, spawn, spawnSync } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { promises as dns } from 'node:dns';
 import https from 'node:https';
 import net from 'node:net';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import t, { type Test } from 'tap';
 import { EGRESS_ENV } from '../../common/index.js';
 import { freePort, listen } from '../support/loopback.js';
 import { needUnmet, toolMissing } from '../support/needs.js';
-import { plainNode } from '../support/plain-node.js';
+import { EGRESS_BASE_ENV, EGRESS_CLI, plainNode, runEgressCli } from '../support/plain-node.js';
 import { settle } from '../support/settle.js';
 import { selfSignedCert } from '../support/tls-cert.js';
 
-const cli = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'dist', 'proxy', 'cli.js');
-const baseEnv = { PATH: process.env.PATH ?? '' };
 // Every test starts proxies of its own (own ports): they run side by side.
 t.jobs = 3;
 /** A loopback address of this run's own, so that parallel test files never share one. */
 const ADDRESS = `127.${20 + Math.floor(Math.random() * 200)}.${Math.floor(Math.random() * 250) + 1}.${Math.floor(Math.random() * 250) + 1}`;
-
-function run(args: string[], env: Record<string, string> = {}) {
-  return spawnSync(...plainNode(cli, args), { encoding: 'utf8', env: { ...baseEnv, ...env }, timeout: 30_000 });
-}
 
 const T = EGRESS_ENV;
 const failures: { name: string; args: string[]; env?: Record<string, string>; message: RegExp }[] = [
@@ -47,7 +39,7 @@ const failures: { name: string; args: string[]; env?: Record<string, string>; me
 ];
 for (const c of failures) {
   t.test(`start-up fails closed: ${c.name}`, async (t) => {
-    const res = run(['--allow-hosts', 'a.example', ...c.args], c.env);
+    const res = runEgressCli(['--allow-hosts', 'a.example', ...c.args], c.env);
     t.equal(res.status, 2, 'exits 2');
     t.match(res.stderr, c.message);
   });
@@ -57,14 +49,14 @@ t.test('a transparent port already taken stops the proxy at start', async (t) =>
   const taken = net.createServer();
   const port = await listen(taken);
   t.teardown(() => taken.close());
-  const res = run(['--allow-hosts', 'a.example', '--listen', `127.0.0.1:${await freePort()}`, '--connect-ports', String(port), '--transparent-listen', '127.0.0.1', '--transparent-port-map', `53=${await freePort()}`]);
+  const res = runEgressCli(['--allow-hosts', 'a.example', '--listen', `127.0.0.1:${await freePort()}`, '--connect-ports', String(port), '--transparent-listen', '127.0.0.1', '--transparent-port-map', `53=${await freePort()}`]);
   t.equal(res.status, 2);
   t.match(res.stderr, /cannot listen: .*EADDRINUSE/);
 });
 
 /** Starts the command; resolves with its log lines once it says it is listening. */
 async function startProxy(t: Test, args: string[], env: Record<string, string>): Promise<Record<string, unknown>[]> {
-  const child = spawn(...plainNode(cli, args), { env: { ...baseEnv, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(...plainNode(EGRESS_CLI, args), { env: { ...EGRESS_BASE_ENV, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   t.teardown(() => {
     child.kill('SIGKILL');
   });

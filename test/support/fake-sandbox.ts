@@ -34,3 +34,8 @@ export function fakeSandbox(config: Partial<DeploymentConfigInput> = {}): FakeSa
     createDockerSandbox({ endpoint: 'unix:///nonexistent/fake-engine.sock', ...config, ...more }, { labels: FAKE_LABELS }, { logger, engine });
   return { engine, provider: withConfig({}), logs, withConfig };
 }
+
+/** Everything on the fake engine whose name starts with `name` (a sandbox's objects), sorted. */
+export function leftOver(s: FakeSandbox, name: string): string[] {
+  return [...s.engine.containers.keys(), ...s.engine.networkNames(), ...s.engine.volumes.keys()].filter((n) => n.startsWith(name)).sort();
+}

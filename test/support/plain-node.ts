@@ -1,3 +1,6 @@
+import { spawnSync, type SpawnSyncReturns } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+
 /**
  * Starts a built command (dist/…/*.js) with plain node, as operators run it. The test runner puts
  * its process tracker (tap's processinfo, module hooks on a loader thread) into the NODE_OPTIONS
@@ -10,4 +13,14 @@
 /** The file and argv for spawn/spawnSync; `.flat()` gives the argv to put after a wrapper such as prlimit. */
 export function plainNode(script: string, args: readonly string[]): [file: string, argv: string[]] {
   return ['env', ['-u', 'NODE_OPTIONS', process.execPath, script, ...args]];
+}
+
+/** The built egress command (`npm test` builds first): starting it through the TypeScript loader would cost seconds per start. */
+export const EGRESS_CLI = fileURLToPath(new URL('../../dist/proxy/cli.js', import.meta.url));
+/** The only variable an egress command run by a test inherits: the rest is the test's to give. */
+export const EGRESS_BASE_ENV: Readonly<Record<string, string>> = { PATH: process.env.PATH ?? '' };
+
+/** Runs the built egress command to its end, with `env` beside PATH only. */
+export function runEgressCli(args: string[], env: Record<string, string> = {}): SpawnSyncReturns<string> {
+  return spawnSync(...plainNode(EGRESS_CLI, args), { encoding: 'utf8', env: { ...EGRESS_BASE_ENV, ...env }, timeout: 30_000 });
 }

@@ -1,0 +1,26 @@
+/** Assertions and waits of the tests that drive a SandboxProvider (on the real engine or the fake). */
+import type { Test } from 'tap';
+import { isSandboxError, type SandboxHandle, type SandboxProvider } from '../../controller/index.js';
+
+/** Asserts that `promise` rejects with a SandboxError of `code` (whose message matches `mentions`). */
+export async function rejectsCode(t: Test, promise: Promise<unknown>, code: string, mentions?: string | RegExp): Promise<void> {
+  try {
+    await promise;
+    t.fail(`expected ${code}`);
+  } catch (err) {
+    t.ok(isSandboxError(err), `a SandboxError: ${String(err)}`);
+    t.equal((err as { code?: string }).code, code, (err as Error).message);
+    if (mentions !== undefined) t.match((err as Error).message, mentions);
+  }
+}
+
+/**
+ * A readiness signal: polls `check` inside the sandbox until it exits 0 (a process has started,
+ * a file exists), within a deadline with room for a loaded 2-core machine.
+ */
+export async function untilInSandbox(provider: SandboxProvider, h: SandboxHandle, check: string, deadlineMs = 30_000): Promise<void> {
+  const deadline = Date.now() + deadlineMs;
+  while ((await provider.exec(h, check, { timeoutMs: 10_000 })).exitCode !== 0) {
+    if (Date.now() > deadline) throw new Error(`not ready within ${deadlineMs} ms: ${check}`);
+  }
+}
