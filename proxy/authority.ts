@@ -7,6 +7,9 @@
  */
 import type { Reason } from '../policy/index.js';
 
+/** http's own port (RFC 9110 §4.2.1): what an authority or Host without a port means, and the one transparent port read as HTTP. */
+export const HTTP_PORT = 80;
+
 export type ParsedTarget =
   | { readonly ok: true; readonly host: string; readonly port: number; readonly path: string }
   | { readonly ok: false; readonly reason: Extract<Reason, 'bad_request' | 'malformed_host'>; readonly detail: string };
@@ -82,7 +85,7 @@ export function parseAbsoluteUrl(target: string): ParsedTarget {
   }
   const authority = rest.slice(0, end);
   if (authority.includes('\\')) return bad('backslash in the authority');
-  const parsed = splitHostPort(authority, 80);
+  const parsed = splitHostPort(authority, HTTP_PORT);
   if (!parsed.ok) return parsed;
   const path = rest.slice(end);
   return { ...parsed, path: path === '' ? '/' : path.startsWith('?') ? `/${path}` : path };

@@ -14,7 +14,7 @@ import { performance } from 'node:perf_hooks';
 import type { Dispatcher } from 'undici';
 import { CodedError, EGRESS_HEALTH_PATH, isCodedError } from '../common/index.js';
 import { checkTarget, resolveTarget, type Allowed, type Reason } from '../policy/index.js';
-import { parseAbsoluteUrl } from './authority.js';
+import { HTTP_PORT, parseAbsoluteUrl } from './authority.js';
 import { connectionOf } from './connection.js';
 import { holdInFlight, type ProxyContext } from './context.js';
 import type { DecisionRecorder, LineFields } from './decision-recorder.js';
@@ -292,7 +292,7 @@ function forward(ctx: ProxyContext, req: IncomingMessage, res: ServerResponse, f
     },
   };
 
-  const headers = [...f.headers, 'host', decision.port === 80 ? decision.host : `${decision.host}:${decision.port}`];
+  const headers = [...f.headers, 'host', decision.port === HTTP_PORT ? decision.host : `${decision.host}:${decision.port}`];
   if (f.framing.kind === 'length') headers.push('content-length', String(f.framing.length));
   // undici restarts its own head timer on every 1xx, so an upstream trickling 1xx could hold the
   // request forever: the final head has a deadline of its own, from the end of the request body.

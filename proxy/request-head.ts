@@ -9,6 +9,7 @@
  * upstream reads the body as a second request, for a host the proxy never checked.
  */
 import { parseHostName } from '../policy/index.js';
+import { HTTP_PORT } from './authority.js';
 
 export type BodyFraming =
   | { readonly kind: 'none' }
@@ -55,7 +56,7 @@ function hostMatches(value: string, host: string, port: number): boolean {
   const m = HOST_PORT.exec(value);
   if (m === null) return false;
   const name = parseHostName(m[1]!);
-  const givenPort = m[2] === undefined ? 80 : Number(m[2]);
+  const givenPort = m[2] === undefined ? HTTP_PORT : Number(m[2]);
   return name.ok && name.name === host && givenPort === port;
 }
 

@@ -6,7 +6,7 @@
  * otherwise the name checked and the server reached could differ. The rest of the head is judged
  * as for the explicit proxy (request-head.ts), the Host header included.
  */
-import { parseHostHeader, type ParsedTarget } from './authority.js';
+import { HTTP_PORT, parseHostHeader, type ParsedTarget } from './authority.js';
 
 function bad(detail: string): ParsedTarget {
   return { ok: false, reason: 'bad_request', detail };
@@ -23,8 +23,8 @@ export function transparentTarget(rawHeaders: readonly string[], url: string, po
     host = rawHeaders[i + 1]!;
   }
   if (host === undefined || host === '') return bad('a transparent HTTP request needs a Host header: it names the destination');
-  // No port in Host means 80, http's own (RFC 9110 §4.2.1), as request-head.ts reads it too.
-  const parsed = parseHostHeader(host, 80);
+  // No port in Host means http's own, as request-head.ts reads it too.
+  const parsed = parseHostHeader(host, HTTP_PORT);
   if (!parsed.ok) return parsed;
   if (parsed.port !== port) return bad(`the Host header names port ${parsed.port}, but the request came to port ${port}`);
   return { ok: true, host: parsed.host, port, path: url };

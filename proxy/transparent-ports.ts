@@ -7,8 +7,9 @@
  * Kubernetes Service) maps `443=8443`, and the proxy still decides on 443, the port the client
  * dialled.
  */
+import { HTTP_PORT } from './authority.js';
+
 export const DNS_PORT = 53;
-export const HTTP_PORT = 80;
 
 export type TransparentKind = 'dns' | 'tls' | 'http';
 
