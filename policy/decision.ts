@@ -70,7 +70,13 @@ export function checkTarget(policy: Policy, rawHost: string, port: number): Allo
 }
 
 /** Every address must be public unicast; one that is not denies the whole request. */
-export function checkAddresses(target: AllowedTarget, addresses: readonly string[]): Decision {
+/**
+ * Whether an address and port is one of the proxy's own listeners (the proxy knows; the policy
+ * does not): a request there would loop back into the proxy.
+ */
+export type OwnListener = (address: string, port: number) => boolean;
+
+export function checkAddresses(target: AllowedTarget, addresses: readonly string[], ownListener?: OwnListener): Decision {
   const unique = addresses.length < 2 ? addresses : [...new Set(addresses)];
   if (unique.length === 0) {
     return { allowed: false, reason: 'dns_failed', detail: `${target.host} has no A or AAAA record`, host: target.host, port: target.port };
@@ -88,6 +94,16 @@ export function checkAddresses(target: AllowedTarget, addresses: readonly string
         addresses: unique,
       };
     }
+    if (ownListener?.(address, target.port) === true) {
+      return {
+        allowed: false,
+        reason: 'address_not_allowed',
+        detail: `${target.host} resolves to ${address}, the proxy's own address: port ${target.port} there is one of its listeners, and a request to it would loop back into the proxy`,
+        host: target.host,
+        port: target.port,
+        addresses: unique,
+      };
+    }
   }
   return allowed(target, unique, 'dns');
 }
@@ -96,7 +112,7 @@ export function checkAddresses(target: AllowedTarget, addresses: readonly string
  * Pins an allowed target: its test-host addresses, or a lookup whose every answer is checked.
  * Never throws: a failure while deciding is a denial.
  */
-export async function resolveTarget(policy: Policy, target: AllowedTarget, lookup: Lookup): Promise<Decision> {
+export async function resolveTarget(policy: Policy, target: AllowedTarget, lookup: Lookup, ownListener?: OwnListener): Promise<Decision> {
   try {
     const pinned = policy.testHosts.get(target.host);
     if (pinned !== undefined) return allowed(target, pinned, 'test_host');
@@ -104,19 +120,19 @@ export async function resolveTarget(policy: Policy, target: AllowedTarget, looku
     if (!outcome.ok) {
       return { allowed: false, reason: outcome.reason, detail: outcome.detail, host: target.host, port: target.port };
     }
-    return checkAddresses(target, outcome.addresses);
+    return checkAddresses(target, outcome.addresses, ownListener);
   } catch (err) {
     return { allowed: false, reason: 'internal_error', detail: `decision failed: ${(err as Error).message}`, port: target.port };
   }
 }
 
 /** The whole decision for one request. Never throws: a failure while deciding is a denial. */
-export async function decide(policy: Policy, rawHost: string, port: number, lookup: Lookup): Promise<Decision> {
+export async function decide(policy: Policy, rawHost: string, port: number, lookup: Lookup, ownListener?: OwnListener): Promise<Decision> {
   let target: AllowedTarget | Denial;
   try {
     target = checkTarget(policy, rawHost, port);
   } catch (err) {
     return { allowed: false, reason: 'internal_error', detail: `decision failed: ${(err as Error).message}`, port };
   }
-  return target.allowed ? resolveTarget(policy, target, lookup) : target;
+  return target.allowed ? resolveTarget(policy, target, lookup, ownListener) : target;
 }

@@ -16,4 +16,5 @@ export {
   type Denial,
   type Lookup,
   type LookupOutcome,
+  type OwnListener,
 } from './decision.js';

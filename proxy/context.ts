@@ -1,7 +1,7 @@
 /** What every request handler of the proxy shares: the current policy, lookup, limits, dialer. */
 import type { ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
-import type { Lookup, Policy } from '../policy/index.js';
+import type { Lookup, OwnListener, Policy } from '../policy/index.js';
 import type { Connect } from './dial.js';
 import type { ProxyLimits } from './limits.js';
 import type { Refusal } from './refusal.js';
@@ -11,6 +11,8 @@ import type { UpstreamPools } from './upstream-pools.js';
 export interface ProxyContext {
   policy(): Policy;
   readonly lookup: Lookup;
+  /** Whether a destination is one of the proxy's own listeners (refused: it would loop). */
+  readonly ownListener: OwnListener;
   readonly limits: ProxyLimits;
   readonly connect: Connect;
   readonly pools: UpstreamPools;

@@ -90,7 +90,7 @@ export function createForwarder(ctx: ProxyContext, root: Logger) {
     const head = checkRequestHead(req.rawHeaders, checked.host, checked.port, req.httpVersion !== '1.0');
     if (!head.ok) return deny({ reason: 'bad_request', detail: head.detail, host: checked.host, port: checked.port });
 
-    const decision = await resolveTarget(policy, checked, ctx.lookup);
+    const decision = await resolveTarget(policy, checked, ctx.lookup, ctx.ownListener);
     // Refused meanwhile, by a parse error behind it.
     if (record.recorded) return;
     const decideMs = ms(started);

@@ -6,6 +6,7 @@
  */
 import http from 'node:http';
 import net, { type AddressInfo } from 'node:net';
+import os from 'node:os';
 import { performance } from 'node:perf_hooks';
 import type { Registry } from 'prom-client';
 import type { Lookup, Policy } from '../policy/index.js';
@@ -27,6 +28,7 @@ import { healthCheckHead } from './health-check.js';
 import { startTransparent, type Transparent, type TransparentOptions } from './transparent.js';
 import { transparentEntryOf } from './transparent-entry.js';
 import { handleTransparentTls, refuseTls } from './transparent-tls.js';
+import { isOwnListener, type Listener } from './own-address.js';
 
 export interface EgressProxyOptions {
   readonly policy: Policy;
@@ -62,6 +64,8 @@ const HEAD_TIMEOUT: Refusal = { reason: 'header_timeout', detail: 'the request h
 
 /** Consecutive accept failures are logged once a second at most (a descriptor shortage repeats on every accept). */
 const ACCEPT_ERROR_LOG_MS = 1_000;
+/** How long the machine's interface addresses are taken as read (the self-loop check). */
+const INTERFACES_REFRESH_MS = 1_000;
 const INTERNAL_ERROR: Refusal = { reason: 'internal_error', detail: 'the proxy failed while deciding' };
 
 function clientError(err: NodeJS.ErrnoException): Refusal {
@@ -90,7 +94,19 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     observer.dnsLookup((performance.now() - t) / 1000, outcome.ok ? 'ok' : outcome.reason);
     return outcome;
   };
-  const ctx: ProxyContext = { policy: () => policy, lookup, limits, connect, pools, observer, inFlight: new WeakMap() };
+  // Every address and port the proxy listens on, and the machine's interface addresses (read
+  // again at most once a second: an address can appear after start).
+  const listeners: Listener[] = [];
+  let interfaces = { at: -Infinity, addresses: [] as string[] };
+  const machineAddresses = (): string[] => {
+    const now = Date.now();
+    if (now - interfaces.at > INTERFACES_REFRESH_MS) {
+      interfaces = { at: now, addresses: Object.values(os.networkInterfaces()).flatMap((list) => (list ?? []).map((i) => i.address)) };
+    }
+    return interfaces.addresses;
+  };
+  const ownListener = (address: string, port: number): boolean => isOwnListener(address, port, listeners, machineAddresses());
+  const ctx: ProxyContext = { policy: () => policy, lookup, ownListener, limits, connect, pools, observer, inFlight: new WeakMap() };
   /** The one recorder of the decision line and metric of a request on `socket`. */
   const recorderFor = (socket: net.Socket, method: string | undefined): DecisionRecorder => new DecisionRecorder(observer, connectionOf(socket, log).log, method);
   /** The decision line and metric of a refusal the server itself makes (no forwarding began). */
@@ -464,7 +480,9 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
           // The HTTP server never listens itself (connections are handed to it), but its
           // header-timeout sweep starts on 'listening'.
           httpServer.emit('listening');
-          resolve(netServer.address() as AddressInfo);
+          const bound = netServer.address() as AddressInfo;
+          listeners.push({ address: bound.address, port: bound.port });
+          resolve(bound);
         });
       });
     },
@@ -473,7 +491,10 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
       const started = await startTransparent(options, { accept, policy: () => policy, observer, log, closed: () => closed });
       // Closed while it was binding: nothing may stay listening.
       if (closed) await started.close();
-      else transparent = started;
+      else {
+        transparent = started;
+        for (const p of started.ports) listeners.push({ address: options.listen, port: p.listen });
+      }
       return started;
     },
     close() {

@@ -107,7 +107,7 @@ export async function openTunnel(
 ): Promise<void> {
   const { started } = target;
   const { log } = connectionOf(client, root);
-  const decision = await decide(ctx.policy(), target.host, target.port, ctx.lookup);
+  const decision = await decide(ctx.policy(), target.host, target.port, ctx.lookup, ctx.ownListener);
   const decideMs = ms(started);
   if (!decision.allowed) {
     if (decision.reason === 'internal_error') log.error({ [F.reason]: decision.reason, [F.detail]: decision.detail }, 'decision failed');

@@ -29,6 +29,8 @@ export async function startTestProxy(options: {
   limits?: Partial<ProxyLimits>;
   connect?: Connect;
   memory?: MemoryBudget;
+  /** Where it listens: 127.0.0.1 and a free port unless given (only inside a namespace of the test's own). */
+  listen?: { host: string; port: number };
 }): Promise<TestProxy> {
   const logs: Record<string, unknown>[] = [];
   const sink = new Writable({
@@ -50,6 +52,6 @@ export async function startTestProxy(options: {
     },
     ...(options.memory ? { memory: options.memory } : {}),
   });
-  const { port } = await proxy.listen('127.0.0.1', 0);
+  const { port } = await proxy.listen(options.listen?.host ?? '127.0.0.1', options.listen?.port ?? 0);
   return { port, proxy, logs, dialed, close: () => proxy.close() };
 }
