@@ -48,7 +48,8 @@ egress_address() {
 flags() {
   local name=$1 url="http://$1-egress:$PORT" v address
   address=$(egress_address "$name") && [[ -n $address ]] || die "$name-egress is not running on $name-net: $0 start $name POLICY_FILE first"
-  printf -- '--network %s-net --dns %s' "$name" "$address"
+  # No raw sockets: with NET_RAW the workload could send packets with a neighbour's source address.
+  printf -- '--network %s-net --dns %s --cap-drop NET_RAW' "$name" "$address"
   for v in HTTP_PROXY HTTPS_PROXY http_proxy https_proxy; do printf -- ' -e %s=%s' "$v" "$url"; done
   printf -- ' -e NO_PROXY=localhost,127.0.0.1,::1 -e no_proxy=localhost,127.0.0.1,::1\n'
 }

@@ -17,7 +17,8 @@ export interface ComposeProject {
   readonly name: string;
   run(args: readonly string[], env?: Record<string, string>): Promise<Ran>;
   /** `exec -T SERVICE bash -c COMMAND`: as the service's own user, no TTY. */
-  exec(service: string, command: string): Promise<Ran>;
+  /** Runs `command` with bash in a service's container, as its user or as `user`. */
+  exec(service: string, command: string, user?: string): Promise<Ran>;
   /** The container id of a service. */
   id(service: string): Promise<string>;
 }
@@ -55,7 +56,7 @@ export function composeProject(t: Test, name: string, files: readonly string[], 
   return {
     name,
     run,
-    exec: (service, command) => run(['exec', '-T', service, 'bash', '-c', command]),
+    exec: (service, command, user) => run(['exec', '-T', ...(user === undefined ? [] : ['-u', user]), service, 'bash', '-c', command]),
     id: async (service) => (await run(['ps', '-q', service])).stdout.trim(),
   };
 }

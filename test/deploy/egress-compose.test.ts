@@ -17,7 +17,7 @@ import type Docker from 'dockerode';
 import { dockerTest } from '../support/docker.js';
 import { composeProject, type Ran } from './compose-cli.js';
 import { ISOLATION_PROBE, probeCommand, readProbeOutput } from '../../controller/operator/isolation-probe.js';
-import { testSubnet, upstreamOverride, UPSTREAM_TEXT, writeUpstreamCert } from './upstream.js';
+import { RAW_SOCKET, testSubnet, upstreamOverride, UPSTREAM_TEXT, writeUpstreamCert } from './upstream.js';
 import { IMAGES } from '../../common/index.js';
 import { fileNeeds } from '../support/needs.js';
 
@@ -50,6 +50,11 @@ t.test('a workload behind the egress image, with docker-compose', async (t) => {
   const up = await project.run(['up', '-d'], { TEST_HOSTS: JSON.stringify({ 'deb.debian.org': upstreamIp, 'example.com': upstreamIp }) });
   t.equal(up.code, 0, up.stderr);
   t.comment(`up -d (egress healthy, then the workload) took ${Date.now() - started} ms`);
+
+  await t.test('the workload has no raw socket, even as root (it cannot forge a neighbour\'s source address)', async (t) => {
+    const raw = await project.exec('workload', RAW_SOCKET, '0');
+    t.match(raw, { code: 0, stdout: 'EPERM\n' }, raw.stderr);
+  });
 
   await t.test('the allowlisted host answers through the proxy', async (t) => {
     const r = await project.exec('workload', 'curl -sS http://deb.debian.org/');

@@ -15,7 +15,7 @@ import { fileURLToPath } from 'node:url';
 import { dockerTest } from '../support/docker.js';
 import { runCommand, type Ran } from './compose-cli.js';
 import { ISOLATION_PROBE, probeCommand, readProbeOutput } from '../../controller/operator/isolation-probe.js';
-import { startUpstream, testSubnet, UPSTREAM_TEXT, writeUpstreamCert } from './upstream.js';
+import { RAW_SOCKET, startUpstream, testSubnet, UPSTREAM_TEXT, writeUpstreamCert } from './upstream.js';
 import { IMAGES } from '../../common/index.js';
 import { fileNeeds } from '../support/needs.js';
 
@@ -58,7 +58,7 @@ t.test('the sidecar pattern for docker run', async (t) => {
   t.comment(`start took ${Date.now() - started} ms`);
   t.equal(start.code, 0, start.stderr);
   const flags = start.stdout.trim().split(' ');
-  t.same(flags.slice(0, 4), ['--network', `${name}-net`, '--dns', address], 'the network, and the proxy as its DNS server');
+  t.same(flags.slice(0, 6), ['--network', `${name}-net`, '--dns', address, '--cap-drop', 'NET_RAW'], 'the network, the proxy as its DNS server, no raw sockets');
   t.ok(flags.includes(`HTTPS_PROXY=http://${name}-egress:3128`));
   t.equal((await sidecar('flags', name)).stdout, start.stdout, 'flags prints the same again');
   const workload = (command: string): Promise<Ran> =>
@@ -72,9 +72,17 @@ t.test('the sidecar pattern for docker run', async (t) => {
     t.match(refused.stdout, /^X-Egress-Reason: host_not_allowed\r$/m);
   });
 
+  await t.test('the workload has no raw socket, even as root (it cannot forge a neighbour\'s source address)', async (t) => {
+    const asRoot = (more: readonly string[]): Promise<Ran> => runCommand('docker', ['run', '--rm', '--label', label, '--user', '0', ...more, IMAGES.sandbox, 'bash', '-c', RAW_SOCKET]);
+    const r = await asRoot(flags);
+    t.match(r, { code: 0, stdout: 'EPERM\n' }, r.stderr);
+    const control = await asRoot(['--network', `${name}-net`]);
+    t.match(control, { code: 0, stdout: 'opened\n' }, `without the flag, root opens one (the check can tell): ${control.stderr}`);
+  });
+
   await t.test('with only the network and DNS flags (no proxy variable): transparent mode', async (t) => {
     const bare = (command: string): Promise<Ran> =>
-      runCommand('docker', ['run', '--rm', '--label', label, ...flags.slice(0, 4), IMAGES.sandbox, 'bash', '-c', command]);
+      runCommand('docker', ['run', '--rm', '--label', label, ...flags.slice(0, 6), IMAGES.sandbox, 'bash', '-c', command]);
     const r = await bare('env | grep -ci _proxy; curl -sSk https://deb.debian.org/; echo; curl -sS http://deb.debian.org/');
     t.same([r.code, r.stdout], [0, `0\n${UPSTREAM_TEXT}\n${UPSTREAM_TEXT}`], r.stderr);
     const refused = await bare('start=$(date +%s%N); curl -sS https://example.com/; code=$?; echo "exit=$code ms=$(( ($(date +%s%N) - start) / 1000000 ))"');

@@ -84,3 +84,11 @@ export function testSubnet(): { subnet: string; gateway: string; address: string
   const prefix = `10.${200 + Math.floor(Math.random() * 50)}.${Math.floor(Math.random() * 256)}`;
   return { subnet: `${prefix}.0/24`, gateway: `${prefix}.1`, address: `${prefix}.2` };
 }
+
+/** A command that prints EPERM when the container may not open a raw socket (NET_RAW dropped), else "opened". */
+export const RAW_SOCKET = `python3 -c 'import socket
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP)
+    print("opened")
+except PermissionError:
+    print("EPERM")'`;
