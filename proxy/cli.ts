@@ -54,6 +54,14 @@ function openFileLimit(): number | undefined {
 }
 
 async function main(): Promise<number> {
+  // SIGHUP from the first line: Node ends a process on a signal nothing listens for, and an
+  // operator's reload (or a supervisor's) may come while the proxy starts. Until the proxy can
+  // reload, a request is remembered and met once it can.
+  let hangUpWaiting = false;
+  let onHangUp = (): void => {
+    hangUpWaiting = true;
+  };
+  process.on('SIGHUP', () => onHangUp());
   let config: ProxyConfig | undefined;
   try {
     config = parseConfig(process.argv.slice(2), process.env);
@@ -71,6 +79,8 @@ async function main(): Promise<number> {
 
   let policy;
   try {
+    // A reload asked for before this read is met by it.
+    hangUpWaiting = false;
     policy = loadPolicy(config, read);
   } catch (err) {
     process.stderr.write(`capybara-egress: ${(err as Error).message}\n`);
@@ -158,7 +168,8 @@ async function main(): Promise<number> {
 
   // Reload is wired before anything listens, and a listener that cannot start stops the proxy
   // (exit 2): it never serves without its metrics, its policy watch or its reload signal.
-  process.on('SIGHUP', () => reload('SIGHUP'));
+  onHangUp = () => reload('SIGHUP');
+  if (hangUpWaiting) reload('SIGHUP');
   let metrics: Awaited<ReturnType<typeof startMetricsServer>> | undefined;
   let address;
   try {

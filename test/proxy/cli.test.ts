@@ -87,6 +87,42 @@ async function waitFor(child: ChildProcess, output: { text: string }, pattern: R
   }
 }
 
+t.test('a SIGHUP while the proxy starts never ends it, and the reload it asks for happens', async (t) => {
+  // A policy file that is a FIFO holds the start at its first read, in the kernel (the process
+  // waits in wait_for_partner): the signal lands before the proxy has loaded anything, however
+  // fast or loaded the machine.
+  const file = path.join(mkdtempSync(path.join(dir, 'hup-')), 'policy.yaml');
+  spawnSync('mkfifo', [file]);
+  const port = await freePort();
+  const output = { text: '' };
+  const child = spawn(...plainNode(EGRESS_CLI, ['--policy', file, '--listen', `127.0.0.1:${port}`]), { env: EGRESS_BASE_ENV });
+  child.stdout?.on('data', (d: Buffer) => (output.text += d.toString()));
+  child.stderr?.on('data', (d: Buffer) => (output.text += d.toString()));
+  t.teardown(() => child.kill('SIGKILL'));
+  const wchan = (): string => {
+    try {
+      return readFileSync(`/proc/${child.pid}/wchan`, 'utf8');
+    } catch {
+      return '';
+    }
+  };
+  const deadline = Date.now() + 20_000;
+  while (wchan() !== 'wait_for_partner' && child.exitCode === null && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+  t.equal(wchan(), 'wait_for_partner', 'the start waits on the policy file');
+  child.kill('SIGHUP');
+  // Each read of the FIFO takes one writer; the proxy reads its policy file more than once. A
+  // writer nobody reads from gives up after 2 s (a child left running would hold the test open).
+  const feeder = setInterval(() => {
+    spawn('timeout', ['2', 'sh', '-c', `printf 'allowHosts: [one.test]\n' > ${file}`], { stdio: 'ignore' });
+  }, 200);
+  t.teardown(() => clearInterval(feeder));
+  await waitFor(child, output, /egress proxy listening/);
+  clearInterval(feeder);
+  t.equal(child.exitCode, null, 'still running');
+  t.equal(child.signalCode, null, 'not ended by the signal');
+  t.match(output.text, /"policy_reloaded","why":"SIGHUP"/, 'the reload asked for during the start was done');
+});
+
 t.test('SIGHUP and file changes reload the policy; an invalid file keeps the old one', async (t) => {
   const upstream = net.createServer((s) => s.on('data', (d) => s.write(d)));
   await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
