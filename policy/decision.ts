@@ -69,13 +69,16 @@ export function checkTarget(policy: Policy, rawHost: string, port: number): Allo
   return { allowed: true, host, port, rule: pattern.entry, tunnel: pattern.tunnel };
 }
 
-/** Every address must be public unicast; one that is not denies the whole request. */
 /**
  * Whether an address and port is one of the proxy's own listeners (the proxy knows; the policy
  * does not): a request there would loop back into the proxy.
  */
 export type OwnListener = (address: string, port: number) => boolean;
 
+/**
+ * Every address must be public unicast, and none one of the proxy's own listeners; one that is
+ * not denies the whole request.
+ */
 export function checkAddresses(target: AllowedTarget, addresses: readonly string[], ownListener?: OwnListener): Decision {
   const unique = addresses.length < 2 ? addresses : [...new Set(addresses)];
   if (unique.length === 0) {

@@ -28,7 +28,7 @@ import { healthCheckHead } from './health-check.js';
 import { startTransparent, type Transparent, type TransparentOptions } from './transparent.js';
 import { transparentEntryOf } from './transparent-entry.js';
 import { handleTransparentTls, refuseTls } from './transparent-tls.js';
-import { isOwnListener, type Listener } from './own-address.js';
+import { canonicalAddress, isOwnListener, type Listener } from './own-address.js';
 
 export interface EgressProxyOptions {
   readonly policy: Policy;
@@ -97,11 +97,15 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   // Every address and port the proxy listens on, and the machine's interface addresses (read
   // again at most once a second: an address can appear after start).
   const listeners: Listener[] = [];
-  let interfaces = { at: -Infinity, addresses: [] as string[] };
-  const machineAddresses = (): string[] => {
+  const listening = (address: string, port: number): void => {
+    listeners.push({ address: canonicalAddress(address) ?? address, port });
+  };
+  let interfaces = { at: -Infinity, addresses: new Set<string>() };
+  const machineAddresses = (): ReadonlySet<string> => {
     const now = Date.now();
     if (now - interfaces.at > INTERFACES_REFRESH_MS) {
-      interfaces = { at: now, addresses: Object.values(os.networkInterfaces()).flatMap((list) => (list ?? []).map((i) => i.address)) };
+      const all = Object.values(os.networkInterfaces()).flatMap((list) => (list ?? []).map((i) => canonicalAddress(i.address)));
+      interfaces = { at: now, addresses: new Set(all.filter((a) => a !== undefined)) };
     }
     return interfaces.addresses;
   };
@@ -481,7 +485,7 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
           // header-timeout sweep starts on 'listening'.
           httpServer.emit('listening');
           const bound = netServer.address() as AddressInfo;
-          listeners.push({ address: bound.address, port: bound.port });
+          listening(bound.address, bound.port);
           resolve(bound);
         });
       });
@@ -493,7 +497,7 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
       if (closed) await started.close();
       else {
         transparent = started;
-        for (const p of started.ports) listeners.push({ address: options.listen, port: p.listen });
+        for (const p of started.ports) listening(options.listen, p.listen);
       }
       return started;
     },

@@ -1,9 +1,10 @@
 /** The self-loop check, pure: which destinations are the proxy's own listeners. */
 import t from 'tap';
-import { isOwnListener } from '../../proxy/own-address.js';
+import { canonicalAddress, isOwnListener } from '../../proxy/own-address.js';
 import { checkAddresses } from '../../policy/index.js';
 
-const LOCAL = ['127.0.0.1', '93.184.215.14', '::1', '2606:4700:4700::1111', 'fe80::1'];
+/** The machine's interface addresses, as the proxy keeps them (canonical). */
+const LOCAL = new Set(['127.0.0.1', '93.184.215.14', '::1', '2606:4700:4700::1111', 'fe80::1%eth0'].map((a) => canonicalAddress(a)!));
 
 t.test('a listener on every address is every machine address on its port, in any spelling', async (t) => {
   const all = [{ address: '0.0.0.0', port: 3128 }];
@@ -18,7 +19,7 @@ t.test('a listener on every address is every machine address on its port, in any
 t.test('a listener on one address is that address only', async (t) => {
   const one = [{ address: '93.184.215.14', port: 443 }];
   t.ok(isOwnListener('93.184.215.14', 443, one, LOCAL));
-  t.ok(isOwnListener('93.184.215.14', 443, one, []), 'even when the interface list does not have it yet');
+  t.ok(isOwnListener('93.184.215.14', 443, one, new Set()), 'even when the interface list does not have it yet');
   t.notOk(isOwnListener('2606:4700:4700::1111', 443, one, LOCAL), 'another of the machine\'s addresses');
   t.notOk(isOwnListener('not an address', 443, one, LOCAL));
   t.notOk(isOwnListener('93.184.215.14', 443, [], LOCAL), 'no listener');
