@@ -18,7 +18,7 @@ import { WORKSPACE } from './container-spec.js';
 import { WORKSPACE_OWNER_ARCHIVE } from './workspace-owner.js';
 import type { ContainerView, NetworkView, SandboxEngine } from './sandbox-engine.js';
 
-export { EngineStatusError, engineStatus, isEngineStatusError } from './engine-call.js';
+export { EngineStatusError, engineStatus, imageRefusal, isEngineStatusError } from './engine-call.js';
 export type { ExecRequest, ExecRun } from './engine-exec.js';
 export type { ContainerSummary, ResourceSummary } from './engine-listing.js';
 export type { NetworkView } from './sandbox-engine.js';

@@ -10,7 +10,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { type DeploymentConfig, type SandboxHandle, type SandboxProvider, isSandboxError } from '../spec/index.js';
-import { type DockerEngine, engineStatus, parseEndpoint } from '../docker/index.js';
+import { type DockerEngine, engineStatus, imageRefusal, parseEndpoint } from '../docker/index.js';
 import { ISOLATION_PROBE, probeCommand, readProbeOutput } from './isolation-probe.js';
 import type { SandboxRow } from './inventory.js';
 
@@ -92,7 +92,15 @@ async function checkProxyRefuses(o: DoctorOptions): Promise<DoctorCheck> {
 async function checkImages(o: DoctorOptions): Promise<DoctorCheck> {
   const images = [o.image, o.config.egressProxyImage];
   const missing: string[] = [];
-  for (const image of images) if (!(await o.engine.imageExists(image))) missing.push(image);
+  for (const image of images) {
+    // The socket proxy refuses even an inspect of an image it does not admit (image_not_allowed).
+    const exists = await o.engine.imageExists(image).catch((err: unknown) => {
+      const refused = imageRefusal(err);
+      if (refused === undefined) throw err;
+      return `refused by the socket proxy: ${refused}`;
+    });
+    if (exists !== true) missing.push(exists === false ? image : `${image} (${exists})`);
+  }
   if (missing.length === 0) return { check: 'images_present', status: 'pass', detail: `${images.join(', ')} present.` };
   return {
     check: 'images_present',

@@ -7,7 +7,7 @@
  */
 import { EGRESS_HEALTH_PATH, EGRESS_PROXY_PORT } from '../../common/index.js';
 import { SandboxError, type SandboxNames } from '../spec/index.js';
-import { egressContainerBody, isEngineStatusError, type EgressPlan, engineStatus } from '../docker/index.js';
+import { egressContainerBody, imageRefusal, type EgressPlan, engineStatus } from '../docker/index.js';
 import { SANDBOX_USER } from '../exec/index.js';
 import type { BuildDeps } from './build-deps.js';
 import { dockerSays } from './concurrent-change.js';
@@ -20,12 +20,6 @@ const EGRESS_PROBE_PAUSE_S = 0.02;
 /** A create that lost a race with a concurrent one (409) is as good as done. */
 export function ignoreConflict(err: unknown): void {
   if (engineStatus(err) !== 409) throw err;
-}
-
-/** The socket proxy's refusal of an image (its X-Socket-Proxy-Deny reason), if that is what `err` is. */
-function imageRefusal(err: unknown): string | undefined {
-  if (!isEngineStatusError(err) || !err.byProxy) return undefined;
-  return /\b(image_not_allowed|registry_not_allowed:\S+)/.exec(err.message)?.[1];
 }
 
 /** What to do about an image the socket proxy does not admit. */

@@ -168,6 +168,13 @@ t.test('operator commands against the engine and the socket proxy', async (t) =>
     t.notOk(await env.docker.getNetwork(other).inspect().then(() => true, () => false), 'no network was made');
   });
 
+  await t.test('doctor through the socket proxy with an image it does not admit: a failed check naming the reason, not a crash', async (t) => {
+    const r = await op([...viaProxy, '--image', 'capybara-unlisted:1', '--json', 'doctor']);
+    t.equal(r.code, 1, r.stderr);
+    const checks = JSON.parse(r.stdout) as Array<{ check: string; status: string; detail: string }>;
+    t.match(checks.find((c) => c.check === 'images_present'), { status: 'fail', detail: 'Missing: capybara-unlisted:1 (refused by the socket proxy: image_not_allowed).' });
+  });
+
   await t.test('doctor against the engine itself fails the proxy check and names the ICC problem', async (t) => {
     // A shared network as docker network create makes it: inter-container traffic on.
     const open = env.name('iccnet');
