@@ -225,19 +225,17 @@ func policy(route string, d *decoded, s settings) error {
 		if c == nil || !s.images[c.Image] {
 			return fmt.Errorf("image not listed")
 		}
-		if c != nil {
-			if err := onlyFields(c, "Image", "User", "Entrypoint", "Cmd", "WorkingDir", "Env", "Labels", "Volumes", "Healthcheck"); err != nil {
-				return err
+		if err := onlyFields(c, "Image", "User", "Entrypoint", "Cmd", "WorkingDir", "Env", "Labels", "Volumes", "Healthcheck"); err != nil {
+			return err
+		}
+		// At most the image's health check turned off: never a command of the caller's.
+		if h := c.Healthcheck; h != nil {
+			if err := onlyFields(h, "Test"); err != nil || len(h.Test) != 1 || h.Test[0] != "NONE" {
+				return fmt.Errorf("Healthcheck %+v", h)
 			}
-			// At most the image's health check turned off: never a command of the caller's.
-			if h := c.Healthcheck; h != nil {
-				if err := onlyFields(h, "Test"); err != nil || len(h.Test) != 1 || h.Test[0] != "NONE" {
-					return fmt.Errorf("Healthcheck %+v", h)
-				}
-			}
-			if len(c.Volumes) > 0 {
-				return fmt.Errorf("anonymous volumes %v", c.Volumes)
-			}
+		}
+		if len(c.Volumes) > 0 {
+			return fmt.Errorf("anonymous volumes %v", c.Volumes)
 		}
 		if err := onlyFields(hc, "NetworkMode", "CapDrop", "SecurityOpt", "ReadonlyRootfs", "PidsLimit", "Memory", "MemorySwap",
 			"CgroupnsMode", "IpcMode", "NanoCPUs", "Init", "RestartPolicy", "Tmpfs", "Mounts", "Runtime", "Privileged",
