@@ -29,6 +29,10 @@ export function concurrentChange(err: unknown): boolean {
     // A network name several networks share (made before networks were addressed by id).
     case 400:
       return /ambiguous/i.test(err.message);
+    // A container another call is removing, which a network connect or disconnect meets
+    // ("is marked for removal and cannot be connected or disconnected to the network").
+    case 500:
+      return /marked for removal/i.test(err.message);
     default:
       return false;
   }
