@@ -12,6 +12,7 @@ import { isCodedError } from '../common/index.js';
 import { loadPolicy, OPTIONS, parseConfig, usage, type ProxyConfig } from './config.js';
 import { createLookup, MAX_LOOKUPS_IN_FLIGHT } from './dns.js';
 import { createLogger } from './log.js';
+import { clientShare, MAX_CLIENT_SHARE } from './limits.js';
 import { createEgressProxy, type EgressProxy } from './server.js';
 import { startMetricsServer } from './metrics.js';
 import { MIN_OPEN_FILES, openFilesFor, planDescriptors, softOpenFileLimit } from './fd-budget.js';
@@ -108,8 +109,9 @@ async function main(): Promise<number> {
   }
   // The machine's share: its memory, and no more than V8 lets the heap grow.
   const limit = memoryLimit({ cgroup: cgroupLimit(), flag: config.memoryLimitBytes, machine: Math.min(os.totalmem(), v8.getHeapStatistics().heap_size_limit) });
-  const clientShare = config.limits.maxConnectionsPerClient / config.limits.maxConnections;
-  const memoryPlan = planMemory(limit, Math.min(plan.maxConnections, config.limits.maxConnections), clientShare);
+  // A client's share of the memory is its share of the connections, at most a quarter.
+  const share = Math.min(MAX_CLIENT_SHARE, config.limits.maxConnectionsPerClient / config.limits.maxConnections);
+  const memoryPlan = planMemory(limit, Math.min(plan.maxConnections, config.limits.maxConnections), share);
   if (memoryPlan === undefined) {
     process.stderr.write(
       `capybara-egress: the memory limit is ${Math.floor(limit.bytes / MIB)} MiB (from the ${limit.source}), and the proxy needs at least ${MIN_MEMORY_BYTES / MIB} MiB; raise it (docker run -m, the pod's memory limit, --memory-limit-mb)\n`,
@@ -124,7 +126,7 @@ async function main(): Promise<number> {
   });
   let limits = config.limits;
   if (plan.maxConnections < limits.maxConnections || plan.maxLookupsInFlight < MAX_LOOKUPS_IN_FLIGHT) {
-    limits = { ...limits, maxConnections: plan.maxConnections, maxConnectionsPerClient: Math.min(limits.maxConnectionsPerClient, plan.maxConnections) };
+    limits = { ...limits, maxConnections: plan.maxConnections };
     const needed = openFilesFor(config.limits.maxConnections);
     log.warn(
       { event: 'limits_lowered', openFileLimit: nofile, needed, maxConnections: plan.maxConnections, maxLookupsInFlight: plan.maxLookupsInFlight, configured: config.limits.maxConnections },
@@ -132,7 +134,8 @@ async function main(): Promise<number> {
     );
   }
   const memoryLowered = memoryPlan.maxConnections < limits.maxConnections;
-  if (memoryLowered) limits = { ...limits, maxConnections: memoryPlan.maxConnections, maxConnectionsPerClient: Math.min(limits.maxConnectionsPerClient, memoryPlan.maxConnections) };
+  // A lowered total keeps each client to its share of it (clientShare, in the server).
+  if (memoryLowered) limits = { ...limits, maxConnections: memoryPlan.maxConnections };
   const mib = (n: number): number => Math.floor(n / MIB);
   log[memoryLowered ? 'warn' : 'info'](
     {
@@ -142,6 +145,7 @@ async function main(): Promise<number> {
       budgetMb: mib(memoryPlan.totalBytes),
       perClientMb: mib(memoryPlan.perClientBytes),
       maxConnections: limits.maxConnections,
+      maxConnectionsPerClient: clientShare(limits.maxConnections, limits.maxConnectionsPerClient),
       configured: config.limits.maxConnections,
     },
     `${mib(memoryPlan.limitBytes)} MiB of memory (from the ${memoryPlan.source}): up to ${mib(memoryPlan.totalBytes)} MiB held before a verdict, ${mib(memoryPlan.perClientBytes)} MiB per client address, then 503 overloaded` +

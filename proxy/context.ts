@@ -1,7 +1,8 @@
 /** What every request handler of the proxy shares: the current policy, lookup, limits, dialer. */
 import type { ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
-import type { Lookup, OwnListener, Policy } from '../policy/index.js';
+import type { OwnListener, Policy } from '../policy/index.js';
+import type { ClientLookup } from './dns.js';
 import type { Connect } from './dial.js';
 import type { ProxyLimits } from './limits.js';
 import type { Refusal } from './refusal.js';
@@ -10,7 +11,8 @@ import type { UpstreamPools } from './upstream-pools.js';
 
 export interface ProxyContext {
   policy(): Policy;
-  readonly lookup: Lookup;
+  /** Lookups within the client's share of those in flight (dns.ts). */
+  readonly lookup: ClientLookup;
   /** Whether a destination is one of the proxy's own listeners (refused: it would loop). */
   readonly ownListener: OwnListener;
   readonly limits: ProxyLimits;

@@ -18,13 +18,16 @@ export class DecisionRecorder {
 
   /**
    * `method` is the request's, when it was parsed; `level` is that of the line (a limit refusal,
-   * made before the connection had a logger of its own, is a warning).
+   * made before the connection had a logger of its own, is a warning); `gate` says whether a
+   * refusal gets its line (line-gate.ts: refusal lines are rate-capped per client, and only
+   * counted past the cap).
    */
   constructor(
     private readonly observer: ProxyObserver,
     private readonly log: Logger,
     private readonly method: string | undefined,
     private readonly level: LineLevel = 'info',
+    private readonly gate: (reason: string) => boolean = () => true,
   ) {}
 
   /** Whether the request's line is written (its outcome is known, and nothing may change it). */
@@ -50,6 +53,7 @@ export class DecisionRecorder {
     if (this.written) return;
     this.written = true;
     this.observer.decision('deny', refusal.reason);
+    if (!this.gate(refusal.reason)) return;
     logLine(
       this.log,
       { [F.event]: 'decision', [F.decision]: 'deny', [F.method]: this.method, [F.reason]: refusal.reason, [F.detail]: refusal.detail, [F.host]: refusal.host, [F.port]: refusal.port, ...this.noted, ...fields },

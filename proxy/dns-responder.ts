@@ -3,13 +3,16 @@
  * 7766: a client retries a truncated answer over TCP). Every message is answered by
  * dns-answer.ts alone; this file owns the sockets and what one client may make them do.
  *
- * A query costs the client nothing, so everything is capped: queries per second per client and in
- * all (over the rate a UDP query gets no answer, a TCP connection is closed), TCP connections per
- * client and in all, their idle time, queries per connection, and answers waiting to be written
- * (the connection stops being read until the client reads them). A refused name has a decision
- * line (`dns_not_allowed`, or why it is no host name), but a client asking thousands of names
- * must not become thousands of lines: past a few lines a second per client, refusals are only
- * counted (the decision metric counts every one), and the count is logged every 10 s.
+ * A query costs the client nothing, so everything is capped: queries per second per client, per
+ * client network (/24, /64: rotating source addresses within one network buys nothing) and in all,
+ * each taken in that order, so that one client spends its own share before the total (over the
+ * rate a UDP query gets no answer, a TCP connection is closed); TCP connections per client and in
+ * all, their idle time, queries per connection, and answers waiting to be written (the connection
+ * stops being read until the client reads them). A refused name has a decision line
+ * (`dns_not_allowed`, or why it is no host name), but a client asking thousands of names must not
+ * become thousands of lines: past a few lines a second per client, or a few dozen in all,
+ * refusals are only counted (the decision metric counts every one), and the counts are logged
+ * every 10 s. The rate tables are capped and cannot be rotated around (rate-limit.ts).
  */
 import dgram from 'node:dgram';
 import net from 'node:net';
@@ -17,19 +20,26 @@ import type { Policy } from '../policy/index.js';
 import { answerQuery, MAX_QUERY_BYTES, type DnsVerdict } from './dns-answer.js';
 import { F, logLine, printable, type Logger } from './log.js';
 import type { ProxyObserver } from './metrics.js';
-import { RateLimiter } from './rate-limit.js';
+import { LineGate } from './line-gate.js';
+import { networkOf, RateLimiter } from './rate-limit.js';
 
 /** What one client, and every client together, may make the responder do. */
 export const DNS_LIMITS = Object.freeze({
   /** Queries per second from one client address, and its burst. */
   clientQueriesPerSecond: 100,
   clientQueryBurst: 200,
+  /** Queries per second from one client network (IPv4 /24, IPv6 /64), and its burst. */
+  networkQueriesPerSecond: 400,
+  networkQueryBurst: 800,
   /** Queries per second from every client together, and the burst. */
   totalQueriesPerSecond: 2_000,
   totalQueryBurst: 4_000,
   /** Decision lines per second for one client's refused names, and their burst. */
   clientLinesPerSecond: 2,
   clientLineBurst: 20,
+  /** Decision lines per second for every client's refused names together, and their burst. */
+  totalLinesPerSecond: 50,
+  totalLineBurst: 100,
   /** Client addresses the rate tables remember. */
   maxClients: 4_096,
   /** How often the count of refusals logged without a line of their own is written. */
@@ -67,22 +77,31 @@ export async function startDnsResponder(host: string, port: number, options: Dns
   const { policy, answer, observer, log } = options;
   const limits: DnsLimits = { ...DNS_LIMITS, ...options.limits };
   const queries = new RateLimiter(limits.clientQueriesPerSecond, limits.clientQueryBurst, limits.maxClients);
+  const networks = new RateLimiter(limits.networkQueriesPerSecond, limits.networkQueryBurst, limits.maxClients);
   const total = new RateLimiter(limits.totalQueriesPerSecond, limits.totalQueryBurst, 1);
-  const lines = new RateLimiter(limits.clientLinesPerSecond, limits.clientLineBurst, limits.maxClients);
-  let suppressed = 0;
-  const suppressedFrom = new Set<string>();
+  const lines = new LineGate({
+    clientPerSecond: limits.clientLinesPerSecond,
+    clientBurst: limits.clientLineBurst,
+    totalPerSecond: limits.totalLinesPerSecond,
+    totalBurst: limits.totalLineBurst,
+    maxClients: limits.maxClients,
+  });
   const report = (): void => {
-    if (suppressed === 0) return;
-    logLine(log, { [F.event]: 'dns_lines_suppressed', [F.lines]: suppressed, clients: suppressedFrom.size, [F.detail]: 'refused DNS names logged without a line of their own (over the per-client line rate); the decision metric counts each' });
-    suppressed = 0;
-    suppressedFrom.clear();
+    const summary = lines.takeSummary();
+    if (summary === undefined) return;
+    log.warn(
+      { [F.event]: 'dns_lines_suppressed', [F.lines]: summary.lines, clients: summary.clients, byReason: summary.byReason },
+      'refused DNS names counted without a line of their own (over the line rates); the decision metric counts each',
+    );
   };
   const reporter = setInterval(report, limits.suppressedReportMs);
   reporter.unref();
 
   /** The answer to one message from `clientIp` (`client` is ip:port), or undefined for none. */
   const handle = (query: Buffer, clientIp: string, client: string, transport: 'udp' | 'tcp'): Buffer | undefined => {
-    if (!total.take('') || !queries.take(clientIp)) {
+    // The client's own share first, then its network's, then the total: a client over its rate
+    // spends none of what the others have.
+    if (!queries.takeFor(clientIp) || !networks.take(networkOf(clientIp) ?? clientIp) || !total.take('')) {
       observer.dnsQuery('rate_limited');
       return undefined;
     }
@@ -92,7 +111,7 @@ export async function startDnsResponder(host: string, port: number, options: Dns
     } catch (err) {
       // Fail closed: no answer. Never expected (the codec's errors are caught inside).
       observer.dnsQuery('error');
-      if (lines.take(clientIp)) log.error({ err, [F.event]: 'dns_failed', [F.client]: client }, 'DNS responder failed; no answer');
+      if (lines.admit(clientIp, 'internal_error')) log.error({ err, [F.event]: 'dns_failed', [F.client]: client }, 'DNS responder failed; no answer');
       return undefined;
     }
     if (verdict.kind === 'drop') {
@@ -102,7 +121,7 @@ export async function startDnsResponder(host: string, port: number, options: Dns
     observer.dnsQuery(verdict.truncated ? 'truncated' : verdict.result);
     if (verdict.refusal !== undefined) {
       observer.decision('deny', verdict.refusal.reason);
-      if (lines.take(clientIp)) {
+      if (lines.admit(clientIp, verdict.refusal.reason)) {
         logLine(log, {
           [F.event]: 'decision',
           [F.decision]: 'deny',
@@ -114,9 +133,6 @@ export async function startDnsResponder(host: string, port: number, options: Dns
           [F.host]: printable(Buffer.from(verdict.name ?? '', 'utf8')),
           [F.qtype]: verdict.qtype,
         });
-      } else {
-        suppressed += 1;
-        suppressedFrom.add(clientIp);
       }
     }
     return verdict.message;

@@ -9,7 +9,8 @@
  * /etc/hosts is not consulted.
  */
 import { promises as dnsPromises } from 'node:dns';
-import type { Lookup, LookupOutcome } from '../policy/index.js';
+import type { LookupOutcome } from '../policy/index.js';
+import { clientShare } from './limits.js';
 
 export interface LookupOptions {
   /** `IP` or `IP:PORT` / `[IPv6]:PORT`; empty means the servers of /etc/resolv.conf. */
@@ -58,30 +59,50 @@ export interface LookupWork {
 }
 
 /**
- * Caps the lookups in flight and shares one lookup among concurrent requests for a name. A slot
- * is held until the lookup's queries end, not just its deadline: c-ares keeps retrying on its own
- * schedule (several seconds past a 5 s deadline with two servers), and those queries are what
- * the cap bounds.
+ * A lookup made for a client (its address): the lookups in flight are a shared pool, and each
+ * client may hold only its share of it. A lookup without a client counts as one client's.
  */
-export function limitLookups(start: (name: string) => LookupWork, max = MAX_LOOKUPS_IN_FLIGHT): Lookup {
+export type ClientLookup = (name: string, client?: string) => Promise<LookupOutcome>;
+
+/**
+ * Caps the lookups in flight, in all and per client (clientShare: a quarter of the cap), and
+ * shares one lookup among concurrent requests for a name (joining one costs no slot). A slot is
+ * held until the lookup's queries end, not just its deadline: c-ares keeps retrying on its own
+ * schedule (several seconds past a 5 s deadline with two servers), and those queries are what
+ * the cap bounds. One client asking for names whose servers never answer holds its share, never
+ * the pool.
+ */
+export function limitLookups(start: (name: string) => LookupWork, max = MAX_LOOKUPS_IN_FLIGHT): ClientLookup {
   const shared = new Map<string, Promise<LookupOutcome>>();
+  const perClient = new Map<string, number>();
+  const share = clientShare(max);
   let live = 0;
-  return (name) => {
+  return (name, client = '') => {
     const joined = shared.get(name);
     if (joined !== undefined) return joined;
+    const mine = perClient.get(client) ?? 0;
+    if (mine >= share) {
+      return Promise.resolve({ ok: false, reason: 'dns_failed', detail: `too many DNS lookups in flight from ${client || 'this client'} (its share: ${share}); retry later` });
+    }
     if (live >= max) {
       return Promise.resolve({ ok: false, reason: 'dns_failed', detail: `too many DNS lookups in flight (${max}); retry later` });
     }
     live++;
+    perClient.set(client, mine + 1);
     const work = start(name);
-    void work.queriesDone.finally(() => live--);
+    void work.queriesDone.finally(() => {
+      live--;
+      const left = (perClient.get(client) ?? 1) - 1;
+      if (left === 0) perClient.delete(client);
+      else perClient.set(client, left);
+    });
     const outcome = work.outcome.finally(() => shared.delete(name));
     shared.set(name, outcome);
     return outcome;
   };
 }
 
-export function createLookup(options: LookupOptions): Lookup {
+export function createLookup(options: LookupOptions): ClientLookup {
   const { servers, timeoutMs, maxInFlight = MAX_LOOKUPS_IN_FLIGHT } = options;
   // A first try of a third of the deadline leaves room for a retry within it.
   const resolver = new dnsPromises.Resolver({ timeout: Math.max(1, Math.floor(timeoutMs / 3)), tries: 2 });

@@ -20,6 +20,7 @@ import { holdInFlight, type ProxyContext } from './context.js';
 import type { DecisionRecorder, LineFields } from './decision-recorder.js';
 import { isDialError } from './dial.js';
 import { F, ms, type Logger } from './log.js';
+import { READ_AHEAD_BYTES, type Charge, type Held } from './memory-budget.js';
 import { refuseResponse, type Refusal } from './refusal.js';
 import { checkRequestHead, type BodyFraming } from './request-head.js';
 import { checkResponseHead } from './response-head.js';
@@ -55,7 +56,7 @@ export function createForwarder(ctx: ProxyContext, root: Logger) {
   /** One plain-HTTP request; its one decision line goes through `record`. */
   return async function handleRequest(req: IncomingMessage, res: ServerResponse, record: DecisionRecorder): Promise<void> {
     const started = performance.now();
-    const { log, counted } = connectionOf(req.socket, root);
+    const { log, counted, clientIp, memory } = connectionOf(req.socket, root);
     const deny = (refusal: Refusal, fields: LineFields = {}): void => {
       record.deny(refusal, fields);
       refuseResponse(res, refusal);
@@ -90,7 +91,7 @@ export function createForwarder(ctx: ProxyContext, root: Logger) {
     const head = checkRequestHead(req.rawHeaders, checked.host, checked.port, req.httpVersion !== '1.0');
     if (!head.ok) return deny({ reason: 'bad_request', detail: head.detail, host: checked.host, port: checked.port });
 
-    const decision = await resolveTarget(policy, checked, ctx.lookup, ctx.ownListener);
+    const decision = await resolveTarget(policy, checked, (name) => ctx.lookup(name, clientIp), ctx.ownListener);
     // Refused meanwhile, by a parse error behind it.
     if (record.recorded) return;
     const decideMs = ms(started);
@@ -103,7 +104,7 @@ export function createForwarder(ctx: ProxyContext, root: Logger) {
       record.allow({ [F.host]: decision.host, [F.port]: decision.port, [F.rule]: decision.rule, [F.addresses]: decision.addresses, [F.decideMs]: decideMs, [F.error]: 'client_closed' });
       return;
     }
-    forward(ctx, req, res, { decision, path: parsed.path, headers: head.headers, framing: head.framing, started, decideMs, counted, record });
+    forward(ctx, req, res, { decision, path: parsed.path, headers: head.headers, framing: head.framing, started, decideMs, counted, record, memory });
   };
 }
 
@@ -116,6 +117,8 @@ interface Forwarding {
   readonly decideMs: number;
   readonly counted: { read: number };
   readonly record: DecisionRecorder;
+  /** The connection's memory charge: a response the client does not read is held on it. */
+  readonly memory: Charge;
 }
 
 function forward(ctx: ProxyContext, req: IncomingMessage, res: ServerResponse, f: Forwarding): void {
@@ -243,6 +246,16 @@ function forward(ctx: ProxyContext, req: IncomingMessage, res: ServerResponse, f
     res.end();
   };
 
+  // What a response the client does not read leaves held, charged until the client drains it; a
+  // client past its share loses its oldest stalled responses and tunnels first.
+  let held: Held | undefined;
+  const evict = (): void => {
+    allowLine('overloaded');
+    abort?.();
+    socket.destroy();
+  };
+  res.once('close', () => held?.release());
+
   const handler: Dispatcher.DispatchHandler = {
     onConnect(abortRequest) {
       abort = abortRequest;
@@ -276,9 +289,13 @@ function forward(ctx: ProxyContext, req: IncomingMessage, res: ServerResponse, f
     onData(chunk) {
       if (over() || res.destroyed || !flushHead()) return false;
       if (res.write(chunk)) return true;
-      // The client reads slower than the upstream sends: undici pauses until the client drains.
+      // The client reads slower than the upstream sends: undici pauses until the client drains,
+      // and what the pause leaves held is charged to the client meanwhile (memory-budget.ts).
       awaitingClient = true;
+      held = f.memory.hold(socket.writableLength + READ_AHEAD_BYTES, evict);
       res.once('drain', () => {
+        held?.release();
+        held = undefined;
         awaitingClient = false;
         drain();
       });

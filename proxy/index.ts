@@ -1,7 +1,7 @@
 /** The egress proxy: sockets, HTTP and tunnels around the pure decisions of policy/. */
 export { createEgressProxy, type EgressProxy, type EgressProxyOptions } from './server.js';
 export { DEFAULT_LIMITS, type ProxyLimits } from './limits.js';
-export { createLookup, limitLookups, MAX_LOOKUPS_IN_FLIGHT, type LookupOptions, type LookupWork } from './dns.js';
+export { createLookup, limitLookups, MAX_LOOKUPS_IN_FLIGHT, type ClientLookup, type LookupOptions, type LookupWork } from './dns.js';
 export { createLogger } from './log.js';
 export { defaultConnect, type Connect } from './dial.js';
 export { parseAbsoluteUrl, parseConnectTarget, type ParsedTarget } from './authority.js';

@@ -17,9 +17,27 @@ export const LimitsSchema = z.object({
   dnsTimeoutMs: ms(1).default(5_000).describe('DNS deadline per request (then 504)'),
   connectTimeoutMs: ms(1).default(10_000).describe('connect deadline per upstream address'),
   maxConnections: whole(1).default(16_384).describe('open client connections in total (then 503)'),
-  maxConnectionsPerClient: whole(1).default(4_096).describe('open client connections from one client address (then 429)'),
+  maxConnectionsPerClient: whole(1).default(4_096).describe('open client connections from one client address, at most a quarter of maxConnections (then 429)'),
 });
 
 export type ProxyLimits = Readonly<z.output<typeof LimitsSchema>>;
 
 export const DEFAULT_LIMITS: ProxyLimits = Object.freeze(LimitsSchema.parse({}));
+
+/**
+ * The most of a shared pool (connections, DNS lookups in flight, the memory budget) one client
+ * address may hold: a share that collapses to the whole when a plan lowers the total would let one
+ * client deny service to every other.
+ */
+export const MAX_CLIENT_SHARE = 0.25;
+
+/** A client's share is never cut below this many (a pool this small is shared whole). */
+export const CLIENT_SHARE_FLOOR = 8;
+
+/**
+ * One client's share of a pool of `total`: what it asked for (`wanted`), at most a quarter of the
+ * pool, and at least CLIENT_SHARE_FLOOR (or the whole of a smaller pool).
+ */
+export function clientShare(total: number, wanted = Infinity): number {
+  return Math.max(1, Math.min(wanted, total, Math.max(CLIENT_SHARE_FLOOR, Math.floor(total * MAX_CLIENT_SHARE))));
+}

@@ -51,6 +51,13 @@ export type { Logger };
 const FLUSH_MS = 250;
 
 /**
+ * Most bytes of log lines held for a stdout that does not take them (a stalled pipe, a log
+ * collector gone slow): past it lines are dropped and counted, never held without limit, and a
+ * `log_lines_dropped` line says how many once stdout takes lines again.
+ */
+export const LOG_QUEUE_BYTES = 4 * 1024 * 1024;
+
+/**
  * pino's ISO timestamp, formatted once per millisecond instead of once per line: under load many
  * lines share a millisecond, and `toISOString` was a measurable share of a request's cost.
  */
@@ -73,9 +80,45 @@ export function createLogger(level: string, destination?: DestinationStream): Lo
   // Lines are batched into 4 KiB writes (one write per line costs more than deciding the
   // request), and flushed at least every FLUSH_MS so a quiet proxy's lines are not held back.
   // The CLI flushes on exit too.
-  const logger = pino(options, pino.destination({ dest: 1, sync: false, minLength: 4096 }));
-  setInterval(() => logger.flush(), FLUSH_MS).unref();
+  const stream = pino.destination({ dest: 1, sync: false, minLength: 4096, maxLength: LOG_QUEUE_BYTES });
+  const logger = pino(options, stream);
+  const dropped = countDropped(stream);
+  setInterval(() => {
+    logger.flush();
+    dropped.report(logger);
+  }, FLUSH_MS).unref();
   return logger;
+}
+
+/**
+ * Counts the lines a destination drops (SonicBoom's `drop`: its queue was full), and writes their
+ * count once it takes a line again; a count whose own line was dropped is kept for the next try.
+ */
+export function countDropped(stream: { on(event: 'drop', listener: (data: string) => void): unknown }): { report(logger: Logger): void; readonly pending: number } {
+  let lines = 0;
+  let bytes = 0;
+  stream.on('drop', (data: string) => {
+    lines += data.split('\n').length - 1;
+    bytes += Buffer.byteLength(data);
+  });
+  return {
+    report(logger) {
+      if (lines === 0) return;
+      const count = { lines, bytes };
+      lines = 0;
+      bytes = 0;
+      logger.warn({ [F.event]: 'log_lines_dropped', [F.lines]: count.lines, bytes: count.bytes }, 'log lines dropped: stdout did not take them in time');
+      // The report line itself was dropped (stdout is still stalled; the drop is synchronous):
+      // the count waits for the next try, and that line is not counted.
+      if (lines > 0) {
+        lines = count.lines;
+        bytes = count.bytes;
+      }
+    },
+    get pending() {
+      return lines;
+    },
+  };
 }
 
 /** A value of a decision or close line: flat, so one native JSON.stringify serializes the line. */

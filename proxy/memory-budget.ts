@@ -11,7 +11,14 @@
  * (exactly what the TlsGuard holds), Node's HTTP parser reading a head, requests waiting their
  * turn. A growth that does not fit is refused, and the caller refuses that connection or request
  * `overloaded`; nothing admitted is ever charged more than it was let hold, so what was admitted
- * keeps working. Pure accounting: no sockets, no timers.
+ * keeps working.
+ *
+ * After the verdict, a tunnel or a forwarded response holds bytes only while one side does not
+ * read: the other side is paused (backpressure, not buffering), and what the pause leaves held is
+ * charged (`hold`) until the reader drains it. Those bytes are held already, so they are never
+ * refused; instead a client past its share has its oldest stalled directions closed: 2,400
+ * unread downloads from one client had ended a 256 MiB proxy. Pure accounting: no sockets, no
+ * timers.
  */
 
 const KIB = 1024;
@@ -54,7 +61,21 @@ export function requestBytes(url: string, rawHeaders: readonly string[]): number
   return REQUEST_BYTES + 2 * bytes + FIELD_BYTES * (rawHeaders.length / 2);
 }
 
-/** One connection's bytes held before a verdict. */
+/**
+ * What a stalled direction of a tunnel or forwarded response may hold beyond what its destination
+ * has queued: the paused source's read buffer (up to its 16 KiB high-water mark) and the read
+ * that crossed it (libuv reads up to 64 KiB at a time).
+ */
+export const READ_AHEAD_BYTES = 80 * KIB;
+
+/** Bytes held for a stalled direction, charged until the destination drains (idempotent). */
+export interface Held {
+  release(): void;
+}
+
+const NOT_HELD: Held = { release: () => undefined };
+
+/** One connection's bytes held before a verdict, and while a direction of it is stalled. */
 export interface Charge {
   /** Bytes charged now. */
   readonly bytes: number;
@@ -66,6 +87,12 @@ export interface Charge {
   release(): void;
   /** Why `wanted` bytes more did not fit, for a refusal's detail. */
   explain(wanted: number): string;
+  /**
+   * Charges `n` bytes a stalled direction holds already (they cannot be refused) until released.
+   * When that puts the client past its share (or the proxy past its budget), the client's oldest
+   * stalled directions are closed first: `evict` ends the one it is given for.
+   */
+  hold(n: number, evict: () => void): Held;
 }
 
 export interface MemoryBudgetSize {
@@ -76,11 +103,18 @@ export interface MemoryBudgetSize {
 }
 
 /** A charge that never refuses: for a connection the server did not accept itself. */
-export const UNCHARGED: Charge = { bytes: 0, grow: () => true, shrink: () => undefined, release: () => undefined, explain: () => 'not charged' };
+export const UNCHARGED: Charge = { bytes: 0, grow: () => true, shrink: () => undefined, release: () => undefined, explain: () => 'not charged', hold: () => NOT_HELD };
+
+interface Stall {
+  readonly bytes: number;
+  readonly evict: () => void;
+}
 
 export class MemoryBudget {
   private usedBytes = 0;
   private readonly byClient = new Map<string, number>();
+  /** Each client's stalled directions, oldest first. */
+  private readonly stalls = new Map<string, Set<Stall>>();
 
   constructor(readonly size: MemoryBudgetSize) {}
 
@@ -101,6 +135,54 @@ export class MemoryBudget {
   admit(client: string, floor: number): Charge | undefined {
     const charge = this.chargeFor(client);
     return charge.grow(floor) ? charge : undefined;
+  }
+
+  /** Stalled directions charged now to `client` (for tests and the bench). */
+  stalledBy(client: string): number {
+    return this.stalls.get(client)?.size ?? 0;
+  }
+
+  /** See Charge.hold. */
+  hold(client: string, bytes: number, evict: () => void): Held {
+    const stall: Stall = { bytes, evict };
+    let mine = this.stalls.get(client);
+    if (mine === undefined) {
+      mine = new Set();
+      this.stalls.set(client, mine);
+    }
+    mine.add(stall);
+    this.add(client, bytes);
+    this.enforce(client);
+    return { release: () => void this.forget(client, stall) };
+  }
+
+  /** Takes `stall` off the books; false when it was not on them (released or evicted already). */
+  private forget(client: string, stall: Stall): boolean {
+    const mine = this.stalls.get(client);
+    if (mine === undefined || !mine.delete(stall)) return false;
+    if (mine.size === 0) this.stalls.delete(client);
+    this.add(client, -stall.bytes);
+    return true;
+  }
+
+  /**
+   * Closes stalled directions until `client` is within its share, oldest first, and then, while
+   * the proxy is past its budget, those of the client holding the most.
+   */
+  private enforce(client: string): void {
+    while (this.usedBy(client) > this.size.perClientBytes && this.evictOldest(client));
+    while (this.usedBytes > this.size.totalBytes) {
+      let heaviest: string | undefined;
+      for (const c of this.stalls.keys()) if (heaviest === undefined || this.usedBy(c) > this.usedBy(heaviest)) heaviest = c;
+      if (heaviest === undefined || !this.evictOldest(heaviest)) return;
+    }
+  }
+
+  private evictOldest(client: string): boolean {
+    const oldest = this.stalls.get(client)?.values().next().value;
+    if (oldest === undefined || !this.forget(client, oldest)) return false;
+    oldest.evict();
+    return true;
   }
 
   /** Why `wanted` more bytes for `client` do not fit, for the refusal's detail. */
@@ -146,6 +228,7 @@ export class MemoryBudget {
         released = true;
       },
       explain: (wanted) => budget.explain(client, wanted),
+      hold: (n, evict) => (released ? NOT_HELD : budget.hold(client, n, evict)),
     };
   }
 }

@@ -92,6 +92,10 @@ export interface MetricsServer {
   close(): Promise<void>;
 }
 
+/** Open connections the metrics listener takes (then it closes new ones), and their deadline. */
+export const METRICS_MAX_CONNECTIONS = 16;
+const METRICS_TIMEOUT_MS = 10_000;
+
 export async function startMetricsServer(endpoint: { readonly host: string; readonly port: number }, registry: Registry): Promise<MetricsServer> {
   const server = http.createServer((req, res) => {
     if (req.method === 'GET' && req.url === EGRESS_METRICS_PATH) {
@@ -103,6 +107,10 @@ export async function startMetricsServer(endpoint: { readonly host: string; read
     }
     res.writeHead(404, { 'Content-Type': 'text/plain' }).end(`metrics are at ${EGRESS_METRICS_PATH}\n`);
   });
+  // Slots of its own, which no proxy client can take, and few of them: a scraper needs one.
+  server.maxConnections = METRICS_MAX_CONNECTIONS;
+  server.headersTimeout = METRICS_TIMEOUT_MS;
+  server.requestTimeout = METRICS_TIMEOUT_MS;
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(endpoint.port, endpoint.host, () => resolve());

@@ -9,11 +9,13 @@ import net, { type AddressInfo } from 'node:net';
 import os from 'node:os';
 import { performance } from 'node:perf_hooks';
 import type { Registry } from 'prom-client';
-import type { Lookup, Policy } from '../policy/index.js';
+import type { Policy } from '../policy/index.js';
+import type { ClientLookup } from './dns.js';
 import { attachConnection, connectionOf } from './connection.js';
 import { holdInFlight, type ProxyContext } from './context.js';
 import { DecisionRecorder } from './decision-recorder.js';
-import { DEFAULT_LIMITS, type ProxyLimits } from './limits.js';
+import { LineGate, type LineGateLimits } from './line-gate.js';
+import { clientShare, DEFAULT_LIMITS, type ProxyLimits } from './limits.js';
 import { defaultConnect, type Connect } from './dial.js';
 import { createForwarder } from './forward.js';
 import { F, logLine, type Logger } from './log.js';
@@ -32,7 +34,8 @@ import { canonicalAddress, isOwnListener, type Listener } from './own-address.js
 
 export interface EgressProxyOptions {
   readonly policy: Policy;
-  readonly lookup: Lookup;
+  /** Lookups for the pinned resolution; a ClientLookup (createLookup's) holds each client to its share. */
+  readonly lookup: ClientLookup;
   readonly logger: Logger;
   readonly limits?: Partial<ProxyLimits>;
   /** Opens upstream TCP connections; tests inject one to observe dials. */
@@ -67,6 +70,22 @@ const ACCEPT_ERROR_LOG_MS = 1_000;
 /** How long the machine's interface addresses are taken as read (the self-loop check). */
 const INTERFACES_REFRESH_MS = 1_000;
 const INTERNAL_ERROR: Refusal = { reason: 'internal_error', detail: 'the proxy failed while deciding' };
+/**
+ * Connections over the connection limits that are read at once to see whether they are the
+ * health check, and for how long: a container's health check must not fail (and get the proxy
+ * restarted, with every tunnel) because clients hold every slot.
+ */
+const PROBE_SLOTS = 8;
+/** Refusal lines one client, and every client together, may cause (a line is ~300-500 bytes). */
+export const REFUSAL_LINES: LineGateLimits = Object.freeze({ clientPerSecond: 20, clientBurst: 100, totalPerSecond: 100, totalBurst: 400, maxClients: 4_096 });
+/** How often the count of refusals without a line is written. */
+const SUPPRESSED_REPORT_MS = 10_000;
+const PROBE_MS = 2_000;
+
+/** The health check's answer, on a connection the proxy closes after it. */
+function answerHealth(socket: net.Socket, method: 'GET' | 'HEAD'): void {
+  closeRefused(socket, `HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\nConnection: close\r\n\r\n${method === 'GET' ? 'ok\n' : ''}`);
+}
 
 function clientError(err: NodeJS.ErrnoException): Refusal {
   switch (err.code) {
@@ -80,7 +99,9 @@ function clientError(err: NodeJS.ErrnoException): Refusal {
 }
 
 export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
-  const limits: ProxyLimits = Object.freeze({ ...DEFAULT_LIMITS, ...options.limits });
+  const configured: ProxyLimits = { ...DEFAULT_LIMITS, ...options.limits };
+  // One client's connections stay a share of the total, however the total was lowered.
+  const limits: ProxyLimits = Object.freeze({ ...configured, maxConnectionsPerClient: clientShare(configured.maxConnections, configured.maxConnectionsPerClient) });
   const log = options.logger;
   let policy = options.policy;
   const connect = options.connect ?? defaultConnect;
@@ -88,12 +109,28 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   const metrics = createProxyMetrics(() => budget.used);
   const observer = metrics.observer;
   const pools = new UpstreamPools({ connect, connectTimeoutMs: limits.connectTimeoutMs, idleTimeoutMs: limits.idleTimeoutMs, maxHeaderBytes: 64 * 1024, maxPools: 1024 });
-  const lookup: Lookup = async (name) => {
+  const lookup: ClientLookup = async (name, client) => {
     const t = performance.now();
-    const outcome = await options.lookup(name);
+    const outcome = await options.lookup(name, client);
     observer.dnsLookup((performance.now() - t) / 1000, outcome.ok ? 'ok' : outcome.reason);
     return outcome;
   };
+  // Refusal lines, capped per client and in all; what is over the caps is summed up every interval.
+  const lines = new LineGate(REFUSAL_LINES);
+  const gateFor =
+    (clientIp: string) =>
+    (reason: string): boolean =>
+      lines.admit(clientIp, reason);
+  const reportSuppressed = (): void => {
+    const summary = lines.takeSummary();
+    if (summary === undefined) return;
+    log.warn(
+      { [F.event]: 'decision_lines_suppressed', [F.lines]: summary.lines, clients: summary.clients, byReason: summary.byReason },
+      'refusals counted without a line of their own (over the per-client line rate); the decision metric counts each',
+    );
+  };
+  const reporter = setInterval(reportSuppressed, SUPPRESSED_REPORT_MS);
+  reporter.unref();
   // Every address and port the proxy listens on, and the machine's interface addresses (read
   // again at most once a second: an address can appear after start).
   const listeners: Listener[] = [];
@@ -112,7 +149,10 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   const ownListener = (address: string, port: number): boolean => isOwnListener(address, port, listeners, machineAddresses());
   const ctx: ProxyContext = { policy: () => policy, lookup, ownListener, limits, connect, pools, observer, inFlight: new WeakMap() };
   /** The one recorder of the decision line and metric of a request on `socket`. */
-  const recorderFor = (socket: net.Socket, method: string | undefined): DecisionRecorder => new DecisionRecorder(observer, connectionOf(socket, log).log, method);
+  const recorderFor = (socket: net.Socket, method: string | undefined): DecisionRecorder => {
+    const connection = connectionOf(socket, log);
+    return new DecisionRecorder(observer, connection.log, method, 'info', gateFor(connection.clientIp));
+  };
   /** The decision line and metric of a refusal the server itself makes (no forwarding began). */
   const denyLine = (socket: net.Socket, refusal: Refusal, method?: string): void => recorderFor(socket, method).deny(refusal);
   const pipelines = new WeakMap<net.Socket, Pipeline>();
@@ -318,12 +358,22 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
       const refusal: Refusal =
         open >= limits.maxConnections
           ? { reason: 'too_many_connections', detail: `${open} connections are open`, retryAfter: 1 }
-          : { reason: 'client_limit', detail: `${fromClient} connections are open from ${clientIp}`, retryAfter: 1 };
+          : { reason: 'client_limit', detail: `${fromClient} connections are open from ${clientIp} (its share: ${limits.maxConnectionsPerClient})`, retryAfter: 1 };
       // Refused before the connection has a logger of its own: the line names the client.
-      new DecisionRecorder(observer, log, undefined, 'warn').deny(refusal, { [F.client]: client, ...via, ...(entry && { [F.port]: entry.port }) });
-      // A TLS client reads no HTTP answer.
-      if (entry?.kind === 'tls') refuseTls(socket, refusal);
-      else refuseSocket(socket, refusal);
+      let refused = false;
+      const refuse = (): void => {
+        if (refused) return;
+        refused = true;
+        new DecisionRecorder(observer, log, undefined, 'warn', gateFor(clientIp)).deny(refusal, { [F.client]: client, ...via, ...(entry && { [F.port]: entry.port }) });
+        // A TLS client reads no HTTP answer.
+        if (entry?.kind === 'tls') refuseTls(socket, refusal);
+        else refuseSocket(socket, refusal);
+      };
+      // The health check has slots of its own: a connection over the limits is read (in one of
+      // a few reserved slots, for a moment) to see whether it is one. Transparent listeners take
+      // no health check.
+      if (entry === undefined && probes.size < PROBE_SLOTS) probeHealth(socket, refuse);
+      else refuse();
       return;
     }
     // Served only with room for its first read: a client past its share of the memory budget (or
@@ -372,6 +422,25 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
       recorderFor(socket, undefined).deny(refusal, { [F.port]: entry.port });
       refuseTls(socket, refusal);
     }
+  };
+  /** Connections over the limits read to see whether they are the health check (PROBE_SLOTS at most). */
+  const probes = new Set<net.Socket>();
+  const probeHealth = (socket: net.Socket, refuse: () => void): void => {
+    probes.add(socket);
+    sockets.add(socket);
+    socket.once('close', () => {
+      probes.delete(socket);
+      sockets.delete(socket);
+    });
+    socket.setTimeout(PROBE_MS, refuse);
+    socket.once('end', refuse);
+    socket.once('data', (chunk: Buffer) => {
+      socket.setTimeout(0);
+      socket.off('end', refuse);
+      const health = healthCheckHead(chunk);
+      if (health === undefined) refuse();
+      else answerHealth(socket, health);
+    });
   };
   const netServer = net.createServer({ allowHalfOpen: true, noDelay: true }, accept);
   let transparent: Transparent | undefined;
@@ -450,7 +519,7 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     // A transparent HTTP listener's requests are meant for the host they name, never the proxy.
     const health = transparentEntryOf(socket) === undefined ? healthCheckHead(chunk) : undefined;
     if (health !== undefined) {
-      closeRefused(socket, `HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\nConnection: close\r\n\r\n${health === 'GET' ? 'ok\n' : ''}`);
+      answerHealth(socket, health);
       return;
     }
     const { clientIp } = connectionOf(socket, log);
@@ -503,6 +572,8 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     },
     close() {
       closed = true;
+      clearInterval(reporter);
+      reportSuppressed();
       void transparent?.close();
       return new Promise((resolve) => {
         netServer.close(() => resolve());

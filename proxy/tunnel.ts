@@ -21,7 +21,7 @@ import { dialPinned, isDialError } from './dial.js';
 import { F, logLine, ms, printable, type Logger } from './log.js';
 import { closeRefused, refuseSocket, type Refusal } from './refusal.js';
 import { parseConnectTarget } from './authority.js';
-import type { Charge } from './memory-budget.js';
+import { READ_AHEAD_BYTES, type Charge, type Held } from './memory-budget.js';
 import { TlsGuard, type GuardStep } from './tls-guard.js';
 
 const ESTABLISHED = 'HTTP/1.1 200 Connection Established\r\n\r\n';
@@ -106,8 +106,8 @@ export async function openTunnel(
   entry: TunnelEntry,
 ): Promise<void> {
   const { started } = target;
-  const { log } = connectionOf(client, root);
-  const decision = await decide(ctx.policy(), target.host, target.port, ctx.lookup, ctx.ownListener);
+  const { log, clientIp } = connectionOf(client, root);
+  const decision = await decide(ctx.policy(), target.host, target.port, (name) => ctx.lookup(name, clientIp), ctx.ownListener);
   const decideMs = ms(started);
   if (!decision.allowed) {
     if (decision.reason === 'internal_error') log.error({ [F.reason]: decision.reason, [F.detail]: decision.detail }, 'decision failed');
@@ -208,6 +208,7 @@ function splice(ctx: ProxyContext, log: Logger, client: Socket, upstream: Socket
       [F.durationMs]: ms(meta.started),
       [F.closedBy]: closedBy ?? 'both',
       [F.sni]: sni,
+      [F.detail]: evicted ? 'closed to free memory: its client held more than its share in tunnels and responses it does not read' : undefined,
     });
   };
   client.removeAllListeners('error');
@@ -239,18 +240,27 @@ function splice(ctx: ProxyContext, log: Logger, client: Socket, upstream: Socket
         }, ctx.limits.maxTunnelMs)
       : undefined;
 
+  // A client past its share of memory in directions it does not read loses its oldest stalled
+  // tunnels first (memory-budget.ts).
+  let evicted = false;
+  const evict = (): void => {
+    evicted = true;
+    closedBy ??= 'overloaded';
+    teardown('overloaded')();
+  };
+  const relays: Relays = { down: () => relay(upstream, client, meta.memory, evict), up: () => relay(client, upstream, meta.memory, evict) };
   const allow = (fields: LineFields = {}): void => meta.record.allow({ ...meta.allowLine, [F.sni]: sni, ...fields });
   if (!meta.tls) {
     // Any bytes, either way, from the start: a server that speaks first (SSH) is not held up.
-    upstream.pipe(client);
+    relays.down();
     allow();
     meta.memory.shrink(meta.memory.bytes);
     if (head.length > 0) upstream.write(head);
     if (client.readableEnded) upstream.end();
-    else client.pipe(upstream);
+    else relays.up();
     return;
   }
-  guardTls(ctx, client, upstream, meta, head, {
+  guardTls(ctx, client, upstream, meta, head, relays, {
     allow: (serverName) => {
       if (serverName !== undefined) sni = printable(serverName);
       allow();
@@ -288,7 +298,40 @@ interface GuardOutcomes {
  * TLS; the hello deadline runs while a ClientHello is due. Once the guard opens, both directions
  * are piped as usual.
  */
-function guardTls(ctx: ProxyContext, client: Socket, upstream: Socket, meta: TunnelMeta, head: Buffer, outcomes: GuardOutcomes): void {
+/** Starts passing the bytes of a direction on, server to client (`down`) or client to server (`up`). */
+interface Relays {
+  down(): void;
+  up(): void;
+}
+
+/**
+ * Passes `from`'s bytes to `to` with backpressure, as `pipe` would: when `to` has more queued than
+ * it wants, `from` is paused until `to` drains. What the pause leaves held (`to`'s queue, and what
+ * `from` reads before it stops) is charged to the connection's memory until the drain; `evict`
+ * ends the tunnel when the client is past its share (memory-budget.ts).
+ */
+export function relay(from: Socket, to: Socket, memory: Charge, evict: () => void): void {
+  let held: Held | undefined;
+  const drained = (): void => {
+    held?.release();
+    held = undefined;
+    from.resume();
+  };
+  from.on('data', (chunk: Buffer) => {
+    if (to.write(chunk) || held !== undefined) return;
+    from.pause();
+    to.once('drain', drained);
+    held = memory.hold(to.writableLength + READ_AHEAD_BYTES, evict);
+  });
+  from.once('end', () => to.end());
+  const release = (): void => held?.release();
+  from.once('close', release);
+  to.once('close', release);
+  // Flowing from here, as `pipe` makes it, even if the socket was paused across its hand-over.
+  from.resume();
+}
+
+function guardTls(ctx: ProxyContext, client: Socket, upstream: Socket, meta: TunnelMeta, head: Buffer, relays: Relays, outcomes: GuardOutcomes): void {
   const guard = new TlsGuard(meta.host);
   let deadline: NodeJS.Timeout | undefined;
   let clientEnded = false;
@@ -340,14 +383,14 @@ function guardTls(ctx: ProxyContext, client: Socket, upstream: Socket, meta: Tun
     if (guard.serverJudged && !serverPiped) {
       serverPiped = true;
       upstream.off('data', onServer);
-      upstream.pipe(client);
+      relays.down();
     }
     if (step.verdict?.kind === 'allow') {
       stop();
       outcomes.allow(guard.serverName);
       if (clientEnded) upstream.end();
       else {
-        client.pipe(upstream);
+        relays.up();
         client.resume();
       }
       return;

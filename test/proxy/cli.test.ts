@@ -456,6 +456,8 @@ t.test('the memory budget is planned at start and logged; a limit below the mini
   const plan = planMemory({ bytes: 256 * 1024 * 1024, source: 'flag' }, 16_384, 0.25)!;
   t.match(line, { level: 40, memoryLimitMb: 256, source: 'flag', budgetMb: Math.floor(plan.totalBytes / 2 ** 20), perClientMb: Math.floor(plan.perClientBytes / 2 ** 20), maxConnections: plan.maxConnections, configured: 16_384 });
   t.match(line.msg, /the connection caps are lowered/);
+  // The lowered total keeps one client to a quarter of it: the share never collapses to the whole.
+  t.equal(line.maxConnectionsPerClient, Math.floor(plan.maxConnections / 4), `one client may hold ${String(line.maxConnectionsPerClient)} of ${plan.maxConnections}`);
   const res = runEgressCli(['--allow-hosts', 'a.example', '--listen', '127.0.0.1:0'], { EGRESS_MEMORY_LIMIT_MB: '100' });
   t.equal(res.status, 2, 'exits 2');
   t.match(res.stderr, /the memory limit is 100 MiB \(from the flag\), and the proxy needs at least 128 MiB/);

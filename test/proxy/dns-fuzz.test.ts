@@ -149,7 +149,7 @@ t.test('over a real UDP socket: responses get nothing, and the responder still a
     answer: ANSWER,
     observer: metrics.observer,
     log: createLogger('silent'),
-    limits: { clientQueryBurst: 1e9, clientQueriesPerSecond: 1e9, totalQueryBurst: 1e9, totalQueriesPerSecond: 1e9 },
+    limits: { clientQueryBurst: 1e9, clientQueriesPerSecond: 1e9, networkQueryBurst: 1e9, networkQueriesPerSecond: 1e9, totalQueryBurst: 1e9, totalQueriesPerSecond: 1e9 },
   });
   t.teardown(() => responder.close());
   const socket = dgram.createSocket('udp4');

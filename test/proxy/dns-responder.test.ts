@@ -194,6 +194,45 @@ t.test('refused names cannot flood the log: lines are capped per client, every r
   t.match(logs.find((l) => l.event === 'dns_lines_suppressed'), { lines: 45, clients: 1 }, 'the rest summarised');
 });
 
+/** Sends `count` queries from `from` (one UDP socket) and resolves with the answers that came back. */
+async function volley(port: number, from: string, count: number, name = 'allowed.test', waitMs = 300): Promise<number> {
+  const socket = dgram.createSocket('udp4');
+  let answers = 0;
+  socket.on('message', () => answers++);
+  await new Promise<void>((r) => socket.bind(0, from, r));
+  for (let i = 0; i < count; i++) socket.send(query(name, 'A', i), port, '127.0.0.1');
+  await new Promise((r) => setTimeout(r, waitMs));
+  socket.close();
+  return answers;
+}
+
+t.test("a flooding client spends its own share first, never what the others have of the total", async (t) => {
+  const { responder } = await start(t, { clientQueryBurst: 20, clientQueriesPerSecond: 0.001, totalQueryBurst: 50, totalQueriesPerSecond: 0.001 });
+  const flood = await volley(responder.port, '127.0.0.1', 200);
+  t.ok(flood >= 20 && flood <= 21, `the flooder got its burst (${flood} of 200)`);
+  t.equal(await volley(responder.port, '127.0.0.2', 20), 20, 'another client is answered every time, from what is left of the total');
+});
+
+t.test('source addresses rotated within one network share the network\'s rate', async (t) => {
+  const { responder, metric } = await start(t, { clientQueryBurst: 5, clientQueriesPerSecond: 0.001, networkQueryBurst: 20, networkQueriesPerSecond: 0.001 });
+  let answered = 0;
+  for (let host = 1; host <= 20; host++) answered += await volley(responder.port, `127.0.5.${host}`, 5, 'allowed.test', 50);
+  t.ok(answered >= 20 && answered <= 21, `20 addresses of one /24, 5 queries each: ${answered} answered (the network's burst of 20)`);
+  t.ok((await metric('rate_limited')) >= 79, 'the rest counted as rate_limited');
+  t.equal(await volley(responder.port, '127.0.6.1', 5), 5, 'a client of another network is answered');
+});
+
+t.test('the line table cannot be rotated around: many sources write at most the total of lines', async (t) => {
+  const { responder, logs, decisions } = await start(t, { clientLineBurst: 2, clientLinesPerSecond: 0.001, totalLineBurst: 10, totalLinesPerSecond: 0.001, maxClients: 16, suppressedReportMs: 200 });
+  for (let host = 1; host <= 40; host++) await volley(responder.port, `127.0.7.${host}`, 2, `refused${host}.example`, 20);
+  t.equal(await decisions('dns_not_allowed'), 80, 'every refusal counted');
+  const suppressed = (): number => logs.filter((l) => l.event === 'dns_lines_suppressed').reduce((n, l) => n + Number(l.lines), 0);
+  await settle(() => suppressed() === 70, 'the rest in the summaries');
+  const lines = logs.filter((l) => l.event === 'decision').length;
+  t.equal(lines, 10, `40 rotating sources wrote ${lines} decision lines (the total's burst)`);
+  t.match(logs.find((l) => l.event === 'dns_lines_suppressed'), { byReason: { dns_not_allowed: Number } });
+});
+
 t.test('TCP: pipelined queries answered in order; bad lengths, caps and idle connections closed', async (t) => {
   const { responder } = await start(t, { maxTcpPerClient: 3, tcpIdleMs: 300, maxQueriesPerTcp: 4 });
   const port = responder.port;

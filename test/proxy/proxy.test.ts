@@ -277,21 +277,47 @@ t.test('a request head that never completes times out with 408', async (t) => {
   await settle(() => slow.proxy.openConnections === 0, 'connection to close');
 });
 
+t.test('one client holds at most a quarter of the connections: the others, and the health check, are still served', async (t) => {
+  const limited = await startTestProxy({ policy: { allowHosts: ['a.example'] }, limits: { maxConnections: 40, maxConnectionsPerClient: 40 } });
+  t.teardown(() => limited.close());
+  const connect = (localAddress: string): Promise<net.Socket> =>
+    new Promise((resolve) => {
+      const s = net.connect({ port: limited.port, host: '127.0.0.1', localAddress }, () => resolve(s));
+    });
+  const held = await Promise.all(Array.from({ length: 10 }, () => connect('127.0.0.2')));
+  t.teardown(() => held.forEach((s) => s.destroy()));
+  await settle(() => limited.proxy.openConnections === 10, 'its share open');
+  const over = await rawRequest(limited.port, 'GET http://a.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n', '127.0.0.1', 5_000, '127.0.0.2');
+  t.equal(over.reason, 'client_limit', 'past a quarter of 40, the client is refused');
+  t.match(limited.logs.find((l) => l.reason === 'client_limit')?.detail, /10 connections are open from 127\.0\.0\.2 \(its share: 10\)/);
+  const other = await connect('127.0.0.3');
+  t.teardown(() => other.destroy());
+  await settle(() => limited.proxy.openConnections === 11, 'another client is served');
+  const refused = await rawRequest(limited.port, 'GET http://a.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n', '127.0.0.1', 5_000, '127.0.0.3');
+  t.not(refused.reason, 'client_limit', 'and its requests are decided on');
+  const health = await rawRequest(limited.port, 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n', '127.0.0.1', 5_000, '127.0.0.2');
+  t.equal(health.status, 200, 'the health check is answered even from the client at its share');
+});
+
 t.test('connection limits answer 429 per client and 503 overall, with Retry-After', async (t) => {
   const limited = await startTestProxy({ policy: { allowHosts: ['a.example'] }, limits: { maxConnectionsPerClient: 2, maxConnections: 3 } });
   t.teardown(() => limited.close());
   const held = await Promise.all([0, 1].map(() => new Promise<net.Socket>((resolve) => { const s = net.connect(limited.port, '127.0.0.1', () => resolve(s)); })));
   await settle(() => limited.proxy.openConnections === 2, 'two connections');
-  const third = await rawRequest(limited.port, 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
+  const request = 'GET http://a.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n';
+  const third = await rawRequest(limited.port, request);
   t.equal(third.status, 429);
   t.equal(third.reason, 'client_limit');
   t.match(third.head, /retry-after: 1/i);
   const other = await new Promise<net.Socket>((resolve) => { const s = net.connect({ port: limited.port, host: '127.0.0.1', localAddress: '127.0.0.2' }, () => resolve(s)); });
   await settle(() => limited.proxy.openConnections === 3, 'three connections');
   // Both limits are reached now; the total is checked first.
-  const fourth = await rawRequest(limited.port, 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n', '127.0.0.1');
+  const fourth = await rawRequest(limited.port, request, '127.0.0.1');
   t.equal(fourth.status, 503);
   t.equal(fourth.reason, 'too_many_connections');
+  // The health check has slots of its own: answered, whoever holds the connections.
+  const health = await rawRequest(limited.port, 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n', '127.0.0.1');
+  t.equal(health.status, 200, '/healthz is answered with every slot taken');
   const overall = await new Promise<string>((resolve) => {
     const s = net.connect({ port: limited.port, host: '127.0.0.1', localAddress: '127.0.0.3' });
     let text = '';

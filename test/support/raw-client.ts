@@ -11,9 +11,9 @@ export interface RawResponse {
 }
 
 /** Writes `request`, waits for a complete response head (and a Content-Length body). */
-export function rawRequest(port: number, request: string | Buffer, host = '127.0.0.1', timeoutMs = 5_000): Promise<RawResponse> {
+export function rawRequest(port: number, request: string | Buffer, host = '127.0.0.1', timeoutMs = 5_000, localAddress?: string): Promise<RawResponse> {
   return new Promise((resolve, reject) => {
-    const socket = net.connect({ host, port, allowHalfOpen: true });
+    const socket = net.connect({ host, port, allowHalfOpen: true, localAddress });
     let data = Buffer.alloc(0);
     const timer = setTimeout(() => {
       socket.destroy();

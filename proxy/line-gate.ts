@@ -1,0 +1,62 @@
+/**
+ * What keeps refusal lines from filling the disk: a client's refusals get a line each up to a few
+ * a second, and every client's together up to a cap; past either, a refusal is only counted (the
+ * decision metric still counts each), and the counts, by reason, go out as one summary line per
+ * interval. Pure: the caller writes the summary on its own timer.
+ */
+import { RateLimiter } from './rate-limit.js';
+
+export interface LineGateLimits {
+  /** Lines per second for one client address, and its burst. */
+  readonly clientPerSecond: number;
+  readonly clientBurst: number;
+  /** Lines per second for every client together, and the burst. */
+  readonly totalPerSecond: number;
+  readonly totalBurst: number;
+  /** Client addresses the table remembers (past it, addresses are counted by network). */
+  readonly maxClients: number;
+}
+
+/** One interval's refusals that had no line of their own. */
+export interface Suppressed {
+  readonly lines: number;
+  /** Client addresses they came from (counted up to the table's cap). */
+  readonly clients: number;
+  readonly byReason: Readonly<Record<string, number>>;
+}
+
+export class LineGate {
+  private readonly perClient: RateLimiter;
+  private readonly total: RateLimiter;
+  private suppressed = 0;
+  private readonly from = new Set<string>();
+  private byReason = new Map<string, number>();
+
+  constructor(
+    private readonly limits: LineGateLimits,
+    now?: () => number,
+  ) {
+    this.perClient = new RateLimiter(limits.clientPerSecond, limits.clientBurst, limits.maxClients, now);
+    this.total = new RateLimiter(limits.totalPerSecond, limits.totalBurst, 1, now);
+  }
+
+  /** Whether a refusal for `client` (an address) gets a line; false: it is counted for the summary. */
+  admit(client: string, reason: string): boolean {
+    // The client's share first: one client over its rate does not spend what the others have.
+    if (this.perClient.takeFor(client) && this.total.take('')) return true;
+    this.suppressed += 1;
+    if (this.from.size < this.limits.maxClients) this.from.add(client);
+    this.byReason.set(reason, (this.byReason.get(reason) ?? 0) + 1);
+    return false;
+  }
+
+  /** The counts since the last call, and a fresh start; undefined when nothing was suppressed. */
+  takeSummary(): Suppressed | undefined {
+    if (this.suppressed === 0) return undefined;
+    const summary: Suppressed = { lines: this.suppressed, clients: this.from.size, byReason: Object.fromEntries(this.byReason) };
+    this.suppressed = 0;
+    this.from.clear();
+    this.byReason = new Map();
+    return summary;
+  }
+}
