@@ -1,8 +1,9 @@
 /**
- * What the two load benchmarks (load-tunnels.ts, memory-load.ts) share: a free loopback port, the
- * first line a child prints (its ports), and a percentile of samples.
+ * What the load benchmarks (load-tunnels.ts, memory-load.ts, share-load.ts) share: a free loopback
+ * port, the first line a child prints (its ports), a percentile of samples, and a memory cgroup.
  */
 import type { ChildProcess } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 
 export function percentile(samples: readonly number[], p: number): number {
@@ -25,4 +26,50 @@ export async function lineFrom(child: ChildProcess): Promise<string> {
     if (text.includes('\n')) return text.trim();
   }
   throw new Error('child ended before printing its ports');
+}
+
+/** A memory cgroup of the bench's own (v1's memory controller, or v2), removed by the caller. */
+export interface Cgroup {
+  readonly path: string;
+  readonly version: 1 | 2;
+  /** Bytes charged to it now (RSS, page cache, and kernel memory where the version counts it: v2 counts socket buffers). */
+  usage(): number;
+  /** Bytes charged to it at its peak. */
+  peak(): number;
+  /** OOM kills inside it. */
+  oomKills(): number;
+  remove(): void;
+}
+
+/** Makes a memory cgroup limited to `limitBytes`, without swap. Needs root. */
+export function makeCgroup(purpose: string, limitBytes: number): Cgroup {
+  const name = `capybara-bench-${purpose}-${process.pid}`;
+  const v1 = '/sys/fs/cgroup/memory';
+  if (existsSync(`${v1}/memory.limit_in_bytes`)) {
+    const path = `${v1}/${name}`;
+    mkdirSync(path);
+    writeFileSync(`${path}/memory.limit_in_bytes`, String(limitBytes));
+    // No swap to hide behind, where the kernel accounts it.
+    if (existsSync(`${path}/memory.memsw.limit_in_bytes`)) writeFileSync(`${path}/memory.memsw.limit_in_bytes`, String(limitBytes));
+    return {
+      path,
+      version: 1,
+      usage: () => Number(readFileSync(`${path}/memory.usage_in_bytes`, 'utf8')),
+      peak: () => Number(readFileSync(`${path}/memory.max_usage_in_bytes`, 'utf8')),
+      oomKills: () => Number(/oom_kill (\d+)/.exec(readFileSync(`${path}/memory.oom_control`, 'utf8'))?.[1] ?? 0),
+      remove: () => rmdirSync(path),
+    };
+  }
+  const path = `/sys/fs/cgroup/${name}`;
+  mkdirSync(path);
+  writeFileSync(`${path}/memory.max`, String(limitBytes));
+  writeFileSync(`${path}/memory.swap.max`, '0');
+  return {
+    path,
+    version: 2,
+    usage: () => Number(readFileSync(`${path}/memory.current`, 'utf8')),
+    peak: () => (existsSync(`${path}/memory.peak`) ? Number(readFileSync(`${path}/memory.peak`, 'utf8')) : NaN),
+    oomKills: () => Number(/oom_kill (\d+)/.exec(readFileSync(`${path}/memory.events`, 'utf8'))?.[1] ?? 0),
+    remove: () => rmdirSync(path),
+  };
 }

@@ -14,14 +14,14 @@
  * build && node dist/bench/memory-load.js`.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { EGRESS_NODE_OPTIONS } from '../common/index.js';
-import { freePort, lineFrom, percentile } from './load-support.js';
+import { freePort, lineFrom, makeCgroup, percentile } from './load-support.js';
 
 const LIMIT_BYTES = 256 * 1024 * 1024;
 const HELLOS = Number(process.env.LOAD_HELLOS ?? 4_000);
@@ -33,48 +33,6 @@ const NOFILE = 65_536;
 const ATTACKER = '127.0.0.2';
 const BODY_SENDER = '127.0.0.3';
 const SELF = fileURLToPath(import.meta.url);
-
-// ---- the cgroup --------------------------------------------------------------------------------
-
-interface Cgroup {
-  readonly path: string;
-  readonly version: 1 | 2;
-  /** Bytes charged to it at its peak. */
-  peak(): number;
-  /** OOM kills inside it. */
-  oomKills(): number;
-  remove(): void;
-}
-
-function makeCgroup(): Cgroup {
-  const name = `capybara-bench-memory-${process.pid}`;
-  const v1 = '/sys/fs/cgroup/memory';
-  if (existsSync(`${v1}/memory.limit_in_bytes`)) {
-    const path = `${v1}/${name}`;
-    mkdirSync(path);
-    writeFileSync(`${path}/memory.limit_in_bytes`, String(LIMIT_BYTES));
-    // No swap to hide behind, where the kernel accounts it.
-    if (existsSync(`${path}/memory.memsw.limit_in_bytes`)) writeFileSync(`${path}/memory.memsw.limit_in_bytes`, String(LIMIT_BYTES));
-    return {
-      path,
-      version: 1,
-      peak: () => Number(readFileSync(`${path}/memory.max_usage_in_bytes`, 'utf8')),
-      oomKills: () => Number(/oom_kill (\d+)/.exec(readFileSync(`${path}/memory.oom_control`, 'utf8'))?.[1] ?? 0),
-      remove: () => rmdirSync(path),
-    };
-  }
-  const path = `/sys/fs/cgroup/${name}`;
-  mkdirSync(path);
-  writeFileSync(`${path}/memory.max`, String(LIMIT_BYTES));
-  writeFileSync(`${path}/memory.swap.max`, '0');
-  return {
-    path,
-    version: 2,
-    peak: () => (existsSync(`${path}/memory.peak`) ? Number(readFileSync(`${path}/memory.peak`, 'utf8')) : NaN),
-    oomKills: () => Number(/oom_kill (\d+)/.exec(readFileSync(`${path}/memory.events`, 'utf8'))?.[1] ?? 0),
-    remove: () => rmdirSync(path),
-  };
-}
 
 // ---- the upstream child: holds CONNECT tunnels; answers HTTP, except /slow, never -----------------
 
@@ -167,7 +125,7 @@ function statusOf(pid: number, field: string): number {
 
 async function main(): Promise<void> {
   const children: ChildProcess[] = [];
-  const cgroup = makeCgroup();
+  const cgroup = makeCgroup('memory', LIMIT_BYTES);
   let cleaned = false;
   const cleanUp = (): void => {
     if (cleaned) return;

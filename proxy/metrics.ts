@@ -40,7 +40,7 @@ export function createProxyMetrics(heldBytes: () => number): ProxyMetrics {
   const dns = new Histogram({ name: EGRESS_METRICS.dnsSeconds, help: 'DNS lookup latency', labelNames: ['outcome'] as const, buckets: LATENCY_BUCKETS, registers: [registry] });
   new Gauge({
     name: EGRESS_METRICS.heldBytes,
-    help: 'Bytes held before a verdict (pending hellos, request heads, waiting requests), charged to the memory budget',
+    help: 'Bytes charged to the memory budget: held before a verdict (pending hellos, request heads, waiting requests) and for readers that stopped reading',
     registers: [registry],
     collect() {
       this.set(heldBytes());

@@ -1,0 +1,119 @@
+/**
+ * Unread downloads cannot get the proxy killed: the `capybara-egress` command runs in a real
+ * memory cgroup of 256 MiB (the compose recipe's limit), and one client opens 3,000 tunnels to a
+ * server that streams and reads none of them. Before tunnel bytes were charged, each such tunnel
+ * held ~100 KiB and the kernel's OOM killer ended the process at ~2,400; now the client's oldest
+ * stalled tunnels are closed past its share, the process lives, the health check answers, and
+ * another client's download flows. Needs root and a memory cgroup it may create (skipped, with
+ * the reason, elsewhere). Loopback only. The figures at 256 MiB: `npm run bench:load`.
+ */
+import { spawn } from 'node:child_process';
+import { writeFileSync, rmSync, mkdtempSync } from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import t from 'tap';
+import { makeCgroup, type Cgroup } from '../../bench/load-support.js';
+import { EGRESS_CLI, EGRESS_BASE_ENV, plainNode } from '../support/plain-node.js';
+import { freePort } from '../support/loopback.js';
+import { needUnmet } from '../support/needs.js';
+import { rawRequest, readUntil } from '../support/raw-client.js';
+import { settle } from '../support/settle.js';
+
+const LIMIT_BYTES = 256 * 1024 * 1024;
+const TUNNELS = 3_000;
+const KIB = 1024;
+
+let cgroup: Cgroup | undefined;
+try {
+  cgroup = process.getuid?.() === 0 ? makeCgroup('test-shares', LIMIT_BYTES) : undefined;
+} catch {
+  cgroup = undefined;
+}
+
+t.test('3,000 unread streaming tunnels in a 256 MiB cgroup: the proxy lives and serves another client', async (t) => {
+  if (cgroup === undefined) return needUnmet(t, 'root and a memory cgroup it may create (/sys/fs/cgroup/memory or cgroup v2)');
+  const group = cgroup;
+  const chunk = Buffer.alloc(64 * KIB, 0x61);
+  const upstreamSockets = new Set<net.Socket>();
+  const upstream = net.createServer((s) => {
+    upstreamSockets.add(s);
+    s.on('error', () => s.destroy());
+    s.on('close', () => upstreamSockets.delete(s));
+    const pump = (): void => {
+      while (!s.destroyed && s.write(chunk));
+    };
+    s.on('drain', pump);
+    pump();
+  });
+  await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
+  const upPort = (upstream.address() as net.AddressInfo).port;
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'cgroup-shares-'));
+  const policy = path.join(dir, 'policy.yaml');
+  writeFileSync(policy, `version: 1\nallowHosts:\n  - host: stream.test\n    tunnel: opaque\nconnectPorts: [${upPort}]\n`);
+  const port = await freePort();
+  const [command, args] = plainNode(EGRESS_CLI, ['--policy', policy, '--listen', `127.0.0.1:${port}`, '--log-level', 'warn']);
+  const quoted = [command, ...args].map((a) => `'${a.replaceAll("'", "'\\''")}'`).join(' ');
+  // The shell enters the cgroup and becomes node: the proxy plans its memory from the cgroup's limit.
+  const proxy = spawn('sh', ['-c', `echo $$ > '${group.path}/cgroup.procs' && { ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"; } && exec ${quoted}`], {
+    env: { ...EGRESS_BASE_ENV, CAPYBARA_EGRESS_TEST_HOSTS: JSON.stringify({ 'stream.test': '127.0.0.1' }) },
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  const tunnels: net.Socket[] = [];
+  t.teardown(async () => {
+    for (const s of tunnels) s.destroy();
+    proxy.kill('SIGKILL');
+    for (const s of upstreamSockets) s.destroy();
+    upstream.close();
+    rmSync(dir, { recursive: true, force: true });
+    await settle(() => proxy.exitCode !== null || proxy.signalCode !== null, 'the proxy gone', 10_000);
+    for (let i = 0; i < 50; i++) {
+      try {
+        group.remove();
+        return;
+      } catch {
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    }
+  });
+  const alive = (): boolean => proxy.exitCode === null && proxy.signalCode === null;
+  for (let i = 0; ; i++) {
+    const health = await rawRequest(port, 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n').catch(() => undefined);
+    if (health?.status === 200) break;
+    if (i > 100 || !alive()) return t.fail('the proxy did not start');
+    await new Promise((r) => setTimeout(r, 100));
+  }
+
+  const answers = new Map<string, number>();
+  for (let i = 0; i < TUNNELS && alive(); i += 100) {
+    await Promise.all(
+      Array.from({ length: 100 }, async () => {
+        const s = net.connect({ port, host: '127.0.0.1', localAddress: '127.0.0.2' });
+        s.on('error', () => undefined);
+        tunnels.push(s);
+        s.write(`CONNECT stream.test:${upPort} HTTP/1.1\r\n\r\n`);
+        const head = await readUntil(s, '\r\n\r\n', 5_000).catch(() => '');
+        const status = /^HTTP\/1\.1 (\d+)/.exec(head)?.[1] ?? 'none';
+        answers.set(status, (answers.get(status) ?? 0) + 1);
+        // Nothing more is read: the download backs up into the proxy.
+        s.pause();
+      }),
+    );
+  }
+  await new Promise((r) => setTimeout(r, 2_000));
+  const seen = JSON.stringify(Object.fromEntries(answers));
+  t.ok(alive(), `the proxy is alive after ${TUNNELS} unread tunnels (answers: ${seen})`);
+  t.equal(group.oomKills(), 0, 'no OOM kill in the cgroup');
+  t.ok((answers.get('200') ?? 0) >= 200, `the client was served until its share was full (${seen})`);
+  const health = await rawRequest(port, 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
+  t.equal(health.status, 200, '/healthz answers');
+
+  const other = net.connect({ port, host: '127.0.0.1', localAddress: '127.0.0.3' });
+  t.teardown(() => other.destroy());
+  other.write(`CONNECT stream.test:${upPort} HTTP/1.1\r\n\r\n`);
+  t.match(await readUntil(other, '\r\n\r\n'), /^HTTP\/1\.1 200 /, 'another client opens a tunnel');
+  let received = 0;
+  other.on('data', (d: Buffer) => (received += d.length));
+  await settle(() => received >= 8 * 1024 * KIB, "and its download flows", 10_000);
+  t.ok(group.peak() < LIMIT_BYTES, `the cgroup's peak stayed below its limit (${(group.peak() / 2 ** 20).toFixed(1)} MiB)`);
+});
