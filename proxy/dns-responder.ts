@@ -90,7 +90,7 @@ export async function startDnsResponder(host: string, port: number, options: Dns
     const summary = lines.takeSummary();
     if (summary === undefined) return;
     log.warn(
-      { [F.event]: 'dns_lines_suppressed', [F.lines]: summary.lines, clients: summary.clients, byReason: summary.byReason },
+      { [F.event]: 'dns_lines_suppressed', [F.lines]: summary.lines, clients: summary.clients, byReason: summary.byReason, topClients: summary.topClients },
       'refused DNS names counted without a line of their own (over the line rates); the decision metric counts each',
     );
   };

@@ -23,13 +23,17 @@ export interface Suppressed {
   /** Client addresses they came from (counted up to the table's cap). */
   readonly clients: number;
   readonly byReason: Readonly<Record<string, number>>;
+  /** The clients with the most refusals without a line, most first (`address=count`, at most five): who it was, even when the lines were not written. */
+  readonly topClients: readonly string[];
 }
+
+const TOP_CLIENTS = 5;
 
 export class LineGate {
   private readonly perClient: RateLimiter;
   private readonly total: RateLimiter;
   private suppressed = 0;
-  private readonly from = new Set<string>();
+  private readonly from = new Map<string, number>();
   private byReason = new Map<string, number>();
 
   constructor(
@@ -45,7 +49,8 @@ export class LineGate {
     // The client's share first: one client over its rate does not spend what the others have.
     if (this.perClient.takeFor(client) && this.total.take('')) return true;
     this.suppressed += 1;
-    if (this.from.size < this.limits.maxClients) this.from.add(client);
+    const seen = this.from.get(client);
+    if (seen !== undefined || this.from.size < this.limits.maxClients) this.from.set(client, (seen ?? 0) + 1);
     this.byReason.set(reason, (this.byReason.get(reason) ?? 0) + 1);
     return false;
   }
@@ -53,7 +58,8 @@ export class LineGate {
   /** The counts since the last call, and a fresh start; undefined when nothing was suppressed. */
   takeSummary(): Suppressed | undefined {
     if (this.suppressed === 0) return undefined;
-    const summary: Suppressed = { lines: this.suppressed, clients: this.from.size, byReason: Object.fromEntries(this.byReason) };
+    const top = [...this.from].sort((a, b) => b[1] - a[1]).slice(0, TOP_CLIENTS);
+    const summary: Suppressed = { lines: this.suppressed, clients: this.from.size, byReason: Object.fromEntries(this.byReason), topClients: top.map(([c, n]) => `${c}=${n}`) };
     this.suppressed = 0;
     this.from.clear();
     this.byReason = new Map();

@@ -172,8 +172,7 @@ export class MemoryBudget {
   private enforce(client: string): void {
     while (this.usedBy(client) > this.size.perClientBytes && this.evictOldest(client));
     while (this.usedBytes > this.size.totalBytes) {
-      let heaviest: string | undefined;
-      for (const c of this.stalls.keys()) if (heaviest === undefined || this.usedBy(c) > this.usedBy(heaviest)) heaviest = c;
+      const heaviest = this.heaviestStalled();
       if (heaviest === undefined || !this.evictOldest(heaviest)) return;
     }
   }
@@ -191,8 +190,25 @@ export class MemoryBudget {
     return `${kib(wanted)} KiB more do not fit: ${client} holds ${kib(this.usedBy(client))} KiB of its ${kib(this.size.perClientBytes)} KiB share, and all clients ${kib(this.usedBytes)} of ${kib(this.size.totalBytes)} KiB, in bytes not yet decided on`;
   }
 
+  /**
+   * Whether `n` more bytes for `client` fit. Within its share but past the total, stalls of the
+   * clients holding the most are closed to make room: bytes held for readers that stopped are the
+   * ones given back first, so that clients filling the budget with stalls lock no one else out.
+   */
   private fits(client: string, n: number): boolean {
-    return this.usedBytes + n <= this.size.totalBytes && this.usedBy(client) + n <= this.size.perClientBytes;
+    if (this.usedBy(client) + n > this.size.perClientBytes) return false;
+    while (this.usedBytes + n > this.size.totalBytes) {
+      const heaviest = this.heaviestStalled(client);
+      if (heaviest === undefined || !this.evictOldest(heaviest)) return false;
+    }
+    return true;
+  }
+
+  /** The client with stalls that holds the most, other than `except`. */
+  private heaviestStalled(except?: string): string | undefined {
+    let heaviest: string | undefined;
+    for (const c of this.stalls.keys()) if (c !== except && (heaviest === undefined || this.usedBy(c) > this.usedBy(heaviest))) heaviest = c;
+    return heaviest;
   }
 
   private add(client: string, n: number): void {

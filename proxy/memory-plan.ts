@@ -21,7 +21,10 @@ const RUNTIME_BYTES = 96 * MIB;
 
 /**
  * One open connection at rest: the client's socket and its upstream's, their Node objects and
- * kernel structures (measured: ~23 KiB resident per idle tunnel).
+ * kernel structures (measured by `npm run bench:load`, bench/share-load.ts: 15-18 KiB per idle
+ * tunnel in a 256 MiB cgroup, ~12 KiB more per tunnel moving data). What a tunnel holds for a
+ * reader that stopped is charged to the budget while it lasts (memory-budget.ts: measured ~84-103
+ * KiB per stalled tunnel, charged at least READ_AHEAD_BYTES and 16 KiB on top of this).
  */
 export const CONNECTION_BYTES = 24 * 1024;
 

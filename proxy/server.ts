@@ -125,7 +125,7 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     const summary = lines.takeSummary();
     if (summary === undefined) return;
     log.warn(
-      { [F.event]: 'decision_lines_suppressed', [F.lines]: summary.lines, clients: summary.clients, byReason: summary.byReason },
+      { [F.event]: 'decision_lines_suppressed', [F.lines]: summary.lines, clients: summary.clients, byReason: summary.byReason, topClients: summary.topClients },
       'refusals counted without a line of their own (over the per-client line rate); the decision metric counts each',
     );
   };
@@ -372,7 +372,7 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
       // The health check has slots of its own: a connection over the limits is read (in one of
       // a few reserved slots, for a moment) to see whether it is one. Transparent listeners take
       // no health check.
-      if (entry === undefined && probes.size < PROBE_SLOTS) probeHealth(socket, refuse);
+      if (entry === undefined && probes.size < PROBE_SLOTS && !probing.has(clientIp)) probeHealth(socket, clientIp, refuse);
       else refuse();
       return;
     }
@@ -423,20 +423,37 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
       refuseTls(socket, refusal);
     }
   };
-  /** Connections over the limits read to see whether they are the health check (PROBE_SLOTS at most). */
+  /**
+   * Connections over the limits read to see whether they are the health check: PROBE_SLOTS at
+   * most, one per client address, each freed as soon as it is answered or refused.
+   */
   const probes = new Set<net.Socket>();
-  const probeHealth = (socket: net.Socket, refuse: () => void): void => {
+  const probing = new Set<string>();
+  const probeHealth = (socket: net.Socket, clientIp: string, refuse: () => void): void => {
     probes.add(socket);
+    probing.add(clientIp);
     sockets.add(socket);
-    socket.once('close', () => {
+    let held = true;
+    const free = (): void => {
+      if (!held) return;
+      held = false;
       probes.delete(socket);
+      probing.delete(clientIp);
+    };
+    const refuseNow = (): void => {
+      free();
+      refuse();
+    };
+    socket.once('close', () => {
+      free();
       sockets.delete(socket);
     });
-    socket.setTimeout(PROBE_MS, refuse);
-    socket.once('end', refuse);
+    socket.setTimeout(PROBE_MS, refuseNow);
+    socket.once('end', refuseNow);
     socket.once('data', (chunk: Buffer) => {
       socket.setTimeout(0);
-      socket.off('end', refuse);
+      socket.off('end', refuseNow);
+      free();
       const health = healthCheckHead(chunk);
       if (health === undefined) refuse();
       else answerHealth(socket, health);

@@ -312,19 +312,26 @@ interface Relays {
  */
 export function relay(from: Socket, to: Socket, memory: Charge, evict: () => void): void {
   let held: Held | undefined;
-  const drained = (): void => {
+  const release = (): void => {
     held?.release();
     held = undefined;
+  };
+  const drained = (): void => {
+    release();
     from.resume();
   };
   from.on('data', (chunk: Buffer) => {
     if (to.write(chunk) || held !== undefined) return;
     from.pause();
+    // An ending or closed destination never drains: nothing is held for it (its queue is flushed
+    // or dropped with it), and the source stays paused until the tunnel ends.
+    if (to.destroyed || to.writableEnded) return;
     to.once('drain', drained);
     held = memory.hold(to.writableLength + READ_AHEAD_BYTES, evict);
   });
   from.once('end', () => to.end());
-  const release = (): void => held?.release();
+  // Ended with a write still queued: no drain comes, and the hold ends once the queue is flushed.
+  to.once('finish', release);
   from.once('close', release);
   to.once('close', release);
   // Flowing from here, as `pipe` makes it, even if the socket was paused across its hand-over.

@@ -52,6 +52,16 @@ t.test('held bytes: a client past its share loses its oldest stalls first; the b
   small.release();
   t.equal(budget.usedBy('e'), 0, 'release is idempotent');
   t.equal(budget.stalledBy('a'), 2);
+  // A new connection within its share, with the total full of others' stalls: the stalls of the
+  // client holding the most give way, so that stalls lock no one out.
+  const full = new MemoryBudget({ totalBytes: 1_000, perClientBytes: 400 });
+  const gone: string[] = [];
+  full.hold('x', 300, () => gone.push('x1'));
+  full.hold('y', 350, () => gone.push('y1'));
+  full.hold('z', 300, () => gone.push('z1'));
+  t.ok(full.admit('w', 100) !== undefined, 'a new client is admitted with the budget full of stalls');
+  t.same(gone, ['y1'], 'by closing the oldest stall of the client holding the most');
+  t.equal(full.admit('w', 400), undefined, 'past its own share it is still refused');
   // A stall bigger than the whole share closes itself.
   budget.hold('f', 500, () => evicted.push('f1'));
   t.equal(evicted.at(-1), 'f1', 'a stall alone past the share is closed at once');
@@ -89,7 +99,7 @@ t.test('refusal lines: a client past its rate is counted, not written, and does 
   t.equal(flood.filter(Boolean).length, 3, 'the flooder gets its burst of lines');
   t.ok(gate.admit('10.0.0.2', 'host_not_allowed') && gate.admit('10.0.0.2', 'host_not_allowed'), 'another client still gets its lines');
   t.notOk(gate.admit('10.0.0.3', 'host_not_allowed'), 'the total is spent: counted only');
-  t.same(gate.takeSummary(), { lines: 98, clients: 2, byReason: { bad_request: 49, host_not_allowed: 49 } });
+  t.same(gate.takeSummary(), { lines: 98, clients: 2, byReason: { bad_request: 49, host_not_allowed: 49 }, topClients: ['10.0.0.1=97', '10.0.0.3=1'] }, 'the counts, by reason and by client');
   t.equal(gate.takeSummary(), undefined, 'a summary starts afresh');
   now = 10_000;
   t.ok(gate.admit('10.0.0.1', 'host_not_allowed'), 'the rate refills');
@@ -222,5 +232,5 @@ t.test('refusal lines are capped per client, summed up by reason, and another cl
   t.ok(fromFlooder >= 100 && fromFlooder <= 110, `the flooding client got ${fromFlooder} of 150 lines (its burst, and what refilled meanwhile)`);
   t.equal(lines.filter((l) => String(l.client).startsWith('127.0.0.3:')).length, 1, 'another client\'s refusal has its line');
   const summary = p.logs.find((l) => l.event === 'decision_lines_suppressed');
-  t.match(summary, { lines: 150 - fromFlooder, clients: 1, byReason: { host_not_allowed: 150 - fromFlooder } }, 'the rest are counted by reason');
+  t.match(summary, { lines: 150 - fromFlooder, clients: 1, byReason: { host_not_allowed: 150 - fromFlooder }, topClients: [`127.0.0.2=${150 - fromFlooder}`] }, 'the rest are counted by reason, and who sent them');
 });
