@@ -29,6 +29,10 @@ import {
 import { OutputCapture } from './output-capture.js';
 import { commandStartFailure, type StartFailure } from './sandbox-full.js';
 
+/** Looks at a sandbox whose exec failed to start, and the time between them (withRoom). */
+const CHANGE_LOOKS = 3;
+const CHANGE_LOOK_MS = 300;
+
 const KILL_DEADLINE_MS = 10_000;
 /** After a kill, how long the output stream may take to end before it is dropped. */
 const DRAIN_AFTER_KILL_MS = 5_000;
@@ -115,9 +119,15 @@ export class CommandRunner {
       // Running when this call began: stopped or gone now means another call (a destroy or
       // suspend in another controller process) changed the sandbox meanwhile. An engine that
       // cannot say leaves the failure as it is.
-      const now = await this.deps.engine.inspectContainer(name).catch(() => 'unknown' as const);
-      if (now !== 'unknown' && (now === undefined || !now.running || now.status === 'removing')) {
-        throw new SandboxError('conflict', `${name} was stopped or removed by another call while the command started (${failure.detail}); retry.`);
+      // The engine reports a container it is killing as running for a moment after the kill
+      // reached the exec (exit 137): a few looks, a moment apart, before calling it a failure.
+      for (let look = 0; look < CHANGE_LOOKS; look++) {
+        if (look > 0) await new Promise((r) => setTimeout(r, CHANGE_LOOK_MS));
+        const now = await this.deps.engine.inspectContainer(name).catch(() => 'unknown' as const);
+        if (now === 'unknown') break;
+        if (now === undefined || !now.running || now.status === 'removing') {
+          throw new SandboxError('conflict', `${name} was stopped or removed by another call while the command started (${failure.detail}); retry.`);
+        }
       }
       throw new SandboxError('exec_failed', `The command could not start in ${name}: ${failure.detail}`);
     }

@@ -400,7 +400,7 @@ t.test('sandbox provider on the real engine', async (t) => {
     // pid the kill frees, so the kill's exec cannot even start and never confirms: only a
     // restart ends the command. On a loaded machine the filler can be off the CPU at the moment
     // a pid frees, and the kill starts and confirms (the command ends, rightly, without a
-    // restart): that try did not set up the case, and the next try does it again, up to 3.
+    // restart): that try did not set up the case, and the next try does it again, up to 6.
     let info = await s.inspect(name);
     let logged = s.logs.length;
     for (let attempt = 1; ; attempt += 1) {
@@ -415,7 +415,7 @@ t.test('sandbox provider on the real engine', async (t) => {
       const r = await victim;
       t.same([r.aborted, r.exitCode], [true, null]);
       const restarted = s.logs.slice(logged).some((e) => e.event === 'container_restart');
-      if (restarted || attempt === 3) break;
+      if (restarted || attempt === 6) break;
       t.comment(`try ${attempt}: the kill found a free pid and confirmed; the filler is ended and the case set up again`);
       await env.docker.getContainer(name).restart({ t: 0 });
     }
