@@ -38,7 +38,8 @@ export interface Cgroup {
   peak(): number;
   /** OOM kills inside it. */
   oomKills(): number;
-  remove(): void;
+  /** Removes it, waiting (up to 5 s) for the processes in it to have left; false if it could not. */
+  remove(): boolean;
 }
 
 /** Makes a memory cgroup limited to `limitBytes`, without swap. Needs root. */
@@ -57,7 +58,7 @@ export function makeCgroup(purpose: string, limitBytes: number): Cgroup {
       usage: () => Number(readFileSync(`${path}/memory.usage_in_bytes`, 'utf8')),
       peak: () => Number(readFileSync(`${path}/memory.max_usage_in_bytes`, 'utf8')),
       oomKills: () => Number(/oom_kill (\d+)/.exec(readFileSync(`${path}/memory.oom_control`, 'utf8'))?.[1] ?? 0),
-      remove: () => rmdirSync(path),
+      remove: () => removeWhenEmpty(path),
     };
   }
   const path = `/sys/fs/cgroup/${name}`;
@@ -70,6 +71,38 @@ export function makeCgroup(purpose: string, limitBytes: number): Cgroup {
     usage: () => Number(readFileSync(`${path}/memory.current`, 'utf8')),
     peak: () => (existsSync(`${path}/memory.peak`) ? Number(readFileSync(`${path}/memory.peak`, 'utf8')) : NaN),
     oomKills: () => Number(/oom_kill (\d+)/.exec(readFileSync(`${path}/memory.events`, 'utf8'))?.[1] ?? 0),
-    remove: () => rmdirSync(path),
+    remove: () => removeWhenEmpty(path),
   };
+}
+
+/** A cgroup directory can go once its last process has left (a killed one a moment after its signal). */
+function removeWhenEmpty(path: string): boolean {
+  for (let i = 0; i < 50; i++) {
+    try {
+      rmdirSync(path);
+      return true;
+    } catch {
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 100);
+    }
+  }
+  return false;
+}
+
+/**
+ * The command that runs `argv` inside `cgroup` with an open-file limit of `nofile` (or the hard
+ * limit, without CAP_SYS_RESOURCE): the shell enters the cgroup and then becomes the program, so
+ * the program sees the cgroup's limit from its start.
+ */
+export function inCgroup(cgroup: Cgroup, argv: readonly string[], nofile: number): [file: string, args: string[]] {
+  const quoted = argv.map((a) => `'${a.replaceAll("'", "'\\''")}'`).join(' ');
+  return ['sh', ['-c', `echo $$ > '${cgroup.path}/cgroup.procs' && { ulimit -n ${nofile} 2>/dev/null || ulimit -n "$(ulimit -Hn)"; } && exec ${quoted}`]];
+}
+
+/** A field of /proc/PID/status in KiB (VmRSS, VmHWM), or NaN once the process is gone. */
+export function statusKiB(pid: number, field: string): number {
+  try {
+    return Number(new RegExp(`${field}:\\s+(\\d+)`).exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? NaN);
+  } catch {
+    return NaN;
+  }
 }

@@ -14,14 +14,13 @@
  * build && node dist/bench/memory-load.js`.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { EGRESS_NODE_OPTIONS } from '../common/index.js';
-import { freePort, lineFrom, makeCgroup, percentile } from './load-support.js';
+import { freePort, inCgroup, lineFrom, makeCgroup, percentile, statusKiB } from './load-support.js';
 
 const LIMIT_BYTES = 256 * 1024 * 1024;
 const HELLOS = Number(process.env.LOAD_HELLOS ?? 4_000);
@@ -113,13 +112,6 @@ async function metric(port: number, pattern: RegExp): Promise<number> {
   return Number(pattern.exec(text)?.[1] ?? 0);
 }
 
-function statusOf(pid: number, field: string): number {
-  try {
-    return Number(new RegExp(`${field}:\\s+(\\d+)`).exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? NaN);
-  } catch {
-    return NaN;
-  }
-}
 
 // ---- the run -----------------------------------------------------------------------------------
 
@@ -131,16 +123,7 @@ async function main(): Promise<void> {
     if (cleaned) return;
     cleaned = true;
     for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
-    // The cgroup can go once the proxy has left it.
-    for (let i = 0; i < 50; i++) {
-      try {
-        cgroup.remove();
-        return;
-      } catch {
-        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 100);
-      }
-    }
-    process.stderr.write(`memory-load: could not remove ${cgroup.path}\n`);
+    if (!cgroup.remove()) process.stderr.write(`memory-load: could not remove ${cgroup.path}\n`);
   };
   process.once('exit', cleanUp);
   for (const sig of ['SIGINT', 'SIGTERM'] as const) process.once(sig, () => process.exit(130));
@@ -157,8 +140,7 @@ async function main(): Promise<void> {
   const metricsPort = await freePort();
   // The shell enters the cgroup and then becomes node: the proxy reads its limit at start.
   const args = [...EGRESS_NODE_OPTIONS, 'dist/proxy/cli.js', '--allow-hosts', 'load.test', '--connect-ports', `${upPort},${webPort}`, '--listen', `127.0.0.1:${port}`, '--metrics-listen', `127.0.0.1:${metricsPort}`, '--log-level', 'warn'];
-  const quoted = [process.execPath, ...args].map((a) => `'${a.replaceAll("'", "'\\''")}'`).join(' ');
-  const proxy = spawn('sh', ['-c', `echo $$ > '${cgroup.path}/cgroup.procs' && { ulimit -n ${NOFILE} 2>/dev/null || ulimit -n "$(ulimit -Hn)"; } && exec ${quoted}`], {
+  const proxy = spawn(...inCgroup(cgroup, [process.execPath, ...args], NOFILE), {
     env: { ...process.env, CAPYBARA_EGRESS_TEST_HOSTS: JSON.stringify({ 'load.test': '127.0.0.1' }) },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
@@ -179,7 +161,7 @@ async function main(): Promise<void> {
   const unloaded = await probe(port, upPort);
   // The plan's line is out by now (log lines go in batches of 250 ms).
   console.log(`proxy pid ${pid} in ${cgroup.path} (cgroup v${cgroup.version}, limit ${LIMIT_BYTES / 2 ** 20} MiB): ${plan || 'no memory_budget line'}`);
-  const idleRss = statusOf(pid, 'VmRSS');
+  const idleRss = statusKiB(pid, 'VmRSS');
   console.log(`idle: ${idleRss} KiB RSS; unloaded CONNECT p50 ${percentile(unloaded.samples, 50).toFixed(3)} ms, p99 ${percentile(unloaded.samples, 99).toFixed(3)} ms`);
 
   // 4,000 half-sent hellos from one address, in batches of 500. A tunnel the proxy ends after its
@@ -212,7 +194,7 @@ async function main(): Promise<void> {
   const t0 = Date.now();
   for (let i = 0; i < HELLOS; i += 500) await Promise.all(Array.from({ length: Math.min(500, HELLOS - i) }, attack));
   await sleep(2_000);
-  console.log(`${HELLOS} half hellos sent in ${Date.now() - t0} ms, with the reopened ones answered: ${[...answers].map(([k, v]) => `${v} x ${k}`).join(', ')}; ${statusOf(pid, 'VmRSS')} KiB RSS, alive: ${proxy.exitCode === null && proxy.signalCode === null}`);
+  console.log(`${HELLOS} half hellos sent in ${Date.now() - t0} ms, with the reopened ones answered: ${[...answers].map(([k, v]) => `${v} x ${k}`).join(', ')}; ${statusKiB(pid, 'VmRSS')} KiB RSS, alive: ${proxy.exitCode === null && proxy.signalCode === null}`);
 
   // 800 connections, each a GET the upstream never answers and a large POST pipelined behind it,
   // its body sent as far as the socket takes it and never read back.
@@ -241,7 +223,7 @@ async function main(): Promise<void> {
   }
   await sleep(3_000);
   const openBodies = bodies.filter((s) => !s.destroyed).length;
-  console.log(`${BODIES} pipelined bodies: ${openBodies} connections still open, closed ones: ${[...bodyAnswers].map(([k, v]) => `${v} x ${k}`).join(', ') || 'none'}; ${statusOf(pid, 'VmRSS')} KiB RSS, alive: ${proxy.exitCode === null && proxy.signalCode === null}`);
+  console.log(`${BODIES} pipelined bodies: ${openBodies} connections still open, closed ones: ${[...bodyAnswers].map(([k, v]) => `${v} x ${k}`).join(', ') || 'none'}; ${statusKiB(pid, 'VmRSS')} KiB RSS, alive: ${proxy.exitCode === null && proxy.signalCode === null}`);
 
   // Under that load: another client's CONNECTs, the health check, the budget's own figures.
   const health = await healthz(port);
@@ -251,8 +233,8 @@ async function main(): Promise<void> {
   const healthAfter = await healthz(port);
   console.log(`the attacker held ${held.size} half hellos at the end (${reopened} reopened after a close: the hello deadline, or a refusal after the 200)`);
   const alive = proxy.exitCode === null && proxy.signalCode === null;
-  const peakRss = statusOf(pid, 'VmHWM');
-  const rss = statusOf(pid, 'VmRSS');
+  const peakRss = statusKiB(pid, 'VmHWM');
+  const rss = statusKiB(pid, 'VmRSS');
   const cgroupPeak = cgroup.peak();
   const ooms = cgroup.oomKills();
   console.log(`loaded: ${rss} KiB RSS (peak ${peakRss} KiB), cgroup peak ${(cgroupPeak / 2 ** 20).toFixed(1)} MiB, ${ooms} OOM kills; held before a verdict ${(heldBytes / 2 ** 20).toFixed(1)} MiB; ${overloaded} refused overloaded; loaded CONNECT p50 ${percentile(loaded.samples, 50).toFixed(3)} ms, p99 ${percentile(loaded.samples, 99).toFixed(3)} ms (${loaded.failed} failed); /healthz ${health}, then ${healthAfter}`);

@@ -17,7 +17,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import dgram from 'node:dgram';
-import { readFileSync, unlinkSync, writeFileSync } from 'node:fs';
+import { unlinkSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -28,7 +28,7 @@ import dnsPacket from 'dns-packet';
 import { EGRESS_NODE_OPTIONS } from '../common/index.js';
 import { CONNECTION_BYTES } from '../proxy/memory-plan.js';
 import { READ_AHEAD_BYTES } from '../proxy/memory-budget.js';
-import { freePort, lineFrom, makeCgroup, percentile } from './load-support.js';
+import { freePort, inCgroup, lineFrom, makeCgroup, percentile, statusKiB } from './load-support.js';
 
 const LIMIT_BYTES = 256 * 1024 * 1024;
 const TUNNELS = Number(process.env.LOAD_STALLED ?? 5_000);
@@ -142,13 +142,6 @@ function ask(port: number, name: string, id: number): Promise<boolean> {
   });
 }
 
-function statusOf(pid: number, field: string): number {
-  try {
-    return Number(new RegExp(`${field}:\\s+(\\d+)`).exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? NaN) * KIB;
-  } catch {
-    return NaN;
-  }
-}
 
 // ---- the run -----------------------------------------------------------------------------------
 
@@ -160,15 +153,7 @@ async function main(): Promise<void> {
     if (cleaned) return;
     cleaned = true;
     for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
-    for (let i = 0; i < 50; i++) {
-      try {
-        cgroup.remove();
-        return;
-      } catch {
-        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 100);
-      }
-    }
-    process.stderr.write(`share-load: could not remove ${cgroup.path}\n`);
+    if (!cgroup.remove()) process.stderr.write(`share-load: could not remove ${cgroup.path}\n`);
   };
   process.once('exit', cleanUp);
   for (const sig of ['SIGINT', 'SIGTERM'] as const) process.once(sig, () => process.exit(130));
@@ -193,9 +178,8 @@ async function main(): Promise<void> {
     '--transparent-listen', TRANSPARENT,
     '--transparent-port-map', `53=${dnsPort}`,
   ];
-  const quoted = [process.execPath, ...args].map((a) => `'${a.replaceAll("'", "'\\''")}'`).join(' ');
   // The shell enters the cgroup and then becomes node: the proxy reads its limit at start.
-  const proxy = spawn('sh', ['-c', `echo $$ > '${cgroup.path}/cgroup.procs' && { ulimit -n ${NOFILE} 2>/dev/null || ulimit -n "$(ulimit -Hn)"; } && exec ${quoted}`], {
+  const proxy = spawn(...inCgroup(cgroup, [process.execPath, ...args], NOFILE), {
     env: { ...process.env, CAPYBARA_EGRESS_TEST_HOSTS: JSON.stringify({ 'stream.test': '127.0.0.1', 'silent.test': '127.0.0.1' }) },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
@@ -223,7 +207,7 @@ async function main(): Promise<void> {
   const unloaded = await probe(port, stream);
   await sleep(300);
   console.log(`proxy pid ${pid} in ${cgroup.path} (cgroup v${cgroup.version}, limit ${LIMIT_BYTES / MIB} MiB): ${plan}`);
-  console.log(`idle: ${(statusOf(pid, 'VmRSS') / MIB).toFixed(1)} MiB RSS, cgroup ${(cgroup.usage() / MIB).toFixed(1)} MiB; unloaded CONNECT p50 ${percentile(unloaded.samples, 50).toFixed(3)} ms, p99 ${percentile(unloaded.samples, 99).toFixed(3)} ms`);
+  console.log(`idle: ${(statusKiB(pid, 'VmRSS') * KIB / MIB).toFixed(1)} MiB RSS, cgroup ${(cgroup.usage() / MIB).toFixed(1)} MiB; unloaded CONNECT p50 ${percentile(unloaded.samples, 50).toFixed(3)} ms, p99 ${percentile(unloaded.samples, 99).toFixed(3)} ms`);
 
   // 1. What one connection costs, in three states: the growth from a second batch of SAMPLE
   // connections over a first, so that what the first left behind (the allocator keeps freed read
@@ -247,10 +231,10 @@ async function main(): Promise<void> {
   const cost = async (what: string, target: string, read: boolean): Promise<number> => {
     const first = await batch(target, read);
     const before = cgroup.usage();
-    const rssBefore = statusOf(pid, 'VmRSS');
+    const rssBefore = statusKiB(pid, 'VmRSS') * KIB;
     const second = await batch(target, read);
     const per = (cgroup.usage() - before) / second.length;
-    const rssPer = (statusOf(pid, 'VmRSS') - rssBefore) / second.length;
+    const rssPer = (statusKiB(pid, 'VmRSS') * KIB - rssBefore) / second.length;
     console.log(`${what}: ${(per / KIB).toFixed(1)} KiB per connection in the cgroup, ${(rssPer / KIB).toFixed(1)} KiB RSS (the growth from ${second.length} more over ${first.length})`);
     for (const s of [...first, ...second]) s.destroy();
     await sleep(1_500);
@@ -282,7 +266,7 @@ async function main(): Promise<void> {
   const ratio = percentile(loaded.samples, 99) / percentile(unloaded.samples, 99);
   console.log(
     `${TUNNELS} unread tunnels in ${tunnelSeconds.toFixed(1)} s: ${[...answers].map(([k, v]) => `${v} x ${k}`).join(', ')}; ` +
-      `${attackers.filter((s) => !s.destroyed).length} still open on the client side; RSS ${(statusOf(pid, 'VmRSS') / MIB).toFixed(1)} MiB, cgroup ${(cgroup.usage() / MIB).toFixed(1)} MiB; ` +
+      `${attackers.filter((s) => !s.destroyed).length} still open on the client side; RSS ${(statusKiB(pid, 'VmRSS') * KIB / MIB).toFixed(1)} MiB, cgroup ${(cgroup.usage() / MIB).toFixed(1)} MiB; ` +
       `${events.get('tunnel_closed') ?? 0} close lines; /healthz ${health}; loaded CONNECT p99 ${percentile(loaded.samples, 99).toFixed(3)} ms (${loaded.failed} failed)`,
   );
 

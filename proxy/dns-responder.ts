@@ -20,7 +20,7 @@ import type { Policy } from '../policy/index.js';
 import { answerQuery, MAX_QUERY_BYTES, type DnsVerdict } from './dns-answer.js';
 import { F, logLine, printable, type Logger } from './log.js';
 import type { ProxyObserver } from './metrics.js';
-import { LineGate } from './line-gate.js';
+import { LineGate, logSuppressed } from './line-gate.js';
 import { networkOf, RateLimiter } from './rate-limit.js';
 
 /** What one client, and every client together, may make the responder do. */
@@ -86,14 +86,8 @@ export async function startDnsResponder(host: string, port: number, options: Dns
     totalBurst: limits.totalLineBurst,
     maxClients: limits.maxClients,
   });
-  const report = (): void => {
-    const summary = lines.takeSummary();
-    if (summary === undefined) return;
-    log.warn(
-      { [F.event]: 'dns_lines_suppressed', [F.lines]: summary.lines, clients: summary.clients, byReason: summary.byReason, topClients: summary.topClients },
-      'refused DNS names counted without a line of their own (over the line rates); the decision metric counts each',
-    );
-  };
+  const report = (): void =>
+    logSuppressed(lines, log, 'dns_lines_suppressed', 'refused DNS names counted without a line of their own (over the line rates); the decision metric counts each');
   const reporter = setInterval(report, limits.suppressedReportMs);
   reporter.unref();
 

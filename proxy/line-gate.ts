@@ -2,8 +2,10 @@
  * What keeps refusal lines from filling the disk: a client's refusals get a line each up to a few
  * a second, and every client's together up to a cap; past either, a refusal is only counted (the
  * decision metric still counts each), and the counts, by reason, go out as one summary line per
- * interval. Pure: the caller writes the summary on its own timer.
+ * interval. The gate itself is pure: the caller writes the summary (`logSuppressed`) on its own
+ * timer.
  */
+import { F, type Logger } from './log.js';
 import { RateLimiter } from './rate-limit.js';
 
 export interface LineGateLimits {
@@ -65,4 +67,11 @@ export class LineGate {
     this.byReason = new Map();
     return summary;
   }
+}
+
+/** Writes what `gate` counted without a line since the last call, as one `event` line (none when nothing was). */
+export function logSuppressed(gate: LineGate, log: Logger, event: string, message: string): void {
+  const summary = gate.takeSummary();
+  if (summary === undefined) return;
+  log.warn({ [F.event]: event, [F.lines]: summary.lines, clients: summary.clients, byReason: summary.byReason, topClients: summary.topClients }, message);
 }

@@ -98,7 +98,7 @@ export function countDropped(stream: { on(event: 'drop', listener: (data: string
   let lines = 0;
   let bytes = 0;
   stream.on('drop', (data: string) => {
-    lines += data.split('\n').length - 1;
+    for (let at = data.indexOf('\n'); at !== -1; at = data.indexOf('\n', at + 1)) lines += 1;
     bytes += Buffer.byteLength(data);
   });
   return {

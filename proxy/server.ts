@@ -14,7 +14,7 @@ import type { ClientLookup } from './dns.js';
 import { attachConnection, connectionOf } from './connection.js';
 import { holdInFlight, type ProxyContext } from './context.js';
 import { DecisionRecorder } from './decision-recorder.js';
-import { LineGate, type LineGateLimits } from './line-gate.js';
+import { LineGate, logSuppressed, type LineGateLimits } from './line-gate.js';
 import { clientShare, DEFAULT_LIMITS, type ProxyLimits } from './limits.js';
 import { defaultConnect, type Connect } from './dial.js';
 import { createForwarder } from './forward.js';
@@ -121,14 +121,8 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     (clientIp: string) =>
     (reason: string): boolean =>
       lines.admit(clientIp, reason);
-  const reportSuppressed = (): void => {
-    const summary = lines.takeSummary();
-    if (summary === undefined) return;
-    log.warn(
-      { [F.event]: 'decision_lines_suppressed', [F.lines]: summary.lines, clients: summary.clients, byReason: summary.byReason, topClients: summary.topClients },
-      'refusals counted without a line of their own (over the per-client line rate); the decision metric counts each',
-    );
-  };
+  const reportSuppressed = (): void =>
+    logSuppressed(lines, log, 'decision_lines_suppressed', 'refusals counted without a line of their own (over the per-client line rate); the decision metric counts each');
   const reporter = setInterval(reportSuppressed, SUPPRESSED_REPORT_MS);
   reporter.unref();
   // Every address and port the proxy listens on, and the machine's interface addresses (read

@@ -13,9 +13,9 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import t from 'tap';
-import { makeCgroup, type Cgroup } from '../../bench/load-support.js';
+import { inCgroup, makeCgroup, type Cgroup } from '../../bench/load-support.js';
 import { EGRESS_CLI, EGRESS_BASE_ENV, plainNode } from '../support/plain-node.js';
-import { freePort } from '../support/loopback.js';
+import { freePort, streamingServer } from '../support/loopback.js';
 import { needUnmet } from '../support/needs.js';
 import { rawRequest, readUntil } from '../support/raw-client.js';
 import { settle } from '../support/settle.js';
@@ -34,28 +34,15 @@ try {
 t.test('3,000 unread streaming tunnels in a 256 MiB cgroup: the proxy lives and serves another client', async (t) => {
   if (cgroup === undefined) return needUnmet(t, 'root and a memory cgroup it may create (/sys/fs/cgroup/memory or cgroup v2)');
   const group = cgroup;
-  const chunk = Buffer.alloc(64 * KIB, 0x61);
-  const upstreamSockets = new Set<net.Socket>();
-  const upstream = net.createServer((s) => {
-    upstreamSockets.add(s);
-    s.on('error', () => s.destroy());
-    s.on('close', () => upstreamSockets.delete(s));
-    const pump = (): void => {
-      while (!s.destroyed && s.write(chunk));
-    };
-    s.on('drain', pump);
-    pump();
-  });
-  await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
-  const upPort = (upstream.address() as net.AddressInfo).port;
+  const upstream = await streamingServer();
+  const upPort = upstream.port;
   const dir = mkdtempSync(path.join(os.tmpdir(), 'cgroup-shares-'));
   const policy = path.join(dir, 'policy.yaml');
   writeFileSync(policy, `version: 1\nallowHosts:\n  - host: stream.test\n    tunnel: opaque\nconnectPorts: [${upPort}]\n`);
   const port = await freePort();
   const [command, args] = plainNode(EGRESS_CLI, ['--policy', policy, '--listen', `127.0.0.1:${port}`, '--log-level', 'warn']);
-  const quoted = [command, ...args].map((a) => `'${a.replaceAll("'", "'\\''")}'`).join(' ');
-  // The shell enters the cgroup and becomes node: the proxy plans its memory from the cgroup's limit.
-  const proxy = spawn('sh', ['-c', `echo $$ > '${group.path}/cgroup.procs' && { ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"; } && exec ${quoted}`], {
+  // The proxy plans its memory from the cgroup's limit.
+  const proxy = spawn(...inCgroup(group, [command, ...args], 65_536), {
     env: { ...EGRESS_BASE_ENV, CAPYBARA_EGRESS_TEST_HOSTS: JSON.stringify({ 'stream.test': '127.0.0.1' }) },
     stdio: ['ignore', 'ignore', 'inherit'],
   });
@@ -63,18 +50,10 @@ t.test('3,000 unread streaming tunnels in a 256 MiB cgroup: the proxy lives and 
   t.teardown(async () => {
     for (const s of tunnels) s.destroy();
     proxy.kill('SIGKILL');
-    for (const s of upstreamSockets) s.destroy();
     upstream.close();
     rmSync(dir, { recursive: true, force: true });
     await settle(() => proxy.exitCode !== null || proxy.signalCode !== null, 'the proxy gone', 10_000);
-    for (let i = 0; i < 50; i++) {
-      try {
-        group.remove();
-        return;
-      } catch {
-        await new Promise((r) => setTimeout(r, 100));
-      }
-    }
+    group.remove();
   });
   const alive = (): boolean => proxy.exitCode === null && proxy.signalCode === null;
   for (let i = 0; ; i++) {

@@ -12,7 +12,7 @@ import { clientShare, CLIENT_SHARE_FLOOR } from '../../proxy/limits.js';
 import { LineGate } from '../../proxy/line-gate.js';
 import { MemoryBudget, READ_AHEAD_BYTES } from '../../proxy/memory-budget.js';
 import { networkOf, OVERFLOW_KEY, RateLimiter } from '../../proxy/rate-limit.js';
-import { listen } from '../support/loopback.js';
+import { listen, streamingServer } from '../support/loopback.js';
 import { rawRequest, readUntil } from '../support/raw-client.js';
 import { settle } from '../support/settle.js';
 import { startTestProxy } from '../support/test-proxy.js';
@@ -104,30 +104,6 @@ t.test('refusal lines: a client past its rate is counted, not written, and does 
   now = 10_000;
   t.ok(gate.admit('10.0.0.1', 'host_not_allowed'), 'the rate refills');
 });
-
-/** A server that sends as fast as its reader takes it, forever. */
-async function streamingServer(): Promise<{ port: number; close(): void }> {
-  const chunk = Buffer.alloc(64 * KIB, 0x61);
-  const sockets = new Set<net.Socket>();
-  const server = net.createServer((s) => {
-    sockets.add(s);
-    s.on('error', () => s.destroy());
-    s.on('close', () => sockets.delete(s));
-    const pump = (): void => {
-      while (!s.destroyed && s.write(chunk));
-    };
-    s.on('drain', pump);
-    pump();
-  });
-  const port = await listen(server);
-  return {
-    port,
-    close: () => {
-      for (const s of sockets) s.destroy();
-      server.close();
-    },
-  };
-}
 
 t.test('unread downloads: a client past its share of memory loses its oldest stalled tunnels; another client is served', async (t) => {
   const upstream = await streamingServer();

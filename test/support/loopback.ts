@@ -14,3 +14,27 @@ export async function freePort(): Promise<number> {
   await new Promise<void>((resolve) => server.close(() => resolve()));
   return port;
 }
+
+/** A server that sends 64 KiB chunks to every connection as fast as its reader takes them, forever. */
+export async function streamingServer(): Promise<{ port: number; close(): void }> {
+  const chunk = Buffer.alloc(64 * 1024, 0x61);
+  const sockets = new Set<net.Socket>();
+  const server = net.createServer((s) => {
+    sockets.add(s);
+    s.on('error', () => s.destroy());
+    s.on('close', () => sockets.delete(s));
+    const pump = (): void => {
+      while (!s.destroyed && s.write(chunk));
+    };
+    s.on('drain', pump);
+    pump();
+  });
+  const port = await listen(server);
+  return {
+    port,
+    close: () => {
+      for (const s of sockets) s.destroy();
+      server.close();
+    },
+  };
+}
