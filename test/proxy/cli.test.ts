@@ -110,14 +110,23 @@ t.test('a SIGHUP while the proxy starts never ends it, and the reload it asks fo
   while (wchan() !== 'wait_for_partner' && child.exitCode === null && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
   t.equal(wchan(), 'wait_for_partner', 'the start waits on the policy file');
   child.kill('SIGHUP');
-  // Each read of the FIFO takes one writer; the proxy reads its policy file more than once. A
-  // writer nobody reads from gives up after 2 s (a child left running would hold the test open).
-  const feeder = setInterval(() => {
-    spawn('timeout', ['2', 'sh', '-c', `printf 'allowHosts: [one.test]\n' > ${file}`], { stdio: 'ignore' });
-  }, 200);
-  t.teardown(() => clearInterval(feeder));
+  // The proxy reads its policy file more than once, and each read of the FIFO takes the writers
+  // open at that moment until the last closes: one writer at a time, the next once it has ended,
+  // or a read could see two copies (a fresh-clone CI run read "Map keys must be unique"). A writer
+  // nobody reads from gives up after 2 s (a child left running would hold the test open).
+  let feeding = true;
+  const feed = (): void => {
+    if (!feeding) return;
+    spawn('timeout', ['2', 'sh', '-c', `printf 'allowHosts: [one.test]\n' > ${file}`], { stdio: 'ignore' }).once('exit', feed);
+  };
+  feed();
+  t.teardown(() => {
+    feeding = false;
+  });
+  // The reload runs once the proxy listens: feed it too, then stop.
   await waitFor(child, output, /egress proxy listening/);
-  clearInterval(feeder);
+  await waitFor(child, output, /"policy_reload(ed|_failed)","why":"SIGHUP"/);
+  feeding = false;
   t.equal(child.exitCode, null, 'still running');
   t.equal(child.signalCode, null, 'not ended by the signal');
   t.match(output.text, /"policy_reloaded","why":"SIGHUP"/, 'the reload asked for during the start was done');
