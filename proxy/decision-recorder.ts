@@ -14,6 +14,7 @@ export type LineFields = Readonly<Record<string, LineValue>>;
 
 export class DecisionRecorder {
   private written = false;
+  private held = false;
   private noted: LineFields = {};
 
   /**
@@ -35,6 +36,14 @@ export class DecisionRecorder {
     return this.written;
   }
 
+  /**
+   * Whether the request was refused without a line of its own (over the per-client line rate):
+   * the lines that would follow it (a tunnel's close) are held back too.
+   */
+  get suppressed(): boolean {
+    return this.held;
+  }
+
   /** Fields the request's line carries whatever its outcome, known before it (a TLS server name read first). */
   note(fields: LineFields): void {
     this.noted = { ...this.noted, ...fields };
@@ -53,7 +62,10 @@ export class DecisionRecorder {
     if (this.written) return;
     this.written = true;
     this.observer.decision('deny', refusal.reason);
-    if (!this.gate(refusal.reason)) return;
+    if (!this.gate(refusal.reason)) {
+      this.held = true;
+      return;
+    }
     logLine(
       this.log,
       { [F.event]: 'decision', [F.decision]: 'deny', [F.method]: this.method, [F.reason]: refusal.reason, [F.detail]: refusal.detail, [F.host]: refusal.host, [F.port]: refusal.port, ...this.noted, ...fields },

@@ -21,6 +21,7 @@ import { answerQuery, MAX_QUERY_BYTES, type DnsVerdict } from './dns-answer.js';
 import { F, logLine, printable, type Logger } from './log.js';
 import type { ProxyObserver } from './metrics.js';
 import { LineGate, logSuppressed } from './line-gate.js';
+import { canonicalAddress } from './own-address.js';
 import { networkOf, RateLimiter } from './rate-limit.js';
 
 /** What one client, and every client together, may make the responder do. */
@@ -148,7 +149,8 @@ export async function startDnsResponder(host: string, port: number, options: Dns
   const perClient = new Map<string, number>();
   const tcpSockets = new Set<net.Socket>();
   const tcp = net.createServer({ noDelay: true }, (socket) => {
-    const clientIp = socket.remoteAddress ?? 'unknown';
+    const remote = socket.remoteAddress ?? 'unknown';
+    const clientIp = canonicalAddress(remote) ?? remote;
     const fromClient = perClient.get(clientIp) ?? 0;
     socket.on('error', () => socket.destroy());
     if (tcpSockets.size >= limits.maxTcpTotal || fromClient >= limits.maxTcpPerClient) {

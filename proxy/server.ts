@@ -342,7 +342,10 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   };
   /** Admits a client connection within the limits, then reads it (every listener's connections). */
   const accept = (socket: net.Socket): void => {
-    const clientIp = socket.remoteAddress ?? 'unknown';
+    // One spelling per client: on a listener bound to ::, an IPv4 client is ::ffff:a.b.c.d, and
+    // would otherwise hold a second share beside its plain address on the transparent listeners.
+    const remote = socket.remoteAddress ?? 'unknown';
+    const clientIp = canonicalAddress(remote) ?? remote;
     const client = `${clientIp}:${socket.remotePort ?? 0}`;
     const entry = transparentEntryOf(socket);
     const via = entry === undefined ? {} : { [F.via]: 'transparent' };

@@ -199,6 +199,9 @@ function splice(ctx: ProxyContext, log: Logger, client: Socket, upstream: Socket
     if (open > 0) return;
     clearTimeout(lifetime);
     ctx.observer.tunnelClosed(upstream.bytesWritten, upstream.bytesRead);
+    // A tunnel refused after its dial (its TLS judged) closes as its refusal's line says: no
+    // line of its own when that line was held back, or one client's refusals would flood the log.
+    if (meta.record.suppressed) return;
     logLine(log, {
       [F.event]: 'tunnel_closed',
       [F.host]: meta.host,

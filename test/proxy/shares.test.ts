@@ -16,6 +16,8 @@ import { listen, streamingServer } from '../support/loopback.js';
 import { rawRequest, readUntil } from '../support/raw-client.js';
 import { settle } from '../support/settle.js';
 import { startTestProxy } from '../support/test-proxy.js';
+import { REFUSAL_LINES } from '../../proxy/server.js';
+import { captureHello } from '../support/tls-hello.js';
 
 const KIB = 1024;
 
@@ -196,17 +198,68 @@ t.test('unread responses: a client past its share loses its oldest stalled respo
 
 t.test('refusal lines are capped per client, summed up by reason, and another client still gets its lines', async (t) => {
   const p = await startTestProxy({ policy: { allowHosts: ['a.example'] } });
+  const started = Date.now();
   for (let i = 0; i < 150; i++) {
     const res = await rawRequest(p.port, 'GET http://denied.example/ HTTP/1.1\r\nHost: denied.example\r\n\r\n', '127.0.0.1', 5_000, '127.0.0.2');
     res.socket?.destroy();
   }
+  const refill = Math.ceil(((Date.now() - started) / 1000) * REFUSAL_LINES.clientPerSecond);
   const other = await rawRequest(p.port, 'GET http://denied.example/ HTTP/1.1\r\nHost: denied.example\r\n\r\n', '127.0.0.1', 5_000, '127.0.0.3');
   other.socket?.destroy();
   await p.close();
   const lines = p.logs.filter((l) => l.event === 'decision');
   const fromFlooder = lines.filter((l) => String(l.client).startsWith('127.0.0.2:')).length;
-  t.ok(fromFlooder >= 100 && fromFlooder <= 110, `the flooding client got ${fromFlooder} of 150 lines (its burst, and what refilled meanwhile)`);
+  t.ok(fromFlooder >= REFUSAL_LINES.clientBurst && fromFlooder <= REFUSAL_LINES.clientBurst + refill, `the flooding client got ${fromFlooder} of 150 lines (its burst, and ${refill} refilled meanwhile)`);
   t.equal(lines.filter((l) => String(l.client).startsWith('127.0.0.3:')).length, 1, 'another client\'s refusal has its line');
   const summary = p.logs.find((l) => l.event === 'decision_lines_suppressed');
   t.match(summary, { lines: 150 - fromFlooder, clients: 1, byReason: { host_not_allowed: 150 - fromFlooder }, topClients: [`127.0.0.2=${150 - fromFlooder}`] }, 'the rest are counted by reason, and who sent them');
+});
+
+t.test('tunnels refused after their dial write no close line past the client\'s line cap', async (t) => {
+  // The client's ClientHello is valid, and the upstream is dialled; the upstream then speaks
+  // first, and the tunnel is refused (tls_upstream_not_tls) and closed. Its close line follows
+  // its refusal's line, or is held back with it.
+  const upstream = net.createServer((s) => {
+    s.on('error', () => undefined);
+    s.end('SSH-2.0-banner\r\n');
+  });
+  const upstreamPort = await listen(upstream);
+  t.teardown(() => upstream.close());
+  const hello = await captureHello({ servername: 'web.test' });
+  const p = await startTestProxy({ policy: { allowHosts: ['web.test'], connectPorts: [upstreamPort], testHosts: { 'web.test': '127.0.0.1' } } });
+  const refuseOne = (): Promise<void> =>
+    new Promise((resolve) => {
+      const s = net.connect({ port: p.port, host: '127.0.0.1', localAddress: '127.0.0.2' });
+      s.on('error', () => resolve());
+      s.on('close', () => resolve());
+      s.write(`CONNECT web.test:${upstreamPort} HTTP/1.1\r\nHost: web.test\r\n\r\n`);
+      s.once('data', () => s.write(hello));
+      s.resume();
+    });
+  const started = Date.now();
+  for (let i = 0; i < 150; i++) await refuseOne();
+  const refill = Math.ceil(((Date.now() - started) / 1000) * REFUSAL_LINES.clientPerSecond);
+  await p.close();
+  const from = (event: string): number => p.logs.filter((l) => l.event === event && String(l.client).startsWith('127.0.0.2:')).length;
+  const denies = p.logs.filter((l) => l.event === 'decision' && l.decision === 'deny' && l.reason === 'tls_upstream_not_tls').length;
+  t.equal(p.dialed.length, 150, 'every tunnel was dialled');
+  t.ok(denies >= REFUSAL_LINES.clientBurst && denies <= REFUSAL_LINES.clientBurst + refill, `${denies} refusal lines of 150 (the client's burst, and ${refill} refilled meanwhile)`);
+  t.equal(from('tunnel_closed'), from('decision'), 'a close line only where the refusal had its line');
+});
+
+t.test('an IPv4 client on a listener bound to :: is one client under its plain address', async (t) => {
+  // Node names it ::ffff:127.0.0.2 there, and 127.0.0.2 on an IPv4 listener (the transparent
+  // ones): two spellings would be two shares of every pool.
+  const p = await startTestProxy({ policy: { allowHosts: ['a.example'] }, listen: { host: '::', port: 0 }, limits: { maxConnectionsPerClient: 1 } });
+  t.teardown(() => p.close());
+  const held = net.connect({ port: p.port, host: '127.0.0.1', localAddress: '127.0.0.2' });
+  held.on('error', () => undefined);
+  t.teardown(() => held.destroy());
+  await new Promise((r) => held.once('connect', r));
+  await settle(() => p.proxy.openConnections === 1, 'the first connection counted');
+  const second = await rawRequest(p.port, 'GET http://denied.example/ HTTP/1.1\r\nHost: denied.example\r\n\r\n', '127.0.0.1', 5_000, '127.0.0.2');
+  second.socket?.destroy();
+  t.equal(second.reason, 'client_limit');
+  const line = p.logs.find((l) => l.event === 'decision');
+  t.match(line, { reason: 'client_limit', client: /^127\.0\.0\.2:\d+$/, detail: /from 127\.0\.0\.2 / }, 'the line and its detail name the plain address');
 });
