@@ -222,6 +222,14 @@ t.test('source addresses rotated within one network share the network\'s rate', 
   t.equal(await volley(responder.port, '127.0.6.1', 5), 5, 'a client of another network is answered');
 });
 
+t.test('a flooding neighbour takes at most its own share of the network\'s rate: a client beside it is answered', async (t) => {
+  // The defaults' proportions: one client a quarter of its network.
+  const { responder } = await start(t, { clientQueryBurst: 20, clientQueriesPerSecond: 0.001, networkQueryBurst: 80, networkQueriesPerSecond: 0.001 });
+  const flood = await volley(responder.port, '127.0.8.1', 200);
+  t.ok(flood >= 20 && flood <= 21, `the flooder got its burst (${flood} of 200)`);
+  t.equal(await volley(responder.port, '127.0.8.2', 20), 20, 'its neighbour in the same /24 is answered every time');
+});
+
 t.test('the line table cannot be rotated around: many sources write at most the total of lines', async (t) => {
   const { responder, logs, decisions } = await start(t, { clientLineBurst: 2, clientLinesPerSecond: 0.001, totalLineBurst: 10, totalLinesPerSecond: 0.001, maxClients: 16, suppressedReportMs: 200 });
   for (let host = 1; host <= 40; host++) await volley(responder.port, `127.0.7.${host}`, 2, `refused${host}.example`, 20);
