@@ -1,38 +1,149 @@
 /**
- * Per-client-connection facts (id, client address, child logger, limit slot, memory charge), attached to the
- * socket when the server accepts it. A file of its own so that the refusal writer, which frees the
- * slot, and the request context, which names the refusal type, do not import each other.
+ * One client connection, from its accept to its close: who it is, which listener it came in on,
+ * what it holds (its slot in the connection limits, its charge to the memory budget, its request
+ * pipeline) and how far it has got (the first head's deadline, the request under way, whether a
+ * CONNECT took it over, whether it was refused). The server makes one per accepted socket, and
+ * every handler (CONNECT, plain forwarding, the transparent listeners) takes it as an argument.
+ * Node's HTTP server hands its events only the socket: `connectionOf` finds the connection there.
  */
+import type { ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
-import type { Logger } from './log.js';
-import { UNCHARGED, type Charge } from './memory-budget.js';
+import { F, type Logger } from './log.js';
+import type { Charge } from './memory-budget.js';
+import type { Pipeline } from './pipeline.js';
+import { refusalBytes, type Closer, type Refusal } from './refusal.js';
 
-export interface Connection {
+/** The transparent listener a connection came in on; a connection without one came in on the proxy port. */
+export interface TransparentEntry {
+  readonly kind: 'tls' | 'http';
+  /** The port the client dialled (the destination port the policy checks). */
+  readonly port: number;
+}
+
+/** What the server gives a connection it accepts. */
+export interface Accepted {
   readonly id: number;
+  /** The client's address, in one spelling (own-address.ts's canonicalAddress). */
+  readonly clientIp: string;
+  readonly entry: TransparentEntry | undefined;
+  /** Its charge to the memory budget; UNCHARGED when the budget had no room for it at the accept. */
+  readonly memory: Charge;
+  /** The budget had no room for it: it is only refused (or answered, if it is the health check). */
+  readonly overloaded: boolean;
+  /** The server's logger; the connection's own is a child of it, made on first use. */
+  readonly root: Logger;
+  /** Ends refused connections (refusal.ts). */
+  readonly closer: Closer;
+  /** Gives its slot in the connection limits back. */
+  readonly uncount: () => void;
+}
+
+const CONNECTION = Symbol('capybara-egress.connection');
+type Carrier = Socket & { [CONNECTION]?: ClientConnection };
+
+export class ClientConnection {
+  readonly id: number;
+  readonly clientIp: string;
   /** `ip:port` of the client. */
   readonly client: string;
-  readonly clientIp: string;
-  readonly log: Logger;
-  /** Client bytes already counted for earlier requests on this connection. */
-  readonly counted: { read: number };
-  /** What the connection holds before a verdict, charged to the memory budget. */
+  readonly entry: TransparentEntry | undefined;
   readonly memory: Charge;
-  /** Stops counting this connection against the limits (idempotent): on close, or at once when it is refused. */
-  release(): void;
+  readonly overloaded: boolean;
+  /** Client bytes already counted for earlier requests on this connection. */
+  readonly counted = { read: 0 };
+  /** Its requests, one at a time; made when Node's HTTP parser first hands one over. */
+  pipeline: Pipeline | undefined;
+  /** What Node's HTTP parser is charged for reading it (parserBytes), 0 once it no longer does. */
+  parserCharge = 0;
+  /** The first head's deadline, counted from the accept. */
+  firstHeadTimer: NodeJS.Timeout | undefined;
+  /** A CONNECT or an Upgrade took it out of Node's HTTP handling. */
+  takenOver = false;
+  private refusedAlready = false;
+  private counting = true;
+  private child: Logger | undefined;
+  /**
+   * The request under way, as the way to refuse it: the HTTP parser can fail on a request's body
+   * (or on the next request pipelined behind it) while the request is decided or forwarded, and
+   * that request must end with its own one refusal or cut, never a second answer.
+   */
+  private underWay: ((refusal: Refusal) => void) | undefined;
+
+  constructor(
+    readonly socket: Socket,
+    private readonly accepted: Accepted,
+  ) {
+    this.id = accepted.id;
+    this.clientIp = accepted.clientIp;
+    this.client = `${accepted.clientIp}:${socket.remotePort ?? 0}`;
+    this.entry = accepted.entry;
+    this.memory = accepted.memory;
+    this.overloaded = accepted.overloaded;
+    (socket as Carrier)[CONNECTION] = this;
+  }
+
+  /** Its lines' logger (conn, client, and via for a transparent one); built on first use. */
+  get log(): Logger {
+    this.child ??= this.accepted.root.child({ [F.conn]: this.id, [F.client]: this.client, ...(this.entry && { [F.via]: 'transparent' }) });
+    return this.child;
+  }
+
+  /** Whether it was refused already (a second refusal writes nothing). */
+  get refused(): boolean {
+    return this.refusedAlready;
+  }
+
+  /** Stops counting it against the connection limits (idempotent): at its close, or at once when it is refused. */
+  release(): void {
+    if (!this.counting) return;
+    this.counting = false;
+    this.accepted.uncount();
+  }
+
+  /** Ends it, refused: writes `last` (a response or a TLS alert), and gives its slot back at once. */
+  close(last: string | Buffer | undefined): void {
+    this.refusedAlready = true;
+    this.release();
+    this.accepted.closer.close(this.socket, last);
+  }
+
+  /** Writes a refusal on the raw socket (CONNECT, or before HTTP parsing) and ends it. */
+  refuse(refusal: Refusal): void {
+    this.close(refusalBytes(refusal));
+  }
+
+  /** Stops Node's HTTP parser's charge, once it no longer reads the connection. */
+  leaveParser(): void {
+    this.memory.shrink(this.parserCharge);
+    this.parserCharge = 0;
+  }
+
+  /** Ends the first head's deadline: the head arrived, or the connection closed. */
+  firstHeadDone(): void {
+    clearTimeout(this.firstHeadTimer);
+    this.firstHeadTimer = undefined;
+  }
+
+  /** Makes `hook` the way to refuse the request under way, until its response closes. */
+  holdInFlight(res: ServerResponse, hook: (refusal: Refusal) => void): void {
+    this.underWay = hook;
+    res.once('close', () => {
+      if (this.underWay === hook) this.underWay = undefined;
+    });
+  }
+
+  /** The way to refuse the request under way, if one is. */
+  get inFlight(): ((refusal: Refusal) => void) | undefined {
+    return this.underWay;
+  }
+
+  /** The request that starts now takes the place of one that ended without its response closing. */
+  clearInFlight(): void {
+    this.underWay = undefined;
+  }
 }
 
-const connections = new WeakMap<Socket, Connection>();
-
-export function attachConnection(socket: Socket, connection: Connection): void {
-  connections.set(socket, connection);
-}
-
-/** The connection's facts; a socket not (or not yet) accepted gets an anonymous stand-in. */
-export function connectionOf(socket: Socket, fallback: Logger): Connection {
-  return connections.get(socket) ?? { id: 0, client: 'unknown', clientIp: 'unknown', log: fallback, counted: { read: 0 }, memory: UNCHARGED, release: () => undefined };
-}
-
-/** Stops counting the socket's connection against the limits, if it was counted. */
-export function releaseConnection(socket: Socket): void {
-  connections.get(socket)?.release();
+/** The connection the server accepted on `socket`; undefined for a socket it did not accept. */
+export function connectionOf(socket: Socket): ClientConnection | undefined {
+  return (socket as Carrier)[CONNECTION];
 }

@@ -15,16 +15,15 @@ import type { Dispatcher } from 'undici';
 import { CodedError, EGRESS_HEALTH_PATH, isCodedError } from '../common/index.js';
 import { checkTarget, resolveTarget, type Allowed, type Reason } from '../policy/index.js';
 import { HTTP_PORT, parseAbsoluteUrl } from './authority.js';
-import { connectionOf } from './connection.js';
-import { holdInFlight, type ProxyContext } from './context.js';
+import type { ClientConnection } from './connection.js';
+import type { ProxyContext } from './context.js';
 import type { DecisionRecorder, LineFields } from './decision-recorder.js';
 import { isDialError } from './dial.js';
-import { F, ms, type Logger } from './log.js';
-import { READ_AHEAD_BYTES, type Charge, type Held } from './memory-budget.js';
+import { F, ms } from './log.js';
+import { READ_AHEAD_BYTES, type Held } from './memory-budget.js';
 import { refuseResponse, type Refusal } from './refusal.js';
 import { checkRequestHead, type BodyFraming } from './request-head.js';
 import { checkResponseHead } from './response-head.js';
-import { transparentEntryOf } from './transparent-entry.js';
 import { transparentTarget } from './transparent-http.js';
 
 /** A failure of the exchange that the forwarder finds itself (undici reports the others). */
@@ -52,11 +51,11 @@ function failureDetail(err: Error): string {
   return code ? `${err.message} (${code})` : err.message;
 }
 
-export function createForwarder(ctx: ProxyContext, root: Logger) {
-  /** One plain-HTTP request; its one decision line goes through `record`. */
-  return async function handleRequest(req: IncomingMessage, res: ServerResponse, record: DecisionRecorder): Promise<void> {
+export function createForwarder(ctx: ProxyContext) {
+  /** One plain-HTTP request on `connection`; its one decision line goes through `record`. */
+  return async function handleRequest(connection: ClientConnection, req: IncomingMessage, res: ServerResponse, record: DecisionRecorder): Promise<void> {
     const started = performance.now();
-    const { log, counted, clientIp, memory } = connectionOf(req.socket, root);
+    const { log, clientIp, entry } = connection;
     const deny = (refusal: Refusal, fields: LineFields = {}): void => {
       record.deny(refusal, fields);
       refuseResponse(res, refusal);
@@ -64,7 +63,6 @@ export function createForwarder(ctx: ProxyContext, root: Logger) {
 
     const url = req.url ?? '';
     // On a transparent listener every request is for the server named by its Host header, /healthz too.
-    const entry = transparentEntryOf(req.socket);
     if (entry === undefined && url === EGRESS_HEALTH_PATH && (req.method === 'GET' || req.method === 'HEAD')) {
       res.writeHead(200, { 'Content-Type': 'text/plain', 'Content-Length': '3' }).end(req.method === 'GET' ? 'ok\n' : undefined);
       return;
@@ -78,7 +76,7 @@ export function createForwarder(ctx: ProxyContext, root: Logger) {
       if (record.recorded) return;
       deny(refusal, target === undefined ? {} : { [F.host]: target.host, [F.port]: target.port });
     };
-    holdInFlight(ctx, req.socket, res, early);
+    connection.holdInFlight(res, early);
 
     if (entry === undefined && url.startsWith('/')) return deny({ reason: 'bad_request', detail: 'this is a proxy: send an absolute http:// URL or CONNECT host:port' });
     const parsed = entry === undefined ? parseAbsoluteUrl(url) : transparentTarget(req.rawHeaders, url, entry.port);
@@ -104,7 +102,7 @@ export function createForwarder(ctx: ProxyContext, root: Logger) {
       record.allow({ [F.host]: decision.host, [F.port]: decision.port, [F.rule]: decision.rule, [F.addresses]: decision.addresses, [F.decideMs]: decideMs, [F.error]: 'client_closed' });
       return;
     }
-    forward(ctx, req, res, { decision, path: parsed.path, headers: head.headers, framing: head.framing, started, decideMs, counted, record, memory });
+    forward(ctx, connection, req, res, { decision, path: parsed.path, headers: head.headers, framing: head.framing, started, decideMs, record });
   };
 }
 
@@ -115,15 +113,13 @@ interface Forwarding {
   readonly framing: BodyFraming;
   readonly started: number;
   readonly decideMs: number;
-  readonly counted: { read: number };
   readonly record: DecisionRecorder;
-  /** The connection's memory charge: a response the client does not read is held on it. */
-  readonly memory: Charge;
 }
 
-function forward(ctx: ProxyContext, req: IncomingMessage, res: ServerResponse, f: Forwarding): void {
+function forward(ctx: ProxyContext, connection: ClientConnection, req: IncomingMessage, res: ServerResponse, f: Forwarding): void {
   const { decision, record } = f;
-  const socket = req.socket;
+  // The connection's memory charge: a response the client does not read is held on it.
+  const { socket, counted, memory } = connection;
   const writtenAtStart = socket.bytesWritten;
   let abort: ((err?: Error) => void) | undefined;
   /** The response is complete upstream and ended, but not yet all written to the client. */
@@ -134,8 +130,8 @@ function forward(ctx: ProxyContext, req: IncomingMessage, res: ServerResponse, f
   /** The decision line (and metrics) of a request that reached the upstream. */
   const allowLine = (error: string | undefined): void => {
     if (record.recorded) return;
-    const bytesUp = socket.bytesRead - f.counted.read;
-    f.counted.read = socket.bytesRead;
+    const bytesUp = socket.bytesRead - counted.read;
+    counted.read = socket.bytesRead;
     const bytesDown = socket.bytesWritten - writtenAtStart;
     ctx.observer.httpBytes(bytesUp, bytesDown);
     record.allow({
@@ -158,7 +154,7 @@ function forward(ctx: ProxyContext, req: IncomingMessage, res: ServerResponse, f
     if (over()) return;
     const reason = upstreamReason(err);
     if (!res.headersSent) {
-      f.counted.read = socket.bytesRead;
+      counted.read = socket.bytesRead;
       const refusal: Refusal = { reason, detail: failureDetail(err), host: decision.host, port: decision.port };
       record.deny(refusal, { [F.addresses]: decision.addresses, [F.dialed]: isDialError(err) ? err.attempts : undefined, [F.decideMs]: f.decideMs });
       refuseResponse(res, refusal);
@@ -178,7 +174,7 @@ function forward(ctx: ProxyContext, req: IncomingMessage, res: ServerResponse, f
     // The line first: aborting the exchange reports an error of its own, which then finds the
     // request ended.
     if (!res.headersSent) {
-      f.counted.read = socket.bytesRead;
+      counted.read = socket.bytesRead;
       record.deny(refusal, { [F.host]: decision.host, [F.port]: decision.port, [F.addresses]: decision.addresses, [F.decideMs]: f.decideMs });
       abort?.();
       refuseResponse(res, refusal);
@@ -189,7 +185,7 @@ function forward(ctx: ProxyContext, req: IncomingMessage, res: ServerResponse, f
     }
   };
   // Requests on a connection run one at a time (pipeline.ts): the hook is this request's.
-  holdInFlight(ctx, socket, res, parseFailed);
+  connection.holdInFlight(res, parseFailed);
 
   // While the request waits on the upstream, the upstream's own deadlines apply (504 after the
   // idle timeout); the client connection's idle timer ends a client that stalls its upload, or
@@ -292,7 +288,7 @@ function forward(ctx: ProxyContext, req: IncomingMessage, res: ServerResponse, f
       // The client reads slower than the upstream sends: undici pauses until the client drains,
       // and what the pause leaves held is charged to the client meanwhile (memory-budget.ts).
       awaitingClient = true;
-      held = f.memory.hold(socket.writableLength + READ_AHEAD_BYTES, evict);
+      held = memory.hold(socket.writableLength + READ_AHEAD_BYTES, evict);
       res.once('drain', () => {
         held?.release();
         held = undefined;

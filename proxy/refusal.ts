@@ -6,7 +6,6 @@
 import { STATUS_CODES, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { REASONS, type Reason } from '../policy/index.js';
-import { releaseConnection } from './connection.js';
 
 const REASON_HEADER = 'X-Egress-Reason';
 
@@ -19,7 +18,6 @@ const LINGER_MS = 5_000;
  * connection is closed as soon as its last bytes are written.
  */
 const MAX_LINGERING = 64;
-let lingering = 0;
 
 export interface Refusal {
   readonly reason: Reason;
@@ -55,49 +53,43 @@ function headers(refusal: Refusal, body: string): Record<string, string> {
   return h;
 }
 
-const refused = new WeakSet<Socket>();
-
-/** Whether the connection was already refused (a second refusal must write nothing). */
-export function wasRefused(socket: Socket): boolean {
-  return refused.has(socket);
-}
-
 /**
- * Ends a refused connection: writes `last` (a response or a TLS alert), closes the proxy's side,
- * and gives the client a short linger to read it (unless MAX_LINGERING already do). The
- * connection stops counting against the limits at once; a client that never reads or never closes
- * cannot hold the socket open.
+ * Ends refused connections: writes the last bytes (a response or a TLS alert), closes the proxy's
+ * side, and gives the client a short linger to read them, MAX_LINGERING at once (one server's).
+ * A client that never reads or never closes cannot hold the socket open.
  */
-export function closeRefused(socket: Socket, last: string | Buffer | undefined): void {
-  refused.add(socket);
-  releaseConnection(socket);
-  if (!socket.writable) {
-    socket.destroy();
-    return;
+export class Closer {
+  private lingering = 0;
+
+  close(socket: Socket, last: string | Buffer | undefined): void {
+    if (!socket.writable) {
+      socket.destroy();
+      return;
+    }
+    if (this.lingering >= MAX_LINGERING) {
+      socket.end(last ?? '', () => socket.destroy());
+      return;
+    }
+    if (last === undefined) socket.end();
+    else socket.end(last);
+    // Reading on (and discarding) lets the client's own close end the socket promptly.
+    if (socket.listenerCount('data') === 0) socket.resume();
+    this.lingering += 1;
+    const linger = setTimeout(() => socket.destroy(), LINGER_MS);
+    linger.unref();
+    socket.once('close', () => {
+      this.lingering -= 1;
+      clearTimeout(linger);
+    });
   }
-  if (lingering >= MAX_LINGERING) {
-    socket.end(last ?? '', () => socket.destroy());
-    return;
-  }
-  if (last === undefined) socket.end();
-  else socket.end(last);
-  // Reading on (and discarding) lets the client's own close end the socket promptly.
-  if (socket.listenerCount('data') === 0) socket.resume();
-  lingering += 1;
-  const linger = setTimeout(() => socket.destroy(), LINGER_MS);
-  linger.unref();
-  socket.once('close', () => {
-    lingering -= 1;
-    clearTimeout(linger);
-  });
 }
 
-/** Writes a refusal on a raw socket (CONNECT, or before HTTP parsing) and closes it. */
-export function refuseSocket(socket: Socket, refusal: Refusal): void {
+/** A refusal as a whole HTTP response, for a raw socket (CONNECT, or before HTTP parsing). */
+export function refusalBytes(refusal: Refusal): string {
   const status = REASONS[refusal.reason].status;
   const body = refusalBody(refusal);
   const lines = Object.entries(headers(refusal, body)).map(([k, v]) => `${k}: ${v}\r\n`);
-  closeRefused(socket, `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\n${lines.join('')}\r\n${body}`);
+  return `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\n${lines.join('')}\r\n${body}`;
 }
 
 /** Writes a refusal as the response to a parsed plain-HTTP request. */

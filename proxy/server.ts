@@ -11,15 +11,15 @@ import { performance } from 'node:perf_hooks';
 import type { Registry } from 'prom-client';
 import type { Policy } from '../policy/index.js';
 import type { ClientLookup } from './dns.js';
-import { attachConnection, connectionOf } from './connection.js';
-import { holdInFlight, type ProxyContext } from './context.js';
+import { ClientConnection, connectionOf, type TransparentEntry } from './connection.js';
+import type { ProxyContext } from './context.js';
 import { DecisionRecorder } from './decision-recorder.js';
 import { LineGate, logSuppressed, type LineGateLimits } from './line-gate.js';
 import { clientShare, DEFAULT_LIMITS, type ProxyLimits } from './limits.js';
 import { defaultConnect, type Connect } from './dial.js';
 import { createForwarder } from './forward.js';
 import { F, logLine, type Logger } from './log.js';
-import { closeRefused, refuseResponse, refuseSocket, wasRefused, type Refusal } from './refusal.js';
+import { Closer, refusalBytes, refuseResponse, type Refusal } from './refusal.js';
 import { createProxyMetrics } from './metrics.js';
 import { readConnectHead } from './connect-head.js';
 import { connectBodyProblem, handleConnect } from './tunnel.js';
@@ -28,8 +28,7 @@ import { UpstreamPools } from './upstream-pools.js';
 import { ACCEPT_BYTES, BODY_WAIT_BYTES, MemoryBudget, parserBytes, requestBytes, UNCHARGED } from './memory-budget.js';
 import { healthCheckHead } from './health-check.js';
 import { startTransparent, type Transparent, type TransparentOptions } from './transparent.js';
-import { transparentEntryOf } from './transparent-entry.js';
-import { handleTransparentTls, refuseTls } from './transparent-tls.js';
+import { alertFor, handleTransparentTls, refuseTls } from './transparent-tls.js';
 import { canonicalAddress, isOwnListener, type Listener } from './own-address.js';
 
 export interface EgressProxyOptions {
@@ -82,9 +81,9 @@ export const REFUSAL_LINES: LineGateLimits = Object.freeze({ clientPerSecond: 20
 const SUPPRESSED_REPORT_MS = 10_000;
 const PROBE_MS = 2_000;
 
-/** The health check's answer, on a connection the proxy closes after it. */
-function answerHealth(socket: net.Socket, method: 'GET' | 'HEAD'): void {
-  closeRefused(socket, `HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\nConnection: close\r\n\r\n${method === 'GET' ? 'ok\n' : ''}`);
+/** The health check's answer, for a connection the proxy closes after it. */
+function healthAnswer(method: 'GET' | 'HEAD'): string {
+  return `HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\nConnection: close\r\n\r\n${method === 'GET' ? 'ok\n' : ''}`;
 }
 
 function clientError(err: NodeJS.ErrnoException): Refusal {
@@ -141,27 +140,30 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     return interfaces.addresses;
   };
   const ownListener = (address: string, port: number): boolean => isOwnListener(address, port, listeners, machineAddresses());
-  const ctx: ProxyContext = { policy: () => policy, lookup, ownListener, limits, connect, pools, observer, inFlight: new WeakMap() };
-  /** The one recorder of the decision line and metric of a request on `socket`. */
-  const recorderFor = (socket: net.Socket, method: string | undefined): DecisionRecorder => {
-    const connection = connectionOf(socket, log);
-    return new DecisionRecorder(observer, connection.log, method, 'info', gateFor(connection.clientIp));
-  };
+  const ctx: ProxyContext = { policy: () => policy, lookup, ownListener, limits, connect, pools, observer };
+  const closer = new Closer();
+  /** The one recorder of the decision line and metric of a request on `connection`. */
+  const recorderFor = (connection: ClientConnection, method: string | undefined): DecisionRecorder =>
+    new DecisionRecorder(observer, connection.log, method, 'info', gateFor(connection.clientIp));
   /** The decision line and metric of a refusal the server itself makes (no forwarding began). */
-  const denyLine = (socket: net.Socket, refusal: Refusal, method?: string): void => recorderFor(socket, method).deny(refusal);
-  const pipelines = new WeakMap<net.Socket, Pipeline>();
-  const pipelineOf = (socket: net.Socket): Pipeline => {
-    let pipeline = pipelines.get(socket);
-    if (pipeline === undefined) {
-      pipeline = new Pipeline(socket, {
-        parseError: (refusal) => parseFailed(socket, refusal),
-        dropped: (count) =>
-          logLine(connectionOf(socket, log).log, { [F.event]: 'requests_dropped', [F.requests]: count, [F.detail]: 'the connection closed before these pipelined requests were started' }),
-        overflow: () => denyLine(socket, { reason: 'bad_request', detail: `more than ${MAX_WAITING} pipelined requests waiting for their turn; the connection is cut` }),
-      });
-      pipelines.set(socket, pipeline);
-    }
-    return pipeline;
+  const denyLine = (connection: ClientConnection, refusal: Refusal, method?: string): void => recorderFor(connection, method).deny(refusal);
+  const pipelineOf = (connection: ClientConnection): Pipeline => {
+    connection.pipeline ??= new Pipeline(connection.socket, {
+      parseError: (refusal) => parseFailed(connection, refusal),
+      dropped: (count) =>
+        logLine(connection.log, { [F.event]: 'requests_dropped', [F.requests]: count, [F.detail]: 'the connection closed before these pipelined requests were started' }),
+      overflow: () => denyLine(connection, { reason: 'bad_request', detail: `more than ${MAX_WAITING} pipelined requests waiting for their turn; the connection is cut` }),
+    });
+    return connection.pipeline;
+  };
+  /**
+   * The connection Node's HTTP server hands an event for. Every socket it reads came from
+   * `accept`; one that did not is closed, never served.
+   */
+  const connectionFor = (socket: net.Socket): ClientConnection | undefined => {
+    const connection = connectionOf(socket);
+    if (connection === undefined) socket.destroy();
+    return connection;
   };
 
   const httpServer = http.createServer({
@@ -178,7 +180,7 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   // Every field reaches the checks (the head is already bounded by maxHeaderBytes): Node's
   // default of 2000 would let a framing field hide behind 2000 others.
   httpServer.maxHeadersCount = 0;
-  const forward = createForwarder(ctx, log);
+  const forward = createForwarder(ctx);
 
   const failClosed = (what: string, err: unknown, fallback: () => void): void => {
     log.error({ err, [F.event]: what }, 'handler failed; connection refused');
@@ -191,37 +193,38 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
    * that would wait cuts the connection (its refusal could only be written after the responses
    * before it, holding the bytes meanwhile), like one request too many in the pipeline.
    */
-  const chargeRequest = (req: http.IncomingMessage, res: http.ServerResponse): boolean => {
-    const waits = pipelines.get(req.socket)?.busy ?? false;
+  const chargeRequest = (connection: ClientConnection, req: http.IncomingMessage, res: http.ServerResponse): boolean => {
+    const waits = connection.pipeline?.busy ?? false;
     const length = req.headers['content-length'];
     const body = req.headers['transfer-encoding'] !== undefined || (length !== undefined && length !== '0');
     const bytes = requestBytes(req.url ?? '', req.rawHeaders) + (waits && body ? BODY_WAIT_BYTES : 0);
-    const memory = connectionOf(req.socket, log).memory;
+    const { memory } = connection;
     if (memory.grow(bytes)) {
       res.once('close', () => memory.shrink(bytes));
       return true;
     }
-    const { clientIp } = connectionOf(req.socket, log);
-    const refusal: Refusal = { reason: 'overloaded', detail: budget.explain(clientIp, bytes), retryAfter: 1 };
+    const refusal: Refusal = { reason: 'overloaded', detail: budget.explain(connection.clientIp, bytes), retryAfter: 1 };
     if (waits) {
-      denyLine(req.socket, refusal, req.method);
+      denyLine(connection, refusal, req.method);
       req.socket.destroy();
       return false;
     }
-    pipelineOf(req.socket).add(res, () => {
-      holdInFlight(ctx, req.socket, res, () => undefined);
-      denyLine(req.socket, refusal, req.method);
+    pipelineOf(connection).add(res, () => {
+      connection.holdInFlight(res, () => undefined);
+      denyLine(connection, refusal, req.method);
       refuseResponse(res, refusal);
     });
     return false;
   };
   httpServer.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
-    firstHead(req.socket);
-    if (!chargeRequest(req, res)) return;
-    pipelineOf(req.socket).add(res, () => {
-      ctx.inFlight.delete(req.socket);
-      const record = recorderFor(req.socket, req.method);
-      forward(req, res, record).catch((err: unknown) =>
+    const connection = connectionFor(req.socket);
+    if (connection === undefined) return;
+    connection.firstHeadDone();
+    if (!chargeRequest(connection, req, res)) return;
+    pipelineOf(connection).add(res, () => {
+      connection.clearInFlight();
+      const record = recorderFor(connection, req.method);
+      forward(connection, req, res, record).catch((err: unknown) =>
         failClosed('request', err, () => {
           // The request's line, unless it has one already; its response, unless one started.
           record.deny(INTERNAL_ERROR);
@@ -231,21 +234,21 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     });
   });
   // A connection on the transparent TLS listener: routed by its ClientHello (transparent-tls.ts).
-  const onTransparentTls = (socket: net.Socket, port: number): void => {
-    const record = recorderFor(socket, undefined);
-    handleTransparentTls(ctx, log, socket, port, record).catch((err: unknown) =>
+  const onTransparentTls = (connection: ClientConnection, port: number): void => {
+    const record = recorderFor(connection, undefined);
+    handleTransparentTls(ctx, connection, port, record).catch((err: unknown) =>
       failClosed('transparent_tls', err, () => {
         record.deny(INTERNAL_ERROR);
-        socket.destroy();
+        connection.socket.destroy();
       }),
     );
   };
-  const onConnect = (request: { target: string; bodyProblem: string | undefined }, socket: net.Socket, head: Buffer): void => {
-    const record = recorderFor(socket, 'CONNECT');
-    handleConnect(ctx, log, request, socket, head, record).catch((err: unknown) =>
+  const onConnect = (connection: ClientConnection, request: { target: string; bodyProblem: string | undefined }, head: Buffer): void => {
+    const record = recorderFor(connection, 'CONNECT');
+    handleConnect(ctx, connection, request, head, record).catch((err: unknown) =>
       failClosed('connect', err, () => {
         record.deny(INTERNAL_ERROR);
-        refuseSocket(socket, INTERNAL_ERROR);
+        connection.refuse(INTERNAL_ERROR);
       }),
     );
   };
@@ -253,77 +256,85 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   // response on that connection is still pending: anything written to the socket then would land
   // inside that response. Such a request gets its own deny line and the connection is cut (the
   // earlier request logs client_closed); a client sends these on a connection of their own.
-  const behindPending = (req: http.IncomingMessage, socket: net.Socket): boolean => {
-    if (!pipelines.get(socket)?.busy) return false;
-    denyLine(socket, { reason: 'bad_request', detail: `${req.method === 'CONNECT' ? 'CONNECT' : 'an Upgrade request'} pipelined behind a request still being answered` }, req.method);
-    socket.destroy();
+  const behindPending = (req: http.IncomingMessage, connection: ClientConnection): boolean => {
+    if (!connection.pipeline?.busy) return false;
+    denyLine(connection, { reason: 'bad_request', detail: `${req.method === 'CONNECT' ? 'CONNECT' : 'an Upgrade request'} pipelined behind a request still being answered` }, req.method);
+    connection.socket.destroy();
     return true;
   };
-  /** Sockets a CONNECT or an Upgrade took out of Node's HTTP handling. */
-  const takenOver = new WeakSet<net.Socket>();
+  /** A CONNECT or an Upgrade takes the connection out of Node's HTTP handling. */
+  const takeOver = (socket: net.Socket): ClientConnection | undefined => {
+    const connection = connectionFor(socket);
+    if (connection === undefined) return undefined;
+    connection.takenOver = true;
+    connection.firstHeadDone();
+    connection.leaveParser();
+    return connection;
+  };
   httpServer.on('connect', (req: http.IncomingMessage, socket: net.Socket, head: Buffer) => {
-    takenOver.add(socket);
-    firstHead(socket);
-    leaveParser(socket);
-    if (behindPending(req, socket)) return;
-    if (transparentEntryOf(socket) !== undefined) {
+    const connection = takeOver(socket);
+    if (connection === undefined || behindPending(req, connection)) return;
+    if (connection.entry !== undefined) {
       const refusal: Refusal = { reason: 'bad_request', detail: 'CONNECT to a transparent listener (use the proxy port)' };
-      denyLine(socket, refusal, req.method);
-      refuseSocket(socket, refusal);
+      denyLine(connection, refusal, req.method);
+      connection.refuse(refusal);
       return;
     }
-    onConnect({ target: req.url ?? '', bodyProblem: connectBodyProblem(req.rawHeaders) }, socket, head);
+    onConnect(connection, { target: req.url ?? '', bodyProblem: connectBodyProblem(req.rawHeaders) }, head);
   });
   // Without this listener Node answers an Expect other than 100-continue with its own 417, which
   // carries no X-Egress-Reason and keeps the connection alive.
   httpServer.on('checkExpectation', (req: http.IncomingMessage, res: http.ServerResponse) => {
-    pipelineOf(req.socket).add(res, () => {
+    const connection = connectionFor(req.socket);
+    if (connection === undefined) return;
+    pipelineOf(connection).add(res, () => {
       // Refused here and now: a parse error behind it is not answered or logged again (the
       // refusal closes the connection).
-      holdInFlight(ctx, req.socket, res, () => undefined);
+      connection.holdInFlight(res, () => undefined);
       const refusal: Refusal = { reason: 'bad_request', detail: 'unsupported Expect header (only 100-continue)' };
-      denyLine(req.socket, refusal, req.method);
+      denyLine(connection, refusal, req.method);
       refuseResponse(res, refusal);
     });
   });
   // Node keeps a socket that asked for an upgrade out of its request flow (and would drop any
   // request pipelined behind it): refused, with its reason, like every other request it cannot take.
   httpServer.on('upgrade', (req: http.IncomingMessage, socket: net.Socket) => {
-    takenOver.add(socket);
-    firstHead(socket);
-    if (behindPending(req, socket)) return;
+    const connection = takeOver(socket);
+    if (connection === undefined || behindPending(req, connection)) return;
     const refusal: Refusal = { reason: 'bad_request', detail: 'protocol upgrades are not forwarded (use CONNECT for WebSocket and other protocols)' };
-    denyLine(socket, refusal, req.method);
-    refuseSocket(socket, refusal);
+    denyLine(connection, refusal, req.method);
+    connection.refuse(refusal);
   });
   httpServer.on('clientError', (err: NodeJS.ErrnoException, socket: net.Socket) => {
-    firstHead(socket);
+    const connection = connectionFor(socket);
+    if (connection === undefined) return;
+    connection.firstHeadDone();
     // A client that reset or left is not a request to refuse, and a refused connection is only closed.
-    if (err.code === 'ECONNRESET' || err.code === 'EPIPE' || wasRefused(socket)) {
+    if (err.code === 'ECONNRESET' || err.code === 'EPIPE' || connection.refused) {
       socket.destroy();
       return;
     }
     const refusal = clientError(err);
     // The failing bytes follow the last request parsed: if it still waits for its turn, the
     // refusal meets it when it starts.
-    if (pipelines.get(socket)?.holdParseError(refusal)) return;
-    parseFailed(socket, refusal);
+    if (connection.pipeline?.holdParseError(refusal)) return;
+    parseFailed(connection, refusal);
   });
   /** A parse error after the request under way (if any), or on a connection between requests. */
-  function parseFailed(socket: net.Socket, refusal: Refusal): void {
+  function parseFailed(connection: ClientConnection, refusal: Refusal): void {
     // The request under way ends with this refusal (or is cut if its response has started),
     // through its own decision line.
-    const underWay = ctx.inFlight.get(socket);
+    const underWay = connection.inFlight;
     if (underWay !== undefined) {
       underWay(refusal);
       return;
     }
-    denyLine(socket, refusal);
+    denyLine(connection, refusal);
     // A response still owed (to a request the proxy answers itself, such as /healthz) goes
     // first; the refusal follows it.
-    const pipeline = pipelines.get(socket);
-    if (pipeline === undefined) refuseSocket(socket, refusal);
-    else pipeline.whenSettled(() => refuseSocket(socket, refusal));
+    const { pipeline } = connection;
+    if (pipeline === undefined) connection.refuse(refusal);
+    else pipeline.whenSettled(() => connection.refuse(refusal));
   }
 
   // Connection limits are applied before HTTP parsing, so a flood of idle sockets costs no parser.
@@ -331,24 +342,16 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   let open = 0;
   let nextId = 1;
   const sockets = new Set<net.Socket>();
-  /** Connections accepted while the budget had no room for them: only refused (or health-checked). */
-  const overloaded = new WeakSet<net.Socket>();
-  /** Sockets Node's HTTP parser reads, charged for it (parserBytes) until it lets them go. */
-  const parsed = new WeakSet<net.Socket>();
   const parserCharge = parserBytes(limits.maxHeaderBytes);
-  const leaveParser = (socket: net.Socket): void => {
-    if (!parsed.delete(socket)) return;
-    connectionOf(socket, log).memory.shrink(parserCharge);
-  };
-  /** Admits a client connection within the limits, then reads it (every listener's connections). */
-  const accept = (socket: net.Socket): void => {
+  /**
+   * Admits a client connection within the limits, then reads it (every listener's connections;
+   * `entry` is the transparent listener it came in on).
+   */
+  const accept = (socket: net.Socket, entry?: TransparentEntry): void => {
     // One spelling per client: on a listener bound to ::, an IPv4 client is ::ffff:a.b.c.d, and
     // would otherwise hold a second share beside its plain address on the transparent listeners.
     const remote = socket.remoteAddress ?? 'unknown';
     const clientIp = canonicalAddress(remote) ?? remote;
-    const client = `${clientIp}:${socket.remotePort ?? 0}`;
-    const entry = transparentEntryOf(socket);
-    const via = entry === undefined ? {} : { [F.via]: 'transparent' };
     socket.on('error', () => socket.destroy());
     const fromClient = perClient.get(clientIp) ?? 0;
     if (open >= limits.maxConnections || fromClient >= limits.maxConnectionsPerClient) {
@@ -361,10 +364,10 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
       const refuse = (): void => {
         if (refused) return;
         refused = true;
-        new DecisionRecorder(observer, log, undefined, 'warn', gateFor(clientIp)).deny(refusal, { [F.client]: client, ...via, ...(entry && { [F.port]: entry.port }) });
+        const via = entry === undefined ? {} : { [F.via]: 'transparent', [F.port]: entry.port };
+        new DecisionRecorder(observer, log, undefined, 'warn', gateFor(clientIp)).deny(refusal, { [F.client]: `${clientIp}:${socket.remotePort ?? 0}`, ...via });
         // A TLS client reads no HTTP answer.
-        if (entry?.kind === 'tls') refuseTls(socket, refusal);
-        else refuseSocket(socket, refusal);
+        closer.close(socket, entry?.kind === 'tls' ? alertFor(refusal) : refusalBytes(refusal));
       };
       // The health check has slots of its own: a connection over the limits is read (in one of
       // a few reserved slots, for a moment) to see whether it is one. Transparent listeners take
@@ -377,47 +380,29 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     // the proxy past all of it) gets nothing more until what it holds is decided. Its first read
     // is still looked at (and dropped), so that the health check is answered.
     const admitted = budget.admit(clientIp, ACCEPT_BYTES);
-    if (admitted === undefined) overloaded.add(socket);
     const memory = admitted ?? UNCHARGED;
     open += 1;
     perClient.set(clientIp, fromClient + 1);
     sockets.add(socket);
-    let counted = true;
-    const release = (): void => {
-      if (!counted) return;
-      counted = false;
+    const uncount = (): void => {
       open -= 1;
       const left = (perClient.get(clientIp) ?? 1) - 1;
       if (left === 0) perClient.delete(clientIp);
       else perClient.set(clientIp, left);
     };
+    const connection = new ClientConnection(socket, { id: nextId++, clientIp, entry, memory, overloaded: admitted === undefined, root: log, closer, uncount });
     socket.once('close', () => {
       sockets.delete(socket);
-      release();
+      connection.release();
       memory.release();
     });
-    const id = nextId++;
-    let child: Logger | undefined;
-    attachConnection(socket, {
-      id,
-      client,
-      clientIp,
-      // Built on first use: a connection refused before it logs anything never pays for it.
-      get log() {
-        child ??= log.child({ [F.conn]: id, [F.client]: client, ...via });
-        return child;
-      },
-      counted: { read: 0 },
-      memory,
-      release,
-    });
-    if (entry?.kind !== 'tls') readFirstChunk(socket);
-    else if (admitted !== undefined) onTransparentTls(socket, entry.port);
+    if (entry?.kind !== 'tls') readFirstChunk(connection);
+    else if (admitted !== undefined) onTransparentTls(connection, entry.port);
     else {
       // A transparent TLS client reads no HTTP answer, and no health check comes this way.
       const refusal: Refusal = { reason: 'overloaded', detail: budget.explain(clientIp, ACCEPT_BYTES), retryAfter: 1 };
-      recorderFor(socket, undefined).deny(refusal, { [F.port]: entry.port });
-      refuseTls(socket, refusal);
+      recorderFor(connection, undefined).deny(refusal, { [F.port]: entry.port });
+      refuseTls(connection, refusal);
     }
   };
   /**
@@ -453,7 +438,7 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
       free();
       const health = healthCheckHead(chunk);
       if (health === undefined) refuse();
-      else answerHealth(socket, health);
+      else closer.close(socket, healthAnswer(health));
     });
   };
   const netServer = net.createServer({ allowHalfOpen: true, noDelay: true }, accept);
@@ -465,51 +450,47 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
    * anything else is handed to Node's HTTP server, with those bytes, as if it had read them
    * itself. The head's deadline runs from the accept on either path.
    */
-  const firstHeadTimers = new WeakMap<net.Socket, NodeJS.Timeout>();
-  const firstHead = (socket: net.Socket): void => {
-    clearTimeout(firstHeadTimers.get(socket));
-    firstHeadTimers.delete(socket);
+  const headTimedOut = (connection: ClientConnection): void => {
+    connection.firstHeadTimer = undefined;
+    if (connection.refused) return;
+    denyLine(connection, HEAD_TIMEOUT);
+    connection.refuse(HEAD_TIMEOUT);
   };
-  const headTimedOut = (socket: net.Socket): void => {
-    firstHeadTimers.delete(socket);
-    if (wasRefused(socket)) return;
-    denyLine(socket, HEAD_TIMEOUT);
-    refuseSocket(socket, HEAD_TIMEOUT);
-  };
-  function readFirstChunk(socket: net.Socket): void {
+  function readFirstChunk(connection: ClientConnection): void {
+    const { socket } = connection;
     const accepted = Date.now();
-    firstHeadTimers.set(socket, setTimeout(() => headTimedOut(socket), limits.headerTimeoutMs));
-    socket.once('close', () => firstHead(socket));
+    connection.firstHeadTimer = setTimeout(() => headTimedOut(connection), limits.headerTimeoutMs);
+    socket.once('close', () => connection.firstHeadDone());
     // A client that closes before sending anything gets nothing and frees its slot at once.
     const onEnd = (): void => {
-      firstHead(socket);
+      connection.firstHeadDone();
       socket.destroy();
     };
     socket.once('end', onEnd);
     socket.once('data', (chunk: Buffer) => {
       socket.off('end', onEnd);
-      if (overloaded.has(socket)) {
-        overloadedAtHandOver(socket, chunk, ACCEPT_BYTES);
+      if (connection.overloaded) {
+        overloadedAtHandOver(connection, chunk, ACCEPT_BYTES);
         return;
       }
       // Only the proxy port takes CONNECT: a transparent HTTP listener's bytes all go to the parser.
-      const fast = transparentEntryOf(socket) === undefined ? readConnectHead(chunk, limits.maxHeaderBytes) : undefined;
+      const fast = connection.entry === undefined ? readConnectHead(chunk, limits.maxHeaderBytes) : undefined;
       if (fast !== undefined) {
-        firstHead(socket);
+        connection.firstHeadDone();
         socket.pause();
-        onConnect({ target: fast.target, bodyProblem: undefined }, socket, chunk.subarray(fast.length));
+        onConnect(connection, { target: fast.target, bodyProblem: undefined }, chunk.subarray(fast.length));
         return;
       }
       // Node's parser holds what it reads in ways the proxy cannot see (a head still arriving is
       // kept as strings): the connection is charged its worst for as long as the parser has it.
-      if (!connectionOf(socket, log).memory.grow(parserCharge)) {
-        overloadedAtHandOver(socket, chunk, parserCharge);
+      if (!connection.memory.grow(parserCharge)) {
+        overloadedAtHandOver(connection, chunk, parserCharge);
         return;
       }
-      parsed.add(socket);
+      connection.parserCharge = parserCharge;
       // Node's own header timer starts now; ours keeps the deadline counted from the accept.
-      clearTimeout(firstHeadTimers.get(socket));
-      firstHeadTimers.set(socket, setTimeout(() => headTimedOut(socket), Math.max(0, limits.headerTimeoutMs - (Date.now() - accepted))));
+      clearTimeout(connection.firstHeadTimer);
+      connection.firstHeadTimer = setTimeout(() => headTimedOut(connection), Math.max(0, limits.headerTimeoutMs - (Date.now() - accepted)));
       // Paused across the hand-over, so that Node's parser meets a socket whose pause and resume
       // it controls: handed over flowing, its first pause for a request body it cannot take yet
       // was undone, and bodies were read into memory without limit.
@@ -518,7 +499,7 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
       socket.pause();
       httpServer.emit('connection', socket);
       socket.emit('data', chunk);
-      if (!takenOver.has(socket)) socket.resume();
+      if (!connection.takenOver) socket.resume();
     });
   }
 
@@ -528,18 +509,17 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
    * health check must not fail (and get the proxy restarted, with every tunnel) because clients
    * filled the budget.
    */
-  function overloadedAtHandOver(socket: net.Socket, chunk: Buffer, wanted: number): void {
-    firstHead(socket);
+  function overloadedAtHandOver(connection: ClientConnection, chunk: Buffer, wanted: number): void {
+    connection.firstHeadDone();
     // A transparent HTTP listener's requests are meant for the host they name, never the proxy.
-    const health = transparentEntryOf(socket) === undefined ? healthCheckHead(chunk) : undefined;
+    const health = connection.entry === undefined ? healthCheckHead(chunk) : undefined;
     if (health !== undefined) {
-      answerHealth(socket, health);
+      connection.close(healthAnswer(health));
       return;
     }
-    const { clientIp } = connectionOf(socket, log);
-    const refusal: Refusal = { reason: 'overloaded', detail: budget.explain(clientIp, wanted), retryAfter: 1 };
-    denyLine(socket, refusal);
-    refuseSocket(socket, refusal);
+    const refusal: Refusal = { reason: 'overloaded', detail: budget.explain(connection.clientIp, wanted), retryAfter: 1 };
+    denyLine(connection, refusal);
+    connection.refuse(refusal);
   }
 
   let acceptErrors = 0;

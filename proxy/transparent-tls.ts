@@ -16,24 +16,25 @@ import type { Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { REASONS } from '../policy/index.js';
 import { ClientHelloReader, type HelloResult } from './client-hello.js';
-import { connectionOf } from './connection.js';
+import type { ClientConnection } from './connection.js';
 import type { ProxyContext } from './context.js';
 import type { DecisionRecorder } from './decision-recorder.js';
-import { F, printable, type Logger } from './log.js';
+import { F, printable } from './log.js';
 import type { Charge } from './memory-budget.js';
-import { closeRefused, type Refusal } from './refusal.js';
+import type { Refusal } from './refusal.js';
 import { ACCESS_DENIED_ALERT, openTunnel, type TunnelEntry } from './tunnel.js';
 
 // A fatal internal_error alert (RFC 8446 §6.2): the proxy, not the policy, could not go on.
 const INTERNAL_ERROR_ALERT = Buffer.from([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x50]);
 
-function alertFor(refusal: Refusal): Buffer {
+/** The alert that ends a refused TLS client: access_denied for the policy, internal_error for the network. */
+export function alertFor(refusal: Refusal): Buffer {
   return REASONS[refusal.reason].status >= 500 ? INTERNAL_ERROR_ALERT : ACCESS_DENIED_ALERT;
 }
 
 /** Ends a transparent TLS connection refused before any tunnel: a TLS alert is all it reads. */
-export function refuseTls(socket: Socket, refusal: Refusal): void {
-  closeRefused(socket, alertFor(refusal));
+export function refuseTls(connection: ClientConnection, refusal: Refusal): void {
+  connection.close(alertFor(refusal));
 }
 
 const TRANSPARENT_ENTRY: TunnelEntry = { established: undefined, refuse: refuseTls, alwaysTls: true };
@@ -91,23 +92,24 @@ function readHello(client: Socket, timeoutMs: number, memory: Charge): Promise<H
 }
 
 /** One connection on the transparent TLS listener for dialled port `port`. */
-export async function handleTransparentTls(ctx: ProxyContext, root: Logger, client: Socket, port: number, record: DecisionRecorder): Promise<void> {
+export async function handleTransparentTls(ctx: ProxyContext, connection: ClientConnection, port: number, record: DecisionRecorder): Promise<void> {
   const started = performance.now();
+  const client = connection.socket;
   client.on('error', () => client.destroy()); // reported by the close line; never crashes the process
-  const hello = await readHello(client, ctx.limits.helloTimeoutMs, connectionOf(client, root).memory);
+  const hello = await readHello(client, ctx.limits.helloTimeoutMs, connection.memory);
   if (hello.kind === 'refused') {
     record.deny(hello.refusal, { [F.port]: port });
-    closeRefused(client, hello.tls ? alertFor(hello.refusal) : undefined);
+    connection.close(hello.tls ? alertFor(hello.refusal) : undefined);
     return;
   }
   if (hello.serverName === undefined) {
     const refusal: Refusal = { reason: 'sni_missing', detail: 'the TLS ClientHello carries no server name: a transparent TLS connection is routed by it', port };
     record.deny(refusal, { [F.port]: port });
-    closeRefused(client, alertFor(refusal));
+    refuseTls(connection, refusal);
     return;
   }
   // The name as sent, bytes and all: the policy's host-name rules refuse what is no host name.
   const host = hello.serverName.toString('latin1');
   record.note({ [F.sni]: printable(hello.serverName) });
-  await openTunnel(ctx, root, { host, port, started, headCharged: hello.bytes.length }, client, hello.bytes, record, TRANSPARENT_ENTRY);
+  await openTunnel(ctx, connection, { host, port, started, headCharged: hello.bytes.length }, hello.bytes, record, TRANSPARENT_ENTRY);
 }

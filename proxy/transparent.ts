@@ -1,7 +1,7 @@
 /**
  * Transparent mode's listeners, on the workload-facing address: the DNS responder, and one TCP
- * listener per TLS or HTTP port (transparent-ports.ts). A connection they accept is marked with
- * the port its client dialled and handed to the proxy's own admission (the same connection limits,
+ * listener per TLS or HTTP port (transparent-ports.ts). A connection they accept is handed, with
+ * the port its client dialled, to the proxy's own admission (the same connection limits,
  * decision lines and metrics as the explicit proxy), which routes it by its ClientHello or its
  * Host header. Nothing listens on UDP but DNS: QUIC and every other UDP protocol get nothing, and
  * their clients fall back to TCP.
@@ -17,7 +17,7 @@ import type { Policy } from '../policy/index.js';
 import { startDnsResponder, type DnsLimits, type DnsResponder } from './dns-responder.js';
 import { F, logLine, type Logger } from './log.js';
 import type { ProxyObserver } from './metrics.js';
-import { markTransparent } from './transparent-entry.js';
+import type { TransparentEntry } from './connection.js';
 import type { TransparentPort } from './transparent-ports.js';
 
 export interface TransparentOptions {
@@ -32,7 +32,7 @@ export interface TransparentOptions {
 
 export interface TransparentDeps {
   /** The proxy's admission of a client connection (limits, connection state, routing). */
-  accept(socket: net.Socket): void;
+  accept(socket: net.Socket, entry: TransparentEntry): void;
   policy(): Policy;
   readonly observer: ProxyObserver;
   readonly log: Logger;
@@ -93,11 +93,8 @@ async function bindAll(options: TransparentOptions, deps: TransparentDeps): Prom
         bound.push({ ...port, listen: responder.port });
         continue;
       }
-      const entry = { kind: port.kind, port: port.dialled };
-      const server = await listenTcp(options.listen, port.listen, (socket) => {
-        markTransparent(socket, entry);
-        deps.accept(socket);
-      });
+      const entry: TransparentEntry = { kind: port.kind, port: port.dialled };
+      const server = await listenTcp(options.listen, port.listen, (socket) => deps.accept(socket, entry));
       servers.push(server);
       bound.push({ ...port, listen: (server.address() as net.AddressInfo).port });
     }

@@ -14,12 +14,12 @@
 import type { Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { decide, type Reason } from '../policy/index.js';
-import { connectionOf } from './connection.js';
+import type { ClientConnection } from './connection.js';
 import type { ProxyContext } from './context.js';
 import type { DecisionRecorder, LineFields } from './decision-recorder.js';
 import { dialPinned, isDialError } from './dial.js';
-import { F, logLine, ms, printable, type Logger } from './log.js';
-import { closeRefused, refuseSocket, type Refusal } from './refusal.js';
+import { F, logLine, ms, printable } from './log.js';
+import type { Refusal } from './refusal.js';
 import { parseConnectTarget } from './authority.js';
 import { READ_AHEAD_BYTES, type Charge, type Held } from './memory-budget.js';
 import { TlsGuard, type GuardStep } from './tls-guard.js';
@@ -38,16 +38,16 @@ export interface TunnelEntry {
   /** Written to the client once the upstream is connected, if anything. */
   readonly established: string | undefined;
   /** Ends a connection refused before the tunnel opened. */
-  refuse(socket: Socket, refusal: Refusal): void;
+  refuse(connection: ClientConnection, refusal: Refusal): void;
   /** Hold client bytes until a ClientHello naming the host has arrived, whatever the entry's mode. */
   readonly alwaysTls: boolean;
 }
 
-const CONNECT_ENTRY: TunnelEntry = { established: ESTABLISHED, refuse: refuseSocket, alwaysTls: false };
+const CONNECT_ENTRY: TunnelEntry = { established: ESTABLISHED, refuse: (connection, refusal) => connection.refuse(refusal), alwaysTls: false };
 
-function deny(record: DecisionRecorder, socket: Socket, refusal: Refusal, fields: LineFields, entry: TunnelEntry = CONNECT_ENTRY): void {
+function deny(record: DecisionRecorder, connection: ClientConnection, refusal: Refusal, fields: LineFields, entry: TunnelEntry = CONNECT_ENTRY): void {
   record.deny(refusal, fields);
-  entry.refuse(socket, refusal);
+  entry.refuse(connection, refusal);
 }
 
 /**
@@ -70,19 +70,19 @@ export function connectBodyProblem(rawHeaders: readonly string[]): string | unde
  */
 export async function handleConnect(
   ctx: ProxyContext,
-  root: Logger,
+  connection: ClientConnection,
   request: { target: string; bodyProblem: string | undefined },
-  client: Socket,
   head: Buffer,
   record: DecisionRecorder,
 ): Promise<void> {
   const started = performance.now();
+  const client = connection.socket;
   client.on('error', () => client.destroy()); // reported by the close line; never crashes the process
 
   const target = parseConnectTarget(request.target);
-  if (!target.ok) return deny(record, client, { reason: target.reason, detail: target.detail }, {});
-  if (request.bodyProblem !== undefined) return deny(record, client, { reason: 'bad_request', detail: request.bodyProblem }, {});
-  return openTunnel(ctx, root, { host: target.host, port: target.port, started }, client, head, record, CONNECT_ENTRY);
+  if (!target.ok) return deny(record, connection, { reason: target.reason, detail: target.detail }, {});
+  if (request.bodyProblem !== undefined) return deny(record, connection, { reason: 'bad_request', detail: request.bodyProblem }, {});
+  return openTunnel(ctx, connection, { host: target.host, port: target.port, started }, head, record, CONNECT_ENTRY);
 }
 
 /**
@@ -92,7 +92,7 @@ export async function handleConnect(
  */
 export async function openTunnel(
   ctx: ProxyContext,
-  root: Logger,
+  connection: ClientConnection,
   target: {
     readonly host: string;
     readonly port: number;
@@ -100,18 +100,17 @@ export async function openTunnel(
     /** Bytes of `head` the caller already charged to the connection's memory budget (the hello a transparent listener read). */
     readonly headCharged?: number;
   },
-  client: Socket,
   head: Buffer,
   record: DecisionRecorder,
   entry: TunnelEntry,
 ): Promise<void> {
   const { started } = target;
-  const { log, clientIp } = connectionOf(client, root);
+  const { socket: client, log, clientIp } = connection;
   const decision = await decide(ctx.policy(), target.host, target.port, (name) => ctx.lookup(name, clientIp), ctx.ownListener);
   const decideMs = ms(started);
   if (!decision.allowed) {
     if (decision.reason === 'internal_error') log.error({ [F.reason]: decision.reason, [F.detail]: decision.detail }, 'decision failed');
-    return deny(record, client, decision, { [F.addresses]: decision.addresses, [F.decideMs]: decideMs }, entry);
+    return deny(record, connection, decision, { [F.addresses]: decision.addresses, [F.decideMs]: decideMs }, entry);
   }
   const tls = entry.alwaysTls || decision.tunnel === 'tls';
   // A client gone while its request was decided still gets its one decision line.
@@ -135,7 +134,7 @@ export async function openTunnel(
     ctx.observer.connect(ms(dialStarted) / 1000, false);
     return deny(
       record,
-      client,
+      connection,
       { reason: 'connect_failed', detail: (err as Error).message, host: decision.host, port: decision.port },
       { [F.addresses]: decision.addresses, [F.dialed]: attempts, [F.decideMs]: decideMs, [F.connectMs]: ms(dialStarted) },
       entry,
@@ -162,8 +161,7 @@ export async function openTunnel(
     [F.decideMs]: decideMs,
     [F.connectMs]: connectMs,
   };
-  const { memory } = connectionOf(client, root);
-  splice(ctx, log, client, upstream, { host: decision.host, port: decision.port, tls, started, record, allowLine, memory, headCharged: target.headCharged ?? 0 }, head);
+  splice(ctx, connection, upstream, { host: decision.host, port: decision.port, tls, started, record, allowLine, memory: connection.memory, headCharged: target.headCharged ?? 0 }, head);
 }
 
 interface TunnelMeta {
@@ -185,7 +183,8 @@ interface TunnelMeta {
  * `head`, what the client sent after its CONNECT head, is a view of the read it came in: passed
  * on once and never kept, so that the whole read is not held for as long as the tunnel lasts.
  */
-function splice(ctx: ProxyContext, log: Logger, client: Socket, upstream: Socket, meta: TunnelMeta, head: Buffer): void {
+function splice(ctx: ProxyContext, connection: ClientConnection, upstream: Socket, meta: TunnelMeta, head: Buffer): void {
+  const { socket: client, log } = connection;
   let closedBy: string | undefined;
   let sni: string | undefined;
   let open = 2;
@@ -279,7 +278,7 @@ function splice(ctx: ProxyContext, log: Logger, client: Socket, upstream: Socket
       closedBy = verdict.reason;
       upstream.destroy();
       // Only a client that spoke TLS understands an alert.
-      closeRefused(client, verdict.tls ? ACCESS_DENIED_ALERT : undefined);
+      connection.close(verdict.tls ? ACCESS_DENIED_ALERT : undefined);
     },
     // A tunnel that closed before any verdict had its first hello accepted: allowed.
     undecided: () => !meta.record.recorded,
