@@ -3,8 +3,7 @@
  * calls the default export with the validated deployment config and gets the `sandbox@1`
  * provider back.
  */
-import { createDockerSandbox } from './controller/index.js';
-import type { DeploymentConfigInput, SandboxProvider } from './controller/index.js';
+import { createDockerSandbox, type DeploymentConfigInput, type SandboxProvider } from './controller/index.js';
 
 export default function activate(config: DeploymentConfigInput): { 'sandbox@1': SandboxProvider } {
   return { 'sandbox@1': createDockerSandbox(config) };

@@ -15,7 +15,7 @@ import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { EGRESS_NODE_OPTIONS } from '../common/index.js';
 import { freePort, lineFrom, percentile } from './load-support.js';
-import { planDescriptors } from '../proxy/fd-budget.js';
+import { planDescriptors } from '../proxy/budget/fd-budget.js';
 
 const TUNNELS = Number(process.env.LOAD_TUNNELS ?? 10_000);
 const SLOW = Number(process.env.LOAD_SLOW ?? 1_000);

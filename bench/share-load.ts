@@ -26,8 +26,8 @@ import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import dnsPacket from 'dns-packet';
 import { EGRESS_NODE_OPTIONS } from '../common/index.js';
-import { CONNECTION_BYTES } from '../proxy/memory-plan.js';
-import { READ_AHEAD_BYTES } from '../proxy/memory-budget.js';
+import { CONNECTION_BYTES } from '../proxy/budget/memory-plan.js';
+import { READ_AHEAD_BYTES } from '../proxy/budget/memory-budget.js';
 import { freePort, inCgroup, lineFrom, makeCgroup, percentile, statusKiB } from './load-support.js';
 
 const LIMIT_BYTES = 256 * 1024 * 1024;

@@ -10,17 +10,26 @@ import os from 'node:os';
 import v8 from 'node:v8';
 import { isCodedError } from '../common/index.js';
 import { loadPolicy, OPTIONS, parseConfig, usage, type ProxyConfig } from './config.js';
-import { createLookup, MAX_LOOKUPS_IN_FLIGHT } from './dns.js';
-import { createLogger } from './log.js';
-import { clientShare, MAX_CLIENT_SHARE } from './limits.js';
+import {
+  cgroupMemoryLimit,
+  clientShare,
+  MAX_CLIENT_SHARE,
+  MAX_LOOKUPS_IN_FLIGHT,
+  MemoryBudget,
+  memoryLimit,
+  MIN_MEMORY_BYTES,
+  MIN_OPEN_FILES,
+  openFilesFor,
+  planDescriptors,
+  planMemory,
+  softOpenFileLimit,
+} from './budget/index.js';
+import { createLookup } from './dns/index.js';
+import { createLogger, startMetricsServer } from './record/index.js';
 import { createEgressProxy, type EgressProxy } from './server.js';
-import { startMetricsServer } from './metrics.js';
-import { MIN_OPEN_FILES, openFilesFor, planDescriptors, softOpenFileLimit } from './fd-budget.js';
 import { watchPolicyFile } from './policy-watch.js';
 import { installProcessEnd } from './exit.js';
-import { MemoryBudget } from './memory-budget.js';
-import { cgroupMemoryLimit, memoryLimit, MIN_MEMORY_BYTES, planMemory } from './memory-plan.js';
-import { planTransparentPorts, type TransparentPort } from './transparent-ports.js';
+import { planTransparentPorts, type TransparentPort } from './transparent/index.js';
 
 const read = (path: string): string => readFileSync(path, 'utf8');
 

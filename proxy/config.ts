@@ -9,7 +9,7 @@ import { isIPv4, isIPv6 } from 'node:net';
 import { z } from 'zod';
 import { CodedError, decodeAllowHosts, EGRESS_ENV, EGRESS_PROXY_PORT } from '../common/index.js';
 import { buildPolicy, parsePolicyText, PolicyError, type AllowEntry, type Policy, type PolicyProblem } from '../policy/index.js';
-import { DEFAULT_LIMITS, LimitsSchema, type ProxyLimits } from './limits.js';
+import { DEFAULT_LIMITS, LimitsSchema, type ProxyLimits } from './budget/index.js';
 
 export class ConfigError extends CodedError<'invalid_config'> {
   constructor(message: string, options?: ErrorOptions) {

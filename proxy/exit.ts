@@ -12,7 +12,7 @@
  */
 import type Pino from 'pino';
 import { requireCjs } from '../common/index.js';
-import type { Logger } from './log.js';
+import type { Logger } from './record/index.js';
 
 const { streamSym } = (requireCjs('pino') as typeof Pino).symbols;
 

@@ -16,7 +16,7 @@
  */
 import { lstatSync, readlinkSync, statSync, watch, type FSWatcher } from 'node:fs';
 import path from 'node:path';
-import type { Logger } from './log.js';
+import type { Logger } from './record/index.js';
 
 /** Editors and config managers write in several steps: one reload per burst of events. */
 const DEBOUNCE_MS = 200;

@@ -205,7 +205,8 @@ class Worker {
     this.output = [];
     const outcome = await new Promise((resolve) => {
       this.current = resolve;
-      this.proc.send(file);
+      // A worker gone meanwhile is reported by its exit (a failed send is no error of its own).
+      this.proc.send(file, () => undefined);
       this.timer = setTimeout(() => resolve({ timedOut: true }), timeoutMs);
     });
     clearTimeout(this.timer);
@@ -229,7 +230,9 @@ class Worker {
    * counts the root writes at its end.
    */
   async finish(timeoutMs) {
-    if (this.proc.connected) this.proc.send(null);
+    // A worker that is ending may close its channel after `connected` was read: the send then
+    // fails (EPIPE), which without a callback is an 'error' event nobody listens for.
+    if (this.proc.connected) this.proc.send(null, () => undefined);
     const timer = setTimeout(() => this.kill(), timeoutMs);
     const end = await this.exited;
     clearTimeout(timer);

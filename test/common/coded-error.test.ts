@@ -8,7 +8,7 @@ import t from 'tap';
 import { CodedError, isCodedError } from '../../common/index.js';
 import { EngineStatusError, isEngineStatusError } from '../../controller/docker/engine-call.js';
 import { isSandboxError, SandboxError } from '../../controller/spec/errors.js';
-import { DialError, isDialError } from '../../proxy/dial.js';
+import { DialError, isDialError } from '../../proxy/upstream/dial.js';
 
 type ErrorsModule = typeof import('../../controller/spec/errors.js');
 type CodedModule = typeof import('../../common/coded-error.js');

@@ -9,8 +9,7 @@
 import t, { type Test } from 'tap';
 import { networkInterfaces } from 'node:os';
 import { sandboxTestEnv, SANDBOX_IMAGE, UPSTREAM_BODY, UPSTREAM_HOST, type SandboxTestEnv } from '../support/sandbox-env.js';
-import { createDockerSandbox, isSandboxError } from '../../controller/index.js';
-import type { SandboxHandle, SandboxProvider } from '../../controller/index.js';
+import { createDockerSandbox, isSandboxError, type SandboxHandle, type SandboxProvider } from '../../controller/index.js';
 // The same route-aware probe that `capybara-sandbox doctor` runs: it connects only where the
 // sandbox has no route, or only a default route through a gateway nobody holds.
 import { ISOLATION_PROBE, probeCommand } from '../../controller/operator/isolation-probe.js';

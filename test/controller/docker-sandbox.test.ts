@@ -10,8 +10,7 @@ import { randomBytes } from 'node:crypto';
 import { rejectsCode, untilInSandbox } from '../support/sandbox-asserts.js';
 import { sandboxTestEnv, SANDBOX_IMAGE, UPSTREAM_BODY, UPSTREAM_HOST } from '../support/sandbox-env.js';
 import { fileNeeds, needUnmet, platformCannot } from '../support/needs.js';
-import { createDockerSandbox } from '../../controller/index.js';
-import type { SandboxHandle } from '../../controller/index.js';
+import { createDockerSandbox, type SandboxHandle } from '../../controller/index.js';
 
 await fileNeeds(t, 'engine');
 

@@ -14,7 +14,7 @@ import { fileURLToPath } from 'node:url';
 import { parseAllDocuments } from 'yaml';
 import { buildPolicy, parsePolicyText } from '../../policy/index.js';
 import { parseConfig } from '../../proxy/config.js';
-import { planTransparentPorts } from '../../proxy/transparent-ports.js';
+import { planTransparentPorts } from '../../proxy/transparent/transparent-ports.js';
 import { unknownFields, type SchemaError, type ValidateManifest } from './k8s-strict.js';
 
 const dir = fileURLToPath(new URL('../../deploy/kubernetes', import.meta.url));

@@ -4,7 +4,7 @@
  * the files in proxy/ and policy/ (every file named, no file named that is gone).
  */
 import { readdirSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import { OPTIONS, TEST_HOSTS_ENV } from '../../proxy/config.js';
@@ -65,10 +65,17 @@ t.test('the default reader reads every form the help text uses', async (t) => {
 
 for (const folder of ['proxy', 'policy']) {
   t.test(`the Layout names every file of ${folder}/`, async (t) => {
-    const row = tableAfter('## Layout').find((r) => r[0] === `\`${folder}/\``);
-    t.ok(row, `a row for ${folder}/`);
-    const named = new Set([...(row?.[1] ?? '').matchAll(/`([a-z0-9-]+\.ts)`/g)].map((m) => m[1]));
-    const files = readdirSync(join(root, folder)).filter((f) => f.endsWith('.ts') && f !== 'index.ts');
-    t.same([...named].sort(), files.sort(), 'the files named are the files there (index.ts aside)');
+    // A folder kept in rooms has a row of its own for each room.
+    const rows = tableAfter('## Layout').filter((r) => (r[0] ?? '').startsWith(`\`${folder}/`));
+    t.ok(rows.some((r) => r[0] === `\`${folder}/\``), `a row for ${folder}/`);
+    const named: string[] = [];
+    for (const row of rows) {
+      const dir = /^`([a-z/]+)\/`$/.exec(row[0] ?? '')?.[1] ?? '';
+      for (const m of (row[1] ?? '').matchAll(/`([a-z0-9-]+\.ts)`/g)) if (m[1] !== 'index.ts') named.push(`${dir}/${m[1]}`);
+    }
+    const files = readdirSync(join(root, folder), { recursive: true, encoding: 'utf8' })
+      .filter((f) => f.endsWith('.ts') && basename(f) !== 'index.ts')
+      .map((f) => `${folder}/${f}`);
+    t.same(named.sort(), files.sort(), 'the files named, each in its room\'s row, are the files there (index.ts aside)');
   });
 }

@@ -1,5 +1,5 @@
 /**
- * The transparent DNS answer (proxy/dns-answer.ts), one rule per row: allowlisted names get the
+ * The transparent DNS answer (proxy/dns/dns-answer.ts), one rule per row: allowlisted names get the
  * proxy's address and nothing else does; every name rule of CONNECT applies; hostile messages
  * (responses, odd opcodes, counts, compression, dots inside labels, trailing bytes, classes, EDNS
  * versions) get no answer or an error answer that carries nothing; a large answer is truncated
@@ -7,7 +7,7 @@
  */
 import t from 'tap';
 import dnsPacket from 'dns-packet';
-import { answerQuery, ANSWER_TTL, MAX_QUERY_BYTES, type DnsVerdict } from '../../proxy/dns-answer.js';
+import { answerQuery, ANSWER_TTL, MAX_QUERY_BYTES, type DnsVerdict } from '../../proxy/dns/dns-answer.js';
 import { policyOf } from '../support/test-proxy.js';
 
 const ANSWER = '10.213.0.2';

@@ -11,10 +11,10 @@
 import dgram from 'node:dgram';
 import t from 'tap';
 import dnsPacket from 'dns-packet';
-import { answerQuery } from '../../proxy/dns-answer.js';
-import { startDnsResponder } from '../../proxy/dns-responder.js';
-import { createLogger } from '../../proxy/log.js';
-import { createProxyMetrics } from '../../proxy/metrics.js';
+import { answerQuery } from '../../proxy/dns/dns-answer.js';
+import { startDnsResponder } from '../../proxy/dns/dns-responder.js';
+import { createLogger } from '../../proxy/record/log.js';
+import { createProxyMetrics } from '../../proxy/record/metrics.js';
 import { prng } from '../support/prng.js';
 import { settle } from '../support/settle.js';
 import { policyOf } from '../support/test-proxy.js';

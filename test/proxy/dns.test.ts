@@ -7,8 +7,8 @@ import { readFileSync } from 'node:fs';
 import t from 'tap';
 import type { LookupOutcome } from '../../policy/index.js';
 import { createLookup, limitLookups, MAX_LOOKUPS_IN_FLIGHT } from '../../proxy/index.js';
-import { clientShare } from '../../proxy/limits.js';
-import { openFilesFor, softOpenFileLimit } from '../../proxy/fd-budget.js';
+import { clientShare } from '../../proxy/budget/limits.js';
+import { openFilesFor, softOpenFileLimit } from '../../proxy/budget/fd-budget.js';
 import { startDnsServer } from '../support/dns-server.js';
 import { needUnmet } from '../support/needs.js';
 

@@ -4,8 +4,8 @@
  */
 import t from 'tap';
 import { readFileSync } from 'node:fs';
-import { MIN_OPEN_FILES, openFilesFor, planDescriptors, softOpenFileLimit } from '../../proxy/fd-budget.js';
-import { MAX_LOOKUPS_IN_FLIGHT } from '../../proxy/dns.js';
+import { MIN_OPEN_FILES, openFilesFor, planDescriptors, softOpenFileLimit } from '../../proxy/budget/fd-budget.js';
+import { MAX_LOOKUPS_IN_FLIGHT } from '../../proxy/budget/limits.js';
 
 t.test('the soft open-file limit is read from /proc/<pid>/limits', async (t) => {
   const text = [

@@ -8,7 +8,7 @@ import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
-import { LOG_QUEUE_BYTES } from '../../proxy/log.js';
+import { LOG_QUEUE_BYTES } from '../../proxy/record/log.js';
 import { plainNode } from '../support/plain-node.js';
 
 const fixture = path.join(path.dirname(fileURLToPath(import.meta.url)), 'fixtures', 'log-stall.mjs');

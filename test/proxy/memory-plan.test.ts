@@ -6,8 +6,8 @@
  */
 import { readFileSync } from 'node:fs';
 import t from 'tap';
-import { ACCEPT_BYTES, MemoryBudget, parserBytes, requestBytes } from '../../proxy/memory-budget.js';
-import { cgroupMemoryLimit, CONNECTION_BYTES, memoryLimit, MIN_MEMORY_BYTES, planMemory } from '../../proxy/memory-plan.js';
+import { ACCEPT_BYTES, MemoryBudget, parserBytes, requestBytes } from '../../proxy/budget/memory-budget.js';
+import { cgroupMemoryLimit, CONNECTION_BYTES, memoryLimit, MIN_MEMORY_BYTES, planMemory } from '../../proxy/budget/memory-plan.js';
 
 const MIB = 1024 * 1024;
 const V1_UNLIMITED = '9223372036854771712\n';

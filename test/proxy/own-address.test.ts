@@ -1,6 +1,6 @@
 /** The self-loop check, pure: which destinations are the proxy's own listeners. */
 import t from 'tap';
-import { canonicalAddress, isOwnListener } from '../../proxy/own-address.js';
+import { canonicalAddress, isOwnListener } from '../../proxy/upstream/own-address.js';
 import { checkAddresses } from '../../policy/index.js';
 
 /** The machine's interface addresses, as the proxy keeps them (canonical). */

@@ -5,7 +5,7 @@
 import http from 'node:http';
 import net from 'node:net';
 import t from 'tap';
-import { MAX_WAITING } from '../../proxy/pipeline.js';
+import { MAX_WAITING } from '../../proxy/admission/pipeline.js';
 import { listen } from '../support/loopback.js';
 import { readUntil } from '../support/raw-client.js';
 import { settle } from '../support/settle.js';

@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Writable } from 'node:stream';
 import t from 'tap';
-import { createLogger } from '../../proxy/log.js';
+import { createLogger } from '../../proxy/record/log.js';
 import { RECHECK_MS, resolutionDirs, watchPolicyFile } from '../../proxy/policy-watch.js';
 
 const tmp = realpathSync(mkdtempSync(path.join(os.tmpdir(), 'egress-watch-')));

@@ -8,10 +8,10 @@
 import http from 'node:http';
 import net from 'node:net';
 import t from 'tap';
-import { clientShare, CLIENT_SHARE_FLOOR } from '../../proxy/limits.js';
-import { LineGate } from '../../proxy/line-gate.js';
-import { MemoryBudget, READ_AHEAD_BYTES } from '../../proxy/memory-budget.js';
-import { networkOf, OVERFLOW_KEY, RateLimiter } from '../../proxy/rate-limit.js';
+import { clientShare, CLIENT_SHARE_FLOOR } from '../../proxy/budget/limits.js';
+import { LineGate } from '../../proxy/record/line-gate.js';
+import { MemoryBudget, READ_AHEAD_BYTES } from '../../proxy/budget/memory-budget.js';
+import { networkOf, OVERFLOW_KEY, RateLimiter } from '../../proxy/budget/rate-limit.js';
 import { listen, streamingServer } from '../support/loopback.js';
 import { rawRequest, readUntil } from '../support/raw-client.js';
 import { settle } from '../support/settle.js';

@@ -1,10 +1,10 @@
 /**
- * Where a request on the transparent HTTP listener goes (proxy/transparent-http.ts): the host of
+ * Where a request on the transparent HTTP listener goes (proxy/http/transparent-http.ts): the host of
  * its one Host header, on the dialled port; anything that could make the name checked and the
  * server reached differ is refused.
  */
 import t from 'tap';
-import { transparentTarget } from '../../proxy/transparent-http.js';
+import { transparentTarget } from '../../proxy/http/transparent-http.js';
 
 t.test('routed by the Host header', async (t) => {
   const rows = [

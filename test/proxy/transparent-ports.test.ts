@@ -1,10 +1,10 @@
 /**
- * Which listeners transparent mode runs (proxy/transparent-ports.ts): DNS on 53, HTTP on 80, TLS
+ * Which listeners transparent mode runs (proxy/transparent/transparent-ports.ts): DNS on 53, HTTP on 80, TLS
  * on every other connect port, each on the port the map gives it; a map that names a port not
  * served, or two ports on one, is refused.
  */
 import t from 'tap';
-import { planTransparentPorts } from '../../proxy/transparent-ports.js';
+import { planTransparentPorts } from '../../proxy/transparent/transparent-ports.js';
 
 t.test('the plan from the connect ports and the map', async (t) => {
   const rows = [

@@ -41,8 +41,7 @@
  * call (throw `fake.status(...)`) or change the engine meanwhile (another replica, an operator).
  */
 import { randomBytes } from 'node:crypto';
-import { EngineStatusError } from '../../controller/docker/engine.js';
-import type { ContainerSummary, ExecRequest, ExecRun } from '../../controller/docker/engine.js';
+import { EngineStatusError, type ContainerSummary, type ExecRequest, type ExecRun } from '../../controller/docker/engine.js';
 import type { ContainerView, NetworkView, SandboxEngine } from '../../controller/docker/sandbox-engine.js';
 import { EXEC_MARK_VAR, STARTED_BYTE } from '../../controller/exec/exec-script.js';
 

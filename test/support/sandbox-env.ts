@@ -15,9 +15,8 @@ import { Writable } from 'node:stream';
 import pino from 'pino';
 import { connect } from 'node:net';
 import { dockerTest, startSocketProxy, SOCKET_PROXY_IMAGE, TEST_PROXY_IMAGES, type DockerTestEnv, type SocketProxy } from './docker.js';
-import { createDockerSandbox } from '../../controller/index.js';
+import { createDockerSandbox, type DockerSandboxProvider, type SandboxProvider } from '../../controller/index.js';
 import { IMAGES } from '../../common/index.js';
-import type { DockerSandboxProvider, SandboxProvider } from '../../controller/index.js';
 
 export const SANDBOX_IMAGE = IMAGES.sandbox;
 export const EGRESS_IMAGE = IMAGES.egress;

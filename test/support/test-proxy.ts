@@ -1,11 +1,7 @@
 /** Starts the egress proxy in-process on loopback for a test, with its log lines captured. */
 import { Writable } from 'node:stream';
 import { buildPolicy, type Policy, type PolicyInput } from '../../policy/index.js';
-import type { ProxyLimits } from '../../proxy/index.js';
-import { defaultConnect, type Connect } from '../../proxy/index.js';
-import { createLookup } from '../../proxy/index.js';
-import { createLogger } from '../../proxy/index.js';
-import { createEgressProxy, type EgressProxy, type MemoryBudget } from '../../proxy/index.js';
+import { type ProxyLimits, defaultConnect, type Connect, createLookup, createLogger, createEgressProxy, type EgressProxy, type MemoryBudget } from '../../proxy/index.js';
 
 export interface TestProxy {
   readonly port: number;

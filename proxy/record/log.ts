@@ -6,7 +6,7 @@
 import { performance } from 'node:perf_hooks';
 import type Pino from 'pino';
 import type { DestinationStream, Logger } from 'pino';
-import { requireCjs } from '../common/index.js';
+import { requireCjs } from '../../common/index.js';
 
 const pino = requireCjs('pino') as typeof Pino;
 

@@ -41,3 +41,13 @@ export const CLIENT_SHARE_FLOOR = 8;
 export function clientShare(total: number, wanted = Infinity): number {
   return Math.max(1, Math.min(wanted, total, Math.max(CLIENT_SHARE_FLOOR, Math.floor(total * MAX_CLIENT_SHARE))));
 }
+
+/**
+ * Most lookups in flight at once (each holds two c-ares queries, A and AAAA). c-ares numbers its
+ * queries with 16 bits and, with all 65,536 numbers taken, loops forever on the event loop: a
+ * flood of lookups for names whose servers never answer (pipelined requests under a wildcard entry)
+ * froze the process. Beyond the cap a lookup fails at once instead. c-ares also does work per
+ * query on every timeout pass (measured: 4,096 silent lookups stalled the loop ~370 ms, 1,024 ~100
+ * ms), so the cap is kept well below what one workload's distinct names in flight need.
+ */
+export const MAX_LOOKUPS_IN_FLIGHT = 1_024;

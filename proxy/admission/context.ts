@@ -1,10 +1,9 @@
 /** What every request handler of the proxy shares: the current policy, lookup, limits, dialer. */
-import type { OwnListener, Policy } from '../policy/index.js';
-import type { ClientLookup } from './dns.js';
-import type { Connect } from './dial.js';
-import type { ProxyLimits } from './limits.js';
-import type { ProxyObserver } from './metrics.js';
-import type { UpstreamPools } from './upstream-pools.js';
+import type { OwnListener, Policy } from '../../policy/index.js';
+import type { ClientLookup } from '../dns/index.js';
+import type { Connect, UpstreamPools } from '../upstream/index.js';
+import type { ProxyLimits } from '../budget/index.js';
+import type { ProxyObserver } from '../record/index.js';
 
 export interface ProxyContext {
   policy(): Policy;

@@ -17,8 +17,8 @@
  * query except an allowed name's (at most twice: the answer repeats the name).
  */
 import type * as DnsPacket from 'dns-packet';
-import { requireCjs } from '../common/index.js';
-import { parseHostName, type Policy, type Reason } from '../policy/index.js';
+import { requireCjs } from '../../common/index.js';
+import { parseHostName, type Policy, type Reason } from '../../policy/index.js';
 
 // Loaded on the first DNS message: a proxy without transparent mode never pays for the codec.
 let codec: typeof DnsPacket | undefined;

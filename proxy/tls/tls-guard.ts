@@ -25,10 +25,10 @@
  *
  * Not covered: a TLS 1.2 renegotiation, whose ClientHello is encrypted (SECURITY.md).
  */
-import { parseHostName } from '../policy/index.js';
+import { parseHostName } from '../../policy/index.js';
 import { ClientHelloReader, MAX_HELLO_BYTES, type HelloResult } from './client-hello.js';
 import { GrowableBuffer } from './growable-buffer.js';
-import { printable } from './log.js';
+import { printable } from '../record/index.js';
 import { ServerHelloReader, type ServerHelloResult } from './server-hello.js';
 
 export type HelloRefusalReason = 'sni_mismatch' | 'sni_missing' | 'tls_hello_malformed' | 'tls_hello_timeout' | 'tls_upstream_not_tls';

@@ -8,10 +8,9 @@
  */
 import type { ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
-import { F, type Logger } from './log.js';
-import type { Charge } from './memory-budget.js';
+import { F, type Logger, refusalBytes, type Closer, type Refusal } from '../record/index.js';
+import type { Charge } from '../budget/index.js';
 import type { Pipeline } from './pipeline.js';
-import { refusalBytes, type Closer, type Refusal } from './refusal.js';
 
 /** The transparent listener a connection came in on; a connection without one came in on the proxy port. */
 export interface TransparentEntry {

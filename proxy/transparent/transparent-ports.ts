@@ -7,7 +7,7 @@
  * Kubernetes Service) maps `443=8443`, and the proxy still decides on 443, the port the client
  * dialled.
  */
-import { HTTP_PORT } from './authority.js';
+import { HTTP_PORT } from '../http/index.js';
 
 export const DNS_PORT = 53;
 

@@ -8,7 +8,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type * as PromClient from 'prom-client';
 import type { Registry } from 'prom-client';
-import { EGRESS_METRICS, EGRESS_METRICS_PATH, requireCjs } from '../common/index.js';
+import { EGRESS_METRICS, EGRESS_METRICS_PATH, requireCjs } from '../../common/index.js';
 
 const { Counter, Gauge, Histogram, Registry: RegistryClass } = requireCjs('prom-client') as typeof PromClient;
 

@@ -5,7 +5,7 @@
  */
 import { STATUS_CODES, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
-import { REASONS, type Reason } from '../policy/index.js';
+import { REASONS, type Reason } from '../../policy/index.js';
 
 const REASON_HEADER = 'X-Egress-Reason';
 

@@ -9,7 +9,7 @@
  */
 import type { Pool } from 'undici';
 import type * as Undici from 'undici';
-import { requireCjs } from '../common/index.js';
+import { requireCjs } from '../../common/index.js';
 import { dialPinned, type Connect } from './dial.js';
 
 type PoolClass = typeof Pool;

@@ -13,11 +13,10 @@
  * was configured to serve is up".
  */
 import net from 'node:net';
-import type { Policy } from '../policy/index.js';
-import { startDnsResponder, type DnsLimits, type DnsResponder } from './dns-responder.js';
-import { F, logLine, type Logger } from './log.js';
-import type { ProxyObserver } from './metrics.js';
-import type { TransparentEntry } from './connection.js';
+import type { Policy } from '../../policy/index.js';
+import { startDnsResponder, type DnsLimits, type DnsResponder } from '../dns/index.js';
+import { F, logLine, type Logger, type ProxyObserver } from '../record/index.js';
+import type { TransparentEntry } from '../admission/index.js';
 import type { TransparentPort } from './transparent-ports.js';
 
 export interface TransparentOptions {

@@ -6,7 +6,7 @@
  * timer.
  */
 import { F, type Logger } from './log.js';
-import { RateLimiter } from './rate-limit.js';
+import { RateLimiter } from '../budget/index.js';
 
 export interface LineGateLimits {
   /** Lines per second for one client address, and its burst. */

@@ -11,7 +11,7 @@
  */
 import type { ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
-import type { Refusal } from './refusal.js';
+import type { Refusal } from '../record/index.js';
 
 /** Parsed requests that may wait for their turn; one more cuts the connection. */
 export const MAX_WAITING = 32;

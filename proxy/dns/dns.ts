@@ -9,8 +9,8 @@
  * /etc/hosts is not consulted.
  */
 import { promises as dnsPromises } from 'node:dns';
-import type { LookupOutcome } from '../policy/index.js';
-import { clientShare } from './limits.js';
+import type { LookupOutcome } from '../../policy/index.js';
+import { clientShare, MAX_LOOKUPS_IN_FLIGHT } from '../budget/index.js';
 
 export interface LookupOptions {
   /** `IP` or `IP:PORT` / `[IPv6]:PORT`; empty means the servers of /etc/resolv.conf. */
@@ -41,15 +41,6 @@ async function withDeadline(name: string, timeoutMs: number, work: Promise<Looku
   }
 }
 
-/**
- * Most lookups in flight at once (each holds two c-ares queries, A and AAAA). c-ares numbers its
- * queries with 16 bits and, with all 65,536 numbers taken, loops forever on the event loop: a
- * flood of lookups for names whose servers never answer (pipelined requests under a wildcard entry)
- * froze the process. Beyond the cap a lookup fails at once instead. c-ares also does work per
- * query on every timeout pass (measured: 4,096 silent lookups stalled the loop ~370 ms, 1,024 ~100
- * ms), so the cap is kept well below what one workload's distinct names in flight need.
- */
-export const MAX_LOOKUPS_IN_FLIGHT = 1_024;
 
 /** One lookup under way: its outcome (at its deadline at the latest), and the end of its queries. */
 export interface LookupWork {

@@ -13,16 +13,13 @@
  */
 import type { Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
-import { decide, type Reason } from '../policy/index.js';
-import type { ClientConnection } from './connection.js';
-import type { ProxyContext } from './context.js';
-import type { DecisionRecorder, LineFields } from './decision-recorder.js';
-import { dialPinned, isDialError } from './dial.js';
-import { F, logLine, ms, printable } from './log.js';
-import type { Refusal } from './refusal.js';
-import { parseConnectTarget } from './authority.js';
-import { READ_AHEAD_BYTES, type Charge, type Held } from './memory-budget.js';
-import { TlsGuard, type GuardStep } from './tls-guard.js';
+import { decide, type Reason } from '../../policy/index.js';
+import type { ClientConnection, ProxyContext } from '../admission/index.js';
+import { type DecisionRecorder, type LineFields, F, logLine, ms, printable, type Refusal } from '../record/index.js';
+import { dialPinned, isDialError } from '../upstream/index.js';
+import { parseConnectTarget } from '../http/index.js';
+import { READ_AHEAD_BYTES, type Charge, type Held } from '../budget/index.js';
+import { TlsGuard, type GuardStep } from '../tls/index.js';
 
 const ESTABLISHED = 'HTTP/1.1 200 Connection Established\r\n\r\n';
 

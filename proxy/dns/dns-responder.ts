@@ -16,13 +16,11 @@
  */
 import dgram from 'node:dgram';
 import net from 'node:net';
-import type { Policy } from '../policy/index.js';
+import type { Policy } from '../../policy/index.js';
 import { answerQuery, MAX_QUERY_BYTES, type DnsVerdict } from './dns-answer.js';
-import { F, logLine, printable, type Logger } from './log.js';
-import type { ProxyObserver } from './metrics.js';
-import { LineGate, logSuppressed } from './line-gate.js';
-import { canonicalAddress } from './own-address.js';
-import { networkOf, RateLimiter } from './rate-limit.js';
+import { F, logLine, printable, type Logger, type ProxyObserver, LineGate, logSuppressed } from '../record/index.js';
+import { canonicalAddress } from '../upstream/index.js';
+import { networkOf, RateLimiter } from '../budget/index.js';
 
 /** What one client, and every client together, may make the responder do. */
 export const DNS_LIMITS = Object.freeze({

@@ -6,7 +6,7 @@
  * nothing else is. Strict: one complete head of `GET` or `HEAD` for exactly the health path, and
  * nothing after it; anything else is no health check.
  */
-import { EGRESS_HEALTH_PATH } from '../common/index.js';
+import { EGRESS_HEALTH_PATH } from '../../common/index.js';
 
 /** The method of a first read that is exactly one health-check head, else undefined. */
 export function healthCheckHead(chunk: Buffer): 'GET' | 'HEAD' | undefined {

@@ -8,7 +8,7 @@
  * client listed it in `Connection`, or because it is hop-by-hop) and passes the body on raw, the
  * upstream reads the body as a second request, for a host the proxy never checked.
  */
-import { parseHostName } from '../policy/index.js';
+import { parseHostName } from '../../policy/index.js';
 import { HTTP_PORT } from './authority.js';
 
 export type BodyFraming =

@@ -3,7 +3,7 @@
  * moving to the next when one fails. Only the addresses handed in are ever dialed.
  */
 import net from 'node:net';
-import { CodedError, isCodedError } from '../common/index.js';
+import { CodedError, isCodedError } from '../../common/index.js';
 
 /** Opens a TCP connection; injectable so tests can observe or fake the network. */
 export type Connect = (address: string, port: number) => net.Socket;

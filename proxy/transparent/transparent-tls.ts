@@ -14,15 +14,12 @@
  */
 import type { Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
-import { REASONS } from '../policy/index.js';
-import { ClientHelloReader, type HelloResult } from './client-hello.js';
-import type { ClientConnection } from './connection.js';
-import type { ProxyContext } from './context.js';
-import type { DecisionRecorder } from './decision-recorder.js';
-import { F, printable } from './log.js';
-import type { Charge } from './memory-budget.js';
-import type { Refusal } from './refusal.js';
-import { ACCESS_DENIED_ALERT, openTunnel, type TunnelEntry } from './tunnel.js';
+import { REASONS } from '../../policy/index.js';
+import { ClientHelloReader, type HelloResult } from '../tls/index.js';
+import type { ClientConnection, ProxyContext } from '../admission/index.js';
+import { type DecisionRecorder, F, printable, type Refusal } from '../record/index.js';
+import type { Charge } from '../budget/index.js';
+import { ACCESS_DENIED_ALERT, openTunnel, type TunnelEntry } from '../tunnel/index.js';
 
 // A fatal internal_error alert (RFC 8446 §6.2): the proxy, not the policy, could not go on.
 const INTERNAL_ERROR_ALERT = Buffer.from([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x50]);

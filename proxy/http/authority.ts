@@ -5,7 +5,7 @@
  * the host (userinfo, backslashes, fragments, percent-escapes), the request is refused instead of
  * guessed at, so the name that is checked is the name that is dialed.
  */
-import type { Reason } from '../policy/index.js';
+import type { Reason } from '../../policy/index.js';
 
 /** http's own port (RFC 9110 §4.2.1): what an authority or Host without a port means, and the one transparent port read as HTTP. */
 export const HTTP_PORT = 80;

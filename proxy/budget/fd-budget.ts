@@ -7,7 +7,7 @@
  * clean 503 `too_many_connections` or `dns_failed`, instead of the process running out of
  * descriptors for the lookups and dials of connections it already took.
  */
-import { MAX_LOOKUPS_IN_FLIGHT } from './dns.js';
+import { MAX_LOOKUPS_IN_FLIGHT } from './limits.js';
 
 /**
  * Node's own start-up (it opens about a hundred module files at once: below ~100 descriptors it

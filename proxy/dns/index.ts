@@ -1,0 +1,4 @@
+/** DNS: pinned lookups within each client's share, and transparent mode's DNS responder. */
+export * from './dns.js';
+export * from './dns-answer.js';
+export * from './dns-responder.js';

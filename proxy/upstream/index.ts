@@ -1,0 +1,4 @@
+/** Reaching upstreams: dialling pinned addresses, pooled HTTP connections, and the proxy's own addresses, never dialled. */
+export * from './dial.js';
+export * from './own-address.js';
+export * from './upstream-pools.js';

@@ -1,0 +1,45 @@
+/**
+ * The proxy's layout, as the tree shows it: the entry, the wiring (server.ts), the CLI and its
+ * configuration at the top, and rooms below, each used by the others only through its index.ts,
+ * in one direction (budget and record at the bottom, transparent at the top), never back up to
+ * a file at the top. The rule is test/support/rooms.ts's; circles are import-cycles.test.ts's.
+ */
+import t from 'tap';
+import { layoutProblems, missingIndexes, placeOf, topFiles, unnamedRooms, type Rooms } from '../support/rooms.js';
+
+/** Most files directly in proxy/ (the rest live in rooms). */
+const MAX_TOP_FILES = 8;
+
+const ROOMS: Rooms = {
+  folder: 'proxy',
+  uses: {
+    budget: [],
+    record: ['budget'],
+    upstream: [],
+    dns: ['budget', 'record', 'upstream'],
+    admission: ['budget', 'record', 'upstream', 'dns'],
+    http: ['budget', 'record', 'upstream', 'admission'],
+    tls: ['record'],
+    tunnel: ['budget', 'record', 'upstream', 'admission', 'http', 'tls'],
+    transparent: ['budget', 'record', 'dns', 'admission', 'http', 'tls', 'tunnel'],
+  },
+};
+
+t.test(`at most ${MAX_TOP_FILES} files directly in proxy/, and every room has an index.ts`, async (t) => {
+  const top = topFiles(ROOMS);
+  t.ok(top.length <= MAX_TOP_FILES, `${top.length} files: ${top.join(', ')}`);
+  t.same(missingIndexes(ROOMS), [], 'each room has an index.ts');
+  t.same(unnamedRooms(ROOMS), [], 'every room is in the table');
+});
+
+t.test('rooms import each other through index.ts, one way, and nothing imports back up', async (t) => {
+  t.same(layoutProblems(ROOMS), [], 'every import follows the layout');
+});
+
+t.test('the rule sees a break', async (t) => {
+  // A room that may use nothing, reading one that exists: the reader must find that import.
+  const strict: Rooms = { ...ROOMS, uses: { ...ROOMS.uses, tunnel: [] } };
+  t.ok(layoutProblems(strict).some((p) => p.startsWith('proxy/tunnel/tunnel.ts (tunnel/) imports')), 'tunnel/ using other rooms is seen');
+  t.equal(placeOf(ROOMS, 'proxy/server.ts'), 'top');
+  t.equal(placeOf(ROOMS, 'proxy/tls/tls-guard.ts'), 'tls');
+});

@@ -1,0 +1,74 @@
+/**
+ * The rule of a folder kept in rooms: a few files at its top, the rest in rooms below it, each
+ * room used by the others only through its index.ts and only in the direction its table gives,
+ * never back up to a file at the top. Imports are read with TypeScript's own pre-processor
+ * (import-graph.ts), so type-only and dynamic imports count and comments do not.
+ */
+import { importsOf, sourceFiles } from './import-graph.js';
+
+export interface Rooms {
+  /** The folder, as a repository path (`proxy`, `controller`). */
+  readonly folder: string;
+  /** What each room may import from the other rooms. */
+  readonly uses: Readonly<Record<string, readonly string[]>>;
+  /**
+   * Rooms outside the order: they may use any room, and no room may use them (the operator CLI,
+   * which stands on the controller's package face).
+   */
+  readonly outside?: readonly string[];
+  /** An import of a file at the top that is allowed anyway (`from` is the importer's room). */
+  readonly mayUseTop?: (from: string, target: string) => boolean;
+}
+
+/** The room a path is in, `top` for a file directly in the folder, undefined outside it. */
+export function placeOf(rooms: Rooms, path: string): string | undefined {
+  const parts = path.split('/');
+  if (parts[0] !== rooms.folder) return undefined;
+  return parts.length === 2 ? 'top' : parts[1];
+}
+
+/** Every import of the folder's sources that breaks the rule, in words. */
+export function layoutProblems(rooms: Rooms): string[] {
+  const problems: string[] = [];
+  const outside = rooms.outside ?? [];
+  for (const file of sourceFiles(rooms.folder)) {
+    const from = placeOf(rooms, file)!;
+    for (const target of importsOf(file)) {
+      const to = placeOf(rooms, target);
+      if (to === undefined) {
+        // Another folder (common/, policy/): through its index.ts too.
+        if (!target.endsWith('/index.ts')) problems.push(`${file} imports ${target}, not its folder's index.ts`);
+        continue;
+      }
+      if (to === from) {
+        if (from !== 'top' && target === `${rooms.folder}/${from}/index.ts`) problems.push(`${file} imports its own room's index.ts`);
+        continue;
+      }
+      if (to === 'top') {
+        if (!(rooms.mayUseTop?.(from, target) ?? false)) problems.push(`${file} imports ${target} at the top of ${rooms.folder}/`);
+        continue;
+      }
+      if (target !== `${rooms.folder}/${to}/index.ts`) problems.push(`${file} imports ${target}, not ${to}/index.ts`);
+      if (outside.includes(to)) problems.push(`${file} imports ${to}/, which no room may use`);
+      else if (from !== 'top' && !outside.includes(from) && !(rooms.uses[from] ?? []).includes(to)) problems.push(`${file} (${from}/) imports ${to}/, which ${from}/ may not use`);
+    }
+  }
+  return problems;
+}
+
+/** The rooms named in `uses` and `outside`, each checked to have an index.ts. */
+export function missingIndexes(rooms: Rooms): string[] {
+  const files = sourceFiles(rooms.folder);
+  return [...Object.keys(rooms.uses), ...(rooms.outside ?? [])].filter((room) => !files.includes(`${rooms.folder}/${room}/index.ts`));
+}
+
+/** The files directly in the folder. */
+export function topFiles(rooms: Rooms): string[] {
+  return sourceFiles(rooms.folder).filter((f) => placeOf(rooms, f) === 'top');
+}
+
+/** Rooms on disk that the table does not name. */
+export function unnamedRooms(rooms: Rooms): string[] {
+  const named = new Set([...Object.keys(rooms.uses), ...(rooms.outside ?? [])]);
+  return [...new Set(sourceFiles(rooms.folder).map((f) => placeOf(rooms, f)!))].filter((r) => r !== 'top' && !named.has(r));
+}
