@@ -17,3 +17,8 @@ export function healthCheckHead(chunk: Buffer): 'GET' | 'HEAD' | undefined {
   if (line === `HEAD ${EGRESS_HEALTH_PATH} HTTP/1.1` || line === `HEAD ${EGRESS_HEALTH_PATH} HTTP/1.0`) return 'HEAD';
   return undefined;
 }
+
+/** The health check's answer, on a connection the proxy closes after it. */
+export function healthAnswer(method: 'GET' | 'HEAD'): string {
+  return `HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\nConnection: close\r\n\r\n${method === 'GET' ? 'ok\n' : ''}`;
+}

@@ -1,5 +1,6 @@
 /** What the proxy writes down: its log, metrics, decision lines (capped per client) and the refusals it answers with. */
 export * from './decision-recorder.js';
+export * from './decisions.js';
 export * from './line-gate.js';
 export * from './log.js';
 export * from './metrics.js';

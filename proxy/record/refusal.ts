@@ -84,6 +84,20 @@ export class Closer {
   }
 }
 
+/** A fatal TLS alert, access_denied (RFC 8446 §6.2): tells a TLS client the policy ended the handshake. */
+export const ACCESS_DENIED_ALERT = Buffer.from([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x31]);
+/** A fatal TLS alert, internal_error: the proxy, not the policy, could not go on. */
+const INTERNAL_ERROR_ALERT = Buffer.from([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x50]);
+
+/**
+ * The alert that ends a TLS client refused before any tunnel (nothing else reaches it):
+ * access_denied when the policy refused, internal_error when the network failed, so that the
+ * client can still tell the two apart.
+ */
+export function tlsAlertFor(refusal: Refusal): Buffer {
+  return isFailure(refusal.reason) ? INTERNAL_ERROR_ALERT : ACCESS_DENIED_ALERT;
+}
+
 /** A refusal as a whole HTTP response, for a raw socket (CONNECT, or before HTTP parsing). */
 export function refusalBytes(refusal: Refusal): string {
   const status = REASONS[refusal.reason].status;

@@ -14,24 +14,15 @@
  */
 import type { Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
-import { REASONS } from '../../policy/index.js';
 import { ClientHelloReader, type HelloResult } from '../tls/index.js';
 import type { ClientConnection, ProxyContext } from '../admission/index.js';
-import { type DecisionRecorder, F, printable, type Refusal } from '../record/index.js';
+import { type DecisionRecorder, F, printable, type Refusal, tlsAlertFor } from '../record/index.js';
 import type { Charge } from '../budget/index.js';
-import { ACCESS_DENIED_ALERT, openTunnel, type TunnelEntry } from '../tunnel/index.js';
-
-// A fatal internal_error alert (RFC 8446 §6.2): the proxy, not the policy, could not go on.
-const INTERNAL_ERROR_ALERT = Buffer.from([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x50]);
-
-/** The alert that ends a refused TLS client: access_denied for the policy, internal_error for the network. */
-export function alertFor(refusal: Refusal): Buffer {
-  return REASONS[refusal.reason].status >= 500 ? INTERNAL_ERROR_ALERT : ACCESS_DENIED_ALERT;
-}
+import { openTunnel, type TunnelEntry } from '../tunnel/index.js';
 
 /** Ends a transparent TLS connection refused before any tunnel: a TLS alert is all it reads. */
 export function refuseTls(connection: ClientConnection, refusal: Refusal): void {
-  connection.close(alertFor(refusal));
+  connection.close(tlsAlertFor(refusal));
 }
 
 const TRANSPARENT_ENTRY: TunnelEntry = { established: undefined, refuse: refuseTls, alwaysTls: true };
@@ -96,7 +87,7 @@ export async function handleTransparentTls(ctx: ProxyContext, connection: Client
   const hello = await readHello(client, ctx.limits.helloTimeoutMs, connection.memory);
   if (hello.kind === 'refused') {
     record.deny(hello.refusal, { [F.port]: port });
-    connection.close(hello.tls ? alertFor(hello.refusal) : undefined);
+    connection.close(hello.tls ? tlsAlertFor(hello.refusal) : undefined);
     return;
   }
   if (hello.serverName === undefined) {

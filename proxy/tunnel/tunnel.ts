@@ -15,7 +15,7 @@ import type { Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { decide, type Reason } from '../../policy/index.js';
 import type { ClientConnection, ProxyContext } from '../admission/index.js';
-import { type DecisionRecorder, type LineFields, F, logLine, ms, printable, type Refusal } from '../record/index.js';
+import { ACCESS_DENIED_ALERT, type DecisionRecorder, type LineFields, F, logLine, ms, printable, type Refusal } from '../record/index.js';
 import { dialPinned, isDialError } from '../upstream/index.js';
 import { parseConnectTarget } from '../http/index.js';
 import { READ_AHEAD_BYTES, type Charge, type Held } from '../budget/index.js';
@@ -23,8 +23,6 @@ import { TlsGuard, type GuardStep } from '../tls/index.js';
 
 const ESTABLISHED = 'HTTP/1.1 200 Connection Established\r\n\r\n';
 
-// A TLS alert, fatal access_denied (RFC 8446 §6.2): tells a TLS client why the handshake ended.
-export const ACCESS_DENIED_ALERT = Buffer.from([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x31]);
 
 /**
  * How a tunnel meets its client: a CONNECT (refusals are HTTP responses, the tunnel opens with a

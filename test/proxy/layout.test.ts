@@ -1,7 +1,7 @@
 /**
  * The proxy's layout, as the tree shows it: the entry, the wiring (server.ts), the CLI and its
  * configuration at the top, and rooms below, each used by the others only through its index.ts,
- * in one direction (budget and record at the bottom, transparent at the top), never back up to
+ * in one direction (budget and record at the bottom, the front that routes a connection at the top), never back up to
  * a file at the top. The rule is test/support/rooms.ts's; circles are import-cycles.test.ts's.
  */
 import t from 'tap';
@@ -22,6 +22,7 @@ const ROOMS: Rooms = {
     tls: ['record'],
     tunnel: ['budget', 'record', 'upstream', 'admission', 'http', 'tls'],
     transparent: ['budget', 'record', 'dns', 'admission', 'http', 'tls', 'tunnel'],
+    front: ['budget', 'record', 'upstream', 'admission', 'http', 'tunnel', 'transparent'],
   },
 };
 

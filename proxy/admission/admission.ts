@@ -1,0 +1,155 @@
+/**
+ * Admission: every client connection, from every listener, is counted against the connection
+ * limits (the total, and the client's share of it) and given room in the memory budget for its
+ * first read before anything of it is read, so that a flood of idle sockets costs no parser. One
+ * past the limits is refused with its reason (an HTTP answer, or a TLS alert on a transparent TLS
+ * listener); one the budget has no room for is only refused once its first read shows it is not
+ * the health check. An admitted connection becomes a ClientConnection and is served.
+ */
+import type { Socket } from 'node:net';
+import { ACCEPT_BYTES, UNCHARGED, type MemoryBudget, type ProxyLimits } from '../budget/index.js';
+import { F, refusalBytes, tlsAlertFor, type Closer, type Decisions, type Logger, type Refusal } from '../record/index.js';
+import { canonicalAddress } from '../upstream/index.js';
+import { ClientConnection, type TransparentEntry } from './connection.js';
+import { healthAnswer, healthCheckHead } from './health-check.js';
+
+/**
+ * Connections over the connection limits that are read at once to see whether they are the
+ * health check, one per client address, each for at most PROBE_MS: a container's health check
+ * must not fail (and get the proxy restarted, with every tunnel) because clients hold every slot.
+ */
+const PROBE_SLOTS = 8;
+const PROBE_MS = 2_000;
+
+export interface AdmissionDeps {
+  readonly limits: ProxyLimits;
+  readonly budget: MemoryBudget;
+  readonly closer: Closer;
+  readonly decisions: Decisions;
+  /** The proxy's logger (the connections' own are children of it). */
+  readonly log: Logger;
+  /** Serves an admitted connection: its first bytes (the proxy port, transparent HTTP), or its ClientHello. */
+  serve(connection: ClientConnection): void;
+}
+
+export class Admission {
+  private readonly perClient = new Map<string, number>();
+  private open = 0;
+  private nextId = 1;
+  /** Every socket admitted or being probed, to be destroyed when the proxy closes. */
+  private readonly sockets = new Set<Socket>();
+  private readonly probes = new Set<Socket>();
+  private readonly probing = new Set<string>();
+
+  constructor(private readonly deps: AdmissionDeps) {}
+
+  /** Connections counted against the limits now. */
+  get openConnections(): number {
+    return this.open;
+  }
+
+  /** Admits a client connection within the limits, then serves it; `entry` is the transparent listener it came in on. */
+  readonly accept = (socket: Socket, entry?: TransparentEntry): void => {
+    const { limits, budget } = this.deps;
+    // One spelling per client: on a listener bound to ::, an IPv4 client is ::ffff:a.b.c.d, and
+    // would otherwise hold a second share beside its plain address on the transparent listeners.
+    const remote = socket.remoteAddress ?? 'unknown';
+    const clientIp = canonicalAddress(remote) ?? remote;
+    socket.on('error', () => socket.destroy());
+    const fromClient = this.perClient.get(clientIp) ?? 0;
+    if (this.open >= limits.maxConnections || fromClient >= limits.maxConnectionsPerClient) {
+      const refusal: Refusal =
+        this.open >= limits.maxConnections
+          ? { reason: 'too_many_connections', detail: `${this.open} connections are open`, retryAfter: 1 }
+          : { reason: 'client_limit', detail: `${fromClient} connections are open from ${clientIp} (its share: ${limits.maxConnectionsPerClient})`, retryAfter: 1 };
+      this.overLimits(socket, clientIp, entry, refusal);
+      return;
+    }
+    // Served only with room for its first read: a client past its share of the memory budget (or
+    // the proxy past all of it) gets nothing more until what it holds is decided. Its first read
+    // is still looked at (and dropped), so that the health check is answered.
+    const admitted = budget.admit(clientIp, ACCEPT_BYTES);
+    const memory = admitted ?? UNCHARGED;
+    this.open += 1;
+    this.perClient.set(clientIp, fromClient + 1);
+    this.sockets.add(socket);
+    const uncount = (): void => {
+      this.open -= 1;
+      const left = (this.perClient.get(clientIp) ?? 1) - 1;
+      if (left === 0) this.perClient.delete(clientIp);
+      else this.perClient.set(clientIp, left);
+    };
+    const { closer, log } = this.deps;
+    const connection = new ClientConnection(socket, { id: this.nextId++, clientIp, entry, memory, overloaded: admitted === undefined, root: log, closer, uncount });
+    socket.once('close', () => {
+      this.sockets.delete(socket);
+      connection.release();
+      memory.release();
+    });
+    if (entry?.kind === 'tls' && connection.overloaded) {
+      // A transparent TLS client reads no HTTP answer, and no health check comes this way.
+      const refusal: Refusal = { reason: 'overloaded', detail: budget.explain(clientIp, ACCEPT_BYTES), retryAfter: 1 };
+      this.deps.decisions.recorder(connection.log, clientIp, undefined).deny(refusal, { [F.port]: entry.port });
+      connection.close(tlsAlertFor(refusal));
+      return;
+    }
+    this.deps.serve(connection);
+  };
+
+  /** Destroys every socket admitted or being probed. */
+  destroyAll(): void {
+    for (const socket of this.sockets) socket.destroy();
+  }
+
+  /**
+   * A connection past the limits: refused with `refusal`, after a look at its first read in one
+   * of the health check's own slots when one is free (the proxy port only: transparent listeners
+   * take no health check).
+   */
+  private overLimits(socket: Socket, clientIp: string, entry: TransparentEntry | undefined, refusal: Refusal): void {
+    // Refused before the connection has a logger of its own: the line names the client.
+    let refused = false;
+    const refuse = (): void => {
+      if (refused) return;
+      refused = true;
+      const via = entry === undefined ? {} : { [F.via]: 'transparent', [F.port]: entry.port };
+      this.deps.decisions.recorder(this.deps.log, clientIp, undefined, 'warn').deny(refusal, { [F.client]: `${clientIp}:${socket.remotePort ?? 0}`, ...via });
+      // A TLS client reads no HTTP answer.
+      this.deps.closer.close(socket, entry?.kind === 'tls' ? tlsAlertFor(refusal) : refusalBytes(refusal));
+    };
+    if (entry === undefined && this.probes.size < PROBE_SLOTS && !this.probing.has(clientIp)) this.probeHealth(socket, clientIp, refuse);
+    else refuse();
+  }
+
+  /** Reads a connection past the limits once: the health check is answered, anything else refused. */
+  private probeHealth(socket: Socket, clientIp: string, refuse: () => void): void {
+    this.probes.add(socket);
+    this.probing.add(clientIp);
+    this.sockets.add(socket);
+    let held = true;
+    const free = (): void => {
+      if (!held) return;
+      held = false;
+      this.probes.delete(socket);
+      this.probing.delete(clientIp);
+    };
+    const refuseNow = (): void => {
+      free();
+      refuse();
+    };
+    socket.once('close', () => {
+      free();
+      this.sockets.delete(socket);
+    });
+    socket.setTimeout(PROBE_MS, refuseNow);
+    socket.once('end', refuseNow);
+    socket.once('data', (chunk: Buffer) => {
+      socket.setTimeout(0);
+      socket.off('end', refuseNow);
+      free();
+      const health = healthCheckHead(chunk);
+      if (health === undefined) refuse();
+      else this.deps.closer.close(socket, healthAnswer(health));
+    });
+  }
+}

@@ -1,0 +1,45 @@
+/**
+ * Where one proxy's decision lines come from: a recorder per request (decision-recorder.ts), its
+ * refusal line capped per client and in all (line-gate.ts), and what is over the caps summed up
+ * every interval on one `decision_lines_suppressed` line.
+ */
+import { DecisionRecorder } from './decision-recorder.js';
+import { LineGate, logSuppressed, type LineGateLimits } from './line-gate.js';
+import type { LineLevel, Logger } from './log.js';
+import type { ProxyObserver } from './metrics.js';
+
+/** Refusal lines one client, and every client together, may cause (a line is ~300-500 bytes). */
+export const REFUSAL_LINES: LineGateLimits = Object.freeze({ clientPerSecond: 20, clientBurst: 100, totalPerSecond: 100, totalBurst: 400, maxClients: 4_096 });
+/** How often the count of refusals without a line is written. */
+const SUPPRESSED_REPORT_MS = 10_000;
+
+export class Decisions {
+  private readonly lines = new LineGate(REFUSAL_LINES);
+  private readonly reporter: NodeJS.Timeout;
+
+  constructor(
+    private readonly observer: ProxyObserver,
+    private readonly log: Logger,
+  ) {
+    this.reporter = setInterval(() => this.report(), SUPPRESSED_REPORT_MS);
+    this.reporter.unref();
+  }
+
+  /**
+   * The one recorder of a request's decision line and metric, written to `log` (the connection's
+   * own, or the proxy's with a client field for a refusal at the limits, at `level`).
+   */
+  recorder(log: Logger, clientIp: string, method: string | undefined, level: LineLevel = 'info'): DecisionRecorder {
+    return new DecisionRecorder(this.observer, log, method, level, (reason) => this.lines.admit(clientIp, reason));
+  }
+
+  /** Stops the interval, with a last summary. */
+  close(): void {
+    clearInterval(this.reporter);
+    this.report();
+  }
+
+  private report(): void {
+    logSuppressed(this.lines, this.log, 'decision_lines_suppressed', 'refusals counted without a line of their own (over the per-client line rate); the decision metric counts each');
+  }
+}
