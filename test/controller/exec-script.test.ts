@@ -66,12 +66,24 @@ function liveMarked(mark: string): number[] {
   return live;
 }
 
+/** Clock ticks per second, the unit of a process's start time in /proc/PID/stat. */
+const CLOCK_TICKS = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim()) || 100;
+
+/** Now, in clock ticks since boot: the clock of a process's start time. */
+function ticksSinceBoot(): number {
+  return Math.ceil(Number(readFileSync('/proc/uptime', 'utf8').split(' ')[0]) * CLOCK_TICKS);
+}
+
 /**
- * Live processes of a session. A killed process stays a zombie until its parent, or PID 1 for an
- * orphan, reaps it, and a PID 1 may reap slowly or never (tini does in the sandbox; a test
- * machine's may not), so zombies (state Z) do not count as left over.
+ * Live processes of a session, started by `bornBy` (clock ticks since boot). A killed process
+ * stays a zombie until its parent, or PID 1 for an orphan, reaps it, and a PID 1 may reap slowly
+ * or never (tini does in the sandbox; a test machine's may not), so zombies (state Z) do not
+ * count as left over. Pids wrap (32,768 of them on a CI machine that runs thousands of
+ * processes): once the session's leader is gone, its number can lead a new session of someone
+ * else's, whose processes start after the kill (a fresh-clone CI run saw one), so those do not
+ * count either.
  */
-function liveInSession(sid: number): number[] {
+function liveInSession(sid: number, bornBy = Infinity): number[] {
   const live: number[] = [];
   for (const entry of readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
@@ -81,14 +93,15 @@ function liveInSession(sid: number): number[] {
     } catch {
       continue; // ended meanwhile
     }
-    // Fields after "(comm) ": state ppid pgrp session ...
-    const [state, , , session] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    if (session === String(sid) && state !== 'Z') live.push(Number(entry));
+    // Fields after "(comm) ": state ppid pgrp session ..., the start time 20th.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    const [state, , , session] = fields;
+    if (session === String(sid) && state !== 'Z' && Number(fields[19]) <= bornBy) live.push(Number(entry));
   }
   return live;
 }
 
-/** Waits (with a deadline) until `left()` is empty; returns what is left. */
+/** Polls until `left()` is empty (returning it) or the deadline passes (returning what is left). */
 async function gone(left: () => number[], deadlineMs = 10_000): Promise<number[]> {
   const deadline = Date.now() + deadlineMs;
   for (;;) {
@@ -202,9 +215,10 @@ t.test('a kill by mark ends the command, its background children, and a child th
   const bystander = spawn('sleep', ['304'], { stdio: 'ignore', env: markedEnv(other) });
   t.teardown(() => bystander.kill('SIGKILL'));
   const killed = run(killTaggedCmd([tag]));
+  const killedBy = ticksSinceBoot();
   t.match(killed.stdout.toString(), KILL_OK_MARKER);
   t.equal(await exited, null, 'wrapper killed');
-  t.same(await gone(() => liveInSession(sid)), [], 'no live process left in the session, the unmarked one included');
+  t.same(await gone(() => liveInSession(sid, killedBy)), [], 'no live process left in the session, the unmarked one included');
   t.same(await gone(() => liveMarked(mark)), [], 'no live process with the mark, the one in a session of its own included');
   t.equal(bystander.exitCode, null, 'another tag untouched');
   t.match(run(killMarkedCmd([other])).stdout.toString(), KILL_OK_MARKER);
