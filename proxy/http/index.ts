@@ -1,7 +1,9 @@
 /** HTTP: CONNECT heads, absolute-form and transparent targets, request and response heads judged, and plain forwarding with undici. */
 export * from './authority.js';
 export * from './connect-head.js';
+export * from './exchange.js';
 export * from './forward.js';
 export * from './request-head.js';
 export * from './response-head.js';
 export * from './transparent-http.js';
+export * from './upstream-failure.js';

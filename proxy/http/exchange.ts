@@ -1,0 +1,284 @@
+/**
+ * One allowed plain-HTTP request forwarded with undici over a pooled connection to the pinned
+ * addresses, and its response passed back. The proxy frames the request itself (the checked
+ * authority as Host, the body by Content-Length or chunked), validates the response head before
+ * anything is written, and once a response has started, a failure ends the client connection and
+ * never writes a second response. The request's one decision line is written once its outcome is
+ * known: refused, complete, or cut (and why).
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Dispatcher } from 'undici';
+import type { Allowed } from '../../policy/index.js';
+import type { ClientConnection, ProxyContext } from '../admission/index.js';
+import { READ_AHEAD_BYTES, type Held } from '../budget/index.js';
+import { F, ms, refuseResponse, type DecisionRecorder, type Refusal } from '../record/index.js';
+import { HTTP_PORT } from './authority.js';
+import type { BodyFraming } from './request-head.js';
+import { checkResponseHead } from './response-head.js';
+import { dialAttempts, ExchangeError, failureDetail, latin1, upstreamReason } from './upstream-failure.js';
+
+export interface Forwarding {
+  readonly decision: Allowed;
+  readonly path: string;
+  readonly headers: readonly string[];
+  readonly framing: BodyFraming;
+  readonly started: number;
+  readonly decideMs: number;
+  readonly record: DecisionRecorder;
+}
+
+export class Exchange {
+  private readonly writtenAtStart: number;
+  private abort: ((err?: Error) => void) | undefined;
+  /** The response is complete upstream and ended, but not yet all written to the client. */
+  private ending = false;
+  /** The client does not read what the upstream sends (undici paused meanwhile). */
+  private awaitingClient = false;
+  private idled = false;
+  /** The validated head, waiting for the first body byte (or the end). */
+  private head: { status: number; reason: string; fields: string[] } | undefined;
+  private drain: () => void = () => undefined;
+  /** What a response the client does not read leaves held, charged until the client drains it. */
+  private held: Held | undefined;
+  private headDeadline: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly ctx: ProxyContext,
+    private readonly connection: ClientConnection,
+    private readonly req: IncomingMessage,
+    private readonly res: ServerResponse,
+    private readonly f: Forwarding,
+  ) {
+    this.writtenAtStart = connection.socket.bytesWritten;
+  }
+
+  start(): void {
+    const { req, res, connection } = this;
+    // Requests on a connection run one at a time (pipeline.ts): the hook is this request's.
+    connection.holdInFlight(res, this.parseFailed);
+    // While the request waits on the upstream, the upstream's own deadlines apply (504 after the
+    // idle timeout); the client connection's idle timer ends a client that stalls its upload, or
+    // stops reading the response (the upstream is held back meanwhile, so no timer of its own runs).
+    res.on('timeout', () => {
+      if (req.complete && !this.awaitingClient && !this.ending) return;
+      this.idled = true;
+      connection.socket.destroy();
+    });
+    // The client went away before the response was complete: stop the upstream exchange too.
+    res.once('close', () => {
+      if (this.ending) {
+        this.ended();
+        return;
+      }
+      if (this.over()) return;
+      this.allowLine(this.idled ? 'idle_timeout' : 'client_closed');
+      this.abort?.();
+    });
+    res.once('close', () => this.held?.release());
+    // undici restarts its own head timer on every 1xx, so an upstream trickling 1xx could hold the
+    // request forever: the final head has a deadline of its own, from the end of the request body.
+    if (this.f.framing.kind === 'none' || req.complete) this.startHeadDeadline();
+    else req.once('end', this.startHeadDeadline);
+    res.once('close', () => clearTimeout(this.headDeadline));
+    this.dispatch();
+  }
+
+  /** Whether the exchange's outcome is known: its line is written, or it ends once flushed. */
+  private over(): boolean {
+    return this.f.record.recorded || this.ending;
+  }
+
+  private dispatch(): void {
+    const { decision, framing } = this.f;
+    const headers = [...this.f.headers, 'host', decision.port === HTTP_PORT ? decision.host : `${decision.host}:${decision.port}`];
+    if (framing.kind === 'length') headers.push('content-length', String(framing.length));
+    const pool = this.ctx.pools.forTarget(decision.host, decision.port, decision.addresses);
+    try {
+      pool.dispatch(
+        {
+          method: this.req.method as Dispatcher.HttpMethod,
+          path: this.f.path,
+          headers,
+          // No body: nothing after the head belongs to this request. Otherwise the client's body
+          // stream, which undici frames with the Content-Length given or as chunked.
+          body: framing.kind === 'none' ? null : this.req,
+        },
+        this.handler(),
+      );
+    } catch (err) {
+      this.fail(err as Error);
+    }
+  }
+
+  /** The decision line (and metrics) of a request that reached the upstream. */
+  private allowLine(error: string | undefined): void {
+    const { record, decision } = this.f;
+    if (record.recorded) return;
+    const { socket, counted } = this.connection;
+    const bytesUp = socket.bytesRead - counted.read;
+    counted.read = socket.bytesRead;
+    const bytesDown = socket.bytesWritten - this.writtenAtStart;
+    this.ctx.observer.httpBytes(bytesUp, bytesDown);
+    record.allow({
+      [F.host]: decision.host,
+      [F.port]: decision.port,
+      [F.rule]: decision.rule,
+      [F.pinnedBy]: decision.pinnedBy,
+      [F.addresses]: decision.addresses,
+      [F.status]: this.res.headersSent ? this.res.statusCode : undefined,
+      [F.completed]: error === undefined,
+      [F.error]: error,
+      [F.bytesUp]: bytesUp,
+      [F.bytesDown]: bytesDown,
+      [F.decideMs]: this.f.decideMs,
+      [F.durationMs]: ms(this.f.started),
+    });
+  }
+
+  /** Ends the request once: a refusal before the response started, else the client connection. */
+  private fail(err: Error): void {
+    if (this.over()) return;
+    const reason = upstreamReason(err);
+    const { decision, record } = this.f;
+    if (!this.res.headersSent) {
+      this.connection.counted.read = this.connection.socket.bytesRead;
+      const refusal: Refusal = { reason, detail: failureDetail(err), host: decision.host, port: decision.port };
+      record.deny(refusal, { [F.addresses]: decision.addresses, [F.dialed]: dialAttempts(err), [F.decideMs]: this.f.decideMs });
+      refuseResponse(this.res, refusal);
+    } else {
+      this.allowLine(reason);
+      this.res.destroy();
+    }
+  }
+
+  // A parse error on this connection while the exchange runs: refused if nothing of the response
+  // went out yet, otherwise the client connection is cut (never a second answer inside this one).
+  private readonly parseFailed = (refusal: Refusal): void => {
+    const { socket } = this.connection;
+    if (this.over()) {
+      socket.destroy();
+      return;
+    }
+    // The line first: aborting the exchange reports an error of its own, which then finds the
+    // request ended.
+    if (!this.res.headersSent) {
+      const { decision } = this.f;
+      this.connection.counted.read = socket.bytesRead;
+      this.f.record.deny(refusal, { [F.host]: decision.host, [F.port]: decision.port, [F.addresses]: decision.addresses, [F.decideMs]: this.f.decideMs });
+      this.abort?.();
+      refuseResponse(this.res, refusal);
+    } else {
+      this.allowLine(refusal.reason);
+      this.abort?.();
+      this.res.destroy();
+    }
+  };
+
+  /** The line of a response ended upstream: complete once the client has it all, else why not. */
+  private readonly ended = (): void => {
+    if (!this.ending) return;
+    this.ending = false;
+    // A socket destroyed with bytes still queued calls back the last write too, so 'finish' alone
+    // does not mean the client has the response.
+    this.allowLine(this.connection.socket.destroyed ? (this.idled ? 'idle_timeout' : 'client_closed') : undefined);
+  };
+
+  // The validated head waits for the first body byte (or the end): an upstream that fails before
+  // sending any of its body still gets the client a clean refusal instead of a cut connection.
+  private flushHead(): boolean {
+    if (this.head === undefined) return true;
+    const { status, reason, fields } = this.head;
+    this.head = undefined;
+    try {
+      this.res.writeHead(status, reason, fields);
+      return true;
+    } catch (err) {
+      this.abort?.(err as Error);
+      this.fail(err as Error);
+      return false;
+    }
+  }
+
+  // Complete once the client has it all: a client that stops reading the last bytes is still cut
+  // at the idle timeout, and its line says so.
+  private complete(): void {
+    if (this.over() || !this.flushHead()) return;
+    this.ending = true;
+    this.res.once('finish', this.ended);
+    this.res.end();
+  }
+
+  // A client past its share loses its oldest stalled responses and tunnels first.
+  private readonly evict = (): void => {
+    this.allowLine('overloaded');
+    this.abort?.();
+    this.connection.socket.destroy();
+  };
+
+  private readonly startHeadDeadline = (): void => {
+    if (this.over()) return;
+    const { idleTimeoutMs } = this.ctx.limits;
+    this.headDeadline = setTimeout(() => {
+      const err = new ExchangeError('upstream_timeout', `no final response head within ${idleTimeoutMs} ms`);
+      this.abort?.(err);
+      this.fail(err);
+    }, idleTimeoutMs);
+  };
+
+  /** The final head, checked; 1xx are not passed on. */
+  private onHeaders(status: number, rawHeaders: Buffer[], resume: () => void, statusText: string): boolean {
+    // Interim 1xx responses are not passed on; the final one follows.
+    if (status >= 100 && status < 200) return true;
+    clearTimeout(this.headDeadline);
+    const checked = checkResponseHead(status, statusText, latin1(rawHeaders));
+    if (!checked.ok) {
+      const err = new ExchangeError('bad_upstream_response', checked.detail);
+      this.abort?.(err);
+      this.fail(err);
+      return false;
+    }
+    this.head = { status, reason: statusText, fields: checked.headers as string[] };
+    // Answered before the request body has all arrived: nothing will read the rest of it, so no
+    // next request on this connection can be parsed. The connection closes after this response.
+    if (!this.req.complete) this.res.shouldKeepAlive = false;
+    // These have no body whatever their fields say (RFC 9110 §6.4.1): the response is complete
+    // here, and anything the upstream sends after the head is not passed on.
+    if (status === 204 || status === 304 || this.req.method === 'HEAD') {
+      this.complete();
+      return true;
+    }
+    this.drain = resume;
+    return true;
+  }
+
+  private onData(chunk: Buffer): boolean {
+    const { res } = this;
+    if (this.over() || res.destroyed || !this.flushHead()) return false;
+    if (res.write(chunk)) return true;
+    // The client reads slower than the upstream sends: undici pauses until the client drains,
+    // and what the pause leaves held is charged to the client meanwhile (memory-budget.ts).
+    this.awaitingClient = true;
+    this.held = this.connection.memory.hold(this.connection.socket.writableLength + READ_AHEAD_BYTES, this.evict);
+    res.once('drain', () => {
+      this.held?.release();
+      this.held = undefined;
+      this.awaitingClient = false;
+      this.drain();
+    });
+    return false;
+  }
+
+  private handler(): Dispatcher.DispatchHandler {
+    return {
+      onConnect: (abortRequest) => {
+        this.abort = abortRequest;
+        // Ended while the connection was being made (a timeout, a parse error): not sent at all.
+        if (this.over()) abortRequest();
+      },
+      onHeaders: (status, rawHeaders, resume, statusText) => this.onHeaders(status, rawHeaders, resume, statusText),
+      onData: (chunk) => this.onData(chunk),
+      onComplete: () => this.complete(),
+      onError: (err) => this.fail(err),
+    };
+  }
+}

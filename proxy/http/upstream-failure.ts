@@ -1,0 +1,34 @@
+/** How an exchange's upstream failures are named: the reason a refusal gives, and its detail. */
+import { CodedError, isCodedError } from '../../common/index.js';
+import type { Reason } from '../../policy/index.js';
+import { isDialError } from '../upstream/index.js';
+
+/** A failure of the exchange that the forwarder finds itself (undici reports the others). */
+export class ExchangeError extends CodedError<'upstream_timeout' | 'bad_upstream_response'> {}
+
+/** An upstream failure, as the reason a refusal gives for it. */
+export function upstreamReason(err: Error): Reason {
+  if (isDialError(err) || isCodedError(err, 'ExchangeError')) return err.code as Reason;
+  // undici's own error codes, and the socket's.
+  const code = (err as NodeJS.ErrnoException).code;
+  if (code === 'UND_ERR_HEADERS_TIMEOUT') return 'upstream_timeout';
+  if (code === 'UND_ERR_SOCKET' || code === 'ECONNRESET' || code === 'EPIPE' || code === 'UND_ERR_CLOSED') return 'upstream_failed';
+  return 'bad_upstream_response';
+}
+
+export function latin1(values: readonly Buffer[]): string[] {
+  return values.map((v) => v.toString('latin1'));
+}
+
+/** Why a failure is refused, in the words of whoever found it. */
+export function failureDetail(err: Error): string {
+  // The proxy's own errors say it all; undici's and the socket's are named by their code.
+  if (isCodedError(err, 'CodedError')) return err.message;
+  const code = (err as NodeJS.ErrnoException).code;
+  return code ? `${err.message} (${code})` : err.message;
+}
+
+/** The addresses a failed dial tried, for the line. */
+export function dialAttempts(err: Error): readonly string[] | undefined {
+  return isDialError(err) ? err.attempts : undefined;
+}
