@@ -6,9 +6,11 @@
  * old policy stays.
  */
 import { readFileSync } from 'node:fs';
+import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import v8 from 'node:v8';
 import { isCodedError } from '../common/index.js';
+import type { Policy } from '../policy/index.js';
 import { loadPolicy, OPTIONS, parseConfig, usage, type ProxyConfig } from './config.js';
 import {
   cgroupMemoryLimit,
@@ -23,9 +25,12 @@ import {
   planDescriptors,
   planMemory,
   softOpenFileLimit,
+  type DescriptorPlan,
+  type MemoryPlan,
+  type ProxyLimits,
 } from './budget/index.js';
 import { createLookup } from './dns/index.js';
-import { createLogger, startMetricsServer } from './record/index.js';
+import { createLogger, startMetricsServer, type Logger } from './record/index.js';
 import { createEgressProxy, type EgressProxy } from './server.js';
 import { watchPolicyFile } from './policy-watch.js';
 import { installProcessEnd } from './exit.js';
@@ -63,7 +68,140 @@ function openFileLimit(): number | undefined {
   }
 }
 
-async function main(): Promise<number> {
+/** Start-up cannot go on: said on stderr, and the process exits 2. */
+class StartError extends Error {}
+
+/** Why start-up stops, with what to do, as stderr says it. */
+function stop(message: string): never {
+  throw new StartError(message);
+}
+
+interface Start {
+  readonly config: ProxyConfig;
+  readonly policy: Policy;
+  /** Transparent mode's listeners: they follow the connect ports at start (a reload changes what is allowed on each, not which listen). */
+  readonly transparentPorts: readonly TransparentPort[] | undefined;
+}
+
+/** The configuration and the policy, or undefined for --help (printed). */
+function readStart(readingPolicy: () => void): Start | undefined {
+  let config: ProxyConfig | undefined;
+  try {
+    config = parseConfig(process.argv.slice(2), process.env);
+  } catch (err) {
+    if (isCodedError(err, 'ConfigError')) stop(err.message);
+    throw err;
+  }
+  if (config === undefined) {
+    process.stdout.write(`${usage()}\n`);
+    return undefined;
+  }
+  let policy: Policy;
+  try {
+    // A reload asked for before this read is met by it.
+    readingPolicy();
+    policy = loadPolicy(config, read);
+  } catch (err) {
+    stop((err as Error).message);
+  }
+  if (config.transparent === undefined) return { config, policy, transparentPorts: undefined };
+  const plan = planTransparentPorts(policy.connectPorts, config.transparent.portMap);
+  if (!plan.ok) stop(`--transparent-port-map (${OPTIONS['transparent-port-map'].env}): ${plan.problem}`);
+  return { config, policy, transparentPorts: plan.ports };
+}
+
+interface Plans {
+  readonly nofile: number | undefined;
+  readonly descriptors: DescriptorPlan;
+  readonly memory: MemoryPlan;
+}
+
+/** What the open-file limit and the memory hold; start-up stops when either is below the least the proxy needs. */
+function planResources(config: ProxyConfig): Plans {
+  const nofile = openFileLimit();
+  // No limit to read (not Linux) or "unlimited": everything fits.
+  const descriptors = planDescriptors(nofile ?? Infinity, config.limits.maxConnections);
+  if (descriptors === undefined) stop(`the open-file limit is ${String(nofile)}, and the proxy needs at least ${MIN_OPEN_FILES}; raise it (docker run --ulimit nofile=N, ulimit -n N)`);
+  // The machine's share: its memory, and no more than V8 lets the heap grow.
+  const limit = memoryLimit({ cgroup: cgroupLimit(), flag: config.memoryLimitBytes, machine: Math.min(os.totalmem(), v8.getHeapStatistics().heap_size_limit) });
+  // A client's share of the memory is its share of the connections, at most a quarter.
+  const share = Math.min(MAX_CLIENT_SHARE, config.limits.maxConnectionsPerClient / config.limits.maxConnections);
+  const memory = planMemory(limit, Math.min(descriptors.maxConnections, config.limits.maxConnections), share);
+  if (memory === undefined) {
+    stop(`the memory limit is ${Math.floor(limit.bytes / MIB)} MiB (from the ${limit.source}), and the proxy needs at least ${MIN_MEMORY_BYTES / MIB} MiB; raise it (docker run -m, the pod's memory limit, --memory-limit-mb)`);
+  }
+  return { nofile, descriptors, memory };
+}
+
+/** The limits the plans leave, each lowering logged. */
+function plannedLimits(config: ProxyConfig, plans: Plans, log: Logger): ProxyLimits {
+  const { descriptors, memory } = plans;
+  let limits = config.limits;
+  if (descriptors.maxConnections < limits.maxConnections || descriptors.maxLookupsInFlight < MAX_LOOKUPS_IN_FLIGHT) {
+    limits = { ...limits, maxConnections: descriptors.maxConnections };
+    const needed = openFilesFor(config.limits.maxConnections);
+    log.warn(
+      { event: 'limits_lowered', openFileLimit: plans.nofile, needed, maxConnections: descriptors.maxConnections, maxLookupsInFlight: descriptors.maxLookupsInFlight, configured: config.limits.maxConnections },
+      `the open-file limit holds ${descriptors.maxConnections} connections and ${descriptors.maxLookupsInFlight} DNS lookups in flight; the caps are lowered (raise the limit to ${needed} to keep them)`,
+    );
+  }
+  const memoryLowered = memory.maxConnections < limits.maxConnections;
+  // A lowered total keeps each client to its share of it (clientShare, in the server).
+  if (memoryLowered) limits = { ...limits, maxConnections: memory.maxConnections };
+  const mib = (n: number): number => Math.floor(n / MIB);
+  log[memoryLowered ? 'warn' : 'info'](
+    {
+      event: 'memory_budget',
+      memoryLimitMb: mib(memory.limitBytes),
+      source: memory.source,
+      budgetMb: mib(memory.totalBytes),
+      perClientMb: mib(memory.perClientBytes),
+      maxConnections: limits.maxConnections,
+      maxConnectionsPerClient: clientShare(limits.maxConnections, limits.maxConnectionsPerClient),
+      configured: config.limits.maxConnections,
+    },
+    `${mib(memory.limitBytes)} MiB of memory (from the ${memory.source}): up to ${mib(memory.totalBytes)} MiB held before a verdict, ${mib(memory.perClientBytes)} MiB per client address, then 503 overloaded` +
+      (memoryLowered ? `; it holds ${memory.maxConnections} connections, and the connection caps are lowered` : ''),
+  );
+  return limits;
+}
+
+type Metrics = Awaited<ReturnType<typeof startMetricsServer>>;
+
+/**
+ * Opens every listener: the metrics, transparent mode's, then the proxy port (a proxy that
+ * answers serves everything it was configured to). One that cannot start stops the proxy: it
+ * never serves without its metrics, its policy watch or its reload signal.
+ */
+async function listenAll(proxy: EgressProxy, start: Start, serving: { close(): Promise<void> }[]): Promise<{ address: AddressInfo; metrics: Metrics | undefined }> {
+  const { config, transparentPorts } = start;
+  let metrics: Metrics | undefined;
+  try {
+    metrics = config.metricsListen ? await startMetricsServer(config.metricsListen, proxy.metrics) : undefined;
+    if (metrics) serving.push(metrics);
+    if (config.transparent !== undefined && transparentPorts !== undefined) {
+      await proxy.listenTransparent({ listen: config.transparent.listen, answer: config.transparent.answer, ports: transparentPorts });
+    }
+    return { address: await proxy.listen(config.listen.host, config.listen.port), metrics };
+  } catch (err) {
+    await Promise.all([proxy.close(), metrics?.close()]);
+    return stop(`cannot listen: ${(err as Error).message}`);
+  }
+}
+
+/** Until SIGTERM or SIGINT. */
+function untilStopped(log: Logger): Promise<void> {
+  return new Promise((resolve) => {
+    const stopping = (signal: string): void => {
+      log.info({ event: 'stopping', signal }, 'egress proxy stopping');
+      resolve();
+    };
+    process.once('SIGTERM', stopping);
+    process.once('SIGINT', stopping);
+  });
+}
+
+async function serve(): Promise<number> {
   // SIGHUP from the first line: Node ends a process on a signal nothing listens for, and an
   // operator's reload (or a supervisor's) may come while the proxy starts. Until the proxy can
   // reload, a request is remembered and met once it can.
@@ -72,146 +210,49 @@ async function main(): Promise<number> {
     hangUpWaiting = true;
   };
   process.on('SIGHUP', () => onHangUp());
-  let config: ProxyConfig | undefined;
-  try {
-    config = parseConfig(process.argv.slice(2), process.env);
-  } catch (err) {
-    if (isCodedError(err, 'ConfigError')) {
-      process.stderr.write(`capybara-egress: ${err.message}\n`);
-      return 2;
-    }
-    throw err;
-  }
-  if (config === undefined) {
-    process.stdout.write(`${usage()}\n`);
-    return 0;
-  }
-
-  let policy;
-  try {
-    // A reload asked for before this read is met by it.
-    hangUpWaiting = false;
-    policy = loadPolicy(config, read);
-  } catch (err) {
-    process.stderr.write(`capybara-egress: ${(err as Error).message}\n`);
-    return 2;
-  }
-
-  // Transparent mode's listeners follow the connect ports at start; a reload that changes them
-  // changes what is allowed on each listener, not which listen.
-  let transparentPorts: readonly TransparentPort[] | undefined;
-  if (config.transparent !== undefined) {
-    const plan = planTransparentPorts(policy.connectPorts, config.transparent.portMap);
-    if (!plan.ok) {
-      process.stderr.write(`capybara-egress: --transparent-port-map (${OPTIONS['transparent-port-map'].env}): ${plan.problem}\n`);
-      return 2;
-    }
-    transparentPorts = plan.ports;
-  }
-
-  const nofile = openFileLimit();
-  // No limit to read (not Linux) or "unlimited": everything fits.
-  const plan = planDescriptors(nofile ?? Infinity, config.limits.maxConnections);
-  if (plan === undefined) {
-    process.stderr.write(`capybara-egress: the open-file limit is ${String(nofile)}, and the proxy needs at least ${MIN_OPEN_FILES}; raise it (docker run --ulimit nofile=N, ulimit -n N)\n`);
-    return 2;
-  }
-  // The machine's share: its memory, and no more than V8 lets the heap grow.
-  const limit = memoryLimit({ cgroup: cgroupLimit(), flag: config.memoryLimitBytes, machine: Math.min(os.totalmem(), v8.getHeapStatistics().heap_size_limit) });
-  // A client's share of the memory is its share of the connections, at most a quarter.
-  const share = Math.min(MAX_CLIENT_SHARE, config.limits.maxConnectionsPerClient / config.limits.maxConnections);
-  const memoryPlan = planMemory(limit, Math.min(plan.maxConnections, config.limits.maxConnections), share);
-  if (memoryPlan === undefined) {
-    process.stderr.write(
-      `capybara-egress: the memory limit is ${Math.floor(limit.bytes / MIB)} MiB (from the ${limit.source}), and the proxy needs at least ${MIN_MEMORY_BYTES / MIB} MiB; raise it (docker run -m, the pod's memory limit, --memory-limit-mb)\n`,
-    );
-    return 2;
-  }
+  const start = readStart(() => (hangUpWaiting = false));
+  if (start === undefined) return 0;
+  const { config, policy } = start;
+  const plans = planResources(config);
   const log = createLogger(config.logLevel);
   // What a fatal error closes at once: nothing may go on serving after it.
   const serving: { close(): Promise<void> }[] = [];
   end.useLog(log, () => {
     for (const s of serving) void s.close();
   });
-  let limits = config.limits;
-  if (plan.maxConnections < limits.maxConnections || plan.maxLookupsInFlight < MAX_LOOKUPS_IN_FLIGHT) {
-    limits = { ...limits, maxConnections: plan.maxConnections };
-    const needed = openFilesFor(config.limits.maxConnections);
-    log.warn(
-      { event: 'limits_lowered', openFileLimit: nofile, needed, maxConnections: plan.maxConnections, maxLookupsInFlight: plan.maxLookupsInFlight, configured: config.limits.maxConnections },
-      `the open-file limit holds ${plan.maxConnections} connections and ${plan.maxLookupsInFlight} DNS lookups in flight; the caps are lowered (raise the limit to ${needed} to keep them)`,
-    );
-  }
-  const memoryLowered = memoryPlan.maxConnections < limits.maxConnections;
-  // A lowered total keeps each client to its share of it (clientShare, in the server).
-  if (memoryLowered) limits = { ...limits, maxConnections: memoryPlan.maxConnections };
-  const mib = (n: number): number => Math.floor(n / MIB);
-  log[memoryLowered ? 'warn' : 'info'](
-    {
-      event: 'memory_budget',
-      memoryLimitMb: mib(memoryPlan.limitBytes),
-      source: memoryPlan.source,
-      budgetMb: mib(memoryPlan.totalBytes),
-      perClientMb: mib(memoryPlan.perClientBytes),
-      maxConnections: limits.maxConnections,
-      maxConnectionsPerClient: clientShare(limits.maxConnections, limits.maxConnectionsPerClient),
-      configured: config.limits.maxConnections,
-    },
-    `${mib(memoryPlan.limitBytes)} MiB of memory (from the ${memoryPlan.source}): up to ${mib(memoryPlan.totalBytes)} MiB held before a verdict, ${mib(memoryPlan.perClientBytes)} MiB per client address, then 503 overloaded` +
-      (memoryLowered ? `; it holds ${memoryPlan.maxConnections} connections, and the connection caps are lowered` : ''),
-  );
-  const proxy: EgressProxy = createEgressProxy({
-    policy,
-    memory: new MemoryBudget(memoryPlan),
-    lookup: createLookup({ servers: config.dnsServers, timeoutMs: limits.dnsTimeoutMs, maxInFlight: plan.maxLookupsInFlight }),
-    logger: log,
-    limits,
-  });
+  const limits = plannedLimits(config, plans, log);
+  const lookup = createLookup({ servers: config.dnsServers, timeoutMs: limits.dnsTimeoutMs, maxInFlight: plans.descriptors.maxLookupsInFlight });
+  const proxy = createEgressProxy({ policy, memory: new MemoryBudget(plans.memory), lookup, logger: log, limits });
   serving.push(proxy);
-  const cfg = config;
   const reload = (why: string): void => {
     try {
-      const next = loadPolicy(cfg, read);
+      const next = loadPolicy(config, read);
       proxy.setPolicy(next);
       log.info({ event: 'policy_reloaded', why, allowHosts: next.allowHosts.length }, 'policy reloaded');
     } catch (err) {
       log.error({ event: 'policy_reload_failed', why, err: (err as Error).message }, 'policy reload failed; the previous policy stays in force');
     }
   };
-
-  // Reload is wired before anything listens, and a listener that cannot start stops the proxy
-  // (exit 2): it never serves without its metrics, its policy watch or its reload signal.
+  // Reload is wired before anything listens.
   onHangUp = () => reload('SIGHUP');
   if (hangUpWaiting) reload('SIGHUP');
-  let metrics: Awaited<ReturnType<typeof startMetricsServer>> | undefined;
-  let address;
-  try {
-    metrics = config.metricsListen ? await startMetricsServer(config.metricsListen, proxy.metrics) : undefined;
-    if (metrics) serving.push(metrics);
-    // Before the proxy port: a proxy that answers serves everything it was configured to.
-    if (config.transparent !== undefined && transparentPorts !== undefined) {
-      await proxy.listenTransparent({ listen: config.transparent.listen, answer: config.transparent.answer, ports: transparentPorts });
-    }
-    address = await proxy.listen(config.listen.host, config.listen.port);
-  } catch (err) {
-    process.stderr.write(`capybara-egress: cannot listen: ${(err as Error).message}\n`);
-    await Promise.all([proxy.close(), metrics?.close()]);
-    return 2;
-  }
+  const { address, metrics } = await listenAll(proxy, start, serving);
   const watcher = config.policySource.kind === 'file' ? watchPolicyFile(config.policySource.path, log, reload) : undefined;
   log.info({ event: 'listening', address: `${address.address}:${address.port}`, allowHosts: policy.allowHosts.length, metrics: metrics?.address }, 'egress proxy listening');
-
-  await new Promise<void>((resolve) => {
-    const stop = (signal: string): void => {
-      log.info({ event: 'stopping', signal }, 'egress proxy stopping');
-      resolve();
-    };
-    process.once('SIGTERM', stop);
-    process.once('SIGINT', stop);
-  });
+  await untilStopped(log);
   watcher?.close();
   await Promise.all([proxy.close(), metrics?.close()]);
   return 0;
+}
+
+async function main(): Promise<number> {
+  try {
+    return await serve();
+  } catch (err) {
+    if (!(err instanceof StartError)) throw err;
+    process.stderr.write(`capybara-egress: ${err.message}\n`);
+    return 2;
+  }
 }
 
 main().then(

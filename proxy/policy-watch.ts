@@ -108,6 +108,30 @@ interface DirWatch {
 }
 
 /**
+ * A watch of `dir`, or undefined when it cannot be set up; each failure is logged once (`failed`
+ * holds the last one per directory). A watch that fails later is closed and `dropped`.
+ */
+function watchDirectory(dir: string, log: Logger, failed: Map<string, string>, onEvent: (name: string | null) => void, dropped: () => void): FSWatcher | undefined {
+  try {
+    const watcher = watch(dir, { persistent: false }, (_event, name) => onEvent(name));
+    watcher.on('error', (err) => {
+      log.warn({ event: 'policy_watch_failed', dir, err: err.message }, `the watch of ${dir} failed; it is set up again at the next check, and SIGHUP still reloads`);
+      watcher.close();
+      dropped();
+    });
+    failed.delete(dir);
+    return watcher;
+  } catch (err) {
+    const message = (err as Error).message;
+    if (failed.get(dir) !== message) {
+      failed.set(dir, message);
+      log.warn({ event: 'policy_watch_failed', dir, err: message }, `cannot watch ${dir} for policy changes; the file is compared every ${RECHECK_MS / 1000} s, and SIGHUP still reloads`);
+    }
+    return undefined;
+  }
+}
+
+/**
  * Calls `reload` after the policy file (or what it resolves through) changes. Never throws and
  * never ends the process: a watch that fails is logged and tried again at the next check, while
  * SIGHUP keeps working.
@@ -145,25 +169,10 @@ export function watchPolicyFile(file: string, log: Logger, reload: (why: string)
     watches.clear();
     const wanted = resolutionDirs(configured);
     for (const [dir, names] of wanted) {
-      try {
-        const watcher = watch(dir, { persistent: false }, (_event, name) => onEvent(dir, name));
-        watcher.on('error', (err) => {
-          log.warn({ event: 'policy_watch_failed', dir, err: err.message }, `the watch of ${dir} failed; it is set up again at the next check, and SIGHUP still reloads`);
-          watcher.close();
-          if (watches.get(dir)?.watcher === watcher) watches.delete(dir);
-        });
-        watches.set(dir, { watcher, names });
-        failed.delete(dir);
-      } catch (err) {
-        const message = (err as Error).message;
-        if (failed.get(dir) !== message) {
-          failed.set(dir, message);
-          log.warn(
-            { event: 'policy_watch_failed', dir, err: message },
-            `cannot watch ${dir} for policy changes; the file is compared every ${RECHECK_MS / 1000} s, and SIGHUP still reloads`,
-          );
-        }
-      }
+      const watcher = watchDirectory(dir, log, failed, (name) => onEvent(dir, name), () => {
+        if (watches.get(dir)?.watcher === watcher) watches.delete(dir);
+      });
+      if (watcher !== undefined) watches.set(dir, { watcher, names });
     }
     return wanted;
   };

@@ -16,7 +16,7 @@
  */
 import dgram from 'node:dgram';
 import net from 'node:net';
-import type { Policy } from '../../policy/index.js';
+import type { Policy, Reason } from '../../policy/index.js';
 import { answerQuery, MAX_QUERY_BYTES, type DnsVerdict } from './dns-answer.js';
 import { F, logLine, printable, type Logger, type ProxyObserver, LineGate, logSuppressed } from '../record/index.js';
 import { canonicalAddress } from '../upstream/index.js';
@@ -71,40 +71,50 @@ export interface DnsResponder {
   close(): Promise<void>;
 }
 
-/** Binds UDP and TCP on `host:port` (port 0: one free port for both). */
-export async function startDnsResponder(host: string, port: number, options: DnsResponderOptions): Promise<DnsResponder> {
-  const { policy, answer, observer, log } = options;
-  const limits: DnsLimits = { ...DNS_LIMITS, ...options.limits };
-  const queries = new RateLimiter(limits.clientQueriesPerSecond, limits.clientQueryBurst, limits.maxClients);
-  const networks = new RateLimiter(limits.networkQueriesPerSecond, limits.networkQueryBurst, limits.maxClients);
-  const total = new RateLimiter(limits.totalQueriesPerSecond, limits.totalQueryBurst, 1);
-  const lines = new LineGate({
-    clientPerSecond: limits.clientLinesPerSecond,
-    clientBurst: limits.clientLineBurst,
-    totalPerSecond: limits.totalLinesPerSecond,
-    totalBurst: limits.totalLineBurst,
-    maxClients: limits.maxClients,
-  });
-  const report = (): void =>
-    logSuppressed(lines, log, 'dns_lines_suppressed', 'refused DNS names counted without a line of their own (over the line rates); the decision metric counts each');
-  const reporter = setInterval(report, limits.suppressedReportMs);
-  reporter.unref();
+/**
+ * The answers of one responder, within its rates: the client's own share first, then its
+ * network's, then the total, so that a client over its rate spends none of what the others have;
+ * refused names logged within the line caps.
+ */
+class Answerer {
+  private readonly queries: RateLimiter;
+  private readonly networks: RateLimiter;
+  private readonly total: RateLimiter;
+  private readonly lines: LineGate;
+  private readonly reporter: NodeJS.Timeout;
+
+  constructor(
+    private readonly options: DnsResponderOptions,
+    limits: DnsLimits,
+  ) {
+    this.queries = new RateLimiter(limits.clientQueriesPerSecond, limits.clientQueryBurst, limits.maxClients);
+    this.networks = new RateLimiter(limits.networkQueriesPerSecond, limits.networkQueryBurst, limits.maxClients);
+    this.total = new RateLimiter(limits.totalQueriesPerSecond, limits.totalQueryBurst, 1);
+    this.lines = new LineGate({
+      clientPerSecond: limits.clientLinesPerSecond,
+      clientBurst: limits.clientLineBurst,
+      totalPerSecond: limits.totalLinesPerSecond,
+      totalBurst: limits.totalLineBurst,
+      maxClients: limits.maxClients,
+    });
+    this.reporter = setInterval(() => this.report(), limits.suppressedReportMs);
+    this.reporter.unref();
+  }
 
   /** The answer to one message from `clientIp` (`client` is ip:port), or undefined for none. */
-  const handle = (query: Buffer, clientIp: string, client: string, transport: 'udp' | 'tcp'): Buffer | undefined => {
-    // The client's own share first, then its network's, then the total: a client over its rate
-    // spends none of what the others have.
-    if (!queries.takeFor(clientIp) || !networks.take(networkOf(clientIp) ?? clientIp) || !total.take('')) {
+  readonly answer = (query: Buffer, clientIp: string, client: string, transport: 'udp' | 'tcp'): Buffer | undefined => {
+    const { observer, log } = this.options;
+    if (!this.queries.takeFor(clientIp) || !this.networks.take(networkOf(clientIp) ?? clientIp) || !this.total.take('')) {
       observer.dnsQuery('rate_limited');
       return undefined;
     }
     let verdict: DnsVerdict;
     try {
-      verdict = answerQuery(query, policy(), answer, transport);
+      verdict = answerQuery(query, this.options.policy(), this.options.answer, transport);
     } catch (err) {
       // Fail closed: no answer. Never expected (the codec's errors are caught inside).
       observer.dnsQuery('error');
-      if (lines.admit(clientIp, 'internal_error')) log.error({ err, [F.event]: 'dns_failed', [F.client]: client }, 'DNS responder failed; no answer');
+      if (this.lines.admit(clientIp, 'internal_error')) log.error({ err, [F.event]: 'dns_failed', [F.client]: client }, 'DNS responder failed; no answer');
       return undefined;
     }
     if (verdict.kind === 'drop') {
@@ -112,69 +122,90 @@ export async function startDnsResponder(host: string, port: number, options: Dns
       return undefined;
     }
     observer.dnsQuery(verdict.truncated ? 'truncated' : verdict.result);
-    if (verdict.refusal !== undefined) {
-      observer.decision('deny', verdict.refusal.reason);
-      if (lines.admit(clientIp, verdict.refusal.reason)) {
-        logLine(log, {
-          [F.event]: 'decision',
-          [F.decision]: 'deny',
-          [F.reason]: verdict.refusal.reason,
-          [F.detail]: verdict.refusal.detail,
-          [F.client]: client,
-          [F.via]: 'transparent',
-          [F.method]: 'DNS',
-          [F.host]: printable(Buffer.from(verdict.name ?? '', 'utf8')),
-          [F.qtype]: verdict.qtype,
-        });
-      }
-    }
+    if (verdict.refusal !== undefined) this.refused(verdict, verdict.refusal, clientIp, client);
     return verdict.message;
   };
 
-  const makeUdp = (): dgram.Socket => {
-    const socket = dgram.createSocket({ type: 'udp4' });
-    socket.on('message', (msg, peer) => {
-      // Port 0 is no client's.
-      if (peer.port === 0) return;
-      const out = handle(msg, peer.address, `${peer.address}:${peer.port}`, 'udp');
-      if (out !== undefined) socket.send(out, peer.port, peer.address);
-    });
-    // A send that fails (an ICMP error from a client gone away) ends nothing.
-    socket.on('error', () => undefined);
-    return socket;
-  };
+  /** Stops the interval, with a last summary. */
+  close(): void {
+    clearInterval(this.reporter);
+    this.report();
+  }
 
+  private refused(verdict: DnsVerdict & { kind: 'reply' }, refusal: { readonly reason: Reason; readonly detail: string }, clientIp: string, client: string): void {
+    this.options.observer.decision('deny', refusal.reason);
+    if (!this.lines.admit(clientIp, refusal.reason)) return;
+    logLine(this.options.log, {
+      [F.event]: 'decision',
+      [F.decision]: 'deny',
+      [F.reason]: refusal.reason,
+      [F.detail]: refusal.detail,
+      [F.client]: client,
+      [F.via]: 'transparent',
+      [F.method]: 'DNS',
+      [F.host]: printable(Buffer.from(verdict.name ?? '', 'utf8')),
+      [F.qtype]: verdict.qtype,
+    });
+  }
+
+  private report(): void {
+    logSuppressed(this.lines, this.options.log, 'dns_lines_suppressed', 'refused DNS names counted without a line of their own (over the line rates); the decision metric counts each');
+  }
+}
+
+/** The UDP socket: each message from a client port answered to it. */
+function udpSocket(answer: Answerer['answer']): dgram.Socket {
+  const socket = dgram.createSocket({ type: 'udp4' });
+  socket.on('message', (msg, peer) => {
+    // Port 0 is no client's.
+    if (peer.port === 0) return;
+    const out = answer(msg, peer.address, `${peer.address}:${peer.port}`, 'udp');
+    if (out !== undefined) socket.send(out, peer.port, peer.address);
+  });
+  // A send that fails (an ICMP error from a client gone away) ends nothing.
+  socket.on('error', () => undefined);
+  return socket;
+}
+
+/** The TCP server: connections within their caps (per client and in all), each served by serveTcp. */
+function tcpServer(limits: DnsLimits, observer: ProxyObserver, answer: Answerer['answer']): { server: net.Server; sockets: Set<net.Socket> } {
   const perClient = new Map<string, number>();
-  const tcpSockets = new Set<net.Socket>();
-  const tcp = net.createServer({ noDelay: true }, (socket) => {
+  const sockets = new Set<net.Socket>();
+  const server = net.createServer({ noDelay: true }, (socket) => {
     const remote = socket.remoteAddress ?? 'unknown';
     const clientIp = canonicalAddress(remote) ?? remote;
     const fromClient = perClient.get(clientIp) ?? 0;
     socket.on('error', () => socket.destroy());
-    if (tcpSockets.size >= limits.maxTcpTotal || fromClient >= limits.maxTcpPerClient) {
+    if (sockets.size >= limits.maxTcpTotal || fromClient >= limits.maxTcpPerClient) {
       observer.dnsQuery('tcp_refused');
       socket.destroy();
       return;
     }
     perClient.set(clientIp, fromClient + 1);
-    tcpSockets.add(socket);
+    sockets.add(socket);
     socket.once('close', () => {
-      tcpSockets.delete(socket);
+      sockets.delete(socket);
       const left = (perClient.get(clientIp) ?? 1) - 1;
       if (left === 0) perClient.delete(clientIp);
       else perClient.set(clientIp, left);
     });
-    serveTcp(socket, limits, (query) => handle(query, clientIp, `${clientIp}:${socket.remotePort ?? 0}`, 'tcp'));
+    serveTcp(socket, limits, (query) => answer(query, clientIp, `${clientIp}:${socket.remotePort ?? 0}`, 'tcp'));
   });
+  return { server, sockets };
+}
 
-  const { udp, port: bound } = await bindBoth(makeUdp, tcp, host, port);
+/** Binds UDP and TCP on `host:port` (port 0: one free port for both). */
+export async function startDnsResponder(host: string, port: number, options: DnsResponderOptions): Promise<DnsResponder> {
+  const limits: DnsLimits = { ...DNS_LIMITS, ...options.limits };
+  const answerer = new Answerer(options, limits);
+  const tcp = tcpServer(limits, options.observer, answerer.answer);
+  const { udp, port: bound } = await bindBoth(() => udpSocket(answerer.answer), tcp.server, host, port);
   return {
     port: bound,
     close: async () => {
-      clearInterval(reporter);
-      report();
-      for (const s of tcpSockets) s.destroy();
-      await Promise.all([new Promise<void>((r) => udp.close(() => r())), new Promise<void>((r) => tcp.close(() => r()))]);
+      answerer.close();
+      for (const s of tcp.sockets) s.destroy();
+      await Promise.all([new Promise<void>((r) => udp.close(() => r())), new Promise<void>((r) => tcp.server.close(() => r()))]);
     },
   };
 }

@@ -5,10 +5,13 @@
  * a file at the top. The rule is test/support/rooms.ts's; circles are import-cycles.test.ts's.
  */
 import t from 'tap';
-import { layoutProblems, missingIndexes, placeOf, topFiles, unnamedRooms, type Rooms } from '../support/rooms.js';
+import { layoutProblems, longFiles, longFunctions, missingIndexes, placeOf, topFiles, unnamedRooms, type Rooms } from '../support/rooms.js';
 
 /** Most files directly in proxy/ (the rest live in rooms). */
 const MAX_TOP_FILES = 8;
+/** Most lines in one file, and in one function: past them, a part wants a room or a name of its own. */
+const MAX_FILE_LINES = 300;
+const MAX_FUNCTION_LINES = 80;
 
 const ROOMS: Rooms = {
   folder: 'proxy',
@@ -35,6 +38,13 @@ t.test(`at most ${MAX_TOP_FILES} files directly in proxy/, and every room has an
 
 t.test('rooms import each other through index.ts, one way, and nothing imports back up', async (t) => {
   t.same(layoutProblems(ROOMS), [], 'every import follows the layout');
+});
+
+t.test(`no file over ${MAX_FILE_LINES} lines, no function over ${MAX_FUNCTION_LINES}`, async (t) => {
+  t.same(longFiles(ROOMS, MAX_FILE_LINES), [], 'every file');
+  t.same(longFunctions(ROOMS, MAX_FUNCTION_LINES), [], 'every function, method and arrow');
+  // The measures themselves: the longest file and function are found at a lower bound.
+  t.ok(longFiles(ROOMS, 100).length > 0 && longFunctions(ROOMS, 40).length > 0, 'the measures see long ones');
 });
 
 t.test('the rule sees a break', async (t) => {

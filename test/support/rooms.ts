@@ -4,7 +4,10 @@
  * never back up to a file at the top. Imports are read with TypeScript's own pre-processor
  * (import-graph.ts), so type-only and dynamic imports count and comments do not.
  */
-import { importsOf, sourceFiles } from './import-graph.js';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import ts from 'typescript';
+import { importsOf, ROOT, sourceFiles } from './import-graph.js';
 
 export interface Rooms {
   /** The folder, as a repository path (`proxy`, `controller`). */
@@ -71,4 +74,30 @@ export function topFiles(rooms: Rooms): string[] {
 export function unnamedRooms(rooms: Rooms): string[] {
   const named = new Set([...Object.keys(rooms.uses), ...(rooms.outside ?? [])]);
   return [...new Set(sourceFiles(rooms.folder).map((f) => placeOf(rooms, f)!))].filter((r) => r !== 'top' && !named.has(r));
+}
+
+/** Files of the folder longer than `maxLines`, with their length. */
+export function longFiles(rooms: Rooms, maxLines: number): string[] {
+  return sourceFiles(rooms.folder).flatMap((file) => {
+    const lines = readFileSync(join(ROOT, file), 'utf8').split('\n').length - 1;
+    return lines > maxLines ? [`${file}: ${lines} lines`] : [];
+  });
+}
+
+/** Functions (declarations, methods, arrows, accessors) of the folder longer than `maxLines`, with where they start. */
+export function longFunctions(rooms: Rooms, maxLines: number): string[] {
+  const found: string[] = [];
+  for (const file of sourceFiles(rooms.folder)) {
+    const source = ts.createSourceFile(file, readFileSync(join(ROOT, file), 'utf8'), ts.ScriptTarget.Latest, true);
+    const visit = (node: ts.Node): void => {
+      if (ts.isFunctionLike(node) && 'body' in node && node.body !== undefined) {
+        const first = source.getLineAndCharacterOfPosition(node.getStart(source)).line;
+        const lines = source.getLineAndCharacterOfPosition(node.end).line - first + 1;
+        if (lines > maxLines) found.push(`${file}:${first + 1}: ${lines} lines`);
+      }
+      ts.forEachChild(node, visit);
+    };
+    visit(source);
+  }
+  return found;
 }
