@@ -11,7 +11,7 @@ import type { Dispatcher } from 'undici';
 import type { Allowed } from '../../policy/index.js';
 import type { ClientConnection, ProxyContext } from '../admission/index.js';
 import { READ_AHEAD_BYTES, type Held } from '../budget/index.js';
-import { F, ms, refuseResponse, type DecisionRecorder, type Refusal } from '../record/index.js';
+import { destinationOf, F, ms, refuseResponse, type DecisionRecorder, type Refusal } from '../record/index.js';
 import { HTTP_PORT } from './authority.js';
 import type { BodyFraming } from './request-head.js';
 import { checkResponseHead } from './response-head.js';
@@ -119,12 +119,7 @@ export class Exchange {
     counted.read = socket.bytesRead;
     const bytesDown = socket.bytesWritten - this.writtenAtStart;
     this.ctx.observer.httpBytes(bytesUp, bytesDown);
-    record.allow({
-      [F.host]: decision.host,
-      [F.port]: decision.port,
-      [F.rule]: decision.rule,
-      [F.pinnedBy]: decision.pinnedBy,
-      [F.addresses]: decision.addresses,
+    record.allow(destinationOf(decision), {
       [F.status]: this.res.headersSent ? this.res.statusCode : undefined,
       [F.completed]: error === undefined,
       [F.error]: error,

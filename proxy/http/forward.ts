@@ -14,7 +14,7 @@ import { performance } from 'node:perf_hooks';
 import { EGRESS_HEALTH_PATH } from '../../common/index.js';
 import { checkTarget, resolveTarget } from '../../policy/index.js';
 import type { ClientConnection, ProxyContext } from '../admission/index.js';
-import { F, ms, refuseResponse, type DecisionRecorder, type LineFields, type Refusal } from '../record/index.js';
+import { destinationOf, F, ms, refuseResponse, type DecisionRecorder, type LineFields, type Refusal } from '../record/index.js';
 import { parseAbsoluteUrl } from './authority.js';
 import { Exchange } from './exchange.js';
 import { checkRequestHead } from './request-head.js';
@@ -68,7 +68,7 @@ export function createForwarder(ctx: ProxyContext) {
     }
     if (req.socket.destroyed) {
       // Gone while its request was decided: still one decision line.
-      record.allow({ [F.host]: decision.host, [F.port]: decision.port, [F.rule]: decision.rule, [F.addresses]: decision.addresses, [F.decideMs]: decideMs, [F.error]: 'client_closed' });
+      record.allow(destinationOf(decision), { [F.decideMs]: decideMs, [F.error]: 'client_closed' });
       return;
     }
     new Exchange(ctx, connection, req, res, { decision, path: parsed.path, headers: head.headers, framing: head.framing, started, decideMs, record }).start();

@@ -6,11 +6,29 @@
  * nothing. "Exactly one line per request" is then this object's rule, not one each path keeps by
  * hand: an operator counting lines, or alerting on the deny metric, sees every request once.
  */
+import type { Allowed } from '../../policy/index.js';
 import { F, logLine, type LineLevel, type LineValue, type Logger } from './log.js';
 import type { ProxyObserver } from './metrics.js';
 import type { Refusal } from './refusal.js';
 
 export type LineFields = Readonly<Record<string, LineValue>>;
+
+/** The fields every allowed request's line carries, typed: where it went, by which rule, how pinned. */
+export interface Destination {
+  readonly [F.host]: string;
+  readonly [F.port]: number;
+  readonly [F.rule]: string;
+  readonly [F.addresses]: readonly string[];
+  readonly [F.pinnedBy]: Allowed['pinnedBy'];
+}
+
+/**
+ * An allowed decision's destination fields, made here only: the CONNECT, transparent and
+ * plain-HTTP lines all spell them alike. Fields listed one by one (a fixed shape, as decide's).
+ */
+export function destinationOf(decision: Allowed): Destination {
+  return { [F.host]: decision.host, [F.port]: decision.port, [F.rule]: decision.rule, [F.addresses]: decision.addresses, [F.pinnedBy]: decision.pinnedBy };
+}
 
 export class DecisionRecorder {
   private written = false;
@@ -49,12 +67,12 @@ export class DecisionRecorder {
     this.noted = { ...this.noted, ...fields };
   }
 
-  /** The request was allowed; `fields` say to where and how it went. */
-  allow(fields: LineFields): void {
+  /** The request was allowed to `destination`; `fields` say how it went. */
+  allow(destination: Destination, fields: LineFields = {}): void {
     if (this.written) return;
     this.written = true;
     this.observer.decision('allow', 'allowed');
-    logLine(this.log, { [F.event]: 'decision', [F.decision]: 'allow', [F.method]: this.method, ...this.noted, ...fields }, this.level);
+    logLine(this.log, { [F.event]: 'decision', [F.decision]: 'allow', [F.method]: this.method, ...this.noted, ...destination, ...fields }, this.level);
   }
 
   /** The request was refused for `refusal`'s reason; `fields` add what was known by then. */

@@ -8,18 +8,18 @@
 import type { Socket } from 'node:net';
 import type { ClientConnection, ProxyContext } from '../admission/index.js';
 import type { Charge } from '../budget/index.js';
-import { ACCESS_DENIED_ALERT, F, logLine, ms, printable, type DecisionRecorder, type LineFields } from '../record/index.js';
+import { ACCESS_DENIED_ALERT, F, logLine, ms, printable, type DecisionRecorder, type Destination, type LineFields } from '../record/index.js';
 import { relay, type Relays } from './relay.js';
 import { TlsWatch, type WatchOutcomes } from './tls-watch.js';
 
 export interface TunnelMeta {
-  readonly host: string;
-  readonly port: number;
+  /** Where the tunnel goes, as its decision line says. */
+  readonly destination: Destination;
   /** Hold client bytes until a ClientHello naming `host` has arrived. */
   readonly tls: boolean;
   readonly started: number;
   readonly record: DecisionRecorder;
-  /** The decision line of an allowed tunnel, written once its verdict is known. */
+  /** The rest of an allowed tunnel's decision line, written once its verdict is known. */
   readonly allowLine: LineFields;
   /** The connection's charge to the memory budget: what it holds until the tunnel's verdict. */
   readonly memory: Charge;
@@ -73,7 +73,7 @@ export class Splice {
       else relays.up();
       return;
     }
-    const watched = { client, upstream, host: meta.host, memory: meta.memory, headCharged: meta.headCharged, helloTimeoutMs: this.ctx.limits.helloTimeoutMs, relays };
+    const watched = { client, upstream, host: meta.destination.host, memory: meta.memory, headCharged: meta.headCharged, helloTimeoutMs: this.ctx.limits.helloTimeoutMs, relays };
     new TlsWatch(watched, this.outcomes()).start(head);
   }
 
@@ -93,7 +93,7 @@ export class Splice {
       },
       deny: (verdict, serverName) => {
         named(serverName);
-        this.meta.record.deny(verdict, { [F.host]: this.meta.host, [F.port]: this.meta.port, [F.sni]: this.sni });
+        this.meta.record.deny(verdict, { [F.host]: this.meta.destination.host, [F.port]: this.meta.destination.port, [F.sni]: this.sni });
         this.closedBy = verdict.reason;
         this.upstream.destroy();
         // Only a client that spoke TLS understands an alert.
@@ -105,7 +105,7 @@ export class Splice {
   }
 
   private allow(fields: LineFields = {}): void {
-    this.meta.record.allow({ ...this.meta.allowLine, [F.sni]: this.sni, ...fields });
+    this.meta.record.allow(this.meta.destination, { ...this.meta.allowLine, [F.sni]: this.sni, ...fields });
   }
 
   private teardown(by: string): (err?: Error) => void {
@@ -161,8 +161,8 @@ export class Splice {
     if (meta.record.suppressed) return;
     logLine(this.connection.log, {
       [F.event]: 'tunnel_closed',
-      [F.host]: meta.host,
-      [F.port]: meta.port,
+      [F.host]: meta.destination.host,
+      [F.port]: meta.destination.port,
       [F.bytesUp]: upstream.bytesWritten,
       [F.bytesDown]: upstream.bytesRead,
       [F.durationMs]: ms(meta.started),

@@ -16,7 +16,7 @@ import { performance } from 'node:perf_hooks';
 import { decide } from '../../policy/index.js';
 import type { ClientConnection, ProxyContext } from '../admission/index.js';
 import { parseConnectTarget } from '../http/index.js';
-import { F, ms, type DecisionRecorder, type LineFields, type Refusal } from '../record/index.js';
+import { destinationOf, F, ms, type DecisionRecorder, type LineFields, type Refusal } from '../record/index.js';
 import { dialPinned, isDialError } from '../upstream/index.js';
 import { Splice } from './splice.js';
 
@@ -108,7 +108,7 @@ export async function openTunnel(
   const tls = entry.alwaysTls || decision.tunnel === 'tls';
   // A client gone while its request was decided still gets its one decision line.
   const clientGone = (): void =>
-    record.allow({ [F.host]: decision.host, [F.port]: decision.port, [F.rule]: decision.rule, [F.tunnel]: tls ? 'tls' : 'opaque', [F.addresses]: decision.addresses, [F.decideMs]: decideMs, [F.error]: 'client_closed' });
+    record.allow(destinationOf(decision), { [F.tunnel]: tls ? 'tls' : 'opaque', [F.decideMs]: decideMs, [F.error]: 'client_closed' });
   if (client.destroyed) return clientGone();
 
   const dialStarted = performance.now();
@@ -143,17 +143,7 @@ export async function openTunnel(
   ctx.observer.tunnelOpened();
   // The client may go on at once; the decision line is written after the answer.
   if (entry.established !== undefined) client.write(entry.established);
-  const allowLine: LineFields = {
-    [F.host]: decision.host,
-    [F.port]: decision.port,
-    [F.rule]: decision.rule,
-    [F.tunnel]: tls ? 'tls' : 'opaque',
-    [F.pinnedBy]: decision.pinnedBy,
-    [F.addresses]: decision.addresses,
-    [F.dialed]: dialed,
-    [F.decideMs]: decideMs,
-    [F.connectMs]: connectMs,
-  };
-  const meta = { host: decision.host, port: decision.port, tls, started, record, allowLine, memory: connection.memory, headCharged: target.headCharged ?? 0 };
+  const allowLine: LineFields = { [F.tunnel]: tls ? 'tls' : 'opaque', [F.dialed]: dialed, [F.decideMs]: decideMs, [F.connectMs]: connectMs };
+  const meta = { destination: destinationOf(decision), tls, started, record, allowLine, memory: connection.memory, headCharged: target.headCharged ?? 0 };
   new Splice(ctx, connection, upstream, meta).start(head);
 }

@@ -7,6 +7,7 @@ import http from 'node:http';
 import net from 'node:net';
 import tls from 'node:tls';
 import t from 'tap';
+import { REASONS } from '../../policy/index.js';
 import { listen } from '../support/loopback.js';
 import { settle } from '../support/settle.js';
 import { rawRequest, readUntil } from '../support/raw-client.js';
@@ -431,10 +432,23 @@ t.test('every decision line has the fixed fields; bodies are never logged', asyn
   await settle(() => proxyT.logs.filter((l) => l.event === 'tunnel_closed').length >= 2, 'the tunnels to close');
   const decisions = proxyT.logs.filter((l) => l.event === 'decision');
   t.ok(decisions.length > 20);
+  // Each path's line: the connection and client, and an allowed request's destination (one
+  // builder, destinationOf) or a refusal's catalogued reason and its sentence.
+  const paths = new Set<string>();
   for (const l of decisions) {
-    t.ok(l.decision === 'allow' || l.decision === 'deny', 'decision');
-    if (l.decision === 'deny') t.ok(typeof l.reason === 'string', 'reason');
+    t.match(l, { conn: Number, client: /^127\.0\.0\.1:\d+$/ }, 'the connection and client');
+    if (l.decision === 'allow') {
+      paths.add(`allow ${String(l.method)}`);
+      t.match(l, { host: /^[a-z0-9.-]+$/, port: Number, rule: String, addresses: Array, pinnedBy: /^(dns|test_host)$/ }, `allow ${String(l.method)}: the destination`);
+      t.ok((l.addresses as unknown[]).length > 0, 'the checked addresses');
+    } else {
+      paths.add(`deny ${String(l.method)}`);
+      t.equal(l.decision, 'deny');
+      t.ok(Object.hasOwn(REASONS, String(l.reason)), `deny: a catalogued reason (${String(l.reason)})`);
+      t.match(l, { detail: /\S/ }, 'deny: its sentence');
+    }
   }
+  t.ok(paths.has('allow CONNECT') && paths.has('allow POST') && paths.has('deny CONNECT') && paths.has('deny GET'), `every path had a line: ${[...paths].join(', ')}`);
   t.notMatch(JSON.stringify(proxyT.logs), /c2VjcmV0|"body"/, 'no credentials or bodies in the log');
 });
 

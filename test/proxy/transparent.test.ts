@@ -137,7 +137,7 @@ t.test('TLS: routed by the server name, through the same checks, to the pinned u
   const wild = await tlsClient(s.port(tlsPort), 'X.Wild.Test.');
   t.match(wild.text, /https X\.Wild\.Test\. \/hello/, 'a wildcard match, case and a trailing dot normalised as for CONNECT');
   await settle(() => decisions(s.proxy).length === 3 && s.proxy.logs.filter((l) => l.event === 'tunnel_closed').length === 3, 'three lines and three close lines');
-  t.match(decisions(s.proxy)[0], { decision: 'allow', via: 'transparent', host: 'tls.test', port: tlsPort, sni: 'tls.test', tunnel: 'tls', pinnedBy: 'test_host', dialed: [`127.0.0.1:${tlsPort}`] });
+  t.match(decisions(s.proxy)[0], { decision: 'allow', via: 'transparent', host: 'tls.test', port: tlsPort, rule: 'tls.test', addresses: ['127.0.0.1'], sni: 'tls.test', tunnel: 'tls', pinnedBy: 'test_host', dialed: [`127.0.0.1:${tlsPort}`] });
   t.notOk('method' in decisions(s.proxy)[0]!, 'no method: there was no request line');
   t.match(s.proxy.logs.find((l) => l.event === 'tunnel_closed'), { via: 'transparent', host: 'tls.test', sni: 'tls.test' });
 });
