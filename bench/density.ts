@@ -141,7 +141,7 @@ async function main(): Promise<void> {
     const subnets = new Set((await engine.listNetworks({ filters: { label: [`${BENCH_LABEL}=${runId}`, 'dev.capybara.sandbox.subnet'] } })).map((n) => n.IPAM?.Config?.[0]?.Subnet));
     out.push(
       `address space: addressPool ${addressPool} in /${subnetPrefix}s holds 2^(${subnetPrefix}-${poolPrefix}) = ${capacity} sandbox networks (${(capacity / 1000).toFixed(1)}x 1,000); `
-      + `this run held ${subnets.size} distinct subnets at once; allocation past 1,000 is exercised in test/controller/address-pool.test.ts (2,000 networks).`,
+      + `this run held ${subnets.size} distinct subnets at once; allocation past 1,000 is exercised in test/controller/spec/address-pool.test.ts (2,000 networks).`,
     );
     process.stdout.write(`\n${out.join('\n')}\n`);
   } finally {

@@ -1,7 +1,7 @@
 /**
  * An in-memory Docker engine behind the controller's SandboxEngine interface, so that create,
  * recovery and commands can be tested in milliseconds, every branch of them, without a daemon.
- * It answers as Docker 20.10 does, and test/controller/docker-fake-engine.test.ts holds it to
+ * It answers as Docker 20.10 does, and test/controller/docker/docker-fake-engine.test.ts holds it to
  * that: the same calls against the real engine and against this one give the same answers.
  *
  * What it models (the engine's observable behaviour, not its internals):

@@ -1,0 +1,111 @@
+/**
+ * What the controller does about the values dockerd acts on (SECURITY.md, section 2), on the
+ * in-memory engine: the workspace volume handed to the sandbox user before the first start (its
+ * mounts carry NoCopy, so nothing else gives it to uid 1000), a persistent workspace held by one
+ * running sandbox at a time unless the deployment shares them, networks reused only with the
+ * options that keep sandboxes apart, and an image the socket proxy refuses named with the setting
+ * that admits it. The real-engine counterparts are in test/haproxy/engine-values.test.ts.
+ */
+import t from 'tap';
+import { isSandboxError, type SandboxSpec } from '../../../controller/index.js';
+import { EngineStatusError } from '../../../controller/docker/engine.js';
+import { IMAGES } from '../../../common/index.js';
+import { fakeSandbox } from '../../support/fake-sandbox.js';
+
+const SHARED = 'capybara-sandbox';
+const spec = (id: string, more: Partial<SandboxSpec> = {}): SandboxSpec => ({ id, image: IMAGES.sandbox, limits: { egress: 'allowlist', allowHosts: ['example.com'] }, ...more });
+const persistent = (id: string) => spec(id, { workspace: { key: 'proj', durability: 'persistent' } });
+
+t.test('the workspace volume is handed to the sandbox user after the create and before the start', async (t) => {
+  for (const [what, s0] of [['ephemeral', spec('w1')], ['persistent', persistent('w1')]] as const) {
+    const s = fakeSandbox();
+    await s.provider.create(s0);
+    const volume = what === 'ephemeral' ? 'cap-w1-workspace' : 'cap-ws.proj';
+    t.ok(s.engine.sandboxUserVolumes.has(volume), `${what}: ${volume} is the sandbox user's`);
+    const order = s.engine.calls.filter((c) => c.target === 'cap-w1').map((c) => c.method).filter((m) => ['createContainer', 'giveWorkspaceToSandboxUser', 'startContainer'].includes(m));
+    t.same(order, ['createContainer', 'giveWorkspaceToSandboxUser', 'startContainer'], `${what}: in that order`);
+  }
+});
+
+t.test('a container rebuilt on a recreated network gets its workspace handed over again', async (t) => {
+  const s = fakeSandbox();
+  await s.provider.create(spec('w2'));
+  await s.provider.suspend({ id: 'cap-w2' });
+  await s.engine.removeContainer('cap-w2-egress');
+  await s.engine.removeNetwork('cap-w2-net');
+  s.engine.sandboxUserVolumes.clear();
+  t.equal(await s.provider.resume({ id: 'cap-w2' }), 'running');
+  t.ok(s.engine.sandboxUserVolumes.has('cap-w2-workspace'), 'handed over before the rebuilt container started');
+});
+
+t.test('a persistent workspace is held by one running sandbox at a time', async (t) => {
+  const s = fakeSandbox();
+  await s.provider.create(persistent('p1'));
+  t.equal(s.engine.containers.get('cap-p1')?.body.Labels?.['dev.capybara.sandbox.workspace'], 'proj', 'the sandbox names its workspace');
+  const err = await s.provider.create(persistent('p2')).catch((e: unknown) => e);
+  t.ok(isSandboxError(err, 'workspace_in_use'), String(err));
+  t.match((err as Error).message, /cap-p1.*sharedWorkspaces/s, 'names the holder and the setting');
+  t.same([...s.engine.containers.keys()].filter((n) => n.startsWith('cap-p2')), [], 'the refused create left nothing behind');
+  t.equal(s.engine.containers.get('cap-p1')?.state, 'running', 'the holder runs on');
+
+  await s.provider.suspend({ id: 'cap-p1' });
+  await s.provider.create(persistent('p2'));
+  t.equal(s.engine.containers.get('cap-p2')?.state, 'running', 'once the holder is stopped, another sandbox may take it');
+  const back = await s.provider.resume({ id: 'cap-p1' }).catch((e: unknown) => e);
+  t.ok(isSandboxError(back, 'workspace_in_use'), `and the first one cannot start while it is held: ${String(back)}`);
+  t.equal(s.engine.containers.get('cap-p1')?.state, 'exited', 'it stays stopped');
+  const auto = await s.provider.exec({ id: 'cap-p1' }, 'true').catch((e: unknown) => e);
+  t.ok(isSandboxError(auto, 'workspace_in_use'), 'nor by the auto-start of a command');
+});
+
+t.test('sharedWorkspaces lets several running sandboxes mount one workspace', async (t) => {
+  const s = fakeSandbox({ sharedWorkspaces: true });
+  await s.provider.create(persistent('q1'));
+  await s.provider.create(persistent('q2'));
+  t.same(['cap-q1', 'cap-q2'].map((n) => s.engine.containers.get(n)?.state), ['running', 'running']);
+  t.equal(s.engine.count('listRunningContainers'), 0, 'nobody is asked');
+});
+
+t.test('a shared network that lets containers talk to each other is not used', async (t) => {
+  for (const [what, body] of [
+    ['inter-container traffic on', { Name: SHARED }],
+    ['enable_icc "true"', { Name: SHARED, Options: { 'com.docker.network.bridge.enable_icc': 'true' } }],
+    ['internal (no way out)', { Name: SHARED, Internal: true, Options: { 'com.docker.network.bridge.enable_icc': 'false' } }],
+  ] as const) {
+    const s = fakeSandbox();
+    s.engine.putNetwork('operators', body);
+    const err = await s.provider.create(spec('n1')).catch((e: unknown) => e);
+    t.ok(isSandboxError(err, 'network_not_isolated'), `${what}: ${String(err)}`);
+    t.match((err as Error).message, `docker network rm ${SHARED}`, `${what}: says how to remove it`);
+    t.same([...s.engine.containers.keys()], [], `${what}: no container was made`);
+  }
+});
+
+t.test('a sandbox network changed behind the controller\'s back is not reused by recovery', async (t) => {
+  const s = fakeSandbox();
+  await s.provider.create(spec('n2'));
+  await s.provider.suspend({ id: 'cap-n2' });
+  await s.engine.removeContainer('cap-n2-egress');
+  await s.engine.removeNetwork('cap-n2-net');
+  // Made again by someone else under the name, with the sandbox's labels but a route out.
+  s.engine.putNetwork('open-net', { Name: 'cap-n2-net', Labels: { 'dev.capybara.test': 'fake', 'dev.capybara.sandbox': '1', 'dev.capybara.sandbox.name': 'cap-n2' } });
+  const err = await s.provider.resume({ id: 'cap-n2' }).catch((e: unknown) => e);
+  t.ok(isSandboxError(err, 'network_not_isolated'), String(err));
+  t.match((err as Error).message, /not internal.*capybara-sandbox destroy cap-n2/s);
+  t.not(s.engine.containers.get('cap-n2')?.state, 'running', 'the sandbox did not start on it');
+});
+
+t.test('an image the socket proxy refuses: image_unavailable, naming the settings that admit it', async (t) => {
+  for (const reason of ['image_not_allowed', 'registry_not_allowed:registry.example.com']) {
+    const s = fakeSandbox();
+    s.engine.beforeCall((call) => {
+      if (call.method === 'createContainer' && call.target === 'cap-i1') {
+        throw new EngineStatusError('engine_refused', 403, `The socket proxy refused create of container cap-i1 (403): denied by the Docker socket proxy: ${reason}`, undefined, true);
+      }
+    });
+    const err = await s.provider.create(spec('i1')).catch((e: unknown) => e);
+    t.ok(isSandboxError(err, 'image_unavailable'), `${reason}: ${String(err)}`);
+    t.match((err as Error).message, new RegExp(`${reason}.*SOCKET_PROXY_IMAGES.*SOCKET_PROXY_REGISTRIES`, 's'));
+    t.equal(s.engine.count('pullImage'), 0, `${reason}: no pull is tried`);
+  }
+});

@@ -1,0 +1,162 @@
+/**
+ * Results that never lie, on the real engine through the real socket proxy: a full /tmp or disk
+ * does not turn the exec wrapper's trouble into the command's exit status; a process an earlier
+ * command left behind can forge a later command's output (a sandbox is one trust domain for its
+ * user), and `fresh` ends it before the command starts; and with a persistent workspace nothing
+ * an earlier sandbox wrote into it runs in the next one by itself, unless the operator opts in.
+ */
+import t from 'tap';
+import { execFileSync } from 'node:child_process';
+import { rejectsCode, untilInSandbox } from '../../support/sandbox-asserts.js';
+import { sandboxTestEnv, SANDBOX_IMAGE } from '../../support/sandbox-env.js';
+import { createDockerSandbox } from '../../../controller/index.js';
+import { fileNeeds } from '../../support/needs.js';
+
+await fileNeeds(t, 'engine');
+
+const docker = (...args: string[]) => execFileSync('docker', args, { encoding: 'utf8' }).trim();
+
+// Writes until the file system is full (dd stops at ENOSPC), and again a second later from a
+// process of its own: whatever the filling command's own exec freed when it ended (the old
+// wrapper removed its control file from /tmp) is taken too. The test waits for it (FILLED_MS).
+const fill = (dir: string) => `dd if=/dev/zero of=${dir}/.fill bs=64k status=none 2>/dev/null; setsid sh -c 'sleep 1; dd if=/dev/zero of=${dir}/.fill2 bs=4k status=none 2>/dev/null' >/dev/null 2>&1 < /dev/null &`;
+const FILLED_MS = 2500;
+const settle = () => new Promise((resolve) => setTimeout(resolve, FILLED_MS));
+/** Prints the use of each mount, as the first lines of a command. */
+const usage = (...dirs: string[]) => dirs.map((d) => `df --output=pcent ${d} | tail -1 | tr -d ' '`).join('; ');
+
+/**
+ * Watches /proc for a command whose command line holds `victim-<id>` (argv, joined here so that
+ * the command starting the watcher does not hold it), writes a forged result into its stdout and
+ * kills it: what any process of the sandbox user can do to any later command.
+ */
+const FORGER = `setsid nohup python3 -c 'import os, signal, sys, time
+token = ("victim-" + sys.argv[1]).encode()
+me, seen = os.getpid(), set()
+while True:
+    for e in os.listdir("/proc"):
+        if not e.isdigit() or int(e) in seen or int(e) == me:
+            continue
+        try:
+            if token not in open("/proc/" + e + "/cmdline", "rb").read():
+                continue
+            seen.add(int(e))
+            time.sleep(0.5)
+            with open("/proc/" + e + "/fd/1", "w") as out:
+                out.write("ALL TESTS PASSED (forged)\\n")
+            os.kill(int(e), signal.SIGKILL)
+        except OSError:
+            pass
+    time.sleep(0.001)' "$FORGER_ID" >/dev/null 2>&1 < /dev/null &`;
+
+t.test('exec truth on the real engine', async (t) => {
+  const s = await sandboxTestEnv(t);
+  if (!s) return;
+  const { provider, env } = s;
+
+  await t.test('a full /tmp: the command runs and its result is its own', async (t) => {
+    const h = await provider.create({ id: `${env.runId}-tmp`, image: SANDBOX_IMAGE, limits: { egress: 'none', memoryMb: 256 } });
+    t.teardown(() => provider.destroy(h));
+    await provider.exec(h, fill('/tmp'));
+    await settle();
+    // The old wrapper wrote its control file in /tmp after the start byte: exit 125, "printf: write error".
+    t.same(await provider.exec(h, `${usage('/tmp')}; echo still-runs; echo to-stderr >&2; exit 7`), { exitCode: 7, stdout: '100%\nstill-runs\n', stderr: 'to-stderr\n', truncated: false, timedOut: false, aborted: false }, '/tmp is full, and the command\'s result is its own');
+    const big = await provider.exec(h, `x='${'y'.repeat(40_000)}'; echo "\${#x}"`);
+    t.same([big.exitCode, big.stdout], [0, '40000\n'], 'a command too large for an exec body is not staged in /tmp');
+    const r = await provider.exec(h, 'sleep 1008', { timeoutMs: 1500, tag: 'tmp-full' });
+    t.same([r.timedOut, r.exitCode], [true, null], 'a timeout still kills');
+    t.equal((await provider.exec(h, 'pgrep -c -f "sleep 10[0]8" || true')).stdout, '0\n');
+    await provider.writeFile(h, '/workspace/note', 'kept');
+    t.equal(Buffer.from(await provider.readFile(h, '/workspace/note')).toString(), 'kept');
+  });
+
+  await t.test('every writable place full: still the command\'s own result', async (t) => {
+    // A persistent workspace on a 1 MiB tmpfs volume (the local driver's tmpfs options), made
+    // here so that the controller mounts it as it is.
+    const key = `${env.runId}-small`;
+    docker('volume', 'create', '--driver', 'local', '--opt', 'type=tmpfs', '--opt', 'device=tmpfs', '--opt', 'o=size=1m,uid=1000,gid=1000',
+      '--label', `dev.capybara.test=${env.runId}`, `cap-ws.${key}`);
+    const h = await provider.create({ id: `${env.runId}-disk`, image: SANDBOX_IMAGE, limits: { egress: 'none', memoryMb: 256 }, workspace: { key, durability: 'persistent' } });
+    t.teardown(async () => {
+      await provider.destroy(h);
+      await provider.destroyWorkspace(key);
+    });
+    await provider.exec(h, `${fill('/workspace')}\n${fill('/tmp')}`);
+    await settle();
+    // The root-only place under /skills' writable mount too (nothing of an exec writes there).
+    docker('exec', '-u', '0', h.id, 'sh', '-c', 'dd if=/dev/zero of=/opt/capybara/.fill bs=4k 2>/dev/null; true');
+    t.match(docker('exec', '-u', '0', h.id, 'df', '--output=pcent', '/opt/capybara'), /100%/);
+    t.same(await provider.exec(h, `${usage('/workspace', '/tmp')}; echo still-runs; exit 7`), { exitCode: 7, stdout: '100%\n100%\nstill-runs\n', stderr: '', truncated: false, timedOut: false, aborted: false }, '/workspace and /tmp are full, and the command\'s result is its own');
+    const full = await provider.exec(h, 'echo x > /workspace/more');
+    t.same([full.exitCode, full.stderr], [1, 'bash: line 1: echo: write error: No space left on device\n'], 'the command\'s own ENOSPC is its own result');
+    await rejectsCode(t, provider.writeFile(h, '/workspace/more', 'x'.repeat(100_000)), 'file_error', /No space left on device/);
+    t.equal((await provider.stat(h, '/workspace/.fill'))?.type, 'file');
+    await provider.killAll(h);
+    t.equal((await provider.exec(h, 'echo after-kill')).stdout, 'after-kill\n');
+  });
+
+  await t.test('a process left by one command can forge the next one\'s result; fresh ends it first', async (t) => {
+    const h = await provider.create({ id: `${env.runId}-forge`, image: SANDBOX_IMAGE, limits: { egress: 'none' } });
+    t.teardown(() => provider.destroy(h));
+    const id = env.runId;
+    t.equal((await provider.exec(h, FORGER, { env: { FORGER_ID: id } })).exitCode, 0, 'the earlier command returns at once, leaving its process');
+    await untilInSandbox(provider, h, 'pgrep -c -x python3');
+    // One trust domain: without fresh, the later command's output and status are the forger's.
+    const forged = await provider.exec(h, `: victim-${id}; sleep 2; echo real-result; exit 1`);
+    t.equal(forged.exitCode, 137, 'the known gap, as SECURITY.md states it: killed');
+    t.match(forged.stdout, /^(ALL TESTS PASSED \(forged\)\n)+$/, 'and only the forged output (once per process of the command it found)');
+    const fresh = await provider.exec(h, `: victim-${id}; sleep 2; echo real-result; exit 1`, { fresh: true });
+    t.same([fresh.exitCode, fresh.stdout, fresh.stderr], [1, 'real-result\n', ''], 'fresh: the command\'s own result');
+    t.equal((await provider.exec(h, 'pgrep -c -x python3 || true')).stdout, '0\n', 'the forger is gone');
+  });
+
+  await t.test('a persistent workspace carries files, not start-up code, unless the operator opts in', async (t) => {
+    const key = `${env.runId}-home`;
+    const spec = (n: number) => ({ id: `${env.runId}-home${n}`, image: SANDBOX_IMAGE, limits: { egress: 'none' as const }, workspace: { key, durability: 'persistent' as const } });
+    t.teardown(() => provider.destroyWorkspace(key));
+    // Sandbox 1 plants what runs by itself when HOME is the workspace: a Python .pth in the user
+    // site-packages, bash start-up files, a git hook command, curl and pip config.
+    const first = await provider.create(spec(1));
+    const plant = String.raw`set -e
+h=/workspace
+site=$(HOME=$h python3 -c 'import site; print(site.getusersitepackages())')
+mkdir -p "$site" $h/.config/pip
+echo 'import os; open("/tmp/pwned-pth", "w").close()' > "$site/evil.pth"
+echo 'touch /tmp/pwned-bashrc' > $h/.bashrc
+echo 'touch /tmp/pwned-profile' > $h/.profile
+printf '[core]\n\tfsmonitor = "touch /tmp/pwned-git; false"\n' > $h/.gitconfig
+printf 'output = "/tmp/pwned-curl"\n' > $h/.curlrc
+printf '[global]\nindex-url = http://pwned.invalid/simple\n' > $h/.config/pip/pip.conf
+echo planted`;
+    t.equal((await provider.exec(first, plant)).stdout, 'planted\n');
+    await provider.destroy(first);
+    const triggers = String.raw`echo "HOME=$HOME $(ls -A "$HOME" | wc -l) $(stat -c %U:%a "$HOME")"
+python3 -c pass
+bash -lc true
+bash -ic true < /dev/null 2>/dev/null
+git init -q /tmp/repo && git -C /tmp/repo status > /dev/null 2>&1
+curl -s file:///etc/hostname > /dev/null
+pip config list 2>/dev/null
+ls /tmp | grep pwned || true`;
+    const second = await provider.create(spec(2));
+    const clean = await provider.exec(second, triggers);
+    // pip's one setting is the image's own environment (PIP_DISABLE_PIP_VERSION_CHECK).
+    t.equal(clean.stdout, "HOME=/home/sandbox 0 root:1777\n:env:.disable-pip-version-check='1'\n", 'nothing ran, no config was read: HOME is a fresh tmpfs, open to the sandbox user');
+    t.equal(Buffer.from(await provider.readFile(second, '/workspace/.bashrc')).toString(), 'touch /tmp/pwned-bashrc\n', 'the files themselves are kept');
+    await provider.destroy(second);
+    // Opted in: HOME is the image's (/workspace), and every one of them takes effect.
+    const kept = createDockerSandbox({ endpoint: s.proxy.endpoint, network: s.sharedNetwork, persistentHome: true }, { labels: env.labels });
+    const third = await kept.create(spec(3));
+    const ran = await kept.exec(third, triggers);
+    t.equal(ran.stdout, `HOME=/workspace 6 sandbox:755
+:env:.disable-pip-version-check='1'
+global.index-url='http://pwned.invalid/simple'
+pwned-bashrc
+pwned-curl
+pwned-git
+pwned-profile
+pwned-pth
+`, 'what the default keeps from running');
+    await kept.destroy(third);
+  });
+});

@@ -1,0 +1,231 @@
+/**
+ * The operator CLI (`capybara-sandbox`) against the real engine and the real socket proxy.
+ * Runs in-process through runOperator (the bin is a two-line wrapper; one case runs the built
+ * bin). ls and gc are always narrowed to this run's test label, so they never see (or remove)
+ * what other tests on the same engine are creating.
+ */
+import t from 'tap';
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { sandboxTestEnv, SANDBOX_IMAGE, UPSTREAM_BODY, UPSTREAM_HOST } from '../../support/sandbox-env.js';
+import { engineSocketPath, TEST_LABEL } from '../../support/docker.js';
+import { needUnmet } from '../../support/needs.js';
+import { runOperator } from '../../../controller/operator/index.js';
+
+const root = fileURLToPath(new URL('../../..', import.meta.url));
+
+async function op(argv: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  let stdout = '';
+  let stderr = '';
+  const code = await runOperator(argv, { stdout: (s) => { stdout += s; }, stderr: (s) => { stderr += s; } });
+  return { code, stdout, stderr };
+}
+
+t.test('usage and config errors (no engine needed)', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'cap-opcfg-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  writeFileSync(join(dir, 'unknown-key.json'), JSON.stringify({ endpoint: 'unix:///nonexistent.sock', endpiont: 'x' }));
+  writeFileSync(join(dir, 'bad-json.json'), '{ "endpoint": ');
+  writeFileSync(join(dir, 'bad-endpoint.json'), JSON.stringify({ endpoint: 'http://proxy:2375' }));
+  const rows = [
+    { name: 'no command', argv: [], code: 2, err: /a command is required/ },
+    { name: 'unknown command', argv: ['--endpoint', 'unix:///x.sock', 'list'], code: 2, err: /unknown command "list"/ },
+    { name: 'unknown option', argv: ['--endpoint', 'unix:///x.sock', 'ls', '--all'], code: 2, err: /--all/ },
+    { name: 'missing config file', argv: ['--config', join(dir, 'nope.json'), 'ls'], code: 2, err: /Cannot read config file/ },
+    { name: 'config file not JSON', argv: ['--config', join(dir, 'bad-json.json'), 'ls'], code: 2, err: /not valid JSON/ },
+    { name: 'unknown key in config file', argv: ['--config', join(dir, 'unknown-key.json'), 'ls'], code: 2, err: /unknown-key\.json.*unknown key "endpiont"/ },
+    { name: 'bad endpoint in config file', argv: ['--config', join(dir, 'bad-endpoint.json'), 'ls'], code: 2, err: /endpoint: must be tcp/ },
+    { name: 'exec without --', argv: ['--endpoint', 'unix:///x.sock', 'exec', 'cap-x'], code: 2, err: /needs a command after --/ },
+    { name: 'inspect without a name', argv: ['--endpoint', 'unix:///x.sock', 'inspect'], code: 2, err: /exactly one sandbox name/ },
+    { name: 'bad --min-age', argv: ['--endpoint', 'unix:///x.sock', 'gc', '--min-age', 'soon'], code: 2, err: /not a duration/ },
+    { name: 'bad sandbox name', argv: ['--endpoint', 'unix:///x.sock', 'inspect', 'web 1'], code: 1, err: /invalid_spec/ },
+  ];
+  for (const row of rows) {
+    const r = await op(row.argv);
+    t.equal(r.code, row.code, `${row.name}: exit code`);
+    t.match(r.stderr, row.err, `${row.name}: ${r.stderr.trim()}`);
+  }
+  const json = await op(['--json', '--endpoint', 'unix:///x.sock', 'ls', 'extra']);
+  t.same(JSON.parse(json.stderr).error.code, 'invalid_config', '--json errors are JSON');
+  const help = await op(['--help']);
+  t.equal(help.code, 0);
+  for (const word of ['up', 'down', 'create', 'run', 'ls', 'inspect', 'exec', 'destroy', 'gc', 'doctor', '--json', '--config', '--min-age', '--dry-run', '--egress', '--allow', '--socket-dir', '--rm']) t.match(help.stdout, word);
+});
+
+t.test('the built bin prints help', async (t) => {
+  if (!existsSync(join(root, 'dist/controller/operator/cli.js'))) return needUnmet(t, 'dist not built (npm run build)');
+  const out = execFileSync(process.execPath, [join(root, 'dist/controller/operator/cli.js'), '--help'], { encoding: 'utf8' });
+  t.match(out, /^capybara-sandbox: operator tool/);
+});
+
+t.test('operator commands against the engine and the socket proxy', async (t) => {
+  const s = await sandboxTestEnv(t);
+  if (!s) return;
+  const { env, provider } = s;
+  const engine = ['--endpoint', `unix://${engineSocketPath()}`, '--label', `${TEST_LABEL}=${env.runId}`];
+  const viaProxy = ['--endpoint', s.proxy.endpoint, '--network', s.sharedNetwork, '--label', `${TEST_LABEL}=${env.runId}`];
+  const live = await provider.create({ id: `${env.runId}-live`, image: SANDBOX_IMAGE, limits: { egress: 'allowlist', allowHosts: [UPSTREAM_HOST] } });
+
+  await t.test('ls', async (t) => {
+    const json = await op([...engine, '--json', 'ls']);
+    t.equal(json.code, 0, json.stderr);
+    const rows = JSON.parse(json.stdout) as Array<Record<string, unknown>>;
+    t.same(rows.map((r) => [r.name, r.state, r.tier, r.egress, r.image]), [[live.id, 'running', 'allowlist', 'running', SANDBOX_IMAGE]]);
+    const human = await op([...engine, 'ls']);
+    t.match(human.stdout, /^NAME\s+STATE\s+TIER\s+AGE\s+IMAGE\s+EGRESS\n/);
+    t.match(human.stdout, new RegExp(`${live.id}\\s+running\\s+allowlist\\s+\\d+s\\s+${SANDBOX_IMAGE}\\s+running`));
+    const refused = await op([...viaProxy, 'ls']);
+    t.equal(refused.code, 1);
+    t.match(refused.stderr, /engine_refused: ls needs to list .* --endpoint unix:\/\/\/var\/run\/docker\.sock/);
+  });
+
+  await t.test('inspect and exec through the socket proxy', async (t) => {
+    const inspected = await op([...viaProxy, '--json', 'inspect', live.id]);
+    t.equal(inspected.code, 0, inspected.stderr);
+    const d = JSON.parse(inspected.stdout) as Record<string, unknown>;
+    t.same([d.state, d.tier, d.egress, d.network, d.allowHosts], ['running', 'allowlist', 'running', `${live.id}-net`, [UPSTREAM_HOST]]);
+    t.match(await op([...viaProxy, 'inspect', live.id]), { code: 0, stdout: /tier\s+allowlist/ });
+    // One word after --: a shell command line. Several: a program and its arguments.
+    const ran = await op([...viaProxy, 'exec', live.id, '--', 'echo out; echo err >&2; exit 7']);
+    t.same([ran.code, ran.stdout, ran.stderr], [7, 'out\n', 'err\n']);
+    const argv = await op([...viaProxy, 'exec', live.id, '--', 'sh', '-c', 'echo out; echo err >&2; exit 7']);
+    t.same([argv.code, argv.stdout, argv.stderr], [7, 'out\n', 'err\n'], 'sh -c gets its script as one argument');
+    const python = await op([...viaProxy, 'exec', live.id, '--', 'python3', '-c', 'print(1)']);
+    t.same([python.code, python.stdout], [0, '1\n']);
+    const missing = await op([...viaProxy, 'inspect', `cap-${env.runId}-nope`]);
+    t.equal(missing.code, 1);
+    t.match(missing.stderr, /not_found/);
+  });
+
+  await t.test('gc removes planted orphans only', async (t) => {
+    const orphan = env.name('orph');
+    const labels = { ...env.labels, 'dev.capybara.sandbox': '1', 'dev.capybara.sandbox.name': orphan };
+    await env.docker.createNetwork({ Name: `${orphan}-net`, Driver: 'bridge', Internal: true, Labels: labels, CheckDuplicate: true });
+    await env.docker.createVolume({ Name: `${orphan}-workspace`, Labels: labels });
+    await env.docker.createContainer({ name: `${orphan}-egress`, Image: SANDBOX_IMAGE, Cmd: ['sleep', 'infinity'], Labels: labels, HostConfig: { NetworkMode: `${orphan}-net` } });
+    const keepVolume = `cap-ws.${env.runId}-keep`;
+    await env.docker.createVolume({ Name: keepVolume, Labels: { ...env.labels, 'dev.capybara.sandbox': '1', 'dev.capybara.sandbox.workspace': `${env.runId}-keep` } });
+    const liveBefore = (await s.labelled(live.id)).sort();
+
+    const young = await op([...engine, '--json', 'gc', '--dry-run']);
+    t.same(JSON.parse(young.stdout), [], 'nothing is old enough with the default --min-age 10m');
+
+    const dry = await op([...engine, '--json', 'gc', '--dry-run', '--min-age', '0']);
+    t.equal(dry.code, 0, dry.stderr);
+    const planned = (JSON.parse(dry.stdout) as Array<{ action: string; kind: string; name: string }>).map((r) => [r.action, r.kind, r.name]);
+    t.same(planned, [
+      ['would_remove', 'container', `${orphan}-egress`],
+      ['would_remove', 'network', `${orphan}-net`],
+      ['would_remove', 'volume', `${orphan}-workspace`],
+    ]);
+    t.ok(await env.docker.getNetwork(`${orphan}-net`).inspect().then(() => true, () => false), 'dry run removed nothing');
+    t.match((await op([...engine, 'gc', '--dry-run', '--min-age', '0'])).stdout, /would_remove\s+network\s+\S+-orph-net\s+\S+-orph/);
+
+    const real = await op([...engine, '--json', 'gc', '--min-age', '0']);
+    t.equal(real.code, 0, real.stderr);
+    t.same((JSON.parse(real.stdout) as Array<{ action: string }>).map((r) => r.action), ['removed', 'removed', 'removed']);
+    t.same(await s.labelled(orphan), [], 'orphans gone');
+    t.same((await s.labelled(live.id)).sort(), liveBefore, 'the live sandbox keeps every resource');
+    t.ok(await env.docker.getVolume(keepVolume).inspect().then(() => true, () => false), 'persistent workspace kept');
+    t.equal((await provider.exec(live, 'echo alive')).stdout, 'alive\n');
+    const again = await op([...engine, 'gc', '--min-age', '0']);
+    t.equal(again.stdout, 'no orphans\n');
+  });
+
+  await t.test('doctor through the socket proxy: every check passes', async (t) => {
+    const started = Date.now();
+    const r = await op([...viaProxy, '--json', 'doctor']);
+    t.comment(`doctor took ${Date.now() - started} ms`);
+    const checks = JSON.parse(r.stdout) as Array<{ check: string; status: string; detail: string }>;
+    t.same(checks.map((c) => [c.check, c.status]), [
+      ['engine_reachable', 'pass'], ['socket_proxy_refuses', 'pass'], ['images_present', 'pass'],
+      ['shared_network_icc_off', 'pass'], ['runtime_usable', 'pass'], ['isolation', 'pass'],
+      ['transparent_egress', 'pass'], ['sandboxes_egress', 'pass'],
+    ], JSON.stringify(checks, null, 1));
+    t.equal(r.code, 0);
+    const leftovers = await env.docker.listContainers({ all: true, filters: { label: [`${TEST_LABEL}=${env.runId}`], name: ['cap-doctor-'] } });
+    t.same(leftovers.map((c) => c.Names), [], 'the throwaway sandbox is gone');
+    const human = await op([...viaProxy, 'doctor']);
+    t.match(human.stdout, /^\[PASS\] engine_reachable: /m);
+    t.match(human.stdout, /^\[PASS\] isolation: Unreachable from cap-doctor-\w+: 169\.254\.169\.254:80, 192\.0\.2\.1:443/m);
+    t.match(human.stdout, /^\[PASS\] transparent_egress: Name server 10\.\d+\.\d+\.\d+: doctor\.capybara\.invalid resolves to it, an unlisted name failed in \d+ ms, HTTP by Host answered dns_failed\.$/m);
+  });
+
+  await t.test('doctor through the socket proxy with a shared network the socket proxy does not know names the setting', async (t) => {
+    const other = env.name('docnet');
+    const r = await op([...viaProxy, '--network', other, '--json', 'doctor']);
+    t.equal(r.code, 1);
+    const checks = JSON.parse(r.stdout) as Array<{ check: string; status: string; detail: string; fix?: string }>;
+    t.match(checks.find((c) => c.check === 'shared_network_icc_off'), { status: 'pass', detail: /does not exist yet/ });
+    t.match(checks.find((c) => c.check === 'runtime_usable'), {
+      status: 'fail',
+      detail: /network_option_required:Internal/,
+      fix: new RegExp(`SOCKET_PROXY_SHARED_NETWORK=${other}`),
+    });
+    t.notOk(await env.docker.getNetwork(other).inspect().then(() => true, () => false), 'no network was made');
+  });
+
+  await t.test('doctor through the socket proxy with an image it does not admit: a failed check naming the reason, not a crash', async (t) => {
+    const r = await op([...viaProxy, '--image', 'capybara-unlisted:1', '--json', 'doctor']);
+    t.equal(r.code, 1, r.stderr);
+    const checks = JSON.parse(r.stdout) as Array<{ check: string; status: string; detail: string }>;
+    t.match(checks.find((c) => c.check === 'images_present'), { status: 'fail', detail: 'Missing: capybara-unlisted:1 (refused by the socket proxy: image_not_allowed).' });
+  });
+
+  await t.test('doctor against the engine itself fails the proxy check and names the ICC problem', async (t) => {
+    // A shared network as docker network create makes it: inter-container traffic on.
+    const open = env.name('iccnet');
+    await env.docker.createNetwork({ Name: open, Driver: 'bridge', Labels: env.labels, CheckDuplicate: true });
+    t.teardown(() => env.docker.getNetwork(open).remove().catch(() => undefined));
+    const r = await op([...engine, '--network', open, 'doctor']);
+    t.equal(r.code, 1);
+    t.match(r.stdout, /^\[FAIL\] socket_proxy_refuses: The endpoint accepted a privileged container create .*\n\s+fix: Point endpoint at the socket proxy/m);
+    t.match(r.stdout, /^\[FAIL\] shared_network_icc_off: .*allows inter-container traffic/m);
+    t.match(r.stdout, /^\[FAIL\] runtime_usable: .*cannot be used: its option com\.docker\.network\.bridge\.enable_icc .*\n\s+fix: See shared_network_icc_off above/m);
+    t.match(r.stdout, /^\[SKIP\] isolation: No throwaway sandbox could be started/m);
+  });
+
+  await t.test('an egress proxy taken off the sandbox network: ls, inspect and doctor say so; the next command puts it back', async (t) => {
+    await env.docker.getNetwork(`${live.id}-net`).disconnect({ Container: `${live.id}-egress` });
+    const listed = JSON.parse((await op([...engine, '--json', 'ls'])).stdout) as Array<Record<string, unknown>>;
+    t.same(listed.map((r) => [r.name, r.state, r.egress]), [[live.id, 'running', 'detached']], 'ls: running, but detached');
+    const inspected = JSON.parse((await op([...viaProxy, '--json', 'inspect', live.id])).stdout) as Record<string, unknown>;
+    t.equal(inspected.egress, 'detached', 'inspect, through the socket proxy');
+    t.match(inspected.subnet, /^10\.213\.\d+\.\d+\/28$/, 'inspect shows the subnet of the pool');
+    const doctor = await op([...viaProxy, '--json', 'doctor']);
+    const checks = JSON.parse(doctor.stdout) as Array<{ check: string; status: string; detail: string }>;
+    t.match(checks.find((c) => c.check === 'sandboxes_egress'), { status: 'fail', detail: `${live.id} (egress proxy detached)` });
+    t.equal(doctor.code, 1, 'doctor fails');
+    const r = await provider.exec(live, `curl -sS -m 10 http://${UPSTREAM_HOST}/`);
+    t.equal(r.stdout, UPSTREAM_BODY, `the pre-exec check put the proxy back: ${r.stderr}`);
+    const after = JSON.parse((await op([...engine, '--json', 'ls'])).stdout) as Array<Record<string, unknown>>;
+    t.same(after.map((row) => row.egress), ['running']);
+  });
+
+  await t.test('an egress proxy whose process dies is restarted by the engine', async (t) => {
+    const proxy = () => env.docker.getContainer(`${live.id}-egress`).inspect();
+    const before = await proxy();
+    // A crash, not a docker stop or kill (the engine restarts neither by design).
+    execFileSync('kill', ['-9', String(before.State.Pid)]);
+    const deadline = Date.now() + 30_000;
+    let now = await proxy();
+    while (!(now.RestartCount > before.RestartCount && now.State.Status === 'running') && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      now = await proxy();
+    }
+    t.ok(now.RestartCount > before.RestartCount && now.State.Status === 'running', `restarted: ${now.RestartCount} restarts, ${now.State.Status}`);
+    t.same(Object.keys(now.NetworkSettings.Networks).sort(), Object.keys(before.NetworkSettings.Networks).sort(), 'on the same networks');
+    const r = await provider.exec(live, `for i in $(seq 50); do curl -sS -m 5 http://${UPSTREAM_HOST}/ && exit 0; sleep 0.2; done; exit 1`);
+    t.equal(r.stdout.endsWith(UPSTREAM_BODY), true, `the sandbox's way out works again: ${r.stderr}`);
+  });
+
+  await t.test('destroy', async (t) => {
+    const r = await op([...viaProxy, 'destroy', live.id]);
+    t.equal(r.code, 0, r.stderr);
+    t.same(await s.labelled(live.id), []);
+    t.match(await op([...viaProxy, 'inspect', live.id]), { code: 1, stderr: /not_found/ });
+  });
+});

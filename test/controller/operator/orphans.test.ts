@@ -1,0 +1,61 @@
+/** gc's decision, without Docker: which listed resources are orphans, and why the rest stay. */
+import t from 'tap';
+import type { ContainerSummary, ResourceSummary } from '../../../controller/docker/engine.js';
+import { decideOrphans } from '../../../controller/operator/index.js';
+
+const NOW = Date.parse('2026-11-29T12:00:00Z');
+const MIN_AGE = 10 * 60_000;
+const old = NOW - 60 * 60_000;
+const young = NOW - 60_000;
+const named = (sandbox: string) => ({ 'dev.capybara.sandbox': '1', 'dev.capybara.sandbox.name': sandbox });
+
+function container(name: string, sandbox: string, createdMs = old): ContainerSummary {
+  return { id: `id-${name}`, name, image: 'img', state: 'running', status: 'Up', createdMs, labels: named(sandbox), networks: [] };
+}
+function resource(name: string, labels: Record<string, string>, createdMs = old): ResourceSummary {
+  return { id: `id-${name}`, name, createdMs, labels };
+}
+
+const live = container('cap-live', 'cap-live');
+const containers = [live, container('cap-live-egress', 'cap-live'), container('cap-gone-egress', 'cap-gone'), container('cap-new-egress', 'cap-new', young)];
+const networks = [
+  resource('cap-live-net', named('cap-live')),
+  resource('cap-gone-net', named('cap-gone')),
+  resource('capybara-sandbox', { 'dev.capybara.sandbox': '1' }),
+  resource('cap-noage-net', named('cap-noage'), 0),
+];
+const volumes = [
+  resource('cap-gone-workspace', named('cap-gone')),
+  resource('cap-ws.project-1', { ...named('cap-gone'), 'dev.capybara.sandbox.workspace': 'project-1' }),
+  resource('cap-new-skills', named('cap-new'), young),
+];
+
+const decisions = decideOrphans({ allContainers: containers, containers, networks, volumes }, NOW, MIN_AGE);
+const byName = new Map(decisions.map((d) => [d.name, d]));
+
+const expected: { name: string; orphan: boolean; keep?: string }[] = [
+  { name: 'cap-live', orphan: false, keep: 'sandbox_container' },
+  { name: 'cap-live-egress', orphan: false, keep: 'sandbox_exists' },
+  { name: 'cap-live-net', orphan: false, keep: 'sandbox_exists' },
+  { name: 'cap-gone-egress', orphan: true },
+  { name: 'cap-gone-net', orphan: true },
+  { name: 'cap-gone-workspace', orphan: true },
+  { name: 'cap-ws.project-1', orphan: false, keep: 'persistent_workspace' },
+  { name: 'capybara-sandbox', orphan: false, keep: 'no_sandbox_name' },
+  { name: 'cap-new-egress', orphan: false, keep: 'too_young' },
+  { name: 'cap-new-skills', orphan: false, keep: 'too_young' },
+  { name: 'cap-noage-net', orphan: false, keep: 'age_unknown' },
+];
+for (const e of expected) {
+  t.test(e.name, async (t) => {
+    const d = byName.get(e.name);
+    t.ok(d, 'decided');
+    t.equal(d?.orphan, e.orphan, 'orphan');
+    if (e.keep) t.equal(d?.keep, e.keep, 'reason to keep');
+  });
+}
+
+t.test('a live sandbox outside the --label filter still protects its resources', async (t) => {
+  const filtered = decideOrphans({ allContainers: [live], containers: [], networks: [resource('cap-live-net', named('cap-live'))], volumes: [] }, NOW, MIN_AGE);
+  t.match(filtered, [{ name: 'cap-live-net', orphan: false, keep: 'sandbox_exists' }]);
+});

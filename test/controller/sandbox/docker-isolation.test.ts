@@ -1,0 +1,122 @@
+/**
+ * Isolation proof, from inside real sandboxes. Every probe toward an address outside the
+ * sandbox is made only after the sandbox's own routing table shows there is no route to it
+ * (the probe script refuses to connect otherwise), so nothing here can send traffic anywhere
+ * but to test-created containers: a probe either fails at once with "network unreachable" or
+ * is never sent. Outside host names are only asked of the egress proxy, which refuses them
+ * before resolving anything.
+ */
+import t, { type Test } from 'tap';
+import { networkInterfaces } from 'node:os';
+import { sandboxTestEnv, SANDBOX_IMAGE, UPSTREAM_BODY, UPSTREAM_HOST, type SandboxTestEnv } from '../../support/sandbox-env.js';
+import { createDockerSandbox, isSandboxError, type SandboxHandle, type SandboxProvider } from '../../../controller/index.js';
+// The same route-aware probe that `capybara-sandbox doctor` runs: it connects only where the
+// sandbox has no route, or only a default route through a gateway nobody holds.
+import { ISOLATION_PROBE, probeCommand } from '../../../controller/operator/isolation-probe.js';
+import { fileNeeds } from '../../support/needs.js';
+
+await fileNeeds(t, 'engine');
+
+function hostAddresses(): string[] {
+  return Object.values(networkInterfaces()).flat()
+    .filter((a) => a !== undefined && a.family === 'IPv4' && !a.internal)
+    .map((a) => a!.address);
+}
+
+async function ipOf(s: SandboxTestEnv, container: string, network: string): Promise<string> {
+  const info = await s.inspect(container);
+  return info.NetworkSettings.Networks[network]?.IPAddress ?? '';
+}
+
+async function probe(t: Test, provider: SandboxProvider, h: SandboxHandle, phantomGateways: string[], targets: string[]): Promise<void> {
+  const r = await provider.exec(h, probeCommand(phantomGateways, targets), { env: { PROBE: ISOLATION_PROBE }, timeoutMs: 60_000 });
+  t.equal(r.exitCode, 0, r.stderr);
+  const lines = r.stdout.trim().split('\n');
+  t.equal(lines.length, targets.length);
+  for (const line of lines) t.match(line, / unreachable (ENETUNREACH|EHOSTUNREACH|timeout)$/, line);
+}
+
+/**
+ * Docker 20.10 gives containers on an internal network a default route via the network's
+ * gateway address. The controller creates those bridges without a host address, so that
+ * gateway must be held by nothing: not by the host, not by any container on the network.
+ */
+async function phantomGateway(t: Test, s: SandboxTestEnv, network: string): Promise<string> {
+  const info = await s.env.docker.getNetwork(network).inspect();
+  const gateway = info.IPAM?.Config?.[0]?.Gateway ?? '';
+  t.ok(gateway, `${network} has a gateway address in IPAM`);
+  t.notOk(hostAddresses().includes(gateway), `no host interface holds ${gateway}`);
+  const members = Object.values(info.Containers ?? {}).map((c) => String((c as { IPv4Address: string }).IPv4Address).split('/')[0]);
+  t.notOk(members.includes(gateway), `no container on ${network} holds ${gateway}`);
+  return gateway;
+}
+
+t.test('isolation of the none, internal and allowlist tiers', async (t) => {
+  const s = await sandboxTestEnv(t);
+  if (!s) return;
+  const { provider, env } = s;
+  const base = { image: SANDBOX_IMAGE };
+  const started = Date.now();
+  const [allow, other, none, internal] = await Promise.all([
+    provider.create({ ...base, id: `${env.runId}-a`, limits: { egress: 'allowlist', allowHosts: [UPSTREAM_HOST] } }),
+    provider.create({ ...base, id: `${env.runId}-b`, limits: { egress: 'allowlist', allowHosts: [UPSTREAM_HOST] } }),
+    provider.create({ ...base, id: `${env.runId}-n`, limits: { egress: 'none' } }),
+    provider.create({ ...base, id: `${env.runId}-i`, limits: { egress: 'internal' } }),
+  ]);
+  t.comment(`4 sandboxes created concurrently in ${Date.now() - started} ms`);
+
+  const otherIp = await ipOf(s, other.id, `${other.id}-net`);
+  const otherEgressIp = await ipOf(s, `${other.id}-egress`, s.sharedNetwork);
+  const ownEgressShared = await ipOf(s, `${allow.id}-egress`, s.sharedNetwork);
+  const sharedGateway = (await env.docker.getNetwork(s.sharedNetwork).inspect()).IPAM?.Config?.[0]?.Gateway ?? '';
+  const outside = [
+    '169.254.169.254:80',
+    ...hostAddresses().map((ip) => `${ip}:22`),
+    `${sharedGateway}:2375`,
+    `${otherIp}:22`,
+    `${otherEgressIp}:3128`,
+    `${ownEgressShared}:3128`,
+    `${s.upstreamIp}:80`,
+  ];
+
+  for (const [tier, h] of [['allowlist', allow], ['none', none], ['internal', internal]] as const) {
+    await t.test(`${tier}: metadata, host, other sandboxes and the upstream are unreachable`, async (t) => {
+      const gateways = tier === 'none' ? [] : [await phantomGateway(t, s, `${h.id}-net`)];
+      await probe(t, provider, h, gateways, outside);
+      const sock = await provider.exec(h, 'ls /var/run/docker.sock /run/docker.sock 2>/dev/null; echo "DOCKER_HOST=${DOCKER_HOST:-}"');
+      t.equal(sock.stdout, 'DOCKER_HOST=\n', 'no engine socket inside');
+    });
+  }
+
+  await t.test('allowlist: only the proxy is reachable, and it applies the allowlist', async (t) => {
+    const members = Object.values((await env.docker.getNetwork(`${allow.id}-net`).inspect()).Containers ?? {})
+      .map((c) => (c as { Name: string }).Name).sort();
+    t.same(members, [allow.id, `${allow.id}-egress`].sort());
+    const ok = await provider.exec(allow, `curl -sS -m 10 http://${UPSTREAM_HOST}/`);
+    t.equal(ok.stdout, UPSTREAM_BODY, ok.stderr);
+    // Status and reason exactly: `curl -w` prints the status, the header is read by its name.
+    const refusal = (url: string) => provider.exec(allow, `curl -s -m 10 -o /dev/null -D /tmp/h -w "%{http_code}" ${url}; echo " $(tr -d "\\r" < /tmp/h | sed -n "s/^[Xx]-[Ee]gress-[Rr]eason: //p")"`);
+    t.equal((await refusal('http://not-allowed.capybara.test/')).stdout, '403 host_not_allowed\n');
+    t.equal((await refusal('http://169.254.169.254/')).stdout, '403 ip_literal\n');
+  });
+
+  await t.test('none: loopback only', async (t) => {
+    const r = await provider.exec(none, "awk 'NR>1' /proc/net/route | wc -l");
+    t.equal(r.stdout, '0\n');
+  });
+
+  await t.test('an egress proxy that never listens fails the create and leaves nothing', async (t) => {
+    const broken = createDockerSandbox({ endpoint: s.proxy.endpoint, network: s.sharedNetwork, egressProxyImage: SANDBOX_IMAGE }, { labels: env.labels });
+    const id = `${env.runId}-broken`;
+    try {
+      await broken.create({ id, image: SANDBOX_IMAGE, limits: { egress: 'allowlist', allowHosts: [UPSTREAM_HOST] } });
+      t.fail('create succeeded without a working proxy');
+    } catch (err) {
+      t.ok(isSandboxError(err, 'egress_unavailable'), String(err));
+    }
+    t.same(await s.labelled(`cap-${id}`), []);
+  });
+
+  await Promise.all([allow, other, none, internal].map((h) => provider.destroy(h)));
+  for (const h of [allow, other, none, internal]) t.same(await s.labelled(h.id), [], `${h.id} fully removed`);
+});

@@ -1,0 +1,320 @@
+/**
+ * Recovery (controller/sandbox/recovery.ts) branch by branch, on the in-memory engine: resume,
+ * and the auto-start before commands and file operations, with the network gone, the egress
+ * proxy missing, stopped or paused, the container paused or stopped, a start that fails, a
+ * change made meanwhile by someone else, and concurrent callers. The real-engine counterparts
+ * (docker-sandbox.test.ts) show the same on Docker; these reach every branch, fast.
+ */
+import t from 'tap';
+import { isSandboxError } from '../../../controller/index.js';
+import { EGRESS_ENV, IMAGES } from '../../../common/index.js';
+import { fakeSandbox, FAKE_LABELS } from '../../support/fake-sandbox.js';
+
+const ID = 'r1';
+const NAME = `cap-${ID}`;
+const EGRESS = `${NAME}-egress`;
+const NET = `${NAME}-net`;
+const SHARED = 'capybara-sandbox';
+const allowlist = { id: ID, image: IMAGES.sandbox, limits: { egress: 'allowlist' as const, allowHosts: ['example.com', '*.pypi.org'] } };
+const internal = { id: ID, image: IMAGES.sandbox, limits: { egress: 'internal' as const } };
+
+async function created(spec: object = allowlist, config = {}) {
+  const s = fakeSandbox(config);
+  await s.provider.create(spec as typeof allowlist);
+  return s;
+}
+
+/** Stops both containers, as a host restart or `suspend` leaves them. */
+async function stopBoth(s: Awaited<ReturnType<typeof created>>) {
+  await s.engine.stopContainer(NAME, 0);
+  await s.engine.stopContainer(EGRESS, 0);
+}
+
+const state = (s: Awaited<ReturnType<typeof created>>, name: string) => s.engine.containers.get(name)?.state ?? 'missing';
+
+t.test('resume of a sandbox whose container is gone says gone and changes nothing', async (t) => {
+  const s = fakeSandbox();
+  t.equal(await s.provider.resume({ id: NAME }), 'gone');
+  t.same(s.engine.calls.map((c) => c.method), ['inspectContainer']);
+});
+
+t.test('resume starts a stopped sandbox and its stopped proxy, and waits for the proxy', async (t) => {
+  const s = await created();
+  await stopBoth(s);
+  const before = s.engine.calls.length;
+  t.equal(await s.provider.resume({ id: NAME }), 'running');
+  t.equal(state(s, NAME), 'running');
+  t.equal(state(s, EGRESS), 'running');
+  const calls = s.engine.calls.slice(before).map((c) => `${c.method} ${c.target}`);
+  t.notOk(calls.some((c) => c.startsWith('createContainer') || c.startsWith('createNetwork')), 'nothing rebuilt');
+  t.ok(calls.includes(`startExec ${NAME}`), 'the health probe ran in the sandbox');
+});
+
+t.test('a missing egress proxy is rebuilt from the labels and the current config', async (t) => {
+  const s = await created();
+  await stopBoth(s);
+  await s.engine.removeContainer(EGRESS);
+  // The shared network went too, and the deployment changed its proxy image and shared network since.
+  await s.engine.removeNetwork(SHARED);
+  s.engine.images.add('capybara-sandbox-egress:next');
+  const next = s.withConfig({ egressProxyImage: 'capybara-sandbox-egress:next', network: 'capybara-next' });
+  t.equal(await next.resume({ id: NAME }), 'running');
+  const proxy = s.engine.containers.get(EGRESS);
+  t.ok(proxy, 'rebuilt');
+  t.equal(proxy?.body.Image, 'capybara-sandbox-egress:next', 'the image of the current config');
+  t.equal(proxy?.body.HostConfig?.NetworkMode, s.engine.networkNamed('capybara-next')?.id, 'the shared network of the current config, by id');
+  t.ok(s.engine.networkNamed('capybara-next'), 'which is created when missing');
+  t.ok(proxy?.body.Env?.includes(`${EGRESS_ENV.allowHosts}=example.com,*.pypi.org`), 'the allowlist recorded in the labels');
+  t.same(proxy?.body.Labels, { ...FAKE_LABELS, 'dev.capybara.sandbox': '1', 'dev.capybara.sandbox.name': NAME, 'dev.capybara.sandbox.role': 'egress' }, 'resource labels, not the tier or the allowlist');
+  t.ok(s.engine.reachable(NAME, EGRESS), 'on the sandbox network again');
+  t.match(s.logs.find((l) => /egress proxy missing/.test(l.msg)), { sandbox: NAME });
+});
+
+t.test('a removed internal network is recreated, and the proxy and the container with it', async (t) => {
+  const s = await created();
+  const oldIds = [s.engine.containers.get(NAME)?.id, s.engine.containers.get(EGRESS)?.id];
+  await stopBoth(s);
+  await s.engine.removeNetwork(NET);
+  t.equal(await s.provider.resume({ id: NAME }), 'running');
+  t.ok(s.engine.networkNamed(NET));
+  t.match(s.engine.networkNamed(NET)?.body.Labels, { ...FAKE_LABELS, 'dev.capybara.sandbox': '1', 'dev.capybara.sandbox.name': NAME, 'dev.capybara.sandbox.subnet': /^10\.213\./ }, 'labelled as a resource of the sandbox, with its subnet');
+  t.not(s.engine.containers.get(NAME)?.id, oldIds[0], 'the container was recreated: it was bound to the old network');
+  t.not(s.engine.containers.get(EGRESS)?.id, oldIds[1], 'so was the proxy');
+  t.equal(s.engine.containers.get(NAME)?.body.HostConfig?.CgroupnsMode, 'private');
+  t.ok(s.engine.reachable(NAME, EGRESS));
+});
+
+t.test('an internal sandbox without its network: network and container rebuilt, no proxy', async (t) => {
+  const s = await created(internal);
+  await s.engine.stopContainer(NAME, 0);
+  await s.engine.removeNetwork(NET);
+  t.equal((await s.provider.exec({ id: NAME }, 'true')).exitCode, 0, 'the auto-start before exec recovers it');
+  t.equal(state(s, NAME), 'running');
+  t.equal(s.engine.count('inspectContainer', EGRESS), 0, 'no proxy looked for');
+  t.equal(s.engine.count('startExec', EGRESS), 0);
+});
+
+t.test('a network recreated by another replica meanwhile: the start fails 404 and the container is rebuilt', async (t) => {
+  const s = await created(internal);
+  await s.engine.stopContainer(NAME, 0);
+  await s.engine.removeNetwork(NET);
+  await s.engine.createNetwork({
+    Name: NET, CheckDuplicate: true, Internal: true, Options: { 'com.docker.network.bridge.inhibit_ipv4': 'true' }, Labels: { 'dev.capybara.sandbox': '1', 'dev.capybara.sandbox.name': NAME },
+  } as { Name: string });
+  const old = s.engine.containers.get(NAME)?.id;
+  t.equal(await s.provider.resume({ id: NAME }), 'running');
+  t.not(s.engine.containers.get(NAME)?.id, old);
+  t.equal(s.engine.count('createNetwork', NET), 2, 'the network was not made again');
+});
+
+t.test('a failed start for another reason is the error', async (t) => {
+  const s = await created(internal);
+  await s.engine.stopContainer(NAME, 0);
+  s.engine.failOnce('startContainer', NAME, 500, 'OCI runtime create failed');
+  const err = await s.provider.resume({ id: NAME }).catch((e: unknown) => e);
+  t.ok(isSandboxError(err, 'engine_error'), String(err));
+  t.equal(state(s, NAME), 'exited', 'nothing else was tried');
+});
+
+t.test('a paused sandbox is unpaused, not started', async (t) => {
+  const s = await created();
+  await s.engine.pauseContainer(NAME);
+  const before = s.engine.calls.length;
+  t.equal((await s.provider.exec({ id: NAME }, 'true')).exitCode, 0);
+  t.equal(state(s, NAME), 'running');
+  const calls = s.engine.calls.slice(before).map((c) => `${c.method} ${c.target}`);
+  t.ok(calls.includes(`unpauseContainer ${NAME}`));
+  t.notOk(calls.includes(`startContainer ${NAME}`), 'no start after the unpause');
+  t.ok(s.logs.some((l) => l.msg === 'sandbox not running, starting it'));
+});
+
+t.test('a sandbox stopped while it was being unpaused is started', async (t) => {
+  const s = await created(internal);
+  await s.engine.pauseContainer(NAME);
+  let unpaused = false;
+  s.engine.beforeCall(async (call) => {
+    if (call.method === 'unpauseContainer' && call.target === NAME) unpaused = true;
+    // `docker stop` lands between the unpause and the check after it.
+    else if (unpaused && call.method === 'inspectContainer' && call.target === NAME) {
+      unpaused = false;
+      const c = s.engine.containers.get(NAME);
+      if (c !== undefined) c.state = 'exited';
+    }
+  });
+  t.equal(await s.provider.resume({ id: NAME }), 'running');
+  t.equal(state(s, NAME), 'running');
+  t.equal(s.engine.count('startContainer', NAME), 2, 'the create, then this start');
+});
+
+t.test('a stopped or paused proxy of a running sandbox is brought back before a command', async (t) => {
+  for (const [how, expect] of [['stopped', 'startContainer'], ['paused', 'unpauseContainer']] as const) {
+    const s = await created();
+    if (how === 'stopped') await s.engine.stopContainer(EGRESS, 0);
+    else await s.engine.pauseContainer(EGRESS);
+    const before = s.engine.count(expect, EGRESS);
+    t.equal((await s.provider.exec({ id: NAME }, 'true')).exitCode, 0, how);
+    t.equal(state(s, EGRESS), 'running', `${how}: running again`);
+    t.equal(s.engine.count(expect, EGRESS), before + 1, `${how}: ${expect}`);
+    t.ok(s.logs.some((l) => l.msg === 'egress proxy not running, recovering it'), `${how}: said why`);
+  }
+});
+
+t.test('a running sandbox is not touched before a command', async (t) => {
+  for (const spec of [allowlist, internal, { ...internal, limits: { egress: 'none' as const } }]) {
+    const s = await created(spec);
+    const before = s.engine.calls.length;
+    await s.provider.exec({ id: NAME }, 'true');
+    const methods = new Set(s.engine.calls.slice(before).map((c) => c.method));
+    t.same([...methods].sort(), ['inspectContainer', 'startExec'], spec.limits.egress);
+  }
+});
+
+t.test('concurrent commands on a stopped sandbox share one recovery', async (t) => {
+  const s = await created();
+  await stopBoth(s);
+  const [a, b] = await Promise.all([s.provider.exec({ id: NAME }, 'a'), s.provider.exec({ id: NAME }, 'b'), s.provider.stat({ id: NAME }, '/workspace')]);
+  t.same([a.exitCode, b.exitCode], [0, 0]);
+  t.equal(s.engine.count('startContainer', NAME), 2, 'one start besides the create');
+  t.equal(s.engine.count('startContainer', EGRESS), 2);
+});
+
+t.test('a sandbox destroyed while a command waited for its recovery is not_found', async (t) => {
+  const s = await created(internal);
+  await s.engine.stopContainer(NAME, 0);
+  let inspections = 0;
+  s.engine.beforeCall(async (call) => {
+    // Gone between the first look and the look inside the lane.
+    if (call.method === 'inspectContainer' && call.target === NAME && ++inspections === 2) await s.engine.removeContainer(NAME);
+  });
+  const err = await s.provider.exec({ id: NAME }, 'true').catch((e: unknown) => e);
+  t.ok(isSandboxError(err, 'not_found'), String(err));
+});
+
+t.test('a proxy another replica creates meanwhile is used, not an error', async (t) => {
+  const s = await created();
+  await stopBoth(s);
+  await s.engine.removeContainer(EGRESS);
+  let raced = false;
+  s.engine.beforeCall(async (call) => {
+    if (!raced && call.method === 'createContainer' && call.target === EGRESS) {
+      raced = true;
+      // The other replica's recovery wins the create (and starts and connects it).
+      const body = { Image: IMAGES.egress, Labels: {}, HostConfig: { NetworkMode: SHARED } };
+      s.engine.containers.set(EGRESS, { id: 'other', name: EGRESS, state: 'running', body, attached: [{ name: SHARED, id: s.engine.networkNamed(SHARED)?.id }, { name: NET, id: s.engine.networkNamed(NET)?.id }], volumes: [] });
+    }
+  });
+  t.equal(await s.provider.resume({ id: NAME }), 'running');
+  t.equal(s.engine.containers.get(EGRESS)?.id, 'other', 'the other replica\'s proxy');
+});
+
+t.test('a proxy that cannot be rebuilt fails the resume with the engine error', async (t) => {
+  const s = await created();
+  await stopBoth(s);
+  await s.engine.removeContainer(EGRESS);
+  s.engine.failOnce('createContainer', EGRESS, 500, 'devmapper: no space left');
+  const err = await s.provider.resume({ id: NAME }).catch((e: unknown) => e);
+  t.ok(isSandboxError(err, 'engine_error'), String(err));
+});
+
+t.test('a network another replica recreates meanwhile is used', async (t) => {
+  const s = await created();
+  await stopBoth(s);
+  await s.engine.removeNetwork(NET);
+  let raced = false;
+  s.engine.beforeCall(async (call) => {
+    if (!raced && call.method === 'createNetwork' && call.target === NET) {
+      raced = true;
+      // The other replica's network: this controller's own kind, with the sandbox's labels.
+      s.engine.putNetwork('other-net', { Name: NET, Internal: true, Options: { 'com.docker.network.bridge.inhibit_ipv4': 'true' }, Labels: { ...FAKE_LABELS, 'dev.capybara.sandbox': '1', 'dev.capybara.sandbox.name': NAME } });
+    }
+  });
+  t.equal(await s.provider.resume({ id: NAME }), 'running');
+  t.equal(s.engine.networkNamed(NET)?.id, 'other-net');
+  t.ok(s.engine.reachable(NAME, EGRESS), 'both on the network the other replica made');
+});
+
+t.test('a proxy that does not answer after recovery is egress_unavailable', async (t) => {
+  const s = await created();
+  await stopBoth(s);
+  s.engine.onExec = () => ({ exitCode: 137 });
+  const err = await s.provider.resume({ id: NAME }).catch((e: unknown) => e);
+  t.ok(isSandboxError(err, 'egress_unavailable'), String(err));
+});
+
+t.test('a container paused between the recovery and the command is recovered again', async (t) => {
+  const s = await created();
+  let paused = false;
+  s.engine.beforeCall(async (call) => {
+    if (!paused && call.method === 'startExec' && call.target === NAME) {
+      paused = true;
+      await s.engine.pauseContainer(NAME);
+    }
+  });
+  t.equal((await s.provider.exec({ id: NAME }, 'true')).exitCode, 0, 'the 409 of the exec is retried once after a recovery');
+  t.equal(state(s, NAME), 'running');
+});
+
+t.test('an allowlist sandbox whose allowlist label is gone gets a proxy that allows nothing', async (t) => {
+  const s = await created();
+  await stopBoth(s);
+  await s.engine.removeContainer(EGRESS);
+  delete s.engine.containers.get(NAME)?.body.Labels?.['dev.capybara.sandbox.allow-hosts'];
+  t.equal(await s.provider.resume({ id: NAME }), 'running');
+  t.ok(s.engine.containers.get(EGRESS)?.body.Env?.includes(`${EGRESS_ENV.allowHosts}=`), 'an empty allowlist: fail closed, never open');
+});
+
+t.test('an egress proxy that runs off the sandbox network is put back, at its fixed address, before a command and on resume', async (t) => {
+  for (const how of ['exec', 'resume'] as const) {
+    const s = await created();
+    const net = s.engine.networkNamed(NET);
+    const address = s.engine.containers.get(EGRESS)?.attached.find((a) => a.id === net?.id)?.ipv4;
+    t.match(address, /^10\.213\.\d+\.\d+$/, `${how}: the proxy had its fixed address`);
+    // A controller killed between the proxy's start and its connect leaves the same state.
+    await s.engine.disconnectNetwork(net?.id ?? '', EGRESS);
+    t.notOk(s.engine.reachable(NAME, EGRESS), `${how}: running, and out of reach`);
+    if (how === 'exec') t.equal((await s.provider.exec({ id: NAME }, 'true')).exitCode, 0, 'the command runs');
+    else t.equal(await s.provider.resume({ id: NAME }), 'running');
+    t.ok(s.engine.reachable(NAME, EGRESS), `${how}: reachable again`);
+    t.equal(s.engine.containers.get(EGRESS)?.attached.find((a) => a.id === net?.id)?.ipv4, address, `${how}: at the same address`);
+    t.equal(s.engine.count('createContainer', EGRESS), 1, `${how}: the proxy was not rebuilt`);
+    if (how === 'exec') t.ok(s.logs.some((l) => l.msg === 'egress proxy not on the sandbox network, recovering it'), 'said why');
+    // The health probe asked from inside the sandbox: the leg works, not only exists.
+    t.ok(s.engine.calls.slice(-4).some((c) => c.method === 'startExec' && c.target === NAME));
+  }
+});
+
+t.test('a sandbox taken off its own network is put back before a command', async (t) => {
+  const s = await created(internal);
+  await s.engine.disconnectNetwork(s.engine.networkNamed(NET)?.id ?? '', NAME);
+  t.equal((await s.provider.exec({ id: NAME }, 'true')).exitCode, 0);
+  t.ok(s.engine.containers.get(NAME)?.attached.some((a) => a.id === s.engine.networkNamed(NET)?.id), 'on its network again');
+  t.ok(s.logs.some((l) => l.msg === 'sandbox not on its network, connecting it again'));
+});
+
+t.test('a healthy allowlist sandbox costs two inspects before a command, no more', async (t) => {
+  const s = await created();
+  const before = s.engine.calls.length;
+  await s.provider.exec({ id: NAME }, 'true');
+  t.same(s.engine.calls.slice(before).map((c) => `${c.method} ${c.target}`), [`inspectContainer ${NAME}`, `inspectContainer ${EGRESS}`, `startExec ${NAME}`]);
+});
+
+t.test('transparent egress survives recovery: a recreated network\'s new address becomes the sandbox\'s name server and the proxy\'s listen address', async (t) => {
+  const s = await created();
+  const nameServer = () => (s.engine.containers.get(NAME)?.body.HostConfig?.Dns as string[] | undefined)?.[0];
+  const listen = () => s.engine.containers.get(EGRESS)?.body.Env?.find((e) => e.startsWith(`${EGRESS_ENV.transparentListen}=`))?.split('=')[1];
+  const subnet = () => (s.engine.networkNamed(NET)?.body.Labels as Record<string, string> | undefined)?.['dev.capybara.sandbox.subnet'];
+  const before = nameServer();
+  t.match(before, /^10\.213\.\d+\.\d+$/, 'created with its proxy as name server');
+  t.equal(listen(), before, 'the proxy listens there in transparent mode');
+  const oldSubnet = subnet();
+  await stopBoth(s);
+  await s.engine.removeNetwork(NET);
+  // Someone else's network takes the old subnet meanwhile: the new network gets another one.
+  s.engine.putNetwork('squatter', { Name: 'someone-else', IPAM: { Config: [{ Subnet: oldSubnet }] } });
+  t.equal(await s.provider.resume({ id: NAME }), 'running');
+  t.not(subnet(), oldSubnet, 'the network was recreated on another subnet');
+  t.not(nameServer(), before, 'the old address is not copied into the rebuilt sandbox');
+  t.equal(listen(), nameServer(), 'the rebuilt proxy listens on the address the rebuilt sandbox asks');
+  const last = subnet()?.split('/')[0]?.split('.').map(Number) ?? [];
+  t.equal(nameServer(), [last[0], last[1], last[2], (last[3] ?? 0) + 14].join('.'), 'the last usable address of the new /28');
+});
