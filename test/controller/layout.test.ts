@@ -7,13 +7,11 @@
  */
 import t from 'tap';
 import ts from 'typescript';
-import { layoutProblems, missingIndexes, placeOf, topFiles, unnamedRooms, type Rooms } from '../support/rooms.js';
-
-/** Most files directly in controller/ (the rest live in rooms). */
-const MAX_TOP_FILES = 12;
+import { placeOf, testRooms, type Rooms } from '../support/rooms.js';
 
 const ROOMS: Rooms = {
   folder: 'controller',
+  maxTopFiles: 12,
   uses: {
     spec: [],
     docker: ['spec'],
@@ -25,16 +23,7 @@ const ROOMS: Rooms = {
   mayUseTop: (from, target) => from === 'operator' && target === 'controller/index.ts',
 };
 
-t.test(`at most ${MAX_TOP_FILES} files directly in controller/, and every room has an index.ts`, async (t) => {
-  const top = topFiles(ROOMS);
-  t.ok(top.length <= MAX_TOP_FILES, `${top.length} files: ${top.join(', ')}`);
-  t.same(missingIndexes(ROOMS), [], 'each room has an index.ts');
-  t.same(unnamedRooms(ROOMS), [], 'every room is in the table');
-});
-
-t.test('rooms import each other through index.ts, one way, and nothing imports back up', async (t) => {
-  t.same(layoutProblems(ROOMS), [], 'every import follows the layout');
-});
+testRooms(t, ROOMS);
 
 t.test('the layout rules catch what they claim to', async (t) => {
   // The import reader itself: a type-only import counts, a commented one does not.

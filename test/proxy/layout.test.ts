@@ -5,16 +5,14 @@
  * a file at the top. The rule is test/support/rooms.ts's; circles are import-cycles.test.ts's.
  */
 import t from 'tap';
-import { layoutProblems, longFiles, longFunctions, missingIndexes, placeOf, topFiles, unnamedRooms, type Rooms } from '../support/rooms.js';
-
-/** Most files directly in proxy/ (the rest live in rooms). */
-const MAX_TOP_FILES = 8;
+import { layoutProblems, longFiles, longFunctions, placeOf, testRooms, type Rooms } from '../support/rooms.js';
 /** Most lines in one file, and in one function: past them, a part wants a room or a name of its own. */
 const MAX_FILE_LINES = 300;
 const MAX_FUNCTION_LINES = 80;
 
 const ROOMS: Rooms = {
   folder: 'proxy',
+  maxTopFiles: 8,
   uses: {
     budget: [],
     record: ['budget'],
@@ -29,16 +27,7 @@ const ROOMS: Rooms = {
   },
 };
 
-t.test(`at most ${MAX_TOP_FILES} files directly in proxy/, and every room has an index.ts`, async (t) => {
-  const top = topFiles(ROOMS);
-  t.ok(top.length <= MAX_TOP_FILES, `${top.length} files: ${top.join(', ')}`);
-  t.same(missingIndexes(ROOMS), [], 'each room has an index.ts');
-  t.same(unnamedRooms(ROOMS), [], 'every room is in the table');
-});
-
-t.test('rooms import each other through index.ts, one way, and nothing imports back up', async (t) => {
-  t.same(layoutProblems(ROOMS), [], 'every import follows the layout');
-});
+testRooms(t, ROOMS);
 
 t.test(`no file over ${MAX_FILE_LINES} lines, no function over ${MAX_FUNCTION_LINES}`, async (t) => {
   t.same(longFiles(ROOMS, MAX_FILE_LINES), [], 'every file');

@@ -5,6 +5,7 @@
  * (import-graph.ts), so type-only and dynamic imports count and comments do not.
  */
 import { readFileSync } from 'node:fs';
+import type { Test } from 'tap';
 import { join } from 'node:path';
 import ts from 'typescript';
 import { importsOf, ROOT, sourceFiles } from './import-graph.js';
@@ -12,6 +13,8 @@ import { importsOf, ROOT, sourceFiles } from './import-graph.js';
 export interface Rooms {
   /** The folder, as a repository path (`proxy`, `controller`). */
   readonly folder: string;
+  /** Most files directly in the folder (the rest live in rooms). */
+  readonly maxTopFiles: number;
   /** What each room may import from the other rooms. */
   readonly uses: Readonly<Record<string, readonly string[]>>;
   /**
@@ -21,6 +24,19 @@ export interface Rooms {
   readonly outside?: readonly string[];
   /** An import of a file at the top that is allowed anyway (`from` is the importer's room). */
   readonly mayUseTop?: (from: string, target: string) => boolean;
+}
+
+/** The rule's two cases, as subtests of `t`: the files at the top and the rooms' indexes, then every import. */
+export function testRooms(t: Test, rooms: Rooms): void {
+  t.test(`at most ${rooms.maxTopFiles} files directly in ${rooms.folder}/, and every room has an index.ts`, async (t) => {
+    const top = topFiles(rooms);
+    t.ok(top.length <= rooms.maxTopFiles, `${top.length} files: ${top.join(', ')}`);
+    t.same(missingIndexes(rooms), [], 'each room has an index.ts');
+    t.same(unnamedRooms(rooms), [], 'every room is in the table');
+  });
+  t.test('rooms import each other through index.ts, one way, and nothing imports back up', async (t) => {
+    t.same(layoutProblems(rooms), [], 'every import follows the layout');
+  });
 }
 
 /** The room a path is in, `top` for a file directly in the folder, undefined outside it. */
