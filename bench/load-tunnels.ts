@@ -13,7 +13,6 @@ import net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { EGRESS_NODE_OPTIONS } from '../common/index.js';
 import { freePort, lineFrom, percentile } from './load-support.js';
 import { planDescriptors } from '../proxy/budget/fd-budget.js';
 
@@ -183,7 +182,7 @@ async function main(): Promise<void> {
   const proxy = spawnNode(
     // Opaque tunnels: an idle tunnel here is an open one with no traffic; a tls tunnel that never
     // sent its ClientHello would be closed at the hello deadline instead.
-    [...EGRESS_NODE_OPTIONS, 'dist/proxy/cli.js', '--allow-hosts', 'load.test', '--tunnel-default', 'opaque', '--connect-ports', String(upPort), '--listen', `127.0.0.1:${proxyPort}`,
+    ['dist/proxy/cli.js', '--allow-hosts', 'load.test', '--tunnel-default', 'opaque', '--connect-ports', String(upPort), '--listen', `127.0.0.1:${proxyPort}`,
       '--log-level', 'warn', '--max-connections', limit, '--max-connections-per-client', limit],
     { ...process.env, CAPYBARA_EGRESS_TEST_HOSTS: JSON.stringify({ 'load.test': '127.0.0.1' }) },
   );

@@ -9,7 +9,6 @@ import net from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { EGRESS_NODE_OPTIONS } from '../common/index.js';
 import { startChild, type Child } from './children.js';
 import type { UpstreamPorts } from './upstream.js';
 
@@ -144,7 +143,7 @@ export async function startCapybara(ctx: StartContext): Promise<RunningProxy> {
   // upstream's port is the one measured), DNS on a free port instead of 53 (no root needed).
   const args = [cli, '--policy', policy, '--connect-ports', `${echo},${source},${http},${tls}`, '--listen', `127.0.0.1:${port}`, '--log-level', 'info',
     '--transparent-listen', TRANSPARENT_ADDRESS, '--transparent-port-map', `53=${await freePort()}`];
-  const child = await startChild('capybara', process.execPath, [...EGRESS_NODE_OPTIONS, ...args], { env, lifetimeSec: ctx.lifetimeSec });
+  const child = await startChild('capybara', process.execPath, args, { env, lifetimeSec: ctx.lifetimeSec });
   await waitReady(child, async () => /^HTTP\/1\.1 200/.test(await ask(port, 'GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n')));
   return { name: 'capybara', port, upstreamHost: 'bench.test', transparentAddress: TRANSPARENT_ADDRESS, child };
 }

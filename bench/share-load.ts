@@ -25,7 +25,6 @@ import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import dnsPacket from 'dns-packet';
-import { EGRESS_NODE_OPTIONS } from '../common/index.js';
 import { CONNECTION_BYTES } from '../proxy/budget/memory-plan.js';
 import { READ_AHEAD_BYTES } from '../proxy/budget/memory-budget.js';
 import { freePort, inCgroup, lineFrom, makeCgroup, percentile, statusKiB } from './load-support.js';
@@ -171,7 +170,6 @@ async function main(): Promise<void> {
   writeFileSync(policyFile, `version: 1\nallowHosts:\n  - host: stream.test\n    tunnel: opaque\n  - host: silent.test\n    tunnel: opaque\nconnectPorts: [${streamPort}, ${silentPort}]\n`);
   process.once('exit', () => unlinkSync(policyFile));
   const args = [
-    ...EGRESS_NODE_OPTIONS,
     'dist/proxy/cli.js',
     '--policy', policyFile,
     '--listen', `127.0.0.1:${port}`,

@@ -34,16 +34,6 @@ export const EGRESS_ENV = {
   testHosts: 'CAPYBARA_EGRESS_TEST_HOSTS',
 } as const;
 
-/**
- * Node options the proxy runs with, wherever it is started (the image's entrypoint, the bin's
- * shebang, `npm start`, the benchmarks). A young generation at its full size from the start: a
- * tunnel's 64 KiB reads then die young instead of being promoted, which in a process with the
- * proxy's modules loaded otherwise set off a full collection every few tens of MB relayed
- * (measured: 1.5-1.9x the CPU per MB of a bare Node relay, 1.0x with this). V8 reads the option
- * only at start-up, so it cannot be set from inside the program.
- */
-export const EGRESS_NODE_OPTIONS = ['--min-semi-space-size=16'] as const;
-
 /** The proxy port: the CLI's default on loopback, and what the image listens on everywhere. */
 export const EGRESS_PROXY_PORT = 3128;
 

@@ -13,7 +13,6 @@ export {
   EGRESS_METRICS,
   EGRESS_METRICS_PATH,
   EGRESS_METRICS_PORT,
-  EGRESS_NODE_OPTIONS,
   EGRESS_PROXY_PORT,
   encodeAllowHosts,
 } from './egress-image.js';

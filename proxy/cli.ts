@@ -1,4 +1,4 @@
-#!/usr/bin/env -S node --min-semi-space-size=16
+#!/usr/bin/env node
 /**
  * `capybara-egress`: runs the egress proxy. Exits non-zero with a clear message on any
  * configuration or policy problem at start-up (fail closed). SIGHUP, or a change of the policy

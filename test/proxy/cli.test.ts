@@ -8,9 +8,8 @@ import { mkdirSync, mkdtempSync, readFileSync, readlinkSync, renameSync, rmSync,
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import t from 'tap';
-import { EGRESS_ENV, EGRESS_NODE_OPTIONS } from '../../common/index.js';
+import { EGRESS_ENV } from '../../common/index.js';
 import { MIN_OPEN_FILES, openFilesFor, planDescriptors } from '../../proxy/budget/fd-budget.js';
 import { planMemory } from '../../proxy/budget/memory-plan.js';
 import { freePort } from '../support/loopback.js';
@@ -373,19 +372,6 @@ t.test('an allowlist variable that is set but empty starts a proxy that allows n
   const res = await rawRequest(port, 'CONNECT a.example:443 HTTP/1.1\r\nHost: x\r\n\r\n');
   t.equal(res.reason, 'host_not_allowed');
   res.socket.destroy();
-});
-
-t.test('every way the proxy is started passes the same Node options', async (t) => {
-  const root = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-  const read = (file: string): string => readFileSync(path.join(root, file), 'utf8');
-  const shebang = read('proxy/cli.ts').split('\n')[0] ?? '';
-  const start = (JSON.parse(read('package.json')) as { scripts: Record<string, string> }).scripts.start ?? '';
-  const entrypoint = /^ENTRYPOINT (.*)$/m.exec(read('image/egress/Dockerfile'))?.[1] ?? '';
-  for (const option of EGRESS_NODE_OPTIONS) {
-    t.match(shebang, new RegExp(`^#!/usr/bin/env -S node .*${option}`), `the bin's shebang has ${option}`);
-    t.match(start, `node ${option}`, `npm start has ${option}`);
-    t.ok((JSON.parse(entrypoint) as string[]).includes(option), `the image's entrypoint has ${option}`);
-  }
 });
 
 // Each connection can hold two descriptors and each lookup in flight two more (fd-budget.ts): a
