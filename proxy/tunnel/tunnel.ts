@@ -117,6 +117,7 @@ export async function openTunnel(
   try {
     const result = await dialPinned(decision.addresses, decision.port, {
       connect: ctx.connect,
+      purpose: 'tunnel',
       timeoutMs: ctx.limits.connectTimeoutMs,
       isCancelled: () => client.destroyed,
     });

@@ -4,12 +4,17 @@
  */
 import net from 'node:net';
 import { CodedError, isCodedError } from '../../common/index.js';
+import { connectWithOwnBuffer } from './own-buffer.js';
+
+/** What a connection is for: a tunnel's upstream, or a pooled plain-HTTP connection. */
+export type DialPurpose = 'tunnel' | 'http';
 
 /** Opens a TCP connection; injectable so tests can observe or fake the network. */
-export type Connect = (address: string, port: number) => net.Socket;
+export type Connect = (address: string, port: number, purpose: DialPurpose) => net.Socket;
 
-export const defaultConnect: Connect = (address, port) =>
-  net.connect({ host: address, port, allowHalfOpen: true, noDelay: true });
+/** A tunnel's upstream reads into a buffer of its own (own-buffer.ts); undici reads its own way. */
+export const defaultConnect: Connect = (address, port, purpose) =>
+  purpose === 'tunnel' ? connectWithOwnBuffer(address, port) : net.connect({ host: address, port, allowHalfOpen: true, noDelay: true });
 
 export class DialError extends CodedError<'connect_failed'> {
   constructor(
@@ -37,9 +42,9 @@ function endpoint(address: string, port: number): string {
   return address.includes(':') ? `[${address}]:${port}` : `${address}:${port}`;
 }
 
-function attempt(connect: Connect, address: string, port: number, timeoutMs: number): Promise<net.Socket> {
+function attempt(connect: Connect, address: string, port: number, timeoutMs: number, purpose: DialPurpose): Promise<net.Socket> {
   return new Promise((resolve, reject) => {
-    const socket = connect(address, port);
+    const socket = connect(address, port, purpose);
     const timer = setTimeout(() => {
       socket.destroy();
       reject(new Error(`timed out after ${timeoutMs} ms`));
@@ -61,7 +66,7 @@ function attempt(connect: Connect, address: string, port: number, timeoutMs: num
 export async function dialPinned(
   addresses: readonly string[],
   port: number,
-  options: { connect: Connect; timeoutMs: number; isCancelled?: () => boolean },
+  options: { connect: Connect; purpose: DialPurpose; timeoutMs: number; isCancelled?: () => boolean },
 ): Promise<Dialed> {
   const attempts: string[] = [];
   const failures: string[] = [];
@@ -69,7 +74,7 @@ export async function dialPinned(
     if (options.isCancelled?.()) break;
     attempts.push(endpoint(address, port));
     try {
-      const socket = await attempt(options.connect, address, port, options.timeoutMs);
+      const socket = await attempt(options.connect, address, port, options.timeoutMs, options.purpose);
       return { socket, address, attempts };
     } catch (err) {
       failures.push(`${endpoint(address, port)}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);

@@ -3,3 +3,4 @@ export * from './dial.js';
 export * from './own-address.js';
 export * from './own-listeners.js';
 export * from './upstream-pools.js';
+export * from './own-buffer.js';

@@ -65,7 +65,7 @@ export class UpstreamPools {
     this.PoolClass ??= (requireCjs('undici') as typeof Undici).Pool;
     return new this.PoolClass(`http://${host}:${port}`, {
       connect: (_options, callback) => {
-        dialPinned(addresses, port, { connect, timeoutMs: connectTimeoutMs }).then(
+        dialPinned(addresses, port, { connect, purpose: 'http', timeoutMs: connectTimeoutMs }).then(
           (dialed) => callback(null, dialed.socket),
           (err: Error) => callback(err, null),
         );

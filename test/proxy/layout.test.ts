@@ -16,7 +16,7 @@ const ROOMS: Rooms = {
   uses: {
     budget: [],
     record: ['budget'],
-    upstream: [],
+    upstream: ['budget'],
     dns: ['budget', 'record', 'upstream'],
     admission: ['budget', 'record', 'upstream', 'dns'],
     http: ['budget', 'record', 'upstream', 'admission'],

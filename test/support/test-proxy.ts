@@ -42,9 +42,9 @@ export async function startTestProxy(options: {
     lookup: createLookup({ servers: options.dnsServer ? [options.dnsServer] : [], timeoutMs: options.dnsTimeoutMs ?? 1_000 }),
     logger: createLogger('debug', sink),
     limits: { dnsTimeoutMs: options.dnsTimeoutMs ?? 1_000, ...options.limits },
-    connect: (address, port) => {
+    connect: (address, port, purpose) => {
       dialed.push(address.includes(':') ? `[${address}]:${port}` : `${address}:${port}`);
-      return connect(address, port);
+      return connect(address, port, purpose);
     },
     ...(options.memory ? { memory: options.memory } : {}),
   });
