@@ -110,13 +110,15 @@ t.test('a SIGHUP while the proxy starts never ends it, and the reload it asks fo
   t.equal(wchan(), 'wait_for_partner', 'the start waits on the policy file');
   child.kill('SIGHUP');
   // The proxy reads its policy file more than once, and each read of the FIFO takes the writers
-  // open at that moment until the last closes: one writer at a time, the next once it has ended,
-  // or a read could see two copies (a fresh-clone CI run read "Map keys must be unique"). A writer
-  // nobody reads from gives up after 2 s (a child left running would hold the test open).
+  // open at that moment until the last closes: one writer at a time, the next half a second after
+  // the last has ended, so that the read it fed has seen its end first; a writer opening sooner
+  // could join that read, which then sees two copies (fresh-clone CI runs read "Map keys must be
+  // unique"). A writer nobody reads from gives up after 2 s (a child left running would hold the
+  // test open).
   let feeding = true;
   const feed = (): void => {
     if (!feeding) return;
-    spawn('timeout', ['2', 'sh', '-c', `printf 'allowHosts: [one.test]\n' > ${file}`], { stdio: 'ignore' }).once('exit', feed);
+    spawn('timeout', ['2', 'sh', '-c', `printf 'allowHosts: [one.test]\n' > ${file}`], { stdio: 'ignore' }).once('exit', () => setTimeout(feed, 500));
   };
   feed();
   t.teardown(() => {
