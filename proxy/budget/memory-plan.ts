@@ -20,8 +20,8 @@ const MIB = 1024 * 1024;
 const RUNTIME_BYTES = 96 * MIB;
 
 /**
- * What a tunnel's upstream reads into, one buffer for the tunnel's life (upstream/own-buffer.ts):
- * Node's own read size. Smaller costs throughput (measured on loopback: 32 KiB 1.2x the CPU per
+ * What a tunnel's upstream reads into once it carries bulk data, one buffer for the rest of the
+ * tunnel's life (upstream/own-buffer.ts): Node's own read size. Smaller costs throughput (measured on loopback: 32 KiB 1.2x the CPU per
  * MB of 64 KiB, 16 KiB 1.5x).
  */
 export const TUNNEL_READ_BYTES = 64 * 1024;
@@ -30,7 +30,7 @@ export const TUNNEL_READ_BYTES = 64 * 1024;
  * One open connection: at rest, the client's socket and its upstream's, their Node objects and
  * kernel structures (measured by `npm run bench:load`, bench/share-load.ts: 15-18 KiB per idle
  * tunnel in a 256 MiB cgroup, ~12 KiB more per tunnel moving data), and the read buffer of a
- * tunnel's upstream, resident once data has moved. What a tunnel holds for a reader that stopped
+ * tunnel's upstream once it has carried bulk data. What a tunnel holds for a reader that stopped
  * is charged to the budget while it lasts (memory-budget.ts: measured ~84-103 KiB per stalled
  * tunnel, charged at least READ_AHEAD_BYTES and 16 KiB on top of this).
  */

@@ -1,14 +1,18 @@
 /**
- * Tunnel upstreams that read into one buffer of their own, reused for every read. Node otherwise
- * allocates a fresh 64 KiB buffer for each read; a tunnel relaying a download makes thousands a
- * second, and V8 counts them as external memory, which sets off full collections of the whole
- * heap (measured: a fifth of the proxy's CPU while relaying, none with this).
+ * Tunnel upstreams that read into a buffer of their own once they carry bulk data, reused for
+ * every read. Node otherwise allocates a fresh 64 KiB buffer for each read; a tunnel relaying a
+ * download makes thousands a second, and V8 counts them as external memory, which sets off full
+ * collections of the whole heap (measured: a fifth of the proxy's CPU while relaying, none with
+ * this).
  *
- * Until a relay takes a socket's reads over (`readInto`), each read is copied into a buffer of
- * its own and pushed as Node would push it, so 'data' and 'end' work as on any socket and
- * nothing is read before its reader is there. Once taken over, each read is a view of the
- * socket's buffer, valid only during the call: the reader passes it on or pauses the socket, and
- * the buffer is read into again only once the socket is resumed.
+ * Every socket starts reading into one buffer the process shares, and each read that lands there
+ * is copied out before the next read anywhere: a copy of what was read, not of 64 KiB. Until a
+ * relay takes a socket's reads over (`readInto`), the copies are pushed as Node pushes its reads,
+ * so 'data' and 'end' work as on any socket and nothing is read before its reader is there. Once
+ * taken over, a read that fills the shared buffer marks the socket as carrying bulk data: from
+ * its next read on it reads into a buffer of its own, and each read is a view of it, valid only
+ * during the call. The reader passes it on or pauses the socket, and the buffer is read into again
+ * only once the socket is resumed. A tunnel that never carries bulk data never holds one.
  */
 import net from 'node:net';
 import { TUNNEL_READ_BYTES } from '../budget/index.js';
@@ -22,20 +26,27 @@ interface OwnBufferSocket extends net.Socket {
   [taker]?: ReadTaker;
 }
 
-/** Connects to `address:port`, its reads going into a buffer of its own. */
+/** Where every socket of these reads until it carries bulk data: copied out at once, each time. */
+let shared: Buffer | undefined;
+
+/** Connects to `address:port`, its reads going into the shared buffer, then into one of its own. */
 export function connectWithOwnBuffer(address: string, port: number): net.Socket {
-  const buffer = Buffer.allocUnsafeSlow(TUNNEL_READ_BYTES);
+  let own: Buffer | undefined;
   const socket: OwnBufferSocket = net.connect({
     host: address,
     port,
     allowHalfOpen: true,
     noDelay: true,
     onread: {
-      buffer,
+      // Asked for the buffer of each next read.
+      buffer: (): Buffer => own ?? (shared ??= Buffer.allocUnsafeSlow(TUNNEL_READ_BYTES)),
       callback: (n: number, buf: Uint8Array): boolean => {
-        const view = Buffer.from(buf.buffer, buf.byteOffset, n);
         const take = socket[taker];
-        return take === undefined ? socket.push(Buffer.from(view)) : take(view);
+        if (buf === own && take !== undefined) return take(own.subarray(0, n));
+        const chunk = Buffer.from(buf.subarray(0, n));
+        if (take === undefined) return socket.push(chunk);
+        if (n === buf.length) own = Buffer.allocUnsafeSlow(TUNNEL_READ_BYTES);
+        return take(chunk);
       },
     },
   });
