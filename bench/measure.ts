@@ -144,10 +144,6 @@ export async function measureHttp(results: Results, peers: readonly Peer[], port
       put(rps, peer.name, { missing: 'no wrk' });
       continue;
     }
-    if (peer.name === 'floor') {
-      put(rps, peer.name, { missing: 'CONNECT only' });
-      continue;
-    }
     const { route } = peer;
     const target: WrkTarget =
       route.kind === 'direct' ? { connectPort: ports.http } : { connectPort: route.port, absoluteUrl: `http://${route.upstreamHost}:${ports.http}/` };

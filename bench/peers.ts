@@ -100,7 +100,7 @@ export async function startUpstream(lifetimeSec: number): Promise<{ child: Child
   return { child, ports: JSON.parse(child.stdout().split('\n')[0] ?? '') as UpstreamPorts };
 }
 
-/** The bare Node CONNECT relay (bench/bare-relay.ts): the floor the proxy is measured against. */
+/** The bare Node proxy (bench/bare-relay.ts): the floor the proxy is measured against. */
 export async function startFloor(ctx: StartContext): Promise<RunningProxy> {
   const port = await freePort();
   const script = fileURLToPath(new URL('./bare-relay.js', import.meta.url));
