@@ -21,8 +21,8 @@ const RUNTIME_BYTES = 96 * MIB;
 
 /**
  * What a tunnel's upstream reads into once it carries bulk data, one buffer for the rest of the
- * tunnel's life (upstream/own-buffer.ts): Node's own read size. Smaller costs throughput (measured on loopback: 32 KiB 1.2x the CPU per
- * MB of 64 KiB, 16 KiB 1.5x).
+ * tunnel's life (upstream/own-buffer.ts): Node's own read size. Smaller costs throughput
+ * (measured on loopback: 32 KiB 1.2x the CPU per MB of 64 KiB, 16 KiB 1.5x).
  */
 export const TUNNEL_READ_BYTES = 64 * 1024;
 

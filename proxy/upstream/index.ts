@@ -1,6 +1,6 @@
 /** Reaching upstreams: dialling pinned addresses, pooled HTTP connections, and the proxy's own addresses, never dialled. */
 export * from './dial.js';
 export * from './own-address.js';
+export * from './own-buffer.js';
 export * from './own-listeners.js';
 export * from './upstream-pools.js';
-export * from './own-buffer.js';
