@@ -73,7 +73,7 @@ export function createDockerSandbox(
       // Queued behind a suspend or a destroy, the processes it was to end are gone already.
       if ((await engine.inspectContainer(name))?.running === true) await engine.restartContainer(name);
     });
-  const commands = new CommandRunner({ engine, withRunning, restart, logger, ceilings: parsed.maxLimits });
+  const commands = new CommandRunner({ engine, withRunning, restart, logger, ceilings: parsed.maxLimits, isolation: parsed.commandIsolation });
   const files = new FileOps({
     engine,
     withRunning,
@@ -100,7 +100,9 @@ export function createDockerSandbox(
     readFile: (h, path, opts) => files.readFile(handleName(h), path, opts?.maxBytes),
     writeFile: (h, path, data) => files.writeFile(handleName(h), path, data),
     stat: (h, path) => files.stat(handleName(h), path),
-    killAll: (h) => commands.killAll(handleName(h)),
+    killAll: async (h) => {
+      await commands.killAll(handleName(h));
+    },
     killTagged: (h, tags) => commands.killTagged(handleName(h), tags),
     destroyWorkspace: (key) => lifecycle.destroyWorkspace(persistentWorkspaceVolume(key)),
     egressUsage: (h) => readEgressUsage(engine, namesFor(handleName(h)).egress),

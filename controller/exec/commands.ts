@@ -1,10 +1,12 @@
 /**
  * Running commands in a sandbox: `exec` with timeout, abort and output caps, and the kills
  * (one command, by tag, all). A kill that cannot even start (the pids limit is used up)
- * falls back to restarting the container, which ends every process in it. A sandbox found at
- * its process limit before a command could start is freed first (as killAll does) and the
- * command started once more. An exec that ended before the command began (no start byte) is an
- * error naming the cause, never the command's exit status.
+ * falls back to restarting the container, which ends every process in it. A kill of everything
+ * is judged by a root check of what still runs, never by the kill script's own word. A sandbox
+ * found at its process limit before a command could start is freed first (as killAll does) and
+ * the command started once more. An exec that ended before the command began (no start byte) is
+ * an error naming the cause, never the command's exit status, and whatever the wrapper printed
+ * before the start byte is never part of a result.
  */
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
@@ -12,8 +14,11 @@ import { type ExecCeilings, type ExecResult, SandboxError, checkExecOptions, isS
 import type { ExecRun, SandboxEngine } from '../docker/index.js';
 import {
   BACKSTOP_GRACE_SECONDS,
+  type CommandIsolation,
   KILL_OK_MARKER,
+  MAX_COMMAND_SCRIPT_BYTES,
   MAX_INLINE_PAYLOAD,
+  ROOT_USER,
   SANDBOX_USER,
   STARTED_BYTE,
   commandPayload,
@@ -23,17 +28,24 @@ import {
   killAllCmd,
   killMarkedCmd,
   killTaggedCmd,
+  parseSurvivors,
   stagedPayload,
+  survivorsCmd,
   wrapperCmd,
 } from './exec-script.js';
 import { OutputCapture } from './output-capture.js';
-import { commandStartFailure, type StartFailure } from './sandbox-full.js';
+import { commandStartFailure, lateStartFailure, type StartFailure } from './sandbox-full.js';
 
 /** Looks at a sandbox whose exec failed to start, and the time between them (withRoom). */
 const CHANGE_LOOKS = 3;
 const CHANGE_LOOK_MS = 300;
 
 const KILL_DEADLINE_MS = 10_000;
+/** Root checks after a kill of everything, and the pause between them, before a restart. */
+const SURVIVOR_LOOKS = 3;
+const SURVIVOR_LOOK_MS = 200;
+/** What the wrapper may print before the start byte that is kept, for the error that names it. */
+const PRE_START_BYTES = 4096;
 /** After a kill, how long the output stream may take to end before it is dropped. */
 const DRAIN_AFTER_KILL_MS = 5_000;
 
@@ -51,21 +63,29 @@ export interface CommandDeps {
   readonly logger: Logger;
   /** The deployment's upper bounds of exec options. */
   readonly ceilings: ExecCeilings;
-}
-
-/** One try at a command, and whether the command began (its shell wrote STARTED_BYTE). */
-interface Attempt {
-  readonly result: ExecResult;
-  readonly started: boolean;
+  /** How commands are kept apart (exec-script.ts CommandIsolation). */
+  readonly isolation: CommandIsolation;
 }
 
 /**
- * Whether an attempt is no result at all: the command never began and was not stopped by the
- * caller's timeout or abort (which are results, whenever they came).
+ * One try at a command; whether the command began (its shell wrote STARTED_BYTE), and what the
+ * wrapper wrote to stderr before it (never part of the result).
  */
-function notStarted(a: Attempt): StartFailure | undefined {
-  if (a.started || a.result.timedOut || a.result.aborted) return undefined;
-  return commandStartFailure(a.result.exitCode, a.result.stdout, a.result.stderr);
+interface Attempt {
+  readonly result: ExecResult;
+  readonly started: boolean;
+  readonly preStart: string;
+}
+
+/**
+ * Whether an attempt is no result at all: the command never began. An abort is the caller's
+ * own result whenever it came; a timeout that came before the command began is not the
+ * command's, and says why it could not begin when it can (a fork that found no room).
+ */
+function notStarted(a: Attempt, timeoutMs: number): StartFailure | undefined {
+  if (a.started || a.result.aborted) return undefined;
+  if (a.result.timedOut) return lateStartFailure(timeoutMs, a.preStart);
+  return commandStartFailure(a.result.exitCode, a.result.stdout, a.preStart);
 }
 
 interface RunOutput {
@@ -86,16 +106,56 @@ export class CommandRunner {
     if (options.signal?.aborted === true) {
       return { exitCode: null, stdout: '', stderr: '', truncated: false, timedOut: false, aborted: true };
     }
+    const script = commandPayload(command, options.env, options.cwd);
+    const bytes = Buffer.byteLength(script, 'utf8');
+    if (bytes > MAX_COMMAND_SCRIPT_BYTES) {
+      throw new SandboxError('invalid_spec', `The command is ${bytes} bytes with its env exports and cd; the limit is ${MAX_COMMAND_SCRIPT_BYTES} (Linux refuses a longer argument with "Argument list too long"). Write a longer script to a file with writeFile and run that file.`);
+    }
     // Ends what earlier commands left behind, before this one exists: a process of theirs could
-    // otherwise write into its output or kill it (a sandbox is one trust domain for uid 1000).
-    if (options.fresh) await this.killAll(name);
+    // otherwise stop or kill it, or (with commandIsolation off) write into its output.
+    const restarted = options.fresh ? await this.killAll(name) : false;
     // Once the command began, the output is its own, whatever it says.
-    const { result } = await this.withRoom(name, () => this.execOnce(name, command, options), notStarted);
-    return result;
+    const { result, restart } = await this.withRoom(name, () => this.execOnce(name, script, options), (a) => notStarted(a, options.timeoutMs));
+    return restarted || restart ? { ...result, restarted: true as const } : result;
   }
 
-  async killAll(name: string): Promise<void> {
-    await this.deps.withRunning(name, () => this.runKill(name, killAllCmd()));
+  /**
+   * Ends every process of the sandbox user. The uid-1000 kill script does the killing; a root
+   * check then judges it, and anything left alive, or no answer, restarts the container. Returns
+   * whether it did.
+   */
+  async killAll(name: string): Promise<boolean> {
+    return this.deps.withRunning(name, async () => {
+      await this.runKillScript(name, killAllCmd());
+      const survivors = await this.survivors(name);
+      if (survivors !== undefined && survivors.length === 0) return false;
+      this.deps.logger.warn(
+        { sandbox: name, event: 'container_restart', cause: survivors === undefined ? 'kill_not_confirmed' : 'survivors_after_kill', survivors: survivors?.slice(0, 20) },
+        'processes of the sandbox user outlived the kill, restarting the container',
+      );
+      await this.deps.restart(name);
+      return true;
+    });
+  }
+
+  /**
+   * The live processes not wholly root's, by a root exec (nothing uid 1000 runs can write its
+   * output or stop it), looked at a few times a moment apart so that a process still dying of
+   * the kill is not counted. Undefined when the check could not run.
+   */
+  private async survivors(name: string): Promise<number[] | undefined> {
+    let last: number[] | undefined;
+    for (let look = 0; look < SURVIVOR_LOOKS; look++) {
+      if (look > 0) await new Promise((resolve) => setTimeout(resolve, SURVIVOR_LOOK_MS));
+      const out = await withDeadline(this.runToEnd(name, survivorsCmd(), undefined, ROOT_USER), KILL_DEADLINE_MS).catch((err: unknown) => {
+        if (isSandboxError(err, 'not_found')) throw err;
+        this.deps.logger.warn({ sandbox: name, err }, 'survivor check failed');
+        return undefined;
+      });
+      last = out?.exitCode === 0 ? parseSurvivors(out.stdout) : undefined;
+      if (last === undefined || last.length === 0) return last;
+    }
+    return last;
   }
 
   async killTagged(name: string, tags: readonly string[]): Promise<void> {
@@ -108,13 +168,15 @@ export class CommandRunner {
   /**
    * Runs `attempt`; when it reports that the sandbox had no room to start anything, frees the
    * sandbox as killAll does (every process of the sandbox user ends; a restart if even that
-   * cannot run) and tries once more. Still no room, or Docker failing to start the exec for
-   * another reason, is an error that names the cause.
+   * cannot run) and tries once more, unless the attempt used up its time waiting (then the
+   * sandbox is freed for the next call, and this one is `sandbox_full`). Still no room, or Docker
+   * failing to start the exec for another reason, is an error that names the cause. `restart`
+   * says whether freeing the sandbox restarted it.
    */
-  async withRoom<R>(name: string, attempt: () => Promise<R>, failureOf: (r: R) => StartFailure | undefined): Promise<R> {
+  async withRoom<R>(name: string, attempt: () => Promise<R>, failureOf: (r: R) => StartFailure | undefined): Promise<R & { restart: boolean }> {
     const first = await attempt();
     const failure = failureOf(first);
-    if (failure === undefined) return first;
+    if (failure === undefined) return { ...first, restart: false };
     if (failure.kind === 'failed') {
       // Running when this call began: stopped or gone now means another call (a destroy or
       // suspend in another controller process) changed the sandbox meanwhile. An engine that
@@ -131,20 +193,23 @@ export class CommandRunner {
       }
       throw new SandboxError('exec_failed', `The command could not start in ${name}: ${failure.detail}`);
     }
+    if (failure.late === true) {
+      // execOnce restarted the container already.
+      throw new SandboxError('sandbox_full', `The command could not start in ${name}: ${failure.detail}. The container was restarted to end the sandbox's processes; run the command again.`);
+    }
     this.deps.logger.warn({ sandbox: name, event: 'sandbox_full', detail: failure.detail }, 'sandbox at its process limit, ending its processes before the command');
-    await this.killAll(name);
+    const restart = await this.killAll(name);
     const second = await attempt();
     const again = failureOf(second);
-    if (again === undefined) return second;
+    if (again === undefined) return { ...second, restart };
     throw new SandboxError(
       again.kind === 'full' ? 'sandbox_full' : 'exec_failed',
       `The command could not start in ${name} even after its processes were ended (${again.detail}); destroy and create the sandbox again.`,
     );
   }
 
-  private async execOnce(name: string, command: string, options: CheckedExecOptions): Promise<Attempt> {
+  private async execOnce(name: string, script: string, options: CheckedExecOptions): Promise<Attempt> {
     const mark = execMark(options.tag, randomUUID());
-    const script = commandPayload(command, options.env, options.cwd);
     const callerStdin = options.stdin === undefined ? undefined : toBytes(options.stdin);
     let payload = encodeArg(script);
     let stdin = callerStdin;
@@ -158,20 +223,24 @@ export class CommandRunner {
     const backstop = Math.ceil(options.timeoutMs / 1000) + BACKSTOP_GRACE_SECONDS;
     const stdout = new OutputCapture(options.maxOutputBytes);
     const stderr = new OutputCapture(options.maxOutputBytes);
+    // Until the start byte, stderr is the wrapper's (bash's locale warnings, a fork retry): kept
+    // apart, never in the result.
+    const preStart = new OutputCapture(PRE_START_BYTES);
     let started = false;
-    let stderrSeen = false;
     const run = await this.deps.withRunning(name, () =>
       this.deps.engine.startExec(name, {
-        cmd: wrapperCmd(backstop, payload),
+        cmd: wrapperCmd(backstop, payload, this.deps.isolation),
         env: execMarkEnv(mark),
         user: SANDBOX_USER,
         stdin,
         onOutput: (stream, chunk) => {
           if (stream === 'stdout') return stdout.push(chunk);
-          if (!stderrSeen && chunk.length > 0) {
-            stderrSeen = true;
-            started = chunk[0] === STARTED_BYTE;
-            if (started) chunk = chunk.subarray(1);
+          if (!started) {
+            const at = chunk.indexOf(STARTED_BYTE);
+            if (at < 0) return preStart.push(chunk);
+            preStart.push(chunk.subarray(0, at));
+            started = true;
+            chunk = chunk.subarray(at + 1);
           }
           stderr.push(chunk);
         },
@@ -193,7 +262,16 @@ export class CommandRunner {
       if (onAbort !== undefined) options.signal?.removeEventListener('abort', onAbort);
     }
     const killed = outcome === 'timeout' || outcome === 'abort';
-    if (killed) await this.killRun(name, mark, run);
+    if (outcome === 'timeout' && !started && lateStartFailure(options.timeoutMs, preStart.text()).kind === 'full') {
+      // The wrapper found no room to fork and the time is spent: a kill would need room too (and
+      // seconds in a sandbox that a bomb keeps busy), so the restart that frees the sandbox for
+      // the next call comes at once, and this call is sandbox_full (withRoom).
+      run.detach();
+      this.deps.logger.warn({ sandbox: name, event: 'container_restart', cause: 'sandbox_full' }, 'the command found no room to start before its timeout, restarting the container');
+      await this.deps.restart(name);
+    } else if (killed) {
+      await this.killRun(name, mark, run);
+    }
     const result: ExecResult = {
       exitCode: killed ? null : outcome as number | null,
       stdout: stdout.text(),
@@ -202,7 +280,7 @@ export class CommandRunner {
       timedOut: outcome === 'timeout',
       aborted: outcome === 'abort',
     };
-    return { result, started };
+    return { result, started, preStart: preStart.text() };
   }
 
   /** Kills one command's session; if the output has not ended soon after, kills again, then drops it. */
@@ -224,16 +302,25 @@ export class CommandRunner {
     if (!ended) run.detach();
   }
 
-  /** Runs a kill script; when it cannot start or does not confirm, restarts the container. */
-  private async runKill(name: string, cmd: string[]): Promise<void> {
-    let confirmed = false;
+  /**
+   * Runs a kill script to its end (within a deadline) and returns whether it printed its OK
+   * line. Under commandIsolation `landlock` no command's process can write that script's output
+   * (it runs outside every command's domain), but one can stop it, so no OK line means not done.
+   */
+  private async runKillScript(name: string, cmd: string[]): Promise<boolean> {
     try {
       const out = await withDeadline(this.runToEnd(name, cmd), KILL_DEADLINE_MS);
-      confirmed = out !== undefined && out.stdout.includes(KILL_OK_MARKER);
+      return out !== undefined && out.stdout.includes(KILL_OK_MARKER);
     } catch (err) {
       if (isSandboxError(err, 'not_found')) throw err;
       this.deps.logger.warn({ sandbox: name, err }, 'kill exec failed');
+      return false;
     }
+  }
+
+  /** Runs a kill script; when it cannot start or does not confirm, restarts the container. */
+  private async runKill(name: string, cmd: string[]): Promise<void> {
+    const confirmed = await this.runKillScript(name, cmd);
     if (!confirmed) {
       // Last resort: ends every process in the sandbox (files on volumes survive; /tmp is cleared).
       this.deps.logger.warn({ sandbox: name, event: 'container_restart', cause: 'kill_not_confirmed' }, 'kill could not run (pids limit?), restarting the container');

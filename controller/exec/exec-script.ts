@@ -29,6 +29,25 @@ export const KILL_OK_MARKER = 'capybara-kill-ok';
 export const BACKSTOP_GRACE_SECONDS = 5;
 /** Inline payloads above this go on stdin before the caller's own (exec bodies are capped at 32 KiB). */
 export const MAX_INLINE_PAYLOAD = 24 * 1024;
+/**
+ * The longest command script (the caller's command with its exports and cd): the script becomes
+ * one argument of the command's shell, and Linux refuses an argument of MAX_ARG_STRLEN (32 pages,
+ * 131,072 bytes, its NUL included) or more with E2BIG, "Argument list too long".
+ */
+export const MAX_COMMAND_SCRIPT_BYTES = 131_071;
+
+/**
+ * How the commands of one sandbox are kept apart (the deployment's `commandIsolation`).
+ * `landlock`: each command starts in a Landlock domain of its own (setpriv), so no process of one
+ * command can ptrace another's, read or write its memory (`/proc/PID/mem`, process_vm_*), open its
+ * descriptors (`/proc/PID/fd`) or read its environment: the kernel refuses every ptrace access
+ * check across domains, and from a domain to the controller's own scripts, which run outside any.
+ * The domain restricts nothing else: it handles only the right to link or rename a file across
+ * directories (which any domain would otherwise deny), and grants it under `/`. `off`: one trust
+ * domain for uid 1000, for debuggers that attach across commands.
+ */
+export type CommandIsolation = 'landlock' | 'off';
+const LANDLOCK_DOMAIN = 'setpriv --landlock-access fs:refer --landlock-rule path-beneath:refer:/';
 
 /**
  * Printed to stderr, with exit code SANDBOX_FULL_EXIT, by every script that found the sandbox at
@@ -125,8 +144,8 @@ function stagedEnd(mark: string): string {
 // exec once). The command's shell is a plain "bash -c": its $0 and line numbers are the caller's.
 const BEGIN = `${STARTED_PRINTF}; exec bash -c "$1"`;
 
-// $1 backstop seconds; $2 the payload: base64, or "-N" for N bytes on stdin (stagedPayload).
-// Nothing here writes a file. Every failure before the start byte is reported with
+// $1 backstop seconds; $2 the payload: base64, or "-N" for N bytes on stdin (stagedPayload); $3
+// the isolation (CommandIsolation). Nothing here writes a file. Every failure before the start byte is reported with
 // WRAPPER_FAILED_MARKER (or SANDBOX_FULL_MARKER, or by bash itself), never as the command's
 // status. The exec is a session of its own (runc starts every exec with setsid), which the kill
 // scripts also end.
@@ -142,21 +161,43 @@ case $2 in
     ;;
   *) script=$(printf '%s' "$2" | base64 -d) || fail "the command could not be decoded" ;;
 esac
-exec timeout -s KILL "$1" bash -c ${shellQuote(BEGIN)} capybara-begin "$script"
+isolate=()
+if [ "$3" = landlock ]; then
+  # A setpriv that cannot make the domain exits before the start byte, saying why ("setpriv:
+  # ..."): the command never runs unisolated.
+  isolate=(${LANDLOCK_DOMAIN})
+fi
+exec "${'$'}{isolate[@]}" timeout -s KILL "$1" bash -c ${shellQuote(BEGIN)} capybara-begin "$script"
 `;
 
-export function wrapperCmd(backstopSeconds: number, payload: string): string[] {
-  return ['bash', '-c', WRAPPER, 'capybara-exec', String(backstopSeconds), payload];
+export function wrapperCmd(backstopSeconds: number, payload: string, isolation: CommandIsolation): string[] {
+  return ['bash', '-c', WRAPPER, 'capybara-exec', String(backstopSeconds), payload, isolation];
 }
+
+// Whether a thread group whose leader is a zombie still runs: its main thread can exit while the
+// others go on (pthread_exit), and the leader then reads as a zombie. Sets `task` to a live
+// thread's /proc path (the leader's environ is empty once its own thread has gone).
+const LIVE_TASK = String.raw`
+live_task() {
+  local t s
+  for t in "$1"/task/[0-9]*; do
+    read -r s < "$t/stat" 2>/dev/null || continue
+    s=${'$'}{s##*) }
+    case ${'$'}{s%% *} in Z|X) ;; *) task=$t; return 0 ;; esac
+  done
+  return 1
+}
+`;
 
 // Kills every live process `chosen` accepts, scanning /proc again until a scan finds none of them
 // alive; then prints the OK line (50 scans without that: no line, and the controller restarts the
-// container). `chosen` gets /proc/PID, the pid and its session. A zombie (state Z, or X while it
-// goes) has ended already: kill succeeds on it, so counting it would rescan /proc for as long as
-// its parent or PID 1 leaves it unreaped (50 scans, seconds, after a fork bomb under an init that
-// reaps slowly). A kill of a process of another user (root's init) fails for uid 1000, so it does
-// not count either.
-const KILL_UNTIL_NONE_ALIVE = String.raw`
+// container). `chosen` gets the /proc path to read the process's environment from, the pid and
+// its session. A zombie (state Z, or X while it goes) whose threads have all ended is over: kill
+// succeeds on it, so counting it would rescan /proc for as long as its parent or PID 1 leaves it
+// unreaped (50 scans, seconds, after a fork bomb under an init that reaps slowly). One with a
+// thread still running is alive, and a kill of its pid ends every thread. A kill of a process of
+// another user (root's init) fails for uid 1000, so it does not count either.
+const KILL_UNTIL_NONE_ALIVE = String.raw`${LIVE_TASK}
 for ((round = 0; round < 50; round++)); do
   alive=0
   for p in /proc/[0-9]*; do
@@ -165,8 +206,9 @@ for ((round = 0; round < 50; round++)); do
     read -r line < "$p/stat" 2>/dev/null || continue
     # Fields after "(comm) ": state ppid pgrp session ...
     read -r -a f <<< "${'$'}{line##*) }"
-    case ${'$'}{f[0]} in Z|X) continue ;; esac
-    chosen "$p" "$pid" "${'$'}{f[3]}" || continue
+    task=$p
+    case ${'$'}{f[0]} in Z|X) live_task "$p" || continue ;; esac
+    chosen "$task" "$pid" "${'$'}{f[3]}" || continue
     kill -KILL "$pid" 2>/dev/null && alive=1
   done
   [ "$alive" = 0 ] && { echo ${KILL_OK_MARKER}; exit 0; }
@@ -219,6 +261,45 @@ ${KILL_UNTIL_NONE_ALIVE}`;
 
 export function killAllCmd(): string[] {
   return ['bash', '-c', KILL_ALL, 'capybara-killall'];
+}
+
+/** The line SURVIVORS prints: the count of live processes not root's, then their pids. */
+export const SURVIVORS_MARKER = 'capybara-survivors';
+
+// Run as root, after a kill of everything: lists every live process that is not wholly root's
+// (any of its real, effective, saved or file-system uids not 0), by /proc/PID/status, which every
+// user may read. Nothing uid 1000 runs can write this exec's output, signal it or trace it, so the
+// controller judges the kill by this and never by what the uid-1000 kill script printed (a
+// process of the sandbox user can stop that script and write its output).
+const SURVIVORS = String.raw`${LIVE_TASK}
+n=0 list=
+for p in /proc/[0-9]*; do
+  pid=${'$'}{p#/proc/}
+  [ "$pid" = "$$" ] && continue
+  state= uids=
+  while read -r k a b c d; do
+    case $k in
+      State:) state=$a ;;
+      Uid:) uids="$a $b $c $d"; break ;;
+    esac
+  done < "$p/status" 2>/dev/null || continue
+  [ -z "$uids" ] || [ "$uids" = "0 0 0 0" ] && continue
+  case $state in Z|X) live_task "$p" || continue ;; esac
+  n=$((n + 1)) list+=" $pid"
+done
+echo "${SURVIVORS_MARKER} $n$list"
+`;
+
+export function survivorsCmd(): string[] {
+  return ['bash', '-c', SURVIVORS, SURVIVORS_MARKER];
+}
+
+/** The pids SURVIVORS listed, or undefined when its output is not its line. */
+export function parseSurvivors(stdout: string): number[] | undefined {
+  const m = new RegExp(`^${SURVIVORS_MARKER} (\\d+)((?: \\d+)*)\n$`).exec(stdout);
+  if (m === null) return undefined;
+  const pids = (m[2] ?? '').split(' ').filter((x) => x !== '').map(Number);
+  return pids.length === Number(m[1]) ? pids : undefined;
 }
 
 // Classifies an open failure by its C-locale message.

@@ -9,10 +9,13 @@
  */
 import { SANDBOX_FULL_EXIT, SANDBOX_FULL_MARKER, WRAPPER_FAILED_EXIT, WRAPPER_FAILED_MARKER } from './exec-script.js';
 
-/** `full`: no room for processes (free the sandbox and try again); `failed`: any other cause. */
+/**
+ * `full`: no room for processes (free the sandbox and try again); `failed`: any other cause.
+ * `late`: the attempt's time ran out before the command began, so there is none left to retry.
+ */
 export type StartFailure =
-  | { readonly kind: 'full'; readonly detail: string }
-  | { readonly kind: 'failed'; readonly detail: string };
+  | { readonly kind: 'full'; readonly detail: string; readonly late?: boolean }
+  | { readonly kind: 'failed'; readonly detail: string; readonly late?: boolean };
 
 /**
  * Docker writes a failed exec start as one stdout line ending in CRLF, and nothing on stderr. A
@@ -21,7 +24,9 @@ export type StartFailure =
  */
 const RUNTIME_FAILURE = /^(OCI runtime exec failed[^\r\n]*)\r\n$/;
 /** What bash and coreutils print when a fork or exec finds the pids limit reached. */
-const NO_PROCESS_ROOM = /resource temporarily unavailable/i;
+const NO_PROCESS_ROOM = /resource temporarily unavailable|fork system call failed|fork: retry/i;
+/** setpriv's own errors, when it could not put the command in its Landlock domain. */
+const ISOLATION_FAILURE = /^setpriv: .*$/m;
 
 export function startFailure(exitCode: number | null, stdout: string, stderr: string): StartFailure | undefined {
   if (exitCode === SANDBOX_FULL_EXIT && stderr.startsWith(SANDBOX_FULL_MARKER)) {
@@ -49,7 +54,29 @@ export function commandStartFailure(exitCode: number | null, stdout: string, std
   if (known !== undefined) return known;
   const text = (stderr.trim() || stdout.trim()).slice(0, 500);
   if (NO_PROCESS_ROOM.test(text)) return { kind: 'full', detail: text };
+  const isolation = ISOLATION_FAILURE.exec(text);
+  if (isolation !== null) {
+    return {
+      kind: 'failed',
+      detail: `it could not be put in a Landlock domain of its own (${isolation[0]}). Commands are kept apart with Landlock: the engine's kernel needs it (Linux 5.13 or later, with landlock among its LSMs) and the image util-linux 2.40 or later (setpriv --landlock-access). Use such an image, or set commandIsolation to "off" in the deployment config (docs/controller.md says what that gives up)`,
+    };
+  }
   const wrapper = exitCode === WRAPPER_FAILED_EXIT ? stderr.split('\n').find((line) => line.startsWith(`${WRAPPER_FAILED_MARKER}: `)) : undefined;
   if (wrapper !== undefined) return { kind: 'failed', detail: wrapper.slice(WRAPPER_FAILED_MARKER.length + 2) };
   return { kind: 'failed', detail: `the exec wrapper ended with exit status ${String(exitCode)} before the command began${text === '' ? '' : ` (${text})`}` };
+}
+
+/**
+ * Why a command whose timeout came before it began did not begin: the wrapper's fork that found
+ * no room (bash retries for about 15 s before it gives up), or a start that was merely slow.
+ * Never the command's timeout, since the command never ran.
+ */
+export function lateStartFailure(timeoutMs: number, preStart: string): StartFailure {
+  const late = `it had not begun when its timeout of ${timeoutMs} ms ran out`;
+  if (preStart.startsWith(SANDBOX_FULL_MARKER)) {
+    return { kind: 'full', detail: `${late}: the sandbox was at its process limit (${preStart.slice(SANDBOX_FULL_MARKER.length).trim()} processes)`, late: true };
+  }
+  const text = preStart.trim().slice(0, 500);
+  const detail = `${late}${text === '' ? '' : ` (${text})`}`;
+  return NO_PROCESS_ROOM.test(text) ? { kind: 'full', detail, late: true } : { kind: 'failed', detail, late: true };
 }

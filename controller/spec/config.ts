@@ -125,6 +125,11 @@ export const deploymentConfigSchema = z
       .default(false)
       .describe('Let several running sandboxes mount one persistent workspace at once (each sees what the others write as they write it). Off by default: starting a sandbox whose persistent workspace a running sandbox holds fails with workspace_in_use.')
       .meta({ title: 'Shared workspaces', 'x-ui': { label: { en: 'Shared workspaces', zh: '共享工作区' } } }),
+    commandIsolation: z
+      .enum(['landlock', 'off'])
+      .default('landlock')
+      .describe('How the commands of one sandbox are kept apart. landlock: each command starts in a Landlock domain of its own, so no process of one command can ptrace another command\'s, read or write its memory, open its descriptors or read its environment (the kernel needs Landlock, Linux 5.13+, and the image util-linux 2.40+; a command that cannot be isolated fails exec_failed). off: every command of the sandbox user may do all of that to every other, for debuggers that attach across commands (strace -p, gdb -p); a process one command leaves behind can then forge a later command\'s output unless exec fresh is used.')
+      .meta({ title: 'Command isolation', 'x-ui': { label: { en: 'Command isolation', zh: '命令隔离' } } }),
     allowOpenEgress: z
       .boolean()
       .default(false)

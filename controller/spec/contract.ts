@@ -49,6 +49,12 @@ export interface ExecResult {
   truncated: boolean;
   timedOut: boolean;
   aborted: boolean;
+  /**
+   * Present, and true, when the container was restarted before the command ran, because a
+   * process of the sandbox user outlived the kill that `fresh` (or a full sandbox) asked for:
+   * files on volumes are kept, /tmp is cleared, every other process ended.
+   */
+  restarted?: true;
 }
 
 export interface FileStat {

@@ -117,10 +117,10 @@ export function controllerBodies(sharedNetwork: string, extraLabels: Readonly<Re
   const mark = execMark('default', '00000000-0000-4000-8000-000000000000');
   const scripts: Array<{ name: string; cmd: readonly string[]; user: string; env?: readonly string[]; stdin?: Uint8Array }> = [
     // As commands.ts runs them: marked, the script base64-encoded inline, or on stdin ("-N").
-    { name: 'command', cmd: wrapperCmd(65, encodeArg(commandPayload('echo héllo; exit 7', { X: 'ü' }, '/workspace/sub'))), user: SANDBOX_USER, env: execMarkEnv(mark) },
-    { name: 'largest inline command', cmd: wrapperCmd(86_405, encodeArg('x'.repeat(MAX_INLINE_PAYLOAD * 3 / 4))), user: SANDBOX_USER, env: execMarkEnv(mark) },
-    { name: 'command with stdin', cmd: wrapperCmd(65, encodeArg(commandPayload('cat', {}, undefined))), user: SANDBOX_USER, env: execMarkEnv(mark), stdin: new Uint8Array([1, 2]) },
-    { name: 'command on stdin', cmd: wrapperCmd(65, '-40000'), user: SANDBOX_USER, env: execMarkEnv(mark), stdin: new Uint8Array([1]) },
+    { name: 'command', cmd: wrapperCmd(65, encodeArg(commandPayload('echo héllo; exit 7', { X: 'ü' }, '/workspace/sub')), 'landlock'), user: SANDBOX_USER, env: execMarkEnv(mark) },
+    { name: 'largest inline command', cmd: wrapperCmd(86_405, encodeArg('x'.repeat(MAX_INLINE_PAYLOAD * 3 / 4)), 'landlock'), user: SANDBOX_USER, env: execMarkEnv(mark) },
+    { name: 'command with stdin', cmd: wrapperCmd(65, encodeArg(commandPayload('cat', {}, undefined)), 'landlock'), user: SANDBOX_USER, env: execMarkEnv(mark), stdin: new Uint8Array([1, 2]) },
+    { name: 'command on stdin', cmd: wrapperCmd(65, '-40000', 'landlock'), user: SANDBOX_USER, env: execMarkEnv(mark), stdin: new Uint8Array([1]) },
     { name: 'kill one command', cmd: killMarkedCmd([mark]), user: SANDBOX_USER },
     { name: 'kill by tag', cmd: killTaggedCmd(['default', 'build']), user: SANDBOX_USER },
     { name: 'kill all', cmd: killAllCmd(), user: SANDBOX_USER },

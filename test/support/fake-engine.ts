@@ -30,8 +30,8 @@
  *   images      present or not; a pull finds only what `registry` holds
  *   exec        a process model a test can replace (`onExec`): by default a command exits 0 with
  *               no output (a command of the controller's exec wrapper, whose exec carries the
- *               CAPYBARA_EXEC mark, first writes its start byte to stderr, as its shell does),
- *               and one that dials `/dev/tcp/HOST/PORT` (the egress health probe)
+ *               CAPYBARA_EXEC mark, first writes its start byte to stderr, as its shell does;
+ *               the root check after a kill of everything finds no survivor), and one that dials `/dev/tcp/HOST/PORT` (the egress health probe)
  *               exits 0 when HOST is a running, unpaused container on a network it shares, and
  *               137 (killed by its `timeout -s KILL`) otherwise
  *   the *Optional calls of DockerEngine (inspect, stop, remove: a missing object is no error)
@@ -43,7 +43,7 @@
 import { randomBytes } from 'node:crypto';
 import { EngineStatusError, type ContainerSummary, type ExecRequest, type ExecRun } from '../../controller/docker/engine.js';
 import type { ContainerView, NetworkView, SandboxEngine } from '../../controller/docker/sandbox-engine.js';
-import { EXEC_MARK_VAR, STARTED_BYTE } from '../../controller/exec/exec-script.js';
+import { EXEC_MARK_VAR, STARTED_BYTE, SURVIVORS_MARKER } from '../../controller/exec/exec-script.js';
 
 type ContainerState = 'created' | 'running' | 'paused' | 'exited';
 
@@ -515,6 +515,7 @@ export class FakeEngine implements SandboxEngine {
 
   /** The default process model: see the header. */
   defaultExec(container: string, request: ExecRequest): ExecOutcome {
+    if (request.cmd[3] === SURVIVORS_MARKER) return { exitCode: 0, stdout: `${SURVIVORS_MARKER} 0\n` };
     const dial = /\/dev\/tcp\/([^/\s]+)\/\d+/.exec(request.cmd.join('\n'));
     if (dial === null) return request.env?.some((e) => e.startsWith(`${EXEC_MARK_VAR}=`)) === true ? { exitCode: 0, stderr: String.fromCharCode(STARTED_BYTE) } : { exitCode: 0 };
     return { exitCode: this.reachable(container, dial[1] ?? '') ? 0 : 137 };

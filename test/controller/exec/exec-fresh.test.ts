@@ -1,17 +1,21 @@
 /**
  * exec's `fresh` on the in-memory engine: every process of the sandbox user is ended (killAll's
- * script, confirmed) before the command's exec is created, and when that kill cannot confirm, the
- * container restarts before the command runs. The attack it stops runs on the real engine in
+ * script, judged by a root check of what still runs) before the command's exec is created, and
+ * when anything survives or the check cannot run, the container restarts before the command runs,
+ * and the result says so. What the kill script itself prints is never the judge. The attack it stops runs on the real engine in
  * docker-exec-truth.test.ts. And what a command whose exec could not start is: `conflict` when
  * another call stopped or removed the sandbox meanwhile, else `exec_failed`.
  */
 import t from 'tap';
+import type { Test } from 'tap';
 import { isSandboxError } from '../../../controller/index.js';
 import { fakeSandbox } from '../../support/fake-sandbox.js';
-import { KILL_OK_MARKER, STARTED_BYTE } from '../../../controller/exec/exec-script.js';
+import { KILL_OK_MARKER, STARTED_BYTE, SURVIVORS_MARKER } from '../../../controller/exec/exec-script.js';
 import type { ExecRequest } from '../../../controller/docker/engine.js';
 
-const kind = (r: ExecRequest): string => (r.cmd[3] === 'capybara-killall' ? 'killall' : r.cmd[3] === 'capybara-exec' ? 'command' : String(r.cmd[3]));
+const kind = (r: ExecRequest): string =>
+  r.cmd[3] === 'capybara-killall' ? 'killall' : r.cmd[3] === 'capybara-exec' ? 'command' : r.cmd[3] === SURVIVORS_MARKER ? `survivors as ${r.user}` : String(r.cmd[3]);
+const START = String.fromCharCode(STARTED_BYTE);
 
 t.test('fresh ends everything first, then runs the command', async (t) => {
   const s = fakeSandbox();
@@ -19,30 +23,68 @@ t.test('fresh ends everything first, then runs the command', async (t) => {
   const seen: string[] = [];
   s.engine.onExec = (_container, request) => {
     seen.push(kind(request));
-    return kind(request) === 'killall' ? { exitCode: 0, stdout: `${KILL_OK_MARKER}\n` } : { exitCode: 3, stderr: `${String.fromCharCode(STARTED_BYTE)}own\n` };
+    if (kind(request) === 'killall') return { exitCode: 0, stdout: `${KILL_OK_MARKER}\n` };
+    if (request.cmd[3] === SURVIVORS_MARKER) return { exitCode: 0, stdout: `${SURVIVORS_MARKER} 0\n` };
+    return { exitCode: 3, stderr: `${START}own\n` };
   };
   t.same(await s.provider.exec(h, 'true', { fresh: true }), { exitCode: 3, stdout: '', stderr: 'own\n', truncated: false, timedOut: false, aborted: false });
-  t.same(seen, ['killall', 'command']);
+  t.same(seen, ['killall', 'survivors as 0:0', 'command'], 'the kill, then root\'s look at what survived it');
   seen.length = 0;
   await s.provider.exec(h, 'true');
   t.same(seen, ['command'], 'without fresh, nothing is killed');
 });
 
-t.test('a kill that does not confirm restarts the container before the command', async (t) => {
+/** A sandbox whose kill script answers `kill` and whose root checks answer `looks` in turn. */
+async function freshCase(t: Test, kill: { exitCode: number; stdout?: string }, looks: Array<{ exitCode: number; stdout?: string }>) {
   const s = fakeSandbox();
-  const h = await s.provider.create({ id: 'fresh2', image: 'capybara-sandbox:latest', limits: { egress: 'none' } });
+  const h = await s.provider.create({ id: `fresh-${looks.length}-${kill.exitCode}`, image: 'capybara-sandbox:latest', limits: { egress: 'none' } });
   const order: string[] = [];
   s.engine.beforeCall((call) => {
     if (call.method === 'restartContainer') order.push('restart');
   });
+  let look = 0;
   s.engine.onExec = (_container, request) => {
     order.push(kind(request));
-    // A process survived every round: no OK line.
-    return kind(request) === 'killall' ? { exitCode: 0 } : { exitCode: 0, stderr: String.fromCharCode(STARTED_BYTE) };
+    if (kind(request) === 'killall') return kill;
+    if (request.cmd[3] === SURVIVORS_MARKER) return looks[Math.min(look++, looks.length - 1)] ?? { exitCode: 1 };
+    return { exitCode: 0, stderr: `${START}ran\n` };
   };
-  t.equal((await s.provider.exec(h, 'true', { fresh: true })).exitCode, 0);
-  t.same(order, ['killall', 'restart', 'command']);
-  t.match(s.logs, [{ event: 'container_restart', cause: 'kill_not_confirmed' }]);
+  const result = await s.provider.exec(h, 'true', { fresh: true });
+  t.teardown(() => s.provider.destroy(h));
+  return { result, order, logs: s.logs };
+}
+
+t.test('a survivor after a kill that claimed success restarts the container before the command, and the result says so', async (t) => {
+  const survivor = { exitCode: 0, stdout: `${SURVIVORS_MARKER} 1 812\n` };
+  const { result, order, logs } = await freshCase(t, { exitCode: 0, stdout: `${KILL_OK_MARKER}\n` }, [survivor]);
+  t.same(order, ['killall', 'survivors as 0:0', 'survivors as 0:0', 'survivors as 0:0', 'restart', 'command'], 'three looks a moment apart, then the restart');
+  t.same(result, { exitCode: 0, stdout: '', stderr: 'ran\n', truncated: false, timedOut: false, aborted: false, restarted: true });
+  t.match(logs, [{ event: 'container_restart', cause: 'survivors_after_kill', survivors: [812] }]);
+});
+
+t.test('a process still dying at the first look is not a survivor', async (t) => {
+  const { result, order } = await freshCase(t, { exitCode: 0, stdout: `${KILL_OK_MARKER}\n` }, [{ exitCode: 0, stdout: `${SURVIVORS_MARKER} 1 812\n` }, { exitCode: 0, stdout: `${SURVIVORS_MARKER} 0\n` }]);
+  t.same(order, ['killall', 'survivors as 0:0', 'survivors as 0:0', 'command']);
+  t.equal(result.restarted, undefined);
+});
+
+t.test('a root check that cannot run, or answers anything but its line, restarts the container', async (t) => {
+  for (const answer of [
+    { exitCode: 126, stdout: 'OCI runtime exec failed: exec failed: read init-p: connection reset by peer: unknown\r\n' },
+    { exitCode: 0, stdout: `${SURVIVORS_MARKER} 2 812\n` },
+    { exitCode: 0, stdout: `${SURVIVORS_MARKER} 0\n${SURVIVORS_MARKER} 0\n` },
+  ]) {
+    const { result, order, logs } = await freshCase(t, { exitCode: 0, stdout: `${KILL_OK_MARKER}\n` }, [answer]);
+    t.same(order, ['killall', 'survivors as 0:0', 'restart', 'command'], JSON.stringify(answer.stdout));
+    t.equal(result.restarted, true);
+    t.match(logs, [{ event: 'container_restart', cause: 'kill_not_confirmed' }]);
+  }
+});
+
+t.test('a kill script that never said OK (stopped by a process it was to kill) is judged by the root check alone', async (t) => {
+  const { result, order } = await freshCase(t, { exitCode: 137 }, [{ exitCode: 0, stdout: `${SURVIVORS_MARKER} 0\n` }]);
+  t.same(order, ['killall', 'survivors as 0:0', 'command'], 'nothing survived: no restart');
+  t.equal(result.restarted, undefined);
 });
 
 t.test('a command whose exec cannot start because another call stopped the sandbox meanwhile: conflict, not exec_failed', async (t) => {

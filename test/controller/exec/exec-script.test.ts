@@ -122,7 +122,7 @@ async function until(ready: () => boolean, deadlineMs = 10_000): Promise<boolean
 }
 
 t.test('every exec argument is ASCII without JSON escapes', async (t) => {
-  const cmd = wrapperCmd(65, encodeArg(commandPayload('echo "héllo\tworld" \u0001', { V: 'ü\nx' }, '/tmp/ä')));
+  const cmd = wrapperCmd(65, encodeArg(commandPayload('echo "héllo\tworld" \u0001', { V: 'ü\nx' }, '/tmp/ä')), 'off');
   const json = JSON.stringify(cmd);
   t.notMatch(json, /\\u/);
   t.match(json, /^[\x20-\x7e]*$/);
@@ -138,28 +138,28 @@ t.test('shellQuote round-trips awkward strings', async (t) => {
 t.test('wrapper runs the command with env, cwd and stdin; the start byte comes first', async (t) => {
   const mark = execMark(uniqueTag('t1'), randomUUID());
   const payload = encodeArg(commandPayload('echo "$GREETING from $(pwd)"; cat; echo "mark=$' + EXEC_MARK_VAR + '" >&2; exit 3', { GREETING: "it's ü" }, '/tmp'));
-  const out = run(wrapperCmd(30, payload), 'stdin-data', markedEnv(mark));
+  const out = run(wrapperCmd(30, payload, 'off'), 'stdin-data', markedEnv(mark));
   t.equal(out.status, 3);
   t.equal(out.stdout.toString(), "it's ü from /tmp\nstdin-data");
   t.equal(out.stderr.toString(), `${START}mark=${mark}\n`, 'the start byte, then the command\'s own stderr; the mark is in its environment');
 });
 
 t.test('a command with a syntax error has begun: its status is its own', async (t) => {
-  const out = run(wrapperCmd(30, encodeArg(commandPayload('echo one\nif then', {}, undefined))), undefined, markedEnv(execMark('t', randomUUID())));
+  const out = run(wrapperCmd(30, encodeArg(commandPayload('echo one\nif then', {}, undefined)), 'off'), undefined, markedEnv(execMark('t', randomUUID())));
   t.equal(out.status, 2);
   t.equal(out.stdout.toString(), 'one\n');
   t.ok(out.stderr.toString().startsWith(`${START}`), 'started');
 });
 
 t.test('a missing cwd is a clear error', async (t) => {
-  const out = run(wrapperCmd(30, encodeArg(commandPayload('true', {}, '/nonexistent-dir'))), undefined, markedEnv(execMark('t', randomUUID())));
+  const out = run(wrapperCmd(30, encodeArg(commandPayload('true', {}, '/nonexistent-dir')), 'off'), undefined, markedEnv(execMark('t', randomUUID())));
   t.equal(out.status, 126);
   t.match(out.stderr.toString(), 'cannot change directory to /nonexistent-dir');
 });
 
 t.test('backstop kills a command that outlives its limit', async (t) => {
   const started = Date.now();
-  const out = run(wrapperCmd(1, encodeArg(commandPayload('sleep 30', {}, undefined))), undefined, markedEnv(execMark('t', randomUUID())));
+  const out = run(wrapperCmd(1, encodeArg(commandPayload('sleep 30', {}, undefined)), 'off'), undefined, markedEnv(execMark('t', randomUUID())));
   // timeout kills its whole process group, itself included: Docker reports that exec as 137.
   t.equal(out.signal, 'SIGKILL');
   t.ok(Date.now() - started < 10_000);
@@ -169,14 +169,14 @@ t.test('a command too large for an exec body comes on stdin, ahead of the caller
   const mark = execMark(uniqueTag('big'), randomUUID());
   const big = `x=${'y'.repeat(MAX_INLINE_PAYLOAD)}\necho "\${#x}"; cat`;
   const staged = stagedPayload(commandPayload(big, {}, undefined), mark);
-  const out = run(wrapperCmd(30, `-${staged.length}`), Buffer.concat([staged, Buffer.from('caller stdin\n')]), markedEnv(mark));
+  const out = run(wrapperCmd(30, `-${staged.length}`, 'off'), Buffer.concat([staged, Buffer.from('caller stdin\n')]), markedEnv(mark));
   t.equal(out.status, 0, out.stderr.toString());
   t.equal(out.stdout.toString(), `${MAX_INLINE_PAYLOAD}\ncaller stdin\n`);
   // Cut short on the way (the connection broke): the part that came must not run as the whole.
   const dir = mkdtempSync(join(tmpdir(), 'capybara-cut-'));
   const sideEffect = join(dir, 'ran');
   const cut = stagedPayload(commandPayload(`touch ${sideEffect}; : ${'z'.repeat(MAX_INLINE_PAYLOAD)}`, {}, undefined), mark);
-  const short = run(wrapperCmd(30, `-${cut.length}`), cut.subarray(0, cut.length - 10), markedEnv(mark));
+  const short = run(wrapperCmd(30, `-${cut.length}`, 'off'), cut.subarray(0, cut.length - 10), markedEnv(mark));
   t.equal(short.status, WRAPPER_FAILED_EXIT);
   t.equal(short.stderr.toString(), `${WRAPPER_FAILED_MARKER}: the command arrived incomplete on stdin\n`, 'no start byte: the wrapper failed, the command never began');
   t.notOk(existsSync(sideEffect), 'nothing of the command ran');
@@ -190,7 +190,7 @@ t.test('the wrapper writes nothing: a full /tmp cannot stop a command', async (t
   if (spawnSync('unshare', ['-m', 'true']).status !== 0) return needUnmet(t, 'unshare -m cannot make a mount namespace here (root needed)');
   // A 64 KiB tmpfs on /tmp, filled up, in a mount namespace of its own; then the wrapper.
   const mark = execMark(uniqueTag('full'), randomUUID());
-  const [, ...wrapperArgs] = wrapperCmd(30, encodeArg(commandPayload('echo still-runs; exit 7', {}, undefined)));
+  const [, ...wrapperArgs] = wrapperCmd(30, encodeArg(commandPayload('echo still-runs; exit 7', {}, undefined)), 'off');
   const script = `mount -t tmpfs -o size=64k tmpfs /tmp && { head -c 1M /dev/zero > /tmp/fill; df -k /tmp | tail -1 >&2; exec bash "$@"; }`;
   const out = spawnSync('unshare', ['-m', '--propagation', 'private', 'bash', '-c', script, 'full', ...wrapperArgs], { encoding: 'buffer', timeout: 20_000, env: markedEnv(mark) });
   const stderr = out.stderr.toString();
@@ -206,7 +206,7 @@ t.test('a kill by mark ends the command, its background children, and a child th
   const done = `capybara-test-${randomUUID()}`;
   // Detached: a session of its own, as runc starts every exec. The env -i child stays in the
   // session without the mark; the setsid child leaves the session with the mark.
-  const [file, ...args] = wrapperCmd(60, encodeArg(commandPayload(`sleep 300 & env -i /bin/sleep 302 & setsid sleep 303 & sleep 301; echo ${done}`, {}, undefined)));
+  const [file, ...args] = wrapperCmd(60, encodeArg(commandPayload(`sleep 300 & env -i /bin/sleep 302 & setsid sleep 303 & sleep 301; echo ${done}`, {}, undefined)), 'off');
   const child = spawn(file ?? 'bash', args, { stdio: 'ignore', detached: true, env: markedEnv(mark) });
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
   const sid = child.pid ?? 0;
@@ -304,7 +304,7 @@ while True:
 t.test('a background child outlives its command and is found by its tag later', async (t) => {
   const tag = uniqueTag('bg');
   const mark = execMark(tag, randomUUID());
-  const [file, ...args] = wrapperCmd(60, encodeArg(commandPayload('sleep 307 & echo main-done', {}, undefined)));
+  const [file, ...args] = wrapperCmd(60, encodeArg(commandPayload('sleep 307 & echo main-done', {}, undefined)), 'off');
   const out = spawnSync(file ?? 'bash', args, { stdio: 'ignore', env: markedEnv(mark) });
   t.equal(out.status, 0, 'main command finished');
   t.equal(liveMarked(mark).length, 1, 'the child runs on, with the mark');
@@ -385,7 +385,7 @@ t.test('a kill skips zombies and stops once nothing of the command is alive', as
   const processes = 400;
   const mark = execMark('zombies', randomUUID());
   const out = underNonReapingInit(KILL_DRIVER, {
-    wrapper: wrapperCmd(120, encodeArg(commandPayload(`for i in $(seq ${processes}); do sleep 300 & done; wait`, {}, undefined))),
+    wrapper: wrapperCmd(120, encodeArg(commandPayload(`for i in $(seq ${processes}); do sleep 300 & done; wait`, {}, undefined)), 'off'),
     env: { [EXEC_MARK_VAR]: mark },
     kill: killMarkedCmd([mark]),
     processes,

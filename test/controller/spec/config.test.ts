@@ -17,6 +17,7 @@ t.test('defaults are applied and the result is frozen', async (t) => {
     maxLimits: { cpu: 4, memoryMb: 16_384, diskMb: 102_400, execTimeoutMs: 4 * 3_600_000, outputBytes: 16 * 1024 * 1024, readBytes: 256 * 1024 * 1024 },
     persistentHome: false,
     sharedWorkspaces: false,
+    commandIsolation: 'landlock',
     allowOpenEgress: false,
     logMaxSizeMb: 10,
     logMaxFiles: 3,
