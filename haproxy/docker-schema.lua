@@ -276,6 +276,11 @@ local HOST_CONFIG = struct({
   { 'Privileged', bool(false) },
   -- A higher score only makes the container the OOM killer's first choice.
   { 'OomScoreAdj', int(0, 1000) },
+  -- One kernel setting with one value: IPv4 forwarding off in the container's own network
+  -- namespace (an egress proxy joins its sandbox's network and the shared one, and must never
+  -- route between them). Every other sysctl is refused: net.ipv6.conf.*.disable_ipv6=0 would
+  -- bring IPv6 back, others change how the network behaves.
+  { 'Sysctls', map{ keys = { ['net.ipv4.ip_forward'] = true }, value = one_of({ '0' }), max = 1, label = 'Sysctls' } },
   { 'LogConfig', LOG_CONFIG },
 }, {
   rules = {

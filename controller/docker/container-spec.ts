@@ -200,6 +200,10 @@ export function egressContainerBody(
       PidsLimit: EGRESS_PIDS_LIMIT,
       IpcMode: 'private',
       CgroupnsMode: 'private',
+      // The proxy joins two networks: it must never route a packet from one to the other (a
+      // namespace inherits forwarding on from the host's). Only the sandbox's missing NET_ADMIN
+      // and NET_RAW kept it from sending one through otherwise.
+      Sysctls: { 'net.ipv4.ip_forward': '0' },
       NanoCpus: plan.egressNanoCpus,
       Memory: EGRESS_MEMORY_BYTES,
       MemorySwap: EGRESS_MEMORY_BYTES,

@@ -8,6 +8,8 @@
  */
 import t, { type Test } from 'tap';
 import { networkInterfaces } from 'node:os';
+import { execFileSync } from 'node:child_process';
+import { createSocket } from 'node:dgram';
 import { sandboxTestEnv, SANDBOX_IMAGE, UPSTREAM_BODY, UPSTREAM_HOST, type SandboxTestEnv } from '../../support/sandbox-env.js';
 import { createDockerSandbox, isSandboxError, type SandboxHandle, type SandboxProvider } from '../../../controller/index.js';
 // The same route-aware probe that `capybara-sandbox doctor` runs: it connects only where the
@@ -98,6 +100,34 @@ t.test('isolation of the none, internal and allowlist tiers', async (t) => {
     const refusal = (url: string) => provider.exec(allow, `curl -s -m 10 -o /dev/null -D /tmp/h -w "%{http_code}" ${url}; echo " $(tr -d "\\r" < /tmp/h | sed -n "s/^[Xx]-[Ee]gress-[Rr]eason: //p")"`);
     t.equal((await refusal('http://not-allowed.capybara.test/')).stdout, '403 host_not_allowed\n');
     t.equal((await refusal('http://169.254.169.254/')).stdout, '403 ip_literal\n');
+  });
+
+  await t.test('allowlist: its egress proxy routes nothing from the sandbox onward, even given a route', async (t) => {
+    // The route the sandbox's missing NET_ADMIN keeps it from adding, added from the host: the
+    // test upstream's address (the shared network's gateway, on the host) via the proxy's leg.
+    const egressOnNet = await ipOf(s, `${allow.id}-egress`, `${allow.id}-net`);
+    const sandboxPid = String((await s.inspect(allow.id)).State.Pid);
+    const egressPid = String((await s.inspect(`${allow.id}-egress`)).State.Pid);
+    const inNs = (pid: string, ...args: string[]) => execFileSync('nsenter', ['-t', pid, '-n', ...args], { encoding: 'utf8' }).trim();
+    t.equal(inNs(egressPid, 'sysctl', '-n', 'net.ipv4.ip_forward'), '0', 'forwarding is off in the proxy\'s namespace');
+    inNs(sandboxPid, 'ip', 'route', 'add', `${s.upstreamIp}/32`, 'via', egressOnNet);
+    t.teardown(() => inNs(sandboxPid, 'ip', 'route', 'del', `${s.upstreamIp}/32`));
+    const listener = createSocket('udp4');
+    const got: string[] = [];
+    listener.on('message', (m) => got.push(m.toString()));
+    await new Promise<void>((resolve) => listener.bind(0, s.upstreamIp, resolve));
+    t.teardown(() => listener.close());
+    const port = listener.address().port;
+    const send = async (word: string) => {
+      const r = await provider.exec(allow, `for i in 1 2 3 4 5; do echo ${word} > /dev/udp/${s.upstreamIp}/${port}; sleep 0.1; done; ip=$(awk '$2 == "${s.upstreamIp.split('.').reverse().map((o) => Number(o).toString(16).padStart(2, '0')).join('').toUpperCase()}"' /proc/net/route | wc -l); echo "$ip"`);
+      t.equal(r.stdout, '1\n', 'the sandbox has the route');
+      await new Promise((r) => setTimeout(r, 1000));
+    };
+    await send('off');
+    // Both layers at once: forwarding off in the proxy's namespace, and Docker's own rule on an
+    // internal bridge that drops a frame addressed outside its subnet (where the host's bridge
+    // netfilter is on, as here; turning it off for a test would change the whole host).
+    t.same(got, [], 'no datagram crossed the proxy');
   });
 
   await t.test('none: loopback only', async (t) => {
