@@ -96,7 +96,9 @@ export async function createSandboxNetwork(deps: BuildDeps, names: SandboxNames,
       id = await engine.createNetwork(internalNetworkBody(names.network, labels, addresses));
     } catch (err) {
       // Taken by another network: the next candidate.
-      if (dockerSays(err, 403, /overlaps/)) continue;
+      // "Pool overlaps with other one on this address space" (IPAM), "... conflicts with network
+      // ...: networks have overlapping IPv4" (the bridge driver, a create that lost a race).
+      if (dockerSays(err, 403, /overlap/i)) continue;
       if (engineStatus(err) === 409) throw await nameTaken(deps, names, err);
       throw err;
     }

@@ -50,6 +50,28 @@ t.test('a sandbox network takes the first free subnet of its candidates; the pro
   t.ok(s.engine.reachable(NAME, EGRESS));
 });
 
+t.test('every overlap message Docker gives moves on to the next subnet', async (t) => {
+  for (const message of [
+    'Pool overlaps with other one on this address space',
+    'cannot create network 5f0c (br-5f0c): conflicts with network 9a1b (br-9a1b): networks have overlapping IPv4',
+  ]) {
+    const s = fakeSandbox();
+    const [, second] = candidates(NET, 2);
+    let refused = 0;
+    s.engine.beforeCall((call) => {
+      // The first candidate: refused as Docker does when another create took it meanwhile.
+      if (call.method === 'createNetwork' && call.target === NET && refused === 0) {
+        refused += 1;
+        throw s.engine.status(call, 403, message);
+      }
+    });
+    await s.provider.create(allowlist);
+    t.equal(s.engine.count('createNetwork', NET), 2, message);
+    const labels = s.engine.networkNamed(NET)?.body.Labels as Record<string, string> | undefined;
+    t.equal(labels?.['dev.capybara.sandbox.subnet'], second, 'the next candidate taken');
+  }
+});
+
 t.test('a full pool is address_pool_exhausted, nothing left, naming the pool and the setting', async (t) => {
   const s = fakeSandbox({ addressPool: '10.99.0.0/24', subnetPrefix: 28 });
   // Sixteen /28s in a /24: fill them all.
