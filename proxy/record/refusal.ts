@@ -98,12 +98,27 @@ export function tlsAlertFor(refusal: Refusal): Buffer {
   return isFailure(refusal.reason) ? INTERNAL_ERROR_ALERT : ACCESS_DENIED_ALERT;
 }
 
+/** The longest detail the status line carries; the body has it whole. */
+const PHRASE_DETAIL_MAX = 160;
+
+/**
+ * The status line's reason phrase: the standard one, then the reason and its detail. A client
+ * that shows only the status line (pip: "Tunnel connection failed: 403 ...", for a CONNECT that
+ * was refused) still says why. Printable ASCII only, as the grammar of a reason phrase allows.
+ */
+export function refusalPhrase(refusal: Refusal): string {
+  const status = REASONS[refusal.reason].status;
+  const detail = refusal.detail.replace(/[^\x20-\x7e]/g, '?');
+  const cut = detail.length > PHRASE_DETAIL_MAX ? `${detail.slice(0, PHRASE_DETAIL_MAX - 3)}...` : detail;
+  return `${STATUS_CODES[status] ?? 'Refused'} (${refusal.reason}: ${cut})`;
+}
+
 /** A refusal as a whole HTTP response, for a raw socket (CONNECT, or before HTTP parsing). */
 export function refusalBytes(refusal: Refusal): string {
   const status = REASONS[refusal.reason].status;
   const body = refusalBody(refusal);
   const lines = Object.entries(headers(refusal, body)).map(([k, v]) => `${k}: ${v}\r\n`);
-  return `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\n${lines.join('')}\r\n${body}`;
+  return `HTTP/1.1 ${status} ${refusalPhrase(refusal)}\r\n${lines.join('')}\r\n${body}`;
 }
 
 /** Writes a refusal as the response to a parsed plain-HTTP request. */
@@ -114,6 +129,6 @@ export function refuseResponse(res: ServerResponse, refusal: Refusal): void {
   }
   const body = refusalBody(refusal);
   res.shouldKeepAlive = false;
-  res.writeHead(REASONS[refusal.reason].status, headers(refusal, body));
+  res.writeHead(REASONS[refusal.reason].status, refusalPhrase(refusal), headers(refusal, body));
   res.end(body);
 }

@@ -4,6 +4,8 @@
  * closed tunnels, malformed input, limits, log lines and metrics.
  */
 import http from 'node:http';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import net from 'node:net';
 import tls from 'node:tls';
 import t from 'tap';
@@ -13,6 +15,7 @@ import { settle } from '../support/settle.js';
 import { rawRequest, readUntil } from '../support/raw-client.js';
 import { startDnsServer } from '../support/dns-server.js';
 import { policyOf, startTestProxy } from '../support/test-proxy.js';
+import { needUnmet, toolMissing } from '../support/needs.js';
 
 // Upstreams: a TCP service that answers each chunk with "echo:" + chunk and reports end of
 // input, and an HTTP server that returns what it received.
@@ -224,10 +227,28 @@ for (const c of refusals) {
     t.equal(res.reason, c.reason);
     t.match(res.body, new RegExp(`^egress (denied|failed).*: ${c.reason}: .+; .+\\n$`), 'one line naming the reason and the remedy');
     t.match(res.head, /connection: close/i);
+    t.match(res.head.split('\r\n')[0], new RegExp(`^HTTP/1\\.1 ${c.status} [A-Za-z ]+ \\(${c.reason}: [ -~]+\\)$`), 'the status line says why too');
     t.same(proxyT.dialed.slice(before), [], 'nothing dialed');
     if (c.dns && !('timeout' in c.dns)) t.equal(dns.questions(host), 1, 'resolved once');
   });
 }
+
+t.test('a client that shows only the status line of a refused CONNECT shows why (Python\'s http.client, as pip uses it)', async (t) => {
+  const missing = toolMissing('python3', ['--version'], 'apt-get install python3');
+  if (missing) return needUnmet(t, missing);
+  // http.client's tunnel raises OSError("Tunnel connection failed: <status> <reason phrase>"),
+  // which pip prints inside its ProxyError; the body and the header it never shows.
+  const script = `import http.client, sys
+c = http.client.HTTPSConnection("127.0.0.1", ${port}, timeout=10)
+c.set_tunnel("evil.net", 443)
+try:
+    c.connect()
+except OSError as e:
+    print(e)`;
+  // Not spawnSync: the proxy answers on this process's event loop.
+  const out = await promisify(execFile)('python3', ['-c', script], { encoding: 'utf8', timeout: 30_000 });
+  t.equal(out.stdout, 'Tunnel connection failed: 403 Forbidden (host_not_allowed: evil.net is not on the allowlist)\n', out.stderr);
+});
 
 const malformed: { name: string; bytes: string; status: number; reason: string }[] = [
   { name: 'garbage', bytes: '\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03', status: 400, reason: 'bad_request' },

@@ -100,6 +100,11 @@ t.test('isolation of the none, internal and allowlist tiers', async (t) => {
     const refusal = (url: string) => provider.exec(allow, `curl -s -m 10 -o /dev/null -D /tmp/h -w "%{http_code}" ${url}; echo " $(tr -d "\\r" < /tmp/h | sed -n "s/^[Xx]-[Ee]gress-[Rr]eason: //p")"`);
     t.equal((await refusal('http://not-allowed.capybara.test/')).stdout, '403 host_not_allowed\n');
     t.equal((await refusal('http://169.254.169.254/')).stdout, '403 ip_literal\n');
+    // pip shows only the tunnel's status line, in the warning of each retry ("ProxyError('Cannot connect to proxy.',
+    // OSError('Tunnel connection failed: 403 ...'))"): the reason must be in it.
+    const pip = await provider.exec(allow, 'pip download --no-deps --retries 1 --timeout 10 -d /tmp/pip --index-url https://not-allowed.capybara.test/simple/ anything', { timeoutMs: 60_000 });
+    t.not(pip.exitCode, 0);
+    t.match(pip.stdout + pip.stderr, /Tunnel connection failed: 403 Forbidden \(host_not_allowed: not-allowed\.capybara\.test is not on the allowlist\)/, 'pip shows why');
   });
 
   await t.test('allowlist: its egress proxy routes nothing from the sandbox onward, even given a route', async (t) => {
