@@ -1,10 +1,12 @@
 /**
  * `gc`: removes the orphans `decideOrphans` found, containers first (an egress proxy holds its
  * networks), then networks, then volumes. Just before each removal the sandbox container is
- * looked up again by name, so a sandbox created since the listing keeps its resources.
+ * looked up again by name, so a sandbox created since the listing keeps its resources; for a
+ * half-built sandbox, its `-building` volume instead, so a create that finished since keeps them.
  * Volumes are removed unforced: one still in use stays and is reported.
  */
 import { type DockerEngine, engineStatus } from '../docker/index.js';
+import { namesFor } from '../spec/index.js';
 import { readInventory } from './inventory.js';
 import { decideOrphans, type ResourceDecision } from './orphans.js';
 
@@ -13,7 +15,9 @@ export interface GcResult {
   readonly name: string;
   readonly sandbox: string | undefined;
   readonly ageSeconds: number;
-  readonly action: 'would_remove' | 'removed' | 'kept_sandbox_reappeared' | 'failed';
+  readonly action: 'would_remove' | 'removed' | 'kept_sandbox_reappeared' | 'kept_create_finished' | 'failed';
+  /** Its sandbox was left half-built by a create that never finished (orphans.ts). */
+  readonly halfBuilt?: true;
   readonly detail?: string;
 }
 
@@ -26,19 +30,31 @@ export interface GcOptions {
 
 const ORDER = { container: 0, network: 1, volume: 2 } as const;
 
+/** Removal order: containers, networks, volumes, and a half-built sandbox's marker last of all. */
+function rank(d: ResourceDecision): number {
+  return d.halfBuilt === true && d.sandbox !== undefined && d.name === namesFor(d.sandbox).buildingVolume ? 3 : ORDER[d.kind];
+}
+
 export async function collectGarbage(engine: DockerEngine, options: GcOptions): Promise<GcResult[]> {
   const inventory = await readInventory(engine, options.extraLabels, 'gc');
   const orphans = decideOrphans(inventory, options.nowMs, options.minAgeMs)
     .filter((d) => d.orphan)
-    .sort((a, b) => ORDER[a.kind] - ORDER[b.kind] || a.name.localeCompare(b.name));
+    .sort((a, b) => rank(a) - rank(b) || a.name.localeCompare(b.name));
   const results: GcResult[] = [];
   for (const orphan of orphans) {
-    const row = { kind: orphan.kind, name: orphan.name, sandbox: orphan.sandbox, ageSeconds: orphan.ageSeconds };
+    const row = { kind: orphan.kind, name: orphan.name, sandbox: orphan.sandbox, ageSeconds: orphan.ageSeconds, ...(orphan.halfBuilt === true ? { halfBuilt: true as const } : {}) };
     if (options.dryRun) {
       results.push({ ...row, action: 'would_remove' });
       continue;
     }
-    if (orphan.sandbox !== undefined && (await engine.inspectContainer(orphan.sandbox)) !== undefined) {
+    if (orphan.halfBuilt === true && orphan.sandbox !== undefined) {
+      const building = namesFor(orphan.sandbox).buildingVolume;
+      // Its own marker is the last thing removed: looked up for the others only.
+      if (orphan.name !== building && !(await engine.volumeExists(building))) {
+        results.push({ ...row, action: 'kept_create_finished' });
+        continue;
+      }
+    } else if (orphan.sandbox !== undefined && (await engine.inspectContainer(orphan.sandbox)) !== undefined) {
       results.push({ ...row, action: 'kept_sandbox_reappeared' });
       continue;
     }

@@ -2,12 +2,17 @@
  * Which sandbox resources are orphans. Pure: takes what the engine listed and the time, and
  * returns a decision per resource with a reason code. A resource is an orphan only when all
  * hold: it names a sandbox (dev.capybara.sandbox.name), that sandbox's container does not
- * exist, it is not a persistent workspace, and it is older than the grace period. The grace
- * period is what keeps gc off another controller replica's create in progress, which makes
- * the volumes, network and egress proxy before the sandbox container.
+ * exist or was left half-built, it is not a persistent workspace, and it is older than the grace
+ * period. The grace period is what keeps gc off another controller replica's create in
+ * progress, which makes the volumes, network and egress proxy before the sandbox container.
+ *
+ * Half-built: a sandbox whose create never finished (its controller was killed), so that its
+ * `-building` volume (names.ts buildingVolume) is still there, older than the grace period. Its
+ * container, running or not, goes with the rest; nobody holds a handle to it, since the create
+ * that made it never returned one.
  */
 import type { ContainerSummary, ResourceSummary } from '../docker/index.js';
-import { LABEL_NAME, LABEL_WORKSPACE_KEY } from '../spec/index.js';
+import { LABEL_NAME, LABEL_WORKSPACE_KEY, namesFor } from '../spec/index.js';
 import { isSandboxContainer, type Inventory } from './inventory.js';
 
 export const KEEP_REASONS = {
@@ -31,12 +36,15 @@ export interface ResourceDecision {
   readonly ageSeconds: number;
   readonly orphan: boolean;
   readonly keep?: KeepReason;
+  /** Set when the sandbox was left half-built (its container is an orphan too). */
+  readonly halfBuilt?: boolean;
 }
 
 function decide(
   kind: ResourceKind,
   resource: ContainerSummary | ResourceSummary,
   liveSandboxes: ReadonlySet<string>,
+  halfBuilt: ReadonlySet<string>,
   nowMs: number,
   minAgeMs: number,
 ): ResourceDecision {
@@ -44,6 +52,10 @@ function decide(
   const ageMs = resource.createdMs > 0 ? nowMs - resource.createdMs : -1;
   const base = { kind, id: resource.id, name: resource.name, sandbox, ageSeconds: Math.max(0, Math.round(ageMs / 1000)) };
   const keep = (reason: KeepReason): ResourceDecision => ({ ...base, orphan: false, keep: reason });
+  if (sandbox !== undefined && halfBuilt.has(sandbox)) {
+    if (kind === 'volume' && (resource.labels[LABEL_WORKSPACE_KEY] !== undefined || resource.name.startsWith('cap-ws.'))) return keep('persistent_workspace');
+    return { ...base, orphan: true, halfBuilt: true };
+  }
   if (kind === 'container' && isSandboxContainer(resource as ContainerSummary)) return keep('sandbox_container');
   if (kind === 'volume' && (resource.labels[LABEL_WORKSPACE_KEY] !== undefined || resource.name.startsWith('cap-ws.'))) return keep('persistent_workspace');
   if (sandbox === undefined || sandbox === '') return keep('no_sandbox_name');
@@ -53,11 +65,26 @@ function decide(
   return { ...base, orphan: true };
 }
 
+/**
+ * The sandboxes whose create never finished: a `-building` volume of theirs, labelled with their
+ * name, older than the grace period.
+ */
+function halfBuiltSandboxes(inventory: Inventory, nowMs: number, minAgeMs: number): Set<string> {
+  const out = new Set<string>();
+  for (const v of inventory.volumes) {
+    const sandbox = v.labels[LABEL_NAME];
+    if (sandbox === undefined || v.name !== namesFor(sandbox).buildingVolume) continue;
+    if (v.createdMs > 0 && nowMs - v.createdMs >= minAgeMs) out.add(sandbox);
+  }
+  return out;
+}
+
 export function decideOrphans(inventory: Inventory, nowMs: number, minAgeMs: number): ResourceDecision[] {
   const liveSandboxes = new Set(inventory.allContainers.filter(isSandboxContainer).map((c) => c.name));
+  const halfBuilt = halfBuiltSandboxes(inventory, nowMs, minAgeMs);
   return [
-    ...inventory.containers.map((c) => decide('container', c, liveSandboxes, nowMs, minAgeMs)),
-    ...inventory.networks.map((n) => decide('network', n, liveSandboxes, nowMs, minAgeMs)),
-    ...inventory.volumes.map((v) => decide('volume', v, liveSandboxes, nowMs, minAgeMs)),
+    ...inventory.containers.map((c) => decide('container', c, liveSandboxes, halfBuilt, nowMs, minAgeMs)),
+    ...inventory.networks.map((n) => decide('network', n, liveSandboxes, halfBuilt, nowMs, minAgeMs)),
+    ...inventory.volumes.map((v) => decide('volume', v, liveSandboxes, halfBuilt, nowMs, minAgeMs)),
   ];
 }

@@ -72,6 +72,8 @@ export class SandboxLifecycle {
       await steps.settled();
       // Both containers are up and the proxy holds its leg on the internal network.
       if (meaning.egressProxy) await waitForEgress(this.deps, names);
+      // Built: from now on gc keeps it (a failure here is the create's, and destroys it).
+      await engine.removeVolume(names.buildingVolume);
     } catch (err) {
       // Asked before the cleanup removes them: a proxy that never answered, a start that failed,
       // are explained by another call that replaced or removed what this create made.
@@ -138,7 +140,12 @@ export class SandboxLifecycle {
     await Promise.all([engine.removeContainer(names.container), engine.removeContainer(names.egress)]);
     // Every network of its name with its labels (a create race can have made two); ephemeral
     // volumes only: a persistent workspace is named cap-ws.<key> and stays.
-    await Promise.all([removeSandboxNetworks(this.deps, names), engine.removeVolume(names.workspaceVolume), engine.removeVolume(names.skillsVolume)]);
+    await Promise.all([
+      removeSandboxNetworks(this.deps, names),
+      engine.removeVolume(names.workspaceVolume),
+      engine.removeVolume(names.skillsVolume),
+      engine.removeVolume(names.buildingVolume),
+    ]);
   }
 
   async destroyWorkspace(volume: string): Promise<void> {
@@ -154,7 +161,11 @@ export class SandboxLifecycle {
 
   private async createVolumes(plan: SandboxPlan): Promise<void> {
     const { engine } = this.deps;
-    const creates: Promise<void>[] = [engine.createVolume(volumeBody(plan.names.skillsVolume, plan.labels, undefined, undefined))];
+    const creates: Promise<void>[] = [
+      engine.createVolume(volumeBody(plan.names.skillsVolume, plan.labels, undefined, undefined)),
+      // Before the sandbox container, which waits for these: see SandboxNames.buildingVolume.
+      engine.createVolume(volumeBody(plan.names.buildingVolume, plan.labels, undefined, undefined)),
+    ];
     if (plan.persistentWorkspace === undefined) {
       creates.push(engine.createVolume(volumeBody(plan.workspaceVolume, plan.labels, plan.volumeDriver, plan.limits.volumeSize)));
     } else if (!(await engine.volumeExists(plan.workspaceVolume))) {

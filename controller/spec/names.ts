@@ -45,6 +45,12 @@ export interface SandboxNames {
   readonly network: string;
   readonly workspaceVolume: string;
   readonly skillsVolume: string;
+  /**
+   * An empty volume that exists while a create is unfinished: made before the sandbox container,
+   * removed once the sandbox is ready. A sandbox container beside it, older than gc's grace
+   * period, was left half-built by a controller that died (operator/orphans.ts).
+   */
+  readonly buildingVolume: string;
 }
 
 export function namesFor(name: string): SandboxNames {
@@ -55,6 +61,7 @@ export function namesFor(name: string): SandboxNames {
     network: `${name}-net`,
     workspaceVolume: `${name}-workspace`,
     skillsVolume: `${name}-skills`,
+    buildingVolume: `${name}-building`,
   };
 }
 

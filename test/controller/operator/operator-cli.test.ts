@@ -5,7 +5,7 @@
  * what other tests on the same engine are creating.
  */
 import t from 'tap';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -133,6 +133,37 @@ t.test('operator commands against the engine and the socket proxy', async (t) =>
     t.equal((await provider.exec(live, 'echo alive')).stdout, 'alive\n');
     const again = await op([...engine, 'gc', '--min-age', '0']);
     t.equal(again.stdout, 'no orphans\n');
+  });
+
+  await t.test('gc collects a sandbox whose controller was killed in the middle of its create', async (t) => {
+    t.same((await s.labelled(live.id)).filter((n) => n.endsWith('-building')), [], 'a finished create leaves no marker');
+    const id = `${env.runId}-half`;
+    const name = `cap-${id}`;
+    // A controller process whose create waits (an egress image that never answers its health
+    // check: up to 15 s), killed once the sandbox container runs: what SIGKILL mid-create leaves.
+    const script = `import { createDockerSandbox } from './controller/index.ts';
+const provider = createDockerSandbox({ endpoint: ${JSON.stringify(s.proxy.endpoint)}, network: ${JSON.stringify(s.sharedNetwork)}, egressProxyImage: ${JSON.stringify(SANDBOX_IMAGE)} }, { labels: ${JSON.stringify(env.labels)} });
+await provider.create({ id: ${JSON.stringify(id)}, image: ${JSON.stringify(SANDBOX_IMAGE)}, limits: { egress: 'allowlist', allowHosts: ['half.capybara.test'] } });`;
+    const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { cwd: root, stdio: 'ignore' });
+    const exited = new Promise((resolve) => child.once('exit', resolve));
+    const deadline = Date.now() + 30_000;
+    while ((await env.docker.getContainer(name).inspect().then((i) => i.State.Running, () => false)) !== true) {
+      if (Date.now() > deadline) throw new Error(`${name} did not start within 30 s`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    child.kill('SIGKILL');
+    await exited;
+    const left = (await s.labelled(name)).map((n) => n.replace(/^\//, '')).sort();
+    t.ok(left.includes(name) && left.includes(`${name}-building`), `left half-built: ${left.join(' ')}`);
+    const dry = await op([...engine, '--json', 'gc', '--dry-run', '--min-age', '0']);
+    const planned = (JSON.parse(dry.stdout) as Array<{ action: string; name: string; halfBuilt?: boolean }>);
+    t.same(planned.map((r) => r.name).sort(), left, 'every piece of it, its running container included');
+    t.ok(planned.every((r) => r.halfBuilt === true));
+    t.equal(planned.at(-1)?.name, `${name}-building`, 'its marker last');
+    const real = await op([...engine, '--json', 'gc', '--min-age', '0']);
+    t.equal(real.code, 0, real.stderr);
+    t.same(await s.labelled(name), [], 'all of it gone');
+    t.equal((await provider.exec(live, 'echo alive')).stdout, 'alive\n', 'a sandbox whose create finished is kept');
   });
 
   await t.test('doctor through the socket proxy: every check passes', async (t) => {

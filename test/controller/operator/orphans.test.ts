@@ -59,3 +59,31 @@ t.test('a live sandbox outside the --label filter still protects its resources',
   const filtered = decideOrphans({ allContainers: [live], containers: [], networks: [resource('cap-live-net', named('cap-live'))], volumes: [] }, NOW, MIN_AGE);
   t.match(filtered, [{ name: 'cap-live-net', orphan: false, keep: 'sandbox_exists' }]);
 });
+
+t.test('a sandbox whose create never finished is half-built: all of it goes once its marker is past the grace period', async (t) => {
+  const half = container('cap-half', 'cap-half');
+  const fresh = container('cap-fresh', 'cap-fresh', young);
+  const all = [half, container('cap-half-egress', 'cap-half'), fresh];
+  const decided = decideOrphans({
+    allContainers: all,
+    containers: all,
+    networks: [resource('cap-half-net', named('cap-half'))],
+    volumes: [
+      resource('cap-half-building', named('cap-half')),
+      resource('cap-half-skills', named('cap-half')),
+      resource('cap-ws.kept', { ...named('cap-half'), 'dev.capybara.sandbox.workspace': 'kept' }),
+      // Another replica's create in progress: its marker is younger than the grace period.
+      resource('cap-fresh-building', named('cap-fresh'), young),
+      // A marker's name with another sandbox's label is not its marker.
+      resource('cap-live-building', named('cap-other')),
+    ],
+  }, NOW, MIN_AGE);
+  const by = new Map(decided.map((d) => [d.name, d]));
+  for (const name of ['cap-half', 'cap-half-egress', 'cap-half-net', 'cap-half-building', 'cap-half-skills']) {
+    t.match(by.get(name), { orphan: true, halfBuilt: true }, `${name}: half-built`);
+  }
+  t.match(by.get('cap-ws.kept'), { orphan: false, keep: 'persistent_workspace' }, 'a persistent workspace stays');
+  t.match(by.get('cap-fresh'), { orphan: false, keep: 'sandbox_container' }, 'a create younger than the grace period is left alone');
+  t.match(by.get('cap-fresh-building'), { orphan: false });
+  t.equal(by.get('cap-live-building')?.halfBuilt, undefined);
+});
