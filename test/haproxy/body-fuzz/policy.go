@@ -239,8 +239,14 @@ func policy(route string, d *decoded, s settings) error {
 		}
 		if err := onlyFields(hc, "NetworkMode", "CapDrop", "SecurityOpt", "ReadonlyRootfs", "PidsLimit", "Memory", "MemorySwap",
 			"CgroupnsMode", "IpcMode", "NanoCPUs", "Init", "RestartPolicy", "Tmpfs", "Mounts", "Runtime", "Privileged",
-			"OomScoreAdj", "LogConfig", "DNS"); err != nil {
+			"OomScoreAdj", "LogConfig", "DNS", "Sysctls"); err != nil {
 			return err
+		}
+		// IPv4 forwarding off, and nothing else: what Docker reads as the one kernel setting allowed.
+		for key, value := range hc.Sysctls {
+			if key != "net.ipv4.ip_forward" || value != "0" {
+				return fmt.Errorf("Sysctls %v", hc.Sysctls)
+			}
 		}
 		mode := string(hc.NetworkMode)
 		switch {

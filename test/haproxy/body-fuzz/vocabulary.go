@@ -108,6 +108,7 @@ var interesting = []string{
 	"com.docker.network.bridge.enable_icc", "com.docker.network.bridge.inhibit_ipv4", "unless-stopped", "no", "always",
 	"img:1", "/w", "/w/x", "nosuid,nodev,size=8g", "nosuid,nodev,size=9g", "nosuid,nodev,size=65536k",
 	"caf\u00e9", "\u212a", "\u017f", "\u0000", "line\nbreak", "tab\there", "quote\"", "back\\slash",
+	"net.ipv4.ip_forward", "NET.IPV4.IP_FORWARD", "net.ipv6.conf.all.disable_ipv6", "net.ipv4.ping_group_range", "0",
 }
 
 // Near misses of what each security-relevant member may hold, tried there more often.
