@@ -311,7 +311,7 @@ const cases: Case[] = [
     drive: async (p) => {
       const out = await exchange(p.port, get(web));
       // The same refusal as every other: status, reason, type, and a body with its advice.
-      const refusal = /^HTTP\/1\.1 500 Internal Server Error\r\n(?<head>[^]*?)\r\n\r\n(?<body>[^]*)$/.exec(out);
+      const refusal = /^HTTP\/1\.1 500 Internal Server Error \(internal_error: the proxy failed while deciding\)\r\n(?<head>[^]*?)\r\n\r\n(?<body>[^]*)$/.exec(out);
       if (!refusal) throw new Error(`not a 500 refusal: ${JSON.stringify(out)}`);
       const { head, body } = refusal.groups!;
       for (const field of [/^X-Egress-Reason: internal_error$/m, /^Content-Type: text\/plain; charset=utf-8$/m, /^Connection: close$/m]) {
