@@ -75,6 +75,8 @@ interface Attempt {
   readonly result: ExecResult;
   readonly started: boolean;
   readonly preStart: string;
+  /** A timeout before the start: why, as judged when it came (and acted on: a restart if `full`). */
+  readonly late?: StartFailure;
 }
 
 /**
@@ -82,9 +84,9 @@ interface Attempt {
  * own result whenever it came; a timeout that came before the command began is not the
  * command's, and says why it could not begin when it can (a fork that found no room).
  */
-function notStarted(a: Attempt, timeoutMs: number): StartFailure | undefined {
+function notStarted(a: Attempt): StartFailure | undefined {
   if (a.started || a.result.aborted) return undefined;
-  if (a.result.timedOut) return lateStartFailure(timeoutMs, a.preStart);
+  if (a.result.timedOut) return a.late;
   return commandStartFailure(a.result.exitCode, a.result.stdout, a.preStart);
 }
 
@@ -115,7 +117,7 @@ export class CommandRunner {
     // otherwise stop or kill it, or (with commandIsolation off) write into its output.
     const restarted = options.fresh ? await this.killAll(name) : false;
     // Once the command began, the output is its own, whatever it says.
-    const { result, restart } = await this.withRoom(name, () => this.execOnce(name, script, options), (a) => notStarted(a, options.timeoutMs));
+    const { result, restart } = await this.withRoom(name, () => this.execOnce(name, script, options), notStarted);
     return restarted || restart ? { ...result, restarted: true as const } : result;
   }
 
@@ -262,7 +264,8 @@ export class CommandRunner {
       if (onAbort !== undefined) options.signal?.removeEventListener('abort', onAbort);
     }
     const killed = outcome === 'timeout' || outcome === 'abort';
-    if (outcome === 'timeout' && !started && lateStartFailure(options.timeoutMs, preStart.text()).kind === 'full') {
+    const late = outcome === 'timeout' && !started ? lateStartFailure(options.timeoutMs, preStart.text()) : undefined;
+    if (late?.kind === 'full') {
       // The wrapper found no room to fork and the time is spent: a kill would need room too (and
       // seconds in a sandbox that a bomb keeps busy), so the restart that frees the sandbox for
       // the next call comes at once, and this call is sandbox_full (withRoom).
@@ -280,7 +283,7 @@ export class CommandRunner {
       timedOut: outcome === 'timeout',
       aborted: outcome === 'abort',
     };
-    return { result, started, preStart: preStart.text() };
+    return { result, started, preStart: preStart.text(), ...(late === undefined ? {} : { late }) };
   }
 
   /** Kills one command's session; if the output has not ended soon after, kills again, then drops it. */
