@@ -92,13 +92,16 @@ t.test('commands of one sandbox cannot forge each other\'s results', async (t) =
     const h = await provider.create({ id: `${env.runId}-ll`, image: SANDBOX_IMAGE, limits: { egress: 'none' } });
     t.teardown(() => provider.destroy(h));
     await leaveForgers(t, provider, h);
-    const r = await outcome(provider.exec(h, VICTIM));
-    t.comment(JSON.stringify(r));
-    t.notMatch(JSON.stringify(r), /FORGED/, 'nothing the leftover wrote is in the result');
-    t.not('exitCode' in r && r.exitCode === 0, true, 'and it did not make the command exit 0');
-    t.ok('error' in r ? r.error === 'exec_failed' : r.exitCode === 1 || r.exitCode === 137, 'the leftover could only kill it: a failed start, or killed by a signal');
-    const log = await forgerLog(provider, h);
-    t.ok(log.includes('stopped capybara-exec'), 'the leftover got to the wrapper');
+    // The race to the wrapper: a forger that first sees it after its exec into setpriv leaves it.
+    let log: string[] = [];
+    for (let i = 1; i <= 5 && !log.includes('stopped capybara-exec'); i++) {
+      const r = await outcome(provider.exec(h, VICTIM));
+      t.comment(`try ${i}: ${JSON.stringify(r)}`);
+      t.notMatch(JSON.stringify(r), /FORGED/, 'nothing the leftover wrote is in the result');
+      t.ok('error' in r ? r.error === 'exec_failed' : r.exitCode === 1 || r.exitCode === 137, 'the command\'s own result, or a failed start or a kill: all the leftover could do');
+      log = await forgerLog(provider, h);
+    }
+    t.ok(log.includes('stopped capybara-exec'), 'the leftover got to a wrapper');
     for (const what of ['start-byte', 'forged-stdout', 'mem']) t.ok(log.includes(`${what} 13`), `${what}: EACCES`);
     t.ok(log.includes('ptrace-exit-0 1'), 'ptrace: EPERM');
     t.notOk(log.some((l) => l.endsWith(' ok')), 'no attempt succeeded');
