@@ -4,7 +4,7 @@ export { parseHostName, type HostParse } from './host-name.js';
 export { parseHostPattern, compileAllowlist, type Allowlist, type HostPattern, type TunnelMode } from './host-pattern.js';
 export { classifyAddress, type AddressVerdict, type AddressClassName } from './address-class.js';
 export { buildPolicy, DEFAULT_CONNECT_PORTS, type AllowEntry, type Policy, type PolicyInput, type PolicyProblem } from './policy.js';
-export { parsePolicyText, PolicyError, PolicyFileSchema, type PolicyFile } from './policy-file.js';
+export { parsePolicyText, placeProblems, PolicyError, PolicyFileSchema, type PolicyFile } from './policy-file.js';
 export {
   checkTarget,
   checkAddresses,

@@ -52,24 +52,99 @@ function zodPath(path: readonly PropertyKey[]): string {
   return path.map((k, i) => (typeof k === 'number' ? `[${k}]` : `${i === 0 ? '' : '.'}${String(k)}`)).join('');
 }
 
+/** "line L, column C" of an offset in the text. */
+function at(lines: Yaml.LineCounter, offset: number): string {
+  const { line, col } = lines.linePos(offset);
+  return `line ${line}, column ${col}`;
+}
+
+/** What to write instead, for the YAML errors a policy's author meets. */
+const YAML_HINTS: Partial<Record<Yaml.ErrorCode, string>> = {
+  TAB_AS_INDENT: 'indent with spaces',
+  DUPLICATE_KEY: 'give each key once',
+};
+
+/**
+ * A plain scalar that starts with `*` is an alias to YAML, so `- *.example.org` is not the
+ * wildcard its author meant: each such node, with where it is and what to write.
+ */
+function aliasProblems(doc: Yaml.Document, lines: Yaml.LineCounter): PolicyProblem[] {
+  const problems: PolicyProblem[] = [];
+  yaml?.visit(doc, {
+    Alias(_key, node) {
+      const written = `*${node.source}`;
+      problems.push({
+        path: node.range ? at(lines, node.range[0]) : '',
+        message: `${written} is read by YAML as an alias, not as a host name: quote entries that start with "*" ("${written}")`,
+      });
+    },
+  });
+  return problems;
+}
+
+/** Where the value at a zod path is in the text, when the document has it. */
+function placeOf(doc: Yaml.Document, lines: Yaml.LineCounter, path: readonly PropertyKey[]): string {
+  const node = doc.getIn(path.map((k) => (typeof k === 'symbol' ? String(k) : k)), true) as Yaml.Node | undefined;
+  const range = yaml?.isNode(node) ? node.range : undefined;
+  return range ? ` (${at(lines, range[0])})` : '';
+}
+
+/**
+ * A value that fits no form of an allowHosts entry: zod says only "Invalid input". The form its
+ * type chose (a string, or an object with host and tunnel) says what is wrong with it.
+ */
+function entryIssues(issue: z.core.$ZodIssue, value: unknown): { path: PropertyKey[]; message: string }[] {
+  if (issue.code !== 'invalid_union' || issue.path[0] !== 'allowHosts') return [{ path: [...issue.path], message: issue.message }];
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+    return [{ path: [...issue.path], message: `${JSON.stringify(value)} is not an entry: write a host name ("example.com", "*.example.com") or { host: ..., tunnel: tls | opaque }` }];
+  }
+  const branch = issue.errors.find((errors) => errors.every((e) => e.code !== 'invalid_type' || e.path.length > 0)) ?? issue.errors[1] ?? [];
+  return branch.map((e) => ({ path: [...issue.path, ...e.path], message: e.message }));
+}
+
 /** Parses and validates policy text. `source` names it in errors (usually the file path). */
 export function parsePolicyText(text: string, source: string): PolicyFile {
   // YAML 1.2 reads JSON too, and unlike JSON.parse it refuses duplicate keys, which would
   // otherwise let a later key silently override an earlier one.
   yaml ??= requireCjs('yaml') as typeof Yaml;
-  const doc = yaml.parseDocument(text, { uniqueKeys: true, prettyErrors: true });
+  const lines = new yaml.LineCounter();
+  const doc = yaml.parseDocument(text, { uniqueKeys: true, prettyErrors: false, lineCounter: lines });
   if (doc.errors.length > 0) {
     throw new PolicyError(
       source,
-      doc.errors.map((e) => ({ path: e.linePos ? `line ${e.linePos[0].line}` : '', message: e.message.split('\n')[0] ?? e.code })),
+      doc.errors.map((e) => {
+        const hint = YAML_HINTS[e.code];
+        return { path: at(lines, e.pos[0]), message: `${e.message}${hint === undefined ? '' : `: ${hint}`}` };
+      }),
     );
   }
-  const result = PolicyFileSchema.safeParse(doc.toJS());
+  const aliases = aliasProblems(doc, lines);
+  if (aliases.length > 0) throw new PolicyError(source, aliases);
+  const value: unknown = doc.toJS();
+  const result = PolicyFileSchema.safeParse(value);
   if (!result.success) {
+    const entries = (value as { allowHosts?: unknown } | null)?.allowHosts;
     throw new PolicyError(
       source,
-      result.error.issues.map((issue) => ({ path: zodPath(issue.path), message: issue.message })),
+      result.error.issues.flatMap((issue) => {
+        const entry = Array.isArray(entries) && typeof issue.path[1] === 'number' ? entries[issue.path[1]] : undefined;
+        return entryIssues(issue, entry).map((i) => ({ path: i.path.length === 0 ? '' : `${zodPath(i.path)}${placeOf(doc, lines, i.path)}`, message: i.message }));
+      }),
     );
   }
   return result.data;
+}
+
+/**
+ * The problems found in a file's values after it parsed (buildPolicy's), each placed in its text:
+ * `allowHosts[3]` gets the line and column of that entry.
+ */
+export function placeProblems(text: string, problems: readonly PolicyProblem[]): PolicyProblem[] {
+  yaml ??= requireCjs('yaml') as typeof Yaml;
+  const lines = new yaml.LineCounter();
+  const doc = yaml.parseDocument(text, { uniqueKeys: true, prettyErrors: false, lineCounter: lines });
+  return problems.map((p) => {
+    const path = [...p.path.matchAll(/([A-Za-z]+)|\[(\d+)\]/g)].map((m) => (m[2] === undefined ? m[1] ?? '' : Number(m[2])));
+    return { path: `${p.path}${placeOf(doc, lines, path)}`, message: p.message };
+  });
 }

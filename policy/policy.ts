@@ -46,6 +46,20 @@ export type PolicyBuild =
   | { readonly ok: true; readonly policy: Policy }
   | { readonly ok: false; readonly problems: readonly PolicyProblem[] };
 
+/**
+ * What a URL, a host:port or a host/path written as an entry should have been, with the hint; an
+ * entry is a host name alone.
+ */
+function notAHostName(entry: string): string | undefined {
+  const url = /^[a-z][a-z0-9+.-]*:\/\/([^/:?#]*)/i.exec(entry);
+  if (url !== null) return `host names only, without a scheme, port or path: write "${url[1] ?? ''}" (ports go in connectPorts)`;
+  const port = /^([^/:]+):\d+$/.exec(entry);
+  if (port !== null) return `host names only; ports go in connectPorts: write "${port[1] ?? ''}"`;
+  const path = /^([^/:]+)\//.exec(entry);
+  if (path !== null) return `host names only, without a path: write "${path[1] ?? ''}"`;
+  return undefined;
+}
+
 export function buildPolicy(input: PolicyInput): PolicyBuild {
   const problems: PolicyProblem[] = [];
   const patterns: HostPattern[] = [];
@@ -55,7 +69,7 @@ export function buildPolicy(input: PolicyInput): PolicyBuild {
     const tunnel = (typeof item === 'string' ? undefined : item.tunnel) ?? input.tunnelDefault ?? 'tls';
     const parsed = parseHostPattern(entry.trim(), tunnel);
     if (!parsed.ok) {
-      problems.push({ path: `allowHosts[${i}]`, message: `"${entry}": ${parsed.problem}` });
+      problems.push({ path: `allowHosts[${i}]`, message: `"${entry}": ${notAHostName(entry.trim()) ?? parsed.problem}` });
       return;
     }
     const pattern = parsed.pattern;

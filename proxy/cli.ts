@@ -83,11 +83,22 @@ interface Start {
   readonly transparentPorts: readonly TransparentPort[] | undefined;
 }
 
+/** `check FILE [options]` is `--policy FILE --check [options]`. */
+function argvOf(args: readonly string[]): readonly string[] {
+  if (args[0] !== 'check') return args;
+  const file = args[1];
+  if (file === undefined || file.startsWith('-')) stop(`check needs the policy file: capybara-egress check FILE [options]\n\n${usage()}`);
+  return ['--policy', file, '--check', ...args.slice(2)];
+}
+
+/** An invalid policy while checking: exit 1 (a usage error is 2, as at start). */
+class PolicyCheckError extends Error {}
+
 /** The configuration and the policy, or undefined for --help (printed). */
 function readStart(readingPolicy: () => void): Start | undefined {
   let config: ProxyConfig | undefined;
   try {
-    config = parseConfig(process.argv.slice(2), process.env);
+    config = parseConfig(argvOf(process.argv.slice(2)), process.env);
   } catch (err) {
     if (isCodedError(err, 'ConfigError')) stop(err.message);
     throw err;
@@ -102,6 +113,7 @@ function readStart(readingPolicy: () => void): Start | undefined {
     readingPolicy();
     policy = loadPolicy(config, read);
   } catch (err) {
+    if (config.check === true && isCodedError(err, 'PolicyError')) throw new PolicyCheckError((err as Error).message);
     stop((err as Error).message);
   }
   if (config.transparent === undefined) return { config, policy, transparentPorts: undefined };
@@ -213,6 +225,10 @@ async function serve(): Promise<number> {
   const start = readStart(() => (hangUpWaiting = false));
   if (start === undefined) return 0;
   const { config, policy } = start;
+  if (config.check === true) {
+    process.stdout.write(checkReport(start));
+    return 0;
+  }
   const plans = planResources(config);
   const log = createLogger(config.logLevel);
   // What a fatal error closes at once: nothing may go on serving after it.
@@ -239,16 +255,39 @@ async function serve(): Promise<number> {
   const { address, metrics } = await listenAll(proxy, start, serving);
   const watcher = config.policySource.kind === 'file' ? watchPolicyFile(config.policySource.path, log, reload) : undefined;
   log.info({ event: 'listening', address: `${address.address}:${address.port}`, allowHosts: policy.allowHosts.length, metrics: metrics?.address }, 'egress proxy listening');
+  if (policy.allowHosts.length === 0) log.warn({ event: 'empty_allowlist', source: policySourceName(config) }, `${EMPTY_ALLOWLIST} (${policySourceName(config)})`);
   await untilStopped(log);
   watcher?.close();
   await Promise.all([proxy.close(), metrics?.close()]);
   return 0;
 }
 
+const EMPTY_ALLOWLIST = 'the allowlist is empty: every request is refused';
+
+function policySourceName(config: ProxyConfig): string {
+  return config.policySource.kind === 'file' ? config.policySource.path : config.policySource.from;
+}
+
+/** What --check prints for a valid configuration: what the policy allows, and its warnings. */
+function checkReport(start: Start): string {
+  const { config, policy } = start;
+  const lines = [
+    `${policySourceName(config)}: valid`,
+    `  allowHosts (${policy.allowHosts.length}): ${policy.allowHosts.join(', ') || '(none)'}`,
+    `  connectPorts: ${[...policy.connectPorts].join(', ')}`,
+  ];
+  if (policy.allowHosts.length === 0) lines.push(`warning: ${EMPTY_ALLOWLIST}`);
+  return `${lines.join('\n')}\n`;
+}
+
 async function main(): Promise<number> {
   try {
     return await serve();
   } catch (err) {
+    if (err instanceof PolicyCheckError) {
+      process.stderr.write(`capybara-egress: ${err.message}\n`);
+      return 1;
+    }
     if (!(err instanceof StartError)) throw err;
     process.stderr.write(`capybara-egress: ${err.message}\n`);
     return 2;

@@ -7,7 +7,7 @@
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
 import { CodedError, decodeAllowHosts, EGRESS_ENV, EGRESS_PROXY_PORT } from '../common/index.js';
-import { buildPolicy, parsePolicyText, PolicyError, type AllowEntry, type Policy, type PolicyProblem } from '../policy/index.js';
+import { buildPolicy, parsePolicyText, placeProblems, PolicyError, type AllowEntry, type Policy, type PolicyProblem } from '../policy/index.js';
 import { DEFAULT_LIMITS, LimitsSchema, type ProxyLimits } from './budget/index.js';
 import { AnswerAddress, Bool, Count, DnsServers, Endpoint, Ipv4, LogLevel, PortList, PortMap, TestHosts, TunnelMode } from './config-values.js';
 
@@ -128,7 +128,8 @@ const ConfigSchema = z
     }),
   );
 
-export type ProxyConfig = z.output<typeof ConfigSchema>;
+/** `check`: validate the configuration and the policy, print what they allow, and exit (--check). */
+export type ProxyConfig = z.output<typeof ConfigSchema> & { readonly check?: boolean };
 
 /** Reads one option: the flag wins over the environment variable. */
 function pick(values: Record<string, string | string[] | boolean | undefined>, env: NodeJS.ProcessEnv, name: OptionName): { value: string; from: string } | undefined {
@@ -146,11 +147,14 @@ export function usage(): string {
   const rows = Object.entries(OPTIONS).map(([name, o]) => `  --${name} ${o.arg}`.padEnd(42) + `${o.help}\n${''.padEnd(42)}env ${o.env}`);
   return [
     'usage: capybara-egress (--policy FILE | --allow-hosts LIST) [options]',
+    '       capybara-egress check FILE [options]    (the same as --policy FILE --check)',
     '',
     'An HTTP forward proxy that lets clients reach only allowlisted host names, never private',
     'addresses. HTTPS by CONNECT, plain HTTP by absolute URL. SIGHUP re-reads the policy file.',
     '',
     ...rows,
+    '  --check'.padEnd(42) + 'validate the options and the policy, print what it allows, and exit\n' +
+      ''.padEnd(42) + '(0 valid, 1 an invalid policy, 2 a usage error); binds no port',
     '  --help'.padEnd(42) + 'show this text',
     '',
     `Test pins (tests only): ${TEST_HOSTS_ENV}='{"host":"ip"}' pins names to addresses.`,
@@ -162,13 +166,15 @@ export function parseConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Pr
   let values: Record<string, string | string[] | boolean | undefined>;
   try {
     const options = Object.fromEntries(
-      Object.keys(OPTIONS).map((name) => [name, { type: 'string' as const, multiple: name === 'dns-server' }]),
+      // A repeated --allow-hosts adds up, as the sandbox CLI's --allow does.
+      Object.keys(OPTIONS).map((name) => [name, { type: 'string' as const, multiple: name === 'dns-server' || name === 'allow-hosts' }]),
     );
-    values = parseArgs({ args: [...argv], options: { ...options, help: { type: 'boolean' } }, strict: true, allowPositionals: false }).values;
+    values = parseArgs({ args: [...argv], options: { ...options, help: { type: 'boolean' }, check: { type: 'boolean' } }, strict: true, allowPositionals: false }).values;
   } catch (err) {
     throw new ConfigError(`${(err as Error).message}\n\n${usage()}`);
   }
   if (values.help === true) return undefined;
+  const check = values.check === true;
 
   const raw: Record<string, string> = {};
   const from: Record<string, string> = {};
@@ -209,7 +215,7 @@ export function parseConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Pr
   if (config.requireTls && config.tunnelDefault === 'opaque') {
     throw new ConfigError(`${from['require-sni']} is true but ${from['tunnel-default']} is opaque: TLS cannot be both required and optional; drop one`);
   }
-  return config;
+  return check ? Object.freeze({ ...config, check }) : config;
 }
 
 /**
@@ -220,6 +226,7 @@ export function loadPolicy(config: ProxyConfig, readFile: (path: string) => stri
   const source = config.policySource;
   let allowHosts: readonly AllowEntry[];
   let filePorts: readonly number[] | undefined;
+  let fileText: string | undefined;
   const sourceName = source.kind === 'file' ? source.path : source.from;
   if (source.kind === 'file') {
     let text: string;
@@ -231,6 +238,7 @@ export function loadPolicy(config: ProxyConfig, readFile: (path: string) => stri
     const file = parsePolicyText(text, source.path);
     allowHosts = file.allowHosts;
     filePorts = file.connectPorts;
+    fileText = text;
   } else {
     allowHosts = source.allowHosts;
   }
@@ -249,5 +257,7 @@ export function loadPolicy(config: ProxyConfig, readFile: (path: string) => stri
     bySource.set(where, [...(bySource.get(where) ?? []), p]);
   }
   const [first] = bySource;
-  throw new PolicyError(first?.[0] ?? sourceName, first?.[1] ?? built.problems);
+  const where = first?.[0] ?? sourceName;
+  const problems = first?.[1] ?? built.problems;
+  throw new PolicyError(where, fileText !== undefined && where === sourceName ? placeProblems(fileText, problems) : problems);
 }

@@ -45,6 +45,18 @@ t.test('bad allowlist entries name the entry and why', async (t) => {
   t.match(built.problems[0]?.message, /10\.0\.0\.1.*IP literal/);
 });
 
+t.test('a URL, a host:port or a host/path in allowHosts says to write the host name alone', async (t) => {
+  const built = buildPolicy({ allowHosts: ['x.example:8443', 'http://y.example:80/a', 'z.example/path', '*.w.example:443'] });
+  t.equal(built.ok, false);
+  if (built.ok) return;
+  t.same(built.problems.map((p) => p.message), [
+    '"x.example:8443": host names only; ports go in connectPorts: write "x.example"',
+    '"http://y.example:80/a": host names only, without a scheme, port or path: write "y.example" (ports go in connectPorts)',
+    '"z.example/path": host names only, without a path: write "z.example"',
+    '"*.w.example:443": host names only; ports go in connectPorts: write "*.w.example"',
+  ]);
+});
+
 t.test('test hosts are validated', async (t) => {
   const built = buildPolicy({ allowHosts: ['a.example'], testHosts: { 'a.example': 'not-an-ip' } });
   t.equal(built.ok, false);

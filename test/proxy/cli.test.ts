@@ -363,6 +363,44 @@ for (const c of linked) {
   });
 }
 
+t.test('check validates a policy without binding a port: 0 valid, 1 invalid (each problem placed and explained), 2 usage', async (t) => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'capybara-check-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const file = (name: string, text: string): string => {
+    const f = path.join(dir, name);
+    writeFileSync(f, text);
+    return f;
+  };
+  const good = file('good.yaml', 'allowHosts:\n  - a.example\n  - "*.b.example"\nconnectPorts: [443]\n');
+  const ok = runEgressCli(['check', good]);
+  t.same([ok.status, ok.stdout], [0, `${good}: valid\n  allowHosts (2): a.example, *.b.example\n  connectPorts: 443\n`]);
+  t.same(runEgressCli(['--policy', good, '--check']).status, 0, '--check is the same');
+  const empty = runEgressCli(['check', file('empty.yaml', 'allowHosts: []\n')]);
+  t.same([empty.status, empty.stdout.split('\n').at(-2)], [0, 'warning: the allowlist is empty: every request is refused']);
+  const rows: { name: string; text: string; says: string }[] = [
+    { name: 'an unquoted wildcard (a YAML alias)', text: 'allowHosts:\n  - a.example\n  - *.example.org\n', says: 'line 3, column 5: *.example.org is read by YAML as an alias, not as a host name: quote entries that start with "*" ("*.example.org")' },
+    { name: 'a tab indent, its whole message', text: 'allowHosts:\n\t- a.example\n', says: 'line 2, column 1: Tabs are not allowed as indentation: indent with spaces' },
+    { name: 'a tunnel mode misspelled', text: 'allowHosts:\n  - { host: a.example, tunnel: opaqe }\n', says: 'allowHosts[0].tunnel (line 2, column 32): Invalid option: expected one of "tls"|"opaque"' },
+    { name: 'a port in a host', text: 'allowHosts:\n  - a.example\n  - x.example:443\n', says: 'allowHosts[1] (line 3, column 5): "x.example:443": host names only; ports go in connectPorts: write "x.example"' },
+    { name: 'a URL for a host', text: 'allowHosts: [https://x.example/]\n', says: 'allowHosts[0] (line 1, column 14): "https://x.example/": host names only, without a scheme, port or path: write "x.example" (ports go in connectPorts)' },
+  ];
+  for (const row of rows) {
+    const f = file(`${row.name.replace(/\W+/g, '-')}.yaml`, row.text);
+    const res = runEgressCli(['check', f]);
+    t.same([res.status, res.stdout], [1, ''], row.name);
+    t.equal(res.stderr, `capybara-egress: invalid policy in ${f}:\n  ${row.says}\n`, row.name);
+  }
+  const usageErr = runEgressCli(['check']);
+  t.equal(usageErr.status, 2);
+  t.match(usageErr.stderr, /check needs the policy file/);
+  t.equal(runEgressCli(['check', good, '--listen', 'nowhere']).status, 2, 'a bad option is a usage error');
+});
+
+t.test('a repeated --allow-hosts adds up', async (t) => {
+  const res = runEgressCli(['--allow-hosts', 'a.example', '--allow-hosts', 'b.example,c.example', '--check']);
+  t.same([res.status, res.stdout.split('\n')[1]], [0, '  allowHosts (3): a.example, b.example, c.example']);
+});
+
 t.test('an allowlist variable that is set but empty starts a proxy that allows nothing', async (t) => {
   const port = await freePort();
   const output = { text: '' };
@@ -371,6 +409,8 @@ t.test('an allowlist variable that is set but empty starts a proxy that allows n
   child.stderr?.on('data', (d: Buffer) => (output.text += d.toString()));
   t.teardown(() => child.kill('SIGKILL'));
   await waitFor(child, output, /egress proxy listening/);
+  await waitFor(child, output, /"event":"empty_allowlist"/);
+  t.match(output.text, /the allowlist is empty: every request is refused \(EGRESS_ALLOW_HOSTS\)/, 'and says so');
   const res = await rawRequest(port, 'CONNECT a.example:443 HTTP/1.1\r\nHost: x\r\n\r\n');
   t.equal(res.reason, 'host_not_allowed');
   res.socket.destroy();
