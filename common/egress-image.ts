@@ -55,6 +55,7 @@ export const EGRESS_METRICS = {
   connectSeconds: 'egress_connect_seconds',
   heldBytes: 'egress_held_bytes',
   dnsQueries: 'egress_dns_queries_total',
+  buildInfo: 'capybara_build_info',
 } as const;
 
 /**

@@ -4,6 +4,7 @@
  */
 export { CodedError, isCodedError } from './coded-error.js';
 export { requireCjs } from './require-cjs.js';
+export { VERSION } from './version.js';
 export { IMAGES } from './images.js';
 export { SOCKET_PROXY_ENV } from './socket-proxy.js';
 export {

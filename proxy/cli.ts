@@ -9,7 +9,7 @@ import { readFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import v8 from 'node:v8';
-import { isCodedError } from '../common/index.js';
+import { isCodedError, VERSION } from '../common/index.js';
 import type { Policy } from '../policy/index.js';
 import { loadPolicy, OPTIONS, parseConfig, usage, type ProxyConfig } from './config.js';
 import {
@@ -96,9 +96,14 @@ class PolicyCheckError extends Error {}
 
 /** The configuration and the policy, or undefined for --help (printed). */
 function readStart(readingPolicy: () => void): Start | undefined {
+  const args = process.argv.slice(2);
+  if (args.length === 1 && args[0] === '--version') {
+    process.stdout.write(`capybara-egress ${VERSION}\n`);
+    return undefined;
+  }
   let config: ProxyConfig | undefined;
   try {
-    config = parseConfig(argvOf(process.argv.slice(2)), process.env);
+    config = parseConfig(argvOf(args), process.env);
   } catch (err) {
     if (isCodedError(err, 'ConfigError')) stop(err.message);
     throw err;
@@ -107,6 +112,7 @@ function readStart(readingPolicy: () => void): Start | undefined {
     process.stdout.write(`${usage()}\n`);
     return undefined;
   }
+
   let policy: Policy;
   try {
     // A reload asked for before this read is met by it.

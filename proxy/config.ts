@@ -155,6 +155,7 @@ export function usage(): string {
     ...rows,
     '  --check'.padEnd(42) + 'validate the options and the policy, print what it allows, and exit\n' +
       ''.padEnd(42) + '(0 valid, 1 an invalid policy, 2 a usage error); binds no port',
+    '  --version'.padEnd(42) + 'print the version (alone)',
     '  --help'.padEnd(42) + 'show this text',
     '',
     `Test pins (tests only): ${TEST_HOSTS_ENV}='{"host":"ip"}' pins names to addresses.`,

@@ -279,6 +279,7 @@ Options:
                        doctor: put it on what they create (repeatable)
   --json               machine-readable output
   -h, --help           this text
+  --version            the version (alone)
 
 Without an endpoint anywhere, create and run start the socket proxy as up does when nothing
 answers on its socket, so that the first command needs no set-up beyond the images.

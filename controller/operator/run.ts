@@ -9,7 +9,7 @@ import pino from 'pino';
 import { join } from 'node:path';
 import { DockerEngine } from '../docker/index.js';
 import { PIDS_LIMIT, isSandboxError, type DeploymentConfig, type ExecResult } from '../spec/index.js';
-import { IMAGES } from '../../common/index.js';
+import { IMAGES, VERSION } from '../../common/index.js';
 import { createDockerSandbox } from '../index.js';
 import { OPERATOR_HELP, parseOperatorArgs, type OperatorArgs } from './args.js';
 import { egressTestHostsFromEnv, engineSocketFor, loadOperatorConfig, localEngineEndpoint, PROXY_SOCKET_FILE, upSocketDir, type OperatorConfig } from './operator-config.js';
@@ -188,6 +188,10 @@ export async function runOperator(argv: readonly string[], io: OperatorIo): Prom
   const env = io.env ?? process.env;
   let proxyOnDemand = false;
   try {
+    if (argv.length === 1 && argv[0] === '--version') {
+      io.stdout(`capybara-sandbox ${VERSION}\n`);
+      return 0;
+    }
     const args = parseOperatorArgs(argv);
     jsonErrors = args.json;
     if (args.help) {

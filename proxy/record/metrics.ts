@@ -8,7 +8,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type * as PromClient from 'prom-client';
 import type { Registry } from 'prom-client';
-import { EGRESS_METRICS, EGRESS_METRICS_PATH, requireCjs } from '../../common/index.js';
+import { EGRESS_METRICS, EGRESS_METRICS_PATH, requireCjs, VERSION } from '../../common/index.js';
 
 const { Counter, Gauge, Histogram, Registry: RegistryClass } = requireCjs('prom-client') as typeof PromClient;
 
@@ -47,6 +47,9 @@ export function createProxyMetrics(heldBytes: () => number): ProxyMetrics {
     },
   });
   const connect = new Histogram({ name: EGRESS_METRICS.connectSeconds, help: 'Upstream connect latency (all attempts of one request)', labelNames: ['outcome'] as const, buckets: LATENCY_BUCKETS, registers: [registry] });
+  new Gauge({ name: EGRESS_METRICS.buildInfo, help: 'Always 1: the version of the running proxy and of Node', labelNames: ['version', 'node'] as const, registers: [registry] })
+    .labels({ version: VERSION, node: process.versions.node })
+    .set(1);
   const dnsQueries = new Counter({ name: EGRESS_METRICS.dnsQueries, help: 'DNS messages to the transparent responder, by what they got', labelNames: ['result'] as const, registers: [registry] });
   // Label sets are bound once: prom-client hashes the label object on every unbound call, which
   // cost more than the decision itself.

@@ -12,6 +12,7 @@ import t from 'tap';
 import { EGRESS_ENV } from '../../common/index.js';
 import { MIN_OPEN_FILES, openFilesFor, planDescriptors } from '../../proxy/budget/fd-budget.js';
 import { planMemory } from '../../proxy/budget/memory-plan.js';
+import { createProxyMetrics } from '../../proxy/record/metrics.js';
 import { freePort } from '../support/loopback.js';
 import { EGRESS_BASE_ENV, EGRESS_CLI, plainNode, runEgressCli } from '../support/plain-node.js';
 import { rawRequest, readUntil } from '../support/raw-client.js';
@@ -394,6 +395,14 @@ t.test('check validates a policy without binding a port: 0 valid, 1 invalid (eac
   t.equal(usageErr.status, 2);
   t.match(usageErr.stderr, /check needs the policy file/);
   t.equal(runEgressCli(['check', good, '--listen', 'nowhere']).status, 2, 'a bad option is a usage error');
+});
+
+t.test('--version prints the package\'s version, and the metrics carry it', async (t) => {
+  const { version } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
+  const res = runEgressCli(['--version']);
+  t.same([res.status, res.stdout], [0, `capybara-egress ${version}\n`]);
+  const text = await createProxyMetrics(() => 0).registry.metrics();
+  t.match(text, `capybara_build_info{version="${version}",node="${process.versions.node}"} 1\n`);
 });
 
 t.test('a repeated --allow-hosts adds up', async (t) => {

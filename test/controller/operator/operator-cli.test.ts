@@ -6,7 +6,7 @@
  */
 import t from 'tap';
 import { execFileSync, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -55,10 +55,12 @@ t.test('usage and config errors (no engine needed)', async (t) => {
   for (const word of ['up', 'down', 'create', 'run', 'ls', 'inspect', 'exec', 'destroy', 'gc', 'doctor', '--json', '--config', '--min-age', '--dry-run', '--egress', '--allow', '--socket-dir', '--rm']) t.match(help.stdout, word);
 });
 
-t.test('the built bin prints help', async (t) => {
+t.test('the built bin prints help, and its version', async (t) => {
   if (!existsSync(join(root, 'dist/controller/operator/cli.js'))) return needUnmet(t, 'dist not built (npm run build)');
   const out = execFileSync(process.execPath, [join(root, 'dist/controller/operator/cli.js'), '--help'], { encoding: 'utf8' });
   t.match(out, /^capybara-sandbox: operator tool/);
+  const { version } = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { version: string };
+  t.equal(execFileSync(process.execPath, [join(root, 'dist/controller/operator/cli.js'), '--version'], { encoding: 'utf8' }), `capybara-sandbox ${version}\n`);
 });
 
 t.test('operator commands against the engine and the socket proxy', async (t) => {
