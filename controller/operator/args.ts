@@ -38,6 +38,8 @@ export interface OperatorArgs {
   readonly sandbox: SandboxOptions;
   /** run: destroy the sandbox after the command. */
   readonly remove: boolean;
+  /** destroy: a sandbox that does not exist is no error (as docker rm -f). */
+  readonly force: boolean;
   /** The socket proxy of up and down (and of create/run when they start it themselves). */
   readonly socketDir: string;
   readonly proxyName: string;
@@ -114,6 +116,7 @@ const OPTIONS = {
   memory: { type: 'string' },
   workspace: { type: 'string' },
   rm: { type: 'boolean' },
+  force: { type: 'boolean', short: 'f' },
   'socket-dir': { type: 'string' },
   'proxy-name': { type: 'string' },
   'proxy-image': { type: 'string' },
@@ -128,6 +131,7 @@ const COMMAND_OPTIONS: Partial<Record<OptionName, readonly OperatorCommand[]>> =
   'min-age': ['gc'],
   image: ['up', 'create', 'run', 'doctor'],
   rm: ['run'],
+  force: ['destroy'],
   ...Object.fromEntries(SANDBOX_OPTIONS.map((o) => [o, ['create', 'run']])),
 };
 
@@ -204,6 +208,7 @@ export function parseOperatorArgs(argv: readonly string[]): OperatorArgs {
       image: values.image,
     }),
     remove: values.rm === true,
+    force: values.force === true,
     socketDir: values['socket-dir'] ?? DEFAULT_SOCKET_DIR,
     proxyName: proxyName(values['proxy-name'] ?? DEFAULT_PROXY_NAME),
     proxyImage: values['proxy-image'] ?? DEFAULT_PROXY_IMAGE,
@@ -218,7 +223,7 @@ Usage:
   capybara-sandbox [options] create NAME [sandbox options]
   capybara-sandbox [options] exec NAME [--timeout 10m] -- COMMAND...
   capybara-sandbox [options] inspect NAME
-  capybara-sandbox [options] destroy NAME
+  capybara-sandbox [options] destroy [-f|--force] NAME
   capybara-sandbox [options] down
   capybara-sandbox [options] ls
   capybara-sandbox [options] gc [--dry-run] [--min-age 10m]
@@ -233,14 +238,16 @@ Commands:
   create    create sandbox NAME; refused when it already exists.
   exec      run COMMAND in an existing sandbox and exit with its exit code.
   inspect   one sandbox: state, tier, allowlist, image, egress proxy, network, volumes.
-  destroy   remove the sandbox and its egress proxy, network and ephemeral volumes.
+  destroy   remove the sandbox and its egress proxy, network and ephemeral volumes; exit 1
+            "no such sandbox" when it does not exist (--force: 0, as docker rm -f).
   down      stop and remove the socket proxy container that up started (sandboxes stay).
   ls        every sandbox (containers labelled dev.capybara.sandbox=1): name, state, tier,
             age, image, egress proxy state.
   gc        remove orphans: an egress proxy, network or volume whose sandbox container is
             gone and that is older than --min-age (default 10m, so a create in progress in
-            another controller replica is never touched). Persistent workspaces (cap-ws.*)
-            and live sandboxes are never removed. --dry-run only lists.
+            another controller replica is never touched), and all of a sandbox whose create
+            never finished (its controller died). Persistent workspaces (cap-ws.*) and live
+            sandboxes are never removed. --dry-run only lists.
   doctor    check the deployment and print each check with pass/fail and what to do.
             Starts and removes one throwaway sandbox (allowlist tier, --image).
 

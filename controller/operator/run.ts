@@ -8,7 +8,7 @@
 import pino from 'pino';
 import { join } from 'node:path';
 import { DockerEngine } from '../docker/index.js';
-import { PIDS_LIMIT, isSandboxError, type DeploymentConfig, type ExecResult } from '../spec/index.js';
+import { PIDS_LIMIT, SandboxError, isSandboxError, namesFor, type DeploymentConfig, type ExecResult } from '../spec/index.js';
 import { IMAGES, VERSION } from '../../common/index.js';
 import { createDockerSandbox } from '../index.js';
 import { OPERATOR_HELP, parseOperatorArgs, type OperatorArgs } from './args.js';
@@ -156,7 +156,10 @@ async function dispatch(args: OperatorArgs, loaded: OperatorConfig, io: Operator
     }
     case 'destroy': {
       const name = args.name ?? '';
+      const existed = (await engine.inspectContainer(name)) !== undefined || (await engine.inspectContainer(namesFor(name).egress)) !== undefined;
+      // Whatever is left of it (a network, volumes) goes either way.
       await provider().destroyByName(name);
+      if (!existed && !args.force) throw new SandboxError('not_found', `no such sandbox ${name}: nothing to destroy (--force makes that exit 0, as docker rm -f does)`);
       print(io, args, { destroyed: name }, `destroyed ${name} (container, egress proxy, network, ephemeral volumes)\n`);
       return 0;
     }
