@@ -27,7 +27,9 @@ import {
   softOpenFileLimit,
   type DescriptorPlan,
   type MemoryPlan,
+  type MemorySource,
   type ProxyLimits,
+  DEFAULT_LIMITS,
 } from './budget/index.js';
 import { createLookup } from './dns/index.js';
 import { createLogger, startMetricsServer, type Logger } from './record/index.js';
@@ -141,24 +143,35 @@ function planResources(config: ProxyConfig): Plans {
   const descriptors = planDescriptors(nofile ?? Infinity, config.limits.maxConnections);
   if (descriptors === undefined) stop(`the open-file limit is ${String(nofile)}, and the proxy needs at least ${MIN_OPEN_FILES}; raise it (docker run --ulimit nofile=N, ulimit -n N)`);
   // The machine's share: its memory, and no more than V8 lets the heap grow.
-  const limit = memoryLimit({ cgroup: cgroupLimit(), flag: config.memoryLimitBytes, machine: Math.min(os.totalmem(), v8.getHeapStatistics().heap_size_limit) });
+  const limit = memoryLimit({ cgroup: cgroupLimit(), flag: config.memoryLimitBytes, machine: os.totalmem(), heap: v8.getHeapStatistics().heap_size_limit });
   // A client's share of the memory is its share of the connections, at most a quarter.
   const share = Math.min(MAX_CLIENT_SHARE, config.limits.maxConnectionsPerClient / config.limits.maxConnections);
   const memory = planMemory(limit, Math.min(descriptors.maxConnections, config.limits.maxConnections), share);
   if (memory === undefined) {
-    stop(`the memory limit is ${Math.floor(limit.bytes / MIB)} MiB (from the ${limit.source}), and the proxy needs at least ${MIN_MEMORY_BYTES / MIB} MiB; raise it (docker run -m, the pod's memory limit, --memory-limit-mb)`);
+    stop(`the memory limit is ${Math.floor(limit.bytes / MIB)} MiB (from ${SOURCE_NAMES[limit.source]}), and the proxy needs at least ${MIN_MEMORY_BYTES / MIB} MiB; raise it (docker run -m, the pod's memory limit, --memory-limit-mb)`);
   }
   return { nofile, descriptors, memory };
 }
 
-/** The limits the plans leave, each lowering logged. */
+/** Where the memory limit came from, as the log says it. */
+const SOURCE_NAMES: Record<MemorySource, string> = { cgroup: 'the cgroup', flag: '--memory-limit-mb', machine: 'the machine', heap: 'V8\'s heap limit' };
+
+/** Below this many connections a lowered cap is worth a warning even when the default was lowered. */
+const FEW_CONNECTIONS = 256;
+
+/**
+ * The limits the plans leave, each lowering logged: a warning when it lowers a cap the operator
+ * set or leaves few connections, information when it fits the default cap to the machine or the
+ * container (a healthy start warns of nothing).
+ */
 function plannedLimits(config: ProxyConfig, plans: Plans, log: Logger): ProxyLimits {
   const { descriptors, memory } = plans;
   let limits = config.limits;
+  const levelFor = (lowered: number): 'info' | 'warn' => (config.limits.maxConnections === DEFAULT_LIMITS.maxConnections && lowered >= FEW_CONNECTIONS ? 'info' : 'warn');
   if (descriptors.maxConnections < limits.maxConnections || descriptors.maxLookupsInFlight < MAX_LOOKUPS_IN_FLIGHT) {
     limits = { ...limits, maxConnections: descriptors.maxConnections };
     const needed = openFilesFor(config.limits.maxConnections);
-    log.warn(
+    log[levelFor(descriptors.maxConnections)](
       { event: 'limits_lowered', openFileLimit: plans.nofile, needed, maxConnections: descriptors.maxConnections, maxLookupsInFlight: descriptors.maxLookupsInFlight, configured: config.limits.maxConnections },
       `the open-file limit holds ${descriptors.maxConnections} connections and ${descriptors.maxLookupsInFlight} DNS lookups in flight; the caps are lowered (raise the limit to ${needed} to keep them)`,
     );
@@ -167,7 +180,7 @@ function plannedLimits(config: ProxyConfig, plans: Plans, log: Logger): ProxyLim
   // A lowered total keeps each client to its share of it (clientShare, in the server).
   if (memoryLowered) limits = { ...limits, maxConnections: memory.maxConnections };
   const mib = (n: number): number => Math.floor(n / MIB);
-  log[memoryLowered ? 'warn' : 'info'](
+  log[memoryLowered ? levelFor(memory.maxConnections) : 'info'](
     {
       event: 'memory_budget',
       memoryLimitMb: mib(memory.limitBytes),
@@ -178,7 +191,7 @@ function plannedLimits(config: ProxyConfig, plans: Plans, log: Logger): ProxyLim
       maxConnectionsPerClient: clientShare(limits.maxConnections, limits.maxConnectionsPerClient),
       configured: config.limits.maxConnections,
     },
-    `${mib(memory.limitBytes)} MiB of memory (from the ${memory.source}): up to ${mib(memory.totalBytes)} MiB held before a verdict, ${mib(memory.perClientBytes)} MiB per client address, then 503 overloaded` +
+    `${mib(memory.limitBytes)} MiB of memory (from ${SOURCE_NAMES[memory.source]}): up to ${mib(memory.totalBytes)} MiB held before a verdict, ${mib(memory.perClientBytes)} MiB per client address, then 503 overloaded` +
       (memoryLowered ? `; it holds ${memory.maxConnections} connections, and the connection caps are lowered` : ''),
   );
   return limits;

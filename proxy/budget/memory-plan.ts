@@ -42,7 +42,8 @@ export const MIN_MEMORY_BYTES = 128 * MIB;
 /** v1's way of saying "no limit": PAGE_COUNTER_MAX pages, a number near 2^63. */
 const UNLIMITED_FROM = 2 ** 60;
 
-export type MemorySource = 'cgroup' | 'flag' | 'machine';
+/** Where the limit came from: `heap` is V8's heap limit, when it is below the machine's memory. */
+export type MemorySource = 'cgroup' | 'flag' | 'machine' | 'heap';
 
 export interface MemoryPlan extends MemoryBudgetSize {
   /** Memory the process may use, and where that figure came from. */
@@ -87,8 +88,9 @@ function limitOf(text: string | undefined): number | undefined {
 }
 
 /** The memory the process may use, and which source set it: the lowest one known. */
-export function memoryLimit(sources: { cgroup: number | undefined; flag: number | undefined; machine: number }): { bytes: number; source: MemorySource } {
+export function memoryLimit(sources: { cgroup: number | undefined; flag: number | undefined; machine: number; heap?: number }): { bytes: number; source: MemorySource } {
   let best: { bytes: number; source: MemorySource } = { bytes: sources.machine, source: 'machine' };
+  if (sources.heap !== undefined && sources.heap < best.bytes) best = { bytes: sources.heap, source: 'heap' };
   if (sources.cgroup !== undefined && sources.cgroup < best.bytes) best = { bytes: sources.cgroup, source: 'cgroup' };
   if (sources.flag !== undefined && sources.flag < best.bytes) best = { bytes: sources.flag, source: 'flag' };
   return best;

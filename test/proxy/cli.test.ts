@@ -500,13 +500,22 @@ t.test('the memory budget is planned at start and logged; a limit below the mini
   await waitFor(child, output, /egress proxy listening/);
   const line = JSON.parse(output.text.split('\n').find((l) => l.includes('"memory_budget"')) ?? '{}') as Record<string, unknown>;
   const plan = planMemory({ bytes: 256 * 1024 * 1024, source: 'flag' }, 16_384, 0.25)!;
-  t.match(line, { level: 40, memoryLimitMb: 256, source: 'flag', budgetMb: Math.floor(plan.totalBytes / 2 ** 20), perClientMb: Math.floor(plan.perClientBytes / 2 ** 20), maxConnections: plan.maxConnections, configured: 16_384 });
+  // The default cap fitted to 256 MiB: information, not a warning (a healthy start warns of nothing).
+  t.match(line, { level: 30, memoryLimitMb: 256, source: 'flag', budgetMb: Math.floor(plan.totalBytes / 2 ** 20), perClientMb: Math.floor(plan.perClientBytes / 2 ** 20), maxConnections: plan.maxConnections, configured: 16_384 });
   t.match(line.msg, /the connection caps are lowered/);
+  // A cap the operator set, lowered: that is worth a warning.
+  const setPort = await freePort();
+  const setOut = { text: '' };
+  const set = spawn(...plainNode(EGRESS_CLI, ['--allow-hosts', 'a.example', '--listen', `127.0.0.1:${setPort}`, '--memory-limit-mb', '256', '--max-connections', '20000']), { env: EGRESS_BASE_ENV });
+  set.stdout?.on('data', (d: Buffer) => (setOut.text += d.toString()));
+  t.teardown(() => set.kill('SIGKILL'));
+  await waitFor(set, setOut, /egress proxy listening/);
+  t.match(JSON.parse(setOut.text.split('\n').find((l) => l.includes('"memory_budget"')) ?? '{}'), { level: 40, configured: 20_000 });
   // The lowered total keeps one client to a quarter of it: the share never collapses to the whole.
   t.equal(line.maxConnectionsPerClient, Math.floor(plan.maxConnections / 4), `one client may hold ${String(line.maxConnectionsPerClient)} of ${plan.maxConnections}`);
   const res = runEgressCli(['--allow-hosts', 'a.example', '--listen', '127.0.0.1:0'], { EGRESS_MEMORY_LIMIT_MB: '100' });
   t.equal(res.status, 2, 'exits 2');
-  t.match(res.stderr, /the memory limit is 100 MiB \(from the flag\), and the proxy needs at least 128 MiB/);
+  t.match(res.stderr, /the memory limit is 100 MiB \(from --memory-limit-mb\), and the proxy needs at least 128 MiB/);
   t.match(runEgressCli(['--allow-hosts', 'a.example', '--memory-limit-mb', 'lots']).stderr, /--memory-limit-mb: expected a whole number/);
 });
 

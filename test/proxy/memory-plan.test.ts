@@ -66,6 +66,8 @@ t.test('the limit is the lowest source known, and says which', async (t) => {
   t.same(memoryLimit({ cgroup: 256 * MIB, flag: 200 * MIB, machine: 4096 * MIB }), { bytes: 200 * MIB, source: 'flag' });
   t.same(memoryLimit({ cgroup: 256 * MIB, flag: 512 * MIB, machine: 4096 * MIB }), { bytes: 256 * MIB, source: 'cgroup' }, 'the flag never raises the cgroup\'s');
   t.same(memoryLimit({ cgroup: undefined, flag: undefined, machine: 4096 * MIB }), { bytes: 4096 * MIB, source: 'machine' });
+  t.same(memoryLimit({ cgroup: undefined, flag: undefined, machine: 23 * 1024 * MIB, heap: 4144 * MIB }), { bytes: 4144 * MIB, source: 'heap' }, 'V8\'s heap limit, named as such');
+  t.same(memoryLimit({ cgroup: 256 * MIB, flag: undefined, machine: 23 * 1024 * MIB, heap: 4144 * MIB }), { bytes: 256 * MIB, source: 'cgroup' });
 });
 
 t.test('a 256 MiB cgroup: connections at rest fit next to the budget, one client a quarter of it', async (t) => {
