@@ -135,6 +135,15 @@ const COMMAND_OPTIONS: Partial<Record<OptionName, readonly OperatorCommand[]>> =
   ...Object.fromEntries(SANDBOX_OPTIONS.map((o) => [o, ['create', 'run']])),
 };
 
+/** A sandbox name given on the command line; a bad one is a usage error (exit 2). */
+function usageName(word: string): string {
+  try {
+    return sandboxName(word);
+  } catch (err) {
+    throw usageError((err as Error).message);
+  }
+}
+
 /** Commands taking one sandbox name; `--` commands take a command line after it. */
 const NAMED: readonly OperatorCommand[] = ['create', 'run', 'inspect', 'exec', 'destroy'];
 const DASH_DASH: readonly OperatorCommand[] = ['exec', 'run'];
@@ -193,7 +202,7 @@ export function parseOperatorArgs(argv: readonly string[]): OperatorArgs {
     tlsCertDir: values['tls-cert-dir'],
     network: values.network,
     labels: parseLabels(values.label ?? []),
-    name: needsName && !help ? sandboxName(rest[0] ?? '') : undefined,
+    name: needsName && !help ? usageName(rest[0] ?? '') : undefined,
     execCommand: tail === undefined ? undefined : commandLine(tail),
     timeoutMs: values.timeout === undefined ? undefined : parseDuration(values.timeout, '--timeout'),
     dryRun: values['dry-run'] === true,

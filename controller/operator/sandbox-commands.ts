@@ -4,7 +4,7 @@
  * workspace with it); `run` reuses one only when every option typed agrees with what it was
  * created with, so a command never runs with more access than the command line asked for.
  */
-import { type SandboxHandle, type SandboxProvider, SandboxError, isSandboxError } from '../spec/index.js';
+import { type SandboxHandle, type SandboxProvider, SandboxError, checkSandboxSpec, isSandboxError } from '../spec/index.js';
 import type { DockerEngine } from '../docker/index.js';
 import { inspectSandbox, type SandboxDetail } from './sandbox-detail.js';
 import { describeSpec, optionMismatches, sandboxSpec, type SandboxOptions } from './sandbox-options.js';
@@ -42,6 +42,8 @@ async function createFresh(deps: SandboxCommandDeps, name: string, options: Sand
 }
 
 export async function createSandbox(deps: SandboxCommandDeps, name: string, options: SandboxOptions): Promise<Ensured> {
+  // The spec is checked before anything is said or asked of the engine.
+  checkSandboxSpec(sandboxSpec(name, options));
   const found = await existing(deps.engine, name);
   if (found !== undefined) {
     throw new SandboxError('invalid_spec', `${name} already exists (${found.state}, egress ${found.tier}); use run to reuse it, or destroy it first (capybara-sandbox destroy ${name}).`);
@@ -50,6 +52,7 @@ export async function createSandbox(deps: SandboxCommandDeps, name: string, opti
 }
 
 export async function ensureSandbox(deps: SandboxCommandDeps, name: string, options: SandboxOptions): Promise<Ensured> {
+  checkSandboxSpec(sandboxSpec(name, options));
   const found = await existing(deps.engine, name);
   if (found === undefined) return createFresh(deps, name, options);
   const mismatches = optionMismatches(options, found);

@@ -41,7 +41,9 @@ t.test('usage and config errors (no engine needed)', async (t) => {
     { name: 'exec without --', argv: ['--endpoint', 'unix:///x.sock', 'exec', 'cap-x'], code: 2, err: /needs a command after --/ },
     { name: 'inspect without a name', argv: ['--endpoint', 'unix:///x.sock', 'inspect'], code: 2, err: /exactly one sandbox name/ },
     { name: 'bad --min-age', argv: ['--endpoint', 'unix:///x.sock', 'gc', '--min-age', 'soon'], code: 2, err: /not a duration/ },
-    { name: 'bad sandbox name', argv: ['--endpoint', 'unix:///x.sock', 'inspect', 'web 1'], code: 1, err: /invalid_spec/ },
+    { name: 'bad sandbox name: a usage error', argv: ['--endpoint', 'unix:///x.sock', 'inspect', 'web 1'], code: 2, err: /invalid_config: Sandbox name "cap-web 1" is not a sandbox resource name.*see capybara-sandbox --help/ },
+    // Refused before anything is said or asked: no "creating", and no engine (none answers here).
+    { name: 'a bad allowlist entry', argv: ['--endpoint', 'unix:///x.sock', 'run', 'demo', '--allow', '*', '--', 'true'], code: 1, err: /^capybara-sandbox: invalid_spec: The sandbox spec was refused: spec\.limits\.allowHosts\[0\]: "\*" is not allowed/ },
   ];
   for (const row of rows) {
     const r = await op(row.argv);
