@@ -58,7 +58,7 @@ t.test('command lines of the new verbs', async (t) => {
     { name: 'cpu zero', argv: ['create', 'demo', '--cpu', '0'], code: 'invalid_config' },
     { name: 'memory with a fraction', argv: ['create', 'demo', '--memory', '1.5'], code: 'invalid_config' },
     { name: 'bad workspace key', argv: ['create', 'demo', '--workspace', '../x'], code: 'invalid_spec' },
-    { name: 'bad sandbox name', argv: ['create', 'web 1'], code: 'invalid_spec' },
+    { name: 'bad sandbox name (a usage error)', argv: ['create', 'web 1'], code: 'invalid_config' },
   ];
   for (const row of rows) {
     if (row.code !== undefined) {
