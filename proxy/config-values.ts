@@ -6,10 +6,14 @@ import { isIPv4, isIPv6 } from 'node:net';
 import { z } from 'zod';
 
 export const Endpoint = z.string().transform((text, ctx) => {
-  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:[\]]+)):([0-9]{1,5})$/.exec(text);
-  const port = m ? Number(m[3]) : NaN;
-  if (!m || port > 65535) {
+  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:[\]]+)):([0-9]+)$/.exec(text);
+  if (!m) {
     ctx.addIssue({ code: 'custom', message: `"${text}" is not HOST:PORT (IPv6 in brackets)` });
+    return z.NEVER;
+  }
+  const port = Number(m[3]);
+  if (port > 65535 || (m[3] ?? '').length > 5) {
+    ctx.addIssue({ code: 'custom', message: `"${text}": port ${m[3] ?? ''} is out of range (0-65535; 0 picks a free one)` });
     return z.NEVER;
   }
   return Object.freeze({ host: (m[1] ?? m[2]) as string, port });

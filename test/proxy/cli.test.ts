@@ -28,6 +28,7 @@ const failures: { name: string; args: string[]; env?: Record<string, string>; fi
   { name: 'invalid entry in the file', args: ['--policy', 'FILE'], file: 'allowHosts:\n  - good.example\n  - 10.0.0.1\n', message: /policy\.yaml[\s\S]*allowHosts\[1\][\s\S]*IP literal/ },
   { name: 'unknown key in the file', args: ['--policy', 'FILE'], file: 'allowHosts: []\nallowHost: [x]\n', message: /policy\.yaml[\s\S]*Unrecognized key/ },
   { name: 'bad listen address', args: ['--allow-hosts', 'a.example', '--listen', 'nope'], message: /--listen: "nope" is not HOST:PORT/ },
+  { name: 'a listen port out of range', args: ['--allow-hosts', 'a.example', '--listen', '0.0.0.0:99999'], message: /--listen: "0\.0\.0\.0:99999": port 99999 is out of range \(0-65535; 0 picks a free one\)/ },
   { name: 'bad port list from the environment', args: ['--allow-hosts', 'a.example'], env: { ALLOW_CONNECT_PORTS: '443,ssh' }, message: /ALLOW_CONNECT_PORTS: "ssh" is not a port list/ },
   { name: 'bad test hosts JSON', args: ['--allow-hosts', 'a.example'], env: { CAPYBARA_EGRESS_TEST_HOSTS: '{' }, message: /CAPYBARA_EGRESS_TEST_HOSTS: not valid JSON/ },
   { name: 'bad test host address', args: ['--allow-hosts', 'a.example'], env: { CAPYBARA_EGRESS_TEST_HOSTS: '{"a.example":"x"}' }, message: /CAPYBARA_EGRESS_TEST_HOSTS[\s\S]*"x" is not an IP address/ },
