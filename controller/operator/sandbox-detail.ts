@@ -43,7 +43,8 @@ export async function inspectSandbox(engine: DockerEngine, rawName: string): Pro
     runtime: String(view.hostConfig.Runtime ?? ''),
     egress,
     ...(meaning.sandboxNetwork === 'internal' ? await networkOf(engine, view, names.network) : { network: 'none', subnet: '-' }),
-    volumes: mounts.filter((m) => m.Type === 'volume' && typeof m.Source === 'string').map((m) => m.Source as string),
+    // Once each: the skills volume is mounted twice (read-only at /skills, writable for root).
+    volumes: [...new Set(mounts.filter((m) => m.Type === 'volume' && typeof m.Source === 'string').map((m) => m.Source as string))],
     limits: { nanoCpus: view.hostConfig.NanoCpus, memory: view.hostConfig.Memory, pidsLimit: view.hostConfig.PidsLimit },
   };
 }

@@ -91,6 +91,7 @@ t.test('operator commands against the engine and the socket proxy', async (t) =>
     t.equal(inspected.code, 0, inspected.stderr);
     const d = JSON.parse(inspected.stdout) as Record<string, unknown>;
     t.same([d.state, d.tier, d.egress, d.network, d.allowHosts], ['running', 'allowlist', 'running', `${live.id}-net`, [UPSTREAM_HOST]]);
+    t.same(d.volumes, [`${live.id}-workspace`, `${live.id}-skills`], 'each volume once (the skills volume is mounted twice)');
     t.match(await op([...viaProxy, 'inspect', live.id]), { code: 0, stdout: /tier\s+allowlist/ });
     // One word after --: a shell command line. Several: a program and its arguments.
     const ran = await op([...viaProxy, 'exec', live.id, '--', 'echo out; echo err >&2; exit 7']);
