@@ -11,7 +11,7 @@ import os from 'node:os';
 import v8 from 'node:v8';
 import { isCodedError, VERSION } from '../common/index.js';
 import type { Policy } from '../policy/index.js';
-import { loadPolicy, OPTIONS, parseConfig, usage, type ProxyConfig } from './config.js';
+import { checkArgv, checkReport, EMPTY_ALLOWLIST, loadPolicy, OPTIONS, parseConfig, policySourceName, usage, type ProxyConfig } from './config.js';
 import {
   cgroupMemoryLimit,
   clientShare,
@@ -85,14 +85,6 @@ interface Start {
   readonly transparentPorts: readonly TransparentPort[] | undefined;
 }
 
-/** `check FILE [options]` is `--policy FILE --check [options]`. */
-function argvOf(args: readonly string[]): readonly string[] {
-  if (args[0] !== 'check') return args;
-  const file = args[1];
-  if (file === undefined || file.startsWith('-')) stop(`check needs the policy file: capybara-egress check FILE [options]\n\n${usage()}`);
-  return ['--policy', file, '--check', ...args.slice(2)];
-}
-
 /** An invalid policy while checking: exit 1 (a usage error is 2, as at start). */
 class PolicyCheckError extends Error {}
 
@@ -105,7 +97,7 @@ function readStart(readingPolicy: () => void): Start | undefined {
   }
   let config: ProxyConfig | undefined;
   try {
-    config = parseConfig(argvOf(args), process.env);
+    config = parseConfig(checkArgv(args), process.env);
   } catch (err) {
     if (isCodedError(err, 'ConfigError')) stop(err.message);
     throw err;
@@ -245,7 +237,7 @@ async function serve(): Promise<number> {
   if (start === undefined) return 0;
   const { config, policy } = start;
   if (config.check === true) {
-    process.stdout.write(checkReport(start));
+    process.stdout.write(checkReport(config, policy));
     return 0;
   }
   const plans = planResources(config);
@@ -279,24 +271,6 @@ async function serve(): Promise<number> {
   watcher?.close();
   await Promise.all([proxy.close(), metrics?.close()]);
   return 0;
-}
-
-const EMPTY_ALLOWLIST = 'the allowlist is empty: every request is refused';
-
-function policySourceName(config: ProxyConfig): string {
-  return config.policySource.kind === 'file' ? config.policySource.path : config.policySource.from;
-}
-
-/** What --check prints for a valid configuration: what the policy allows, and its warnings. */
-function checkReport(start: Start): string {
-  const { config, policy } = start;
-  const lines = [
-    `${policySourceName(config)}: valid`,
-    `  allowHosts (${policy.allowHosts.length}): ${policy.allowHosts.join(', ') || '(none)'}`,
-    `  connectPorts: ${[...policy.connectPorts].join(', ')}`,
-  ];
-  if (policy.allowHosts.length === 0) lines.push(`warning: ${EMPTY_ALLOWLIST}`);
-  return `${lines.join('\n')}\n`;
 }
 
 async function main(): Promise<number> {

@@ -262,3 +262,28 @@ export function loadPolicy(config: ProxyConfig, readFile: (path: string) => stri
   const problems = first?.[1] ?? built.problems;
   throw new PolicyError(where, fileText !== undefined && where === sourceName ? placeProblems(fileText, problems) : problems);
 }
+
+/** `check FILE [options]` is `--policy FILE --check [options]`. */
+export function checkArgv(args: readonly string[]): readonly string[] {
+  if (args[0] !== 'check') return args;
+  const file = args[1];
+  if (file === undefined || file.startsWith('-')) throw new ConfigError(`check needs the policy file: capybara-egress check FILE [options]\n\n${usage()}`);
+  return ['--policy', file, '--check', ...args.slice(2)];
+}
+
+export const EMPTY_ALLOWLIST = 'the allowlist is empty: every request is refused';
+
+export function policySourceName(config: ProxyConfig): string {
+  return config.policySource.kind === 'file' ? config.policySource.path : config.policySource.from;
+}
+
+/** What --check prints for a valid configuration: what the policy allows, and its warnings. */
+export function checkReport(config: ProxyConfig, policy: Policy): string {
+  const lines = [
+    `${policySourceName(config)}: valid`,
+    `  allowHosts (${policy.allowHosts.length}): ${policy.allowHosts.join(', ') || '(none)'}`,
+    `  connectPorts: ${[...policy.connectPorts].join(', ')}`,
+  ];
+  if (policy.allowHosts.length === 0) lines.push(`warning: ${EMPTY_ALLOWLIST}`);
+  return `${lines.join('\n')}\n`;
+}

@@ -52,7 +52,7 @@ for (const c of failures) {
   t.test(`start-up fails closed: ${c.name}`, async (t) => {
     const file = path.join(mkdtempSync(path.join(dir, 'case-')), 'policy.yaml');
     if (c.file !== undefined) writeFileSync(file, c.file);
-    const res = runEgressCli(c.args.map((a) => (a === 'FILE' ? file : a)), c.env);
+    const res = await runEgressCli(c.args.map((a) => (a === 'FILE' ? file : a)), c.env);
     t.equal(res.status, 2, 'exits 2');
     t.match(res.stderr, c.message);
     t.equal(res.stdout, '', 'nothing on stdout');
@@ -68,14 +68,14 @@ for (const which of ['--listen', '--metrics-listen'] as const) {
     t.teardown(() => taken.close());
     const busy = `127.0.0.1:${(taken.address() as net.AddressInfo).port}`;
     const free = `127.0.0.1:${await freePort()}`;
-    const res = runEgressCli(['--allow-hosts', 'a.example', '--listen', which === '--listen' ? busy : free, '--metrics-listen', which === '--metrics-listen' ? busy : `127.0.0.1:${await freePort()}`]);
+    const res = await runEgressCli(['--allow-hosts', 'a.example', '--listen', which === '--listen' ? busy : free, '--metrics-listen', which === '--metrics-listen' ? busy : `127.0.0.1:${await freePort()}`]);
     t.equal(res.status, 2, 'exits 2');
     t.match(res.stderr, /cannot listen: .*EADDRINUSE/);
   });
 }
 
 t.test('--help prints usage and every environment twin', async (t) => {
-  const res = runEgressCli(['--help']);
+  const res = await runEgressCli(['--help']);
   t.equal(res.status, 0);
   for (const v of Object.values(EGRESS_ENV)) t.match(res.stdout, v);
 });
@@ -374,10 +374,10 @@ t.test('check validates a policy without binding a port: 0 valid, 1 invalid (eac
     return f;
   };
   const good = file('good.yaml', 'allowHosts:\n  - a.example\n  - "*.b.example"\nconnectPorts: [443]\n');
-  const ok = runEgressCli(['check', good]);
+  const ok = await runEgressCli(['check', good]);
   t.same([ok.status, ok.stdout], [0, `${good}: valid\n  allowHosts (2): a.example, *.b.example\n  connectPorts: 443\n`]);
-  t.same(runEgressCli(['--policy', good, '--check']).status, 0, '--check is the same');
-  const empty = runEgressCli(['check', file('empty.yaml', 'allowHosts: []\n')]);
+  t.same((await runEgressCli(['--policy', good, '--check'])).status, 0, '--check is the same');
+  const empty = await runEgressCli(['check', file('empty.yaml', 'allowHosts: []\n')]);
   t.same([empty.status, empty.stdout.split('\n').at(-2)], [0, 'warning: the allowlist is empty: every request is refused']);
   const rows: { name: string; text: string; says: string }[] = [
     { name: 'an unquoted wildcard (a YAML alias)', text: 'allowHosts:\n  - a.example\n  - *.example.org\n', says: 'line 3, column 5: *.example.org is read by YAML as an alias, not as a host name: quote entries that start with "*" ("*.example.org")' },
@@ -388,26 +388,26 @@ t.test('check validates a policy without binding a port: 0 valid, 1 invalid (eac
   ];
   for (const row of rows) {
     const f = file(`${row.name.replace(/\W+/g, '-')}.yaml`, row.text);
-    const res = runEgressCli(['check', f]);
+    const res = await runEgressCli(['check', f]);
     t.same([res.status, res.stdout], [1, ''], row.name);
     t.equal(res.stderr, `capybara-egress: invalid policy in ${f}:\n  ${row.says}\n`, row.name);
   }
-  const usageErr = runEgressCli(['check']);
+  const usageErr = await runEgressCli(['check']);
   t.equal(usageErr.status, 2);
   t.match(usageErr.stderr, /check needs the policy file/);
-  t.equal(runEgressCli(['check', good, '--listen', 'nowhere']).status, 2, 'a bad option is a usage error');
+  t.equal((await runEgressCli(['check', good, '--listen', 'nowhere'])).status, 2, 'a bad option is a usage error');
 });
 
 t.test('--version prints the package\'s version, and the metrics carry it', async (t) => {
   const { version } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
-  const res = runEgressCli(['--version']);
+  const res = await runEgressCli(['--version']);
   t.same([res.status, res.stdout], [0, `capybara-egress ${version}\n`]);
   const text = await createProxyMetrics(() => 0).registry.metrics();
   t.match(text, `capybara_build_info{version="${version}",node="${process.versions.node}"} 1\n`);
 });
 
 t.test('a repeated --allow-hosts adds up', async (t) => {
-  const res = runEgressCli(['--allow-hosts', 'a.example', '--allow-hosts', 'b.example,c.example', '--check']);
+  const res = await runEgressCli(['--allow-hosts', 'a.example', '--allow-hosts', 'b.example,c.example', '--check']);
   t.same([res.status, res.stdout.split('\n')[1]], [0, '  allowHosts (3): a.example, b.example, c.example']);
 });
 
@@ -514,10 +514,10 @@ t.test('the memory budget is planned at start and logged; a limit below the mini
   t.match(JSON.parse(setOut.text.split('\n').find((l) => l.includes('"memory_budget"')) ?? '{}'), { level: 40, configured: 20_000 });
   // The lowered total keeps one client to a quarter of it: the share never collapses to the whole.
   t.equal(line.maxConnectionsPerClient, Math.floor(plan.maxConnections / 4), `one client may hold ${String(line.maxConnectionsPerClient)} of ${plan.maxConnections}`);
-  const res = runEgressCli(['--allow-hosts', 'a.example', '--listen', '127.0.0.1:0'], { EGRESS_MEMORY_LIMIT_MB: '100' });
+  const res = await runEgressCli(['--allow-hosts', 'a.example', '--listen', '127.0.0.1:0'], { EGRESS_MEMORY_LIMIT_MB: '100' });
   t.equal(res.status, 2, 'exits 2');
   t.match(res.stderr, /the memory limit is 100 MiB \(from --memory-limit-mb\), and the proxy needs at least 128 MiB/);
-  t.match(runEgressCli(['--allow-hosts', 'a.example', '--memory-limit-mb', 'lots']).stderr, /--memory-limit-mb: expected a whole number/);
+  t.match((await runEgressCli(['--allow-hosts', 'a.example', '--memory-limit-mb', 'lots'])).stderr, /--memory-limit-mb: expected a whole number/);
 });
 
 /** A client connection the proxy has accepted and counts. */

@@ -39,7 +39,7 @@ const failures: { name: string; args: string[]; env?: Record<string, string>; me
 ];
 for (const c of failures) {
   t.test(`start-up fails closed: ${c.name}`, async (t) => {
-    const res = runEgressCli(['--allow-hosts', 'a.example', ...c.args], c.env);
+    const res = await runEgressCli(['--allow-hosts', 'a.example', ...c.args], c.env);
     t.equal(res.status, 2, 'exits 2');
     t.match(res.stderr, c.message);
   });
@@ -49,7 +49,7 @@ t.test('a transparent port already taken stops the proxy at start', async (t) =>
   const taken = net.createServer();
   const port = await listen(taken);
   t.teardown(() => taken.close());
-  const res = runEgressCli(['--allow-hosts', 'a.example', '--listen', `127.0.0.1:${await freePort()}`, '--connect-ports', String(port), '--transparent-listen', '127.0.0.1', '--transparent-port-map', `53=${await freePort()}`]);
+  const res = await runEgressCli(['--allow-hosts', 'a.example', '--listen', `127.0.0.1:${await freePort()}`, '--connect-ports', String(port), '--transparent-listen', '127.0.0.1', '--transparent-port-map', `53=${await freePort()}`]);
   t.equal(res.status, 2);
   t.match(res.stderr, /cannot listen: .*EADDRINUSE/);
 });

@@ -1,4 +1,4 @@
-import { spawnSync, type SpawnSyncReturns } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
 /**
@@ -20,7 +20,24 @@ export const EGRESS_CLI = fileURLToPath(new URL('../../dist/proxy/cli.js', impor
 /** The only variable an egress command run by a test inherits: the rest is the test's to give. */
 export const EGRESS_BASE_ENV: Readonly<Record<string, string>> = { PATH: process.env.PATH ?? '' };
 
-/** Runs the built egress command to its end, with `env` beside PATH only. */
-export function runEgressCli(args: string[], env: Record<string, string> = {}): SpawnSyncReturns<string> {
-  return spawnSync(...plainNode(EGRESS_CLI, args), { encoding: 'utf8', env: { ...EGRESS_BASE_ENV, ...env }, timeout: 30_000 });
+/** What a command that ran to its end said. */
+export interface CliRun {
+  readonly status: number | null;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/**
+ * Runs the built egress command to its end, with `env` beside PATH only. Never spawnSync: that
+ * would stop this process's event loop for the whole run, and with it every subtest beside it
+ * (a proxy it runs, a deadline it measures).
+ */
+export function runEgressCli(args: string[], env: Record<string, string> = {}): Promise<CliRun> {
+  const [file, argv] = plainNode(EGRESS_CLI, args);
+  return new Promise((resolve) => {
+    execFile(file, argv, { encoding: 'utf8', env: { ...EGRESS_BASE_ENV, ...env }, timeout: 30_000 }, (err, stdout, stderr) => {
+      const code = err === null ? 0 : typeof err.code === 'number' ? err.code : null;
+      resolve({ status: code, stdout, stderr });
+    });
+  });
 }

@@ -31,6 +31,11 @@ const FORGER_LOG = '/workspace/forger.log';
 /** Two forgers, so that one of them wins the race to a new process more often. */
 const LEAVE_FORGERS = `rm -f ${FORGER_LOG}*; for i in 1 2; do setsid nohup python3 /workspace/forger.py ${FORGER_LOG} >/dev/null 2>&1 < /dev/null & done`;
 const VICTIM = 'sleep 1; echo real-result; exit 1';
+/**
+ * The forgers spin on /proc, and a fork bomb keeps every core it may use busy: capped, so that
+ * the suite's timing tests running beside them keep a core.
+ */
+const FORGER_LIMITS = { egress: 'none' as const, cpu: 1 };
 
 /**
  * Leaves the forgers running. From then on every command is theirs to attack, so the wait (and
@@ -89,7 +94,7 @@ t.test('commands of one sandbox cannot forge each other\'s results', async (t) =
   const { provider, env } = s;
 
   await t.test('landlock: a leftover can neither write into, trace, nor read the memory of a later command', async (t) => {
-    const h = await provider.create({ id: `${env.runId}-ll`, image: SANDBOX_IMAGE, limits: { egress: 'none' } });
+    const h = await provider.create({ id: `${env.runId}-ll`, image: SANDBOX_IMAGE, limits: FORGER_LIMITS });
     t.teardown(() => provider.destroy(h));
     await leaveForgers(t, provider, h);
     // The race to the wrapper: a forger that first sees it after its exec into setpriv leaves it.
@@ -111,7 +116,7 @@ t.test('commands of one sandbox cannot forge each other\'s results', async (t) =
   });
 
   await t.test('fresh ends the leftover whatever it does to the kill script: root judges the kill', async (t) => {
-    const h = await provider.create({ id: `${env.runId}-fr`, image: SANDBOX_IMAGE, limits: { egress: 'none' } });
+    const h = await provider.create({ id: `${env.runId}-fr`, image: SANDBOX_IMAGE, limits: FORGER_LIMITS });
     t.teardown(() => provider.destroy(h));
     await freshAgainstForgers(t, provider, h, s.logs);
   });
@@ -125,7 +130,7 @@ t.test('commands of one sandbox cannot forge each other\'s results', async (t) =
       },
     });
     const shared = createDockerSandbox({ endpoint: s.proxy.endpoint, network: s.sharedNetwork, commandIsolation: 'off' }, { labels: env.labels }, { logger: pino({ level: 'warn' }, sink) });
-    const h = await shared.create({ id: `${env.runId}-off`, image: SANDBOX_IMAGE, limits: { egress: 'none' } });
+    const h = await shared.create({ id: `${env.runId}-off`, image: SANDBOX_IMAGE, limits: FORGER_LIMITS });
     t.teardown(() => shared.destroy(h));
     await leaveForgers(t, shared, h);
     // The race to the wrapper: a forger that sees it after it wrote its start byte only kills it.
@@ -199,7 +204,7 @@ ctypes.CDLL(None).pthread_exit(None)"`;
   });
 
   await t.test('after a fork bomb, the next command runs or is sandbox_full within its timeout plus 10 s', async (t) => {
-    const h = await provider.create({ id: `${env.runId}-fb`, image: SANDBOX_IMAGE, limits: { egress: 'none' } });
+    const h = await provider.create({ id: `${env.runId}-fb`, image: SANDBOX_IMAGE, limits: { egress: 'none', cpu: 0.5 } });
     t.teardown(() => provider.destroy(h));
     for (let round = 1; round <= 3; round++) {
       const logged = s.logs.length;
