@@ -98,17 +98,23 @@ function entryIssues(issue: z.core.$ZodIssue, value: unknown): { path: PropertyK
   if (value === null || typeof value !== 'object' || Array.isArray(value)) {
     return [{ path: [...issue.path], message: `${JSON.stringify(value)} is not an entry: write a host name ("example.com", "*.example.com") or { host: ..., tunnel: tls | opaque }` }];
   }
-  const branch = issue.errors.find((errors) => errors.every((e) => e.code !== 'invalid_type' || e.path.length > 0)) ?? issue.errors[1] ?? [];
+  // The union's second form is the object one, which an object value chose.
+  const branch = issue.errors[1] ?? [];
   return branch.map((e) => ({ path: [...issue.path, ...e.path], message: e.message }));
 }
 
-/** Parses and validates policy text. `source` names it in errors (usually the file path). */
-export function parsePolicyText(text: string, source: string): PolicyFile {
+/** The text as a YAML document, with the line counter its positions are read through. */
+function readDocument(text: string): { doc: Yaml.Document; lines: Yaml.LineCounter } {
   // YAML 1.2 reads JSON too, and unlike JSON.parse it refuses duplicate keys, which would
   // otherwise let a later key silently override an earlier one.
   yaml ??= requireCjs('yaml') as typeof Yaml;
   const lines = new yaml.LineCounter();
-  const doc = yaml.parseDocument(text, { uniqueKeys: true, prettyErrors: false, lineCounter: lines });
+  return { doc: yaml.parseDocument(text, { uniqueKeys: true, prettyErrors: false, lineCounter: lines }), lines };
+}
+
+/** Parses and validates policy text. `source` names it in errors (usually the file path). */
+export function parsePolicyText(text: string, source: string): PolicyFile {
+  const { doc, lines } = readDocument(text);
   if (doc.errors.length > 0) {
     throw new PolicyError(
       source,
@@ -140,9 +146,7 @@ export function parsePolicyText(text: string, source: string): PolicyFile {
  * `allowHosts[3]` gets the line and column of that entry.
  */
 export function placeProblems(text: string, problems: readonly PolicyProblem[]): PolicyProblem[] {
-  yaml ??= requireCjs('yaml') as typeof Yaml;
-  const lines = new yaml.LineCounter();
-  const doc = yaml.parseDocument(text, { uniqueKeys: true, prettyErrors: false, lineCounter: lines });
+  const { doc, lines } = readDocument(text);
   return problems.map((p) => {
     const path = [...p.path.matchAll(/([A-Za-z]+)|\[(\d+)\]/g)].map((m) => (m[2] === undefined ? m[1] ?? '' : Number(m[2])));
     return { path: `${p.path}${placeOf(doc, lines, path)}`, message: p.message };

@@ -145,10 +145,10 @@ function stagedEnd(mark: string): string {
 const BEGIN = `${STARTED_PRINTF}; exec bash -c "$1"`;
 
 // $1 backstop seconds; $2 the payload: base64, or "-N" for N bytes on stdin (stagedPayload); $3
-// the isolation (CommandIsolation). Nothing here writes a file. Every failure before the start byte is reported with
-// WRAPPER_FAILED_MARKER (or SANDBOX_FULL_MARKER, or by bash itself), never as the command's
-// status. The exec is a session of its own (runc starts every exec with setsid), which the kill
-// scripts also end.
+// the isolation (CommandIsolation). Nothing here writes a file. Every failure before the start
+// byte is reported with WRAPPER_FAILED_MARKER (or SANDBOX_FULL_MARKER, or by bash itself), never
+// as the command's status. The exec is a session of its own (runc starts every exec with setsid),
+// which the kill scripts also end.
 const WRAPPER = String.raw`${ROOM_CHECK}
 fail() { echo "${WRAPPER_FAILED_MARKER}: $1" >&2; exit ${WRAPPER_FAILED_EXIT}; }
 case $2 in

@@ -52,12 +52,10 @@ function decide(
   const ageMs = resource.createdMs > 0 ? nowMs - resource.createdMs : -1;
   const base = { kind, id: resource.id, name: resource.name, sandbox, ageSeconds: Math.max(0, Math.round(ageMs / 1000)) };
   const keep = (reason: KeepReason): ResourceDecision => ({ ...base, orphan: false, keep: reason });
-  if (sandbox !== undefined && halfBuilt.has(sandbox)) {
-    if (kind === 'volume' && (resource.labels[LABEL_WORKSPACE_KEY] !== undefined || resource.name.startsWith('cap-ws.'))) return keep('persistent_workspace');
-    return { ...base, orphan: true, halfBuilt: true };
-  }
+  const persistent = kind === 'volume' && (resource.labels[LABEL_WORKSPACE_KEY] !== undefined || resource.name.startsWith('cap-ws.'));
+  if (sandbox !== undefined && halfBuilt.has(sandbox)) return persistent ? keep('persistent_workspace') : { ...base, orphan: true, halfBuilt: true };
   if (kind === 'container' && isSandboxContainer(resource as ContainerSummary)) return keep('sandbox_container');
-  if (kind === 'volume' && (resource.labels[LABEL_WORKSPACE_KEY] !== undefined || resource.name.startsWith('cap-ws.'))) return keep('persistent_workspace');
+  if (persistent) return keep('persistent_workspace');
   if (sandbox === undefined || sandbox === '') return keep('no_sandbox_name');
   if (liveSandboxes.has(sandbox)) return keep('sandbox_exists');
   if (ageMs < 0) return keep('age_unknown');
