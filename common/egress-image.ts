@@ -56,6 +56,9 @@ export const EGRESS_METRICS = {
   heldBytes: 'egress_held_bytes',
   dnsQueries: 'egress_dns_queries_total',
   buildInfo: 'capybara_build_info',
+  reloadSuccessful: 'egress_policy_last_reload_successful',
+  reloadSeconds: 'egress_policy_last_reload_timestamp_seconds',
+  policySeconds: 'egress_policy_loaded_timestamp_seconds',
 } as const;
 
 /**

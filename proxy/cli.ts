@@ -32,10 +32,10 @@ import {
   DEFAULT_LIMITS,
 } from './budget/index.js';
 import { createLookup } from './dns/index.js';
-import { createLogger, startMetricsServer, type Logger } from './record/index.js';
+import { addProcessMetrics, createLogger, startMetricsServer, type Logger } from './record/index.js';
 import { createEgressProxy, type EgressProxy } from './server.js';
 import { watchPolicyFile } from './policy-watch.js';
-import { installProcessEnd } from './exit.js';
+import { installProcessEnd, untilStopped } from './exit.js';
 import { planTransparentPorts, type TransparentPort } from './transparent/index.js';
 
 const read = (path: string): string => readFileSync(path, 'utf8');
@@ -191,6 +191,16 @@ function plannedLimits(config: ProxyConfig, plans: Plans, log: Logger): ProxyLim
 
 type Metrics = Awaited<ReturnType<typeof startMetricsServer>>;
 
+/** A listener of `flag` that could not start, said with the flag and its environment twin. */
+async function bound<T>(flag: keyof typeof OPTIONS, listening: Promise<T>): Promise<T> {
+  try {
+    return await listening;
+  } catch (err) {
+    const taken = (err as NodeJS.ErrnoException).code === 'EADDRINUSE' ? ': stop what holds that port, or choose another' : '';
+    throw new Error(`--${flag} (${OPTIONS[flag].env}): ${(err as Error).message}${taken}`);
+  }
+}
+
 /**
  * Opens every listener: the metrics, transparent mode's, then the proxy port (a proxy that
  * answers serves everything it was configured to). One that cannot start stops the proxy: it
@@ -200,28 +210,16 @@ async function listenAll(proxy: EgressProxy, start: Start, serving: { close(): P
   const { config, transparentPorts } = start;
   let metrics: Metrics | undefined;
   try {
-    metrics = config.metricsListen ? await startMetricsServer(config.metricsListen, proxy.metrics) : undefined;
+    metrics = config.metricsListen ? await bound('metrics-listen', startMetricsServer(config.metricsListen, proxy.metrics)) : undefined;
     if (metrics) serving.push(metrics);
     if (config.transparent !== undefined && transparentPorts !== undefined) {
-      await proxy.listenTransparent({ listen: config.transparent.listen, answer: config.transparent.answer, ports: transparentPorts });
+      await bound('transparent-listen', proxy.listenTransparent({ listen: config.transparent.listen, answer: config.transparent.answer, ports: transparentPorts }));
     }
-    return { address: await proxy.listen(config.listen.host, config.listen.port), metrics };
+    return { address: await bound('listen', proxy.listen(config.listen.host, config.listen.port)), metrics };
   } catch (err) {
     await Promise.all([proxy.close(), metrics?.close()]);
     return stop(`cannot listen: ${(err as Error).message}`);
   }
-}
-
-/** Until SIGTERM or SIGINT. */
-function untilStopped(log: Logger): Promise<void> {
-  return new Promise((resolve) => {
-    const stopping = (signal: string): void => {
-      log.info({ event: 'stopping', signal }, 'egress proxy stopping');
-      resolve();
-    };
-    process.once('SIGTERM', stopping);
-    process.once('SIGINT', stopping);
-  });
 }
 
 async function serve(): Promise<number> {
@@ -251,12 +249,16 @@ async function serve(): Promise<number> {
   const lookup = createLookup({ servers: config.dnsServers, timeoutMs: limits.dnsTimeoutMs, maxInFlight: plans.descriptors.maxLookupsInFlight });
   const proxy = createEgressProxy({ policy, memory: new MemoryBudget(plans.memory), lookup, logger: log, limits });
   serving.push(proxy);
+  const loads = addProcessMetrics(proxy.metrics);
+  loads.loaded(true);
   const reload = (why: string): void => {
     try {
       const next = loadPolicy(config, read);
       proxy.setPolicy(next);
+      loads.loaded(true);
       log.info({ event: 'policy_reloaded', why, allowHosts: next.allowHosts.length }, 'policy reloaded');
     } catch (err) {
+      loads.loaded(false);
       log.error({ event: 'policy_reload_failed', why, err: (err as Error).message }, 'policy reload failed; the previous policy stays in force');
     }
   };

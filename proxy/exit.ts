@@ -99,3 +99,15 @@ export function installProcessEnd(): ProcessEnd {
   process.on('uncaughtException', (err) => end.fatal(err));
   return end;
 }
+
+/** Until SIGTERM or SIGINT. */
+export function untilStopped(log: Logger): Promise<void> {
+  return new Promise((resolve) => {
+    const stopping = (signal: string): void => {
+      log.info({ event: 'stopping', signal }, 'egress proxy stopping');
+      resolve();
+    };
+    process.once('SIGTERM', stopping);
+    process.once('SIGINT', stopping);
+  });
+}

@@ -10,7 +10,7 @@ import type * as PromClient from 'prom-client';
 import type { Registry } from 'prom-client';
 import { EGRESS_METRICS, EGRESS_METRICS_PATH, requireCjs, VERSION } from '../../common/index.js';
 
-const { Counter, Gauge, Histogram, Registry: RegistryClass } = requireCjs('prom-client') as typeof PromClient;
+const { collectDefaultMetrics, Counter, Gauge, Histogram, Registry: RegistryClass } = requireCjs('prom-client') as typeof PromClient;
 
 /** What the proxy reports as it works; the metrics below are one implementation. */
 export interface ProxyObserver {
@@ -86,6 +86,33 @@ export function createProxyMetrics(heldBytes: () => number): ProxyMetrics {
       dnsLookup: (seconds, outcome) => dns.observe({ outcome }, seconds),
       connect: (seconds, ok) => (ok ? connectOk : connectFailed).observe(seconds),
       dnsQuery: (result) => dnsQueries.inc({ result }),
+    },
+  };
+}
+
+/** Each load of the policy, as the process metrics count it. */
+export interface PolicyLoads {
+  /** The policy was read: at start (always true), or by a reload that succeeded or failed. */
+  loaded(ok: boolean): void;
+}
+
+/**
+ * The process's own metrics, for the one proxy a process runs (the CLI's): prom-client's
+ * defaults (`process_*` CPU, memory and descriptors, `nodejs_*` heap, event-loop lag and GC), and
+ * the last policy load: whether it succeeded, when it was tried, when the policy in force was
+ * read. A failed reload leaves the old policy in force, which only these gauges show a scraper.
+ */
+export function addProcessMetrics(registry: Registry, now: () => number = Date.now): PolicyLoads {
+  collectDefaultMetrics({ register: registry });
+  const successful = new Gauge({ name: EGRESS_METRICS.reloadSuccessful, help: 'Whether the last policy load (start, SIGHUP or file change) succeeded: 1, or 0 while the previous policy stays in force', registers: [registry] });
+  const tried = new Gauge({ name: EGRESS_METRICS.reloadSeconds, help: 'When the policy was last loaded or a reload was tried (Unix seconds)', registers: [registry] });
+  const inForce = new Gauge({ name: EGRESS_METRICS.policySeconds, help: 'When the policy in force was loaded (Unix seconds)', registers: [registry] });
+  return {
+    loaded(ok) {
+      const seconds = now() / 1000;
+      successful.set(ok ? 1 : 0);
+      tried.set(seconds);
+      if (ok) inForce.set(seconds);
     },
   };
 }

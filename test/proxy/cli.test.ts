@@ -70,7 +70,7 @@ for (const which of ['--listen', '--metrics-listen'] as const) {
     const free = `127.0.0.1:${await freePort()}`;
     const res = await runEgressCli(['--allow-hosts', 'a.example', '--listen', which === '--listen' ? busy : free, '--metrics-listen', which === '--metrics-listen' ? busy : `127.0.0.1:${await freePort()}`]);
     t.equal(res.status, 2, 'exits 2');
-    t.match(res.stderr, /cannot listen: .*EADDRINUSE/);
+    t.match(res.stderr, new RegExp(`cannot listen: ${which} \\(EGRESS_[A-Z_]+\\): .*EADDRINUSE.*: stop what holds that port, or choose another`));
   });
 }
 
@@ -160,6 +160,19 @@ t.test('SIGHUP and file changes reload the policy; an invalid file keeps the old
     upstream.close();
   });
   await waitFor(child, output, /egress proxy listening/);
+  const scrape = async (): Promise<string> => {
+    const res = await rawRequest(metricsPort, 'GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+    t.equal(res.status, 200);
+    return res.body + (await readUntil(res.socket, undefined));
+  };
+  const gauge = (text: string, name: string): number => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1]);
+  const atStart = await scrape();
+  t.equal(gauge(atStart, 'egress_policy_last_reload_successful'), 1, 'the policy read at start counts as a successful load');
+  for (const name of ['process_cpu_seconds_total', 'process_open_fds', 'process_resident_memory_bytes', 'nodejs_eventloop_lag_seconds', 'nodejs_heap_size_used_bytes']) {
+    t.ok(gauge(atStart, name) >= 0, `the process metrics include ${name}`);
+  }
+  const startedAt = gauge(atStart, 'egress_policy_loaded_timestamp_seconds');
+  t.ok(Math.abs(startedAt - Date.now() / 1000) < 60, 'the policy in force was loaded just now');
 
   const connect = (host: string) => rawRequest(port, `CONNECT ${host}:${upstreamPort} HTTP/1.1\r\nHost: x\r\n\r\n`);
   const tunnel = await connect('one.test');
@@ -181,14 +194,19 @@ t.test('SIGHUP and file changes reload the policy; an invalid file keeps the old
   t.match(output.text, /IP literal/, 'the log says why');
   t.equal((await connect('two.test')).status, 200, 'the previous policy stays in force');
   t.equal((await connect('one.test')).reason, 'host_not_allowed', 'and does not fail open');
+  const afterFailure = await scrape();
+  t.equal(gauge(afterFailure, 'egress_policy_last_reload_successful'), 0, 'the failed reload shows in the metrics');
+  const inForce = gauge(afterFailure, 'egress_policy_loaded_timestamp_seconds');
+  t.ok(inForce >= startedAt && gauge(afterFailure, 'egress_policy_last_reload_timestamp_seconds') >= inForce, 'the reload was tried after the policy in force was loaded');
 
   write(`allowHosts: [one.test, two.test]\nconnectPorts: [${upstreamPort}]\n`);
   await waitFor(child, output, /"policy_reloaded","why":"file changed","allowHosts":2/);
   t.equal((await connect('one.test')).status, 200, 'a file change alone reloads');
 
-  const metrics = await rawRequest(metricsPort, 'GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
-  t.equal(metrics.status, 200);
-  t.match(metrics.body + (await readUntil(metrics.socket, undefined)), /egress_decisions_total/);
+  const afterChange = await scrape();
+  t.match(afterChange, /egress_decisions_total/);
+  t.equal(gauge(afterChange, 'egress_policy_last_reload_successful'), 1, 'a good reload sets it back');
+  t.ok(gauge(afterChange, 'egress_policy_loaded_timestamp_seconds') >= inForce);
 
   child.kill('SIGTERM');
   const code = await new Promise<number | null>((r) => child.once('exit', (c) => r(c)));

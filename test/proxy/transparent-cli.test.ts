@@ -51,7 +51,7 @@ t.test('a transparent port already taken stops the proxy at start', async (t) =>
   t.teardown(() => taken.close());
   const res = await runEgressCli(['--allow-hosts', 'a.example', '--listen', `127.0.0.1:${await freePort()}`, '--connect-ports', String(port), '--transparent-listen', '127.0.0.1', '--transparent-port-map', `53=${await freePort()}`]);
   t.equal(res.status, 2);
-  t.match(res.stderr, /cannot listen: .*EADDRINUSE/);
+  t.match(res.stderr, /cannot listen: --transparent-listen \(EGRESS_TRANSPARENT_LISTEN\): .*EADDRINUSE/);
 });
 
 /** Starts the command; resolves with its log lines once it says it is listening. */
