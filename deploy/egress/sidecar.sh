@@ -24,14 +24,17 @@
 #
 # Environment: EGRESS_IMAGE (default capybara-sandbox-egress:latest); EGRESS_OUTSIDE_NETWORK, an
 # existing network to use as the proxy's way out instead of creating NAME-out; EGRESS_SUBNET, the
-# /24 for NAME-net as A.B.C.0/24 (default: the first of 10.213.0.0/24 ... 10.213.255.0/24 that
-# Docker takes); EGRESS_LOG_LEVEL, ALLOW_CONNECT_PORTS and CAPYBARA_EGRESS_TEST_HOSTS (tests only)
+# /24 for NAME-net as A.B.C.0/24 (default: the first /24 of SUBNETS, 10.214.0.0/16, that Docker
+# takes); EGRESS_LOG_LEVEL, ALLOW_CONNECT_PORTS and CAPYBARA_EGRESS_TEST_HOSTS (tests only)
 # are passed on when set; EGRESS_LABEL=KEY=VALUE puts a label on everything start creates.
 set -euo pipefail
 
 IMAGE=${EGRESS_IMAGE:-capybara-sandbox-egress:latest}
 PORT=3128
 READY_SECONDS=30
+# Where NAME-net's /24 is taken from when EGRESS_SUBNET is not set: outside the controller's address
+# pool and Docker's default pools (test/deploy/default-ranges.test.ts checks every default range).
+SUBNETS=10.214.0.0/16
 
 die() { printf 'sidecar.sh: %s\n' "$*" >&2; exit 2; }
 usage() { die "usage: $0 start NAME POLICY_FILE | flags NAME | stop NAME"; }
@@ -61,7 +64,7 @@ stop() {
   if [[ -z ${EGRESS_OUTSIDE_NETWORK:-} ]]; then docker network rm "$name-out" >/dev/null 2>&1 || true; fi
 }
 
-# Creates NAME-net on EGRESS_SUBNET, or on the first 10.213.N.0/24 Docker does not refuse
+# Creates NAME-net on EGRESS_SUBNET, or on the first /24 of SUBNETS Docker does not refuse
 # (another network may hold it); prints the subnet's first three octets. The gateway (.1) is
 # named so that it shows in the network's IPAM config; with inhibit_ipv4 nobody holds it.
 create_network() {
@@ -73,13 +76,13 @@ create_network() {
     return
   fi
   for n in $(seq 0 255); do
-    prefix=10.213.$n
+    prefix=${SUBNETS%.0.0/16}.$n
     if docker network create --internal --subnet "$prefix.0/24" --gateway "$prefix.1" -o com.docker.network.bridge.inhibit_ipv4=true "$@" "$name-net" >/dev/null 2>&1; then
       printf '%s' "$prefix"
       return
     fi
   done
-  die "no free subnet in 10.213.0.0/16 for $name-net: set EGRESS_SUBNET"
+  die "no free subnet in $SUBNETS for $name-net: set EGRESS_SUBNET"
 }
 
 start() {

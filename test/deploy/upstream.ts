@@ -79,9 +79,12 @@ export async function startUpstream(docker: Docker, name: string, network: strin
   return ip;
 }
 
-/** A subnet of 10.0.0.0/8 for a test's workload network (/24), its gateway and the proxy's address. */
+/** Where testSubnet picks from: clear of every default range (default-ranges.test.ts checks it). */
+export const TEST_SUBNETS = '10.224.0.0/11';
+
+/** A subnet of TEST_SUBNETS for a test's workload network (/24), its gateway and the proxy's address. */
 export function testSubnet(): { subnet: string; gateway: string; address: string } {
-  const prefix = `10.${200 + Math.floor(Math.random() * 50)}.${Math.floor(Math.random() * 256)}`;
+  const prefix = `10.${224 + Math.floor(Math.random() * 32)}.${Math.floor(Math.random() * 256)}`;
   return { subnet: `${prefix}.0/24`, gateway: `${prefix}.1`, address: `${prefix}.2` };
 }
 
