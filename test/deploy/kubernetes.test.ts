@@ -5,54 +5,22 @@
  * proxy's own policy code; the proxy's environment parses with its own configuration code; and the
  * security properties docs/kubernetes.md claims hold, transparent mode's wiring included (the
  * Service address is the workloads' DNS server and the proxy's answer; each port a client dials
- * reaches the port the proxy listens on and decides by; the NetworkPolicies let exactly those through).
+ * reaches the port the proxy listens on and decides by; the NetworkPolicies let exactly those through),
+ * no workload pod exempt from its policy whatever its labels, the replicas' disruption budget and
+ * anti-affinity, and a metrics port only a scraper's namespace reaches. The kustomize renders are
+ * checked in kubernetes-kustomize.test.ts, the except lists in kubernetes-ranges.test.ts.
  */
 import t from 'tap';
-import { readdirSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { parseAllDocuments } from 'yaml';
+import { readdirSync } from 'node:fs';
 import { buildPolicy, parsePolicyText } from '../../policy/index.js';
+import { EGRESS_METRICS_PATH } from '../../common/index.js';
 import { parseConfig } from '../../proxy/config.js';
 import { planTransparentPorts } from '../../proxy/transparent/transparent-ports.js';
-import { unknownFields, type SchemaError, type ValidateManifest } from './k8s-strict.js';
+import { unknownFields } from './k8s-strict.js';
+import { baseFiles, BASE_DIR, findIn, plainManifests, schemaProblems, validatorFor, type Manifest } from './kubernetes-manifests.js';
 
-const dir = fileURLToPath(new URL('../../deploy/kubernetes', import.meta.url));
-
-type Manifest = Record<string, any>;
-
-/** The kubernetes-models module of each apiVersion used here. */
-const MODEL_MODULES: Record<string, string> = {
-  v1: 'kubernetes-models/v1',
-  'apps/v1': 'kubernetes-models/apps/v1',
-  'networking.k8s.io/v1': 'kubernetes-models/networking.k8s.io/v1',
-};
-
-async function validatorFor(doc: Manifest): Promise<ValidateManifest> {
-  const modulePath = MODEL_MODULES[doc.apiVersion];
-  if (modulePath === undefined) throw new Error(`no model module for apiVersion ${doc.apiVersion}`);
-  const Model = (await import(modulePath))[doc.kind] as (new (data: unknown) => { validate(): void }) | undefined;
-  if (Model === undefined) throw new Error(`kubernetes-models has no ${doc.apiVersion} ${doc.kind}`);
-  return (data) => {
-    try {
-      new Model(data).validate();
-      return [];
-    } catch (err) {
-      return (err as { errors?: SchemaError[] }).errors ?? [{ instancePath: '', message: (err as Error).message }];
-    }
-  };
-}
-
-const docs: Array<{ file: string; doc: Manifest }> = readdirSync(dir).filter((f) => f.endsWith('.yaml')).sort().flatMap((file) =>
-  parseAllDocuments(readFileSync(join(dir, file), 'utf8')).map((d) => {
-    if (d.errors.length > 0) throw new Error(`${file}: ${d.errors[0]?.message}`);
-    return { file, doc: d.toJS() as Manifest };
-  }));
-const find = (kind: string, name: string): Manifest => {
-  const hit = docs.find((d) => d.doc.kind === kind && d.doc.metadata?.name === name);
-  if (hit === undefined) throw new Error(`no ${kind} ${name} in deploy/kubernetes`);
-  return hit.doc;
-};
+const docs = plainManifests();
+const find = (kind: string, name: string): Manifest => findIn(docs.map((d) => d.doc), kind, name);
 
 t.test('the strict check itself', async (t) => {
   const validate = await validatorFor({ apiVersion: 'apps/v1', kind: 'Deployment' });
@@ -70,12 +38,14 @@ t.test('the strict check itself', async (t) => {
 });
 
 t.test('every manifest validates against the Kubernetes schemas, strictly', async (t) => {
-  t.ok(docs.length >= 7, `${docs.length} documents`);
+  const yamlFiles = readdirSync(BASE_DIR).filter((f) => f.endsWith('.yaml') && f !== 'kustomization.yaml').sort();
+  t.same([...baseFiles()].sort(), yamlFiles, 'the base\'s kustomization.yaml lists every manifest file');
+  t.ok(docs.length >= 9, `${docs.length} documents`);
   for (const { file, doc } of docs) {
-    const validate = await validatorFor(doc);
     const where = `${file}: ${doc.kind} ${doc.metadata?.name}`;
-    t.same(validate(doc), [], `${where} validates`);
-    t.same(unknownFields(doc, validate), [], `${where} has no unknown fields`);
+    const { errors, unknown } = await schemaProblems(doc);
+    t.same(errors, [], `${where} validates`);
+    t.same(unknown, [], `${where} has no unknown fields`);
   }
 });
 
@@ -103,26 +73,80 @@ t.test('pods are hardened', async (t) => {
         [false, true, ['ALL']], `${name}/${c.name}: no escalation, read-only root, no capabilities`);
     }
   }
-  t.equal(find('Namespace', 'capybara-workloads').metadata.labels['pod-security.kubernetes.io/enforce'], 'restricted');
+  for (const name of ['capybara-egress', 'capybara-workloads']) t.equal(find('Namespace', name).metadata.labels['pod-security.kubernetes.io/enforce'], 'restricted', `${name}: Pod Security restricted`);
 });
 
-t.test('workloads have no way out but the proxy', async (t) => {
-  const policy = find('NetworkPolicy', 'workloads-only-through-egress').spec;
-  t.same(policy.podSelector, { matchExpressions: [{ key: 'app.kubernetes.io/name', operator: 'NotIn', values: ['capybara-egress'] }] }, 'every pod but the proxy');
-  t.same(policy.policyTypes, ['Ingress', 'Egress']);
-  t.same(policy.ingress, [], 'nothing in');
-  t.same(policy.egress.length, 1, 'one rule');
-  t.same(policy.egress[0].to, [{ podSelector: { matchLabels: { 'app.kubernetes.io/name': 'capybara-egress' } } }], 'out only to the proxy, DNS included');
-  const proxyLabels = find('Deployment', 'capybara-egress').spec.template.metadata.labels;
-  t.same(proxyLabels, { 'app.kubernetes.io/name': 'capybara-egress' }, 'the label both policies select on');
+t.test('workloads have no way out but the proxy, and no pod of theirs is exempt', async (t) => {
+  const deployment = find('Deployment', 'capybara-egress');
+  const proxyNamespace = deployment.metadata.namespace as string;
+  const workloadNamespace = find('Pod', 'example-workload').metadata.namespace as string;
+  t.not(proxyNamespace, workloadNamespace, 'the proxy runs in a namespace of its own');
+  const inProxyNamespace = docs.filter((d) => d.doc.metadata?.namespace === proxyNamespace).map((d) => `${d.doc.kind}/${d.doc.metadata.name}`).sort();
+  t.same(inProxyNamespace, ['ConfigMap/capybara-egress-policy', 'Deployment/capybara-egress', 'NetworkPolicy/capybara-egress', 'PodDisruptionBudget/capybara-egress', 'Service/capybara-egress'], 'and nothing else runs there');
+
+  const policy = find('NetworkPolicy', 'workloads-only-through-egress');
+  t.equal(policy.metadata.namespace, workloadNamespace);
+  t.same(policy.spec.podSelector, {}, 'every pod of the workloads\' namespace, whatever labels it gives itself');
+  t.same(policy.spec.policyTypes, ['Ingress', 'Egress']);
+  t.same(policy.spec.ingress, [], 'nothing in');
+  t.same(policy.spec.egress.length, 1, 'one rule');
+  const proxyLabels = deployment.spec.template.metadata.labels;
+  t.same(policy.spec.egress[0].to, [{
+    namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': proxyNamespace } },
+    podSelector: { matchLabels: proxyLabels },
+  }], 'out only to the proxy\'s pods, DNS included: its namespace AND its label, in one peer');
+  t.same(proxyLabels, { 'app.kubernetes.io/name': 'capybara-egress' }, 'the label the policies select on');
+  t.same(deployment.spec.selector.matchLabels, proxyLabels, 'the Deployment\'s own selector');
+
+  const proxy = find('NetworkPolicy', 'capybara-egress');
+  t.equal(proxy.metadata.namespace, proxyNamespace);
+  t.same(proxy.spec.podSelector, { matchLabels: proxyLabels }, 'the proxy\'s policy selects the proxy');
+  t.same(proxy.spec.ingress[0].from, [{ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': workloadNamespace } } }], 'the proxy serves the workloads\' namespace');
+
   const workload = find('Pod', 'example-workload').spec.containers[0];
-  t.match(workload.env.find((e: Manifest) => e.name === 'HTTPS_PROXY')?.value, /^http:\/\/\$\(CAPYBARA_EGRESS_SERVICE_HOST\):3128$/, 'the proxy by its service address: no DNS needed for it');
-  t.equal(find('Service', 'capybara-egress').metadata.name.toUpperCase().replace(/-/g, '_') + '_SERVICE_HOST', 'CAPYBARA_EGRESS_SERVICE_HOST', 'the variable Kubernetes derives from the service name');
+  const env = (name: string): string | undefined => workload.env.find((e: Manifest) => e.name === name)?.value;
+  t.match(env('HTTPS_PROXY'), /^http:\/\/\$\(CAPYBARA_EGRESS_ADDRESS\):3128$/, 'the proxy by its service address: no DNS needed for it');
+  t.equal(workload.env.findIndex((e: Manifest) => e.name === 'CAPYBARA_EGRESS_ADDRESS'), 0, 'defined before the variables that expand it');
+  t.equal(env('CAPYBARA_EGRESS_ADDRESS'), find('Service', 'capybara-egress').spec.clusterIP, 'the Service\'s address');
+});
+
+t.test('two replicas on different nodes where it can, one always left by a drain', async (t) => {
+  const deployment = find('Deployment', 'capybara-egress');
+  const labels = deployment.spec.template.metadata.labels;
+  t.equal(deployment.spec.replicas, 2);
+  const pdb = find('PodDisruptionBudget', 'capybara-egress');
+  t.equal(pdb.metadata.namespace, deployment.metadata.namespace);
+  t.same([pdb.spec.minAvailable, pdb.spec.maxUnavailable], [1, undefined], 'one replica always available');
+  t.same(pdb.spec.selector, { matchLabels: labels }, 'the budget covers the proxy\'s pods');
+  const affinity = deployment.spec.template.spec.affinity;
+  t.same(Object.keys(affinity), ['podAntiAffinity']);
+  t.equal(affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution, undefined, 'not required: a one-node cluster still schedules both');
+  t.same(affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution, [{
+    weight: 100,
+    podAffinityTerm: { topologyKey: 'kubernetes.io/hostname', labelSelector: { matchLabels: labels } },
+  }], 'apart from each other, by node');
+});
+
+t.test('metrics: a named port, the scrape annotations, reachable only from a scraper\'s namespace', async (t) => {
+  const deployment = find('Deployment', 'capybara-egress');
+  const container = deployment.spec.template.spec.containers[0];
+  const env = Object.fromEntries(container.env.map((e: Manifest) => [e.name, e.value as string]));
+  const config = parseConfig([], env);
+  const port = config?.metricsListen?.port;
+  t.equal(config?.metricsListen?.host, '0.0.0.0', 'the proxy serves metrics on the pod\'s address');
+  t.same(container.ports.filter((p: Manifest) => p.containerPort === port), [{ name: 'metrics', containerPort: port, protocol: 'TCP' }], 'a named container port');
+  t.same(deployment.spec.template.metadata.annotations, {
+    'prometheus.io/scrape': 'true', 'prometheus.io/port': String(port), 'prometheus.io/path': EGRESS_METRICS_PATH,
+  }, 'the scrape annotations name that port and the path the proxy serves');
+  const service = find('Service', 'capybara-egress').spec;
+  t.same(service.ports.find((p: Manifest) => p.name === 'metrics'), { name: 'metrics', port, targetPort: 'metrics', protocol: 'TCP' }, 'a named Service port for a ServiceMonitor');
 
   const proxy = find('NetworkPolicy', 'capybara-egress').spec;
-  const blocks = proxy.egress.flatMap((r: Manifest) => r.to).filter((p: Manifest) => p.ipBlock !== undefined).map((p: Manifest) => p.ipBlock);
-  const v4 = blocks.find((b: Manifest) => b.cidr === '0.0.0.0/0');
-  for (const cidr of ['10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16', '169.254.0.0/16', '127.0.0.0/8', '100.64.0.0/10']) t.ok(v4.except.includes(cidr), `the proxy cannot reach ${cidr}`);
+  const byPort = proxy.ingress.filter((r: Manifest) => r.ports.some((p: Manifest) => p.port === port));
+  t.same(byPort, [{ from: [{ namespaceSelector: { matchLabels: { 'capybara.dev/egress-metrics': 'scrape' } } }], ports: [{ protocol: 'TCP', port }] }],
+    'only a namespace labelled capybara.dev/egress-metrics=scrape reaches it, and only it');
+  const workloads = find('NetworkPolicy', 'workloads-only-through-egress').spec;
+  t.notOk(workloads.egress.some((r: Manifest) => r.ports.some((p: Manifest) => p.port === port)), 'workloads cannot reach it');
 });
 
 function structuredCloneWith<T>(value: T, edit: (copy: any) => void): T {

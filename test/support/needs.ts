@@ -34,6 +34,10 @@
  *                              platform itself (not of this project's code) that proved the
  *                              machine cannot do the thing at all, e.g. "runsc cannot start any
  *                              container here", with the probe's finding in `reason`.
+ *   kustomizeMissing()         why `kubectl kustomize` cannot run here, or undefined. The one tool
+ *                              given to platformCannot: kubectl comes with the machine's image or
+ *                              not at all (.ci/run installs from Debian's apt, which has no
+ *                              kubectl), so a machine without it cannot render at all.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import http from 'node:http';
@@ -137,6 +141,11 @@ export async function fileNeeds(t: Test, need: Need): Promise<void> {
   // result, with this code rather than 13 (an unsettled top-level await).
   process.exitCode = underCi() && !unitRun() ? 1 : 0;
   await new Promise<never>(() => undefined);
+}
+
+/** Why `kubectl kustomize` cannot be run here, or undefined (see the header: skipped everywhere). */
+export function kustomizeMissing(): string | undefined {
+  return toolMissing('kubectl', ['kustomize', '--help'], 'it is not in Debian\'s apt, so .ci/run cannot install it; kubectl 1.14 or later has kustomize');
 }
 
 /** Why the command-line tool `command` cannot be run here, or undefined when `command ...versionArgs` runs. */
