@@ -30,6 +30,8 @@ export const EGRESS_ENV = {
   transparentListen: 'EGRESS_TRANSPARENT_LISTEN',
   transparentAnswer: 'EGRESS_TRANSPARENT_ANSWER',
   transparentPortMap: 'EGRESS_TRANSPARENT_PORT_MAP',
+  /** What a refusal of a host off the allowlist advises instead (the controller's sandboxes point at their own tools). */
+  refusalHint: 'EGRESS_REFUSAL_HINT',
   /** Tests only: a JSON map of host to address(es) that pins those names. */
   testHosts: 'CAPYBARA_EGRESS_TEST_HOSTS',
 } as const;

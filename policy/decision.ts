@@ -16,6 +16,8 @@ export interface Denial {
   readonly host?: string;
   readonly port?: number;
   readonly addresses?: readonly string[];
+  /** What would allow it, where the policy says so instead of the catalog (Policy.refusalHint). */
+  readonly advice?: string | undefined;
 }
 
 export interface AllowedTarget {
@@ -61,7 +63,7 @@ export function checkTarget(policy: Policy, rawHost: string, port: number): Allo
       crossed === undefined
         ? `${host} is not on the allowlist`
         : `${host} is below the public suffix ${crossed.suffix}, where every name has an owner of its own, so ${crossed.entry} does not reach it; list ${host} itself`;
-    return { allowed: false, reason: 'host_not_allowed', detail, host, port };
+    return { allowed: false, reason: 'host_not_allowed', detail, host, port, advice: policy.refusalHint };
   }
   if (!policy.connectPorts.has(port)) {
     return { allowed: false, reason: 'port_not_allowed', detail: `port ${port} is not an allowed port`, host, port };

@@ -19,6 +19,8 @@ export interface Policy {
    * private-address check, and must still be on the allowlist.
    */
   readonly testHosts: ReadonlyMap<string, readonly string[]>;
+  /** What a refusal of a host off the allowlist tells the client to do, instead of the catalog's advice. */
+  readonly refusalHint: string | undefined;
 }
 
 export const DEFAULT_CONNECT_PORTS: readonly number[] = [443, 80];
@@ -34,6 +36,12 @@ export interface PolicyInput {
   readonly requireTls?: boolean;
   readonly connectPorts?: readonly number[];
   readonly testHosts?: Readonly<Record<string, string | readonly string[]>>;
+  /**
+   * The advice of a `host_not_allowed` refusal, where the catalog's ("add the host name to
+   * allowHosts") is not what its reader can do: in a sandbox the controller made, the allowlist is
+   * the controller's. Validated by the caller (it goes into a response body).
+   */
+  readonly refusalHint?: string | undefined;
 }
 
 /** One problem with a policy source: where it is and what is wrong. */
@@ -115,6 +123,7 @@ export function buildPolicy(input: PolicyInput): PolicyBuild {
     allowlist: compileAllowlist(patterns),
     connectPorts: new Set(ports),
     testHosts,
+    refusalHint: input.refusalHint,
   };
   return { ok: true, policy: Object.freeze(policy) };
 }

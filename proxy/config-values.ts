@@ -90,3 +90,12 @@ export const TestHosts = z
     }
   })
   .pipe(z.record(z.string(), z.union([z.string(), z.array(z.string()).min(1)])));
+
+/** Longest refusal hint: it goes into every refusal body of a host off the allowlist. */
+export const REFUSAL_HINT_MAX = 300;
+
+/** A refusal hint: one line of printable ASCII (it goes into a response body as it is). */
+export const RefusalHint = z
+  .string()
+  .refine((text) => /^[\x20-\x7e]+$/.test(text) && text.trim() === text, { message: 'expected one line of printable ASCII, without leading or trailing spaces' })
+  .refine((text) => text.length <= REFUSAL_HINT_MAX, { message: `expected at most ${REFUSAL_HINT_MAX} characters` });

@@ -9,7 +9,7 @@ import { z } from 'zod';
 import { CodedError, decodeAllowHosts, EGRESS_ENV, EGRESS_PROXY_PORT } from '../common/index.js';
 import { buildPolicy, parsePolicyText, placeProblems, PolicyError, type AllowEntry, type Policy, type PolicyProblem } from '../policy/index.js';
 import { DEFAULT_LIMITS, LimitsSchema, type ProxyLimits } from './budget/index.js';
-import { AnswerAddress, Bool, Count, DnsServers, Endpoint, Ipv4, LogLevel, PortList, PortMap, TestHosts, TunnelMode } from './config-values.js';
+import { AnswerAddress, Bool, Count, DnsServers, Endpoint, Ipv4, LogLevel, PortList, PortMap, REFUSAL_HINT_MAX, RefusalHint, TestHosts, TunnelMode } from './config-values.js';
 
 export class ConfigError extends CodedError<'invalid_config'> {
   constructor(message: string, options?: ErrorOptions) {
@@ -47,6 +47,7 @@ export const OPTIONS = {
   'transparent-listen': { env: EGRESS_ENV.transparentListen, arg: 'IP', help: 'transparent mode: answer DNS (53) and take TLS and HTTP connections (the connect ports) on this IPv4 address, the one workloads reach the proxy by (default off)' },
   'transparent-answer': { env: EGRESS_ENV.transparentAnswer, arg: 'IP', help: 'the IPv4 address allowlisted names resolve to in transparent mode, when workloads reach the proxy by another than --transparent-listen (a Kubernetes Service address); needed with 0.0.0.0' },
   'transparent-port-map': { env: EGRESS_ENV.transparentPortMap, arg: 'LIST', help: 'comma-separated DIALLED=LISTEN pairs for a platform that forwards ports (53=5353,443=8443): listen on LISTEN, decide on DIALLED; other ports listen on themselves' },
+  'refusal-hint': { env: EGRESS_ENV.refusalHint, arg: 'TEXT', help: `what the refusal of a host off the allowlist tells the client to do, instead of "add the host name to allowHosts" (printable ASCII, at most ${REFUSAL_HINT_MAX} characters)` },
 } as const;
 
 type OptionName = keyof typeof OPTIONS;
@@ -84,6 +85,7 @@ const ConfigSchema = z
     'transparent-listen': Ipv4.optional(),
     'transparent-answer': AnswerAddress.optional(),
     'transparent-port-map': PortMap.optional(),
+    'refusal-hint': RefusalHint.optional(),
     [TEST_HOSTS_ENV]: TestHosts.optional(),
     /** Which of --allow-hosts and its variable gave the list, to name it in policy errors. */
     allowHostsFrom: z.string().optional(),
@@ -116,6 +118,7 @@ const ConfigSchema = z
       tunnelDefault: o['tunnel-default'] ?? 'tls',
       requireTls: o['require-sni'] ?? false,
       testHosts: o[TEST_HOSTS_ENV],
+      refusalHint: o['refusal-hint'],
       /** Transparent mode, when --transparent-listen is given (parseConfig checks the rest). */
       transparent:
         o['transparent-listen'] === undefined
@@ -248,6 +251,7 @@ export function loadPolicy(config: ProxyConfig, readFile: (path: string) => stri
     connectPorts: config.connectPorts ?? filePorts,
     tunnelDefault: config.tunnelDefault,
     requireTls: config.requireTls,
+    refusalHint: config.refusalHint,
     ...(config.testHosts ? { testHosts: config.testHosts } : {}),
   });
   if (built.ok) return built.policy;

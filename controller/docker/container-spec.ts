@@ -157,6 +157,16 @@ export function sandboxContainerBody(plan: SandboxPlan, network: string | undefi
 /** The egress proxy of an allowlist sandbox. It is created and started on the shared network
  * (`sharedNetwork`: its id); its leg on the sandbox's internal network is connected after (one
  * endpoint per create on API < 1.44; build-steps.ts says why in that order). */
+/**
+ * What the egress proxy of sandbox `name` tells a client it refused for a host off the allowlist,
+ * instead of the standalone proxy's "add the host name to allowHosts": that allowlist is the
+ * controller's, set when the sandbox is created (there is no live change yet). Printable ASCII
+ * (a sandbox name is), well under the proxy's 300 characters.
+ */
+export function egressRefusalHint(name: string): string {
+  return `the allowlist of sandbox ${name} is set when it is created: the operator sees its decisions with "capybara-sandbox logs ${name}" and allows a host by creating the sandbox again with --allow HOST`;
+}
+
 export type EgressPlan = Pick<SandboxPlan, 'names' | 'allowHosts' | 'labels' | 'egressProxyImage' | 'logCaps' | 'egressNanoCpus'>;
 
 /**
@@ -178,6 +188,7 @@ export function egressContainerBody(
     ...(transparentAddress === undefined ? {} : { [EGRESS_ENV.transparentListen]: transparentAddress }),
     // Loopback of the proxy's own container: read by the controller (egressUsage), not by the sandbox.
     [EGRESS_ENV.metricsListen]: `127.0.0.1:${EGRESS_METRICS_PORT}`,
+    [EGRESS_ENV.refusalHint]: egressRefusalHint(plan.names.name),
   };
   // Checked as printable ASCII where they entered the controller (the provider's test options).
   if (testHosts !== undefined && Object.keys(testHosts).length > 0) {

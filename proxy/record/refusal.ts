@@ -26,6 +26,8 @@ export interface Refusal {
   readonly port?: number | undefined;
   /** Seconds, for limit refusals. */
   readonly retryAfter?: number | undefined;
+  /** What would allow it, instead of the catalog's advice (the policy's refusal hint). */
+  readonly advice?: string | undefined;
 }
 
 /** Whether the reason is the network's fault rather than the policy's. */
@@ -39,7 +41,8 @@ function refusalBody(refusal: Refusal): string {
   // Control characters never reach the body: details are built from validated names only, but
   // a stray CR or LF here would split the response.
   const detail = refusal.detail.replace(/[\x00-\x1f\x7f]/g, ' ');
-  return `${verb}${target}: ${refusal.reason}: ${detail}; ${REASONS[refusal.reason].advice}\n`;
+  // The hint was checked as printable ASCII where it was configured (config-values.ts).
+  return `${verb}${target}: ${refusal.reason}: ${detail}; ${refusal.advice ?? REASONS[refusal.reason].advice}\n`;
 }
 
 function headers(refusal: Refusal, body: string): Record<string, string> {
