@@ -12,7 +12,8 @@ export interface ExecRequest {
   readonly user: string;
   /** `NAME=value` entries added to the container's environment for this exec only. */
   readonly env?: readonly string[] | undefined;
-  readonly stdin?: Uint8Array | undefined;
+  /** Bytes, or a stream of chunks written as they come; either ends with a half-close. */
+  readonly stdin?: Uint8Array | AsyncIterable<Uint8Array> | undefined;
   readonly onOutput: (stream: 'stdout' | 'stderr', chunk: Buffer) => void;
 }
 
@@ -66,7 +67,8 @@ export async function startExec(engine: EngineCaller, container: string, request
     stream.on('close', () => resolve());
     stream.on('error', () => resolve());
   });
-  if (withStdin) void feedStdin(stream, request.stdin ?? new Uint8Array());
+  if (request.stdin instanceof Uint8Array) void feedStdin(stream, request.stdin);
+  else if (request.stdin !== undefined) void pipeStdin(stream, request.stdin, ended);
   const finished = ended.then(() => exitCode(engine, id));
   return { id, finished, detach: () => stream.destroy() };
 }
@@ -82,6 +84,33 @@ async function feedStdin(stream: Duplex, data: Uint8Array): Promise<void> {
   } catch {
     // The command stopped reading (or the connection was dropped); its exit code says why.
   }
+}
+
+/**
+ * Writes a stream of chunks to the exec's stdin as they come, waiting for the connection to take
+ * each (so a fast source is held to what the command reads), then half-closes it; a source that
+ * fails is an end too. Stops at once when the output ends: a read still pending on a source that
+ * never ends (a terminal) is the caller's to close (the CLI closes its stdin).
+ */
+async function pipeStdin(stream: Duplex, source: AsyncIterable<Uint8Array>, ended: Promise<void>): Promise<void> {
+  const it = source[Symbol.asyncIterator]();
+  const done = ended.then(() => 'ended' as const, () => 'ended' as const);
+  try {
+    for (;;) {
+      const pending = it.next();
+      // A read still pending when the output ends may fail once the source is closed: not ours.
+      pending.catch(() => undefined);
+      const next = await Promise.race([pending, done]);
+      if (next === 'ended' || stream.destroyed) return;
+      if (next.done === true) break;
+      if (!stream.write(next.value)) await drained(stream);
+    }
+  } catch {
+    // The source failed (its end, as far as the command can tell) or the connection dropped.
+  } finally {
+    void Promise.resolve(it.return?.()).catch(() => undefined);
+  }
+  if (!stream.destroyed) stream.end();
 }
 
 /** The exit code of a finished exec; polls briefly because the stream can end first. */

@@ -33,7 +33,8 @@ import {
   survivorsCmd,
   wrapperCmd,
 } from './exec-script.js';
-import { OutputCapture } from './output-capture.js';
+import { OutputCapture, StreamedOutput } from './output-capture.js';
+import { afterStaged, callerStdin as toCallerStdin, outputStream } from './exec-streams.js';
 import { commandStartFailure, lateStartFailure, type StartFailure } from './sandbox-full.js';
 
 /** Looks at a sandbox whose exec failed to start, and the time between them (withRoom). */
@@ -96,10 +97,6 @@ interface RunOutput {
   readonly stderr: string;
 }
 
-function toBytes(data: Uint8Array | string): Uint8Array {
-  return typeof data === 'string' ? Buffer.from(data, 'utf8') : data;
-}
-
 export class CommandRunner {
   constructor(private readonly deps: CommandDeps) {}
 
@@ -108,7 +105,7 @@ export class CommandRunner {
     if (options.signal?.aborted === true) {
       return { exitCode: null, stdout: '', stderr: '', truncated: false, timedOut: false, aborted: true };
     }
-    const script = commandPayload(command, options.env, options.cwd);
+    const script = commandPayload(command, options.env, options.cwd, options.tty);
     const bytes = Buffer.byteLength(script, 'utf8');
     if (bytes > MAX_COMMAND_SCRIPT_BYTES) {
       throw new SandboxError('invalid_spec', `The command is ${bytes} bytes with its env exports and cd; the limit is ${MAX_COMMAND_SCRIPT_BYTES} (Linux refuses a longer argument with "Argument list too long"). Write a longer script to a file with writeFile and run that file.`);
@@ -212,7 +209,7 @@ export class CommandRunner {
 
   private async execOnce(name: string, script: string, options: CheckedExecOptions): Promise<Attempt> {
     const mark = execMark(options.tag, randomUUID());
-    const callerStdin = options.stdin === undefined ? undefined : toBytes(options.stdin);
+    const callerStdin = toCallerStdin(options.stdin);
     let payload = encodeArg(script);
     let stdin = callerStdin;
     if (payload.length > MAX_INLINE_PAYLOAD) {
@@ -220,18 +217,18 @@ export class CommandRunner {
       // file the sandbox could fill or rewrite).
       const staged = stagedPayload(script, mark);
       payload = `-${staged.length}`;
-      stdin = callerStdin === undefined ? staged : Buffer.concat([staged, callerStdin]);
+      stdin = afterStaged(staged, callerStdin);
     }
     const backstop = Math.ceil(options.timeoutMs / 1000) + BACKSTOP_GRACE_SECONDS;
-    const stdout = new OutputCapture(options.maxOutputBytes);
-    const stderr = new OutputCapture(options.maxOutputBytes);
+    const stdout = outputStream('stdout', options.maxOutputBytes, options.onOutput);
+    const stderr = outputStream('stderr', options.maxOutputBytes, options.onOutput);
     // Until the start byte, stderr is the wrapper's (bash's locale warnings, a fork retry): kept
     // apart, never in the result.
     const preStart = new OutputCapture(PRE_START_BYTES);
     let started = false;
     const run = await this.deps.withRunning(name, () =>
       this.deps.engine.startExec(name, {
-        cmd: wrapperCmd(backstop, payload, this.deps.isolation),
+        cmd: wrapperCmd(backstop, payload, this.deps.isolation, options.tty !== undefined),
         env: execMarkEnv(mark),
         user: SANDBOX_USER,
         stdin,
@@ -242,6 +239,9 @@ export class CommandRunner {
             if (at < 0) return preStart.push(chunk);
             preStart.push(chunk.subarray(0, at));
             started = true;
+            // The command's stdout may have come first (Docker reads the two pipes apart).
+            if (stdout instanceof StreamedOutput) stdout.release();
+            if (stderr instanceof StreamedOutput) stderr.release();
             chunk = chunk.subarray(at + 1);
           }
           stderr.push(chunk);

@@ -115,9 +115,23 @@ export function execMarkEnv(mark: string): string[] {
   return [`${EXEC_MARK_VAR}=${mark}`];
 }
 
-/** What the command's shell runs: exports, cd, then the caller's command. */
-export function commandPayload(command: string, env: Readonly<Record<string, string>>, cwd: string | undefined): string {
+/** A command's terminal (ExecOptions.tty): its size, and whether it echoes input. */
+export interface TerminalSettings {
+  readonly rows?: number | undefined;
+  readonly cols?: number | undefined;
+  readonly echo: boolean;
+}
+
+/**
+ * What the command's shell runs: with a terminal its settings (the shell already runs on it),
+ * then exports, cd, and the caller's command.
+ */
+export function commandPayload(command: string, env: Readonly<Record<string, string>>, cwd: string | undefined, tty?: TerminalSettings): string {
   const lines: string[] = [];
+  if (tty !== undefined) {
+    const size = `${tty.rows === undefined ? '' : ` rows ${tty.rows}`}${tty.cols === undefined ? '' : ` cols ${tty.cols}`}`;
+    lines.push(`stty ${tty.echo ? 'echo' : '-echo'}${size} 2>/dev/null`);
+  }
   for (const [key, value] of Object.entries(env)) lines.push(`export ${key}=${shellQuote(value)}`);
   if (cwd !== undefined) {
     lines.push(`cd -- ${shellQuote(cwd)} || { echo ${shellQuote(`capybara: cannot change directory to ${cwd}`)} >&2; exit 126; }`);
@@ -143,11 +157,19 @@ function stagedEnd(mark: string): string {
 // exec needs no new process, so it cannot meet the pids limit; the same argument already passed
 // exec once). The command's shell is a plain "bash -c": its $0 and line numbers are the caller's.
 const BEGIN = `${STARTED_PRINTF}; exec bash -c "$1"`;
+// The same on a terminal of the command's own, which script(1) opens after the start byte, inside
+// the command's Landlock domain: the exec itself never has Docker's TTY, so the start byte stays
+// on a pipe that no other process can write (a Docker TTY is a /dev/pts device owned by uid 1000,
+// which any process of the sandbox user could open and write the byte into). -E never: no echo
+// unless the payload's stty turns it on; -e: the command's exit status; /dev/null: no typescript.
+// The script is quoted with printf -v (a builtin, nothing to fail after the byte) for script's
+// $SHELL -c.
+const BEGIN_TTY = `${STARTED_PRINTF}; printf -v q %q "$1"; SHELL=/bin/bash exec script -E never -qec "exec bash -c $q" /dev/null`;
 
 // $1 backstop seconds; $2 the payload: base64, or "-N" for N bytes on stdin (stagedPayload); $3
-// the isolation (CommandIsolation). Nothing here writes a file. Every failure before the start
-// byte is reported with WRAPPER_FAILED_MARKER (or SANDBOX_FULL_MARKER, or by bash itself), never
-// as the command's status. The exec is a session of its own (runc starts every exec with setsid),
+// the isolation (CommandIsolation); $4 "tty" for a terminal (BEGIN_TTY). Nothing here writes a
+// file. Every failure before the start byte is reported with WRAPPER_FAILED_MARKER (or
+// SANDBOX_FULL_MARKER, or by bash itself), never as the command's status. The exec is a session of its own (runc starts every exec with setsid),
 // which the kill scripts also end.
 const WRAPPER = String.raw`${ROOM_CHECK}
 fail() { echo "${WRAPPER_FAILED_MARKER}: $1" >&2; exit ${WRAPPER_FAILED_EXIT}; }
@@ -167,11 +189,16 @@ if [ "$3" = landlock ]; then
   # ..."): the command never runs unisolated.
   isolate=(${LANDLOCK_DOMAIN})
 fi
-exec "${'$'}{isolate[@]}" timeout -s KILL "$1" bash -c ${shellQuote(BEGIN)} capybara-begin "$script"
+begin=${shellQuote(BEGIN)}
+if [ "$4" = tty ]; then
+  [[ $(script --help 2>&1) == *--echo* ]] || fail "a command with a terminal (tty) needs script(1) from util-linux 2.35 or later in the image"
+  begin=${shellQuote(BEGIN_TTY)}
+fi
+exec "${'$'}{isolate[@]}" timeout -s KILL "$1" bash -c "$begin" capybara-begin "$script"
 `;
 
-export function wrapperCmd(backstopSeconds: number, payload: string, isolation: CommandIsolation): string[] {
-  return ['bash', '-c', WRAPPER, 'capybara-exec', String(backstopSeconds), payload, isolation];
+export function wrapperCmd(backstopSeconds: number, payload: string, isolation: CommandIsolation, tty = false): string[] {
+  return ['bash', '-c', WRAPPER, 'capybara-exec', String(backstopSeconds), payload, isolation, ...(tty ? ['tty'] : [])];
 }
 
 // Whether a thread group whose leader is a zombie still runs: its main thread can exit while the

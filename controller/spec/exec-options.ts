@@ -16,6 +16,13 @@ const DEFAULT_TAG = 'default';
 /** Per output stream, when the caller names no cap (exec/output-capture.ts keeps that many bytes). */
 const DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024;
 
+/** Receives a command's output as it arrives (ExecOptions.onOutput). */
+export type OutputSink = (stream: 'stdout' | 'stderr', chunk: Uint8Array) => void;
+
+function isAsyncIterable(v: unknown): v is AsyncIterable<Uint8Array> {
+  return typeof v === 'object' && v !== null && typeof (v as { [Symbol.asyncIterator]?: unknown })[Symbol.asyncIterator] === 'function';
+}
+
 const noNul = z.string().refine((s) => !s.includes('\0'), 'contains a NUL character, which bash cannot carry');
 
 const execOptionsSchema = z.strictObject({
@@ -31,7 +38,31 @@ const execOptionsSchema = z.strictObject({
     .default(DEFAULT_TAG),
   /** Cap per output stream; the cut backs up to a whole UTF-8 character. Default 1 MiB (or the ceiling when lower). */
   maxOutputBytes: z.number().int().nonnegative().optional(),
-  stdin: z.union([z.instanceof(Uint8Array), z.string()]).optional(),
+  /**
+   * The command's stdin: bytes (a string as UTF-8), or a stream of chunks (an AsyncIterable of
+   * Uint8Array, such as a Node Readable) passed on as they come; its end closes the command's
+   * stdin. Without it the command's stdin is empty.
+   */
+  stdin: z.custom<Uint8Array | string | AsyncIterable<Uint8Array>>(
+    (v) => typeof v === 'string' || v instanceof Uint8Array || isAsyncIterable(v),
+    'must be bytes (a Uint8Array), a string, or a stream of bytes (an async iterable of Uint8Array)',
+  ).optional(),
+  /**
+   * Called with each chunk of the command's output as it arrives (never a byte written before
+   * the command began), up to maxOutputBytes per stream; the result's stdout and stderr are
+   * then empty, since the caller has had them, and `truncated` says whether the cap dropped any.
+   */
+  onOutput: z.custom<OutputSink>((v) => typeof v === 'function', 'must be a function (stream, chunk)').optional(),
+  /**
+   * Runs the command on a terminal of its own (exec/exec-script.ts): its stdout and stderr are
+   * one stream (stdout, with CRLF line ends), its stdin a terminal. `rows`/`cols` set the
+   * terminal's size; `echo` turns the terminal's echo of input on (off by default).
+   */
+  tty: z.strictObject({
+    rows: z.number().int().min(1).max(10_000).optional(),
+    cols: z.number().int().min(1).max(10_000).optional(),
+    echo: z.boolean().default(false),
+  }).optional(),
   /**
    * End every process of the sandbox user (as `killAll`, other running commands included) before
    * the command starts, so nothing an earlier command left behind can write into its output or

@@ -9,7 +9,7 @@ export type { DeploymentConfig, DeploymentConfigInput, LogCaps, MaxLimits } from
 export { SandboxError, isSandboxError, sandboxErrorCodes } from './errors.js';
 export type { SandboxErrorCode } from './errors.js';
 export { checkExecOptions } from './exec-options.js';
-export type { CheckedExecOptions, ExecCeilings } from './exec-options.js';
+export type { CheckedExecOptions, ExecCeilings, OutputSink } from './exec-options.js';
 export {
   LABEL_ALLOW_HOSTS,
   LABEL_EGRESS,

@@ -121,6 +121,8 @@ export function controllerBodies(sharedNetwork: string, extraLabels: Readonly<Re
     { name: 'largest inline command', cmd: wrapperCmd(86_405, encodeArg('x'.repeat(MAX_INLINE_PAYLOAD * 3 / 4)), 'landlock'), user: SANDBOX_USER, env: execMarkEnv(mark) },
     { name: 'command with stdin', cmd: wrapperCmd(65, encodeArg(commandPayload('cat', {}, undefined)), 'landlock'), user: SANDBOX_USER, env: execMarkEnv(mark), stdin: new Uint8Array([1, 2]) },
     { name: 'command on stdin', cmd: wrapperCmd(65, '-40000', 'landlock'), user: SANDBOX_USER, env: execMarkEnv(mark), stdin: new Uint8Array([1]) },
+    // A terminal is the wrapper's (script(1) in the sandbox), never Docker's Tty.
+    { name: 'command on a terminal', cmd: wrapperCmd(65, encodeArg(commandPayload('vim', {}, undefined, { rows: 30, cols: 100, echo: true })), 'landlock', true), user: SANDBOX_USER, env: execMarkEnv(mark), stdin: new Uint8Array([1]) },
     { name: 'kill one command', cmd: killMarkedCmd([mark]), user: SANDBOX_USER },
     { name: 'kill by tag', cmd: killTaggedCmd(['default', 'build']), user: SANDBOX_USER },
     { name: 'kill all', cmd: killAllCmd(), user: SANDBOX_USER },

@@ -1,0 +1,121 @@
+/**
+ * Streaming `capybara-sandbox exec` on the real engine through the real socket proxy, as a user
+ * runs it: the built CLI (dist/) in a process of its own. Output arrives while the command runs,
+ * -i passes stdin (and its end), -t gives the command a terminal (under a terminal of the CLI's
+ * own, script(1) on the host: raw mode, the size, and the terminal given back), exit codes pass,
+ * and a timeout or a SIGINT still kills the command in the sandbox.
+ */
+import t from 'tap';
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { sandboxTestEnv, SANDBOX_IMAGE } from '../../support/sandbox-env.js';
+import { fileNeeds, needUnmet, toolMissing } from '../../support/needs.js';
+
+await fileNeeds(t, 'engine');
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '../../..');
+const bin = join(root, 'dist/controller/operator/cli.js');
+
+interface Ran {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+  /** ms from the start to the first stdout chunk, and to the end. */
+  firstOutMs: number | undefined;
+  firstErrMs: number | undefined;
+  endMs: number;
+}
+
+t.test('streaming exec through the CLI', async (t) => {
+  if (!existsSync(bin)) return needUnmet(t, 'dist not built (npm run build)');
+  const s = await sandboxTestEnv(t);
+  if (!s) return;
+  const { provider, env } = s;
+  const h = await provider.create({ id: `${env.runId}-stream`, image: SANDBOX_IMAGE, limits: { egress: 'none', memoryMb: 256 } });
+  t.teardown(() => provider.destroy(h));
+  const global = ['--endpoint', s.proxy.endpoint, '--network', s.sharedNetwork];
+
+  /** Runs the CLI; `input` is written to its stdin (undefined: the pipe stays open), `signal` sent after `signalAfterMs`. */
+  const cli = (args: string[], opts: { input?: string; close?: boolean; signal?: NodeJS.Signals; signalAfterMs?: number } = {}): Promise<Ran> => new Promise((resolve) => {
+    const started = Date.now();
+    const child = spawn(process.execPath, [bin, ...global, ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
+    const ran: Ran = { code: null, stdout: '', stderr: '', firstOutMs: undefined, firstErrMs: undefined, endMs: 0 };
+    child.stdout.on('data', (d: Buffer) => {
+      ran.firstOutMs ??= Date.now() - started;
+      ran.stdout += d.toString();
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      ran.firstErrMs ??= Date.now() - started;
+      ran.stderr += d.toString();
+    });
+    if (opts.input !== undefined) child.stdin.write(opts.input);
+    if (opts.close === true) child.stdin.end();
+    if (opts.signal !== undefined) setTimeout(() => child.kill(opts.signal), opts.signalAfterMs ?? 0);
+    const guard = setTimeout(() => child.kill('SIGKILL'), 60_000);
+    child.on('close', (code) => {
+      clearTimeout(guard);
+      child.stdin.destroy();
+      resolve({ ...ran, code, endMs: Date.now() - started });
+    });
+  });
+  const seen = (r: Ran, withStderr = false) => (withStderr ? { code: r.code, stdout: r.stdout, stderr: r.stderr } : { code: r.code, stdout: r.stdout });
+  /** The sandbox user's sleeps still alive (the image's own sleep is root's). */
+  const sleeps = async (): Promise<string> => (await provider.exec(h, 'ps -u 1000 -o comm= | grep -c "^sleep$"')).stdout.trim();
+
+  await t.test('output arrives while the command runs; the exit code passes', async (t) => {
+    const r = await cli(['exec', h.id, '--', 'echo first; echo err-first >&2; sleep 2; echo second; exit 7'], { close: true });
+    t.equal(r.code, 7, r.stderr);
+    t.equal(r.stdout, 'first\nsecond\n');
+    t.equal(r.stderr, 'err-first\n');
+    t.ok(r.firstOutMs !== undefined && r.endMs - r.firstOutMs >= 1500, `stdout's first line came ${r.endMs - (r.firstOutMs ?? r.endMs)} ms before the end`);
+    t.ok(r.firstErrMs !== undefined && r.endMs - r.firstErrMs >= 1500, 'so did stderr\'s');
+  });
+
+  await t.test('-i passes stdin and its end; without -i the command\'s stdin is empty', async (t) => {
+    t.same(seen(await cli(['exec', '-i', h.id, '--', 'cat'], { input: 'a\nb\n', close: true })), { code: 0, stdout: 'a\nb\n' }, 'piped stdin');
+    t.same(seen(await cli(['exec', h.id, '--', 'cat; echo end'], { input: 'not read\n' })), { code: 0, stdout: 'end\n' }, 'no -i: nothing read, even from an open pipe');
+    const open = await cli(['exec', '-i', h.id, '--', 'head -n 1'], { input: 'one\ntwo\n' });
+    t.same([open.code, open.stdout], [0, 'one\n'], 'the command ends while the CLI\'s stdin is still open: the CLI ends too');
+  });
+
+  await t.test('-t gives the command a terminal, one stream', async (t) => {
+    t.same(seen(await cli(['exec', '-t', h.id, '--', 'test -t 0 && test -t 1 && echo tty; echo err >&2; exit 3'], { close: true }), true), { code: 3, stdout: 'tty\r\nerr\r\n', stderr: '' });
+    t.same(seen(await cli(['exec', h.id, '--', 'test -t 1 || echo no-tty'], { close: true })), { code: 0, stdout: 'no-tty\n' });
+    t.same(seen(await cli(['exec', '-i', '-t', h.id, '--', 'cat'], { input: 'a\nb\n', close: true })), { code: 0, stdout: 'a\r\nb\r\n' }, 'piped into -it: no echo, the end is an end of file');
+  });
+
+  await t.test('-it at a terminal: raw mode, the size, echo, and the terminal given back', async (t) => {
+    const missing = toolMissing('script', ['--version'], 'util-linux (bsdutils)');
+    if (missing) return needUnmet(t, missing);
+    const line = [process.execPath, bin, ...global, 'exec', '-it', h.id, '--', "'stty size; cat; echo cat-done'"].join(' ');
+    // Typed a moment after the start: "hello", Enter (CR at a raw terminal), then Ctrl-D.
+    const shell = `stty rows 30 cols 100; ${line}; echo "cli=$?"; stty -a | grep -o -- '-\\?icanon' | head -1`;
+    const typed = spawn('bash', ['-c', `(sleep 3; printf 'hello\\r'; sleep 1; printf '\\004'; sleep 5) | script -qec "${shell.replace(/"/g, '\\"')}" /dev/null`]);
+    let out = '';
+    typed.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    const guard = setTimeout(() => typed.kill('SIGKILL'), 60_000);
+    await new Promise((resolve) => typed.on('close', resolve));
+    clearTimeout(guard);
+    const text = out.replace(/\r/g, '');
+    t.match(text, /^30 100\n/m, 'the command\'s terminal has the size of the CLI\'s');
+    t.match(text, /hello\nhello\ncat-done\n/, 'echo of what was typed, then cat\'s copy; Ctrl-D ended cat');
+    t.match(text, /cli=0\n/);
+    t.match(text, /\nicanon\n/, 'the CLI\'s terminal is back in canonical mode');
+  });
+
+  await t.test('a timeout kills the command and exits 124', async (t) => {
+    const r = await cli(['exec', '--timeout', '2', h.id, '--', 'echo a; sleep 30'], { close: true });
+    t.same([r.code, r.stdout], [124, 'a\n']);
+    t.match(r.stderr, /the command timed out and was killed/);
+    t.equal(await sleeps(), '0', 'nothing of it is left');
+  });
+
+  await t.test('a SIGINT to the CLI kills the command and exits 130', async (t) => {
+    const r = await cli(['exec', '-t', h.id, '--', 'echo up; sleep 30'], { close: true, signal: 'SIGINT', signalAfterMs: 3000 });
+    t.same([r.code, r.stdout], [130, 'up\r\n']);
+    t.match(r.stderr, /SIGINT came; the command was killed/);
+    t.equal(await sleeps(), '0', 'nothing of it is left');
+  });
+});
