@@ -9,6 +9,7 @@ import type { Readable } from 'node:stream';
 import { SandboxError } from '../spec/index.js';
 import { EngineCaller, type EngineOptions } from './engine-call.js';
 import { startExec, type ExecRequest, type ExecRun } from './engine-exec.js';
+import { readContainerLogs, type LogRead, type LogRequest } from './engine-logs.js';
 import {
   containerNetworks, listContainers, listNetworks, listVolumes, networkView, type ContainerSummary, type RawNetwork, type RawNetworkSettings, type ResourceSummary,
 } from './engine-listing.js';
@@ -20,6 +21,7 @@ import type { ContainerView, NetworkView, SandboxEngine } from './sandbox-engine
 
 export { EngineStatusError, engineStatus, imageRefusal, isEngineStatusError } from './engine-call.js';
 export type { ExecRequest, ExecRun } from './engine-exec.js';
+export type { LogRead, LogRequest } from './engine-logs.js';
 export type { ContainerSummary, ResourceSummary } from './engine-listing.js';
 export type { NetworkView } from './sandbox-engine.js';
 
@@ -171,6 +173,11 @@ export class DockerEngine implements SandboxEngine {
    */
   startExec(container: string, request: ExecRequest): Promise<ExecRun> {
     return startExec(this.engine, container, request);
+  }
+
+  /** Operator CLI only (engine-logs.ts): a container's log; the socket proxy admits no log route. */
+  readLogs(container: string, request: LogRequest): Promise<LogRead> {
+    return readContainerLogs(this.engine, container, request);
   }
 
   /** Operator CLI only (engine-listing.ts): refused by the socket proxy by design. */

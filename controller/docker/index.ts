@@ -4,7 +4,7 @@
  * container, network and volume create bodies.
  */
 export { DockerEngine, EngineStatusError, engineStatus, imageRefusal, isEngineStatusError } from './engine.js';
-export type { ContainerSummary, ExecRun, ResourceSummary } from './engine.js';
+export type { ContainerSummary, ExecRun, LogRead, LogRequest, ResourceSummary } from './engine.js';
 export type { ContainerNetwork, ContainerView, NetworkView, SandboxEngine } from './sandbox-engine.js';
 export { parseEndpoint } from './endpoint.js';
 export { SKILLS_WRITABLE_ROOT, egressContainerBody, sandboxBodyFromInspect, sandboxContainerBody } from './container-spec.js';

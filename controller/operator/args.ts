@@ -5,16 +5,18 @@
  * command that does not use it is an error too, so a mistyped command line never half-works.
  */
 import { parseArgs } from 'node:util';
+import { isAbsolute } from 'node:path';
 import { IMAGES } from '../../common/index.js';
 import { DEFAULT_EGRESS_TIER, EGRESS_TIER_NAMES, SandboxError, TIERS } from '../spec/index.js';
 import { shellQuote } from '../exec/index.js';
-import { DEFAULT_SANDBOX_IMAGE, parseSandboxOptions, sandboxName, type SandboxOptions } from './sandbox-options.js';
+import { checkSpecOptions, DEFAULT_SANDBOX_IMAGE, parseSandboxOptions, sandboxName, type SandboxOptions } from './sandbox-options.js';
+import { parseLsOptions, type LsOptions } from './ls-options.js';
 
-export const OPERATOR_COMMANDS = ['up', 'down', 'create', 'run', 'ls', 'inspect', 'exec', 'destroy', 'gc', 'doctor'] as const;
+export const OPERATOR_COMMANDS = ['up', 'down', 'create', 'run', 'ls', 'inspect', 'logs', 'exec', 'destroy', 'gc', 'doctor'] as const;
 export type OperatorCommand = (typeof OPERATOR_COMMANDS)[number];
 
 /** Commands that talk to the engine itself, not to the socket proxy. */
-export const ENGINE_COMMANDS: readonly OperatorCommand[] = ['up', 'down', 'ls', 'gc'];
+export const ENGINE_COMMANDS: readonly OperatorCommand[] = ['up', 'down', 'ls', 'gc', 'logs'];
 
 export interface OperatorArgs {
   readonly command: OperatorCommand | undefined;
@@ -40,6 +42,15 @@ export interface OperatorArgs {
   readonly remove: boolean;
   /** destroy: a sandbox that does not exist is no error (as docker rm -f). */
   readonly force: boolean;
+  /** exec, run: -i passes the CLI's stdin to the command; -t gives the command a terminal. */
+  readonly interactive: boolean;
+  readonly tty: boolean;
+  /** logs: -f/--follow, and --denied (refusals only). */
+  readonly logs: { readonly follow: boolean; readonly denied: boolean };
+  /** ls: -q, --format, --filter. */
+  readonly ls: LsOptions;
+  /** down: destroy every sandbox (and the shared network) before the socket proxy. */
+  readonly all: boolean;
   /** The socket proxy of up and down (and of create/run when they start it themselves). */
   readonly socketDir: string;
   readonly proxyName: string;
@@ -48,13 +59,13 @@ export interface OperatorArgs {
 
 const DEFAULT_MIN_AGE_MS = 10 * 60_000;
 /** Where `up` puts the socket proxy's unix socket: a directory only root can open. */
-const DEFAULT_SOCKET_DIR = '/run/capybara-sandbox';
+export const DEFAULT_SOCKET_DIR = '/run/capybara-sandbox';
 /** The container `up` starts. Not `cap-`: the socket proxy never lets a controller touch it. */
-const DEFAULT_PROXY_NAME = 'capybara-socket-proxy';
-const DEFAULT_PROXY_IMAGE = IMAGES.proxy;
+export const DEFAULT_PROXY_NAME = 'capybara-socket-proxy';
+export const DEFAULT_PROXY_IMAGE = IMAGES.proxy;
 
 /** `none | internal | allowlist (default) | open (needs allowOpenEgress)`, from the tier table. */
-const TIER_CHOICES = EGRESS_TIER_NAMES.map((tier) =>
+export const TIER_CHOICES = EGRESS_TIER_NAMES.map((tier) =>
   `${tier}${tier === DEFAULT_EGRESS_TIER ? ' (default)' : ''}${TIERS[tier].needsAllowOpenEgress ? ' (needs allowOpenEgress)' : ''}`).join(' | ');
 
 export function usageError(message: string): SandboxError {
@@ -78,6 +89,19 @@ function proxyName(text: string): string {
   const name = text.startsWith('/') ? text.slice(1) : text;
   if (/^cap-/i.test(name)) throw usageError(`--proxy-name ${JSON.stringify(text)} names a cap- container, the prefix the socket proxy lets callers exec into; choose another name`);
   return name;
+}
+
+/** An image option: what a Docker reference can be at all (printable ASCII, no blanks). */
+function imageOption(text: string | undefined, option: string): string | undefined {
+  if (text !== undefined && !/^[\x21-\x7e]+$/.test(text)) throw usageError(`${option} ${JSON.stringify(text)} is not an image reference, e.g. capybara-sandbox:latest`);
+  return text;
+}
+
+/** An absolute directory: the socket of up is found there by every later command, from any cwd. */
+function socketDirOption(text: string | undefined): string {
+  if (text === undefined) return DEFAULT_SOCKET_DIR;
+  if (!isAbsolute(text)) throw usageError(`--socket-dir ${JSON.stringify(text)} must be an absolute path, e.g. ${DEFAULT_SOCKET_DIR}`);
+  return text;
 }
 
 /** "90s", "10m", "2h", "1d" or a number of seconds. */
@@ -117,6 +141,14 @@ const OPTIONS = {
   workspace: { type: 'string' },
   rm: { type: 'boolean' },
   force: { type: 'boolean', short: 'f' },
+  follow: { type: 'boolean' },
+  denied: { type: 'boolean' },
+  quiet: { type: 'boolean', short: 'q' },
+  format: { type: 'string' },
+  filter: { type: 'string', multiple: true },
+  all: { type: 'boolean' },
+  interactive: { type: 'boolean', short: 'i' },
+  tty: { type: 'boolean', short: 't' },
   'socket-dir': { type: 'string' },
   'proxy-name': { type: 'string' },
   'proxy-image': { type: 'string' },
@@ -132,8 +164,21 @@ const COMMAND_OPTIONS: Partial<Record<OptionName, readonly OperatorCommand[]>> =
   image: ['up', 'create', 'run', 'doctor'],
   rm: ['run'],
   force: ['destroy'],
+  follow: ['logs'],
+  denied: ['logs'],
+  quiet: ['ls'],
+  format: ['ls'],
+  filter: ['ls'],
+  all: ['down'],
+  interactive: ['exec', 'run'],
+  tty: ['exec', 'run'],
   ...Object.fromEntries(SANDBOX_OPTIONS.map((o) => [o, ['create', 'run']])),
 };
+
+/** The options only some commands take that `command` takes, as typed (`--timeout`); for its help. */
+export function commandOptions(command: OperatorCommand): string[] {
+  return Object.entries(COMMAND_OPTIONS).filter(([, commands]) => commands.includes(command)).map(([option]) => `--${option}`);
+}
 
 /** A sandbox name given on the command line; a bad one is a usage error (exit 2). */
 function usageName(word: string): string {
@@ -145,7 +190,7 @@ function usageName(word: string): string {
 }
 
 /** Commands taking one sandbox name; `--` commands take a command line after it. */
-const NAMED: readonly OperatorCommand[] = ['create', 'run', 'inspect', 'exec', 'destroy'];
+const NAMED: readonly OperatorCommand[] = ['create', 'run', 'inspect', 'logs', 'exec', 'destroy'];
 const DASH_DASH: readonly OperatorCommand[] = ['exec', 'run'];
 
 /**
@@ -164,13 +209,16 @@ export function parseOperatorArgs(argv: readonly string[]): OperatorArgs {
   const tail = dashDash === -1 ? undefined : argv.slice(dashDash + 1);
   let parsed;
   try {
-    parsed = parseArgs({ args: [...head], allowPositionals: true, strict: true, options: OPTIONS });
+    parsed = parseArgs({ args: [...head], allowPositionals: true, strict: true, tokens: true, options: OPTIONS });
   } catch (err) {
     throw usageError((err as Error).message);
   }
-  const { values, positionals } = parsed;
+  const { values } = parsed;
+  // `help COMMAND` is `COMMAND --help`.
+  const helpWord = parsed.positionals[0] === 'help';
+  const positionals = helpWord ? parsed.positionals.slice(1) : parsed.positionals;
   const [commandWord, ...rest] = positionals;
-  const help = values.help === true;
+  const help = values.help === true || helpWord;
   let command: OperatorCommand | undefined;
   if (commandWord !== undefined) {
     if (!(OPERATOR_COMMANDS as readonly string[]).includes(commandWord)) {
@@ -179,6 +227,14 @@ export function parseOperatorArgs(argv: readonly string[]): OperatorArgs {
     command = commandWord as OperatorCommand;
   } else if (!help) {
     throw usageError('a command is required');
+  }
+  // `-f` is --force to destroy and --follow to logs, as to docker rm and docker logs.
+  if (command === 'logs' && values.force === true) {
+    if (parsed.tokens.some((token) => token.kind === 'option' && token.name === 'force' && token.rawName === '--force')) {
+      throw usageError('--force does not apply to logs (there -f is --follow)');
+    }
+    values.force = undefined;
+    values.follow = true;
   }
   const needsName = command !== undefined && NAMED.includes(command);
   if (!help && command !== undefined) {
@@ -193,7 +249,7 @@ export function parseOperatorArgs(argv: readonly string[]): OperatorArgs {
       }
     }
   }
-  return {
+  const args: OperatorArgs = {
     command,
     help,
     json: values.json === true,
@@ -207,7 +263,7 @@ export function parseOperatorArgs(argv: readonly string[]): OperatorArgs {
     timeoutMs: values.timeout === undefined ? undefined : parseDuration(values.timeout, '--timeout'),
     dryRun: values['dry-run'] === true,
     minAgeMs: values['min-age'] === undefined ? DEFAULT_MIN_AGE_MS : parseDuration(values['min-age'], '--min-age'),
-    image: values.image ?? DEFAULT_SANDBOX_IMAGE,
+    image: imageOption(values.image, '--image') ?? DEFAULT_SANDBOX_IMAGE,
     sandbox: parseSandboxOptions({
       egress: values.egress,
       allow: values.allow,
@@ -218,90 +274,16 @@ export function parseOperatorArgs(argv: readonly string[]): OperatorArgs {
     }),
     remove: values.rm === true,
     force: values.force === true,
-    socketDir: values['socket-dir'] ?? DEFAULT_SOCKET_DIR,
+    interactive: values.interactive === true,
+    tty: values.tty === true,
+    logs: { follow: values.follow === true, denied: values.denied === true },
+    ls: parseLsOptions({ quiet: values.quiet === true, json: values.json === true, format: values.format, filters: values.filter ?? [] }),
+    all: values.all === true,
+    socketDir: socketDirOption(values['socket-dir']),
     proxyName: proxyName(values['proxy-name'] ?? DEFAULT_PROXY_NAME),
-    proxyImage: values['proxy-image'] ?? DEFAULT_PROXY_IMAGE,
+    proxyImage: imageOption(values['proxy-image'], '--proxy-image') ?? DEFAULT_PROXY_IMAGE,
   };
+  // What create and run would ask the controller for is refused here, naming the option.
+  if (!help && (command === 'create' || command === 'run')) checkSpecOptions(args.name ?? '', args.sandbox);
+  return args;
 }
-
-export const OPERATOR_HELP = `capybara-sandbox: operator tool for the sandbox-docker deployment
-
-Usage:
-  capybara-sandbox [options] up [--socket-dir DIR] [--image IMAGE]
-  capybara-sandbox [options] run NAME [sandbox options] [--rm] [--timeout 10m] -- COMMAND...
-  capybara-sandbox [options] create NAME [sandbox options]
-  capybara-sandbox [options] exec NAME [--timeout 10m] -- COMMAND...
-  capybara-sandbox [options] inspect NAME
-  capybara-sandbox [options] destroy [-f|--force] NAME
-  capybara-sandbox [options] down
-  capybara-sandbox [options] ls
-  capybara-sandbox [options] gc [--dry-run] [--min-age 10m]
-  capybara-sandbox [options] doctor [--image IMAGE]
-
-Commands:
-  up        start (or reuse) the socket proxy container on a unix socket in --socket-dir
-            (default ${DEFAULT_SOCKET_DIR}, root only), check the images, print the endpoint.
-  run       run COMMAND (as the sandbox user) in sandbox NAME, creating it first
-            with the sandbox options when it does not exist; prints the output and exits
-            with the command's exit code (124 when it timed out). --rm destroys it after.
-  create    create sandbox NAME; refused when it already exists.
-  exec      run COMMAND in an existing sandbox and exit with its exit code.
-  inspect   one sandbox: state, tier, allowlist, image, egress proxy, network, volumes.
-  destroy   remove the sandbox and its egress proxy, network and ephemeral volumes; exit 1
-            "no such sandbox" when it does not exist (--force: 0, as docker rm -f).
-  down      stop and remove the socket proxy container that up started (sandboxes stay).
-  ls        every sandbox (containers labelled dev.capybara.sandbox=1): name, state, tier,
-            age, image, egress proxy state.
-  gc        remove orphans: an egress proxy, network or volume whose sandbox container is
-            gone and that is older than --min-age (default 10m, so a create in progress in
-            another controller replica is never touched), and all of a sandbox whose create
-            never finished (its controller died). Persistent workspaces (cap-ws.*) and live
-            sandboxes are never removed. --dry-run only lists.
-  doctor    check the deployment and print each check with pass/fail and what to do.
-            Starts and removes one throwaway sandbox (allowlist tier, --image).
-
-NAME is a sandbox name (cap-demo) or its id (demo, meaning cap-demo).
-
-COMMAND (after --): one word is a shell command line, run by bash -c as written
-(-- 'ls -la | wc -l'); several words are a program and its arguments, each passed
-as it is (-- python3 -c 'print(1)'; -- sh -c 'exit 7' exits 7).
-
-Sandbox options (create, run):
-  --egress TIER        ${TIER_CHOICES}
-  --allow HOST         allowlist entry: a host name or *.example.com (repeatable, or
-                       comma-separated); only with the allowlist tier
-  --image IMAGE        sandbox image (default ${DEFAULT_SANDBOX_IMAGE})
-  --cpu N              CPUs (fractions allowed; default 1)
-  --memory MB          memory in MiB (default 1024)
-  --workspace KEY      mount the persistent workspace KEY (volume cap-ws.KEY, kept by destroy)
-  run reuses an existing sandbox, but refuses when an option given differs from what the
-  sandbox was created with.
-
-Options:
-  --config FILE        deployment config as JSON (the same strict schema as the plugin's
-                       extensionConfig."sandbox-docker"); without it, the environment
-                       variable CAPYBARA_EXTENSION_CONFIG is read as the host reads it
-  --endpoint URL       tcp://host:port or unix:///path (overrides the config). For up, down,
-                       ls and gc it names the engine (default unix:///var/run/docker.sock);
-                       for the other commands the socket proxy (default: the socket of up)
-  --tls-cert-dir DIR   ca.pem, cert.pem, key.pem for mTLS to a tcp:// engine
-  --network NAME       shared sandbox network (overrides the config; default capybara-sandbox)
-  --socket-dir DIR     directory of the socket of up (default ${DEFAULT_SOCKET_DIR}); its
-                       socket is the default endpoint of the commands that use the proxy
-  --proxy-name NAME    the socket proxy container of up and down (default ${DEFAULT_PROXY_NAME};
-                       never cap-..., which the socket proxy lets callers exec into)
-  --proxy-image IMAGE  its image (default ${DEFAULT_PROXY_IMAGE})
-  --label KEY=VALUE    ls/gc: only resources that also carry this label; up, create, run,
-                       doctor: put it on what they create (repeatable)
-  --json               machine-readable output
-  -h, --help           this text
-  --version            the version (alone)
-
-Without an endpoint anywhere, create and run start the socket proxy as up does when nothing
-answers on its socket, so that the first command needs no set-up beyond the images.
-
-The socket proxy refuses listing by design: ls and gc run against the engine itself.
-
-Exit codes: 0 ok, 1 failure (or a failed doctor check), 2 bad usage or config; exec and run
-exit with the command's code.
-`;

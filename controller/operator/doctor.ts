@@ -44,6 +44,8 @@ export interface DoctorOptions {
    * by design); undefined when this host has no engine of the deployment to ask.
    */
   readonly listSandboxes: (() => Promise<readonly SandboxRow[]>) | undefined;
+  /** Told of each check as it finishes, in the order they run (the CLI prints it at once). */
+  readonly onCheck?: (check: DoctorCheck) => void;
 }
 
 /** A documentation-range address (RFC 5737): stands for "anywhere outside". */
@@ -237,12 +239,25 @@ function runtimeFix(config: DeploymentConfig, err: unknown): string {
 }
 
 export async function runDoctor(o: DoctorOptions): Promise<DoctorCheck[]> {
-  const checks: DoctorCheck[] = [await checkEngine(o)];
+  const done: DoctorCheck[] = [];
+  const checks = {
+    push(...finished: DoctorCheck[]): void {
+      for (const c of finished) {
+        done.push(c);
+        o.onCheck?.(c);
+      }
+    },
+  };
+  const engine = await checkEngine(o);
+  checks.push(engine);
   const later: DoctorCheckId[] = ['socket_proxy_refuses', 'images_present', 'shared_network_icc_off', 'runtime_usable', 'isolation', 'transparent_egress', 'sandboxes_egress'];
-  if (checks[0]?.status !== 'pass') {
-    return [...checks, ...later.map((check) => ({ check, status: 'skip' as const, detail: 'The engine is not reachable.' }))];
+  if (engine.status !== 'pass') {
+    checks.push(...later.map((check) => ({ check, status: 'skip' as const, detail: 'The engine is not reachable.' })));
+    return done;
   }
-  checks.push(await checkProxyRefuses(o), await checkImages(o), await checkSharedNetwork(o));
+  checks.push(await checkProxyRefuses(o));
+  checks.push(await checkImages(o));
+  checks.push(await checkSharedNetwork(o));
   const id = `doctor-${randomBytes(4).toString('hex')}`;
   let handle: SandboxHandle | undefined;
   const started = Date.now();
@@ -274,5 +289,5 @@ export async function runDoctor(o: DoctorOptions): Promise<DoctorCheck[]> {
     await o.provider.destroyByName(`cap-${id}`).catch(() => undefined);
   }
   checks.push(await checkSandboxesEgress(o));
-  return checks;
+  return done;
 }

@@ -33,8 +33,9 @@ export function labelFilters(extra: Readonly<Record<string, string>>): string[] 
   return [`${LABEL_SANDBOX}=1`, ...Object.entries(extra).map(([k, v]) => `${k}=${v}`)];
 }
 
-export async function readInventory(engine: DockerEngine, extraLabels: Readonly<Record<string, string>>, command: string): Promise<Inventory> {
-  const filters = labelFilters(extraLabels);
+/** `more`: further label filters as Docker takes them (`KEY` or `KEY=VALUE`), e.g. of ls --filter. */
+export async function readInventory(engine: DockerEngine, extraLabels: Readonly<Record<string, string>>, command: string, more: readonly string[] = []): Promise<Inventory> {
+  const filters = [...labelFilters(extraLabels), ...more];
   try {
     const [allContainers, containers, networks, volumes] = await Promise.all([
       engine.listContainers([`${LABEL_SANDBOX}=1`]),

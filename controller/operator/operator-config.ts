@@ -9,7 +9,8 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseDeploymentConfig, type DeploymentConfig, SandboxError } from '../spec/index.js';
 import { EGRESS_ENV } from '../../common/index.js';
-import { ENGINE_COMMANDS, type OperatorArgs } from './args.js';
+import { ENGINE_COMMANDS, usageError, type OperatorArgs } from './args.js';
+import type { SandboxOptions } from './sandbox-options.js';
 
 /** The host's variable: `{"sandbox-docker": {...deployment config...}}`. */
 const EXTENSION_CONFIG_ENV = 'CAPYBARA_EXTENSION_CONFIG';
@@ -93,7 +94,37 @@ export function loadOperatorConfig(args: OperatorArgs, env: NodeJS.ProcessEnv): 
     input.endpoint = engineCommand ? localEngineEndpoint(env) : proxySocketEndpoint(args.socketDir);
     proxyOnDemand = !engineCommand;
   }
-  return { config: parseDeploymentConfig(input, source), proxyOnDemand };
+  requireFlagValues(args);
+  const config = parseDeploymentConfig(input, source);
+  if (args.command === 'create' || args.command === 'run') requireWithinCeilings(args.sandbox, config);
+  return { config, proxyOnDemand };
+}
+
+/**
+ * Each config value typed as a flag, checked on its own first, so that a bad one is refused
+ * naming the flag (`--endpoint "http://x" is invalid: endpoint: must be ...`), not "the config".
+ */
+function requireFlagValues(args: OperatorArgs): void {
+  const base = { endpoint: 'unix:///var/run/docker.sock' };
+  const flags: ReadonlyArray<readonly [string, string, string | undefined]> = [
+    ['--endpoint', 'endpoint', args.endpoint],
+    ['--network', 'network', args.network],
+  ];
+  for (const [flag, key, value] of flags) {
+    if (value !== undefined) parseDeploymentConfig({ ...base, [key]: value }, `${flag} ${JSON.stringify(value)}`);
+  }
+}
+
+/**
+ * --cpu and --memory against the deployment's ceilings, before anything is created: the
+ * controller refuses them too, but only after "creating" was said.
+ */
+function requireWithinCeilings(o: SandboxOptions, config: DeploymentConfig): void {
+  const over = (flag: string, value: number | undefined, ceiling: number, key: string): void => {
+    if (value !== undefined && value > ceiling) throw usageError(`${flag} ${value} is above this deployment's maximum of ${ceiling} (maxLimits.${key} in the config)`);
+  };
+  over('--cpu', o.cpu, config.maxLimits.cpu, 'cpu');
+  over('--memory', o.memoryMb, config.maxLimits.memoryMb, 'memoryMb');
 }
 
 /** The socket directory of up when the endpoint is its socket (then it must stay root's alone). */

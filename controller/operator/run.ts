@@ -8,19 +8,24 @@
 import pino from 'pino';
 import { join } from 'node:path';
 import { DockerEngine } from '../docker/index.js';
-import { PIDS_LIMIT, SandboxError, isSandboxError, namesFor, type DeploymentConfig, type ExecResult } from '../spec/index.js';
+import { PIDS_LIMIT, SandboxError, isSandboxError, namesFor, type DeploymentConfig } from '../spec/index.js';
 import { IMAGES, VERSION } from '../../common/index.js';
 import { createDockerSandbox } from '../index.js';
-import { OPERATOR_HELP, parseOperatorArgs, type OperatorArgs } from './args.js';
+import { parseOperatorArgs, type OperatorArgs } from './args.js';
+import { commandHelp, OPERATOR_HELP } from './help.js';
+import { lsOutput } from './ls-options.js';
+import { destroyAllSandboxes, downLines, type DownAllResult } from './down-all.js';
 import { egressTestHostsFromEnv, engineSocketFor, loadOperatorConfig, localEngineEndpoint, PROXY_SOCKET_FILE, upSocketDir, type OperatorConfig } from './operator-config.js';
 import { labelFilters, readInventory, sandboxRows } from './inventory.js';
 import { inspectSandbox } from './sandbox-detail.js';
 import { collectGarbage } from './gc.js';
-import { runDoctor } from './doctor.js';
+import { runDoctor, type DoctorCheck } from './doctor.js';
 import { age, table } from './render.js';
 import type { SocketProxySettings } from './socket-proxy-spec.js';
 import { proxyAnswers, requirePrivateSocketPath, socketProxyDown, socketProxyUp, type UpResult } from './socket-proxy-service.js';
 import { createSandbox, ensureSandbox } from './sandbox-commands.js';
+import { runLogs } from './logs-command.js';
+import { runExecCommand, type ExecCommandArgs, type ExecTerminal } from './exec-command.js';
 
 export interface OperatorIo {
   readonly stdout: (text: string) => void;
@@ -28,26 +33,18 @@ export interface OperatorIo {
   readonly now?: () => number;
   /** The environment to read (default process.env). */
   readonly env?: NodeJS.ProcessEnv;
+  /** Calls `handler` on SIGINT until the returned function is called (logs -f ends on it with 0). */
+  readonly onInterrupt?: (handler: () => void) => () => void;
+  /** The CLI's own streams: exec and run write a command's output there as bytes, and read -i's stdin. */
+  readonly terminal?: ExecTerminal;
 }
-
-/** Exit code of exec when the command was ended by its timeout, as timeout(1) does. */
-const EXIT_TIMED_OUT = 124;
-const EXIT_NO_CODE = 125;
 
 function print(io: OperatorIo, args: OperatorArgs, json: unknown, human: string): void {
   io.stdout(args.json ? `${JSON.stringify(json, null, 2)}\n` : human);
 }
 
-function printExec(io: OperatorIo, args: OperatorArgs, r: ExecResult): number {
-  if (args.json) {
-    io.stdout(`${JSON.stringify({ ...r }, null, 2)}\n`);
-  } else {
-    io.stdout(r.stdout);
-    io.stderr(r.stderr);
-    if (r.truncated) io.stderr('capybara-sandbox: output was truncated at the output cap\n');
-    if (r.timedOut) io.stderr('capybara-sandbox: the command timed out and was killed\n');
-  }
-  return r.exitCode ?? (r.timedOut ? EXIT_TIMED_OUT : EXIT_NO_CODE);
+function execArgs(args: OperatorArgs, config: DeploymentConfig): ExecCommandArgs {
+  return { json: args.json, interactive: args.interactive, tty: args.tty, timeoutMs: args.timeoutMs, maxOutputBytes: config.maxLimits.outputBytes };
 }
 
 /**
@@ -108,12 +105,17 @@ async function dispatch(args: OperatorArgs, loaded: OperatorConfig, io: Operator
       return 0;
     }
     case 'down': {
-      const r = await socketProxyDown(engineSocketFor(args, env), args.proxyName, args.socketDir, labelFilters(args.labels));
-      const left = r.sandboxes.length === 0
-        ? ''
-        : `${r.sandboxes.length} sandbox(es) remain and keep running: ${r.sandboxes.join(', ')}; remove them with capybara-sandbox destroy NAME (after up)\n`;
-      print(io, args, r, `${r.action === 'removed' ? `socket proxy ${r.container} stopped and removed` : `no socket proxy ${r.container} was running`}\n${left}`);
-      return 0;
+      const engineSocket = engineSocketFor(args, env);
+      let all: DownAllResult | undefined;
+      if (args.all) {
+        // The sandboxes first, through the controller's destroy on the engine itself.
+        const direct = new DockerEngine({ endpoint: `unix://${engineSocket}`, logger });
+        const onEngine = createDockerSandbox({ ...config, endpoint: `unix://${engineSocket}`, tlsCertDir: undefined }, { labels: { ...args.labels } }, { logger, engine: direct });
+        all = await destroyAllSandboxes({ engine: direct, provider: onEngine, sharedNetwork: config.network, labels: args.labels, progress });
+      }
+      const r = await socketProxyDown(engineSocket, args.proxyName, args.socketDir, labelFilters(args.labels));
+      print(io, args, all === undefined ? r : { ...r, ...all }, downLines(r, all));
+      return all !== undefined && all.failed.length > 0 ? 1 : 0;
     }
     case 'create': {
       await startProxyIfNeeded();
@@ -126,8 +128,7 @@ async function dispatch(args: OperatorArgs, loaded: OperatorConfig, io: Operator
       const p = provider();
       const { handle } = await ensureSandbox({ provider: p, engine, progress }, args.name ?? '', args.sandbox);
       try {
-        const r = await p.exec(handle, args.execCommand ?? '', args.timeoutMs === undefined ? {} : { timeoutMs: args.timeoutMs });
-        return printExec(io, args, r);
+        return await runExecCommand((opts) => p.exec(handle, args.execCommand ?? '', opts), execArgs(args, config), io);
       } finally {
         if (args.remove) {
           await p.destroy(handle);
@@ -136,8 +137,7 @@ async function dispatch(args: OperatorArgs, loaded: OperatorConfig, io: Operator
       }
     }
     case 'ls': {
-      const rows = sandboxRows(await readInventory(engine, args.labels, 'ls'), now());
-      print(io, args, rows, table(['NAME', 'STATE', 'TIER', 'AGE', 'IMAGE', 'EGRESS'], rows.map((r) => [r.name, r.state, r.tier, age(r.ageSeconds), r.image, r.egress])));
+      io.stdout(lsOutput(sandboxRows(await readInventory(engine, args.labels, 'ls', args.ls.labels), now()), args.ls, args.json));
       return 0;
     }
     case 'inspect': {
@@ -150,9 +150,11 @@ async function dispatch(args: OperatorArgs, loaded: OperatorConfig, io: Operator
       ]));
       return 0;
     }
+    case 'logs':
+      return runLogs(engine, args.name ?? '', { ...args.logs, json: args.json }, { stdout: io.stdout, note: progress, onInterrupt: io.onInterrupt });
     case 'exec': {
-      const r = await provider().exec({ id: args.name ?? '' }, args.execCommand ?? '', args.timeoutMs === undefined ? {} : { timeoutMs: args.timeoutMs });
-      return printExec(io, args, r);
+      const p = provider();
+      return runExecCommand((opts) => p.exec({ id: args.name ?? '' }, args.execCommand ?? '', opts), execArgs(args, config), io);
     }
     case 'destroy': {
       const name = args.name ?? '';
@@ -176,9 +178,10 @@ async function dispatch(args: OperatorArgs, loaded: OperatorConfig, io: Operator
       // (the socket proxy of up, or the engine); a tcp endpoint may be another host's engine.
       const local = config.endpoint.startsWith('unix://') ? new DockerEngine({ endpoint: localEngineEndpoint(env), logger }) : undefined;
       const listSandboxes = local === undefined ? undefined : async () => sandboxRows(await readInventory(local, args.labels, 'doctor'), now());
-      const checks = await runDoctor({ config, engine, provider: provider(), image: args.image, labels: args.labels, listSandboxes });
-      const human = checks.map((c) => `[${c.status.toUpperCase()}] ${c.check}: ${c.detail}${c.fix === undefined ? '' : `\n       fix: ${c.fix}`}`).join('\n') + '\n';
-      print(io, args, checks, human);
+      // Each check's line as it finishes (a run takes about 25 s); --json stays one document.
+      const onCheck = args.json ? undefined : (c: DoctorCheck): void => io.stdout(`[${c.status.toUpperCase()}] ${c.check}: ${c.detail}${c.fix === undefined ? '' : `\n       fix: ${c.fix}`}\n`);
+      const checks = await runDoctor({ config, engine, provider: provider(), image: args.image, labels: args.labels, listSandboxes, ...(onCheck === undefined ? {} : { onCheck }) });
+      if (args.json) print(io, args, checks, '');
       return checks.some((c) => c.status === 'fail') ? 1 : 0;
     }
     default:
@@ -198,7 +201,7 @@ export async function runOperator(argv: readonly string[], io: OperatorIo): Prom
     const args = parseOperatorArgs(argv);
     jsonErrors = args.json;
     if (args.help) {
-      io.stdout(OPERATOR_HELP);
+      io.stdout(args.command === undefined ? OPERATOR_HELP : commandHelp(args.command));
       return 0;
     }
     const loaded = loadOperatorConfig(args, env);

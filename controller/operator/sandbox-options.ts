@@ -13,6 +13,8 @@ import {
   type SandboxSpec,
   SandboxError,
   checkSandboxName,
+  checkSandboxSpec,
+  isSandboxError,
   persistentWorkspaceVolume,
 } from '../spec/index.js';
 import type { SandboxDetail } from './sandbox-detail.js';
@@ -70,7 +72,13 @@ export function parseSandboxOptions(raw: RawSandboxOptions): SandboxOptions {
   if (raw.allow !== undefined && !TIERS[egress].egressProxy) {
     throw optionError(`--allow applies only to --egress ${PROXY_TIERS.join(' or ')}, not ${egress}`);
   }
-  if (raw.workspace !== undefined) persistentWorkspaceVolume(raw.workspace);
+  if (raw.workspace !== undefined) {
+    try {
+      persistentWorkspaceVolume(raw.workspace);
+    } catch (err) {
+      throw optionError(`--workspace: ${(err as Error).message}`);
+    }
+  }
   return {
     egress,
     allowHosts,
@@ -95,6 +103,32 @@ export function sandboxSpec(name: string, o: SandboxOptions): SandboxSpec {
     },
     ...(o.workspaceKey === undefined ? {} : { workspace: { key: o.workspaceKey, durability: 'persistent' as const } }),
   };
+}
+
+/** Where each part of the spec came from on the command line. */
+const SPEC_FLAGS: ReadonlyArray<readonly [RegExp, string]> = [
+  [/spec\.limits\.allowHosts(\[\d+\])?/g, '--allow'],
+  [/spec\.limits\.cpu/g, '--cpu'],
+  [/spec\.limits\.memoryMb/g, '--memory'],
+  [/spec\.limits\.egress/g, '--egress'],
+  [/spec\.image/g, '--image'],
+  [/spec\.workspace(\.key)?/g, '--workspace'],
+  [/spec\.id/g, 'NAME'],
+];
+
+/**
+ * The controller's own spec check of what create or run would ask for, at parse time: a refusal
+ * is a usage error naming the option that caused it (`--allow: "*" is not allowed: ...`), before
+ * anything is said or asked of the engine.
+ */
+export function checkSpecOptions(name: string, o: SandboxOptions): void {
+  try {
+    checkSandboxSpec(sandboxSpec(name, o));
+  } catch (err) {
+    if (!isSandboxError(err, 'invalid_spec')) throw err;
+    const detail = err.message.replace(/^The sandbox spec was refused: /, '').replace(/\.$/, '');
+    throw optionError(SPEC_FLAGS.reduce((message, [path, flag]) => message.replace(path, flag), detail));
+  }
 }
 
 function sameHosts(a: readonly string[], b: readonly string[]): boolean {

@@ -151,6 +151,12 @@ t.test('the controller engine layer through the socket proxy', async (t) => {
       await engine.removeVolume(names.skillsVolume);
       t.equal(await engine.volumeExists(plan.workspaceVolume), false);
     } },
+    // A container's log is not the controller's to read: the operator's logs reads it from the
+    // engine itself, and the proxy refuses it.
+    { method: 'readLogs', run: async () => {
+      const err = await engine.readLogs(names.egress, { follow: false, onOutput: () => undefined }).then(() => undefined, (e: unknown) => e);
+      t.equal(engineStatus(err), 403, 'readLogs is refused by the socket proxy');
+    } },
     // The operator's listing works only against the engine itself: the proxy refuses it (networks
     // are listed through it only by one exact label).
     ...(['listContainers', 'listNetworks', 'listVolumes'] as const).map((method) => ({
@@ -174,7 +180,7 @@ t.test('the controller engine layer through the socket proxy', async (t) => {
     }
   }
 
-  // The proxy's own log: only the listing calls were refused. HAProxy writes its log lines a moment
+  // The proxy's own log: only the log read and the listing calls were refused. HAProxy writes its log lines a moment
   // after the answers, so wait (with a deadline) until the last call's line is there.
   // A network id that names nothing is answered 404 by the proxy itself, as dockerd would.
   const deniedLines = async (): Promise<string[]> => (await proxy.logs()).split('\n').filter((line) => /deny=\S/.test(line) && !/deny=-/.test(line) && !/deny=network_not_found/.test(line));
@@ -182,7 +188,7 @@ t.test('the controller engine layer through the socket proxy', async (t) => {
   for (const deadline = Date.now() + 10_000; !denied.some((l) => l.includes('/volumes')) && Date.now() < deadline; denied = await deniedLines()) {
     await new Promise((r) => setTimeout(r, 50));
   }
-  t.same(denied.map((line) => /(GET|POST|DELETE|HEAD) (\S+)/.exec(line)?.[2]?.replace(/\?.*/, '')), ['/containers/json', '/networks', '/volumes'], 'the proxy refused nothing but listing');
+  t.same(denied.map((line) => /(GET|POST|DELETE|HEAD) (\S+)/.exec(line)?.[2]?.replace(/\?.*/, '')), [`/containers/${names.egress}/logs`, '/containers/json', '/networks', '/volumes'], 'the proxy refused nothing but the log and listing');
 });
 
 t.test('every body the controller builds passes the socket proxy', async (t) => {

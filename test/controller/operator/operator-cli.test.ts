@@ -17,11 +17,13 @@ import { runOperator } from '../../../controller/operator/index.js';
 
 const root = fileURLToPath(new URL('../../..', import.meta.url));
 
-async function op(argv: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+/** `writes`: each stdout write with when it came, to see what is printed as it happens. */
+async function op(argv: string[]): Promise<{ code: number; stdout: string; stderr: string; writes: Array<{ at: number; text: string }> }> {
   let stdout = '';
   let stderr = '';
-  const code = await runOperator(argv, { stdout: (s) => { stdout += s; }, stderr: (s) => { stderr += s; } });
-  return { code, stdout, stderr };
+  const writes: Array<{ at: number; text: string }> = [];
+  const code = await runOperator(argv, { stdout: (s) => { stdout += s; writes.push({ at: Date.now(), text: s }); }, stderr: (s) => { stderr += s; } });
+  return { code, stdout, stderr, writes };
 }
 
 t.test('usage and config errors (no engine needed)', async (t) => {
@@ -43,7 +45,7 @@ t.test('usage and config errors (no engine needed)', async (t) => {
     { name: 'bad --min-age', argv: ['--endpoint', 'unix:///x.sock', 'gc', '--min-age', 'soon'], code: 2, err: /not a duration/ },
     { name: 'bad sandbox name: a usage error', argv: ['--endpoint', 'unix:///x.sock', 'inspect', 'web 1'], code: 2, err: /invalid_config: Sandbox name "cap-web 1" is not a sandbox resource name.*see capybara-sandbox --help/ },
     // Refused before anything is said or asked: no "creating", and no engine (none answers here).
-    { name: 'a bad allowlist entry', argv: ['--endpoint', 'unix:///x.sock', 'run', 'demo', '--allow', '*', '--', 'true'], code: 1, err: /^capybara-sandbox: invalid_spec: The sandbox spec was refused: spec\.limits\.allowHosts\[0\]: "\*" is not allowed/ },
+    { name: 'a bad allowlist entry', argv: ['--endpoint', 'unix:///x.sock', 'run', 'demo', '--allow', '*', '--', 'true'], code: 2, err: /^capybara-sandbox: invalid_config: --allow: "\*" is not allowed/ },
   ];
   for (const row of rows) {
     const r = await op(row.argv);
@@ -54,7 +56,8 @@ t.test('usage and config errors (no engine needed)', async (t) => {
   t.same(JSON.parse(json.stderr).error.code, 'invalid_config', '--json errors are JSON');
   const help = await op(['--help']);
   t.equal(help.code, 0);
-  for (const word of ['up', 'down', 'create', 'run', 'ls', 'inspect', 'exec', 'destroy', 'gc', 'doctor', '--json', '--config', '--min-age', '--dry-run', '--egress', '--allow', '--socket-dir', '--rm']) t.match(help.stdout, word);
+  // Each command's own options are in its --help (operator-conventions.test.ts).
+  for (const word of ['up', 'down', 'create', 'run', 'ls', 'inspect', 'exec', 'destroy', 'gc', 'doctor', '--json', '--config', '--socket-dir']) t.match(help.stdout, word);
 });
 
 t.test('the built bin prints help, and its version', async (t) => {
@@ -84,6 +87,35 @@ t.test('operator commands against the engine and the socket proxy', async (t) =>
     const refused = await op([...viaProxy, 'ls']);
     t.equal(refused.code, 1);
     t.match(refused.stderr, /engine_refused: ls needs to list .* --endpoint unix:\/\/\/var\/run\/docker\.sock/);
+  });
+
+  await t.test('ls -q, --format and --filter', async (t) => {
+    // A second sandbox, stopped, so that the status filter has two states to tell apart.
+    const stopped = await provider.create({ id: `${env.runId}-stopped`, image: SANDBOX_IMAGE, limits: { egress: 'none' } });
+    t.teardown(() => provider.destroy(stopped));
+    await env.docker.getContainer(stopped.id).stop({ t: 0 });
+    const names = async (...argv: string[]): Promise<string[]> => {
+      const r = await op([...engine, 'ls', '-q', ...argv]);
+      t.equal(r.code, 0, r.stderr);
+      return r.stdout === '' ? [] : r.stdout.trimEnd().split('\n');
+    };
+    t.same(await names(), [live.id, stopped.id].sort(), '-q: the names, one a line');
+    t.same(await names('--filter', 'status=running'), [live.id]);
+    t.same(await names('--filter', 'status=exited'), [stopped.id]);
+    t.same(await names('--filter', 'status=exited', '--filter', 'status=running'), [live.id, stopped.id].sort(), 'statuses are alternatives');
+    t.same(await names('--filter', 'status=paused'), []);
+    t.same(await names('--filter', 'label=dev.capybara.sandbox.egress=allowlist'), [live.id], 'a label with its value');
+    t.same(await names('--filter', 'label=dev.capybara.sandbox.egress'), [live.id, stopped.id].sort(), 'a label that is there');
+    t.same(await names('--filter', 'label=dev.capybara.sandbox.egress=none', '--filter', 'status=running'), [], 'different filters add up');
+    t.same(await names('--filter', 'label=dev.capybara.sandbox.egress=none', '--filter', 'status=exited'), [stopped.id]);
+    t.same(await names('--filter', `label=${TEST_LABEL}=someone-else`), [], 'labels add up with --label');
+    const json = await op([...engine, 'ls', '--format', 'json', '--filter', 'status=running']);
+    t.equal(json.code, 0, json.stderr);
+    t.same((JSON.parse(json.stdout) as Array<{ name: string; state: string }>).map((r) => [r.name, r.state]), [[live.id, 'running']], '--format json: one array of the rows');
+    t.same(JSON.parse(json.stdout), JSON.parse((await op([...engine, '--json', 'ls', '--filter', 'status=running'])).stdout), 'as --json prints them');
+    const tableOut = await op([...engine, 'ls', '--format', 'table', '--filter', 'status=exited']);
+    t.match(tableOut.stdout, new RegExp(`^NAME\\s+STATE\\s+TIER\\s+AGE\\s+IMAGE\\s+EGRESS\\n${stopped.id}\\s+exited\\s+none\\s+\\d+s\\s+\\S+\\s+none\\n$`));
+    t.match(await op([...engine, 'ls', '--filter', 'state=running']), { code: 2, stderr: /--filter "state=running": unknown filter "state"; the keys are label= and status=/ });
   });
 
   await t.test('inspect and exec through the socket proxy', async (t) => {
@@ -185,6 +217,11 @@ await provider.create({ id: ${JSON.stringify(id)}, image: ${JSON.stringify(SANDB
     const leftovers = await env.docker.listContainers({ all: true, filters: { label: [`${TEST_LABEL}=${env.runId}`], name: ['cap-doctor-'] } });
     t.same(leftovers.map((c) => c.Names), [], 'the throwaway sandbox is gone');
     const human = await op([...viaProxy, 'doctor']);
+    // Each check is printed as it finishes: one write each, in order, the first long before the last.
+    t.same(human.writes.map((w) => /^\[\w+\] (\w+):/.exec(w.text)?.[1]), checks.map((c) => c.check), 'one write per check, in order');
+    const first = human.writes[0]?.at ?? 0;
+    const last = human.writes.at(-1)?.at ?? 0;
+    t.ok(last - first > 1_000, `engine_reachable was printed ${last - first} ms before the last check, not at the end`);
     t.match(human.stdout, /^\[PASS\] engine_reachable: /m);
     t.match(human.stdout, /^\[PASS\] isolation: Unreachable from cap-doctor-\w+: 169\.254\.169\.254:80, 192\.0\.2\.1:443/m);
     t.match(human.stdout, /^\[PASS\] transparent_egress: Name server 10\.\d+\.\d+\.\d+: doctor\.capybara\.invalid resolves to it, an unlisted name failed in \d+ ms, HTTP by Host answered dns_failed\.$/m);

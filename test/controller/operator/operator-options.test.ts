@@ -57,7 +57,8 @@ t.test('command lines of the new verbs', async (t) => {
     { name: 'cpu not a number', argv: ['create', 'demo', '--cpu', 'two'], code: 'invalid_config' },
     { name: 'cpu zero', argv: ['create', 'demo', '--cpu', '0'], code: 'invalid_config' },
     { name: 'memory with a fraction', argv: ['create', 'demo', '--memory', '1.5'], code: 'invalid_config' },
-    { name: 'bad workspace key', argv: ['create', 'demo', '--workspace', '../x'], code: 'invalid_spec' },
+    { name: 'bad workspace key (a usage error naming --workspace)', argv: ['create', 'demo', '--workspace', '../x'], code: 'invalid_config' },
+    { name: 'an allowlist entry the controller refuses (a usage error naming --allow)', argv: ['create', 'demo', '--allow', 'https://pypi.org/'], code: 'invalid_config' },
     { name: 'bad sandbox name (a usage error)', argv: ['create', 'web 1'], code: 'invalid_config' },
   ];
   for (const row of rows) {

@@ -9,7 +9,8 @@ import t from 'tap';
 import { chmodSync, existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { sandboxTestEnv, UPSTREAM_BODY, UPSTREAM_HOST } from '../../support/sandbox-env.js';
-import { SOCKET_PROXY_IMAGE, TEST_LABEL } from '../../support/docker.js';
+import { dockerTest, SOCKET_PROXY_IMAGE, TEST_LABEL } from '../../support/docker.js';
+import { EGRESS_IMAGE, SANDBOX_IMAGE } from '../../support/sandbox-env.js';
 import { runOperator } from '../../../controller/operator/index.js';
 import { fileNeeds } from '../../support/needs.js';
 
@@ -148,6 +149,72 @@ t.test('up, create, run and down through a socket proxy that up started', async 
     t.equal((await op(['--proxy-name', foreign, 'down'])).code, 2, 'down leaves it alone too');
     t.ok(await env.docker.getContainer(foreign).inspect().then(() => true, () => false), 'still there');
   });
+});
+
+t.test('down says how many sandboxes remain; down --all removes them, the socket proxy and the shared network', async (t) => {
+  const env = await dockerTest(t, [SANDBOX_IMAGE, EGRESS_IMAGE, SOCKET_PROXY_IMAGE]);
+  if (!env) return;
+  const base = mkdtemp();
+  t.teardown(() => rmSync(base, { recursive: true, force: true }));
+  const socketDir = join(base, 'sock');
+  const proxyName = `sockproxy-${env.runId}-all`;
+  // A shared network of its own, which the controller makes (labelled as its shared network).
+  const sharedNetwork = env.name('allnet');
+  const global = ['--socket-dir', socketDir, '--proxy-name', proxyName, '--proxy-image', SOCKET_PROXY_IMAGE, '--network', sharedNetwork, '--label', `${TEST_LABEL}=${env.runId}`];
+  const op = async (argv: string[]): Promise<Ran> => {
+    let stdout = '';
+    let stderr = '';
+    const code = await runOperator([...global, ...argv], { stdout: (x) => { stdout += x; }, stderr: (x) => { stderr += x; } });
+    return { code, stdout, stderr };
+  };
+  const exists = async (kind: 'container' | 'network' | 'volume', name: string): Promise<boolean> => {
+    const handle = kind === 'container' ? env.docker.getContainer(name) : kind === 'network' ? env.docker.getNetwork(name) : env.docker.getVolume(name);
+    return handle.inspect().then(() => true, () => false);
+  };
+  const one = `cap-${env.runId}-one`;
+  const two = `cap-${env.runId}-two`;
+  const key = `${env.runId}-keep`;
+  t.equal((await op(['up'])).code, 0, 'up');
+  const created1 = await op(['create', one, '--allow', 'doctor.capybara.invalid']);
+  t.equal(created1.code, 0, created1.stderr);
+  const created2 = await op(['create', two, '--egress', 'internal', '--workspace', key]);
+  t.equal(created2.code, 0, created2.stderr);
+  t.ok(await exists('network', sharedNetwork), 'the controller made the shared network');
+  // What a create that died leaves: a volume of a sandbox whose container never came.
+  const leftover = `cap-${env.runId}-died`;
+  await env.docker.createVolume({ Name: `${leftover}-workspace`, Labels: { ...env.labels, 'dev.capybara.sandbox': '1', 'dev.capybara.sandbox.name': leftover } });
+
+  const plain = await op(['down']);
+  t.equal(plain.code, 0, plain.stderr);
+  t.match(plain.stdout, new RegExp(`^socket proxy ${proxyName} stopped and removed\\n2 sandbox\\(es\\) remain and keep running: ${one}, ${two}; capybara-sandbox down --all removes them`));
+  t.ok(await exists('container', one), 'plain down leaves the sandboxes');
+
+  t.equal((await op(['up'])).code, 0, 'up again');
+  const started = Date.now();
+  const all = await op(['down', '--all']);
+  t.comment(`down --all of 3 sandboxes took ${Date.now() - started} ms`);
+  t.equal(all.code, 0, all.stderr);
+  t.match(all.stderr, new RegExp(`destroying 3 sandbox\\(es\\): ${leftover}, ${one}, ${two}`));
+  t.equal(all.stdout, [
+    `socket proxy ${proxyName} stopped and removed`,
+    `3 sandbox(es) destroyed: ${leftover}, ${one}, ${two}`,
+    `shared network ${sharedNetwork}: removed`,
+    '',
+  ].join('\n'));
+  for (const name of [one, two, leftover]) {
+    const left = await env.docker.listContainers({ all: true, filters: { label: [`dev.capybara.sandbox.name=${name}`] } });
+    const nets = await env.docker.listNetworks({ filters: { label: [`dev.capybara.sandbox.name=${name}`] } });
+    const { Volumes } = await env.docker.listVolumes({ filters: { label: [`dev.capybara.sandbox.name=${name}`] } });
+    t.same([...left.map((c) => c.Names[0]), ...nets.map((n) => n.Name), ...(Volumes ?? []).map((v) => v.Name)].filter((n) => n !== `cap-ws.${key}`), [], `nothing of ${name} is left`);
+  }
+  t.notOk(await exists('container', proxyName), 'the socket proxy is gone');
+  t.notOk(existsSync(socketDir), 'and its socket');
+  t.notOk(await exists('network', sharedNetwork), 'the shared network is gone');
+  t.ok(await exists('volume', `cap-ws.${key}`), 'the persistent workspace stays');
+
+  const again = await op(['--json', 'down', '--all']);
+  t.equal(again.code, 0, again.stderr);
+  t.match(JSON.parse(again.stdout), { action: 'absent', destroyed: [], failed: [], sandboxes: [], sharedNetwork: { name: sharedNetwork, action: 'absent' } }, 'again: nothing to do');
 });
 
 /** Under /run (root's, 0755): every directory above the socket must be root's alone, and /tmp is everyone's. */

@@ -1,0 +1,94 @@
+/**
+ * `down --all`: every sandbox goes, through the provider's own destroy (container, egress proxy,
+ * network, ephemeral volumes, in the order the controller removes them), so nothing is left
+ * half-removed; then the shared network, when the controller made it and nothing else is on it.
+ * A sandbox is known by the name label of anything it left (its container, or only an egress
+ * proxy, network or volume of a create that died), so leftovers go too. Persistent workspaces
+ * are never removed here: they hold the user's work and outlive sandboxes by design.
+ */
+import { type DockerEngine, engineStatus } from '../docker/index.js';
+import { LABEL_NAME, LABEL_SHARED_NETWORK, LABEL_WORKSPACE_KEY, type SandboxProvider } from '../spec/index.js';
+import { readInventory } from './inventory.js';
+import type { DownResult } from './socket-proxy-service.js';
+
+export interface DownAllResult {
+  readonly destroyed: readonly string[];
+  readonly failed: ReadonlyArray<{ readonly name: string; readonly error: string }>;
+  /** The shared network: removed, absent, or kept (with why). */
+  readonly sharedNetwork: { readonly name: string; readonly action: 'removed' | 'absent' | 'kept'; readonly detail?: string };
+}
+
+export interface DownAllDeps {
+  /** The engine itself (listing is refused by the socket proxy). */
+  readonly engine: DockerEngine;
+  /** A provider on that engine: its destroyByName is the controller's destroy. */
+  readonly provider: SandboxProvider;
+  readonly sharedNetwork: string;
+  readonly labels: Readonly<Record<string, string>>;
+  readonly progress: (line: string) => void;
+}
+
+async function sandboxNames(deps: DownAllDeps): Promise<string[]> {
+  const inv = await readInventory(deps.engine, deps.labels, 'down --all');
+  const names = new Set<string>();
+  const add = (labels: Readonly<Record<string, string>>): void => {
+    const name = labels[LABEL_NAME];
+    if (name !== undefined && labels[LABEL_WORKSPACE_KEY] === undefined) names.add(name);
+  };
+  for (const r of [...inv.containers, ...inv.networks, ...inv.volumes]) add(r.labels);
+  return [...names].sort();
+}
+
+async function removeSharedNetwork(deps: DownAllDeps): Promise<DownAllResult['sharedNetwork']> {
+  const name = deps.sharedNetwork;
+  const network = await deps.engine.inspectNetwork(name);
+  if (network === undefined) return { name, action: 'absent' };
+  // Only the network the controller made (and, with --label, one that carries every label).
+  const ours = network.labels[LABEL_SHARED_NETWORK] === name && Object.entries(deps.labels).every(([k, v]) => network.labels[k] === v);
+  if (!ours) return { name, action: 'kept', detail: `not made by the controller (no ${LABEL_SHARED_NETWORK}=${name} label${Object.keys(deps.labels).length > 0 ? ' or not every --label' : ''})` };
+  if (network.members.length > 0) return { name, action: 'kept', detail: `still used by ${network.members.map((m) => m.name).join(', ')}` };
+  try {
+    await deps.engine.removeNetwork(network.id);
+  } catch (err) {
+    // 409: something joined it since the inspect; it stays, as it should.
+    if (engineStatus(err) === 409) return { name, action: 'kept', detail: (err as Error).message };
+    throw err;
+  }
+  return { name, action: 'removed' };
+}
+
+export async function destroyAllSandboxes(deps: DownAllDeps): Promise<DownAllResult> {
+  const names = await sandboxNames(deps);
+  deps.progress(names.length === 0 ? 'no sandboxes to destroy' : `destroying ${names.length} sandbox(es): ${names.join(', ')}`);
+  const destroyed: string[] = [];
+  const failed: Array<{ name: string; error: string }> = [];
+  for (const name of names) {
+    try {
+      await deps.provider.destroyByName(name);
+      destroyed.push(name);
+      deps.progress(`${name} destroyed`);
+    } catch (err) {
+      failed.push({ name, error: (err as Error).message });
+      deps.progress(`${name} was not destroyed: ${(err as Error).message}`);
+    }
+  }
+  const sharedNetwork = failed.length === 0
+    ? await removeSharedNetwork(deps)
+    : { name: deps.sharedNetwork, action: 'kept' as const, detail: 'some sandboxes were not destroyed' };
+  return { destroyed, failed, sharedNetwork };
+}
+
+/** The human output of `down` (with or without --all). */
+export function downLines(proxy: DownResult, all: DownAllResult | undefined): string {
+  const lines = [proxy.action === 'removed' ? `socket proxy ${proxy.container} stopped and removed` : `no socket proxy ${proxy.container} was running`];
+  if (all !== undefined) {
+    lines.push(`${all.destroyed.length} sandbox(es) destroyed${all.destroyed.length === 0 ? '' : `: ${all.destroyed.join(', ')}`}`);
+    for (const f of all.failed) lines.push(`${f.name} was NOT destroyed: ${f.error}; run capybara-sandbox down --all again`);
+    const n = all.sharedNetwork;
+    lines.push(`shared network ${n.name}: ${n.action === 'absent' ? 'not present' : n.action}${n.detail === undefined ? '' : ` (${n.detail})`}`);
+  }
+  if (proxy.sandboxes.length > 0) {
+    lines.push(`${proxy.sandboxes.length} sandbox(es) remain and keep running: ${proxy.sandboxes.join(', ')}; capybara-sandbox down --all removes them (or destroy NAME, after up)`);
+  }
+  return `${lines.join('\n')}\n`;
+}

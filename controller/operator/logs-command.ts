@@ -1,0 +1,150 @@
+/**
+ * `logs NAME [-f] [--denied] [--json]`: a sandbox's egress decisions, read from the log of its
+ * egress proxy container through the engine itself (the socket proxy admits no log route, and
+ * should not: a container's log is not the controller's to read). Each record is shown by
+ * decision-format.ts; a line that is not a JSON record, or is longer than the cap, is counted
+ * and said at the end, never shown. With -f it follows until interrupted (exit 0), across a
+ * restart or a suspend of the proxy, and ends with an error when the sandbox goes away.
+ */
+import { engineStatus, type DockerEngine, type LogRead, type LogRequest } from '../docker/index.js';
+import { LABEL_EGRESS, SandboxError, meaningOfLabel, namesFor } from '../spec/index.js';
+import { formatRecord, isRefusal, jsonLine, parseLogLine } from './decision-format.js';
+import { LineSplitter, MAX_LOG_LINE_BYTES } from './log-lines.js';
+
+export interface LogsOptions {
+  readonly follow: boolean;
+  /** Refusals only. */
+  readonly denied: boolean;
+  /** The records as the proxy wrote them (JSON lines), not as text. */
+  readonly json: boolean;
+}
+
+export interface LogsIo {
+  readonly stdout: (text: string) => void;
+  /** A line for the operator, on stderr. */
+  readonly note: (line: string) => void;
+  /** Calls `handler` on an interrupt (SIGINT) until the returned function is called; -f ends on it. */
+  readonly onInterrupt?: ((handler: () => void) => () => void) | undefined;
+  /** How often -f looks at a stopped proxy (default 1 s). */
+  readonly pollMs?: number | undefined;
+}
+
+/** Prints the records of one log as they arrive, and counts the lines it skipped. */
+class DecisionPrinter {
+  skipped = 0;
+  private readonly streams = {
+    stdout: new LineSplitter((l) => this.line(l), () => (this.skipped += 1)),
+    stderr: new LineSplitter((l) => this.line(l), () => (this.skipped += 1)),
+  };
+
+  constructor(
+    private readonly options: LogsOptions,
+    private readonly stdout: (text: string) => void,
+  ) {}
+
+  readonly push = (stream: 'stdout' | 'stderr', chunk: Buffer): void => this.streams[stream].push(chunk);
+
+  flush(): void {
+    this.streams.stdout.flush();
+    this.streams.stderr.flush();
+  }
+
+  private line(text: string): void {
+    const parsed = parseLogLine(text);
+    if (parsed.kind === 'malformed') this.skipped += 1;
+    if (parsed.kind !== 'record') return;
+    if (this.options.denied && !isRefusal(parsed.record)) return;
+    this.stdout(`${this.options.json ? jsonLine(text, parsed.record) : formatRecord(parsed.record)}\n`);
+  }
+}
+
+/** A log read; the socket proxy's refusal of it (no log route, by design) says where to run logs instead. */
+async function readLogs(engine: DockerEngine, egress: string, request: LogRequest): Promise<LogRead> {
+  try {
+    return await engine.readLogs(egress, request);
+  } catch (err) {
+    if (engineStatus(err) !== 403) throw err;
+    throw new SandboxError(
+      'engine_refused',
+      'logs reads the egress proxy\'s container log, which the socket proxy refuses by design. Run it on the engine host against the engine itself: --endpoint unix:///var/run/docker.sock (or a tcp:// engine with --tls-cert-dir).',
+      { cause: err },
+    );
+  }
+}
+
+/** The egress proxy container of sandbox `name`; an error when there is none to read. */
+async function egressOf(engine: DockerEngine, name: string): Promise<string> {
+  const sandbox = await engine.inspectContainer(name);
+  if (sandbox === undefined) throw new SandboxError('not_found', `no such sandbox ${name} (capybara-sandbox ls lists them)`);
+  const tier = sandbox.labels[LABEL_EGRESS] ?? 'unknown';
+  if (!meaningOfLabel(tier).egressProxy) {
+    throw new SandboxError('not_found', `sandbox ${name} has egress tier ${tier}, which has no egress proxy: there are no decisions to show`);
+  }
+  const egress = namesFor(name).egress;
+  if ((await engine.inspectContainer(egress)) === undefined) {
+    throw new SandboxError('not_found', `the egress proxy ${egress} of sandbox ${name} is missing (its log went with it); the sandbox's next command starts a new one`);
+  }
+  return egress;
+}
+
+type Waited = 'running' | 'interrupted';
+
+const REREAD_PAUSE_MS = 250;
+
+/**
+ * After the proxy's log stream ended (it stopped, or restarted): waits until it runs again,
+ * and fails once the sandbox or its proxy is gone.
+ */
+async function untilRunningAgain(engine: DockerEngine, name: string, egress: string, io: LogsIo, interrupted: () => boolean): Promise<Waited> {
+  let said = false;
+  for (;;) {
+    if (interrupted()) return 'interrupted';
+    const [sandbox, proxy] = await Promise.all([engine.inspectContainer(name), engine.inspectContainer(egress)]);
+    if (sandbox === undefined) throw new SandboxError('not_found', `sandbox ${name} went away (destroyed) while its log was followed`);
+    if (proxy === undefined) throw new SandboxError('not_found', `the egress proxy ${egress} of sandbox ${name} was removed while its log was followed`);
+    if (proxy.running) return 'running';
+    if (!said) io.note(`the egress proxy ${egress} is ${proxy.status} (the sandbox is suspended or stopped); waiting for it to run again (Ctrl-C ends)`);
+    said = true;
+    await new Promise((resolve) => setTimeout(resolve, io.pollMs ?? 1_000));
+  }
+}
+
+export async function runLogs(engine: DockerEngine, name: string, options: LogsOptions, io: LogsIo): Promise<number> {
+  const egress = await egressOf(engine, name);
+  const printer = new DecisionPrinter(options, io.stdout);
+  const report = (): void => {
+    printer.flush();
+    if (printer.skipped > 0) io.note(`${printer.skipped} log line(s) skipped: not a JSON record, or longer than ${MAX_LOG_LINE_BYTES / 1024} KiB`);
+  };
+  if (!options.follow) {
+    const read = await readLogs(engine, egress, { follow: false, onOutput: printer.push });
+    await read.finished;
+    report();
+    return 0;
+  }
+  let interrupted = false;
+  let current: LogRead | undefined;
+  const stopListening = io.onInterrupt?.(() => {
+    interrupted = true;
+    current?.stop();
+  });
+  try {
+    let sinceMs: number | undefined;
+    while (!interrupted) {
+      current = await readLogs(engine, egress, { follow: true, sinceMs, onOutput: printer.push });
+      if (interrupted) current.stop();
+      await current.finished;
+      // Every line up to here was delivered (the stream ends when the proxy stops): a restarted
+      // proxy's log is read from this moment on.
+      sinceMs = Date.now();
+      printer.flush();
+      // At most a few reads a second, should an engine end the stream of a running proxy at once.
+      await new Promise((resolve) => setTimeout(resolve, REREAD_PAUSE_MS));
+      if ((await untilRunningAgain(engine, name, egress, io, () => interrupted)) === 'interrupted') break;
+    }
+    report();
+    return 0;
+  } finally {
+    stopListening?.();
+  }
+}
