@@ -2,6 +2,22 @@
 /** Entry of the `capybara-sandbox` bin (see run.ts). */
 import { runOperator } from './run.js';
 
+/**
+ * A reader that went away (`logs -f | head`, `ls | head -1`, a closed terminal): as a Unix tool
+ * on SIGPIPE, the command ends, without a stack trace, with the status it has so far. A command
+ * that listens for the failed write itself takes it over: a streamed exec stops its command in the
+ * sandbox first (exec-command.ts). Later failed writes change nothing.
+ */
+let readerGone = false;
+function onWriteError(this: NodeJS.WriteStream, err: NodeJS.ErrnoException): void {
+  if (err.code !== 'EPIPE') throw err;
+  if (readerGone) return;
+  readerGone = true;
+  if (this.listenerCount('error') === 1) process.exit(process.exitCode ?? 0);
+}
+process.stdout.on('error', onWriteError);
+process.stderr.on('error', onWriteError);
+
 const code = await runOperator(process.argv.slice(2), {
   stdout: (text) => process.stdout.write(text),
   stderr: (text) => process.stderr.write(text),

@@ -14,8 +14,15 @@ import { usageError } from './args.js';
 /** The CLI's own streams, where the bytes of a command go as they are (cli.ts: process.std*). */
 export interface ExecTerminal {
   readonly stdin: AsyncIterable<Uint8Array> & { readonly isTTY?: boolean; setRawMode?: (raw: boolean) => unknown; destroy?: () => unknown };
-  readonly stdout: { write(chunk: Uint8Array): unknown; readonly isTTY?: boolean; readonly columns?: number; readonly rows?: number };
-  readonly stderr: { write(chunk: Uint8Array): unknown };
+  readonly stdout: WritableEnd & { readonly isTTY?: boolean; readonly columns?: number; readonly rows?: number };
+  readonly stderr: WritableEnd;
+}
+
+/** Where output goes; `on('error')` where a write can fail (EPIPE: the reader went away). */
+interface WritableEnd {
+  write(chunk: Uint8Array): unknown;
+  on?(event: 'error', listener: (err: NodeJS.ErrnoException) => void): unknown;
+  off?(event: 'error', listener: (err: NodeJS.ErrnoException) => void): unknown;
 }
 
 export interface ExecCommandArgs {
@@ -90,9 +97,16 @@ export async function runExecCommand(exec: (opts: ExecOptions) => Promise<ExecRe
     abort.abort();
   };
   const handlers = STOP_SIGNALS.map((signal) => [signal, () => onSignal(signal)] as const);
+  // The reader of the output went away (`exec NAME -- cmd | head`): the command is stopped, as on
+  // a hang-up, once (the writes that follow fail too).
+  const onWriteError = (err: NodeJS.ErrnoException): void => {
+    if (err.code === 'EPIPE' && stoppedBy === undefined) onSignal('SIGHUP');
+  };
+  const ends = io.terminal === undefined ? [] : [io.terminal.stdout, io.terminal.stderr];
   const opts = execOptions(args, io.terminal, abort.signal);
   if (!args.json) opts.onOutput = outputWriter(io);
   for (const [signal, handler] of handlers) process.on(signal, handler);
+  for (const end of ends) end.on?.('error', onWriteError);
   if (raw) {
     io.terminal?.stdin.setRawMode?.(true);
     // An exit that skips the finally below (process.exit elsewhere) still gives the terminal back.
@@ -107,6 +121,7 @@ export async function runExecCommand(exec: (opts: ExecOptions) => Promise<ExecRe
       process.off('exit', restore);
     }
     for (const [signal, handler] of handlers) process.off(signal, handler);
+    for (const end of ends) end.off?.('error', onWriteError);
     // The command is over: a stdin still open (a terminal, a pipe whose writer goes on) would
     // otherwise keep the CLI waiting for its next chunk.
     if (args.interactive) io.terminal?.stdin.destroy?.();

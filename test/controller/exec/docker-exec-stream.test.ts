@@ -5,6 +5,7 @@
  * own, script(1) on the host: raw mode, the size, and the terminal given back), exit codes pass,
  * and a timeout or a SIGINT still kills the command in the sandbox.
  */
+import { once } from 'node:events';
 import t from 'tap';
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -116,6 +117,23 @@ t.test('streaming exec through the CLI', async (t) => {
     const r = await cli(['exec', '-t', h.id, '--', 'echo up; sleep 30'], { close: true, signal: 'SIGINT', signalAfterMs: 3000 });
     t.same([r.code, r.stdout], [130, 'up\r\n']);
     t.match(r.stderr, /SIGINT came; the command was killed/);
+    t.equal(await sleeps(), '0', 'nothing of it is left');
+  });
+
+  await t.test('a reader that goes away (| head) kills the command, as a hang-up: exit 129, no stack trace', async (t) => {
+    const started = Date.now();
+    const child = spawn(process.execPath, [bin, ...global, 'exec', h.id, '--', 'echo first; sleep 1; while :; do echo more; sleep 0.2; done'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    // The first line read, the read end closed: the next write of the CLI fails EPIPE.
+    await once(child.stdout, 'data');
+    child.stdout.destroy();
+    const guard = setTimeout(() => child.kill('SIGKILL'), 60_000);
+    const [code] = (await once(child, 'close')) as [number | null];
+    clearTimeout(guard);
+    t.equal(code, 129, `exit 129 (stderr: ${stderr})`);
+    t.notMatch(stderr, /EPIPE|at .*\(node:/, 'no stack trace');
+    t.ok(Date.now() - started < 30_000, 'it ended well before the command would have');
     t.equal(await sleeps(), '0', 'nothing of it is left');
   });
 });

@@ -5,7 +5,8 @@
  * where the output is the point; the tables of flags in-process through runOperator (same code).
  */
 import t from 'tap';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
+import { once } from 'node:events';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -67,6 +68,17 @@ t.test('the built bin: --help, ls --help, help down', async (t) => {
   const bad = run('--endpoint', 'unix:///x.sock', 'ls', '--filter', 'name=web');
   t.equal(bad.status, 2, 'a usage error exits 2');
   t.match(bad.stderr, /^capybara-sandbox: invalid_config: --filter "name=web": unknown filter "name"; the keys are label= and status=/);
+});
+
+t.test('the built bin: a reader that went away ends the command quietly', async (t) => {
+  if (!existsSync(bin)) return needUnmet(t, 'dist not built (npm run build)');
+  // The read end is closed before the CLI starts writing: every write of it fails EPIPE.
+  const child = spawn(process.execPath, [bin, '--help'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  child.stdout.destroy();
+  let stderr = '';
+  child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+  const [code, signal] = (await once(child, 'close')) as [number | null, NodeJS.Signals | null];
+  t.same([code, signal, stderr], [0, null, ''], 'exit 0, and nothing on stderr (no stack trace)');
 });
 
 t.test('ls options as parsed', async (t) => {
