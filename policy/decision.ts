@@ -8,6 +8,7 @@ import { parseHostName } from './host-name.js';
 import type { TunnelMode } from './host-pattern.js';
 import type { Policy } from './policy.js';
 import type { Reason } from './reason.js';
+import { checkRules, describeRules, type RequestRules } from './request-rules.js';
 
 export interface Denial {
   readonly allowed: false;
@@ -28,6 +29,8 @@ export interface AllowedTarget {
   readonly rule: string;
   /** What a CONNECT tunnel to this host may carry (the matched entry's mode). */
   readonly tunnel: TunnelMode;
+  /** The matched entry's method and path rules: plain HTTP only, each request checked (checkRequest). */
+  readonly rules?: RequestRules | undefined;
 }
 
 export interface Allowed extends AllowedTarget {
@@ -48,7 +51,7 @@ export type Lookup = (name: string) => Promise<LookupOutcome>;
 // Fields listed one by one: V8 gives an object built by spread-plus-properties a new hidden class
 // on every call, which costs microseconds on each request.
 function allowed(target: AllowedTarget, addresses: readonly string[], pinnedBy: Allowed['pinnedBy']): Allowed {
-  return { allowed: true, host: target.host, port: target.port, rule: target.rule, tunnel: target.tunnel, addresses, pinnedBy };
+  return { allowed: true, host: target.host, port: target.port, rule: target.rule, tunnel: target.tunnel, rules: target.rules, addresses, pinnedBy };
 }
 
 /** The checks that need no DNS: host syntax, literals, allowlist, port. */
@@ -68,7 +71,29 @@ export function checkTarget(policy: Policy, rawHost: string, port: number): Allo
   if (!policy.connectPorts.has(port)) {
     return { allowed: false, reason: 'port_not_allowed', detail: `port ${port} is not an allowed port`, host, port };
   }
-  return { allowed: true, host, port, rule: pattern.entry, tunnel: pattern.tunnel };
+  return { allowed: true, host, port, rule: pattern.entry, tunnel: pattern.tunnel, rules: pattern.rules };
+}
+
+/**
+ * A plain-HTTP request to an allowed target against its entry's method and path rules, if any:
+ * the request target to forward (the path in the normal form that was compared), or the refusal.
+ * `requestTarget` is in origin-form (`/path?query`).
+ */
+export function checkRequest(target: AllowedTarget, method: string, requestTarget: string): { readonly allowed: true; readonly target: string } | Denial {
+  if (target.rules === undefined) return { allowed: true, target: requestTarget };
+  const verdict = checkRules(target.rules, target.rule, method, requestTarget);
+  if (verdict.ok) return { allowed: true, target: verdict.target };
+  return { allowed: false, reason: verdict.reason, detail: verdict.detail, host: target.host, port: target.port };
+}
+
+/**
+ * A tunnel (CONNECT, transparent TLS) to an allowed target: refused when its entry has method or
+ * path rules, since the requests inside a tunnel are out of the proxy's sight and would pass them.
+ */
+function checkTunnel(target: AllowedTarget): AllowedTarget | Denial {
+  if (target.rules === undefined) return target;
+  const detail = `the allowHosts entry ${target.rule} has rules (${describeRules(target.rules)}) that the proxy can check only in plain HTTP, so it allows no tunnel`;
+  return { allowed: false, reason: 'tunnel_not_allowed', detail, host: target.host, port: target.port };
 }
 
 /**
@@ -131,11 +156,15 @@ export async function resolveTarget(policy: Policy, target: AllowedTarget, looku
   }
 }
 
-/** The whole decision for one request. Never throws: a failure while deciding is a denial. */
+/**
+ * The whole decision for one tunnel (CONNECT, transparent TLS). Never throws: a failure while
+ * deciding is a denial.
+ */
 export async function decide(policy: Policy, rawHost: string, port: number, lookup: Lookup, ownListener?: OwnListener): Promise<Decision> {
   let target: AllowedTarget | Denial;
   try {
-    target = checkTarget(policy, rawHost, port);
+    const checked = checkTarget(policy, rawHost, port);
+    target = checked.allowed ? checkTunnel(checked) : checked;
   } catch (err) {
     return { allowed: false, reason: 'internal_error', detail: `decision failed: ${(err as Error).message}`, port };
   }

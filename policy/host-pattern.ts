@@ -9,6 +9,7 @@
  */
 import { parseHostName } from './host-name.js';
 import { publicSuffixSection, suffixBelow, type SuffixSection } from './public-suffix.js';
+import type { RequestRules } from './request-rules.js';
 
 export type TunnelMode = 'tls' | 'opaque';
 
@@ -19,6 +20,8 @@ export interface HostPattern {
   /** The entry as matched and logged: the name, or `*.` and the name. */
   readonly entry: string;
   readonly tunnel: TunnelMode;
+  /** The entry's method and path rules, if it has any (it then allows plain HTTP only). */
+  readonly rules?: RequestRules | undefined;
 }
 
 export type PatternParse =

@@ -23,10 +23,18 @@ export const PolicyFileSchema = z.strictObject({
         z.strictObject({
           host: z.string().describe('"example.com" or "*.example.com", as in the string form.'),
           tunnel: TunnelModeSchema.optional().describe('Default: "tls", or the --tunnel-default of the proxy.'),
+          methods: z
+            .array(z.string())
+            .optional()
+            .describe('Plain-HTTP methods allowed to this host, in upper case ([GET, HEAD]); default every method. An entry with methods or paths allows no tunnel (CONNECT, transparent TLS).'),
+          paths: z
+            .array(z.string())
+            .optional()
+            .describe('Plain-HTTP paths allowed to this host: "/exact", or a prefix of whole segments "/repos/org/*"; compared after strict normalisation (policy/request-path.ts), the query never; default every path.'),
         }),
       ]),
     )
-    .describe('Host names that may be reached: "example.com" exactly, "*.example.com" any name below it; or { host, tunnel } to set the tunnel mode of that entry.'),
+    .describe('Host names that may be reached: "example.com" exactly, "*.example.com" any name below it; or { host, tunnel, methods, paths } to set the tunnel mode, or the method and path rules, of that entry.'),
   connectPorts: z
     .array(z.number().int().min(1).max(65535))
     .min(1)
@@ -96,7 +104,7 @@ function placeOf(doc: Yaml.Document, lines: Yaml.LineCounter, path: readonly Pro
 function entryIssues(issue: z.core.$ZodIssue, value: unknown): { path: PropertyKey[]; message: string }[] {
   if (issue.code !== 'invalid_union' || issue.path[0] !== 'allowHosts') return [{ path: [...issue.path], message: issue.message }];
   if (value === null || typeof value !== 'object' || Array.isArray(value)) {
-    return [{ path: [...issue.path], message: `${JSON.stringify(value)} is not an entry: write a host name ("example.com", "*.example.com") or { host: ..., tunnel: tls | opaque }` }];
+    return [{ path: [...issue.path], message: `${JSON.stringify(value)} is not an entry: write a host name ("example.com", "*.example.com") or { host: ..., tunnel: tls | opaque } or { host: ..., methods: [...], paths: [...] }` }];
   }
   // The union's second form is the object one, which an object value chose.
   const branch = issue.errors[1] ?? [];

@@ -6,12 +6,15 @@ import type Ipaddr from 'ipaddr.js';
 import { requireCjs } from '../common/index.js';
 import { compileAllowlist, parseHostPattern, type Allowlist, type HostPattern, type TunnelMode } from './host-pattern.js';
 import { parseHostName } from './host-name.js';
+import { parseRequestRules, type RequestRules } from './request-rules.js';
 
 const ipaddr = requireCjs('ipaddr.js') as typeof Ipaddr;
 
 export interface Policy {
   /** The allowlist entries as written, normalised. */
   readonly allowHosts: readonly string[];
+  /** The method and path rules of the entries that have them, by entry. */
+  readonly entryRules: ReadonlyMap<string, RequestRules>;
   readonly allowlist: Allowlist;
   readonly connectPorts: ReadonlySet<number>;
   /**
@@ -25,8 +28,15 @@ export interface Policy {
 
 export const DEFAULT_CONNECT_PORTS: readonly number[] = [443, 80];
 
-/** An allowlist entry: a host pattern, or one with its tunnel mode spelled out. */
-export type AllowEntry = string | { readonly host: string; readonly tunnel?: TunnelMode | undefined };
+/** An allowlist entry: a host pattern, or one with its tunnel mode or its method and path rules spelled out. */
+export type AllowEntry =
+  | string
+  | {
+      readonly host: string;
+      readonly tunnel?: TunnelMode | undefined;
+      readonly methods?: readonly string[] | undefined;
+      readonly paths?: readonly string[] | undefined;
+    };
 
 export interface PolicyInput {
   readonly allowHosts: readonly AllowEntry[];
@@ -68,6 +78,18 @@ function notAHostName(entry: string): string | undefined {
   return undefined;
 }
 
+/**
+ * Why a parsed entry cannot join the allowlist (after its quoted name), given the entry of the same
+ * name before it, if any: one name has one tunnel mode and one set of rules, never two to choose from.
+ */
+function entryProblem(pattern: HostPattern, earlier: HostPattern | undefined, requireTls: boolean): string | undefined {
+  if (pattern.tunnel === 'opaque' && requireTls) return ': an opaque tunnel is refused because TLS is required for every tunnel (--require-sni true)';
+  if (earlier === undefined) return undefined;
+  if (earlier.rules !== undefined || pattern.rules !== undefined) return ' is listed again, and one of the two has methods or paths; list it once, with all of its rules';
+  if (earlier.tunnel !== pattern.tunnel) return ` is listed again with tunnel ${pattern.tunnel} (before: ${earlier.tunnel}); list it once`;
+  return undefined;
+}
+
 export function buildPolicy(input: PolicyInput): PolicyBuild {
   const problems: PolicyProblem[] = [];
   const patterns: HostPattern[] = [];
@@ -80,14 +102,19 @@ export function buildPolicy(input: PolicyInput): PolicyBuild {
       problems.push({ path: `allowHosts[${i}]`, message: `"${entry}": ${notAHostName(entry.trim()) ?? parsed.problem}` });
       return;
     }
-    const pattern = parsed.pattern;
-    if (pattern.tunnel === 'opaque' && input.requireTls === true) {
-      problems.push({ path: `allowHosts[${i}]`, message: `"${entry}": an opaque tunnel is refused because TLS is required for every tunnel (--require-sni true)` });
+    const rules = typeof item === 'string' ? { ok: true as const, rules: undefined } : parseRequestRules(item.methods, item.paths);
+    if (!rules.ok) {
+      for (const p of rules.problems) problems.push({ path: `allowHosts[${i}].${p.path}`, message: p.message });
       return;
     }
-    const earlier = seen.get(pattern.entry);
-    if (earlier !== undefined && earlier.tunnel !== pattern.tunnel) {
-      problems.push({ path: `allowHosts[${i}]`, message: `"${entry}" is listed again with tunnel ${pattern.tunnel} (before: ${earlier.tunnel}); list it once` });
+    // An entry with rules allows no tunnel (decision.ts): a tunnel mode, the default's included, means nothing for it.
+    const pattern = rules.rules === undefined ? parsed.pattern : { ...parsed.pattern, tunnel: 'tls' as const, rules: rules.rules };
+    const opaqueRules = rules.rules !== undefined && typeof item !== 'string' && item.tunnel === 'opaque';
+    const problem = opaqueRules
+      ? ': an entry with methods or paths allows no tunnel (the proxy checks them in plain HTTP only), so tunnel: opaque means nothing here; drop one'
+      : entryProblem(pattern, seen.get(pattern.entry), input.requireTls === true);
+    if (problem !== undefined) {
+      problems.push({ path: `allowHosts[${i}]`, message: `"${entry}"${problem}` });
       return;
     }
     seen.set(pattern.entry, pattern);
@@ -120,6 +147,7 @@ export function buildPolicy(input: PolicyInput): PolicyBuild {
   if (problems.length > 0) return { ok: false, problems };
   const policy: Policy = {
     allowHosts: Object.freeze(patterns.map((p) => p.entry)),
+    entryRules: new Map(patterns.flatMap((p) => (p.rules === undefined ? [] : [[p.entry, p.rules] as const]))),
     allowlist: compileAllowlist(patterns),
     connectPorts: new Set(ports),
     testHosts,

@@ -53,6 +53,18 @@ export const REASONS = {
     status: 400,
     advice: 'send CONNECT host:port or an absolute http:// URL through the proxy',
   },
+  method_not_allowed: {
+    status: 403,
+    advice: 'use a method the host\'s allowHosts entry lists in methods, or add the method there',
+  },
+  path_not_allowed: {
+    status: 403,
+    advice: 'request a path the host\'s allowHosts entry lists in paths, spelled plainly (no encoded "/" or "\\", no "." or ".." or empty segments, no control bytes, no double encoding), or add the path there',
+  },
+  tunnel_not_allowed: {
+    status: 403,
+    advice: 'the host\'s allowHosts entry has method or path rules, which the proxy checks in plain HTTP only: send an absolute http:// URL, or list the host in an entry without rules to allow tunnels',
+  },
   sni_mismatch: {
     status: 403,
     advice: 'the TLS server name must equal the CONNECT host',

@@ -7,7 +7,7 @@
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
 import { CodedError, decodeAllowHosts, EGRESS_ENV, EGRESS_PROXY_PORT } from '../common/index.js';
-import { buildPolicy, parsePolicyText, placeProblems, PolicyError, type AllowEntry, type Policy, type PolicyProblem } from '../policy/index.js';
+import { buildPolicy, describeRules, parsePolicyText, placeProblems, PolicyError, type AllowEntry, type Policy, type PolicyProblem } from '../policy/index.js';
 import { DEFAULT_LIMITS, LimitsSchema, type ProxyLimits } from './budget/index.js';
 import { AnswerAddress, Bool, Count, DnsServers, Endpoint, Ipv4, LogLevel, PortList, PortMap, REFUSAL_HINT_MAX, RefusalHint, TestHosts, TunnelMode } from './config-values.js';
 
@@ -286,6 +286,7 @@ export function checkReport(config: ProxyConfig, policy: Policy): string {
   const lines = [
     `${policySourceName(config)}: valid`,
     `  allowHosts (${policy.allowHosts.length}): ${policy.allowHosts.join(', ') || '(none)'}`,
+    ...[...policy.entryRules].map(([entry, rules]) => `  ${entry}: plain HTTP only, ${describeRules(rules, Infinity)}`),
     `  connectPorts: ${[...policy.connectPorts].join(', ')}`,
   ];
   if (policy.allowHosts.length === 0) lines.push(`warning: ${EMPTY_ALLOWLIST}`);

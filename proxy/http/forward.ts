@@ -1,6 +1,8 @@
 /**
  * Plain HTTP by absolute URL (or, on a transparent listener, by its Host): decide on the
- * authority, judge the request head, then forward it (exchange.ts).
+ * authority, check the matched entry's method and path rules, judge the request head, then
+ * forward it (exchange.ts). Under path rules the path forwarded is the normal form that was
+ * compared (policy/request-path.ts), so the server reads the path the rule allowed.
  *
  * The proxy owns the framing on both sides. Upstream, it sends the checked authority as Host and
  * frames the body itself (Content-Length or chunked, for any method), so a body can never be read
@@ -12,7 +14,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { EGRESS_HEALTH_PATH } from '../../common/index.js';
-import { checkTarget, resolveTarget } from '../../policy/index.js';
+import { checkRequest, checkTarget, resolveTarget } from '../../policy/index.js';
 import type { ClientConnection, ProxyContext } from '../admission/index.js';
 import { destinationOf, F, ms, refuseResponse, type DecisionRecorder, type LineFields, type Refusal } from '../record/index.js';
 import { parseAbsoluteUrl } from './authority.js';
@@ -55,6 +57,9 @@ export function createForwarder(ctx: ProxyContext) {
     const checked = checkTarget(policy, parsed.host, parsed.port);
     if (!checked.allowed) return deny(checked);
     target = checked;
+    // The entry's method and path rules, before any lookup: a refused request reaches nothing.
+    const ruled = checkRequest(checked, req.method ?? '', parsed.path);
+    if (!ruled.allowed) return deny(ruled, { [F.rule]: checked.rule });
     const head = checkRequestHead(req.rawHeaders, checked.host, checked.port, req.httpVersion !== '1.0');
     if (!head.ok) return deny({ reason: 'bad_request', detail: head.detail, host: checked.host, port: checked.port });
 
@@ -71,6 +76,6 @@ export function createForwarder(ctx: ProxyContext) {
       record.allow(destinationOf(decision), { [F.decideMs]: decideMs, [F.error]: 'client_closed' });
       return;
     }
-    new Exchange(ctx, connection, req, res, { decision, path: parsed.path, headers: head.headers, framing: head.framing, started, decideMs, record }).start();
+    new Exchange(ctx, connection, req, res, { decision, path: ruled.target, headers: head.headers, framing: head.framing, started, decideMs, record }).start();
   };
 }
