@@ -77,11 +77,14 @@ export function checkTarget(policy: Policy, rawHost: string, port: number): Allo
 /**
  * A plain-HTTP request to an allowed target against its entry's method and path rules, if any:
  * the request target to forward (the path in the normal form that was compared), or the refusal.
- * `requestTarget` is in origin-form (`/path?query`).
+ * `requestTarget` is in origin-form (`/path?query`); `rawHeaders` the request's name/value list.
  */
-export function checkRequest(target: AllowedTarget, method: string, requestTarget: string): { readonly allowed: true; readonly target: string } | Denial {
-  if (target.rules === undefined) return { allowed: true, target: requestTarget };
-  const verdict = checkRules(target.rules, target.rule, method, requestTarget);
+export function checkRequest(
+  target: AllowedTarget,
+  request: { readonly method: string; readonly target: string; readonly rawHeaders: readonly string[] },
+): { readonly allowed: true; readonly target: string } | Denial {
+  if (target.rules === undefined) return { allowed: true, target: request.target };
+  const verdict = checkRules(target.rules, target.rule, request.method, request.target, request.rawHeaders);
   if (verdict.ok) return { allowed: true, target: verdict.target };
   return { allowed: false, reason: verdict.reason, detail: verdict.detail, host: target.host, port: target.port };
 }

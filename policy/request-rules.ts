@@ -107,6 +107,25 @@ export type RulesVerdict =
     }
   | { readonly ok: false; readonly reason: 'method_not_allowed' | 'path_not_allowed'; readonly detail: string };
 
+/**
+ * Headers by which many frameworks let a request name another method than its own (Express's
+ * method-override, Symfony, ASP.NET, Google APIs): a GET carrying `X-HTTP-Method-Override: DELETE`
+ * is a DELETE to them. Under method rules each one must name an allowed method too.
+ */
+const METHOD_OVERRIDES = new Set(['x-http-method-override', 'x-http-method', 'x-method-override']);
+
+/** The first method-override header in a raw name/value list that names a method not in `methods`. */
+function overrideRefused(methods: ReadonlySet<string>, rawHeaders: readonly string[]): { name: string; method: string } | undefined {
+  for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
+    const name = rawHeaders[i]!;
+    if (!METHOD_OVERRIDES.has(name.toLowerCase())) continue;
+    // Frameworks read the value upper-cased and trimmed.
+    const method = rawHeaders[i + 1]!.trim().toUpperCase();
+    if (!methods.has(method)) return { name, method: method.slice(0, 32).replace(/[^\x21-\x7e]/g, '?') };
+  }
+  return undefined;
+}
+
 /** Longest request path quoted back in a detail. */
 const QUOTED_PATH_MAX = 96;
 
@@ -117,13 +136,21 @@ function quoted(target: string): string {
 }
 
 /**
- * A plain-HTTP request (`method`, and `target` in origin-form) against the rules of the entry
- * `entry` (as written, for the detail): the method first, then the path, which is normalised
- * strictly (request-path.ts) and compared in that form only.
+ * A plain-HTTP request (`method`, `target` in origin-form, and its raw header list) against the
+ * rules of the entry `entry` (as written, for the detail): the method first (and any method an
+ * override header names), then the path, which is normalised strictly (request-path.ts) and
+ * compared in that form only.
  */
-export function checkRules(rules: RequestRules, entry: string, method: string, target: string): RulesVerdict {
-  if (rules.methods !== undefined && !rules.methods.has(method)) {
-    return { ok: false, reason: 'method_not_allowed', detail: `${method} is not allowed by the allowHosts entry ${entry} (${describeRules(rules)})` };
+export function checkRules(rules: RequestRules, entry: string, method: string, target: string, rawHeaders: readonly string[]): RulesVerdict {
+  if (rules.methods !== undefined) {
+    if (!rules.methods.has(method)) {
+      return { ok: false, reason: 'method_not_allowed', detail: `${method} is not allowed by the allowHosts entry ${entry} (${describeRules(rules)})` };
+    }
+    const override = overrideRefused(rules.methods, rawHeaders);
+    if (override !== undefined) {
+      const detail = `the ${override.name} header asks the server for ${override.method || 'an empty method'}, which is not allowed by the allowHosts entry ${entry} (${describeRules(rules)})`;
+      return { ok: false, reason: 'method_not_allowed', detail };
+    }
   }
   if (rules.paths === undefined) return { ok: true, target };
   const normal = normaliseRequestPath(target);

@@ -58,7 +58,7 @@ export function createForwarder(ctx: ProxyContext) {
     if (!checked.allowed) return deny(checked);
     target = checked;
     // The entry's method and path rules, before any lookup: a refused request reaches nothing.
-    const ruled = checkRequest(checked, req.method ?? '', parsed.path);
+    const ruled = checkRequest(checked, { method: req.method ?? '', target: parsed.path, rawHeaders: req.rawHeaders });
     if (!ruled.allowed) return deny(ruled, { [F.rule]: checked.rule });
     const head = checkRequestHead(req.rawHeaders, checked.host, checked.port, req.httpVersion !== '1.0');
     if (!head.ok) return deny({ reason: 'bad_request', detail: head.detail, host: checked.host, port: checked.port });

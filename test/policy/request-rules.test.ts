@@ -122,7 +122,7 @@ function target(host: string): AllowedTarget {
 }
 
 t.test('requests are checked against the rules of the entry that matched', async (t) => {
-  const rows: { name: string; host: string; method: string; path: string; verdict: { allowed: true; target: string } | { reason: string; detail: RegExp } }[] = [
+  const rows: { name: string; host: string; method: string; path: string; headers?: string[]; verdict: { allowed: true; target: string } | { reason: string; detail: RegExp } }[] = [
     { name: 'an allowed method and prefix', host: 'api.example', method: 'GET', path: '/repos/org/x?page=2', verdict: { allowed: true, target: '/repos/org/x?page=2' } },
     { name: 'deep below the prefix', host: 'api.example', method: 'HEAD', path: '/repos/org/a/b/c', verdict: { allowed: true, target: '/repos/org/a/b/c' } },
     { name: 'the prefix itself, with its slash', host: 'api.example', method: 'GET', path: '/repos/org/', verdict: { allowed: true, target: '/repos/org/' } },
@@ -141,6 +141,12 @@ t.test('requests are checked against the rules of the entry that matched', async
     { name: 'an empty first segment', host: 'api.example', method: 'GET', path: '//repos/org', verdict: { reason: 'path_not_allowed', detail: /empty segment/ } },
     { name: 'an encoded NUL', host: 'api.example', method: 'GET', path: '/repos/org/x%00', verdict: { reason: 'path_not_allowed', detail: /control byte/ } },
     { name: 'the method is checked first', host: 'api.example', method: 'PUT', path: '/repos/org/../x', verdict: { reason: 'method_not_allowed', detail: /PUT/ } },
+    { name: 'a method-override header naming a method not listed', host: 'api.example', method: 'GET', path: '/exact', headers: ['Accept', '*/*', 'X-HTTP-Method-Override', ' delete '], verdict: { reason: 'method_not_allowed', detail: /^the X-HTTP-Method-Override header asks the server for DELETE, which is not allowed by the allowHosts entry api\.example/ } },
+    { name: 'X-HTTP-Method, any case', host: 'api.example', method: 'GET', path: '/exact', headers: ['x-http-method', 'PUT'], verdict: { reason: 'method_not_allowed', detail: /x-http-method header asks the server for PUT/ } },
+    { name: 'X-Method-Override, the second of two', host: 'api.example', method: 'GET', path: '/exact', headers: ['X-Method-Override', 'HEAD', 'X-Method-Override', 'PATCH'], verdict: { reason: 'method_not_allowed', detail: /for PATCH/ } },
+    { name: 'an empty override', host: 'api.example', method: 'GET', path: '/exact', headers: ['X-HTTP-Method-Override', ''], verdict: { reason: 'method_not_allowed', detail: /for an empty method/ } },
+    { name: 'an override naming an allowed method', host: 'api.example', method: 'GET', path: '/exact', headers: ['X-HTTP-Method-Override', 'head'], verdict: { allowed: true, target: '/exact' } },
+    { name: 'an override without method rules: not judged', host: 'x.paths.example', method: 'GET', path: '/v1/a', headers: ['X-HTTP-Method-Override', 'DELETE'], verdict: { allowed: true, target: '/v1/a' } },
     { name: 'methods only: any path, as sent', host: 'get.example', method: 'GET', path: '/a/../b%2f', verdict: { allowed: true, target: '/a/../b%2f' } },
     { name: 'methods only: another method', host: 'get.example', method: 'HEAD', path: '/', verdict: { reason: 'method_not_allowed', detail: /allowHosts entry get\.example \(methods GET\)/ } },
     { name: 'paths only, on a wildcard: any method', host: 'x.paths.example', method: 'DELETE', path: '/v1/thing', verdict: { allowed: true, target: '/v1/thing' } },
@@ -150,7 +156,7 @@ t.test('requests are checked against the rules of the entry that matched', async
     { name: 'the wildcard without rules allows its other names', host: 'other.mixed.example', method: 'GET', path: '/', verdict: { allowed: true, target: '/' } },
   ];
   for (const row of rows) {
-    const verdict = checkRequest(target(row.host), row.method, row.path);
+    const verdict = checkRequest(target(row.host), { method: row.method, target: row.path, rawHeaders: row.headers ?? [] });
     if ('allowed' in row.verdict) t.same(verdict, row.verdict, row.name);
     else {
       t.match(verdict, { allowed: false, reason: row.verdict.reason, host: row.host, port: 80 }, row.name);
@@ -164,7 +170,7 @@ t.test('a long path is quoted cut in the detail, and a long list of paths named 
   const long = policy({ allowHosts: [{ host: 'a.example', paths }] });
   const checked = checkTarget(long, 'a.example', 80);
   if (!checked.allowed) throw new Error(checked.detail);
-  const verdict = checkRequest(checked, 'GET', `/${'x'.repeat(500)}`);
+  const verdict = checkRequest(checked, { method: 'GET', target: `/${'x'.repeat(500)}`, rawHeaders: [] });
   t.equal(verdict.allowed, false);
   if (!verdict.allowed) {
     t.match(verdict.detail, /^\/x{95}\.\.\. is not allowed/);

@@ -395,6 +395,9 @@ t.test('check validates a policy without binding a port: 0 valid, 1 invalid (eac
   const ok = await runEgressCli(['check', good]);
   t.same([ok.status, ok.stdout], [0, `${good}: valid\n  allowHosts (2): a.example, *.b.example\n  connectPorts: 443\n`]);
   t.same((await runEgressCli(['--policy', good, '--check'])).status, 0, '--check is the same');
+  const ruled = file('ruled.yaml', 'allowHosts:\n  - { host: api.example, methods: [GET, HEAD], paths: ["/repos/org/*", "/exact"] }\n  - a.example\n');
+  const withRules = await runEgressCli(['check', ruled]);
+  t.same([withRules.status, withRules.stdout], [0, `${ruled}: valid\n  allowHosts (2): api.example, a.example\n  api.example: plain HTTP only, methods GET, HEAD; paths /repos/org/*, /exact\n  connectPorts: 443, 80\n`], 'the rules of each entry that has them');
   const empty = await runEgressCli(['check', file('empty.yaml', 'allowHosts: []\n')]);
   t.same([empty.status, empty.stdout.split('\n').at(-2)], [0, 'warning: the allowlist is empty: every request is refused']);
   const rows: { name: string; text: string; says: string }[] = [
@@ -402,6 +405,8 @@ t.test('check validates a policy without binding a port: 0 valid, 1 invalid (eac
     { name: 'a tab indent, its whole message', text: 'allowHosts:\n\t- a.example\n', says: 'line 2, column 1: Tabs are not allowed as indentation: indent with spaces' },
     { name: 'a tunnel mode misspelled', text: 'allowHosts:\n  - { host: a.example, tunnel: opaqe }\n', says: 'allowHosts[0].tunnel (line 2, column 32): Invalid option: expected one of "tls"|"opaque"' },
     { name: 'a port in a host', text: 'allowHosts:\n  - a.example\n  - x.example:443\n', says: 'allowHosts[1] (line 3, column 5): "x.example:443": host names only; ports go in connectPorts: write "x.example"' },
+    { name: 'a lower-case method', text: 'allowHosts:\n  - host: a.example\n    methods: [get]\n', says: 'allowHosts[0].methods[0] (line 3, column 15): "get": methods are case-sensitive (RFC 9110 §9.1) and clients send them in upper case; write "GET"' },
+    { name: 'a path with an encoded slash', text: 'allowHosts:\n  - { host: a.example, paths: ["/a%2Fb/*"] }\n', says: 'allowHosts[0].paths[0] (line 2, column 32): "/a%2Fb/*": an encoded "/" (%2F), which some servers split on and others do not' },
     { name: 'a URL for a host', text: 'allowHosts: [https://x.example/]\n', says: 'allowHosts[0] (line 1, column 14): "https://x.example/": host names only, without a scheme, port or path: write "x.example" (ports go in connectPorts)' },
   ];
   for (const row of rows) {
