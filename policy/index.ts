@@ -5,8 +5,8 @@ export { parseHostPattern, compileAllowlist, type Allowlist, type HostPattern, t
 export { classifyAddress, type AddressVerdict, type AddressClassName } from './address-class.js';
 export { buildPolicy, DEFAULT_CONNECT_PORTS, type AllowEntry, type Policy, type PolicyInput, type PolicyProblem } from './policy.js';
 export { parsePolicyText, placeProblems, PolicyError, PolicyFileSchema, type PolicyFile } from './policy-file.js';
-export { normaliseRequestPath, type PathNormal } from './request-path.js';
-export { parseRequestRules, checkRules, describeRules, type PathRule, type RequestRules } from './request-rules.js';
+export { normaliseRequestPath } from './request-path.js';
+export { describeRules, type RequestRules } from './request-rules.js';
 export {
   checkTarget,
   checkRequest,
