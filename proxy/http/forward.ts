@@ -54,6 +54,7 @@ export function createForwarder(ctx: ProxyContext) {
     const policy = ctx.policy();
     const checked = checkTarget(policy, parsed.host, parsed.port);
     if (!checked.allowed) return deny(checked);
+    record.wouldDeny(checked.wouldDeny);
     target = checked;
     const head = checkRequestHead(req.rawHeaders, checked.host, checked.port, req.httpVersion !== '1.0');
     if (!head.ok) return deny({ reason: 'bad_request', detail: head.detail, host: checked.host, port: checked.port });
