@@ -54,7 +54,6 @@ export function createForwarder(ctx: ProxyContext) {
     const policy = ctx.policy();
     const checked = checkTarget(policy, parsed.host, parsed.port);
     if (!checked.allowed) return deny(checked);
-    record.wouldDeny(checked.wouldDeny);
     target = checked;
     const head = checkRequestHead(req.rawHeaders, checked.host, checked.port, req.httpVersion !== '1.0');
     if (!head.ok) return deny({ reason: 'bad_request', detail: head.detail, host: checked.host, port: checked.port });
@@ -67,6 +66,8 @@ export function createForwarder(ctx: ProxyContext) {
       if (decision.reason === 'internal_error') log.error({ [F.reason]: decision.reason, [F.detail]: decision.detail }, 'decision failed');
       return deny(decision, { [F.addresses]: decision.addresses, [F.decideMs]: decideMs });
     }
+    // Marked once the whole decision allowed it: a refusal in every mode (an address) is no would_deny.
+    record.wouldDeny(decision.wouldDeny);
     if (req.socket.destroyed) {
       // Gone while its request was decided: still one decision line.
       record.allow(destinationOf(decision), { [F.decideMs]: decideMs, [F.error]: 'client_closed' });
