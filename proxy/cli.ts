@@ -37,6 +37,7 @@ import { createEgressProxy, type EgressProxy } from './server.js';
 import { watchPolicyFile } from './policy-watch.js';
 import { installProcessEnd, untilStopped } from './exit.js';
 import { planTransparentPorts, type TransparentPort } from './transparent/index.js';
+import { runReport } from './report/index.js';
 
 const read = (path: string): string => readFileSync(path, 'utf8');
 
@@ -277,6 +278,7 @@ async function serve(): Promise<number> {
 }
 
 async function main(): Promise<number> {
+  if (process.argv[2] === 'report') return runReport(process.argv.slice(3), process);
   try {
     return await serve();
   } catch (err) {

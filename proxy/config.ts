@@ -155,6 +155,7 @@ export function usage(): string {
   return [
     'usage: capybara-egress (--policy FILE | --allow-hosts LIST) [options]',
     '       capybara-egress check FILE [options]    (the same as --policy FILE --check)',
+    '       capybara-egress report LOGFILE|-        (the allowHosts policy a run needed, from the proxy\'s JSON log)',
     '',
     'An HTTP forward proxy that lets clients reach only allowlisted host names, never private',
     'addresses. HTTPS by CONNECT, plain HTTP by absolute URL. SIGHUP re-reads the policy file.',
