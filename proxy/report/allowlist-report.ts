@@ -100,8 +100,11 @@ export class AllowlistReport {
     if ((outcome !== 'allow' && outcome !== 'deny') || (outcome === 'deny' && !isCode(reason))) return false;
     if (wouldDeny !== undefined && !isCode(wouldDeny)) return false;
     this.decisions += 1;
-    // A refusal before the host was read (a bad request line) names no host: nothing to learn.
-    if (rawHost === undefined && outcome === 'deny') return true;
+    // A refusal before a host name was read (an IP literal, a bad request line): summed up.
+    if (rawHost === undefined && outcome === 'deny') {
+      this.refuse('(no host name)', String(reason));
+      return true;
+    }
     if (typeof rawHost !== 'string') return false;
     const port = fields[F.port];
     if (port !== undefined && (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535)) return false;

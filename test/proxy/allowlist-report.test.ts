@@ -69,7 +69,7 @@ t.test('refusals no entry lifts are summed up in comments, never listed', async 
     line({ decision: 'deny', reason: 'sni_mismatch', host: 'fronted.example', port: 443, would_deny: 'host_not_allowed' }),
   ]);
   t.same(text.split('\n').filter((l) => l.startsWith('  - ')), ['  - "fronted.example" # 1 request; 1 would_deny; port 443; then refused: sni_mismatch x1']);
-  t.match(text, /^# Refused in every mode[^\n]*\n#   cdn\.example: sni_mismatch x1\n#   internal\.example: address_not_allowed x2$/m);
+  t.match(text, /^# Refused in every mode[^\n]*\n#   \(no host name\): ip_literal x1, bad_request x1\n#   cdn\.example: sni_mismatch x1\n#   internal\.example: address_not_allowed x2$/m);
 });
 
 t.test('hostile and broken lines: counted as malformed or refused, never written as an entry', async (t) => {
