@@ -70,7 +70,7 @@ function reportStdin(input: string): Promise<{ status: number | null; stdout: st
 }
 
 t.test('a run in report mode, then its report, enforced: what the run needed passes, nothing else', async (t) => {
-  const web = http.createServer((req, res) => res.writeHead(200, { 'Content-Length': '3' }).end('ok\n'));
+  const web = http.createServer((_req, res) => res.writeHead(200, { 'Content-Length': '3' }).end('ok\n'));
   const webPort = await listen(web);
   t.teardown(() => web.close());
   const port = await freePort();
