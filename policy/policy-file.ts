@@ -34,8 +34,8 @@ export const PolicyFileSchema = z.strictObject({
     .describe('Destination ports allowed for CONNECT and plain HTTP.'),
   mode: z
     .enum(POLICY_MODES)
-    .default('enforce')
-    .describe('"enforce" refuses hosts off allowHosts and ports off connectPorts; "report" allows them and logs would_deny, to learn an allowlist (IP literals and private addresses stay refused). Not a boundary: never leave it on.'),
+    .optional()
+    .describe('Default "enforce". "enforce" refuses hosts off allowHosts and ports off connectPorts; "report" allows them and logs would_deny, to learn an allowlist (IP literals and private addresses stay refused). Not a boundary: never leave it on.'),
 });
 
 export type PolicyFile = z.infer<typeof PolicyFileSchema>;

@@ -20,7 +20,8 @@ const enforce = policyOf(base);
 const lookupOf = (addresses: readonly string[]) => async (): Promise<LookupOutcome> => ({ ok: true, addresses });
 
 t.test('the policy file: mode defaults to enforce, takes report, refuses anything else', async (t) => {
-  t.equal(parsePolicyText('allowHosts: [a.example]\n', 'p.yaml').mode, 'enforce');
+  t.equal(parsePolicyText('allowHosts: [a.example]\n', 'p.yaml').mode, undefined, 'unset in the file');
+  t.equal(parsePolicyText('allowHosts: []\nmode: enforce\n', 'p.yaml').mode, 'enforce');
   t.equal(parsePolicyText('allowHosts: []\nmode: report\n', 'p.yaml').mode, 'report');
   t.throws(() => parsePolicyText('allowHosts: []\nmode: log\n', 'p.yaml'), { code: 'invalid_policy', message: /mode/ });
   t.throws(() => parsePolicyText('allowHosts: []\nmode: Report\n', 'p.yaml'), { code: 'invalid_policy' }, 'no case folding: a typo fails closed');
