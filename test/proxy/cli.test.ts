@@ -393,7 +393,7 @@ t.test('check validates a policy without binding a port: 0 valid, 1 invalid (eac
   };
   const good = file('good.yaml', 'allowHosts:\n  - a.example\n  - "*.b.example"\nconnectPorts: [443]\n');
   const ok = await runEgressCli(['check', good]);
-  t.same([ok.status, ok.stdout], [0, `${good}: valid\n  allowHosts (2): a.example, *.b.example\n  connectPorts: 443\n`]);
+  t.same([ok.status, ok.stdout], [0, `${good}: valid\n  allowHosts (2): a.example, *.b.example\n  connectPorts: 443\n  mode: enforce\n`]);
   t.same((await runEgressCli(['--policy', good, '--check'])).status, 0, '--check is the same');
   const empty = await runEgressCli(['check', file('empty.yaml', 'allowHosts: []\n')]);
   t.same([empty.status, empty.stdout.split('\n').at(-2)], [0, 'warning: the allowlist is empty: every request is refused']);
