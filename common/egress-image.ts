@@ -32,6 +32,8 @@ export const EGRESS_ENV = {
   transparentPortMap: 'EGRESS_TRANSPARENT_PORT_MAP',
   /** What a refusal of a host off the allowlist advises instead (the controller's sandboxes point at their own tools). */
   refusalHint: 'EGRESS_REFUSAL_HINT',
+  /** `report`: learn an allowlist (what only the allowlist or the ports refuse is allowed, marked would_deny). */
+  mode: 'EGRESS_MODE',
   /** Tests only: a JSON map of host to address(es) that pins those names. */
   testHosts: 'CAPYBARA_EGRESS_TEST_HOSTS',
 } as const;
@@ -57,6 +59,8 @@ export const EGRESS_METRICS = {
   connectSeconds: 'egress_connect_seconds',
   heldBytes: 'egress_held_bytes',
   dnsQueries: 'egress_dns_queries_total',
+  wouldDeny: 'egress_would_deny_total',
+  reportMode: 'egress_report_mode',
   buildInfo: 'capybara_build_info',
   reloadSuccessful: 'egress_policy_last_reload_successful',
   reloadSeconds: 'egress_policy_last_reload_timestamp_seconds',

@@ -21,16 +21,27 @@ export interface Denial {
   readonly advice?: string | undefined;
 }
 
+/**
+ * Why a request allowed by report mode would have been refused in enforce mode. Only the
+ * allowlist's and the ports' refusals are negotiable; every other check refuses in both modes.
+ */
+export interface WouldDeny {
+  readonly reason: Extract<Reason, 'host_not_allowed' | 'port_not_allowed'>;
+  readonly detail: string;
+}
+
 export interface AllowedTarget {
   readonly allowed: true;
   readonly host: string;
   readonly port: number;
-  /** The allowlist entry that matched. */
-  readonly rule: string;
+  /** The allowlist entry that matched; none for a host that report mode let through. */
+  readonly rule: string | undefined;
   /** What a CONNECT tunnel to this host may carry (the matched entry's mode). */
   readonly tunnel: TunnelMode;
   /** The matched entry's method and path rules: plain HTTP only, each request checked (checkRequest). */
   readonly rules?: RequestRules | undefined;
+  /** Set only in report mode: the refusal enforce mode would have given. */
+  readonly wouldDeny?: WouldDeny | undefined;
 }
 
 export interface Allowed extends AllowedTarget {
@@ -51,27 +62,37 @@ export type Lookup = (name: string) => Promise<LookupOutcome>;
 // Fields listed one by one: V8 gives an object built by spread-plus-properties a new hidden class
 // on every call, which costs microseconds on each request.
 function allowed(target: AllowedTarget, addresses: readonly string[], pinnedBy: Allowed['pinnedBy']): Allowed {
-  return { allowed: true, host: target.host, port: target.port, rule: target.rule, tunnel: target.tunnel, rules: target.rules, addresses, pinnedBy };
+  return { allowed: true, host: target.host, port: target.port, rule: target.rule, tunnel: target.tunnel, rules: target.rules, wouldDeny: target.wouldDeny, addresses, pinnedBy };
 }
 
-/** The checks that need no DNS: host syntax, literals, allowlist, port. */
+/**
+ * The checks that need no DNS: host syntax, literals, allowlist, port. In report mode a host off
+ * the allowlist or a port off connectPorts is allowed with the refusal it would have got
+ * (`wouldDeny`); a malformed host or an IP literal is refused in every mode, before the allowlist.
+ */
 export function checkTarget(policy: Policy, rawHost: string, port: number): AllowedTarget | Denial {
   const parsed = parseHostName(rawHost);
   if (!parsed.ok) return { allowed: false, reason: parsed.reason, detail: parsed.detail, port };
   const host = parsed.name;
+  const report = policy.mode === 'report';
   const pattern = policy.allowlist.match(host);
+  let wouldDeny: WouldDeny | undefined;
   if (pattern === undefined) {
     const crossed = policy.allowlist.crossing(host);
     const detail =
       crossed === undefined
         ? `${host} is not on the allowlist`
         : `${host} is below the public suffix ${crossed.suffix}, where every name has an owner of its own, so ${crossed.entry} does not reach it; list ${host} itself`;
-    return { allowed: false, reason: 'host_not_allowed', detail, host, port, advice: policy.refusalHint };
+    if (!report) return { allowed: false, reason: 'host_not_allowed', detail, host, port, advice: policy.refusalHint };
+    wouldDeny = { reason: 'host_not_allowed', detail };
   }
   if (!policy.connectPorts.has(port)) {
-    return { allowed: false, reason: 'port_not_allowed', detail: `port ${port} is not an allowed port`, host, port };
+    const detail = `port ${port} is not an allowed port`;
+    if (!report) return { allowed: false, reason: 'port_not_allowed', detail, host, port };
+    // The first refusal is the one enforce mode would give (the host's, when both apply).
+    wouldDeny ??= { reason: 'port_not_allowed', detail };
   }
-  return { allowed: true, host, port, rule: pattern.entry, tunnel: pattern.tunnel, rules: pattern.rules };
+  return { allowed: true, host, port, rule: pattern?.entry, tunnel: pattern?.tunnel ?? policy.tunnelDefault, rules: pattern?.rules, wouldDeny };
 }
 
 /**
@@ -83,7 +104,8 @@ export function checkRequest(
   target: AllowedTarget,
   request: { readonly method: string; readonly target: string; readonly rawHeaders: readonly string[] },
 ): { readonly allowed: true; readonly target: string } | Denial {
-  if (target.rules === undefined) return { allowed: true, target: request.target };
+  // Rules belong to a matched entry: a host only report mode let through has neither.
+  if (target.rules === undefined || target.rule === undefined) return { allowed: true, target: request.target };
   const verdict = checkRules(target.rules, target.rule, request.method, request.target, request.rawHeaders);
   if (verdict.ok) return { allowed: true, target: verdict.target };
   return { allowed: false, reason: verdict.reason, detail: verdict.detail, host: target.host, port: target.port };

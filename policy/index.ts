@@ -3,7 +3,7 @@ export { REASONS, isReason, type Reason } from './reason.js';
 export { parseHostName, type HostParse } from './host-name.js';
 export { parseHostPattern, compileAllowlist, type Allowlist, type HostPattern, type TunnelMode } from './host-pattern.js';
 export { classifyAddress, type AddressVerdict, type AddressClassName } from './address-class.js';
-export { buildPolicy, DEFAULT_CONNECT_PORTS, type AllowEntry, type Policy, type PolicyInput, type PolicyProblem } from './policy.js';
+export { buildPolicy, DEFAULT_CONNECT_PORTS, POLICY_MODES, type PolicyMode, type AllowEntry, type Policy, type PolicyInput, type PolicyProblem } from './policy.js';
 export { parsePolicyText, placeProblems, PolicyError, PolicyFileSchema, type PolicyFile } from './policy-file.js';
 export { normaliseRequestPath } from './request-path.js';
 export { describeRules, type RequestRules } from './request-rules.js';
@@ -20,4 +20,5 @@ export {
   type Lookup,
   type LookupOutcome,
   type OwnListener,
+  type WouldDeny,
 } from './decision.js';

@@ -5,7 +5,7 @@
 import type * as Yaml from 'yaml';
 import { z } from 'zod';
 import { CodedError, requireCjs } from '../common/index.js';
-import { DEFAULT_CONNECT_PORTS, type PolicyProblem } from './policy.js';
+import { DEFAULT_CONNECT_PORTS, POLICY_MODES, type PolicyProblem } from './policy.js';
 
 // Loaded with the first policy file: a proxy configured by its environment never needs it.
 let yaml: typeof Yaml | undefined;
@@ -40,6 +40,10 @@ export const PolicyFileSchema = z.strictObject({
     .min(1)
     .default([...DEFAULT_CONNECT_PORTS])
     .describe('Destination ports allowed for CONNECT and plain HTTP.'),
+  mode: z
+    .enum(POLICY_MODES)
+    .optional()
+    .describe('Default "enforce". "enforce" refuses hosts off allowHosts and ports off connectPorts; "report" allows them and logs would_deny, to learn an allowlist (IP literals and private addresses stay refused). Not a boundary: never leave it on.'),
 });
 
 export type PolicyFile = z.infer<typeof PolicyFileSchema>;

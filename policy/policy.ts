@@ -24,7 +24,18 @@ export interface Policy {
   readonly testHosts: ReadonlyMap<string, readonly string[]>;
   /** What a refusal of a host off the allowlist tells the client to do, instead of the catalog's advice. */
   readonly refusalHint: string | undefined;
+  /**
+   * `enforce` refuses what the allowlist and the ports do not allow; `report` allows it and marks
+   * its decision `would_deny` (learning an allowlist). Host syntax, IP literals and non-public
+   * addresses are refused in both.
+   */
+  readonly mode: PolicyMode;
+  /** The tunnel mode of a host allowed only by report mode (the entries' default). */
+  readonly tunnelDefault: TunnelMode;
 }
+
+export const POLICY_MODES = ['enforce', 'report'] as const;
+export type PolicyMode = (typeof POLICY_MODES)[number];
 
 export const DEFAULT_CONNECT_PORTS: readonly number[] = [443, 80];
 
@@ -52,6 +63,8 @@ export interface PolicyInput {
    * the controller's. Validated by the caller (it goes into a response body).
    */
   readonly refusalHint?: string | undefined;
+  /** Default `enforce`. */
+  readonly mode?: PolicyMode | undefined;
 }
 
 /** One problem with a policy source: where it is and what is wrong. */
@@ -152,6 +165,8 @@ export function buildPolicy(input: PolicyInput): PolicyBuild {
     connectPorts: new Set(ports),
     testHosts,
     refusalHint: input.refusalHint,
+    mode: input.mode ?? 'enforce',
+    tunnelDefault: input.tunnelDefault ?? 'tls',
   };
   return { ok: true, policy: Object.freeze(policy) };
 }

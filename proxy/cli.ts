@@ -11,7 +11,7 @@ import os from 'node:os';
 import v8 from 'node:v8';
 import { isCodedError, VERSION } from '../common/index.js';
 import type { Policy } from '../policy/index.js';
-import { checkArgv, checkReport, EMPTY_ALLOWLIST, loadPolicy, OPTIONS, parseConfig, policySourceName, usage, type ProxyConfig } from './config.js';
+import { checkArgv, checkReport, loadPolicy, OPTIONS, parseConfig, policySourceName, usage, type ProxyConfig } from './config.js';
 import {
   cgroupMemoryLimit,
   clientShare,
@@ -32,11 +32,12 @@ import {
   DEFAULT_LIMITS,
 } from './budget/index.js';
 import { createLookup } from './dns/index.js';
-import { addProcessMetrics, createLogger, startMetricsServer, type Logger } from './record/index.js';
+import { addProcessMetrics, createLogger, logPolicyWarnings, startMetricsServer, type Logger } from './record/index.js';
 import { createEgressProxy, type EgressProxy } from './server.js';
 import { watchPolicyFile } from './policy-watch.js';
 import { installProcessEnd, untilStopped } from './exit.js';
 import { planTransparentPorts, type TransparentPort } from './transparent/index.js';
+import { runReport } from './report/index.js';
 
 const read = (path: string): string => readFileSync(path, 'utf8');
 
@@ -256,7 +257,8 @@ async function serve(): Promise<number> {
       const next = loadPolicy(config, read);
       proxy.setPolicy(next);
       loads.loaded(true);
-      log.info({ event: 'policy_reloaded', why, allowHosts: next.allowHosts.length }, 'policy reloaded');
+      log.info({ event: 'policy_reloaded', why, allowHosts: next.allowHosts.length, mode: next.mode }, 'policy reloaded');
+      logPolicyWarnings(log, next, policySourceName(config));
     } catch (err) {
       loads.loaded(false);
       log.error({ event: 'policy_reload_failed', why, err: (err as Error).message }, 'policy reload failed; the previous policy stays in force');
@@ -267,8 +269,8 @@ async function serve(): Promise<number> {
   if (hangUpWaiting) reload('SIGHUP');
   const { address, metrics } = await listenAll(proxy, start, serving);
   const watcher = config.policySource.kind === 'file' ? watchPolicyFile(config.policySource.path, log, reload) : undefined;
-  log.info({ event: 'listening', address: `${address.address}:${address.port}`, allowHosts: policy.allowHosts.length, metrics: metrics?.address }, 'egress proxy listening');
-  if (policy.allowHosts.length === 0) log.warn({ event: 'empty_allowlist', source: policySourceName(config) }, `${EMPTY_ALLOWLIST} (${policySourceName(config)})`);
+  log.info({ event: 'listening', address: `${address.address}:${address.port}`, allowHosts: policy.allowHosts.length, mode: policy.mode, metrics: metrics?.address }, 'egress proxy listening');
+  logPolicyWarnings(log, policy, policySourceName(config));
   await untilStopped(log);
   watcher?.close();
   await Promise.all([proxy.close(), metrics?.close()]);
@@ -276,6 +278,7 @@ async function serve(): Promise<number> {
 }
 
 async function main(): Promise<number> {
+  if (process.argv[2] === 'report') return runReport(process.argv.slice(3), process);
   try {
     return await serve();
   } catch (err) {

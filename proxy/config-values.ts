@@ -4,6 +4,7 @@
  */
 import { isIPv4, isIPv6 } from 'node:net';
 import { z } from 'zod';
+import { POLICY_MODES } from '../policy/index.js';
 
 export const Endpoint = z.string().transform((text, ctx) => {
   const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:[\]]+)):([0-9]+)$/.exec(text);
@@ -78,6 +79,8 @@ export const Count = z.string().regex(/^[0-9]{1,15}$/, 'expected a whole number'
 export const LogLevel = z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], { message: 'expected fatal, error, warn, info, debug, trace or silent' });
 
 export const TunnelMode = z.enum(['tls', 'opaque'], { message: 'expected tls or opaque' });
+
+export const Mode = z.enum(POLICY_MODES, { message: 'expected enforce or report' });
 
 export const TestHosts = z
   .string()

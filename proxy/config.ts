@@ -7,9 +7,10 @@
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
 import { CodedError, decodeAllowHosts, EGRESS_ENV, EGRESS_PROXY_PORT } from '../common/index.js';
-import { buildPolicy, describeRules, parsePolicyText, placeProblems, PolicyError, type AllowEntry, type Policy, type PolicyProblem } from '../policy/index.js';
+import { buildPolicy, describeRules, parsePolicyText, placeProblems, PolicyError, type AllowEntry, type Policy, type PolicyMode, type PolicyProblem } from '../policy/index.js';
 import { DEFAULT_LIMITS, LimitsSchema, type ProxyLimits } from './budget/index.js';
-import { AnswerAddress, Bool, Count, DnsServers, Endpoint, Ipv4, LogLevel, PortList, PortMap, REFUSAL_HINT_MAX, RefusalHint, TestHosts, TunnelMode } from './config-values.js';
+import { policyWarnings } from './record/index.js';
+import { AnswerAddress, Bool, Count, DnsServers, Endpoint, Ipv4, LogLevel, Mode, PortList, PortMap, REFUSAL_HINT_MAX, RefusalHint, TestHosts, TunnelMode } from './config-values.js';
 
 export class ConfigError extends CodedError<'invalid_config'> {
   constructor(message: string, options?: ErrorOptions) {
@@ -47,6 +48,7 @@ export const OPTIONS = {
   'transparent-listen': { env: EGRESS_ENV.transparentListen, arg: 'IP', help: 'transparent mode: answer DNS (53) and take TLS and HTTP connections (the connect ports) on this IPv4 address, the one workloads reach the proxy by (default off)' },
   'transparent-answer': { env: EGRESS_ENV.transparentAnswer, arg: 'IP', help: 'the IPv4 address allowlisted names resolve to in transparent mode, when workloads reach the proxy by another than --transparent-listen (a Kubernetes Service address); needed with 0.0.0.0' },
   'transparent-port-map': { env: EGRESS_ENV.transparentPortMap, arg: 'LIST', help: 'comma-separated DIALLED=LISTEN pairs for a platform that forwards ports (53=5353,443=8443): listen on LISTEN, decide on DIALLED; other ports listen on themselves' },
+  mode: { env: EGRESS_ENV.mode, arg: 'enforce|report', help: 'report: allow what only allowHosts or connectPorts refuse, and log it would_deny, to learn an allowlist (overrides the policy file\'s mode; default enforce); not a boundary' },
   'refusal-hint': { env: EGRESS_ENV.refusalHint, arg: 'TEXT', help: `what the refusal of a host off the allowlist tells the client to do, instead of "add the host name to allowHosts" (printable ASCII, at most ${REFUSAL_HINT_MAX} characters)` },
 } as const;
 
@@ -86,6 +88,7 @@ const ConfigSchema = z
     'transparent-answer': AnswerAddress.optional(),
     'transparent-port-map': PortMap.optional(),
     'refusal-hint': RefusalHint.optional(),
+    mode: Mode.optional(),
     [TEST_HOSTS_ENV]: TestHosts.optional(),
     /** Which of --allow-hosts and its variable gave the list, to name it in policy errors. */
     allowHostsFrom: z.string().optional(),
@@ -119,6 +122,7 @@ const ConfigSchema = z
       requireTls: o['require-sni'] ?? false,
       testHosts: o[TEST_HOSTS_ENV],
       refusalHint: o['refusal-hint'],
+      mode: o.mode,
       /** Transparent mode, when --transparent-listen is given (parseConfig checks the rest). */
       transparent:
         o['transparent-listen'] === undefined
@@ -151,6 +155,7 @@ export function usage(): string {
   return [
     'usage: capybara-egress (--policy FILE | --allow-hosts LIST) [options]',
     '       capybara-egress check FILE [options]    (the same as --policy FILE --check)',
+    '       capybara-egress report LOGFILE|-        (the allowHosts policy a run needed, from the proxy\'s JSON log)',
     '',
     'An HTTP forward proxy that lets clients reach only allowlisted host names, never private',
     'addresses. HTTPS by CONNECT, plain HTTP by absolute URL. SIGHUP re-reads the policy file.',
@@ -231,6 +236,7 @@ export function loadPolicy(config: ProxyConfig, readFile: (path: string) => stri
   let allowHosts: readonly AllowEntry[];
   let filePorts: readonly number[] | undefined;
   let fileText: string | undefined;
+  let fileMode: PolicyMode | undefined;
   const sourceName = source.kind === 'file' ? source.path : source.from;
   if (source.kind === 'file') {
     let text: string;
@@ -242,6 +248,7 @@ export function loadPolicy(config: ProxyConfig, readFile: (path: string) => stri
     const file = parsePolicyText(text, source.path);
     allowHosts = file.allowHosts;
     filePorts = file.connectPorts;
+    fileMode = file.mode;
     fileText = text;
   } else {
     allowHosts = source.allowHosts;
@@ -252,6 +259,7 @@ export function loadPolicy(config: ProxyConfig, readFile: (path: string) => stri
     tunnelDefault: config.tunnelDefault,
     requireTls: config.requireTls,
     refusalHint: config.refusalHint,
+    mode: config.mode ?? fileMode,
     ...(config.testHosts ? { testHosts: config.testHosts } : {}),
   });
   if (built.ok) return built.policy;
@@ -261,9 +269,7 @@ export function loadPolicy(config: ProxyConfig, readFile: (path: string) => stri
     const where = p.path.startsWith('testHosts') ? TEST_HOSTS_ENV : p.path.startsWith('connectPorts') && config.connectPorts ? OPTIONS['connect-ports'].env : sourceName;
     bySource.set(where, [...(bySource.get(where) ?? []), p]);
   }
-  const [first] = bySource;
-  const where = first?.[0] ?? sourceName;
-  const problems = first?.[1] ?? built.problems;
+  const [where, problems] = [...bySource][0] ?? [sourceName, built.problems];
   throw new PolicyError(where, fileText !== undefined && where === sourceName ? placeProblems(fileText, problems) : problems);
 }
 
@@ -274,8 +280,6 @@ export function checkArgv(args: readonly string[]): readonly string[] {
   if (file === undefined || file.startsWith('-')) throw new ConfigError(`check needs the policy file: capybara-egress check FILE [options]\n\n${usage()}`);
   return ['--policy', file, '--check', ...args.slice(2)];
 }
-
-export const EMPTY_ALLOWLIST = 'the allowlist is empty: every request is refused';
 
 export function policySourceName(config: ProxyConfig): string {
   return config.policySource.kind === 'file' ? config.policySource.path : config.policySource.from;
@@ -288,7 +292,8 @@ export function checkReport(config: ProxyConfig, policy: Policy): string {
     `  allowHosts (${policy.allowHosts.length}): ${policy.allowHosts.join(', ') || '(none)'}`,
     ...[...policy.entryRules].map(([entry, rules]) => `  ${entry}: plain HTTP only, ${describeRules(rules, Infinity)}`),
     `  connectPorts: ${[...policy.connectPorts].join(', ')}`,
+    `  mode: ${policy.mode}`,
+    ...policyWarnings(policy).map((w) => `warning: ${w.message}`),
   ];
-  if (policy.allowHosts.length === 0) lines.push(`warning: ${EMPTY_ALLOWLIST}`);
   return `${lines.join('\n')}\n`;
 }

@@ -103,7 +103,7 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   const log = options.logger;
   let policy = options.policy;
   const budget = options.memory ?? new MemoryBudget({ totalBytes: Infinity, perClientBytes: Infinity });
-  const metrics = createProxyMetrics(() => budget.used);
+  const metrics = createProxyMetrics(() => budget.used, () => policy.mode === 'report');
   const { observer } = metrics;
   // Every address and port the proxy listens on: never dialled.
   const own = new OwnListeners();

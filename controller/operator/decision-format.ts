@@ -97,13 +97,16 @@ function join(parts: ReadonlyArray<string | undefined>): string {
 function decisionLine(record: LogRecord, time: string): string {
   const method = typeof record.method === 'string' ? `${text(record.method)} ` : '';
   const via = record.via === undefined ? undefined : `via ${text(record.via)}`;
+  // Report mode: allowed only because the proxy learns an allowlist; enforce mode would refuse it.
+  const wouldDeny = record.would_deny === undefined ? undefined : `would_deny ${text(record.would_deny)}`;
   if (record.decision === 'deny') {
-    return join([time, 'denied ', `${method}${target(record)}`, `${text(record.reason)}: ${text(record.detail)}`, via]);
+    return join([time, 'denied ', `${method}${target(record)}`, `${text(record.reason)}: ${text(record.detail)}`, wouldDeny, via]);
   }
   if (record.decision !== 'allow') return join([time, `${text(record.decision)}?`, `${method}${target(record)}`]);
   const status = record.status === undefined ? undefined : `status ${text(record.status)}`;
   const error = record.error === undefined ? undefined : `error ${text(record.error)}`;
-  return join([time, 'allowed', `${method}${target(record)}`, `rule ${text(record.rule)}`, status, bytes(record), error, via]);
+  const rule = record.rule === undefined && wouldDeny !== undefined ? undefined : `rule ${text(record.rule)}`;
+  return join([time, 'allowed', `${method}${target(record)}`, rule, wouldDeny, status, bytes(record), error, via]);
 }
 
 function suppressedLine(record: LogRecord, time: string): string {

@@ -126,11 +126,12 @@ export function answerQuery(query: Buffer, policy: Policy, answer: string, trans
     return reply('nxdomain', respond(query, question, [], RCODE.NXDOMAIN, 0, edns), { ...base, refusal: { reason: parsed.reason, detail: parsed.detail } });
   }
   const pattern = policy.allowlist.match(parsed.name);
-  if (pattern === undefined) {
+  // Report mode answers every name: the connection that follows gets the decision (would_deny).
+  if (pattern === undefined && policy.mode !== 'report') {
     const refusal = { reason: 'dns_not_allowed' as const, detail: `${parsed.name} is not on the allowlist` };
     return reply('nxdomain', respond(query, question, [], RCODE.NXDOMAIN, 0, edns), { ...base, refusal });
   }
-  const rule = pattern.entry;
+  const rule = pattern?.entry;
   if (question.type !== 'A') return reply('empty', respond(query, question, [], RCODE.NOERROR, 0, edns), { ...base, rule });
   const records: DnsPacket.Answer[] = [{ type: 'A', name: question.name, class: 'IN', ttl: ANSWER_TTL, data: answer }];
   const message = respond(query, question, records, RCODE.NOERROR, 0, edns);

@@ -71,6 +71,8 @@ export function createForwarder(ctx: ProxyContext) {
       if (decision.reason === 'internal_error') log.error({ [F.reason]: decision.reason, [F.detail]: decision.detail }, 'decision failed');
       return deny(decision, { [F.addresses]: decision.addresses, [F.decideMs]: decideMs });
     }
+    // Marked once the whole decision allowed it: a refusal in every mode (an address) is no would_deny.
+    record.wouldDeny(decision.wouldDeny);
     if (req.socket.destroyed) {
       // Gone while its request was decided: still one decision line.
       record.allow(destinationOf(decision), { [F.decideMs]: decideMs, [F.error]: 'client_closed' });

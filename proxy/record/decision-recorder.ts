@@ -6,7 +6,7 @@
  * nothing. "Exactly one line per request" is then this object's rule, not one each path keeps by
  * hand: an operator counting lines, or alerting on the deny metric, sees every request once.
  */
-import type { Allowed } from '../../policy/index.js';
+import type { Allowed, WouldDeny } from '../../policy/index.js';
 import { F, logLine, type LineLevel, type LineValue, type Logger } from './log.js';
 import type { ProxyObserver } from './metrics.js';
 import type { Refusal } from './refusal.js';
@@ -17,7 +17,7 @@ export type LineFields = Readonly<Record<string, LineValue>>;
 export interface Destination {
   readonly [F.host]: string;
   readonly [F.port]: number;
-  readonly [F.rule]: string;
+  readonly [F.rule]: string | undefined;
   readonly [F.addresses]: readonly string[];
   readonly [F.pinnedBy]: Allowed['pinnedBy'];
 }
@@ -34,6 +34,7 @@ export class DecisionRecorder {
   private written = false;
   private held = false;
   private noted: LineFields = {};
+  private reportOnly: WouldDeny['reason'] | undefined;
 
   /**
    * `method` is the request's, when it was parsed; `level` is that of the line (a limit refusal,
@@ -67,11 +68,23 @@ export class DecisionRecorder {
     this.noted = { ...this.noted, ...fields };
   }
 
+  /**
+   * The policy let the request through only because it is in report mode: its line, whatever its
+   * outcome, carries `would_deny` with the refusal enforce mode would have given, and it is
+   * counted in the would-deny metric too.
+   */
+  wouldDeny(wouldDeny: WouldDeny | undefined): void {
+    if (wouldDeny === undefined || this.written) return;
+    this.reportOnly = wouldDeny.reason;
+    this.note({ [F.wouldDeny]: wouldDeny.reason });
+  }
+
   /** The request was allowed to `destination`; `fields` say how it went. */
   allow(destination: Destination, fields: LineFields = {}): void {
     if (this.written) return;
     this.written = true;
     this.observer.decision('allow', 'allowed');
+    if (this.reportOnly !== undefined) this.observer.wouldDeny(this.reportOnly);
     logLine(this.log, { [F.event]: 'decision', [F.decision]: 'allow', [F.method]: this.method, ...this.noted, ...destination, ...fields }, this.level);
   }
 
@@ -80,6 +93,7 @@ export class DecisionRecorder {
     if (this.written) return;
     this.written = true;
     this.observer.decision('deny', refusal.reason);
+    if (this.reportOnly !== undefined) this.observer.wouldDeny(this.reportOnly);
     if (!this.gate(refusal.reason)) {
       this.held = true;
       return;

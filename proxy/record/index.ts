@@ -5,3 +5,4 @@ export * from './line-gate.js';
 export * from './log.js';
 export * from './metrics.js';
 export * from './refusal.js';
+export * from './policy-warnings.js';

@@ -43,6 +43,8 @@ export const F = {
   /** The type a DNS query asked for. */
   qtype: 'qtype',
   lines: 'lines',
+  /** Report mode: the reason enforce mode would have refused an allowed request with. */
+  wouldDeny: 'would_deny',
 } as const;
 
 export type { Logger };

@@ -15,6 +15,8 @@ const { collectDefaultMetrics, Counter, Gauge, Histogram, Registry: RegistryClas
 /** What the proxy reports as it works; the metrics below are one implementation. */
 export interface ProxyObserver {
   decision(outcome: 'allow' | 'deny', reason: string): void;
+  /** A request report mode let through that enforce mode would have refused for `reason`. */
+  wouldDeny(reason: string): void;
   tunnelOpened(): void;
   tunnelClosed(bytesUp: number, bytesDown: number): void;
   httpBytes(bytesUp: number, bytesDown: number): void;
@@ -31,9 +33,21 @@ export interface ProxyMetrics {
   readonly observer: ProxyObserver;
 }
 
-/** `heldBytes`: what the memory budget holds now, read at each scrape. */
-export function createProxyMetrics(heldBytes: () => number): ProxyMetrics {
+/**
+ * `heldBytes`: what the memory budget holds now, and `reportMode`: whether the policy in force is
+ * in report mode, each read at each scrape.
+ */
+export function createProxyMetrics(heldBytes: () => number, reportMode: () => boolean = () => false): ProxyMetrics {
   const registry = new RegistryClass();
+  const wouldDeny = new Counter({ name: EGRESS_METRICS.wouldDeny, help: 'Requests report mode allowed that enforce mode would have refused, by that reason', labelNames: ['reason'] as const, registers: [registry] });
+  new Gauge({
+    name: EGRESS_METRICS.reportMode,
+    help: '1 while the policy in force is in report mode (hosts off the allowlist are allowed and logged would_deny: not a boundary), else 0',
+    registers: [registry],
+    collect() {
+      this.set(reportMode() ? 1 : 0);
+    },
+  });
   const decisions = new Counter({ name: EGRESS_METRICS.decisions, help: 'Decisions by outcome and reason', labelNames: ['outcome', 'reason'] as const, registers: [registry] });
   const tunnels = new Gauge({ name: EGRESS_METRICS.openTunnels, help: 'CONNECT tunnels open now', registers: [registry] });
   const bytes = new Counter({ name: EGRESS_METRICS.bytes, help: 'Bytes relayed, by direction (up: client to upstream)', labelNames: ['direction', 'kind'] as const, registers: [registry] });
@@ -73,6 +87,7 @@ export function createProxyMetrics(heldBytes: () => number): ProxyMetrics {
     registry,
     observer: {
       decision: (outcome, reason) => decided(outcome, reason).inc(),
+      wouldDeny: (reason) => wouldDeny.inc({ reason }),
       tunnelOpened: () => tunnels.inc(),
       tunnelClosed: (up, down) => {
         tunnels.dec();

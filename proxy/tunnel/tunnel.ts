@@ -105,6 +105,7 @@ export async function openTunnel(
     if (decision.reason === 'internal_error') log.error({ [F.reason]: decision.reason, [F.detail]: decision.detail }, 'decision failed');
     return deny(record, connection, decision, { [F.addresses]: decision.addresses, [F.decideMs]: decideMs }, entry);
   }
+  record.wouldDeny(decision.wouldDeny);
   const tls = entry.alwaysTls || decision.tunnel === 'tls';
   // A client gone while its request was decided still gets its one decision line.
   const clientGone = (): void =>

@@ -393,7 +393,7 @@ t.test('check validates a policy without binding a port: 0 valid, 1 invalid (eac
   };
   const good = file('good.yaml', 'allowHosts:\n  - a.example\n  - "*.b.example"\nconnectPorts: [443]\n');
   const ok = await runEgressCli(['check', good]);
-  t.same([ok.status, ok.stdout], [0, `${good}: valid\n  allowHosts (2): a.example, *.b.example\n  connectPorts: 443\n`]);
+  t.same([ok.status, ok.stdout], [0, `${good}: valid\n  allowHosts (2): a.example, *.b.example\n  connectPorts: 443\n  mode: enforce\n`]);
   t.same((await runEgressCli(['--policy', good, '--check'])).status, 0, '--check is the same');
   const ruled = file('ruled.yaml', 'allowHosts:\n  - { host: api.example, methods: [GET, HEAD], paths: ["/repos/org/*", "/exact"] }\n  - a.example\n');
   const withRules = await runEgressCli(['check', ruled]);

@@ -94,6 +94,19 @@ t.test('any other name: NXDOMAIN, whatever the type, with the reason', async (t)
   }
 });
 
+t.test('report mode: a name off the allowlist is answered (its connection gets the would_deny line); IP literals and malformed names still get NXDOMAIN', async (t) => {
+  const report = policyOf({ allowHosts: ['allowed.test'], mode: 'report' });
+  for (const ask of ['example.com', 'wild.test', 'allowed.test.evil.com']) {
+    const r = answered(answerQuery(query(ask), report, ANSWER, 'udp'));
+    t.same([r.result, r.rule, r.refusal, r.decoded.answers?.map((a) => (a as dnsPacket.StringAnswer).data)], ['answered', undefined, undefined, [ANSWER]], ask);
+  }
+  t.equal(answered(answerQuery(query('allowed.test'), report, ANSWER, 'udp')).rule, 'allowed.test', 'a listed name keeps its rule');
+  for (const row of [{ ask: '127.0.0.1', reason: 'ip_literal' }, { ask: '2130706433', reason: 'ip_literal' }, { ask: '-x.test', reason: 'malformed_host' }, { ask: '.', reason: 'malformed_host' }]) {
+    const r = answered(answerQuery(query(row.ask), report, ANSWER, 'udp'));
+    t.same([r.result, r.refusal?.reason], ['nxdomain', row.reason], row.ask);
+  }
+});
+
 t.test('a message that is no query gets nothing', async (t) => {
   const response = dnsPacket.encode({ id: 1, type: 'response', flags: 0, questions: [{ type: 'A', name: 'allowed.test', class: 'IN' }], answers: [{ type: 'A', name: 'allowed.test', data: '1.2.3.4' }] });
   const rows: { name: string; bytes: Buffer; why: string }[] = [

@@ -24,6 +24,7 @@ const ROOMS: Rooms = {
     tunnel: ['budget', 'record', 'upstream', 'admission', 'http', 'tls'],
     transparent: ['budget', 'record', 'dns', 'admission', 'http', 'tls', 'tunnel'],
     front: ['budget', 'record', 'upstream', 'admission', 'http', 'tunnel', 'transparent'],
+    report: ['record'],
   },
 };
 

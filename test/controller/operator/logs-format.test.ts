@@ -200,3 +200,18 @@ async function waitFor(check: () => boolean, timeoutMs = 5_000): Promise<void> {
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
 }
+
+t.test('report mode: a line the proxy marked would_deny says so, and names no rule it did not match', async (t) => {
+  const { startTestProxy } = await import('../../support/test-proxy.js');
+  const report = await startTestProxy({ policy: { allowHosts: ['web.test'], connectPorts: [443], testHosts: { 'new.test': '127.0.0.1', 'web.test': '127.0.0.1' }, mode: 'report' } });
+  t.teardown(() => report.close());
+  for (const host of ['new.test', 'web.test']) {
+    const res = await rawRequest(report.port, `GET http://${host}:${webPort}/ HTTP/1.1\r\nHost: ${host}:${webPort}\r\nConnection: close\r\n\r\n`);
+    res.socket.destroy();
+    t.equal(res.status, 200);
+  }
+  const shown = report.logs.filter((l) => l.event === 'decision').map((l) => formatRecord(l as LogRecord));
+  t.match(shown[0], new RegExp(`^${TIME}  allowed  GET new\\.test:${webPort}  would_deny host_not_allowed  status 200  `), 'off the allowlist');
+  t.match(shown[1], new RegExp(`^${TIME}  allowed  GET web\\.test:${webPort}  rule web\\.test  would_deny port_not_allowed  status 200  `), 'listed, on a port off the list');
+  t.match(formatRecord({ event: 'decision', decision: 'deny', time: 'T', host: 'x.test', port: 443, reason: 'sni_mismatch', detail: 'd', would_deny: 'host_not_allowed' }), /sni_mismatch: d  would_deny host_not_allowed$/);
+});
