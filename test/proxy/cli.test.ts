@@ -397,7 +397,7 @@ t.test('check validates a policy without binding a port: 0 valid, 1 invalid (eac
   t.same((await runEgressCli(['--policy', good, '--check'])).status, 0, '--check is the same');
   const ruled = file('ruled.yaml', 'allowHosts:\n  - { host: api.example, methods: [GET, HEAD], paths: ["/repos/org/*", "/exact"] }\n  - a.example\n');
   const withRules = await runEgressCli(['check', ruled]);
-  t.same([withRules.status, withRules.stdout], [0, `${ruled}: valid\n  allowHosts (2): api.example, a.example\n  api.example: plain HTTP only, methods GET, HEAD; paths /repos/org/*, /exact\n  connectPorts: 443, 80\n`], 'the rules of each entry that has them');
+  t.same([withRules.status, withRules.stdout], [0, `${ruled}: valid\n  allowHosts (2): api.example, a.example\n  api.example: plain HTTP only, methods GET, HEAD; paths /repos/org/*, /exact\n  connectPorts: 443, 80\n  mode: enforce\n`], 'the rules of each entry that has them');
   const empty = await runEgressCli(['check', file('empty.yaml', 'allowHosts: []\n')]);
   t.same([empty.status, empty.stdout.split('\n').at(-2)], [0, 'warning: the allowlist is empty: every request is refused']);
   const rows: { name: string; text: string; says: string }[] = [
