@@ -41,6 +41,19 @@ export async function listContainers(engine: EngineCaller, labels: readonly stri
   }));
 }
 
+/**
+ * Every container on a network, stopped ones included (operator CLI only): a network's inspect
+ * lists only running endpoints, and Docker removes a network that stopped containers still name,
+ * which then cannot start. By id and by name: a container that never started knows its network
+ * by name only.
+ */
+export async function containersOnNetwork(engine: EngineCaller, network: { readonly id: string; readonly name: string }): Promise<string[]> {
+  const rows = await engine.call<Array<{ Names?: string[] }>>('listing of containers', 'GET', '/containers/json', {
+    query: { all: true, filters: JSON.stringify({ network: [network.id, network.name] }) },
+  });
+  return rows.map((c) => (c.Names?.[0] ?? '').replace(/^\//, ''));
+}
+
 /** NetworkSettings of a container, as inspect and a listing give it. */
 export interface RawNetworkSettings {
   Networks?: Record<string, { NetworkID?: string; IPAddress?: string } | null> | null;

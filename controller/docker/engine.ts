@@ -11,7 +11,7 @@ import { EngineCaller, type EngineOptions } from './engine-call.js';
 import { startExec, type ExecRequest, type ExecRun } from './engine-exec.js';
 import { readContainerLogs, type LogRead, type LogRequest } from './engine-logs.js';
 import {
-  containerNetworks, listContainers, listNetworks, listVolumes, networkView, type ContainerSummary, type RawNetwork, type RawNetworkSettings, type ResourceSummary,
+  containerNetworks, containersOnNetwork, listContainers, listNetworks, listVolumes, networkView, type ContainerSummary, type RawNetwork, type RawNetworkSettings, type ResourceSummary,
 } from './engine-listing.js';
 import { networkConnectBody } from './network-spec.js';
 import { pullReference } from './image-reference.js';
@@ -28,6 +28,12 @@ export type { NetworkView } from './sandbox-engine.js';
 const PULL_TIMEOUT_MS = 10 * 60_000;
 
 /** The sandbox calls (sandbox-engine.ts) and the operator CLI's own: ping, network inspect, image checks, listing. */
+/** State.StartedAt, which Docker sets to year 1 before a first start. */
+function startedOf(text: string | undefined): { startedMs?: number } {
+  const ms = text === undefined ? NaN : Date.parse(text);
+  return Number.isFinite(ms) && ms > 0 ? { startedMs: ms } : {};
+}
+
 export class DockerEngine implements SandboxEngine {
   private readonly engine: EngineCaller;
 
@@ -55,7 +61,7 @@ export class DockerEngine implements SandboxEngine {
     const data = await this.optional(
       this.call<{
         Id?: string;
-        State?: { Status?: string; Running?: boolean; Paused?: boolean };
+        State?: { Status?: string; Running?: boolean; Paused?: boolean; StartedAt?: string };
         Config?: { Labels?: Record<string, string> | null; Image?: string; User?: string; Cmd?: string[] | null; WorkingDir?: string; Env?: string[] | null };
         HostConfig?: Record<string, unknown>;
         NetworkSettings?: RawNetworkSettings;
@@ -67,6 +73,7 @@ export class DockerEngine implements SandboxEngine {
       status: data.State?.Status ?? 'unknown',
       running: data.State?.Running === true,
       paused: data.State?.Paused === true,
+      ...startedOf(data.State?.StartedAt),
       labels: data.Config?.Labels ?? {},
       image: data.Config?.Image ?? '',
       user: data.Config?.User ?? '',
@@ -183,6 +190,11 @@ export class DockerEngine implements SandboxEngine {
   /** Operator CLI only (engine-listing.ts): refused by the socket proxy by design. */
   listContainers(labels: readonly string[]): Promise<ContainerSummary[]> {
     return listContainers(this.engine, labels);
+  }
+
+  /** Operator CLI only (engine-listing.ts): the containers on a network, stopped ones included. */
+  containersOnNetwork(network: { readonly id: string; readonly name: string }): Promise<string[]> {
+    return containersOnNetwork(this.engine, network);
   }
 
   /** The socket proxy admits one exact label: a persistent workspace's. */

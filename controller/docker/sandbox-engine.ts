@@ -14,6 +14,8 @@ export interface ContainerView {
   /** True for a paused container too (Docker's State.Running). */
   readonly running: boolean;
   readonly paused: boolean;
+  /** When it last started, by the engine's clock (absent before a first start). */
+  readonly startedMs?: number;
   readonly labels: Readonly<Record<string, string>>;
   readonly image: string;
   readonly user: string;

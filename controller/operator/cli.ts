@@ -3,16 +3,16 @@
 import { runOperator } from './run.js';
 
 /**
- * A reader that went away (`logs -f | head`, `ls | head -1`, a closed terminal): as a Unix tool
- * on SIGPIPE, the command ends, without a stack trace, with the status it has so far. A command
- * that listens for the failed write itself takes it over: a streamed exec stops its command in the
- * sandbox first (exec-command.ts). Later failed writes change nothing.
+ * Output that can no longer be written: its reader went away (EPIPE: `logs -f | head`, `ls | head
+ * -1`), or its terminal closed (EIO). As a Unix tool on SIGPIPE, the command ends, without a stack
+ * trace, with the status it has so far; a throw here would end the process before a command could
+ * clean up. A command that listens for the failed write itself takes it over: a streamed exec
+ * kills its command in the sandbox first (exec-command.ts). Later failed writes change nothing.
  */
-let readerGone = false;
-function onWriteError(this: NodeJS.WriteStream, err: NodeJS.ErrnoException): void {
-  if (err.code !== 'EPIPE') throw err;
-  if (readerGone) return;
-  readerGone = true;
+let outputGone = false;
+function onWriteError(this: NodeJS.WriteStream): void {
+  if (outputGone) return;
+  outputGone = true;
   if (this.listenerCount('error') === 1) process.exit(process.exitCode ?? 0);
 }
 process.stdout.on('error', onWriteError);

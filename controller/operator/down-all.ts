@@ -46,7 +46,10 @@ async function removeSharedNetwork(deps: DownAllDeps): Promise<DownAllResult['sh
   // Only the network the controller made (and, with --label, one that carries every label).
   const ours = network.labels[LABEL_SHARED_NETWORK] === name && Object.entries(deps.labels).every(([k, v]) => network.labels[k] === v);
   if (!ours) return { name, action: 'kept', detail: `not made by the controller (no ${LABEL_SHARED_NETWORK}=${name} label${Object.keys(deps.labels).length > 0 ? ' or not every --label' : ''})` };
-  if (network.members.length > 0) return { name, action: 'kept', detail: `still used by ${network.members.map((m) => m.name).join(', ')}` };
+  // The inspect's members are the running containers; a stopped one that names the network would
+  // not start again without it.
+  const users = [...new Set([...network.members.map((m) => m.name), ...(await deps.engine.containersOnNetwork({ id: network.id, name }))])];
+  if (users.length > 0) return { name, action: 'kept', detail: `still used by ${users.join(', ')}` };
   try {
     await deps.engine.removeNetwork(network.id);
   } catch (err) {

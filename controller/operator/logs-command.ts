@@ -87,7 +87,8 @@ async function egressOf(engine: DockerEngine, name: string): Promise<string> {
   return egress;
 }
 
-type Waited = 'running' | 'interrupted';
+/** The proxy runs again (since when, by the engine's clock), or the reader stopped. */
+type Waited = { readonly startedMs: number | undefined } | 'interrupted';
 
 const REREAD_PAUSE_MS = 250;
 
@@ -102,7 +103,7 @@ async function untilRunningAgain(engine: DockerEngine, name: string, egress: str
     const [sandbox, proxy] = await Promise.all([engine.inspectContainer(name), engine.inspectContainer(egress)]);
     if (sandbox === undefined) throw new SandboxError('not_found', `sandbox ${name} went away (destroyed) while its log was followed`);
     if (proxy === undefined) throw new SandboxError('not_found', `the egress proxy ${egress} of sandbox ${name} was removed while its log was followed`);
-    if (proxy.running) return 'running';
+    if (proxy.running) return { startedMs: proxy.startedMs };
     if (!said) io.note(`the egress proxy ${egress} is ${proxy.status} (the sandbox is suspended or stopped); waiting for it to run again (Ctrl-C ends)`);
     said = true;
     await new Promise((resolve) => setTimeout(resolve, io.pollMs ?? 1_000));
@@ -130,17 +131,25 @@ export async function runLogs(engine: DockerEngine, name: string, options: LogsO
   });
   try {
     let sinceMs: number | undefined;
+    let runStartedMs = (await engine.inspectContainer(egress))?.startedMs;
     while (!interrupted) {
       current = await readLogs(engine, egress, { follow: true, sinceMs, onOutput: printer.push });
       if (interrupted) current.stop();
       await current.finished;
       // Every line up to here was delivered (the stream ends when the proxy stops): a restarted
-      // proxy's log is read from this moment on.
-      sinceMs = Date.now();
+      // proxy's log is read from its start on, by the engine's clock, which is the one `since` is
+      // compared with (this machine's may differ from a remote engine's).
+      const endedMs = Date.now();
       printer.flush();
       // At most a few reads a second, should an engine end the stream of a running proxy at once.
       await new Promise((resolve) => setTimeout(resolve, REREAD_PAUSE_MS));
-      if ((await untilRunningAgain(engine, name, egress, io, () => interrupted)) === 'interrupted') break;
+      const waited = await untilRunningAgain(engine, name, egress, io, () => interrupted);
+      if (waited === 'interrupted') break;
+      // The same run (the engine ended the stream of a running proxy): from where it ended, by
+      // this machine's clock, the best there is.
+      const restarted = waited.startedMs !== undefined && waited.startedMs !== runStartedMs;
+      sinceMs = restarted ? waited.startedMs : endedMs;
+      runStartedMs = waited.startedMs;
     }
     report();
     return 0;

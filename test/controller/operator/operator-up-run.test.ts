@@ -190,6 +190,21 @@ t.test('down says how many sandboxes remain; down --all removes them, the socket
   t.ok(await exists('container', one), 'plain down leaves the sandboxes');
 
   t.equal((await op(['up'])).code, 0, 'up again');
+  // A stopped container that names the shared network (the network's inspect does not list it):
+  // the network stays while it is there, or that container could never start again.
+  const stopped = env.name('stopped-user');
+  await env.docker.createContainer({ name: stopped, Image: SANDBOX_IMAGE, Cmd: ['true'], Labels: env.labels, HostConfig: { NetworkMode: sharedNetwork } });
+  const kept = await op(['down', '--all']);
+  t.equal(kept.code, 0, kept.stderr);
+  t.match(kept.stdout, new RegExp(`^shared network ${sharedNetwork}: kept \\(still used by ${stopped}\\)$`, 'm'), 'a stopped container keeps the shared network');
+  t.ok(await exists('network', sharedNetwork));
+  await env.docker.getContainer(stopped).remove({ force: true });
+
+  // Every sandbox again, for the whole run.
+  t.equal((await op(['up'])).code, 0, 'up again');
+  t.equal((await op(['create', one, '--allow', 'doctor.capybara.invalid'])).code, 0);
+  t.equal((await op(['create', two, '--egress', 'internal', '--workspace', key])).code, 0);
+  await env.docker.createVolume({ Name: `${leftover}-workspace`, Labels: { ...env.labels, 'dev.capybara.sandbox': '1', 'dev.capybara.sandbox.name': leftover } });
   const started = Date.now();
   const all = await op(['down', '--all']);
   t.comment(`down --all of 3 sandboxes took ${Date.now() - started} ms`);
