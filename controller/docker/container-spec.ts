@@ -154,9 +154,6 @@ export function sandboxContainerBody(plan: SandboxPlan, network: string | undefi
   };
 }
 
-/** The egress proxy of an allowlist sandbox. It is created and started on the shared network
- * (`sharedNetwork`: its id); its leg on the sandbox's internal network is connected after (one
- * endpoint per create on API < 1.44; build-steps.ts says why in that order). */
 /**
  * What the egress proxy of sandbox `name` tells a client it refused for a host off the allowlist,
  * instead of the standalone proxy's "add the host name to allowHosts": that allowlist is the
@@ -170,6 +167,10 @@ export function egressRefusalHint(name: string): string {
 export type EgressPlan = Pick<SandboxPlan, 'names' | 'allowHosts' | 'labels' | 'egressProxyImage' | 'logCaps' | 'egressNanoCpus'>;
 
 /**
+ * The egress proxy of an allowlist sandbox. It is created and started on the shared network
+ * (`sharedNetwork`: its id); its leg on the sandbox's internal network is connected after (one
+ * endpoint per create on API < 1.44; build-steps.ts says why in that order).
+ *
  * `transparentAddress`: the proxy's fixed address on the sandbox's network, where it answers DNS
  * and takes TLS and HTTP from clients with no proxy settings (transparent mode); bound to that
  * address only, so the shared network never sees those listeners. The proxy waits for the

@@ -33,9 +33,12 @@ async function sandboxNames(deps: DownAllDeps): Promise<string[]> {
   const names = new Set<string>();
   const add = (labels: Readonly<Record<string, string>>): void => {
     const name = labels[LABEL_NAME];
-    if (name !== undefined && labels[LABEL_WORKSPACE_KEY] === undefined) names.add(name);
+    if (name !== undefined) names.add(name);
   };
-  for (const r of [...inv.containers, ...inv.networks, ...inv.volumes]) add(r.labels);
+  for (const r of [...inv.containers, ...inv.networks]) add(r.labels);
+  // A persistent workspace volume names the sandbox that made it, which may be gone for good: it
+  // names no sandbox to destroy (its holder's container, if any, does).
+  for (const v of inv.volumes) if (v.labels[LABEL_WORKSPACE_KEY] === undefined) add(v.labels);
   return [...names].sort();
 }
 
