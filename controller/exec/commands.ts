@@ -34,7 +34,7 @@ import {
   wrapperCmd,
 } from './exec-script.js';
 import { OutputCapture, StreamedOutput } from './output-capture.js';
-import { afterStaged, callerStdin as toCallerStdin, outputStream } from './exec-streams.js';
+import { callerStdin as toCallerStdin, execStdin, outputStream } from './exec-streams.js';
 import { commandStartFailure, lateStartFailure, type StartFailure } from './sandbox-full.js';
 
 /** Looks at a sandbox whose exec failed to start, and the time between them (withRoom). */
@@ -211,14 +211,20 @@ export class CommandRunner {
     const mark = execMark(options.tag, randomUUID());
     const callerStdin = toCallerStdin(options.stdin);
     let payload = encodeArg(script);
-    let stdin = callerStdin;
+    let staged: Buffer | undefined;
     if (payload.length > MAX_INLINE_PAYLOAD) {
       // Too large for an exec body: on stdin, ahead of the caller's own (nothing is staged in a
       // file the sandbox could fill or rewrite).
-      const staged = stagedPayload(script, mark);
+      staged = stagedPayload(script, mark);
       payload = `-${staged.length}`;
-      stdin = afterStaged(staged, callerStdin);
     }
+    // A stream of the caller's is read only once the command began (execStdin): settled true at
+    // the start byte, false when this attempt is over without it.
+    let settleStart: (began: boolean) => void = () => undefined;
+    const begun = new Promise<boolean>((resolve) => {
+      settleStart = resolve;
+    });
+    const stdin = execStdin(staged, callerStdin, begun);
     const backstop = Math.ceil(options.timeoutMs / 1000) + BACKSTOP_GRACE_SECONDS;
     const stdout = outputStream('stdout', options.maxOutputBytes, options.onOutput);
     const stderr = outputStream('stderr', options.maxOutputBytes, options.onOutput);
@@ -239,6 +245,7 @@ export class CommandRunner {
             if (at < 0) return preStart.push(chunk);
             preStart.push(chunk.subarray(0, at));
             started = true;
+            settleStart(true);
             // The command's stdout may have come first (Docker reads the two pipes apart).
             if (stdout instanceof StreamedOutput) stdout.release();
             if (stderr instanceof StreamedOutput) stderr.release();
@@ -260,6 +267,7 @@ export class CommandRunner {
     try {
       outcome = await Promise.race([run.finished, stop]);
     } finally {
+      settleStart(started);
       clearTimeout(timer);
       if (onAbort !== undefined) options.signal?.removeEventListener('abort', onAbort);
     }

@@ -157,14 +157,19 @@ function stagedEnd(mark: string): string {
 // exec needs no new process, so it cannot meet the pids limit; the same argument already passed
 // exec once). The command's shell is a plain "bash -c": its $0 and line numbers are the caller's.
 const BEGIN = `${STARTED_PRINTF}; exec bash -c "$1"`;
-// The same on a terminal of the command's own, which script(1) opens after the start byte, inside
-// the command's Landlock domain: the exec itself never has Docker's TTY, so the start byte stays
-// on a pipe that no other process can write (a Docker TTY is a /dev/pts device owned by uid 1000,
-// which any process of the sandbox user could open and write the byte into). -E never: no echo
-// unless the payload's stty turns it on; -e: the command's exit status; /dev/null: no typescript.
-// The script is quoted with printf -v (a builtin, nothing to fail after the byte) for script's
-// $SHELL -c.
-const BEGIN_TTY = `${STARTED_PRINTF}; printf -v q %q "$1"; SHELL=/bin/bash exec script -E never -qec "exec bash -c $q" /dev/null`;
+// The same on a terminal of the command's own, which script(1) opens inside the command's
+// Landlock domain: the exec itself never has Docker's TTY, so the start byte stays on a pipe that
+// no other process can write (a Docker TTY is a /dev/pts device owned by uid 1000, which any
+// process of the sandbox user could open and write the byte into). The byte is written by
+// script's child, on fd 3 (the exec's stderr pipe, which script passes through untouched, as
+// util-linux's does), only once script made the terminal and its fork and login_tty succeeded:
+// script failing at the pids limit or without a pty ("script: cannot create child process") is
+// a start that failed, judged by sandbox-full.ts, never the command's status. fd 3 is closed
+// before the command's shell. -E never: no echo unless the payload's stty turns it on; -e: the
+// command's exit status; /dev/null: no typescript. The script is quoted with printf -v for
+// script's $SHELL -c.
+const TTY_STARTED_PRINTF = `printf '\\${STARTED_BYTE.toString(8).padStart(3, '0')}' >&3`;
+const BEGIN_TTY = `exec 3>&2; printf -v q %q "$1"; SHELL=/bin/bash exec script -E never -qec "${TTY_STARTED_PRINTF} || exit 1; exec 3>&-; exec bash -c $q" /dev/null`;
 
 // $1 backstop seconds; $2 the payload: base64, or "-N" for N bytes on stdin (stagedPayload); $3
 // the isolation (CommandIsolation); $4 "tty" for a terminal (BEGIN_TTY). Nothing here writes a

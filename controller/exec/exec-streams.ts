@@ -11,12 +11,26 @@ export function callerStdin(stdin: Uint8Array | string | AsyncIterable<Uint8Arra
   return typeof stdin === 'string' ? Buffer.from(stdin, 'utf8') : stdin;
 }
 
-/** The staged payload (exec-script.ts stagedPayload) ahead of the caller's stdin, bytes or a stream. */
-export function afterStaged(staged: Buffer, caller: Uint8Array | AsyncIterable<Uint8Array> | undefined): Uint8Array | AsyncIterable<Uint8Array> {
-  if (caller === undefined) return staged;
-  if (caller instanceof Uint8Array) return Buffer.concat([staged, caller]);
+/**
+ * The exec's stdin: the staged payload (exec-script.ts stagedPayload), if any, then the caller's
+ * stdin. A stream of the caller's is not touched until `started` says the command began: an
+ * attempt that never began (the sandbox was full, the wrapper failed) has read nothing of it, so
+ * a retry gets all of it (a Node Readable is destroyed when an iteration of it stops early).
+ * `started` must settle false once the attempt is over without a start. Bytes are passed as
+ * they are: they can be sent again.
+ */
+export function execStdin(
+  staged: Buffer | undefined,
+  caller: Uint8Array | AsyncIterable<Uint8Array> | undefined,
+  started: Promise<boolean>,
+): Uint8Array | AsyncIterable<Uint8Array> | undefined {
+  if (caller === undefined || caller instanceof Uint8Array) {
+    if (staged === undefined) return caller;
+    return caller === undefined ? staged : Buffer.concat([staged, caller]);
+  }
   return (async function* () {
-    yield staged;
+    if (staged !== undefined) yield staged;
+    if (!(await started)) return;
     yield* caller;
   })();
 }

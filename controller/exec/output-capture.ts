@@ -58,20 +58,19 @@ export class OutputCapture {
 }
 
 /**
- * One output stream of a command passed on to a caller as it arrives (ExecOptions.onOutput),
- * under the same cap as a capture, and never kept: what comes before `release` (the command's
- * start byte) is held, up to the cap, for the error that names a failed start, and passed on at
- * the release; a command that never began passes nothing on. Past the cap, output is read and
- * dropped and `truncated` says so.
+ * One output stream of a command passed on to a caller as it arrives (ExecOptions.onOutput), and
+ * never kept: what comes before `release` (the command's start byte) is held, up to the cap, for
+ * the error that names a failed start, and passed on at the release; a command that never began
+ * passes nothing on. After the release everything is passed on, with no cap: nothing of it is
+ * held, so the cap has no memory to protect, and output cut silently in the middle (an archive
+ * written to a file) would pass for the whole. `truncated` says the held part lost bytes.
  */
 export class StreamedOutput {
   private readonly held: OutputCapture;
-  private passed = 0;
   private released = false;
-  private dropped = false;
 
-  constructor(private readonly maxBytes: number, private readonly sink: (chunk: Buffer) => void) {
-    this.held = new OutputCapture(maxBytes);
+  constructor(maxHeldBytes: number, private readonly sink: (chunk: Buffer) => void) {
+    this.held = new OutputCapture(maxHeldBytes);
   }
 
   push(chunk: Buffer): void {
@@ -83,12 +82,11 @@ export class StreamedOutput {
   release(): void {
     if (this.released) return;
     this.released = true;
-    this.dropped = this.held.truncated;
     this.pass(this.held.bytesRaw());
   }
 
   get truncated(): boolean {
-    return this.dropped || this.held.truncated;
+    return this.held.truncated;
   }
 
   /** What was held and never passed on (a command that did not begin), else nothing. */
@@ -97,16 +95,6 @@ export class StreamedOutput {
   }
 
   private pass(chunk: Buffer): void {
-    const room = this.maxBytes - this.passed;
-    if (chunk.length <= room) {
-      this.passed += chunk.length;
-      if (chunk.length > 0) this.sink(chunk);
-      return;
-    }
-    // Cut back to a whole UTF-8 character, as a capture's text is; nothing passes after the cap.
-    const part = chunk.subarray(0, utf8SafeLength(chunk.subarray(0, room)));
-    this.passed = this.maxBytes;
-    this.dropped = true;
-    if (part.length > 0) this.sink(part);
+    if (chunk.length > 0) this.sink(chunk);
   }
 }

@@ -1,6 +1,7 @@
 /**
  * The command of `exec` and `run` as a terminal user meets it: its output written to the CLI's
- * stdout and stderr as it arrives (the controller's onOutput, under the output cap), the CLI's
+ * stdout and stderr as it arrives (the controller's onOutput, whole: streamed output is not held,
+ * so not capped; a write that fails is the reader gone, which kills the command), the CLI's
  * stdin passed on with -i, a terminal with -t (raw mode on the CLI's own terminal with -i -t,
  * restored on every way out), and a SIGINT, SIGTERM or SIGHUP to the CLI kills the command in the
  * sandbox (an abort) before the CLI exits, so that nothing is left running there. With --json the
@@ -18,7 +19,7 @@ export interface ExecTerminal {
   readonly stderr: WritableEnd;
 }
 
-/** Where output goes; `on('error')` where a write can fail (EPIPE: the reader went away). */
+/** Where output goes; `on('error')` where a write can fail (EPIPE, EIO: the reader went away). */
 interface WritableEnd {
   write(chunk: Uint8Array): unknown;
   on?(event: 'error', listener: (err: NodeJS.ErrnoException) => void): unknown;
@@ -30,7 +31,10 @@ export interface ExecCommandArgs {
   readonly interactive: boolean;
   readonly tty: boolean;
   readonly timeoutMs: number | undefined;
-  /** Per stream: the deployment's outputBytes ceiling (streamed output is not held). */
+  /**
+   * Per stream: the deployment's outputBytes ceiling, for what the controller holds (output that
+   * came before the command began); what is streamed after it is not held and passes whole.
+   */
   readonly maxOutputBytes: number;
 }
 
@@ -43,6 +47,8 @@ export interface ExecCommandIo {
 /** Exit code of exec when the command was ended by its timeout, as timeout(1) does. */
 const EXIT_TIMED_OUT = 124;
 const EXIT_NO_CODE = 125;
+/** Exit code of exec when its output's reader went away, as a command killed by SIGPIPE. */
+const EXIT_READER_GONE = 128 + constants.signals.SIGPIPE;
 const STOP_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
 type StopSignal = (typeof STOP_SIGNALS)[number];
 
@@ -67,9 +73,13 @@ function rawTerminal(args: ExecCommandArgs, terminal: ExecTerminal | undefined):
 }
 
 /** Where streamed output goes: the CLI's streams as bytes, or the io's text (UTF-8 kept whole across chunks). */
-function outputWriter(io: ExecCommandIo): (stream: 'stdout' | 'stderr', chunk: Uint8Array) => void {
+function outputWriter(io: ExecCommandIo, readerGone: () => boolean): (stream: 'stdout' | 'stderr', chunk: Uint8Array) => void {
   const terminal = io.terminal;
-  if (terminal !== undefined) return (stream, chunk) => void terminal[stream].write(chunk);
+  if (terminal !== undefined) {
+    return (stream, chunk) => {
+      if (!readerGone()) terminal[stream].write(chunk);
+    };
+  }
   const decoders = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') };
   return (stream, chunk) => io[stream](decoders[stream].write(Buffer.from(chunk)));
 }
@@ -97,14 +107,18 @@ export async function runExecCommand(exec: (opts: ExecOptions) => Promise<ExecRe
     abort.abort();
   };
   const handlers = STOP_SIGNALS.map((signal) => [signal, () => onSignal(signal)] as const);
-  // The reader of the output went away (`exec NAME -- cmd | head`): the command is stopped, as on
-  // a hang-up, once (the writes that follow fail too).
-  const onWriteError = (err: NodeJS.ErrnoException): void => {
-    if (err.code === 'EPIPE' && stoppedBy === undefined) onSignal('SIGHUP');
+  // Any failed write (EPIPE: `exec NAME -- cmd | head`; EIO, ECONNRESET: a terminal or socket
+  // gone) is the reader of the output going away: the command is killed, once, and nothing more
+  // is written (the writes that follow would fail too).
+  let readerGone = false;
+  const onWriteError = (): void => {
+    if (readerGone) return;
+    readerGone = true;
+    abort.abort();
   };
   const ends = io.terminal === undefined ? [] : [io.terminal.stdout, io.terminal.stderr];
   const opts = execOptions(args, io.terminal, abort.signal);
-  if (!args.json) opts.onOutput = outputWriter(io);
+  if (!args.json) opts.onOutput = outputWriter(io, () => readerGone);
   for (const [signal, handler] of handlers) process.on(signal, handler);
   for (const end of ends) end.on?.('error', onWriteError);
   if (raw) {
@@ -126,20 +140,27 @@ export async function runExecCommand(exec: (opts: ExecOptions) => Promise<ExecRe
     // otherwise keep the CLI waiting for its next chunk.
     if (args.interactive) io.terminal?.stdin.destroy?.();
   }
-  return report(r, args, io, stoppedBy);
+  return report(r, args, io, stoppedBy, readerGone);
 }
 
-function report(r: ExecResult, args: ExecCommandArgs, io: ExecCommandIo, stoppedBy: StopSignal | undefined): number {
+function report(r: ExecResult, args: ExecCommandArgs, io: ExecCommandIo, stoppedBy: StopSignal | undefined, readerGone: boolean): number {
+  if (readerGone && stoppedBy === undefined) {
+    // Output was lost: never the command's status, even if it ended before the kill came.
+    io.stderr(`capybara-sandbox: the output's reader went away; ${r.aborted ? 'the command was killed' : 'output was lost'}\n`);
+    return EXIT_READER_GONE;
+  }
   if (args.json) {
     io.stdout(`${JSON.stringify({ ...r }, null, 2)}\n`);
   } else {
     // Streamed: the result holds no output, unless the command never began.
     io.stdout(r.stdout);
     io.stderr(r.stderr);
-    if (r.truncated) io.stderr(`capybara-sandbox: output past ${args.maxOutputBytes} bytes (per stream, the deployment's maxLimits.outputBytes) was dropped\n`);
+    if (r.truncated) io.stderr(`capybara-sandbox: output that came before the command began, past ${args.maxOutputBytes} bytes (per stream, the deployment's maxLimits.outputBytes), was dropped\n`);
     if (r.timedOut) io.stderr('capybara-sandbox: the command timed out and was killed\n');
     if (r.aborted) io.stderr(`capybara-sandbox: ${stoppedBy ?? 'a signal'} came; the command was killed\n`);
   }
+  // Output lost is never a success (the CLI's streamed output is otherwise whole).
+  if (r.truncated && !args.json && r.exitCode === 0) return EXIT_NO_CODE;
   if (r.exitCode !== null) return r.exitCode;
   if (r.timedOut) return EXIT_TIMED_OUT;
   if (r.aborted && stoppedBy !== undefined) return 128 + constants.signals[stoppedBy];

@@ -49,8 +49,9 @@ const execOptionsSchema = z.strictObject({
   ).optional(),
   /**
    * Called with each chunk of the command's output as it arrives (never a byte written before
-   * the command began), up to maxOutputBytes per stream; the result's stdout and stderr are
-   * then empty, since the caller has had them, and `truncated` says whether the cap dropped any.
+   * the command began), all of it: nothing passed on is held, so only what is held until the
+   * command begins is capped (maxOutputBytes per stream, and `truncated` says whether that cap
+   * dropped any). The result's stdout and stderr are then empty, since the caller has had them.
    */
   onOutput: z.custom<OutputSink>((v) => typeof v === 'function', 'must be a function (stream, chunk)').optional(),
   /**

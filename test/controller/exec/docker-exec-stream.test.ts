@@ -74,6 +74,14 @@ t.test('streaming exec through the CLI', async (t) => {
     t.ok(r.firstErrMs !== undefined && r.endMs - r.firstErrMs >= 1500, 'so did stderr\'s');
   });
 
+  await t.test('output past maxLimits.outputBytes (16 MiB) is streamed whole: nothing held, nothing cut', async (t) => {
+    const size = 16 * 1024 * 1024 + 1_000_000;
+    const r = await cli(['exec', h.id, '--', `head -c ${size} /dev/zero`], { close: true });
+    t.equal(r.code, 0, r.stderr);
+    t.equal(r.stdout.length, size, 'every byte came');
+    t.equal(r.stderr, '', 'no note of anything dropped');
+  });
+
   await t.test('-i passes stdin and its end; without -i the command\'s stdin is empty', async (t) => {
     t.same(seen(await cli(['exec', '-i', h.id, '--', 'cat'], { input: 'a\nb\n', close: true })), { code: 0, stdout: 'a\nb\n' }, 'piped stdin');
     t.same(seen(await cli(['exec', h.id, '--', 'cat; echo end'], { input: 'not read\n' })), { code: 0, stdout: 'end\n' }, 'no -i: nothing read, even from an open pipe');
@@ -120,7 +128,7 @@ t.test('streaming exec through the CLI', async (t) => {
     t.equal(await sleeps(), '0', 'nothing of it is left');
   });
 
-  await t.test('a reader that goes away (| head) kills the command, as a hang-up: exit 129, no stack trace', async (t) => {
+  await t.test('a reader that goes away (| head) kills the command: exit 141 as SIGPIPE, no stack trace', async (t) => {
     const started = Date.now();
     const child = spawn(process.execPath, [bin, ...global, 'exec', h.id, '--', 'echo first; sleep 1; while :; do echo more; sleep 0.2; done'], { stdio: ['ignore', 'pipe', 'pipe'] });
     let stderr = '';
@@ -131,7 +139,8 @@ t.test('streaming exec through the CLI', async (t) => {
     const guard = setTimeout(() => child.kill('SIGKILL'), 60_000);
     const [code] = (await once(child, 'close')) as [number | null];
     clearTimeout(guard);
-    t.equal(code, 129, `exit 129 (stderr: ${stderr})`);
+    t.equal(code, 141, `exit 141 (stderr: ${stderr})`);
+    t.match(stderr, /the output's reader went away; the command was killed/);
     t.notMatch(stderr, /EPIPE|at .*\(node:/, 'no stack trace');
     t.ok(Date.now() - started < 30_000, 'it ended well before the command would have');
     t.equal(await sleeps(), '0', 'nothing of it is left');

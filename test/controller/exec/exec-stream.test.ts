@@ -1,7 +1,8 @@
 /**
  * A command's output passed on as it arrives (ExecOptions.onOutput), its stdin as a stream, and
  * its terminal (ExecOptions.tty), through CommandRunner with an engine whose exec is a script of
- * chunks and pauses: nothing before the start byte is passed on, the cap holds, and the exec
+ * chunks and pauses: nothing before the start byte is passed on, the cap holds what is held (and
+ * nothing after the start), and the exec
  * request is the one the wrapper needs. The wrapper on a real terminal: exec-tty.test.ts.
  */
 import t from 'tap';
@@ -70,14 +71,14 @@ function recorder(): { seen: string[]; onOutput: NonNullable<ExecOptions['onOutp
   return { seen, onOutput: (stream, chunk) => seen.push(`${stream}:${Buffer.from(chunk).toString('utf8')}`) };
 }
 
-t.test('StreamedOutput holds until the start, then passes on under the cap', async (t) => {
+t.test('StreamedOutput holds until the start under the cap, then passes everything on', async (t) => {
   const rows: { name: string; cap: number; before: string[]; after: string[]; want: string[]; truncated: boolean }[] = [
     { name: 'nothing before the start', cap: 10, before: [], after: ['ab', 'cd'], want: ['ab', 'cd'], truncated: false },
     { name: 'held bytes come first, at the start', cap: 10, before: ['early'], after: ['late'], want: ['early', 'late'], truncated: false },
     { name: 'exactly the cap', cap: 4, before: [], after: ['ab', 'cd'], want: ['ab', 'cd'], truncated: false },
-    { name: 'past the cap: cut, then nothing', cap: 3, before: [], after: ['ab', 'cd', 'ef'], want: ['ab', 'c'], truncated: true },
-    { name: 'the cut backs up to a whole character', cap: 3, before: [], after: ['a€'], want: ['a'], truncated: true },
-    { name: 'held past the cap', cap: 3, before: ['abcdef'], after: ['x'], want: ['abc'], truncated: true },
+    { name: 'past the cap after the start: all passed on, nothing cut', cap: 3, before: [], after: ['ab', 'cd', 'ef'], want: ['ab', 'cd', 'ef'], truncated: false },
+    { name: 'a character across the cap after the start: whole', cap: 3, before: [], after: ['a€'], want: ['a€'], truncated: false },
+    { name: 'held past the cap: the held part is cut, what follows passes', cap: 3, before: ['abcdef'], after: ['x'], want: ['abc', 'x'], truncated: true },
   ];
   for (const row of rows) {
     const got: string[] = [];
@@ -118,12 +119,17 @@ t.test('a command that never began passes nothing on and is an error', async (t)
   t.same(r.seen, []);
 });
 
-t.test('the cap stops what is passed on, and the result says so', async (t) => {
+t.test('output after the start is passed on whole past the cap; only what is held is capped', async (t) => {
   const r = recorder();
   const { runner } = stub([['stderr', START], ['stdout', 'abc'], ['stdout', 'd€f'], ['stderr', 'xy']], 0);
   const result = await runner.exec('cap-x', 'x', { onOutput: r.onOutput, maxOutputBytes: 5 });
-  t.same(r.seen, ['stdout:abc', 'stdout:d', 'stderr:xy']);
-  t.equal(result.truncated, true);
+  t.same(r.seen, ['stdout:abc', 'stdout:d€f', 'stderr:xy'], 'nothing dropped: streamed output is not held');
+  t.equal(result.truncated, false);
+  const held = recorder();
+  const early = stub([['stdout', 'abcdefgh'], ['stderr', START], ['stdout', 'ij']], 0);
+  const r2 = await early.runner.exec('cap-x', 'x', { onOutput: held.onOutput, maxOutputBytes: 5 });
+  t.same(held.seen, ['stdout:abcde', 'stdout:ij'], 'stdout held before the start byte is capped');
+  t.equal(r2.truncated, true, 'and the result says so');
 });
 
 t.test('a sink that throws loses its chunk, not the command', async (t) => {

@@ -1,7 +1,8 @@
 /**
  * The exec wrapper with a terminal (wrapperCmd's `tty`), run with the host's bash and util-linux
  * script(1), as exec-script.test.ts runs the wrapper: the start byte still comes alone on the
- * stderr pipe, before the terminal exists; the command then sees a terminal on 0, 1 and 2, its
+ * stderr pipe, written by script's child once the terminal exists and its fork succeeded (a
+ * script that fails is a start that failed, never the command's status); the command then sees a terminal on 0, 1 and 2, its
  * output is one stream on stdout, its exit status is its own, its stdin ends when the caller's
  * does, and a kill by its mark ends it with the session script(1) made. An image without a
  * script(1) that can turn echo off is the wrapper's failure, never the command's.
@@ -27,6 +28,7 @@ import {
   wrapperCmd,
   type TerminalSettings,
 } from '../../../controller/exec/exec-script.js';
+import { commandStartFailure } from '../../../controller/exec/sandbox-full.js';
 import { needUnmet, toolMissing } from '../../support/needs.js';
 
 const START = String.fromCharCode(STARTED_BYTE);
@@ -132,4 +134,38 @@ t.test('an image whose script(1) cannot turn echo off: the wrapper fails, the co
   t.equal(out.status, WRAPPER_FAILED_EXIT);
   t.equal(out.stderr.toString(), `${WRAPPER_FAILED_MARKER}: a command with a terminal (tty) needs script(1) from util-linux 2.35 or later in the image\n`);
   t.notOk(spawnSync('test', ['-e', side]).status === 0, 'nothing of the command ran');
+});
+
+t.test('script(1) that cannot fork its child (the pids limit): no start byte, judged sandbox_full', async (t) => {
+  if (missing) return needUnmet(t, missing);
+  const dir = mkdtempSync(join(tmpdir(), 'capybara-nofork-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const side = join(dir, 'ran');
+  // util-linux script at the pids limit: its help as the real one's, then the fork fails as
+  // script reports it (err(3) with EAGAIN), exit 1, before any child exists.
+  writeFileSync(join(dir, 'script'), `#!/bin/bash\nif [ "$1" = --help ]; then exec ${JSON.stringify(spawnSync('bash', ['-c', 'command -v script'], { encoding: 'utf8' }).stdout.trim())} --help; fi\necho "script: cannot create child process: Resource temporarily unavailable" >&2\nexit 1\n`);
+  chmodSync(join(dir, 'script'), 0o755);
+  const out = runTty(`touch ${side}`, { env: { ...process.env, PATH: `${dir}:${process.env.PATH ?? ''}` } });
+  t.equal(out.status, 1);
+  t.notOk(out.stderr.includes(STARTED_BYTE), `no start byte (stderr: ${JSON.stringify(out.stderr.toString())})`);
+  const failure = commandStartFailure(out.status, out.stdout.toString(), out.stderr.toString());
+  t.equal(failure.kind, 'full', `judged no room: ${failure.detail}`);
+  t.notOk(spawnSync('test', ['-e', side]).status === 0, 'nothing of the command ran');
+});
+
+t.test('the real script(1) with no pty to open: no start byte, a failed start, never the command\'s status', async (t) => {
+  if (missing) return needUnmet(t, missing);
+  if (process.getuid?.() !== 0) return needUnmet(t, 'root (to hide /dev/ptmx in a mount namespace of its own)');
+  const unshare = toolMissing('unshare', ['--version'], 'util-linux');
+  if (unshare !== undefined) return needUnmet(t, unshare);
+  const [file, ...args] = wrapperCmd(30, encodeArg(commandPayload('echo ran; exit 0', {}, undefined, NO_ECHO)), 'off', true);
+  const out = spawnSync('unshare', ['-m', 'bash', '-c', 'mount --bind /dev/null /dev/ptmx && exec "$@"', 'hide-ptmx', file ?? 'bash', ...args], {
+    input: '', encoding: 'buffer', timeout: 60_000, env: markedEnv(newMark('nopty')),
+  });
+  t.not(out.status, 0, out.stderr.toString());
+  t.notOk(out.stderr.includes(STARTED_BYTE), `no start byte (stderr: ${JSON.stringify(out.stderr.toString())})`);
+  t.notMatch(out.stdout.toString(), /ran/, 'the command did not run');
+  const failure = commandStartFailure(out.status, out.stdout.toString(), out.stderr.toString());
+  t.equal(failure.kind, 'failed');
+  t.match(failure.detail, /script: failed to create pseudo-terminal/);
 });

@@ -122,7 +122,8 @@ t.test('exit codes and notes', async (t) => {
   const rows: { name: string; result: Partial<ExecResult>; code: number; note: RegExp | undefined }[] = [
     { name: 'the command\'s own', result: { exitCode: 7 }, code: 7, note: undefined },
     { name: 'a timeout', result: { exitCode: null, timedOut: true }, code: 124, note: /the command timed out and was killed/ },
-    { name: 'the cap', result: { truncated: true }, code: 0, note: /output past 1000 bytes \(per stream, the deployment's maxLimits\.outputBytes\) was dropped/ },
+    { name: 'the cap (output held before the start)', result: { truncated: true }, code: 125, note: /output that came before the command began, past 1000 bytes \(per stream, the deployment's maxLimits\.outputBytes\), was dropped/ },
+    { name: 'the cap, and the command failed', result: { exitCode: 3, truncated: true }, code: 3, note: /was dropped/ },
     { name: 'no code', result: { exitCode: null }, code: 125, note: undefined },
   ];
   for (const row of rows) {
@@ -146,4 +147,70 @@ t.test('a SIGINT or SIGTERM to the CLI kills the command, then exits 128+N', asy
     t.match(out.stderr, new RegExp(`${signal} came; the command was killed`));
     t.equal(process.listenerCount(signal), before, `${signal}: its handler is gone afterwards`);
   }
+});
+
+/** A terminal whose stdout and stderr emit 'error' on demand, as a Node stream does after a failed write. */
+function failing(): FakeTerminal & { fail: (stream: 'stdout' | 'stderr', code: string) => void } {
+  const base = terminal();
+  const listeners = { stdout: new Set<(err: NodeJS.ErrnoException) => void>(), stderr: new Set<(err: NodeJS.ErrnoException) => void>() };
+  const end = (name: 'stdout' | 'stderr') => ({
+    ...base[name],
+    on: (_e: 'error', l: (err: NodeJS.ErrnoException) => void) => listeners[name].add(l),
+    off: (_e: 'error', l: (err: NodeJS.ErrnoException) => void) => listeners[name].delete(l),
+  });
+  const fail = (name: 'stdout' | 'stderr', code: string): void => {
+    for (const l of listeners[name]) l(Object.assign(new Error(code), { code }));
+  };
+  return { ...base, stdout: end('stdout'), stderr: end('stderr'), fail };
+}
+
+t.test('any write error is the reader gone: one abort, no more writes, exit 141', async (t) => {
+  for (const errors of [['EPIPE'], ['EIO'], ['ECONNRESET'], ['EIO', 'EPIPE', 'ECONNRESET']]) {
+    const term = failing();
+    const { io, out } = texts();
+    let aborts = 0;
+    const code = await runExecCommand((opts) => new Promise((resolve) => {
+      opts.signal?.addEventListener('abort', () => {
+        aborts += 1;
+        // Output still arriving while the kill runs is not written.
+        opts.onOutput?.('stdout', Buffer.from('late'));
+        setImmediate(() => resolve({ ...OK, exitCode: null, aborted: true }));
+      });
+      opts.onOutput?.('stdout', Buffer.from('first'));
+      for (const [i, e] of errors.entries()) term.fail(i % 2 === 0 ? 'stdout' : 'stderr', e);
+      opts.onOutput?.('stderr', Buffer.from('after'));
+    }), PLAIN, { ...io, terminal: term });
+    const name = errors.join('+');
+    t.equal(code, 141, `${name}: exit 141, as SIGPIPE`);
+    t.equal(aborts, 1, `${name}: aborted once`);
+    t.same([Buffer.concat(term.written.stdout).toString(), Buffer.concat(term.written.stderr).toString()], ['first', ''], `${name}: nothing written after the error`);
+    t.match(out.stderr, /the output's reader went away; the command was killed/, name);
+    t.notMatch(out.stderr, /SIGHUP/, `${name}: not called a hang-up`);
+  }
+});
+
+t.test('a write error after the command ended on its own is still not its status', async (t) => {
+  const term = failing();
+  const { io, out } = texts();
+  const code = await runExecCommand(async (opts) => {
+    opts.onOutput?.('stdout', Buffer.from('x'));
+    term.fail('stdout', 'EPIPE');
+    return OK;
+  }, PLAIN, { ...io, terminal: term });
+  t.equal(code, 141);
+  t.match(out.stderr, /the output's reader went away; output was lost/);
+});
+
+t.test('a signal before the reader went away is reported as the signal', async (t) => {
+  const term = failing();
+  const { io, out } = texts();
+  const code = await runExecCommand((opts) => new Promise((resolve) => {
+    opts.signal?.addEventListener('abort', () => {
+      term.fail('stdout', 'EPIPE');
+      setImmediate(() => resolve({ ...OK, exitCode: null, aborted: true }));
+    });
+    setImmediate(() => process.emit('SIGTERM', 'SIGTERM'));
+  }), PLAIN, { ...io, terminal: term });
+  t.equal(code, 143);
+  t.match(out.stderr, /SIGTERM came/);
 });
