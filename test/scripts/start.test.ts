@@ -4,7 +4,7 @@
  * proxy, which closes its port and ends, never left listening behind a dead npm.
  */
 import { spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -12,6 +12,7 @@ import t from 'tap';
 import { builtFingerprint, fingerprint, isBuilt, ROOT } from '../../scripts/build.mjs';
 import { freePort } from '../support/loopback.js';
 import { needUnmet } from '../support/needs.js';
+import { alive, childrenOf } from '../support/processes.js';
 
 t.test('the fingerprint follows the sources tsconfig.json compiles and the build settings, nothing else', async (t) => {
   const root = mkdtempSync(join(tmpdir(), 'capybara-build-'));
@@ -50,33 +51,6 @@ t.test('the fingerprint follows the sources tsconfig.json compiles and the build
   writeFileSync(join(root, 'tsconfig.json'), JSON.stringify({ include: ['lib/*.ts'] }));
   t.throws(() => fingerprint(root), /include pattern lib\/\*\.ts is not one build.mjs can list/, 'a pattern it cannot list is an error, not a stale build');
 });
-
-/** The processes whose parent is `pid`. */
-function childrenOf(pid: number): number[] {
-  const found: number[] = [];
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-      // pid (comm) state ppid ...: comm may hold spaces and parentheses, so read after the last ")".
-      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-      if (ppid === pid) found.push(Number(entry));
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return found;
-}
-
-/** Alive: present and not a zombie (a slow reaper may leave a dead process's entry for a while). */
-function alive(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
-  } catch {
-    return false;
-  }
-}
 
 function accepts(port: number): Promise<boolean> {
   return new Promise((resolve) => {

@@ -26,6 +26,7 @@ import {
 } from '../../../controller/exec/exec-script.js';
 import { isSandboxError } from '../../../controller/spec/errors.js';
 import { leftOutOfUnitRun, needUnmet, toolMissing } from '../../support/needs.js';
+import { liveWithEnv } from '../../support/processes.js';
 
 // These run the scripts with the host's bash and coreutils (no Docker): the same programs the
 // sandbox image ships. The kill scripts read every process's environment on this machine, and
@@ -50,20 +51,9 @@ function run(cmd: string[], input?: Buffer | string, env?: NodeJS.ProcessEnv) {
   return spawnSync(file ?? 'bash', args, { input: typeof input === 'string' ? Buffer.from(input) : input, encoding: 'buffer', timeout: 120_000, env });
 }
 
-/** Live processes carrying a mark (or whose environment cannot be read any more). */
+/** Live processes carrying a mark. */
 function liveMarked(mark: string): number[] {
-  const live: number[] = [];
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-      if (/^[ZX]/.test(stat.slice(stat.lastIndexOf(')') + 2))) continue;
-      if (readFileSync(`/proc/${entry}/environ`, 'latin1').split('\0').includes(`${EXEC_MARK_VAR}=${mark}`)) live.push(Number(entry));
-    } catch {
-      // ended meanwhile
-    }
-  }
-  return live;
+  return liveWithEnv(`${EXEC_MARK_VAR}=${mark}`);
 }
 
 /** Clock ticks per second, the unit of a process's start time in /proc/PID/stat. */

@@ -10,7 +10,7 @@
 import t from 'tap';
 import { spawn, spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { chmodSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
@@ -30,6 +30,7 @@ import {
 } from '../../../controller/exec/exec-script.js';
 import { commandStartFailure } from '../../../controller/exec/sandbox-full.js';
 import { leftOutOfUnitRun, needUnmet, toolMissing } from '../../support/needs.js';
+import { liveWithEnv } from '../../support/processes.js';
 
 const START = String.fromCharCode(STARTED_BYTE);
 const NO_ECHO: TerminalSettings = { echo: false };
@@ -47,20 +48,9 @@ function runTty(command: string, opts: { tty?: TerminalSettings; input?: string;
   return spawnSync(file ?? 'bash', args, { input: Buffer.from(opts.input ?? ''), encoding: 'buffer', timeout: 60_000, env: markedEnv(opts.mark ?? newMark('tty'), opts.env) });
 }
 
-/** Live processes whose environment carries the mark. */
+/** Live processes carrying a mark. */
 function liveMarked(mark: string): number[] {
-  const live: number[] = [];
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-      if (/^[ZX]/.test(stat.slice(stat.lastIndexOf(')') + 2))) continue;
-      if (readFileSync(`/proc/${entry}/environ`, 'latin1').split('\0').includes(`${EXEC_MARK_VAR}=${mark}`)) live.push(Number(entry));
-    } catch {
-      // Gone meanwhile, or not ours to read.
-    }
-  }
-  return live;
+  return liveWithEnv(`${EXEC_MARK_VAR}=${mark}`);
 }
 
 const missing = toolMissing('script', ['--version'], 'util-linux (bsdutils)');
