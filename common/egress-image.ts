@@ -34,6 +34,14 @@ export const EGRESS_ENV = {
   refusalHint: 'EGRESS_REFUSAL_HINT',
   /** `report`: learn an allowlist (what only the allowlist or the ports refuse is allowed, marked would_deny). */
   mode: 'EGRESS_MODE',
+  /** The deployment CA of inspected hosts: a directory only the proxy's user may read, generated on first use. */
+  caDir: 'EGRESS_CA_DIR',
+  /** The deployment CA given inline instead (the controller's per-sandbox proxies): base64 of the certificate's and the key's PEM. */
+  caInline: 'EGRESS_CA_INLINE',
+  /** The PEM bundle the upstreams of inspected hosts are verified against (default: the system trust store). */
+  upstreamCa: 'EGRESS_UPSTREAM_CA',
+  /** The policy as one line of JSON, instead of a file (the controller's per-sandbox proxies). */
+  policyJson: 'EGRESS_POLICY_JSON',
   /** Tests only: a JSON map of host to address(es) that pins those names. */
   testHosts: 'CAPYBARA_EGRESS_TEST_HOSTS',
 } as const;

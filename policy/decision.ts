@@ -42,6 +42,8 @@ export interface AllowedTarget {
   readonly rules?: RequestRules | undefined;
   /** Set only in report mode: the refusal enforce mode would have given. */
   readonly wouldDeny?: WouldDeny | undefined;
+  /** The matched entry is inspected: a tunnel to it is TLS the proxy terminates (proxy/inspect/). */
+  readonly inspect?: true | undefined;
 }
 
 export interface Allowed extends AllowedTarget {
@@ -62,7 +64,18 @@ export type Lookup = (name: string) => Promise<LookupOutcome>;
 // Fields listed one by one: V8 gives an object built by spread-plus-properties a new hidden class
 // on every call, which costs microseconds on each request.
 function allowed(target: AllowedTarget, addresses: readonly string[], pinnedBy: Allowed['pinnedBy']): Allowed {
-  return { allowed: true, host: target.host, port: target.port, rule: target.rule, tunnel: target.tunnel, rules: target.rules, wouldDeny: target.wouldDeny, addresses, pinnedBy };
+  return {
+    allowed: true,
+    host: target.host,
+    port: target.port,
+    rule: target.rule,
+    tunnel: target.tunnel,
+    rules: target.rules,
+    wouldDeny: target.wouldDeny,
+    inspect: target.inspect,
+    addresses,
+    pinnedBy,
+  };
 }
 
 /**
@@ -92,7 +105,7 @@ export function checkTarget(policy: Policy, rawHost: string, port: number): Allo
     // The first refusal is the one enforce mode would give (the host's, when both apply).
     wouldDeny ??= { reason: 'port_not_allowed', detail };
   }
-  return { allowed: true, host, port, rule: pattern?.entry, tunnel: pattern?.tunnel ?? policy.tunnelDefault, rules: pattern?.rules, wouldDeny };
+  return { allowed: true, host, port, rule: pattern?.entry, tunnel: pattern?.tunnel ?? policy.tunnelDefault, rules: pattern?.rules, wouldDeny, inspect: pattern?.inspect };
 }
 
 /**
@@ -113,10 +126,11 @@ export function checkRequest(
 
 /**
  * A tunnel (CONNECT, transparent TLS) to an allowed target: refused when its entry has method or
- * path rules, since the requests inside a tunnel are out of the proxy's sight and would pass them.
+ * path rules and is not inspected, since the requests inside such a tunnel are out of the proxy's
+ * sight and would pass them. Inside an inspected one, each request is checked.
  */
 function checkTunnel(target: AllowedTarget): AllowedTarget | Denial {
-  if (target.rules === undefined) return target;
+  if (target.rules === undefined || target.inspect === true) return target;
   const detail = `the allowHosts entry ${target.rule} has rules (${describeRules(target.rules)}) that the proxy can check only in plain HTTP, so it allows no tunnel`;
   return { allowed: false, reason: 'tunnel_not_allowed', detail, host: target.host, port: target.port };
 }

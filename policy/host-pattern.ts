@@ -20,8 +20,10 @@ export interface HostPattern {
   /** The entry as matched and logged: the name, or `*.` and the name. */
   readonly entry: string;
   readonly tunnel: TunnelMode;
-  /** The entry's method and path rules, if it has any (it then allows plain HTTP only). */
+  /** The entry's method and path rules, if it has any (it then allows plain HTTP only, unless inspected). */
   readonly rules?: RequestRules | undefined;
+  /** The proxy terminates TLS to these hosts and reads each request (proxy/inspect/). */
+  readonly inspect?: true | undefined;
 }
 
 export type PatternParse =

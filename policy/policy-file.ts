@@ -31,10 +31,14 @@ export const PolicyFileSchema = z.strictObject({
             .array(z.string())
             .optional()
             .describe('Plain-HTTP paths allowed to this host: "/exact", or a prefix of whole segments "/repos/org/*"; compared after strict normalisation (policy/request-path.ts), the query never; default every path.'),
+          inspect: z
+            .boolean()
+            .optional()
+            .describe('true: the proxy terminates TLS to this host with a leaf of the deployment CA, opens its own verified TLS to the upstream, and reads every request (Host must be the server name; methods and paths apply inside). Default false: a tunnel it cannot read.'),
         }),
       ]),
     )
-    .describe('Host names that may be reached: "example.com" exactly, "*.example.com" any name below it; or { host, tunnel, methods, paths } to set the tunnel mode, or the method and path rules, of that entry.'),
+    .describe('Host names that may be reached: "example.com" exactly, "*.example.com" any name below it; or { host, tunnel, methods, paths, inspect } to set the tunnel mode, the method and path rules, or TLS inspection of that entry.'),
   connectPorts: z
     .array(z.number().int().min(1).max(65535))
     .min(1)

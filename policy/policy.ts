@@ -15,6 +15,8 @@ export interface Policy {
   readonly allowHosts: readonly string[];
   /** The method and path rules of the entries that have them, by entry. */
   readonly entryRules: ReadonlyMap<string, RequestRules>;
+  /** The entries whose TLS the proxy terminates (`inspect: true`); a policy with any needs the deployment CA. */
+  readonly inspected: readonly string[];
   readonly allowlist: Allowlist;
   readonly connectPorts: ReadonlySet<number>;
   /**
@@ -47,6 +49,7 @@ export type AllowEntry =
       readonly tunnel?: TunnelMode | undefined;
       readonly methods?: readonly string[] | undefined;
       readonly paths?: readonly string[] | undefined;
+      readonly inspect?: boolean | undefined;
     };
 
 export interface PolicyInput {
@@ -99,6 +102,7 @@ function entryProblem(pattern: HostPattern, earlier: HostPattern | undefined, re
   if (pattern.tunnel === 'opaque' && requireTls) return ': an opaque tunnel is refused because TLS is required for every tunnel (--require-sni true)';
   if (earlier === undefined) return undefined;
   if (earlier.rules !== undefined || pattern.rules !== undefined) return ' is listed again, and one of the two has methods or paths; list it once, with all of its rules';
+  if (earlier.inspect !== pattern.inspect) return ' is listed again, and only one of the two is inspected; list it once';
   if (earlier.tunnel !== pattern.tunnel) return ` is listed again with tunnel ${pattern.tunnel} (before: ${earlier.tunnel}); list it once`;
   return undefined;
 }
@@ -120,10 +124,15 @@ export function buildPolicy(input: PolicyInput): PolicyBuild {
       for (const p of rules.problems) problems.push({ path: `allowHosts[${i}].${p.path}`, message: p.message });
       return;
     }
-    // An entry with rules allows no tunnel (decision.ts): a tunnel mode, the default's included, means nothing for it.
-    const pattern = rules.rules === undefined ? parsed.pattern : { ...parsed.pattern, tunnel: 'tls' as const, rules: rules.rules };
-    const opaqueRules = rules.rules !== undefined && typeof item !== 'string' && item.tunnel === 'opaque';
-    const problem = opaqueRules
+    const inspect = typeof item !== 'string' && item.inspect === true;
+    // An entry with rules allows no tunnel unless inspected (decision.ts), and an inspected entry is
+    // TLS the proxy terminates: a tunnel mode, the default's included, means nothing for either.
+    const pattern =
+      rules.rules === undefined && !inspect ? parsed.pattern : { ...parsed.pattern, tunnel: 'tls' as const, rules: rules.rules, inspect: inspect ? (true as const) : undefined };
+    const opaque = typeof item !== 'string' && item.tunnel === 'opaque';
+    const problem = opaque && inspect
+      ? ': an inspected entry is TLS that the proxy terminates and reads, so tunnel: opaque means nothing here; drop one'
+      : opaque && rules.rules !== undefined
       ? ': an entry with methods or paths allows no tunnel (the proxy checks them in plain HTTP only), so tunnel: opaque means nothing here; drop one'
       : entryProblem(pattern, seen.get(pattern.entry), input.requireTls === true);
     if (problem !== undefined) {
@@ -161,6 +170,7 @@ export function buildPolicy(input: PolicyInput): PolicyBuild {
   const policy: Policy = {
     allowHosts: Object.freeze(patterns.map((p) => p.entry)),
     entryRules: new Map(patterns.flatMap((p) => (p.rules === undefined ? [] : [[p.entry, p.rules] as const]))),
+    inspected: Object.freeze(patterns.flatMap((p) => (p.inspect ? [p.entry] : []))),
     allowlist: compileAllowlist(patterns),
     connectPorts: new Set(ports),
     testHosts,

@@ -85,6 +85,24 @@ export const REASONS = {
     status: 502,
     advice: 'the upstream did not answer the TLS ClientHello with TLS (it spoke first, or in clear); reach a TLS port of the host, or, for a protocol other than TLS, mark the host tunnel: opaque in the policy',
   },
+  upstream_tls_invalid: {
+    status: 502,
+    advice: 'the upstream of an inspected host did not present a certificate valid for its name under the proxy\'s trust store (--upstream-ca); fix the upstream, or give the proxy the CA that signs it',
+  },
+  host_mismatch: {
+    status: 421,
+    advice: 'inside an inspected connection every request\'s Host must name the TLS server name; open a connection to the other host instead',
+  },
+  client_rejected_ca: {
+    // Never an HTTP answer: the client's TLS stack refused the leaf, and this is the reason the
+    // connection's decision line gives.
+    status: 502,
+    advice: 'the client does not trust the deployment CA of inspected hosts: add the certificate "capybara-egress ca" prints to its trust store (SSL_CERT_FILE, NODE_EXTRA_CA_CERTS, REQUESTS_CA_BUNDLE, GIT_SSL_CAINFO)',
+  },
+  secret_wrong_host: {
+    status: 403,
+    advice: 'a secret placeholder goes only in request headers to the hosts its secret is bound to, never to another host and never in the URL or the body',
+  },
   overloaded: {
     status: 503,
     advice: 'the proxy holds as many unchecked bytes as its memory allows (this client its share of them); retry later, with fewer connections opened at once',
