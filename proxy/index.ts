@@ -1,5 +1,6 @@
 /** The egress proxy: sockets, HTTP and tunnels around the pure decisions of policy/. */
 export { createEgressProxy, type EgressProxy, type EgressProxyOptions } from './server.js';
+export type { Inspection, LeafIssuer } from './admission/index.js';
 export { DEFAULT_LIMITS, MAX_LOOKUPS_IN_FLIGHT, type ProxyLimits } from './budget/index.js';
 export { createLookup, limitLookups, type ClientLookup, type LookupOptions, type LookupWork } from './dns/index.js';
 export { createLogger } from './record/index.js';

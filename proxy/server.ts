@@ -9,10 +9,11 @@ import net, { type AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import type { Registry } from 'prom-client';
 import type { Policy } from '../policy/index.js';
-import { Admission, type ClientConnection, type ProxyContext } from './admission/index.js';
+import { Admission, type ClientConnection, type Inspection, type ProxyContext } from './admission/index.js';
 import { clientShare, DEFAULT_LIMITS, MemoryBudget, type ProxyLimits } from './budget/index.js';
 import type { ClientLookup } from './dns/index.js';
 import { createHttpFront, FirstBytes, Handlers } from './front/index.js';
+import { Inspector } from './inspect/index.js';
 import { Closer, createProxyMetrics, Decisions, F, type Logger } from './record/index.js';
 import { startTransparent, type Transparent, type TransparentOptions } from './transparent/index.js';
 import { defaultConnect, OwnListeners, UpstreamPools, type Connect } from './upstream/index.js';
@@ -30,6 +31,8 @@ export interface EgressProxyOptions {
    * every listener's connections; without one, nothing is refused for memory.
    */
   readonly memory?: MemoryBudget;
+  /** The deployment CA's leaves and the upstream trust store: needed by a policy with inspected entries. */
+  readonly inspection?: Inspection | undefined;
 }
 
 export interface EgressProxy {
@@ -43,6 +46,8 @@ export interface EgressProxy {
   close(): Promise<void>;
   /** Replaces the policy for new requests; open tunnels are left alone. */
   setPolicy(policy: Policy): void;
+  /** Replaces the CA and trust store for new inspected connections and requests (a reload). */
+  setInspection(inspection: Inspection | undefined): void;
   readonly openConnections: number;
   /** Prometheus registry of this proxy's metrics. */
   readonly metrics: Registry;
@@ -52,7 +57,13 @@ export interface EgressProxy {
 const ACCEPT_ERROR_LOG_MS = 1_000;
 
 /** What every handler shares, around a policy that `setPolicy` replaces. */
-function contextOf(options: EgressProxyOptions, limits: ProxyLimits, observer: ProxyContext['observer'], own: OwnListeners, policy: () => Policy): ProxyContext {
+function contextOf(
+  options: EgressProxyOptions,
+  limits: ProxyLimits,
+  observer: ProxyContext['observer'],
+  own: OwnListeners,
+  live: { policy: () => Policy; inspection: () => Inspection | undefined; inspector: Inspector },
+): ProxyContext {
   const connect = options.connect ?? defaultConnect;
   const pools = new UpstreamPools({ connect, connectTimeoutMs: limits.connectTimeoutMs, idleTimeoutMs: limits.idleTimeoutMs, maxHeaderBytes: 64 * 1024, maxPools: 1024 });
   const lookup: ClientLookup = async (name, client) => {
@@ -61,7 +72,7 @@ function contextOf(options: EgressProxyOptions, limits: ProxyLimits, observer: P
     observer.dnsLookup((performance.now() - t) / 1000, outcome.ok ? 'ok' : outcome.reason);
     return outcome;
   };
-  return { policy, lookup, ownListener: own.has, limits, connect, pools, observer };
+  return { policy: live.policy, lookup, ownListener: own.has, limits, connect, pools, observer, inspection: live.inspection, inspector: live.inspector };
 }
 
 /**
@@ -102,12 +113,15 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   const limits: ProxyLimits = Object.freeze({ ...configured, maxConnectionsPerClient: clientShare(configured.maxConnections, configured.maxConnectionsPerClient) });
   const log = options.logger;
   let policy = options.policy;
+  let inspection = options.inspection;
   const budget = options.memory ?? new MemoryBudget({ totalBytes: Infinity, perClientBytes: Infinity });
   const metrics = createProxyMetrics(() => budget.used, () => policy.mode === 'report');
   const { observer } = metrics;
   // Every address and port the proxy listens on: never dialled.
   const own = new OwnListeners();
-  const ctx = contextOf(options, limits, observer, own, () => policy);
+  // An inspected connection's inside is served like any connection's first bytes.
+  const inspector = new Inspector((connection) => firstBytes.read(connection), limits.helloTimeoutMs);
+  const ctx = contextOf(options, limits, observer, own, { policy: () => policy, inspection: () => inspection, inspector });
   const decisions = new Decisions(observer, log);
   const handlers = new Handlers(ctx, decisions, log);
   const httpServer = createHttpFront(limits, budget, handlers);
@@ -151,6 +165,9 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     },
     setPolicy(next) {
       policy = next;
+    },
+    setInspection(next) {
+      inspection = next;
     },
     get openConnections() {
       return admission.openConnections;

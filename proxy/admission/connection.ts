@@ -19,12 +19,26 @@ export interface TransparentEntry {
   readonly port: number;
 }
 
+/**
+ * The decrypted inside of an inspected connection (proxy/inspect/): TLS the proxy terminated for
+ * `host` (the CONNECT host, or the transparent hello's server name) on `port`. Its requests must
+ * name that host.
+ */
+export interface InspectedEntry {
+  readonly kind: 'inspect';
+  readonly host: string;
+  readonly port: number;
+}
+
+/** What a connection came in by: a transparent listener, or an inspected connection's inside. */
+export type ConnectionEntry = TransparentEntry | InspectedEntry;
+
 /** What the server gives a connection it accepts. */
 export interface Accepted {
   readonly id: number;
   /** The client's address, in one spelling (own-address.ts's canonicalAddress). */
   readonly clientIp: string;
-  readonly entry: TransparentEntry | undefined;
+  readonly entry: ConnectionEntry | undefined;
   /** Its charge to the memory budget; UNCHARGED when the budget had no room for it at the accept. */
   readonly memory: Charge;
   /** The budget had no room for it: it is only refused (or answered, if it is the health check). */
@@ -45,7 +59,7 @@ export class ClientConnection {
   readonly clientIp: string;
   /** `ip:port` of the client. */
   readonly client: string;
-  readonly entry: TransparentEntry | undefined;
+  readonly entry: ConnectionEntry | undefined;
   readonly memory: Charge;
   readonly overloaded: boolean;
   /** Client bytes already counted for earlier requests on this connection. */
@@ -83,8 +97,17 @@ export class ClientConnection {
 
   /** Its lines' logger (conn, client, and via for a transparent one); built on first use. */
   get log(): Logger {
-    this.child ??= this.accepted.root.child({ [F.conn]: this.id, [F.client]: this.client, ...(this.entry && { [F.via]: 'transparent' }) });
+    const via = this.entry === undefined ? undefined : this.entry.kind === 'inspect' ? 'inspect' : 'transparent';
+    this.child ??= this.accepted.root.child({ [F.conn]: this.id, [F.client]: this.client, ...(via && { [F.via]: via }) });
     return this.child;
+  }
+
+  /**
+   * The connection of the decrypted stream inside this one (an inspected connection): the same
+   * client, id and memory charge; its slot in the limits is this one's, so it gives none back.
+   */
+  inner(socket: Socket, entry: InspectedEntry): ClientConnection {
+    return new ClientConnection(socket, { ...this.accepted, entry, overloaded: false, uncount: () => undefined });
   }
 
   /** Whether it was refused already (a second refusal writes nothing). */

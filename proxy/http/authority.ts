@@ -9,6 +9,8 @@ import type { Reason } from '../../policy/index.js';
 
 /** http's own port (RFC 9110 §4.2.1): what an authority or Host without a port means, and the one transparent port read as HTTP. */
 export const HTTP_PORT = 80;
+/** What a Host without a port means inside an inspected (TLS) connection. */
+export const HTTPS_PORT = 443;
 
 export type ParsedTarget =
   | { readonly ok: true; readonly host: string; readonly port: number; readonly path: string }

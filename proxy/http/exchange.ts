@@ -8,11 +8,12 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
+import type { UpstreamTrust } from '../upstream/index.js';
 import type { Allowed } from '../../policy/index.js';
 import type { ClientConnection, ProxyContext } from '../admission/index.js';
 import { READ_AHEAD_BYTES, type Held } from '../budget/index.js';
 import { destinationOf, F, ms, refuseResponse, type DecisionRecorder, type Refusal } from '../record/index.js';
-import { HTTP_PORT } from './authority.js';
+import { HTTP_PORT, HTTPS_PORT } from './authority.js';
 import type { BodyFraming } from './request-head.js';
 import { checkResponseHead } from './response-head.js';
 import { dialAttempts, ExchangeError, failureDetail, latin1, upstreamReason } from './upstream-failure.js';
@@ -25,6 +26,8 @@ export interface Forwarding {
   readonly started: number;
   readonly decideMs: number;
   readonly record: DecisionRecorder;
+  /** Inside an inspected connection: TLS to the upstream, verified against this trust store. */
+  readonly trust?: UpstreamTrust | undefined;
 }
 
 export class Exchange {
@@ -89,10 +92,11 @@ export class Exchange {
   }
 
   private dispatch(): void {
-    const { decision, framing } = this.f;
-    const headers = [...this.f.headers, 'host', decision.port === HTTP_PORT ? decision.host : `${decision.host}:${decision.port}`];
+    const { decision, framing, trust } = this.f;
+    const ownPort = trust === undefined ? HTTP_PORT : HTTPS_PORT;
+    const headers = [...this.f.headers, 'host', decision.port === ownPort ? decision.host : `${decision.host}:${decision.port}`];
     if (framing.kind === 'length') headers.push('content-length', String(framing.length));
-    const pool = this.ctx.pools.forTarget(decision.host, decision.port, decision.addresses);
+    const pool = this.ctx.pools.forTarget(decision.host, decision.port, decision.addresses, trust);
     try {
       pool.dispatch(
         {

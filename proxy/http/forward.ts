@@ -17,8 +17,9 @@ import { EGRESS_HEALTH_PATH } from '../../common/index.js';
 import { checkRequest, checkTarget, resolveTarget } from '../../policy/index.js';
 import type { ClientConnection, ProxyContext } from '../admission/index.js';
 import { destinationOf, F, ms, refuseResponse, type DecisionRecorder, type LineFields, type Refusal } from '../record/index.js';
-import { parseAbsoluteUrl } from './authority.js';
+import { HTTP_PORT, HTTPS_PORT, parseAbsoluteUrl } from './authority.js';
 import { Exchange } from './exchange.js';
+import { inspectedTarget } from './inspected-target.js';
 import { checkRequestHead } from './request-head.js';
 import { transparentTarget } from './transparent-http.js';
 
@@ -50,8 +51,12 @@ export function createForwarder(ctx: ProxyContext) {
     connection.holdInFlight(res, early);
 
     if (entry === undefined && url.startsWith('/')) return deny({ reason: 'bad_request', detail: 'this is a proxy: send an absolute http:// URL or CONNECT host:port' });
-    const parsed = entry === undefined ? parseAbsoluteUrl(url) : transparentTarget(req.rawHeaders, url, entry.port);
+    const parsed =
+      entry === undefined ? parseAbsoluteUrl(url) : entry.kind === 'inspect' ? inspectedTarget(req.rawHeaders, url, entry) : transparentTarget(req.rawHeaders, url, entry.port);
     if (!parsed.ok) return deny({ reason: parsed.reason, detail: parsed.detail });
+    // Inside an inspected connection, the upstream is TLS the proxy opens and verifies.
+    const trust = entry?.kind === 'inspect' ? ctx.inspection()?.upstreamCa : undefined;
+    if (entry?.kind === 'inspect' && trust === undefined) return deny({ reason: 'internal_error', detail: 'the proxy no longer has the trust store of inspected hosts' });
 
     const policy = ctx.policy();
     const checked = checkTarget(policy, parsed.host, parsed.port);
@@ -60,7 +65,7 @@ export function createForwarder(ctx: ProxyContext) {
     // The entry's method and path rules, before any lookup: a refused request reaches nothing.
     const ruled = checkRequest(checked, { method: req.method ?? '', target: parsed.path, rawHeaders: req.rawHeaders });
     if (!ruled.allowed) return deny(ruled, { [F.rule]: checked.rule });
-    const head = checkRequestHead(req.rawHeaders, checked.host, checked.port, req.httpVersion !== '1.0');
+    const head = checkRequestHead(req.rawHeaders, checked.host, checked.port, req.httpVersion !== '1.0', trust === undefined ? HTTP_PORT : HTTPS_PORT);
     if (!head.ok) return deny({ reason: 'bad_request', detail: head.detail, host: checked.host, port: checked.port });
 
     const decision = await resolveTarget(policy, checked, (name) => ctx.lookup(name, clientIp), ctx.ownListener);
@@ -78,6 +83,6 @@ export function createForwarder(ctx: ProxyContext) {
       record.allow(destinationOf(decision), { [F.decideMs]: decideMs, [F.error]: 'client_closed' });
       return;
     }
-    new Exchange(ctx, connection, req, res, { decision, path: ruled.target, headers: head.headers, framing: head.framing, started, decideMs, record }).start();
+    new Exchange(ctx, connection, req, res, { decision, path: ruled.target, headers: head.headers, framing: head.framing, started, decideMs, record, trust }).start();
   };
 }

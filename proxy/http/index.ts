@@ -3,6 +3,7 @@ export * from './authority.js';
 export * from './connect-head.js';
 export * from './exchange.js';
 export * from './forward.js';
+export * from './inspected-target.js';
 export * from './request-head.js';
 export * from './response-head.js';
 export * from './transparent-http.js';

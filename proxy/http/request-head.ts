@@ -51,20 +51,21 @@ function bad(detail: string): RequestHead {
   return { ok: false, detail };
 }
 
-/** Whether a Host header value is exactly `host[:port]` naming `host` and `port` (port 80 may be left out). */
-function hostMatches(value: string, host: string, port: number): boolean {
+/** Whether a Host header value is exactly `host[:port]` naming `host` and `port` (the scheme's own port may be left out). */
+function hostMatches(value: string, host: string, port: number, defaultPort: number): boolean {
   const m = HOST_PORT.exec(value);
   if (m === null) return false;
   const name = parseHostName(m[1]!);
-  const givenPort = m[2] === undefined ? HTTP_PORT : Number(m[2]);
+  const givenPort = m[2] === undefined ? defaultPort : Number(m[2]);
   return name.ok && name.name === host && givenPort === port;
 }
 
 /**
  * Judges a request head. `rawHeaders` is Node's flat name/value list; `host` and `port` are the
- * URL's, already normalised; `hostRequired` is false only for HTTP/1.0.
+ * URL's, already normalised; `hostRequired` is false only for HTTP/1.0; `defaultPort` is the
+ * port a Host without one means (443 inside an inspected TLS connection).
  */
-export function checkRequestHead(rawHeaders: readonly string[], host: string, port: number, hostRequired: boolean): RequestHead {
+export function checkRequestHead(rawHeaders: readonly string[], host: string, port: number, hostRequired: boolean, defaultPort = HTTP_PORT): RequestHead {
   const named = new Set<string>();
   let hostValue: string | undefined;
   let hosts = 0;
@@ -98,7 +99,7 @@ export function checkRequestHead(rawHeaders: readonly string[], host: string, po
   if (hosts > 1) return bad('more than one Host header');
   if (hostValue === undefined) {
     if (hostRequired) return bad('an HTTP/1.1 request needs a Host header');
-  } else if (!hostMatches(hostValue, host, port)) {
+  } else if (!hostMatches(hostValue, host, port, defaultPort)) {
     return bad('the Host header must be exactly the host and port of the URL');
   }
 

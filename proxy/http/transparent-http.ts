@@ -12,8 +12,11 @@ function bad(detail: string): ParsedTarget {
   return { ok: false, reason: 'bad_request', detail };
 }
 
-/** `url` is the request-target as sent; `port` the port the client dialled. */
-export function transparentTarget(rawHeaders: readonly string[], url: string, port: number): ParsedTarget {
+/**
+ * `url` is the request-target as sent; `port` the port the client dialled; `defaultPort` what a
+ * Host without a port means (http's own, or https's inside an inspected connection).
+ */
+export function transparentTarget(rawHeaders: readonly string[], url: string, port: number, defaultPort = HTTP_PORT): ParsedTarget {
   if (!url.startsWith('/')) return bad('a request to a transparent listener must name a path (origin-form), not a URL or an authority');
   if (url.includes('#')) return bad('a fragment is not allowed in a request target');
   let host: string | undefined;
@@ -23,8 +26,8 @@ export function transparentTarget(rawHeaders: readonly string[], url: string, po
     host = rawHeaders[i + 1]!;
   }
   if (host === undefined || host === '') return bad('a transparent HTTP request needs a Host header: it names the destination');
-  // No port in Host means http's own, as request-head.ts reads it too.
-  const parsed = parseHostHeader(host, HTTP_PORT);
+  // No port in Host means the scheme's own, as request-head.ts reads it too.
+  const parsed = parseHostHeader(host, defaultPort);
   if (!parsed.ok) return parsed;
   if (parsed.port !== port) return bad(`the Host header names port ${parsed.port}, but the request came to port ${port}`);
   return { ok: true, host: parsed.host, port, path: url };

@@ -8,7 +8,7 @@ export class ExchangeError extends CodedError<'upstream_timeout' | 'bad_upstream
 
 /** An upstream failure, as the reason a refusal gives for it. */
 export function upstreamReason(err: Error): Reason {
-  if (isDialError(err) || isCodedError(err, 'ExchangeError')) return err.code as Reason;
+  if (isDialError(err) || isCodedError(err, 'ExchangeError') || isCodedError(err, 'UpstreamTlsError')) return err.code as Reason;
   // undici's own error codes, and the socket's.
   const code = (err as NodeJS.ErrnoException).code;
   if (code === 'UND_ERR_HEADERS_TIMEOUT') return 'upstream_timeout';

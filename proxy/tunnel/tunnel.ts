@@ -106,6 +106,10 @@ export async function openTunnel(
     return deny(record, connection, decision, { [F.addresses]: decision.addresses, [F.decideMs]: decideMs }, entry);
   }
   record.wouldDeny(decision.wouldDeny);
+  if (decision.inspect === true) {
+    const start = { decision, started, decideMs, headCharged: target.headCharged ?? 0 };
+    return ctx.inspector.start(connection, ctx.inspection(), start, head, record, entry);
+  }
   const tls = entry.alwaysTls || decision.tunnel === 'tls';
   // A client gone while its request was decided still gets its one decision line.
   const clientGone = (): void =>

@@ -3,4 +3,5 @@ export * from './dial.js';
 export * from './own-address.js';
 export * from './own-buffer.js';
 export * from './own-listeners.js';
+export * from './tls-dial.js';
 export * from './upstream-pools.js';

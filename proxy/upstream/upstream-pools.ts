@@ -1,5 +1,6 @@
 /**
- * Keep-alive connection pools for plain-HTTP forwarding (undici), one per pinned destination. The
+ * Keep-alive connection pools for plain-HTTP forwarding, and for the requests of inspected
+ * connections over TLS the proxy opens (tls-dial.ts) (undici), one per pinned destination. The
  * pool key includes the checked addresses and every connection is opened by the pinned dialer, so
  * a pooled connection is always to an address that was checked for the request that reuses it; a
  * new DNS answer means a new pool.
@@ -11,6 +12,7 @@ import type { Pool } from 'undici';
 import type * as Undici from 'undici';
 import { requireCjs } from '../../common/index.js';
 import { dialPinned, type Connect } from './dial.js';
+import { secureUpstream, type UpstreamTrust } from './tls-dial.js';
 
 type PoolClass = typeof Pool;
 
@@ -29,19 +31,25 @@ export class UpstreamPools {
   private readonly pools = new Map<string, Pool>();
   private newest: string | undefined;
   private PoolClass: PoolClass | undefined;
+  /** Each trust store a TLS pool was made with, numbered: a new store (a reload) means new pools. */
+  private readonly trusts = new WeakMap<UpstreamTrust, number>();
+  private nextTrust = 1;
 
   constructor(private readonly options: PoolOptions) {}
 
-  /** The pool for one pinned destination, created on first use. */
-  forTarget(host: string, port: number, addresses: readonly string[]): Pool {
-    const key = `${host}|${port}|${addresses.join(',')}`;
+  /**
+   * The pool for one pinned destination, created on first use: plain HTTP, or TLS verified for
+   * `host` against `trust` when one is given.
+   */
+  forTarget(host: string, port: number, addresses: readonly string[], trust?: UpstreamTrust): Pool {
+    const key = `${trust === undefined ? 'http' : `https${this.trustId(trust)}`}|${host}|${port}|${addresses.join(',')}`;
     let pool = this.pools.get(key);
     if (pool !== undefined) {
       // Moved to the end (most recently used) only when it is not there already.
       if (key === this.newest) return pool;
       this.pools.delete(key);
     } else {
-      pool = this.create(host, port, addresses);
+      pool = this.create(host, port, addresses, trust);
       if (this.pools.size >= this.options.maxPools) {
         const [oldestKey, oldest] = this.pools.entries().next().value as [string, Pool];
         this.pools.delete(oldestKey);
@@ -60,13 +68,26 @@ export class UpstreamPools {
     this.newest = undefined;
   }
 
-  private create(host: string, port: number, addresses: readonly string[]): Pool {
+  private trustId(trust: UpstreamTrust): number {
+    let id = this.trusts.get(trust);
+    if (id === undefined) {
+      id = this.nextTrust++;
+      this.trusts.set(trust, id);
+    }
+    return id;
+  }
+
+  private create(host: string, port: number, addresses: readonly string[], trust: UpstreamTrust | undefined): Pool {
     const { connect, connectTimeoutMs, idleTimeoutMs, maxHeaderBytes } = this.options;
     this.PoolClass ??= (requireCjs('undici') as typeof Undici).Pool;
-    return new this.PoolClass(`http://${host}:${port}`, {
+    const open = async () => {
+      const dialed = await dialPinned(addresses, port, { connect, purpose: 'http', timeoutMs: connectTimeoutMs });
+      return trust === undefined ? dialed.socket : secureUpstream(dialed.socket, host, trust, connectTimeoutMs);
+    };
+    return new this.PoolClass(`${trust === undefined ? 'http' : 'https'}://${host}:${port}`, {
       connect: (_options, callback) => {
-        dialPinned(addresses, port, { connect, purpose: 'http', timeoutMs: connectTimeoutMs }).then(
-          (dialed) => callback(null, dialed.socket),
+        open().then(
+          (socket) => callback(null, socket),
           (err: Error) => callback(err, null),
         );
       },

@@ -21,6 +21,7 @@ const ROOMS: Rooms = {
     admission: ['budget', 'record', 'upstream', 'dns'],
     http: ['budget', 'record', 'upstream', 'admission'],
     tls: ['record'],
+    inspect: ['budget', 'record', 'upstream', 'admission'],
     tunnel: ['budget', 'record', 'upstream', 'admission', 'http', 'tls'],
     transparent: ['budget', 'record', 'dns', 'admission', 'http', 'tls', 'tunnel'],
     front: ['budget', 'record', 'upstream', 'admission', 'http', 'tunnel', 'transparent'],

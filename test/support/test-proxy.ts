@@ -2,6 +2,7 @@
 import { Writable } from 'node:stream';
 import { buildPolicy, type Policy, type PolicyInput } from '../../policy/index.js';
 import { type ProxyLimits, defaultConnect, type Connect, createLookup, createLogger, createEgressProxy, type EgressProxy, type MemoryBudget } from '../../proxy/index.js';
+import type { Inspection } from '../../proxy/admission/index.js';
 
 export interface TestProxy {
   readonly port: number;
@@ -25,6 +26,8 @@ export async function startTestProxy(options: {
   limits?: Partial<ProxyLimits>;
   connect?: Connect;
   memory?: MemoryBudget;
+  /** The deployment CA's leaves and the upstream trust store, for inspected entries. */
+  inspection?: Inspection;
   /** Where it listens: 127.0.0.1 and a free port unless given (only inside a namespace of the test's own). */
   listen?: { host: string; port: number };
 }): Promise<TestProxy> {
@@ -47,6 +50,7 @@ export async function startTestProxy(options: {
       return connect(address, port, purpose);
     },
     ...(options.memory ? { memory: options.memory } : {}),
+    inspection: options.inspection,
   });
   const { port } = await proxy.listen(options.listen?.host ?? '127.0.0.1', options.listen?.port ?? 0);
   return { port, proxy, logs, dialed, close: () => proxy.close() };

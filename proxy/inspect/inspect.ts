@@ -1,0 +1,124 @@
+/**
+ * An inspected connection: a CONNECT or transparent TLS connection whose allowlist entry says
+ * `inspect: true`. Instead of a tunnel, the proxy terminates the client's TLS with a leaf for the
+ * host, signed by the deployment CA (leaf-certificates.ts), and hands the decrypted stream to its
+ * own HTTP front as a connection of its own (entry `inspect`): every request inside is read,
+ * framed and decided like plain HTTP (its Host must be the connection's host), and forwarded over
+ * TLS the proxy opens itself and verifies (upstream/tls-dial.ts).
+ *
+ * The client's hello must name the host (a CONNECT's host, or the transparent hello's name); ALPN
+ * offers http/1.1 alone, so HTTP/2 and gRPC are not inspected (a client that insists on them
+ * fails the handshake). The connection's decision line is written when its handshake ends: allowed
+ * (`tunnel: inspect`), or refused, `client_rejected_ca` when the client's TLS stack refused the
+ * leaf. Each request inside has its own line.
+ */
+import type { Socket } from 'node:net';
+import tls from 'node:tls';
+import { parseHostName } from '../../policy/index.js';
+import type { ClientConnection, InspectEntry, Inspection, InspectStart, InspectStarter } from '../admission/index.js';
+import { destinationOf, F, ms, type DecisionRecorder, type Refusal } from '../record/index.js';
+
+/**
+ * What an inspected connection holds beyond a tunnel, charged to the memory budget for its life:
+ * OpenSSL's buffers and state of the client's TLS (a read buffer of a record, 16 KiB, a write
+ * buffer, the session) and the HTTP parser's, measured by `npm run bench` (bench/inspect.ts).
+ */
+export const INSPECT_CONNECTION_BYTES = 96 * 1024;
+
+/** TLS alerts by which a client says it refused the certificate it was shown. */
+const CERTIFICATE_ALERTS = /ALERT_(UNKNOWN_CA|BAD_CERTIFICATE|CERTIFICATE_UNKNOWN|UNSUPPORTED_CERTIFICATE|CERTIFICATE_EXPIRED|CERTIFICATE_REVOKED|DECRYPT_ERROR)/;
+
+/** Why a client's handshake failed, as the refusal its line gives. */
+export function handshakeRefusal(host: string, err: NodeJS.ErrnoException, sniRefused: string | undefined): Refusal {
+  if (sniRefused !== undefined) return { reason: 'sni_mismatch', detail: sniRefused, host };
+  const code = err.code ?? '';
+  if (CERTIFICATE_ALERTS.test(code)) {
+    return {
+      reason: 'client_rejected_ca',
+      detail: `the client refused the certificate the proxy showed for ${host} (${code}): it does not trust the deployment CA; give it the certificate "capybara-egress ca" prints (SSL_CERT_FILE, NODE_EXTRA_CA_CERTS, REQUESTS_CA_BUNDLE, GIT_SSL_CAINFO)`,
+      host,
+    };
+  }
+  if (code === 'ERR_SSL_NO_APPLICATION_PROTOCOL') {
+    return { reason: 'tls_hello_malformed', detail: `the client offered no ALPN protocol the proxy reads inside ${host}: only http/1.1 is inspected (no HTTP/2 or gRPC)`, host };
+  }
+  return { reason: 'tls_hello_malformed', detail: `the TLS handshake with the client failed: ${err.message}${code ? ` (${code})` : ''}`, host };
+}
+
+/** Starts inspected connections; `serve` hands a decrypted connection to the HTTP front. */
+export class Inspector implements InspectStarter {
+  constructor(
+    private readonly serve: (connection: ClientConnection) => void,
+    private readonly handshakeTimeoutMs: number,
+  ) {}
+
+  /** Terminates `connection`'s TLS for an allowed, inspected decision; `head` is what the client sent first. */
+  async start(connection: ClientConnection, inspection: Inspection | undefined, start: InspectStart, head: Buffer, record: DecisionRecorder, entry: InspectEntry): Promise<void> {
+    const { decision } = start;
+    const host = decision.host;
+    const refuse = (refusal: Refusal): void => {
+      record.deny(refusal, { [F.decideMs]: start.decideMs });
+      entry.refuse(connection, refusal);
+    };
+    if (inspection === undefined) return refuse({ reason: 'internal_error', detail: `the entry ${decision.rule ?? host} is inspected, but the proxy has no deployment CA`, host, port: decision.port });
+    const { memory } = connection;
+    if (!memory.grow(INSPECT_CONNECTION_BYTES)) return refuse({ reason: 'overloaded', detail: memory.explain(INSPECT_CONNECTION_BYTES), retryAfter: 1 });
+    connection.socket.once('close', () => memory.shrink(INSPECT_CONNECTION_BYTES));
+    let context: tls.SecureContext;
+    try {
+      context = await inspection.leaves.contextFor(host);
+    } catch (err) {
+      return refuse({ reason: 'internal_error', detail: `no leaf certificate for ${host}: ${(err as Error).message}`, host, port: decision.port });
+    }
+    const client = connection.socket;
+    if (client.destroyed) {
+      record.allow(destinationOf(decision), { [F.tunnel]: 'inspect', [F.decideMs]: start.decideMs, [F.error]: 'client_closed' });
+      return;
+    }
+    if (entry.established !== undefined) client.write(entry.established);
+    this.handshake(connection, context, start, head, record);
+  }
+
+  private handshake(connection: ClientConnection, context: tls.SecureContext, start: InspectStart, head: Buffer, record: DecisionRecorder): void {
+    const { decision } = start;
+    const client: Socket = connection.socket;
+    // What the client sent already is the start of its handshake: back into the socket, where
+    // the TLS layer reads it first.
+    if (head.length > 0) client.unshift(head);
+    let sniRefused: string | undefined;
+    const secure = new tls.TLSSocket(client, {
+      isServer: true,
+      secureContext: context,
+      ALPNProtocols: ['http/1.1'],
+      SNICallback: (servername, callback) => {
+        const name = parseHostName(servername);
+        if (name.ok && name.name === decision.host) return callback(null, context);
+        sniRefused = `the TLS server name is not ${decision.host}, the host this connection was allowed for`;
+        callback(new Error(sniRefused), undefined);
+      },
+    });
+    connection.memory.shrink(start.headCharged);
+    const timer = setTimeout(() => {
+      record.deny({ reason: 'tls_hello_timeout', detail: `the TLS handshake with the client did not finish within ${this.handshakeTimeoutMs} ms`, host: decision.host }, { [F.decideMs]: start.decideMs });
+      secure.destroy();
+    }, this.handshakeTimeoutMs);
+    const failed = (err: NodeJS.ErrnoException): void => {
+      clearTimeout(timer);
+      record.deny(handshakeRefusal(decision.host, err, sniRefused), { [F.decideMs]: start.decideMs });
+      secure.destroy();
+    };
+    secure.once('error', failed);
+    secure.once('close', () => {
+      clearTimeout(timer);
+      client.destroy();
+      if (!record.recorded) record.allow(destinationOf(decision), { [F.tunnel]: 'inspect', [F.decideMs]: start.decideMs, [F.error]: 'client_closed' });
+    });
+    secure.once('secure', () => {
+      clearTimeout(timer);
+      secure.off('error', failed);
+      secure.on('error', () => secure.destroy()); // the inner connection's close says the rest
+      record.allow(destinationOf(decision), { [F.tunnel]: 'inspect', [F.decideMs]: start.decideMs, [F.durationMs]: ms(start.started) });
+      this.serve(connection.inner(secure, { kind: 'inspect', host: decision.host, port: decision.port }));
+    });
+  }
+}

@@ -1,0 +1,53 @@
+/**
+ * The upstream side of an inspected connection: TLS the proxy opens itself, over a connection the
+ * pinned dialer made, verified against the proxy's trust store for the very name the client asked
+ * for. ALPN offers http/1.1 alone: the proxy reads HTTP/1.1 and nothing else.
+ *
+ * A certificate that does not verify (an unknown issuer, another name, expired, self-signed) is an
+ * UpstreamTlsError, refused `upstream_tls_invalid`; nothing of the request was sent.
+ */
+import type net from 'node:net';
+import tls from 'node:tls';
+import { CodedError } from '../../common/index.js';
+
+export class UpstreamTlsError extends CodedError<'upstream_tls_invalid'> {}
+
+/** What the upstream's certificate is verified against: the PEM certificates of the trusted CAs. */
+export type UpstreamTrust = readonly string[];
+
+/** Opens TLS for `servername` over `socket` (connected); resolves once the certificate verified. */
+export function secureUpstream(socket: net.Socket, servername: string, trust: UpstreamTrust, timeoutMs: number): Promise<tls.TLSSocket> {
+  return new Promise((resolve, reject) => {
+    const secure = tls.connect({
+      socket,
+      servername,
+      ca: [...trust],
+      ALPNProtocols: ['http/1.1'],
+      minVersion: 'TLSv1.2',
+      rejectUnauthorized: true,
+    });
+    const timer = setTimeout(() => fail(new UpstreamTlsError('upstream_tls_invalid', `the TLS handshake with ${servername} did not finish within ${timeoutMs} ms`)), timeoutMs);
+    const fail = (err: Error): void => {
+      clearTimeout(timer);
+      secure.destroy();
+      socket.destroy();
+      reject(err);
+    };
+    secure.once('error', (err: NodeJS.ErrnoException) => fail(tlsFailure(servername, err)));
+    secure.once('secureConnect', () => {
+      clearTimeout(timer);
+      secure.removeAllListeners('error');
+      // Errors after this are the exchange's (undici listens).
+      resolve(secure);
+    });
+  });
+}
+
+/** Certificate failures are the upstream's fault by name; others (a reset mid-handshake) say what happened. */
+function tlsFailure(servername: string, err: NodeJS.ErrnoException): Error {
+  const code = err.code ?? 'TLS error';
+  if (code.startsWith('ERR_SSL_') || code === 'ECONNRESET' || code === 'EPIPE') {
+    return new UpstreamTlsError('upstream_tls_invalid', `the TLS handshake with ${servername} failed: ${err.message} (${code})`, { cause: err });
+  }
+  return new UpstreamTlsError('upstream_tls_invalid', `the certificate of ${servername} is not valid for it under the proxy's trust store: ${err.message} (${code})`, { cause: err });
+}
