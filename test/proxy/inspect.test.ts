@@ -10,6 +10,7 @@ import crypto from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import https from 'node:https';
 import net from 'node:net';
+import { Duplex } from 'node:stream';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import tls from 'node:tls';
@@ -129,6 +130,54 @@ t.test('an inspected CONNECT: TLS terminated with a leaf of the CA, each request
   const lines = decisions(proxy);
   t.match(lines[0], { method: 'CONNECT', decision: 'allow', tunnel: 'inspect', host: 'api.test' }, 'the CONNECT line says inspect');
   t.match(lines.slice(1), [{ method: 'GET', decision: 'allow', via: 'inspect', status: 200 }, { method: 'POST', decision: 'allow', via: 'inspect', status: 200 }], 'each request has its own line');
+});
+
+t.test('a hello sent with the CONNECT head, or a head split over writes, is read the same way', async (t) => {
+  const proxy = await setup(t);
+  // A real client's first TLS flight, sent in one write with the head.
+  const socket = net.connect(proxy.port, '127.0.0.1');
+  await new Promise((r) => socket.once('connect', r));
+  // Its first write goes out behind the CONNECT head, in one write; the rest as it comes.
+  const connectHead = Buffer.from(`CONNECT api.test:${port} HTTP/1.1\r\nHost: api.test:${port}\r\n\r\n`);
+  let first = true;
+  const capture = new Duplex({
+    read() {},
+    write(chunk: Buffer, _enc, done) {
+      socket.write(first ? Buffer.concat([connectHead, chunk]) : chunk);
+      first = false;
+      done();
+    },
+  });
+  let established = false;
+  socket.on('data', (b: Buffer) => {
+    if (!established) {
+      const text = b.toString('latin1');
+      const end = text.indexOf('\r\n\r\n');
+      t.match(text, /^HTTP\/1\.1 200 /, 'established');
+      established = true;
+      if (end + 4 < b.length) capture.push(b.subarray(end + 4));
+      return;
+    }
+    capture.push(b);
+  });
+  const secure = tls.connect({ socket: capture as unknown as net.Socket, servername: 'api.test', ca: leaves.caCertificatePem, ALPNProtocols: ['http/1.1'] });
+  await new Promise<void>((resolve, reject) => {
+    secure.once('secureConnect', () => resolve());
+    secure.once('error', reject);
+  });
+  t.match(await exchange(secure, `GET /pipelined HTTP/1.1\r\nHost: api.test:${port}\r\n\r\n`), /upstream GET \/pipelined/, 'the hello behind the head was the handshake\'s start');
+  secure.destroy();
+  socket.destroy();
+  // A head in two writes goes through Node's parser instead of the fast reader.
+  const split = net.connect(proxy.port, '127.0.0.1');
+  split.write(`CONNECT api.test:${port} HTTP/1.1\r\n`);
+  await new Promise((r) => setTimeout(r, 50));
+  split.write(`Host: api.test:${port}\r\nUser-Agent: split\r\n\r\n`);
+  t.match(await readUntil(split, '\r\n\r\n', 3_000), /^HTTP\/1\.1 200 /);
+  const secureSplit = tls.connect({ socket: split, servername: 'api.test', ca: leaves.caCertificatePem, ALPNProtocols: ['http/1.1'] });
+  await new Promise((r) => secureSplit.once('secureConnect', r));
+  t.match(await exchange(secureSplit, `GET /split HTTP/1.1\r\nHost: api.test:${port}\r\n\r\n`), /upstream GET \/split/);
+  secureSplit.destroy();
 });
 
 t.test('domain fronting: a Host other than the server name is refused host_mismatch, and nothing reaches the upstream', async (t) => {
