@@ -108,14 +108,22 @@ export class Inspector implements InspectStarter {
       secure.destroy();
     };
     secure.once('error', failed);
+    // The accepted socket allows half-open connections, and so does the TLS socket over it: a
+    // client gone mid-handshake must still end it.
+    const gone = (): void => void secure.destroy();
+    secure.once('end', gone);
     secure.once('close', () => {
       clearTimeout(timer);
       client.destroy();
-      if (!record.recorded) record.allow(destinationOf(decision), { [F.tunnel]: 'inspect', [F.decideMs]: start.decideMs, [F.error]: 'client_closed' });
+      // Closed mid-handshake without an alert: what a client that refuses the leaf after seeing
+      // it does when it checks certificates itself (Node.js), or one that just went away.
+      const detail = `the client closed during the TLS handshake for ${decision.host}, without an alert: most likely it does not trust the deployment CA (Node.js closes so); give it the certificate "capybara-egress ca" prints`;
+      if (!record.recorded) record.deny({ reason: 'client_rejected_ca', detail, host: decision.host }, { [F.decideMs]: start.decideMs });
     });
     secure.once('secure', () => {
       clearTimeout(timer);
       secure.off('error', failed);
+      secure.off('end', gone);
       secure.on('error', () => secure.destroy()); // the inner connection's close says the rest
       record.allow(destinationOf(decision), { [F.tunnel]: 'inspect', [F.decideMs]: start.decideMs, [F.durationMs]: ms(start.started) });
       this.serve(connection.inner(secure, { kind: 'inspect', host: decision.host, port: decision.port }));

@@ -78,7 +78,11 @@ async function inspectedClient(proxyPort: number, host: string, options: tls.Con
   const secure = tls.connect({ socket, servername: host, ca: leaves.caCertificatePem, ALPNProtocols: ['http/1.1'], ...options });
   await new Promise<void>((resolve, reject) => {
     secure.once('secureConnect', () => resolve());
-    secure.once('error', reject);
+    secure.once('error', (err) => {
+      // The TLS socket over a socket it was given leaves that one open.
+      socket.destroy();
+      reject(err);
+    });
   });
   return secure;
 }
@@ -259,6 +263,10 @@ t.test('a client that does not trust the CA fails its handshake; the line says c
   await settle(() => decisions(proxy).some((l) => l.reason === 'client_rejected_ca'), 'the decision lines');
   const line = decisions(proxy).find((l) => l.reason === 'client_rejected_ca');
   t.match(line, { method: 'CONNECT', decision: 'deny', detail: /does not trust the deployment CA.*capybara-egress ca/ });
+  // Node's client checks the certificate itself and closes without an alert (TLS 1.3).
+  await t.rejects(inspectedClient(proxy.port, 'api.test', { ca: strangerCert.cert }), { code: 'UNABLE_TO_VERIFY_LEAF_SIGNATURE' });
+  await settle(() => decisions(proxy).filter((l) => l.reason === 'client_rejected_ca').length === 2, 'the second line');
+  t.match(decisions(proxy).filter((l) => l.reason === 'client_rejected_ca')[1], { detail: /closed during the TLS handshake.*most likely it does not trust/ });
   // With the CA, the same curl goes through.
   writeFileSync(join(dir, 'ca.pem'), leaves.caCertificatePem);
   const ok = await curl('--proxy', `http://127.0.0.1:${proxy.port}`, '--cacert', join(dir, 'ca.pem'), `https://api.test:${port}/curl`);
