@@ -321,3 +321,17 @@ function curl(...args: string[]): Promise<{ code: number; stdout: string; stderr
     execFile('curl', ['-sS', '--max-time', '5', ...args], (err, stdout, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }));
   });
 }
+
+t.test('a handshake that does not finish within the hello deadline ends the connection, with its line', async (t) => {
+  const proxy = await startTestProxy({ policy, inspection, limits: { helloTimeoutMs: 300 } });
+  t.teardown(() => proxy.close());
+  const socket = net.connect(proxy.port, '127.0.0.1');
+  socket.write(`CONNECT api.test:${port} HTTP/1.1\r\nHost: api.test:${port}\r\n\r\n`);
+  t.match(await readUntil(socket, '\r\n\r\n', 3_000), /^HTTP\/1\.1 200 /);
+  const started = Date.now();
+  // Half a hello, then silence.
+  socket.write(Buffer.from([0x16, 0x03, 0x01, 0x02, 0x00, 0x01]));
+  await readUntil(socket, undefined, 3_000);
+  t.ok(Date.now() - started < 2_000, 'closed at the deadline');
+  t.match(decisions(proxy)[0], { method: 'CONNECT', decision: 'deny', reason: 'tls_hello_timeout' });
+});
