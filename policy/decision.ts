@@ -9,6 +9,7 @@ import type { TunnelMode } from './host-pattern.js';
 import type { Policy } from './policy.js';
 import type { Reason } from './reason.js';
 import { checkRules, describeRules, type RequestRules } from './request-rules.js';
+import type { SecretBinding } from './secret-binding.js';
 
 export interface Denial {
   readonly allowed: false;
@@ -44,6 +45,8 @@ export interface AllowedTarget {
   readonly wouldDeny?: WouldDeny | undefined;
   /** The matched entry is inspected: a tunnel to it is TLS the proxy terminates (proxy/inspect/). */
   readonly inspect?: true | undefined;
+  /** The matched entry's secrets (policy/secrets.ts puts them into requests inside an inspected connection). */
+  readonly secrets?: readonly SecretBinding[] | undefined;
 }
 
 export interface Allowed extends AllowedTarget {
@@ -73,6 +76,7 @@ function allowed(target: AllowedTarget, addresses: readonly string[], pinnedBy: 
     rules: target.rules,
     wouldDeny: target.wouldDeny,
     inspect: target.inspect,
+    secrets: target.secrets,
     addresses,
     pinnedBy,
   };
@@ -105,7 +109,7 @@ export function checkTarget(policy: Policy, rawHost: string, port: number): Allo
     // The first refusal is the one enforce mode would give (the host's, when both apply).
     wouldDeny ??= { reason: 'port_not_allowed', detail };
   }
-  return { allowed: true, host, port, rule: pattern?.entry, tunnel: pattern?.tunnel ?? policy.tunnelDefault, rules: pattern?.rules, wouldDeny, inspect: pattern?.inspect };
+  return { allowed: true, host, port, rule: pattern?.entry, tunnel: pattern?.tunnel ?? policy.tunnelDefault, rules: pattern?.rules, wouldDeny, inspect: pattern?.inspect, secrets: pattern?.secrets };
 }
 
 /**
