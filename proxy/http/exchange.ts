@@ -8,14 +8,15 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
-import type { Allowed } from '../../policy/index.js';
+import type { Allowed, SecretSet } from '../../policy/index.js';
 import type { ClientConnection, ProxyContext } from '../admission/index.js';
 import { READ_AHEAD_BYTES, type Held } from '../budget/index.js';
 import { destinationOf, F, ms, refuseResponse, type DecisionRecorder, type Refusal } from '../record/index.js';
+import { scannedBody } from '../secrets/index.js';
 import { HTTP_PORT } from './authority.js';
 import type { BodyFraming } from './request-head.js';
 import { checkResponseHead } from './response-head.js';
-import { dialAttempts, ExchangeError, failureDetail, latin1, upstreamReason } from './upstream-failure.js';
+import { dialAttempts, ExchangeError, failureDetail, latin1, secretsOf, upstreamReason } from './upstream-failure.js';
 
 export interface Forwarding {
   readonly decision: Allowed;
@@ -25,6 +26,8 @@ export interface Forwarding {
   readonly started: number;
   readonly decideMs: number;
   readonly record: DecisionRecorder;
+  /** The policy's secrets: a body that carries one of their placeholders is cut and refused. */
+  readonly secrets?: SecretSet | undefined;
 }
 
 export class Exchange {
@@ -100,8 +103,9 @@ export class Exchange {
           path: this.f.path,
           headers,
           // No body: nothing after the head belongs to this request. Otherwise the client's body
-          // stream, which undici frames with the Content-Length given or as chunked.
-          body: framing.kind === 'none' ? null : this.req,
+          // stream, which undici frames with the Content-Length given or as chunked, watched for
+          // placeholders: one fails the stream, and undici aborts the request mid-body.
+          body: framing.kind === 'none' ? null : scannedBody(this.req, this.f.secrets),
         },
         this.handler(),
       );
@@ -138,9 +142,10 @@ export class Exchange {
     if (!this.res.headersSent) {
       this.connection.counted.read = this.connection.socket.bytesRead;
       const refusal: Refusal = { reason, detail: failureDetail(err), host: decision.host, port: decision.port };
-      record.deny(refusal, { [F.addresses]: decision.addresses, [F.dialed]: dialAttempts(err), [F.decideMs]: this.f.decideMs });
+      record.deny(refusal, { [F.addresses]: decision.addresses, [F.dialed]: dialAttempts(err), [F.decideMs]: this.f.decideMs, [F.secrets]: secretsOf(err) });
       refuseResponse(this.res, refusal);
     } else {
+      this.f.record.note({ [F.secrets]: secretsOf(err) });
       this.allowLine(reason);
       this.res.destroy();
     }
