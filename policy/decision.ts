@@ -10,6 +10,7 @@ import type { Policy } from './policy.js';
 import type { Reason } from './reason.js';
 import { checkRules, describeRules, type RequestRules } from './request-rules.js';
 import type { SecretBinding } from './secret-binding.js';
+import { screenHost } from './secrets.js';
 
 export interface Denial {
   readonly allowed: false;
@@ -88,6 +89,10 @@ function allowed(target: AllowedTarget, addresses: readonly string[], pinnedBy: 
  * (`wouldDeny`); a malformed host or an IP literal is refused in every mode, before the allowlist.
  */
 export function checkTarget(policy: Policy, rawHost: string, port: number): AllowedTarget | Denial {
+  // First, and without the host in the denial: a placeholder in a name would otherwise be written
+  // down in every line that names the host (a wildcard entry would even allow it).
+  const leaked = screenHost(policy.secrets, rawHost);
+  if (leaked !== undefined) return { allowed: false, reason: leaked.reason, detail: leaked.detail, port };
   const parsed = parseHostName(rawHost);
   if (!parsed.ok) return { allowed: false, reason: parsed.reason, detail: parsed.detail, port };
   const host = parsed.name;

@@ -9,6 +9,7 @@ export { parseSecretBindings, type PlacedBinding, type SecretBinding, type Secre
 export {
   applySecrets,
   createSecretSet,
+  screenHost,
   screenTarget,
   secretLabel,
   type LoadedSecret,

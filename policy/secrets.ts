@@ -131,6 +131,18 @@ export function screenTarget(set: SecretSet | undefined, target: string, headers
   return undefined;
 }
 
+/**
+ * A host name checked alone (a CONNECT authority, a TLS server name, an absolute URL's host): a
+ * name is read without regard to case, so a placeholder in it is found in any case. A name
+ * carries no secret anywhere; refused, it is never written down (the refusal has no host).
+ */
+export function screenHost(set: SecretSet | undefined, rawHost: string): SecretRefusal | undefined {
+  if (set === undefined || set.placeholders.length === 0) return undefined;
+  const forms = readings(rawHost, false).map((f) => f.toLowerCase());
+  const inHost = set.placeholders.filter((s) => forms.some((f) => f.includes(s.placeholder!.toLowerCase())));
+  return inHost.length === 0 ? undefined : refusal(inHost, 'is in the host name; a placeholder goes only in headers');
+}
+
 function swapAll(text: string, secrets: readonly LoadedSecret[]): string {
   let out = text;
   for (const s of secrets) out = out.split(s.placeholder!).join(s.value);

@@ -112,6 +112,18 @@ t.test('screenTarget: the URL and the Host header alone, before the host is know
   t.equal(screenTarget(undefined, `/${TOKEN.placeholder!}`, []), undefined, 'no secrets, nothing to screen');
 });
 
+t.test('checkTarget refuses a placeholder in a host name, in any case, without naming the host', async (t) => {
+  const wild = buildPolicy({ allowHosts: ['*.wild.example'], mode: 'report' });
+  if (!wild.ok) throw new Error('policy');
+  const withSecrets = { ...wild.policy, secrets: SET };
+  for (const host of [`${TOKEN.placeholder!}.wild.example`, `${TOKEN.placeholder!.toUpperCase()}.wild.example`, `x${NPM.placeholder!.toLowerCase()}.nowhere.example`]) {
+    const out = checkTarget(withSecrets, host, 443);
+    t.match(out, { allowed: false, reason: 'secret_wrong_host', host: undefined }, host);
+  }
+  t.equal(checkTarget(withSecrets, 'a.wild.example', 443).allowed, true);
+  t.equal(checkTarget(wild.policy, `${TOKEN.placeholder!.toLowerCase()}.wild.example`, 443).allowed, true, 'no secrets, no screen');
+});
+
 t.test('a policy whose bound secrets are not loaded fails closed', async (t) => {
   const out = applySecrets(undefined, target('api.github.com'), { target: '/', headers: [], inspected: true });
   t.equal(out.ok, false);

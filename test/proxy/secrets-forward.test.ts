@@ -42,7 +42,7 @@ const webPort = await listen(web);
 t.teardown(() => web.close());
 
 const input: PolicyInput = {
-  allowHosts: [{ host: 'bound.test', inspect: true, secrets: [{ name: 'GITHUB_TOKEN', header: 'Authorization', format: 'Bearer {}' }] }, 'other.test'],
+  allowHosts: [{ host: 'bound.test', inspect: true, secrets: [{ name: 'GITHUB_TOKEN', header: 'Authorization', format: 'Bearer {}' }] }, 'other.test', '*.wild.test'],
   connectPorts: [webPort],
   testHosts: { 'bound.test': '127.0.0.1', 'other.test': '127.0.0.1' },
 };
@@ -122,6 +122,18 @@ t.test('a placeholder in a Content-Length body, to the bound host too', async (t
   const body = `token=${PLACEHOLDER}&x=1`;
   const head = `PUT http://${bound}/upload HTTP/1.1\r\nHost: ${bound}\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n`;
   await bodyRefused(t, 'bound.test', [head + body.slice(0, 20), body.slice(20)]);
+});
+
+t.test('a placeholder in a CONNECT host, in any case, is refused and not written down', async (t) => {
+  const before = decisions().length;
+  const res = await rawRequest(port, `CONNECT ${PLACEHOLDER.toLowerCase()}.wild.test:${webPort} HTTP/1.1\r\n\r\n`);
+  res.socket.destroy();
+  t.equal(res.status, 403);
+  t.equal(res.reason, 'secret_wrong_host');
+  t.notOk(res.head.toLowerCase().includes(PLACEHOLDER.toLowerCase()) || res.body.toLowerCase().includes(PLACEHOLDER.toLowerCase()));
+  await settle(() => decisions().length > before, 'the decision line');
+  t.match(decisions().at(-1), { decision: 'deny', reason: 'secret_wrong_host' });
+  t.notOk(JSON.stringify(proxyT.logs).toLowerCase().includes(PLACEHOLDER.toLowerCase()), 'in no case');
 });
 
 t.test('a request without placeholders passes unchanged, and gets no secret over plain HTTP', async (t) => {
