@@ -52,8 +52,13 @@ export interface SecretRefusal {
 export type SecretsApplied =
   | {
       readonly ok: true;
-      /** The request's fields (flat name/value list), with the secrets put in. */
+      /** The request's fields (flat name/value list), with the secrets put in: to forward, and never to quote. */
       readonly headers: readonly string[];
+      /**
+       * The same fields as the proxy's own checks must read them (method and path rules, whose
+       * refusals quote a header's value): each value a secret went into reads `(secret)`.
+       */
+      readonly screened: readonly string[];
       /** The secrets whose values went in, as `NAME sha256:...`. */
       readonly injected: readonly string[];
     }
@@ -143,6 +148,9 @@ export function screenHost(set: SecretSet | undefined, rawHost: string): SecretR
   return inHost.length === 0 ? undefined : refusal(inHost, 'is in the host name; a placeholder goes only in headers');
 }
 
+/** What the proxy's own checks read in place of a value a secret went into. */
+const SCREENED = '(secret)';
+
 function swapAll(text: string, secrets: readonly LoadedSecret[]): string {
   let out = text;
   for (const s of secrets) out = out.split(s.placeholder!).join(s.value);
@@ -178,7 +186,7 @@ function withoutOptions(value: string, names: ReadonlySet<string>): string {
  */
 export function applySecrets(set: SecretSet | undefined, target: SecretTarget, request: SecretRequest): SecretsApplied {
   const bindings = request.inspected ? target.secrets ?? [] : [];
-  if ((set === undefined || set.byName.size === 0) && bindings.length === 0) return { ok: true, headers: request.headers, injected: [] };
+  if ((set === undefined || set.byName.size === 0) && bindings.length === 0) return { ok: true, headers: request.headers, screened: request.headers, injected: [] };
   if (set === undefined) return { ok: false, reason: 'secret_wrong_host', detail: `the secrets bound to ${target.host} are not loaded`, secrets: [] };
   const early = screenTarget(set, request.target, request.headers);
   if (early !== undefined) return early;
@@ -193,6 +201,7 @@ export function applySecrets(set: SecretSet | undefined, target: SecretTarget, r
   const elsewhere = request.inspected ? `to ${target.host}, which it is not bound to` : `of a plain-HTTP request to ${target.host}: a secret goes only into inspected TLS, never in clear`;
 
   const headers: string[] = [];
+  const screened: string[] = [];
   const used = new Set<LoadedSecret>();
   for (let i = 0; i < request.headers.length; i += 2) {
     const name = request.headers[i]!;
@@ -209,12 +218,14 @@ export function applySecrets(set: SecretSet | undefined, target: SecretTarget, r
     const out = inValue.length === 0 ? kept : swapped(kept, inValue);
     if (out !== kept) for (const s of inValue) used.add(s);
     headers.push(name, out);
+    screened.push(name, out === kept ? kept : SCREENED);
   }
   for (const b of bindings) {
     if (b.header === undefined) continue;
     const secret = bound.get(b.name)!;
     headers.push(b.header, b.format.replace('{}', () => secret.value));
+    screened.push(b.header, SCREENED);
     used.add(secret);
   }
-  return { ok: true, headers, injected: [...used].map(secretLabel) };
+  return { ok: true, headers, screened, injected: [...used].map(secretLabel) };
 }

@@ -64,10 +64,11 @@ export function createForwarder(ctx: ProxyContext) {
     // Plain HTTP never gets a secret (it would travel in clear): every placeholder in its head is
     // refused, to a bound host too. Before the rules, whose refusals quote the path and headers.
     const secrets = applySecrets(policy.secrets, checked, { target: parsed.path, headers: req.rawHeaders, inspected: false });
-    if (!secrets.ok) return deny({ ...secrets, host: checked.host, port: checked.port }, { [F.rule]: checked.rule, [F.secrets]: secrets.secrets });
+    if (!secrets.ok) return deny({ reason: secrets.reason, detail: secrets.detail, host: checked.host, port: checked.port }, { [F.rule]: checked.rule, [F.secrets]: secrets.secrets });
     if (secrets.injected.length > 0) record.note({ [F.secrets]: secrets.injected });
     // The entry's method and path rules, before any lookup: a refused request reaches nothing.
-    const ruled = checkRequest(checked, { method: req.method ?? '', target: parsed.path, rawHeaders: secrets.headers });
+    // They read the screened fields: a refusal quotes an override header, never a secret.
+    const ruled = checkRequest(checked, { method: req.method ?? '', target: parsed.path, rawHeaders: secrets.screened });
     if (!ruled.allowed) return deny(ruled, { [F.rule]: checked.rule });
     const head = checkRequestHead(secrets.headers, checked.host, checked.port, req.httpVersion !== '1.0');
     if (!head.ok) return deny({ reason: 'bad_request', detail: head.detail, host: checked.host, port: checked.port });

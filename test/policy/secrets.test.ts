@@ -8,7 +8,7 @@
 import fc from 'fast-check';
 import t from 'tap';
 import { holds } from '../support/property.js';
-import { applySecrets, buildPolicy, checkTarget, createSecretSet, screenTarget, type AllowedTarget, type LoadedSecret } from '../../policy/index.js';
+import { applySecrets, buildPolicy, checkRequest, checkTarget, createSecretSet, screenTarget, type AllowedTarget, type LoadedSecret } from '../../policy/index.js';
 
 const TOKEN: LoadedSecret = { name: 'GITHUB_TOKEN', value: 'ghp_REALrealREALrealREALrealREALreal1234', placeholder: 'ghp_PLACEHOLDERplaceholderPLACEHOLDER00', fingerprint: 'sha256:0123456789ab' };
 const NPM: LoadedSecret = { name: 'NPM_TOKEN', value: 'npm_realNPMrealNPMrealNPMrealNPMreal99', placeholder: 'npm_placeholderNPMplaceholderNPM000000', fingerprint: 'sha256:abcdefabcdef' };
@@ -38,7 +38,12 @@ t.test('the bound header is set, every sandbox copy of it dropped, any case', as
     headers: ['Accept', '*/*', 'authorization', 'Bearer sandbox-own', 'AUTHORIZATION', 'x'],
     inspected: true,
   });
-  t.same(out, { ok: true, headers: ['Accept', '*/*', 'Authorization', `Bearer ${TOKEN.value}`], injected: ['GITHUB_TOKEN sha256:0123456789ab'] });
+  t.same(out, {
+    ok: true,
+    headers: ['Accept', '*/*', 'Authorization', `Bearer ${TOKEN.value}`],
+    screened: ['Accept', '*/*', 'Authorization', '(secret)'],
+    injected: ['GITHUB_TOKEN sha256:0123456789ab'],
+  });
 });
 
 t.test('a value with $& in it is put in literally', async (t) => {
@@ -54,11 +59,25 @@ t.test('a Connection option naming the set header is dropped, so the header surv
 
 t.test('a bound placeholder is swapped in any header, and inside Basic credentials (git)', async (t) => {
   const raw = applySecrets(SET, target('github.com'), { target: '/org/repo.git/info/refs', headers: ['X-Token', `token ${TOKEN.placeholder!}`], inspected: true });
-  t.same(raw, { ok: true, headers: ['X-Token', `token ${TOKEN.value}`], injected: ['GITHUB_TOKEN sha256:0123456789ab'] });
+  t.same(raw, { ok: true, headers: ['X-Token', `token ${TOKEN.value}`], screened: ['X-Token', '(secret)'], injected: ['GITHUB_TOKEN sha256:0123456789ab'] });
   const basic = applySecrets(SET, target('github.com'), { target: '/', headers: ['Authorization', `Basic ${b64(`x-access-token:${TOKEN.placeholder!}`)}`], inspected: true });
   t.same(basic.ok && basic.headers, ['Authorization', `Basic ${b64(`x-access-token:${TOKEN.value}`)}`]);
   const unpadded = applySecrets(SET, target('github.com'), { target: '/', headers: ['authorization', `basic ${b64(`u:${TOKEN.placeholder!}`).replace(/=+$/, '')}`], inspected: true });
   t.same(unpadded.ok && unpadded.headers, ['authorization', `Basic ${b64(`u:${TOKEN.value}`)}`], 'lenient base64 read, canonical written');
+});
+
+t.test('a rules refusal reads the screened fields: a swapped override header is never quoted', async (t) => {
+  const ruled = buildPolicy({ allowHosts: [{ host: 'github.com', inspect: true, methods: ['GET'], secrets: [{ name: 'GITHUB_TOKEN' }] }] });
+  if (!ruled.ok) throw new Error('policy');
+  const to = checkTarget(ruled.policy, 'github.com', 443);
+  if (!to.allowed) throw new Error(to.detail);
+  const out = applySecrets(SET, to, { target: '/', headers: ['X-HTTP-Method-Override', TOKEN.placeholder!], inspected: true });
+  if (!out.ok) return t.fail('refused');
+  t.same(out.headers, ['X-HTTP-Method-Override', TOKEN.value], 'swapped, as asked');
+  const verdict = checkRequest(to, { method: 'GET', target: '/', rawHeaders: out.screened });
+  t.match(verdict, { allowed: false, reason: 'method_not_allowed' });
+  const detail = verdict.allowed ? '' : verdict.detail;
+  t.notOk(detail.toUpperCase().includes(TOKEN.value.toUpperCase().slice(0, 20)) || detail.toUpperCase().includes(TOKEN.placeholder!.toUpperCase().slice(0, 20)), detail);
 });
 
 t.test('a malformed Basic value without a placeholder is left as is', async (t) => {
@@ -69,8 +88,8 @@ t.test('a malformed Basic value without a placeholder is left as is', async (t) 
 t.test('a request without placeholders to a host without secrets is unchanged', async (t) => {
   const headers = ['Accept', '*/*', 'Cookie', 'a=b'];
   const out = applySecrets(SET, target('gist.example'), { target: '/x?y=1', headers, inspected: true });
-  t.same(out, { ok: true, headers, injected: [] });
-  t.same(applySecrets(undefined, target('gist.example'), { target: '/', headers, inspected: false }), { ok: true, headers, injected: [] });
+  t.same(out, { ok: true, headers, screened: headers, injected: [] });
+  t.same(applySecrets(undefined, target('gist.example'), { target: '/', headers, inspected: false }), { ok: true, headers, screened: headers, injected: [] });
 });
 
 const REFUSED: { name: string; host: string; target?: string; headers?: string[]; inspected?: boolean; names: string[] }[] = [
@@ -102,7 +121,7 @@ for (const row of REFUSED) {
 
 t.test('over plain HTTP to a bound host, nothing is put in', async (t) => {
   const out = applySecrets(SET, target('api.github.com'), { target: '/', headers: ['Accept', '*/*'], inspected: false });
-  t.same(out, { ok: true, headers: ['Accept', '*/*'], injected: [] });
+  t.same(out, { ok: true, headers: ['Accept', '*/*'], screened: ['Accept', '*/*'], injected: [] });
 });
 
 t.test('screenTarget: the URL and the Host header alone, before the host is known', async (t) => {
