@@ -9,6 +9,8 @@ import type { TunnelMode } from './host-pattern.js';
 import type { Policy } from './policy.js';
 import type { Reason } from './reason.js';
 import { checkRules, describeRules, type RequestRules } from './request-rules.js';
+import type { SecretBinding } from './secret-binding.js';
+import { screenHost } from './secrets.js';
 
 export interface Denial {
   readonly allowed: false;
@@ -44,6 +46,8 @@ export interface AllowedTarget {
   readonly wouldDeny?: WouldDeny | undefined;
   /** The matched entry is inspected: a tunnel to it is TLS the proxy terminates (proxy/inspect/). */
   readonly inspect?: true | undefined;
+  /** The matched entry's secrets (policy/secrets.ts puts them into requests inside an inspected connection). */
+  readonly secrets?: readonly SecretBinding[] | undefined;
 }
 
 export interface Allowed extends AllowedTarget {
@@ -73,6 +77,7 @@ function allowed(target: AllowedTarget, addresses: readonly string[], pinnedBy: 
     rules: target.rules,
     wouldDeny: target.wouldDeny,
     inspect: target.inspect,
+    secrets: target.secrets,
     addresses,
     pinnedBy,
   };
@@ -84,6 +89,10 @@ function allowed(target: AllowedTarget, addresses: readonly string[], pinnedBy: 
  * (`wouldDeny`); a malformed host or an IP literal is refused in every mode, before the allowlist.
  */
 export function checkTarget(policy: Policy, rawHost: string, port: number): AllowedTarget | Denial {
+  // First, and without the host in the denial: a placeholder in a name would otherwise be written
+  // down in every line that names the host (a wildcard entry would even allow it).
+  const leaked = screenHost(policy.secrets, rawHost);
+  if (leaked !== undefined) return { allowed: false, reason: leaked.reason, detail: leaked.detail, port };
   const parsed = parseHostName(rawHost);
   if (!parsed.ok) return { allowed: false, reason: parsed.reason, detail: parsed.detail, port };
   const host = parsed.name;
@@ -105,7 +114,7 @@ export function checkTarget(policy: Policy, rawHost: string, port: number): Allo
     // The first refusal is the one enforce mode would give (the host's, when both apply).
     wouldDeny ??= { reason: 'port_not_allowed', detail };
   }
-  return { allowed: true, host, port, rule: pattern?.entry, tunnel: pattern?.tunnel ?? policy.tunnelDefault, rules: pattern?.rules, wouldDeny, inspect: pattern?.inspect };
+  return { allowed: true, host, port, rule: pattern?.entry, tunnel: pattern?.tunnel ?? policy.tunnelDefault, rules: pattern?.rules, wouldDeny, inspect: pattern?.inspect, secrets: pattern?.secrets };
 }
 
 /**

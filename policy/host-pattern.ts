@@ -10,6 +10,7 @@
 import { parseHostName } from './host-name.js';
 import { publicSuffixSection, suffixBelow, type SuffixSection } from './public-suffix.js';
 import type { RequestRules } from './request-rules.js';
+import type { SecretBinding } from './secret-binding.js';
 
 export type TunnelMode = 'tls' | 'opaque';
 
@@ -24,6 +25,8 @@ export interface HostPattern {
   readonly rules?: RequestRules | undefined;
   /** The proxy terminates TLS to these hosts and reads each request (proxy/inspect/). */
   readonly inspect?: true | undefined;
+  /** The secrets the proxy puts into requests to this host (an exact, inspected entry only). */
+  readonly secrets?: readonly SecretBinding[] | undefined;
 }
 
 export type PatternParse =

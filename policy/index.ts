@@ -5,6 +5,20 @@ export { parseHostPattern, compileAllowlist, type Allowlist, type HostPattern, t
 export { classifyAddress, type AddressVerdict, type AddressClassName } from './address-class.js';
 export { buildPolicy, DEFAULT_CONNECT_PORTS, POLICY_MODES, type PolicyMode, type AllowEntry, type Policy, type PolicyInput, type PolicyProblem } from './policy.js';
 export { parsePolicyText, placeProblems, PolicyError, PolicyFileSchema, type PolicyFile } from './policy-file.js';
+export { parseSecretBindings, type PlacedBinding, type SecretBinding, type SecretEntry, type SecretSource } from './secret-binding.js';
+export {
+  applySecrets,
+  createSecretSet,
+  screenHost,
+  screenTarget,
+  secretLabel,
+  type LoadedSecret,
+  type SecretRefusal,
+  type SecretRequest,
+  type SecretSet,
+  type SecretsApplied,
+  type SecretTarget,
+} from './secrets.js';
 export { normaliseRequestPath } from './request-path.js';
 export { describeRules, type RequestRules } from './request-rules.js';
 export {

@@ -14,6 +14,14 @@ const TunnelModeSchema = z
   .enum(['tls', 'opaque'])
   .describe('What a CONNECT tunnel to this host may carry: "tls" (a TLS ClientHello naming the host must come first) or "opaque" (any bytes, for SSH, plain WebSocket and other non-TLS protocols; trusts the host\'s virtual hosting).');
 
+const SecretSchema = z.strictObject({
+  name: z.string().describe('[A-Z_][A-Z0-9_]*: the variable the workload finds its placeholder in (the egress reads it from EGRESS_PLACEHOLDER_<name>), and the default variable of the value.'),
+  header: z.string().optional().describe('The header the proxy sets on every request to the host, replacing any the sandbox sent (Authorization, X-Api-Key); none: the placeholder is only swapped where the sandbox put it in a header.'),
+  format: z.string().optional().describe('The header\'s value, "{}" standing for the secret ("Bearer {}"); default "{}".'),
+  env: z.string().optional().describe('The egress\'s environment variable holding the value; default the name.'),
+  file: z.string().optional().describe('Instead of env: an absolute path of a file holding the value (a Kubernetes Secret mount); one trailing newline is dropped.'),
+});
+
 export const PolicyFileSchema = z.strictObject({
   version: z.literal(1).default(1).describe('Policy format version. Only 1 exists.'),
   allowHosts: z
@@ -35,6 +43,10 @@ export const PolicyFileSchema = z.strictObject({
             .boolean()
             .optional()
             .describe('true: the proxy terminates TLS to this host with a leaf of the deployment CA, opens its own verified TLS to the upstream, and reads every request (Host must be the server name; methods and paths apply inside). Default false: a tunnel it cannot read.'),
+          secrets: z
+            .array(SecretSchema)
+            .optional()
+            .describe('Secrets the proxy puts into requests to this host, which the sandbox holds only placeholders of. Only on an exact entry with inspect: true.'),
         }),
       ]),
     )

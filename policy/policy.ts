@@ -7,6 +7,8 @@ import { requireCjs } from '../common/index.js';
 import { compileAllowlist, parseHostPattern, type Allowlist, type HostPattern, type TunnelMode } from './host-pattern.js';
 import { parseHostName } from './host-name.js';
 import { parseRequestRules, type RequestRules } from './request-rules.js';
+import { parseSecretBindings, sourceConflicts, type PlacedBinding, type SecretEntry } from './secret-binding.js';
+import type { SecretSet } from './secrets.js';
 
 const ipaddr = requireCjs('ipaddr.js') as typeof Ipaddr;
 
@@ -34,6 +36,10 @@ export interface Policy {
   readonly mode: PolicyMode;
   /** The tunnel mode of a host allowed only by report mode (the entries' default). */
   readonly tunnelDefault: TunnelMode;
+  /** Every secret binding, where it was written: what the loader reads values for (proxy/secrets/). */
+  readonly secretBindings: readonly PlacedBinding[];
+  /** The loaded values and placeholders (attached by proxy/secrets/secret-values.ts); none when no secret is bound. */
+  readonly secrets?: SecretSet | undefined;
 }
 
 export const POLICY_MODES = ['enforce', 'report'] as const;
@@ -50,6 +56,7 @@ export type AllowEntry =
       readonly methods?: readonly string[] | undefined;
       readonly paths?: readonly string[] | undefined;
       readonly inspect?: boolean | undefined;
+      readonly secrets?: readonly SecretEntry[] | undefined;
     };
 
 export interface PolicyInput {
@@ -102,6 +109,7 @@ function entryProblem(pattern: HostPattern, earlier: HostPattern | undefined, re
   if (pattern.tunnel === 'opaque' && requireTls) return ': an opaque tunnel is refused because TLS is required for every tunnel (--require-sni true)';
   if (earlier === undefined) return undefined;
   if (earlier.rules !== undefined || pattern.rules !== undefined) return ' is listed again, and one of the two has methods or paths; list it once, with all of its rules';
+  if (earlier.secrets !== undefined || pattern.secrets !== undefined) return ' is listed again, and one of the two has secrets; list it once, with all of its secrets';
   if (earlier.inspect !== pattern.inspect) return ' is listed again, and only one of the two is inspected; list it once';
   if (earlier.tunnel !== pattern.tunnel) return ` is listed again with tunnel ${pattern.tunnel} (before: ${earlier.tunnel}); list it once`;
   return undefined;
@@ -111,6 +119,7 @@ export function buildPolicy(input: PolicyInput): PolicyBuild {
   const problems: PolicyProblem[] = [];
   const patterns: HostPattern[] = [];
   const seen = new Map<string, HostPattern>();
+  const placed: PlacedBinding[] = [];
   input.allowHosts.forEach((item, i) => {
     const entry = typeof item === 'string' ? item : item.host;
     const tunnel = (typeof item === 'string' ? undefined : item.tunnel) ?? input.tunnelDefault ?? 'tls';
@@ -125,10 +134,18 @@ export function buildPolicy(input: PolicyInput): PolicyBuild {
       return;
     }
     const inspect = typeof item !== 'string' && item.inspect === true;
+    const secrets = parseSecretBindings(typeof item === 'string' ? [] : item.secrets ?? [], `allowHosts[${i}]`, parsed.pattern.kind === 'exact', inspect);
+    if (!secrets.ok) {
+      problems.push(...secrets.problems);
+      return;
+    }
     // An entry with rules allows no tunnel unless inspected (decision.ts), and an inspected entry is
     // TLS the proxy terminates: a tunnel mode, the default's included, means nothing for either.
+    const bound = secrets.bindings.length > 0 ? secrets.bindings : undefined;
     const pattern =
-      rules.rules === undefined && !inspect ? parsed.pattern : { ...parsed.pattern, tunnel: 'tls' as const, rules: rules.rules, inspect: inspect ? (true as const) : undefined };
+      rules.rules === undefined && !inspect
+        ? parsed.pattern
+        : { ...parsed.pattern, tunnel: 'tls' as const, rules: rules.rules, inspect: inspect ? (true as const) : undefined, secrets: bound };
     const opaque = typeof item !== 'string' && item.tunnel === 'opaque';
     const problem = opaque && inspect
       ? ': an inspected entry is TLS that the proxy terminates and reads, so tunnel: opaque means nothing here; drop one'
@@ -141,7 +158,9 @@ export function buildPolicy(input: PolicyInput): PolicyBuild {
     }
     seen.set(pattern.entry, pattern);
     patterns.push(pattern);
+    for (const [j, binding] of secrets.bindings.entries()) placed.push({ path: `allowHosts[${i}].secrets[${j}]`, host: pattern.name, binding });
   });
+  problems.push(...sourceConflicts(placed));
 
   const ports = input.connectPorts ?? DEFAULT_CONNECT_PORTS;
   ports.forEach((port, i) => {
@@ -177,6 +196,7 @@ export function buildPolicy(input: PolicyInput): PolicyBuild {
     refusalHint: input.refusalHint,
     mode: input.mode ?? 'enforce',
     tunnelDefault: input.tunnelDefault ?? 'tls',
+    secretBindings: Object.freeze(placed),
   };
   return { ok: true, policy: Object.freeze(policy) };
 }

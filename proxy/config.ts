@@ -10,6 +10,7 @@ import { CodedError, decodeAllowHosts, EGRESS_ENV, EGRESS_PROXY_PORT } from '../
 import { buildPolicy, describeRules, parsePolicyText, placeProblems, PolicyError, type AllowEntry, type Policy, type PolicyMode, type PolicyProblem } from '../policy/index.js';
 import { DEFAULT_LIMITS, LimitsSchema, type ProxyLimits } from './budget/index.js';
 import { policyWarnings } from './record/index.js';
+import { loadSecrets } from './secrets/index.js';
 import { AnswerAddress, Bool, Count, DnsServers, Endpoint, Ipv4, LogLevel, Mode, PortList, PortMap, REFUSAL_HINT_MAX, RefusalHint, TestHosts, TunnelMode } from './config-values.js';
 
 export class ConfigError extends CodedError<'invalid_config'> {
@@ -262,7 +263,7 @@ export function loadPolicy(config: ProxyConfig, readFile: (path: string) => stri
     mode: config.mode ?? fileMode,
     ...(config.testHosts ? { testHosts: config.testHosts } : {}),
   });
-  if (built.ok) return built.policy;
+  if (built.ok) return loadSecrets(built.policy, process.env, readFile, sourceName);
   // Name the variable a problem came from when it did not come from the file.
   const bySource = new Map<string, PolicyProblem[]>();
   for (const p of built.problems) {

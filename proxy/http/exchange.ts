@@ -8,15 +8,16 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
-import type { UpstreamTrust } from '../upstream/index.js';
-import type { Allowed } from '../../policy/index.js';
+import type { Allowed, SecretSet } from '../../policy/index.js';
 import type { ClientConnection, ProxyContext } from '../admission/index.js';
 import { READ_AHEAD_BYTES, type Held } from '../budget/index.js';
 import { destinationOf, F, ms, refuseResponse, type DecisionRecorder, type Refusal } from '../record/index.js';
+import { scannedBody } from '../secrets/index.js';
+import type { UpstreamTrust } from '../upstream/index.js';
 import { HTTP_PORT, HTTPS_PORT } from './authority.js';
 import type { BodyFraming } from './request-head.js';
 import { checkResponseHead } from './response-head.js';
-import { dialAttempts, ExchangeError, failureDetail, latin1, upstreamReason } from './upstream-failure.js';
+import { dialAttempts, ExchangeError, failureDetail, latin1, secretsOf, upstreamReason } from './upstream-failure.js';
 
 export interface Forwarding {
   readonly decision: Allowed;
@@ -28,6 +29,8 @@ export interface Forwarding {
   readonly record: DecisionRecorder;
   /** Inside an inspected connection: TLS to the upstream, verified against this trust store. */
   readonly trust?: UpstreamTrust | undefined;
+  /** The policy's secrets: a body that carries one of their placeholders is cut and refused. */
+  readonly secrets?: SecretSet | undefined;
 }
 
 export class Exchange {
@@ -104,8 +107,9 @@ export class Exchange {
           path: this.f.path,
           headers,
           // No body: nothing after the head belongs to this request. Otherwise the client's body
-          // stream, which undici frames with the Content-Length given or as chunked.
-          body: framing.kind === 'none' ? null : this.req,
+          // stream, which undici frames with the Content-Length given or as chunked, watched for
+          // placeholders: one fails the stream, and undici aborts the request mid-body.
+          body: framing.kind === 'none' ? null : scannedBody(this.req, this.f.secrets),
         },
         this.handler(),
       );
@@ -142,9 +146,10 @@ export class Exchange {
     if (!this.res.headersSent) {
       this.connection.counted.read = this.connection.socket.bytesRead;
       const refusal: Refusal = { reason, detail: failureDetail(err), host: decision.host, port: decision.port };
-      record.deny(refusal, { [F.addresses]: decision.addresses, [F.dialed]: dialAttempts(err), [F.decideMs]: this.f.decideMs });
+      record.deny(refusal, { [F.addresses]: decision.addresses, [F.dialed]: dialAttempts(err), [F.decideMs]: this.f.decideMs, [F.secrets]: secretsOf(err) });
       refuseResponse(this.res, refusal);
     } else {
+      this.f.record.note({ [F.secrets]: secretsOf(err) });
       this.allowLine(reason);
       this.res.destroy();
     }

@@ -14,7 +14,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { EGRESS_HEALTH_PATH } from '../../common/index.js';
-import { checkRequest, checkTarget, resolveTarget } from '../../policy/index.js';
+import { applySecrets, checkRequest, checkTarget, resolveTarget, screenTarget } from '../../policy/index.js';
 import type { ClientConnection, ProxyContext } from '../admission/index.js';
 import { destinationOf, F, ms, refuseResponse, type DecisionRecorder, type LineFields, type Refusal } from '../record/index.js';
 import { HTTP_PORT, HTTPS_PORT, parseAbsoluteUrl } from './authority.js';
@@ -50,6 +50,11 @@ export function createForwarder(ctx: ProxyContext) {
     };
     connection.holdInFlight(res, early);
 
+    const policy = ctx.policy();
+    // Before anything quotes the URL or the host (a detail, the line's host): a placeholder there
+    // is refused whatever the host, and never written down.
+    const leaked = screenTarget(policy.secrets, url, req.rawHeaders);
+    if (leaked !== undefined) return deny(leaked, { [F.secrets]: leaked.secrets });
     if (entry === undefined && url.startsWith('/')) return deny({ reason: 'bad_request', detail: 'this is a proxy: send an absolute http:// URL or CONNECT host:port' });
     const parsed =
       entry === undefined ? parseAbsoluteUrl(url) : entry.kind === 'inspect' ? inspectedTarget(req.rawHeaders, url, entry) : transparentTarget(req.rawHeaders, url, entry.port);
@@ -58,14 +63,20 @@ export function createForwarder(ctx: ProxyContext) {
     const trust = entry?.kind === 'inspect' ? ctx.inspection()?.upstreamCa : undefined;
     if (entry?.kind === 'inspect' && trust === undefined) return deny({ reason: 'internal_error', detail: 'the proxy no longer has the trust store of inspected hosts' });
 
-    const policy = ctx.policy();
     const checked = checkTarget(policy, parsed.host, parsed.port);
     if (!checked.allowed) return deny(checked);
     target = checked;
+    // Plain HTTP never gets a secret (it would travel in clear): every placeholder in its head is
+    // refused, to a bound host too; inside an inspected connection a bound host gets its secrets.
+    // Before the rules, whose refusals quote the path and headers.
+    const secrets = applySecrets(policy.secrets, checked, { target: parsed.path, headers: req.rawHeaders, inspected: trust !== undefined });
+    if (!secrets.ok) return deny({ reason: secrets.reason, detail: secrets.detail, host: checked.host, port: checked.port }, { [F.rule]: checked.rule, [F.secrets]: secrets.secrets });
+    if (secrets.injected.length > 0) record.note({ [F.secrets]: secrets.injected });
     // The entry's method and path rules, before any lookup: a refused request reaches nothing.
-    const ruled = checkRequest(checked, { method: req.method ?? '', target: parsed.path, rawHeaders: req.rawHeaders });
+    // They read the screened fields: a refusal quotes an override header, never a secret.
+    const ruled = checkRequest(checked, { method: req.method ?? '', target: parsed.path, rawHeaders: secrets.screened });
     if (!ruled.allowed) return deny(ruled, { [F.rule]: checked.rule });
-    const head = checkRequestHead(req.rawHeaders, checked.host, checked.port, req.httpVersion !== '1.0', trust === undefined ? HTTP_PORT : HTTPS_PORT);
+    const head = checkRequestHead(secrets.headers, checked.host, checked.port, req.httpVersion !== '1.0', trust === undefined ? HTTP_PORT : HTTPS_PORT);
     if (!head.ok) return deny({ reason: 'bad_request', detail: head.detail, host: checked.host, port: checked.port });
 
     const decision = await resolveTarget(policy, checked, (name) => ctx.lookup(name, clientIp), ctx.ownListener);
@@ -83,6 +94,6 @@ export function createForwarder(ctx: ProxyContext) {
       record.allow(destinationOf(decision), { [F.decideMs]: decideMs, [F.error]: 'client_closed' });
       return;
     }
-    new Exchange(ctx, connection, req, res, { decision, path: ruled.target, headers: head.headers, framing: head.framing, started, decideMs, record, trust }).start();
+    new Exchange(ctx, connection, req, res, { decision, path: ruled.target, headers: head.headers, framing: head.framing, started, decideMs, record, trust, secrets: policy.secrets }).start();
   };
 }

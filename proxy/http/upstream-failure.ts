@@ -8,7 +8,7 @@ export class ExchangeError extends CodedError<'upstream_timeout' | 'bad_upstream
 
 /** An upstream failure, as the reason a refusal gives for it. */
 export function upstreamReason(err: Error): Reason {
-  if (isDialError(err) || isCodedError(err, 'ExchangeError') || isCodedError(err, 'UpstreamTlsError')) return err.code as Reason;
+  if (isDialError(err) || isCodedError(err, 'ExchangeError') || isCodedError(err, 'UpstreamTlsError') || isCodedError(err, 'PlaceholderInBody')) return err.code as Reason;
   // undici's own error codes, and the socket's.
   const code = (err as NodeJS.ErrnoException).code;
   if (code === 'UND_ERR_HEADERS_TIMEOUT') return 'upstream_timeout';
@@ -26,6 +26,11 @@ export function failureDetail(err: Error): string {
   if (isCodedError(err, 'CodedError')) return err.message;
   const code = (err as NodeJS.ErrnoException).code;
   return code ? `${err.message} (${code})` : err.message;
+}
+
+/** The secrets whose placeholder was found in a body (`NAME sha256:...`), for the line. */
+export function secretsOf(err: Error): readonly string[] | undefined {
+  return isCodedError(err, 'PlaceholderInBody') ? (err as unknown as { secrets: readonly string[] }).secrets : undefined;
 }
 
 /** The addresses a failed dial tried, for the line. */

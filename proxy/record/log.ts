@@ -45,6 +45,8 @@ export const F = {
   lines: 'lines',
   /** Report mode: the reason enforce mode would have refused an allowed request with. */
   wouldDeny: 'would_deny',
+  /** The secrets put into a request, or whose placeholders got it refused: `NAME sha256:...`, never a value or placeholder. */
+  secrets: 'secrets',
 } as const;
 
 export type { Logger };

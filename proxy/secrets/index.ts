@@ -1,0 +1,3 @@
+/** Secrets the sandbox never holds: their values loaded with the policy, and request bodies watched for their placeholders. */
+export { fingerprint, loadSecrets, MIN_PLACEHOLDER_LENGTH, placeholderVariable, type Environment, type ReadFile } from './secret-values.js';
+export { PlaceholderInBody, PlaceholderScanner, scannedBody } from './placeholder-scanner.js';

@@ -1,0 +1,88 @@
+/**
+ * The body scanner (proxy/secrets/placeholder-scanner.ts): a placeholder anywhere in a body,
+ * across any split of its chunks, fails the stream before the chunk that completes it passes; a
+ * body without one passes byte for byte; what it keeps between chunks stays bounded.
+ */
+import { Readable } from 'node:stream';
+import fc from 'fast-check';
+import t from 'tap';
+import { holds } from '../support/property.js';
+import { createSecretSet } from '../../policy/index.js';
+import { PlaceholderScanner, scannedBody } from '../../proxy/secrets/index.js';
+
+const PLACEHOLDER = 'ghp_placeholderPlaceholderPlaceholder0';
+const SET = createSecretSet([
+  { name: 'GITHUB_TOKEN', value: 'real-value-real-value', placeholder: PLACEHOLDER, fingerprint: 'sha256:0123456789ab' },
+  { name: 'SHORT', value: 'other-real-value', placeholder: 'sk_placeholder_short', fingerprint: 'sha256:111111111111' },
+]);
+
+async function run(chunks: readonly Buffer[]): Promise<{ passed: Buffer; error: Error | undefined }> {
+  const scanner = new PlaceholderScanner(SET);
+  const out: Buffer[] = [];
+  scanner.on('data', (c: Buffer) => out.push(c));
+  const error = await new Promise<Error | undefined>((resolve) => {
+    scanner.once('error', resolve);
+    scanner.once('end', () => resolve(undefined));
+    Readable.from(chunks, { objectMode: false }).pipe(scanner);
+  });
+  return { passed: Buffer.concat(out), error };
+}
+
+function splits(body: Buffer, cuts: readonly number[]): Buffer[] {
+  const at = [...new Set(cuts.map((c) => c % (body.length + 1)))].sort((a, b) => a - b);
+  const parts: Buffer[] = [];
+  let from = 0;
+  for (const c of [...at, body.length]) {
+    if (c > from) parts.push(body.subarray(from, c));
+    from = Math.max(from, c);
+  }
+  return parts;
+}
+
+t.test('a placeholder in one chunk fails the stream; nothing of that chunk passes', async (t) => {
+  const { passed, error } = await run([Buffer.from('{"a":1,'), Buffer.from(`"t":"${PLACEHOLDER}"}`)]);
+  t.match(error?.message, /GITHUB_TOKEN sha256:0123456789ab.*request body/);
+  t.notOk(error?.message.includes(PLACEHOLDER));
+  t.equal(passed.toString(), '{"a":1,');
+});
+
+t.test('property: any split of a body with a placeholder fails, and the placeholder never passes whole', async (t) => {
+  await holds(
+    t,
+    fc.asyncProperty(fc.string({ maxLength: 200 }), fc.string({ maxLength: 200 }), fc.array(fc.nat(500), { maxLength: 40 }), fc.boolean(), async (before, after, cuts, short) => {
+      const placeholder = short ? 'sk_placeholder_short' : PLACEHOLDER;
+      const body = Buffer.from(`${before}${placeholder}${after}`);
+      const { passed, error } = await run(splits(body, cuts));
+      return error !== undefined && !passed.includes(placeholder);
+    }),
+    300,
+  );
+});
+
+t.test('property: a body without a placeholder passes byte for byte', async (t) => {
+  await holds(
+    t,
+    fc.asyncProperty(fc.uint8Array({ maxLength: 3000 }), fc.array(fc.nat(3000), { maxLength: 30 }), async (bytes, cuts) => {
+      const body = Buffer.from(bytes);
+      fc.pre(!body.includes(PLACEHOLDER) && !body.includes('sk_placeholder_short'));
+      const { passed, error } = await run(splits(body, cuts));
+      return error === undefined && passed.equals(body);
+    }),
+    300,
+  );
+});
+
+t.test('what is kept between chunks is at most the longest placeholder less one byte', async (t) => {
+  const scanner = new PlaceholderScanner(SET);
+  scanner.resume();
+  for (let i = 0; i < 50; i += 1) scanner.write(Buffer.alloc(10_000, 0x61));
+  t.equal((scanner as unknown as { tail: Buffer }).tail.length, PLACEHOLDER.length - 1);
+  scanner.end();
+});
+
+t.test('without placeholders the body is not wrapped', async (t) => {
+  const body = Readable.from([]);
+  t.equal(scannedBody(body, undefined), body);
+  t.equal(scannedBody(body, createSecretSet([{ name: 'A', value: 'v', placeholder: undefined, fingerprint: 'sha256:0' }])), body);
+  t.type(scannedBody(Readable.from([]), SET), PlaceholderScanner);
+});
