@@ -1,0 +1,129 @@
+/**
+ * Secrets inside inspected connections, on loopback with real TLS at both ends: the workload holds
+ * placeholders; the proxy sets a bound header to the real value, swaps a placeholder in a bound
+ * host's headers (Basic credentials too, as git sends them), and refuses a placeholder anywhere
+ * else (another inspected host, the URL, the body) `secret_wrong_host`, without the upstream ever
+ * getting a complete request that carried one. No log line holds a value or a placeholder.
+ */
+import https from 'node:https';
+import net from 'node:net';
+import tls from 'node:tls';
+import t, { type Test } from 'tap';
+import type { PolicyInput } from '../../policy/index.js';
+import { fingerprint, loadSecrets } from '../../proxy/secrets/index.js';
+import { testLeafIssuer } from '../support/inspect-ca.js';
+import { listen } from '../support/loopback.js';
+import { readUntil } from '../support/raw-client.js';
+import { selfSignedCert } from '../support/tls-cert.js';
+import { policyOf, startTestProxy } from '../support/test-proxy.js';
+
+const GITHUB = { value: 'ghp_REALrealREALrealREALrealREALreal1234', placeholder: 'ghp_PLACEHOLDERplaceholderPLACEHOLDER00' };
+const NPM = { value: 'npm_REALnpmREALnpmREALnpmREALnpmREALnp', placeholder: 'npm_placeholderPLACEHOLDERplaceholder0' };
+
+const cert = selfSignedCert(['api.test', 'registry.test', 'paste.test']);
+interface Seen {
+  host: string;
+  url: string;
+  headers: Record<string, string | string[] | undefined>;
+  body: string;
+  complete: boolean;
+}
+const seen: Seen[] = [];
+const upstream = https.createServer(cert, (req, res) => {
+  const entry: Seen = { host: req.headers.host ?? '', url: req.url ?? '', headers: req.headers, body: '', complete: false };
+  seen.push(entry);
+  req.on('data', (d: Buffer) => (entry.body += d.toString('latin1')));
+  req.on('error', () => undefined);
+  req.on('end', () => {
+    entry.complete = true;
+    res.writeHead(200, { 'Content-Length': '3' }).end('ok\n');
+  });
+});
+const port = await listen(upstream as unknown as net.Server);
+t.teardown(() => {
+  upstream.close();
+  upstream.closeAllConnections();
+});
+
+const leaves = await testLeafIssuer();
+const input: PolicyInput = {
+  allowHosts: [
+    { host: 'api.test', inspect: true, secrets: [{ name: 'GITHUB_TOKEN', header: 'Authorization', format: 'Bearer {}' }] },
+    { host: 'registry.test', inspect: true, secrets: [{ name: 'NPM_TOKEN' }] },
+    { host: 'paste.test', inspect: true },
+  ],
+  connectPorts: [port],
+  testHosts: { 'api.test': '127.0.0.1', 'registry.test': '127.0.0.1', 'paste.test': '127.0.0.1' },
+};
+const proxy = await startTestProxy({ policy: input, inspection: { leaves, upstreamCa: [cert.cert] } });
+t.teardown(() => proxy.close());
+proxy.proxy.setPolicy(
+  loadSecrets(policyOf(input), { GITHUB_TOKEN: GITHUB.value, EGRESS_PLACEHOLDER_GITHUB_TOKEN: GITHUB.placeholder, NPM_TOKEN: NPM.value, EGRESS_PLACEHOLDER_NPM_TOKEN: NPM.placeholder }, () => ''),
+);
+
+async function open(host: string): Promise<tls.TLSSocket> {
+  const socket = net.connect(proxy.port, '127.0.0.1');
+  socket.write(`CONNECT ${host}:${port} HTTP/1.1\r\nHost: ${host}:${port}\r\n\r\n`);
+  await readUntil(socket, '\r\n\r\n', 3_000);
+  const secure = tls.connect({ socket, servername: host, ca: leaves.caCertificatePem });
+  await new Promise((r) => secure.once('secureConnect', r));
+  return secure;
+}
+
+/** One request on a new inspected connection to `host`; the response's text. */
+async function send(host: string, head: string, body = ''): Promise<string> {
+  const secure = await open(host);
+  const length = body === '' ? '' : `Content-Length: ${body.length}\r\n`;
+  secure.write(`${head.replace('HOST', `${host}:${port}`)}${length}Connection: close\r\n\r\n${body}`);
+  const text = await readUntil(secure, undefined, 5_000);
+  secure.destroy();
+  return text;
+}
+
+function noLeak(t: Test): void {
+  const logs = JSON.stringify(proxy.logs);
+  for (const s of [GITHUB, NPM]) {
+    t.notOk(logs.includes(s.value), 'no log line holds a value');
+    t.notOk(logs.includes(s.placeholder), 'no log line holds a placeholder');
+  }
+}
+
+t.test('a bound header is set to the real value, whatever the workload sent, and the line names it by fingerprint', async (t) => {
+  const before = seen.length;
+  for (const sent of [`Authorization: Bearer ${GITHUB.placeholder}\r\n`, '', 'Authorization: token something-else\r\nauthorization: Basic eDp5\r\n']) {
+    t.match(await send('api.test', `GET /user HTTP/1.1\r\nHost: HOST\r\n${sent}`), /^HTTP\/1\.1 200 /);
+  }
+  const got = seen.slice(before);
+  t.equal(got.length, 3);
+  for (const s of got) t.equal(s.headers.authorization, `Bearer ${GITHUB.value}`, 'exactly one Authorization, the real one');
+  const line = proxy.logs.filter((l) => l.event === 'decision' && l.method === 'GET').at(-1);
+  t.match(line, { decision: 'allow', via: 'inspect', secrets: [`GITHUB_TOKEN ${fingerprint(GITHUB.value)}`] });
+  noLeak(t);
+});
+
+t.test('a placeholder in a bound host\'s headers is swapped, in Basic credentials too', async (t) => {
+  const before = seen.length;
+  const basic = Buffer.from(`x-access-token:${NPM.placeholder}`).toString('base64');
+  t.match(await send('registry.test', `GET /pkg HTTP/1.1\r\nHost: HOST\r\nX-Api-Key: ${NPM.placeholder}\r\nAuthorization: Basic ${basic}\r\n`), /^HTTP\/1\.1 200 /);
+  const got = seen[before]!;
+  t.equal(got.headers['x-api-key'], NPM.value);
+  t.equal(Buffer.from(String(got.headers.authorization).replace('Basic ', ''), 'base64').toString(), `x-access-token:${NPM.value}`);
+  noLeak(t);
+});
+
+t.test('a placeholder anywhere else is refused secret_wrong_host, and the upstream never gets a complete request with it', async (t) => {
+  const before = seen.length;
+  const cases: [string, string, string][] = [
+    ['paste.test', `GET /p HTTP/1.1\r\nHost: HOST\r\nAuthorization: Bearer ${GITHUB.placeholder}\r\n`, ''],
+    ['registry.test', `GET /p HTTP/1.1\r\nHost: HOST\r\nX-Token: ${GITHUB.placeholder}\r\n`, ''],
+    ['api.test', `GET /p?t=${GITHUB.placeholder} HTTP/1.1\r\nHost: HOST\r\n`, ''],
+    ['api.test', `GET /p?t=${encodeURIComponent(GITHUB.placeholder).replace(/_/g, '%5F')} HTTP/1.1\r\nHost: HOST\r\n`, ''],
+    ['paste.test', `POST /p HTTP/1.1\r\nHost: HOST\r\n`, `{"note":"${'x'.repeat(70_000)}${NPM.placeholder}"}`],
+  ];
+  for (const [host, head, body] of cases) {
+    t.match(await send(host, head, body), /^HTTP\/1\.1 403 .*X-Egress-Reason: secret_wrong_host/s, `${host}: ${head.split('\r\n')[0]!.slice(0, 40)}`);
+  }
+  t.notOk(seen.slice(before).some((s) => s.complete), 'no complete request reached the upstream');
+  t.notOk(seen.slice(before).some((s) => JSON.stringify(s).includes(GITHUB.value) || JSON.stringify(s).includes(NPM.value)), 'no value reached it');
+  noLeak(t);
+});
