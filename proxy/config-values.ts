@@ -138,8 +138,8 @@ export const OPTIONS = {
   'transparent-answer': { env: EGRESS_ENV.transparentAnswer, arg: 'IP', help: 'the IPv4 address allowlisted names resolve to in transparent mode, when workloads reach the proxy by another than --transparent-listen (a Kubernetes Service address); needed with 0.0.0.0' },
   'transparent-port-map': { env: EGRESS_ENV.transparentPortMap, arg: 'LIST', help: 'comma-separated DIALLED=LISTEN pairs for a platform that forwards ports (53=5353,443=8443): listen on LISTEN, decide on DIALLED; other ports listen on themselves' },
   mode: { env: EGRESS_ENV.mode, arg: 'enforce|report', help: 'report: allow what only allowHosts or connectPorts refuse, and log it would_deny, to learn an allowlist (overrides the policy file\'s mode; default enforce); not a boundary' },
-  'ca-dir': { env: EGRESS_ENV.caDir, arg: 'DIR', help: `the deployment CA of inspected hosts (ca.crt, ca.key), made on first use; the proxy user's own, mode 0700 (default /var/lib/capybara-egress/ca; read only when the policy inspects; ${EGRESS_ENV.caInline} instead holds the CA itself)` },
-  'upstream-ca': { env: EGRESS_ENV.upstreamCa, arg: 'FILE', help: 'PEM bundle the upstreams of inspected hosts are verified against (default /etc/ssl/certs/ca-certificates.crt, else Node\'s roots)' },
+  'ca-dir': { env: EGRESS_ENV.caDir, arg: 'DIR', help: `the deployment CA of inspected hosts (ca.crt, ca.key), made on first use in a directory of the proxy user's own, mode 0700; read only when the policy inspects (${EGRESS_ENV.caInline} instead holds the CA itself; default /var/lib/capybara-egress/ca)` },
+  'upstream-ca': { env: EGRESS_ENV.upstreamCa, arg: 'FILE', help: 'PEM bundle the upstreams of inspected hosts are verified against (default /etc/ssl/certs/ca-certificates.crt when readable, else Node\'s roots)' },
   'refusal-hint': { env: EGRESS_ENV.refusalHint, arg: 'TEXT', help: `what the refusal of a host off the allowlist tells the client to do, instead of "add the host name to allowHosts" (printable ASCII, at most ${REFUSAL_HINT_MAX} characters)` },
 } as const;
 
