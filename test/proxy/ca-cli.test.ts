@@ -6,7 +6,7 @@
  * (exit 1), and a policy that inspects nothing never touches the CA directory.
  */
 import { spawn } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import t from 'tap';
@@ -135,5 +135,35 @@ t.test('a proxy whose policy inspects nothing never makes or reads a CA director
   while (!/egress proxy listening/.test(output.text) && child.exitCode === null && Date.now() < end) await new Promise((r) => setTimeout(r, 25));
   t.match(output.text, /egress proxy listening/, 'it starts (not even the upstream bundle is read)');
   t.notOk(existsSync(dir), 'no CA directory');
+  child.kill('SIGTERM');
+});
+
+t.test('a reload to a policy that inspects, with no usable CA, keeps the old policy and says why', async (t) => {
+  const work = fresh();
+  mkdirSync(work);
+  const policy = path.join(work, 'policy.json');
+  writeFileSync(policy, '{"allowHosts": ["a.test"]}');
+  const open = fresh();
+  mkdirSync(open);
+  chmodSync(open, 0o755);
+  const port = await freePort();
+  const output = { text: '' };
+  const child = spawn(...plainNode(EGRESS_CLI, ['--policy', policy, '--listen', `127.0.0.1:${port}`, '--ca-dir', open]), { env: EGRESS_BASE_ENV });
+  child.stdout?.on('data', (d: Buffer) => (output.text += d.toString()));
+  child.stderr?.on('data', (d: Buffer) => (output.text += d.toString()));
+  t.teardown(() => child.kill('SIGKILL'));
+  const until = async (pattern: RegExp): Promise<void> => {
+    const end = Date.now() + 30_000;
+    while (!pattern.test(output.text) && child.exitCode === null && Date.now() < end) await new Promise((r) => setTimeout(r, 25));
+  };
+  await until(/egress proxy listening/);
+  t.match(output.text, /egress proxy listening/);
+  writeFileSync(path.join(work, 'next.json'), INSPECTED);
+  renameSync(path.join(work, 'next.json'), policy);
+  child.kill('SIGHUP');
+  await until(/policy_reload_failed/);
+  t.match(output.text, /"event":"policy_reload_failed"[^\n]*the policy inspects api\.example\.test, which needs the deployment CA, and --ca-dir: [^\n]*has mode 0755/);
+  t.notMatch(output.text, /"event":"policy_reloaded"/, 'the old policy stays');
+  t.equal(child.exitCode, null, 'still running');
   child.kill('SIGTERM');
 });
