@@ -2,9 +2,8 @@
  * The leaf certificates the egress shows a client when it terminates TLS to an inspected host:
  * one per exact host name, signed by the deployment CA, made on first use and kept in a capped
  * cache. Every leaf of the process shares one ECDSA P-256 key pair (made once per issuer), so a new
- * leaf costs one ECDSA signature, its DER and a secure context, and no key generation: measured
- * (test/proxy/leaf-certificates.test.ts) 4-7 ms on a busy two-core machine, half of it the
- * library's ASN.1 encoding and a third the secure context.
+ * leaf costs one ECDSA signature, its DER (leaf-der.ts) and a secure context, and no key
+ * generation: measured in test/proxy/leaf-certificates.test.ts, which prints the number.
  *
  * A leaf names one DNS name and nothing else: its subjectAltName is the exact host (never an IP
  * address, never a wildcard: a wildcard entry gets one leaf per name a client asks for), its
@@ -12,10 +11,10 @@
  * leaked therefore speaks for one host for one day and signs nothing.
  */
 import tls from 'node:tls';
-import { webcrypto } from 'node:crypto';
+import { createPrivateKey, sign, webcrypto, type KeyObject } from 'node:crypto';
 import { CodedError, randomSerial, x509, type Authority } from '../../common/index.js';
-import type * as X509 from '@peculiar/x509';
 import { parseHostName } from '../../policy/index.js';
+import { leafCertificatePem, leafTbs, type LeafTemplate } from './leaf-der.js';
 
 export interface LeafIssuer {
   /**
@@ -59,10 +58,11 @@ interface Leaf {
 }
 
 interface LeafKeys {
-  readonly publicKey: webcrypto.CryptoKey;
   readonly privateKeyPem: string;
-  /** The CA's key identifier, the same in every leaf (computing it costs a hash per leaf). */
-  readonly authorityKeyId: X509.AuthorityKeyIdentifierExtension;
+  /** The CA's key, to sign with. */
+  readonly caKey: KeyObject;
+  /** What every leaf shares, encoded once. */
+  readonly template: LeafTemplate;
 }
 
 export class LeafCertificates implements LeafIssuer {
@@ -116,30 +116,19 @@ export class LeafCertificates implements LeafIssuer {
   }
 
   private async issue(host: string): Promise<tls.SecureContext> {
-    const lib = x509();
     const keys = await this.leafKeys();
     const now = this.now();
     const notAfter = Math.min(now + this.lifetimeMs, this.authority.notAfter.getTime());
     if (notAfter <= now) throw new CodedError('ca_invalid', `the deployment CA "${this.authority.certificate.subject}" has expired; make a new one with \`capybara-egress ca --rotate\``);
-    const certificate = await lib.X509CertificateGenerator.create({
-      serialNumber: randomSerial(),
-      subject: host.length <= MAX_COMMON_NAME ? [{ CN: [host] }] : [{ O: ['capybara-egress inspected host'] }],
-      issuer: this.authority.certificate.subject,
+    const tbs = leafTbs(keys.template, {
+      serial: Buffer.from(randomSerial(), 'hex'),
       notBefore: new Date(now - LEAF_BACKDATE_MS),
       notAfter: new Date(notAfter),
-      publicKey: keys.publicKey as unknown as CryptoKey,
-      signingKey: this.authority.privateKey as unknown as CryptoKey,
-      signingAlgorithm: { name: 'ECDSA', hash: 'SHA-256' } as EcdsaParams,
-      extensions: [
-        new lib.BasicConstraintsExtension(false, undefined, true),
-        new lib.KeyUsagesExtension(lib.KeyUsageFlags.digitalSignature, true),
-        new lib.ExtendedKeyUsageExtension([lib.ExtendedKeyUsage.serverAuth]),
-        // Critical when the subject holds no name (RFC 5280 §4.2.1.6).
-        new lib.SubjectAlternativeNameExtension([{ type: 'dns', value: host }], host.length > MAX_COMMON_NAME),
-        keys.authorityKeyId,
-      ],
+      host,
+      commonName: host.length <= MAX_COMMON_NAME,
     });
-    const context = tls.createSecureContext({ key: keys.privateKeyPem, cert: certificate.toString('pem'), minVersion: 'TLSv1.2' });
+    const certificate = leafCertificatePem(tbs, sign('sha256', tbs, keys.caKey));
+    const context = tls.createSecureContext({ key: keys.privateKeyPem, cert: certificate, minVersion: 'TLSv1.2' });
     this.issued += 1;
     this.leaves.delete(host);
     this.leaves.set(host, { context, renewAt: now + (notAfter - now) / 2 });
@@ -156,8 +145,16 @@ export class LeafCertificates implements LeafIssuer {
       const pair = await webcrypto.subtle.generateKey({ name: 'ECDSA', namedCurve: 'P-256' }, true, ['sign', 'verify']);
       const pkcs8 = Buffer.from(await webcrypto.subtle.exportKey('pkcs8', pair.privateKey)).toString('base64');
       const privateKeyPem = `-----BEGIN PRIVATE KEY-----\n${pkcs8.match(/.{1,64}/g)?.join('\n') ?? ''}\n-----END PRIVATE KEY-----\n`;
-      const authorityKeyId = await x509().AuthorityKeyIdentifierExtension.create(this.authority.certificate);
-      return { publicKey: pair.publicKey, privateKeyPem, authorityKeyId };
+      const lib = x509();
+      const spki = Buffer.from(await webcrypto.subtle.exportKey('spki', pair.publicKey));
+      const extensions = [
+        new lib.BasicConstraintsExtension(false, undefined, true),
+        new lib.KeyUsagesExtension(lib.KeyUsageFlags.digitalSignature, true),
+        new lib.ExtendedKeyUsageExtension([lib.ExtendedKeyUsage.serverAuth]),
+        await lib.AuthorityKeyIdentifierExtension.create(this.authority.certificate),
+      ].map((e) => Buffer.from(e.rawData));
+      const template = { issuer: Buffer.from(this.authority.certificate.subjectName.toArrayBuffer()), spki, extensions };
+      return { privateKeyPem, caKey: createPrivateKey(this.authority.keyPem), template };
     })();
     // A failure is not kept: the next leaf tries again.
     this.keys.catch(() => (this.keys = undefined));

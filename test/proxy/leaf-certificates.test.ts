@@ -46,6 +46,9 @@ t.test('a leaf is a serverAuth end-entity certificate for one DNS name, from a l
   const peer = new X509Certificate(seen.peer?.raw ?? Buffer.alloc(0));
   t.notOk(peer.ca, 'no CA');
   t.ok(peer.checkIssued(new X509Certificate(ca.certificatePem)), 'issued by the deployment CA');
+  t.ok(peer.verify(new X509Certificate(ca.certificatePem).publicKey), 'its signature is the CA key\'s');
+  t.match(peer.issuer, /CN=capybara-egress deployment CA [0-9a-f]{8}/);
+  t.equal(peer.subject, 'CN=x.example.test');
   t.same(peer.keyUsage, ['1.3.6.1.5.5.7.3.1'], 'extendedKeyUsage serverAuth only');
   t.equal(peer.subjectAltName, 'DNS:x.example.test');
   const from = Date.parse(peer.validFrom);
@@ -60,6 +63,16 @@ t.test('a name longer than a commonName holds is in the subjectAltName alone', a
   const ok = await viaSni(leaves, long, ca.certificatePem);
   t.equal(ok.error, undefined);
   t.equal(ok.peer?.subjectaltname, `DNS:${long}`);
+  t.same(ok.peer?.subject, {}, 'an empty subject');
+});
+
+t.test('a validity past 2049 is written as GeneralizedTime, and read back the same', async (t) => {
+  const late = Date.parse('2051-06-01T00:00:00Z');
+  const far = await createAuthority({ now: new Date(late - 86_400_000) });
+  const leaves = new LeafCertificates(far, { now: () => late });
+  const seen = await handshake({ secureContext: await leaves.contextFor('far.test') }, { ca: far.certificatePem, servername: 'far.test' });
+  // The client's clock is today's: the leaf is not yet valid, and says so (its dates were read).
+  t.equal(seen.error, 'CERT_NOT_YET_VALID');
 });
 
 t.test('only a normalised DNS name gets a leaf: no IP, no wildcard, no upper case, no trailing dot', async (t) => {
@@ -142,14 +155,19 @@ t.test('concurrent asks for one name share one issuance', async (t) => {
   t.ok(isCodedError(await leaves.contextFor('IP').catch((e: unknown) => e), 'CodedError'), 'a refusal is a CodedError');
 });
 
-t.test('a new leaf costs a few milliseconds (the target is 5 ms, ECDSA P-256)', async (t) => {
+t.test('a new leaf costs under 5 ms (ECDSA P-256; the median, against a loaded machine\'s pauses)', async (t) => {
   const leaves = new LeafCertificates(ca, { maxLeaves: 10_000 });
   await leaves.contextFor('warm.test');
-  const n = 200;
-  const started = performance.now();
-  for (let i = 0; i < n; i++) await leaves.contextFor(`n${i}.cost.test`);
-  const each = (performance.now() - started) / n;
-  t.comment(`a new leaf: ${each.toFixed(2)} ms (mean of ${n})`);
-  // Generous against a loaded CI machine; the number itself is in the comment above.
-  t.ok(each < 50, `${each.toFixed(2)} ms`);
+  const times: number[] = [];
+  for (let i = 0; i < 200; i++) {
+    const started = performance.now();
+    await leaves.contextFor(`n${i}.cost.test`);
+    times.push(performance.now() - started);
+  }
+  times.sort((a, b) => a - b);
+  const median = times[100] ?? Infinity;
+  const mean = times.reduce((a, b) => a + b, 0) / times.length;
+  t.comment(`a new leaf: median ${median.toFixed(2)} ms, mean ${mean.toFixed(2)} ms, p99 ${(times[198] ?? 0).toFixed(2)} ms (200 leaves)`);
+  t.ok(median < 5, `median ${median.toFixed(2)} ms`);
+  t.equal(leaves.issuedCount, 201, 'each one a new leaf');
 });
