@@ -43,7 +43,9 @@ export async function loadAuthority(source: CaSource, options: { create: boolean
   if (found !== undefined) return { authority: found, created: false };
   if (!options.create) throw new CaStoreError('ca_unreadable', `${source.from}: ${source.dir} holds no CA; make one with \`capybara-egress ca --ca-dir ${source.dir}\``);
   const made = await createAuthority();
-  const claimed = await writePair(source.dir, made, 'claim');
+  const claimed = await writePair(source.dir, made, 'claim').catch((err: NodeJS.ErrnoException) => {
+    throw new CaStoreError('ca_unreadable', `${source.from}: cannot write a new CA into ${source.dir} (${err.code ?? err.message}): make it writable for the proxy's user (a volume, in a container with a read-only root), or give the CA in EGRESS_CA_INLINE`, { cause: err });
+  });
   if (claimed) return { authority: made, created: true };
   const theirs = await readPair(source.dir, source.from);
   if (theirs === undefined) throw new CaStoreError('ca_unreadable', `${source.from}: another process made a CA in ${source.dir} but it cannot be read`);

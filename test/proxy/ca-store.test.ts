@@ -185,3 +185,10 @@ t.test('the upstream roots: a given bundle, else the system bundle, else Node\'s
   });
   t.equal(fallback, tls.rootCertificates, 'else Node\'s roots');
 });
+
+t.test('a directory the proxy cannot write into is an error that says what to do', { skip: process.getuid?.() === 0 ? 'root writes into a read-only directory anyway' : false }, async (t) => {
+  const dir = fresh();
+  mkdirSync(dir, { mode: 0o700 });
+  chmodSync(dir, 0o500);
+  await t.rejects(loadAuthority(dirSource(dir)), { code: 'ca_unreadable', message: /cannot write a new CA into .* \(EACCES\): make it writable for the proxy's user/ });
+});
