@@ -1,0 +1,260 @@
+/**
+ * Inspected hosts measured against SNI-checked tunnels, side by side in one run (the last part of
+ * `npm run bench`; alone: `npm run bench:inspect`, `-- --quick` for a short run). One proxy (the
+ * CLI, in its own process, with a deployment CA in a directory of its own) allows two names of one
+ * HTTPS upstream: `inspect.bench.test` inspected, `tunnel.bench.test` a `tls` tunnel. The upstream
+ * runs in this process beside the clients; both paths meet the same upstream, the same client and
+ * the same TLS work at the ends, and are interleaved round by round.
+ *
+ * - keep-alive throughput: CONNECTIONS connections, each one CONNECT then requests one after the
+ *   other for a while; requests per second (target: inspected at least 0.5x the tunnel's).
+ * - first request: a new connection, CONNECT, TLS, one request, its response; the median (target:
+ *   inspected, with its leaf cached, at most 2x).
+ * - a new leaf: the CA module signing leaves for fresh names in this process (target: 5 ms).
+ * - memory: the proxy's resident memory grown by IDLE connections that made one request and
+ *   stay open, per connection, against what the proxy charges an inspected one to its budget.
+ */
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import tls from 'node:tls';
+import { fileURLToPath } from 'node:url';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { createAuthority } from '../common/index.js';
+import { INSPECT_CONNECTION_BYTES, LeafCertificates } from '../proxy/inspect/index.js';
+import { startChild, stopAll, type Child } from './children.js';
+import { memoryOf } from './peers.js';
+
+const INSPECTED = 'inspect.bench.test';
+const TUNNELED = 'tunnel.bench.test';
+const RESPONSE = Buffer.from('HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 13\r\n\r\nhello, world\n', 'latin1');
+
+interface Plan {
+  readonly rounds: number;
+  readonly seconds: number;
+  readonly connections: number;
+  readonly firsts: number;
+  readonly leaves: number;
+  readonly idle: number;
+}
+const FULL: Plan = { rounds: 3, seconds: 4, connections: 8, firsts: 200, leaves: 300, idle: 400 };
+const QUICK: Plan = { rounds: 2, seconds: 1, connections: 4, firsts: 40, leaves: 60, idle: 100 };
+
+const median = (values: readonly number[]): number => {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)] ?? NaN;
+};
+
+/** An HTTPS upstream answering every request at once, with a certificate for both names. */
+async function startUpstream(dir: string): Promise<{ server: tls.Server; port: number; cert: string }> {
+  execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', join(dir, 'up-key.pem'), '-out', join(dir, 'up.pem'),
+    '-days', '2', '-subj', '/CN=bench upstream', '-addext', `subjectAltName=DNS:${INSPECTED},DNS:${TUNNELED}`], { stdio: 'ignore' });
+  const cert = readFileSync(join(dir, 'up.pem'), 'utf8');
+  const server = tls.createServer({ key: readFileSync(join(dir, 'up-key.pem')), cert, ALPNProtocols: ['http/1.1'] }, (socket) => {
+    socket.on('error', () => socket.destroy());
+    let pending = '';
+    socket.on('data', (buf: Buffer) => {
+      pending += buf.toString('latin1');
+      let n = 0;
+      for (let end = pending.indexOf('\r\n\r\n'); end !== -1; end = pending.indexOf('\r\n\r\n')) {
+        n += 1;
+        pending = pending.slice(end + 4);
+      }
+      for (let i = 0; i < n; i++) socket.write(RESPONSE);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return { server, port: (server.address() as net.AddressInfo).port, cert };
+}
+
+async function startProxy(dir: string, upstreamPort: number): Promise<{ child: Child; port: number; ca: string }> {
+  const cli = fileURLToPath(new URL('../proxy/cli.js', import.meta.url));
+  const policy = join(dir, 'policy.yaml');
+  writeFileSync(policy, `allowHosts:\n  - { host: ${INSPECTED}, inspect: true }\n  - ${TUNNELED}\nconnectPorts: [${upstreamPort}]\n`);
+  const caDir = join(dir, 'ca');
+  mkdirSync(caDir, { mode: 0o700 });
+  const port = await freePort();
+  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('EGRESS_')));
+  Object.assign(env, {
+    CAPYBARA_EGRESS_TEST_HOSTS: JSON.stringify({ [INSPECTED]: '127.0.0.1', [TUNNELED]: '127.0.0.1' }),
+    EGRESS_CA_DIR: caDir,
+    EGRESS_UPSTREAM_CA: join(dir, 'up.pem'),
+  });
+  const child = await startChild('capybara', process.execPath, [cli, '--policy', policy, '--listen', `127.0.0.1:${port}`, '--log-level', 'warn'], { env, lifetimeSec: 600 });
+  const deadline = Date.now() + 15_000;
+  for (;;) {
+    if (!child.running()) throw new Error(`the proxy exited at start-up: ${child.stderr().slice(-600)}`);
+    try {
+      return { child, port, ca: readFileSync(join(caDir, 'ca.crt'), 'utf8') };
+    } catch {
+      if (Date.now() > deadline) throw new Error('the proxy made no CA within 15 s');
+      await sleep(100);
+    }
+  }
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as net.AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+interface Target {
+  readonly proxyPort: number;
+  readonly upstreamPort: number;
+  /** What the client trusts: the deployment CA (inspected) or the upstream's certificate (tunnel). */
+  readonly ca: string;
+}
+
+/** CONNECT, then TLS inside: the secure socket. */
+async function open(target: Target, host: string): Promise<tls.TLSSocket> {
+  const socket = net.connect(target.proxyPort, '127.0.0.1');
+  socket.setNoDelay(true);
+  socket.write(`CONNECT ${host}:${target.upstreamPort} HTTP/1.1\r\nHost: ${host}:${target.upstreamPort}\r\n\r\n`);
+  await new Promise<void>((resolve, reject) => {
+    socket.once('data', (b: Buffer) => (b.toString('latin1').startsWith('HTTP/1.1 200') ? resolve() : reject(new Error(b.toString('latin1')))));
+    socket.once('error', reject);
+  });
+  const secure = tls.connect({ socket, servername: host, ca: target.ca, ALPNProtocols: ['http/1.1'] });
+  await new Promise<void>((resolve, reject) => {
+    secure.once('secureConnect', resolve);
+    secure.once('error', reject);
+  });
+  return secure;
+}
+
+/** One request on `secure`, resolved at its whole response. */
+function request(secure: tls.TLSSocket, host: string, port: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    let got = 0;
+    const onData = (b: Buffer): void => {
+      got += b.length;
+      if (got >= RESPONSE.length) {
+        secure.off('data', onData);
+        resolve();
+      }
+    };
+    secure.on('data', onData);
+    secure.once('error', reject);
+    secure.write(`GET / HTTP/1.1\r\nHost: ${host}:${port}\r\n\r\n`);
+  });
+}
+
+async function throughput(target: Target, host: string, plan: Plan): Promise<number> {
+  const end = Date.now() + plan.seconds * 1000;
+  let count = 0;
+  await Promise.all(
+    Array.from({ length: plan.connections }, async () => {
+      const secure = await open(target, host);
+      while (Date.now() < end) {
+        await request(secure, host, target.upstreamPort);
+        count += 1;
+      }
+      secure.destroy();
+    }),
+  );
+  return count / plan.seconds;
+}
+
+async function firstRequest(target: Target, host: string, plan: Plan): Promise<number> {
+  const samples: number[] = [];
+  for (let i = 0; i < plan.firsts; i++) {
+    const t0 = performance.now();
+    const secure = await open(target, host);
+    await request(secure, host, target.upstreamPort);
+    samples.push(performance.now() - t0);
+    secure.destroy();
+  }
+  return median(samples);
+}
+
+async function leafCost(plan: Plan): Promise<{ median: number; p95: number }> {
+  const leaves = new LeafCertificates(await createAuthority());
+  await leaves.contextFor('warm.bench.test');
+  const samples: number[] = [];
+  for (let i = 0; i < plan.leaves; i++) {
+    const t0 = performance.now();
+    await leaves.contextFor(`n${i}.leaf.bench.test`);
+    samples.push(performance.now() - t0);
+  }
+  samples.sort((a, b) => a - b);
+  return { median: median(samples), p95: samples[Math.floor(samples.length * 0.95)] ?? NaN };
+}
+
+/** Resident KiB the proxy grew by per connection, `count` of them open after one request each. */
+async function memoryPerConnection(target: Target, host: string, pid: number, count: number): Promise<number> {
+  await sleep(500);
+  const before = memoryOf(pid)?.rssKiB ?? NaN;
+  const open_: tls.TLSSocket[] = [];
+  for (let i = 0; i < count; i++) {
+    const secure = await open(target, host);
+    await request(secure, host, target.upstreamPort);
+    open_.push(secure);
+  }
+  await sleep(500);
+  const after = memoryOf(pid)?.rssKiB ?? NaN;
+  for (const s of open_) s.destroy();
+  await sleep(1_000);
+  return ((after - before) * 1024) / count;
+}
+
+/** The inspection section of the bench: its lines, ready to print. */
+export async function runInspectBench(quick: boolean, progress: (text: string) => void): Promise<string[]> {
+  const plan = quick ? QUICK : FULL;
+  const dir = mkdtempSync(join(tmpdir(), 'bench-inspect-'));
+  const upstream = await startUpstream(dir);
+  try {
+    const proxy = await startProxy(dir, upstream.port);
+    const inspected: Target = { proxyPort: proxy.port, upstreamPort: upstream.port, ca: proxy.ca };
+    const tunneled: Target = { ...inspected, ca: upstream.cert };
+    const rps = { inspect: [] as number[], tunnel: [] as number[] };
+    const first = { inspect: [] as number[], tunnel: [] as number[] };
+    await firstRequest(inspected, INSPECTED, { ...plan, firsts: 10 }); // the leaf, cached from here on
+    for (let round = 1; round <= plan.rounds; round++) {
+      progress(`inspect: round ${round}/${plan.rounds}`);
+      rps.tunnel.push(await throughput(tunneled, TUNNELED, plan));
+      rps.inspect.push(await throughput(inspected, INSPECTED, plan));
+      first.tunnel.push(await firstRequest(tunneled, TUNNELED, plan));
+      first.inspect.push(await firstRequest(inspected, INSPECTED, plan));
+    }
+    progress('inspect: leaves and memory');
+    const leaf = await leafCost(plan);
+    const memTunnel = await memoryPerConnection(tunneled, TUNNELED, proxy.child.pid, plan.idle);
+    const memInspect = await memoryPerConnection(inspected, INSPECTED, proxy.child.pid, plan.idle);
+    const r = { inspect: median(rps.inspect), tunnel: median(rps.tunnel) };
+    const f = { inspect: median(first.inspect), tunnel: median(first.tunnel) };
+    const verdict = (ok: boolean): string => (ok ? 'PASS' : 'MISS');
+    const kib = (bytes: number): string => `${(bytes / 1024).toFixed(1)} KiB`;
+    return [
+      `inspected hosts vs SNI-checked tunnels (median of ${plan.rounds} rounds; one proxy, one upstream, interleaved)`,
+      `  keep-alive HTTPS req/s (${plan.connections} connections)  inspected ${r.inspect.toFixed(0)}  tunnel ${r.tunnel.toFixed(0)}  ratio ${(r.inspect / r.tunnel).toFixed(2)} (>= 0.5) ${verdict(r.inspect / r.tunnel >= 0.5)}`,
+      `  first request, leaf cached (ms)          inspected ${f.inspect.toFixed(2)}  tunnel ${f.tunnel.toFixed(2)}  ratio ${(f.inspect / f.tunnel).toFixed(2)} (<= 2) ${verdict(f.inspect / f.tunnel <= 2)}`,
+      `  a new leaf (ms, ECDSA P-256)             median ${leaf.median.toFixed(2)}  p95 ${leaf.p95.toFixed(2)}  (<= 5) ${verdict(leaf.median <= 5)}`,
+      `  resident memory per open connection      inspected ${kib(memInspect)}  tunnel ${kib(memTunnel)}  charged to the budget per inspected connection: ${kib(INSPECT_CONNECTION_BYTES)} beside the tunnel's own`,
+    ];
+  } finally {
+    upstream.server.close();
+    await stopAll();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+if (process.argv[1] !== undefined && fileURLToPath(import.meta.url) === process.argv[1]) {
+  runInspectBench(process.argv.includes('--quick'), (text) => void process.stderr.write(`bench: ${text}\n`)).then(
+    (lines) => {
+      process.stdout.write(`${lines.join('\n')}\n`);
+      process.exit(0);
+    },
+    (err: unknown) => {
+      process.stderr.write(`bench: inspect failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+      process.exit(1);
+    },
+  );
+}
