@@ -5,7 +5,7 @@
 import pino, { type Logger } from 'pino';
 import type { SandboxHandle, SandboxProvider, DeploymentConfigInput } from './spec/index.js';
 import { SandboxError, checkSandboxName, namesFor, parseDeploymentConfig, persistentWorkspaceVolume, planSandbox, printableAsciiMap } from './spec/index.js';
-import { DockerEngine, checkCreateBodies, engineStatus, type SandboxEngine } from './docker/index.js';
+import { DockerEngine, checkCreateBodies, engineStatus, type EgressMode, type SandboxEngine } from './docker/index.js';
 import { SandboxLanes, SandboxLifecycle, SandboxRecovery, readEgressUsage, type EgressUsage } from './sandbox/index.js';
 import { CommandRunner, FileOps, type WithRunning } from './exec/index.js';
 
@@ -24,6 +24,11 @@ export interface SandboxTestOptions {
   labels?: Record<string, string>;
   /** Host → IP pins for the egress proxy; exempt from its private-address check. */
   egressTestHosts?: Record<string, string>;
+  /**
+   * `report`: the egress proxies this provider creates or rebuilds allow what only the allowlist
+   * refuses and log it would_deny (capybara-sandbox run --report, on a sandbox made for that run).
+   */
+  egressMode?: EgressMode;
 }
 
 export interface SandboxRuntimeOptions {
@@ -51,7 +56,9 @@ export function createDockerSandbox(
   const egressTestHosts = testOptions.egressTestHosts === undefined ? undefined : printableAsciiMap(testOptions.egressTestHosts, 'testOptions.egressTestHosts');
   const logger = runtime.logger ?? pino({ name: 'sandbox-docker', level: 'warn' }, pino.destination(2));
   const engine = runtime.engine ?? new DockerEngine({ endpoint: parsed.endpoint, tlsCertDir: parsed.tlsCertDir, logger });
-  const buildDeps = { engine, config: parsed, extraLabels, egressTestHosts, logger };
+  const egressMode = testOptions.egressMode ?? 'enforce';
+  if (egressMode !== 'enforce' && egressMode !== 'report') throw new SandboxError('invalid_config', `testOptions.egressMode must be enforce or report, got ${JSON.stringify(egressMode)}`);
+  const buildDeps = { engine, config: parsed, extraLabels, egressTestHosts, logger, egressMode };
   const lifecycle = new SandboxLifecycle(buildDeps);
   const lanes = new SandboxLanes();
   const recovery = new SandboxRecovery(buildDeps, lanes);

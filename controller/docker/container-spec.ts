@@ -164,6 +164,9 @@ export function egressRefusalHint(name: string): string {
   return `the allowlist of sandbox ${name} is set when it is created: the operator sees its decisions with "capybara-sandbox logs ${name}" and allows a host by creating the sandbox again with --allow HOST`;
 }
 
+/** The egress proxy's mode: `report` only for a sandbox made for `run --report` (never flipped on an existing one). */
+export type EgressMode = 'enforce' | 'report';
+
 export type EgressPlan = Pick<SandboxPlan, 'names' | 'allowHosts' | 'labels' | 'egressProxyImage' | 'logCaps' | 'egressNanoCpus'>;
 
 /**
@@ -182,9 +185,12 @@ export function egressContainerBody(
   sharedNetwork: string,
   testHosts: Readonly<Record<string, string>> | undefined,
   transparentAddress?: string,
+  mode: EgressMode = 'enforce',
 ): ContainerCreateBody {
   const env: Record<string, string> = {
     [EGRESS_ENV.allowHosts]: encodeAllowHosts(plan.allowHosts),
+    // Report mode (run --report only): what only the allowlist refuses passes, logged would_deny.
+    ...(mode === 'report' ? { [EGRESS_ENV.mode]: 'report' } : {}),
     [EGRESS_ENV.listen]: `0.0.0.0:${EGRESS_PROXY_PORT}`,
     ...(transparentAddress === undefined ? {} : { [EGRESS_ENV.transparentListen]: transparentAddress }),
     // Loopback of the proxy's own container: read by the controller (egressUsage), not by the sandbox.

@@ -26,6 +26,8 @@ import { proxyAnswers, requirePrivateSocketPath, socketProxyDown, socketProxyUp,
 import { createSandbox, ensureSandbox } from './sandbox-commands.js';
 import { runLogs } from './logs-command.js';
 import { runExecCommand, type ExecCommandArgs, type ExecTerminal } from './exec-command.js';
+import { reportRun } from './run-report.js';
+import { sandboxSpec } from './sandbox-options.js';
 
 export interface OperatorIo {
   readonly stdout: (text: string) => void;
@@ -125,6 +127,13 @@ async function dispatch(args: OperatorArgs, loaded: OperatorConfig, io: Operator
     }
     case 'run': {
       await startProxyIfNeeded();
+      if (args.report) {
+        // The decisions are read from the proxy's container log, which only the engine itself serves.
+        const logEngine = config.endpoint.startsWith('unix://') ? new DockerEngine({ endpoint: localEngineEndpoint(env), logger }) : engine;
+        const reportProvider = createDockerSandbox(config, { labels: { ...args.labels }, egressMode: 'report', ...(testHosts === undefined ? {} : { egressTestHosts: testHosts }) }, { logger });
+        const name = args.name ?? '';
+        return reportRun({ provider: reportProvider, engine, logEngine, progress }, { name, spec: sandboxSpec(name, args.sandbox), command: args.execCommand ?? '', exec: execArgs(args, config) }, io);
+      }
       const p = provider();
       const { handle } = await ensureSandbox({ provider: p, engine, progress }, args.name ?? '', args.sandbox);
       try {

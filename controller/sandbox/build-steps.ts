@@ -74,7 +74,7 @@ export async function createEgress(
   // Its transparent listeners bind the fixed address, so the body waits for the network.
   const network = await internalNetwork;
   proceed();
-  const body = egressContainerBody(plan, sharedNetwork, deps.egressTestHosts, network.egressAddress);
+  const body = egressContainerBody(plan, sharedNetwork, deps.egressTestHosts, network.egressAddress, deps.egressMode);
   made(plan.names.egress, await createContainerPullingOnce(deps, plan.names.egress, plan.egressProxyImage, body));
   proceed();
   await deps.engine.startContainer(plan.names.egress);
