@@ -4,9 +4,9 @@
  */
 import pino, { type Logger } from 'pino';
 import type { SandboxHandle, SandboxProvider, DeploymentConfigInput } from './spec/index.js';
-import { SandboxError, checkSandboxName, namesFor, parseDeploymentConfig, persistentWorkspaceVolume, planSandbox, printableAsciiMap } from './spec/index.js';
+import { SandboxError, TIERS, checkSandboxName, namesFor, parseDeploymentConfig, persistentWorkspaceVolume, planSandbox, printableAsciiMap, withCredentials } from './spec/index.js';
 import { DockerEngine, checkCreateBodies, engineStatus, type EgressMode, type SandboxEngine } from './docker/index.js';
-import { SandboxLanes, SandboxLifecycle, SandboxRecovery, readEgressUsage, type EgressUsage } from './sandbox/index.js';
+import { CredentialSource, SandboxLanes, SandboxLifecycle, SandboxRecovery, readEgressUsage, type EgressUsage } from './sandbox/index.js';
 import { CommandRunner, FileOps, type WithRunning } from './exec/index.js';
 
 /** The `sandbox@1` provider plus what only this Docker implementation can tell. */
@@ -38,6 +38,8 @@ export interface SandboxRuntimeOptions {
    * engine). The config is still parsed and checked in full.
    */
   engine?: SandboxEngine;
+  /** The controller's environment, where secrets' values are read (default process.env). */
+  env?: NodeJS.ProcessEnv;
 }
 
 function handleName(h: SandboxHandle): string {
@@ -58,7 +60,8 @@ export function createDockerSandbox(
   const engine = runtime.engine ?? new DockerEngine({ endpoint: parsed.endpoint, tlsCertDir: parsed.tlsCertDir, logger });
   const egressMode = testOptions.egressMode ?? 'enforce';
   if (egressMode !== 'enforce' && egressMode !== 'report') throw new SandboxError('invalid_config', `testOptions.egressMode must be enforce or report, got ${JSON.stringify(egressMode)}`);
-  const buildDeps = { engine, config: parsed, extraLabels, egressTestHosts, logger, egressMode };
+  const credentials = new CredentialSource(parsed, { env: runtime.env ?? process.env });
+  const buildDeps = { engine, config: parsed, extraLabels, egressTestHosts, logger, egressMode, credentials };
   const lifecycle = new SandboxLifecycle(buildDeps);
   const lanes = new SandboxLanes();
   const recovery = new SandboxRecovery(buildDeps, lanes);
@@ -91,10 +94,15 @@ export function createDockerSandbox(
   return Object.freeze({
     concurrentExec: true as const,
     async create(spec) {
-      const plan = planSandbox(spec, parsed, { extraLabels });
-      checkCreateBodies(plan, egressTestHosts);
-      await lanes.run(plan.names.name, () => lifecycle.create(plan));
-      return { id: plan.names.name };
+      const planned = planSandbox(spec, parsed, { extraLabels });
+      checkCreateBodies(planned, egressTestHosts);
+      await lanes.run(planned.names.name, async () => {
+        // In the lane: a destroy called after this create still comes after it.
+        const plan = withCredentials(planned, TIERS[planned.tier].egressProxy ? await credentials.forSandbox(planned.allowHosts) : undefined);
+        if (plan !== planned) checkCreateBodies(plan, egressTestHosts);
+        await lifecycle.create(plan);
+      });
+      return { id: planned.names.name };
     },
     suspend: (h) => {
       const name = handleName(h);

@@ -2,6 +2,7 @@
 import type { Logger } from 'pino';
 import type { DeploymentConfig } from '../spec/index.js';
 import type { EgressMode, SandboxEngine } from '../docker/index.js';
+import type { CredentialSource } from './credential-source.js';
 
 export interface BuildDeps {
   readonly engine: SandboxEngine;
@@ -11,4 +12,6 @@ export interface BuildDeps {
   readonly logger: Logger;
   /** The mode of the egress proxies this provider creates (and rebuilds): `report` only for run --report. */
   readonly egressMode: EgressMode;
+  /** The deployment CA and the secrets' values, for sandboxes with inspected hosts (and their rebuilt proxies). */
+  readonly credentials: CredentialSource;
 }

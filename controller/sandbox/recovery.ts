@@ -180,9 +180,12 @@ export class SandboxRecovery {
     const names = namesFor(name);
     this.deps.logger.warn({ sandbox: name }, 'egress proxy missing, rebuilding it from the recorded allowlist');
     const shared = await ensureSharedNetwork(this.deps);
+    const allowHosts = decodeAllowHosts(view.labels[LABEL_ALLOW_HOSTS] ?? '');
     const plan: EgressPlan = {
       names,
-      allowHosts: decodeAllowHosts(view.labels[LABEL_ALLOW_HOSTS] ?? ''),
+      allowHosts,
+      // The placeholders the sandbox holds stay valid: the rebuilt proxy gets them (and the values read now).
+      credentials: await this.deps.credentials.forSandbox(allowHosts, placeholdersOf(view.env)),
       labels: this.resourceLabels(name, view),
       egressProxyImage: this.deps.config.egressProxyImage,
       logCaps: this.deps.config,
@@ -195,6 +198,11 @@ export class SandboxRecovery {
       ignoreConflict(err);
     }
   }
+}
+
+/** NAME=value pairs of a container's environment, for the secrets' placeholders it holds. */
+function placeholdersOf(env: readonly string[]): Record<string, string> {
+  return Object.fromEntries(env.map((e) => [e.slice(0, Math.max(0, e.indexOf('='))), e.slice(e.indexOf('=') + 1)]).filter(([k]) => k !== ''));
 }
 
 function existing(name: string, view: ContainerView | undefined): ContainerView {
