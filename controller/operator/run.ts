@@ -92,7 +92,7 @@ async function dispatch(args: OperatorArgs, loaded: OperatorConfig, io: Operator
   const testHosts = args.command === 'create' || args.command === 'run' ? egressTestHostsFromEnv(env) : undefined;
   if (testHosts !== undefined) progress(`test hosts pinned for new egress proxies: ${JSON.stringify(testHosts)} (tests only)`);
   const provider = (): ReturnType<typeof createDockerSandbox> =>
-    createDockerSandbox(config, { labels: { ...args.labels }, ...(testHosts === undefined ? {} : { egressTestHosts: testHosts }) }, { logger });
+    createDockerSandbox(config, { labels: { ...args.labels }, ...(testHosts === undefined ? {} : { egressTestHosts: testHosts }) }, { logger, env });
   // Nothing was configured: the socket of up is the endpoint, and it is started on demand.
   const startProxyIfNeeded = async (): Promise<void> => {
     if (!loaded.proxyOnDemand || (await proxyAnswers(join(args.socketDir, PROXY_SOCKET_FILE)))) return;
@@ -130,7 +130,7 @@ async function dispatch(args: OperatorArgs, loaded: OperatorConfig, io: Operator
       if (args.report) {
         // The decisions are read from the proxy's container log, which only the engine itself serves.
         const logEngine = config.endpoint.startsWith('unix://') ? new DockerEngine({ endpoint: localEngineEndpoint(env), logger }) : engine;
-        const reportProvider = createDockerSandbox(config, { labels: { ...args.labels }, egressMode: 'report', ...(testHosts === undefined ? {} : { egressTestHosts: testHosts }) }, { logger });
+        const reportProvider = createDockerSandbox(config, { labels: { ...args.labels }, egressMode: 'report', ...(testHosts === undefined ? {} : { egressTestHosts: testHosts }) }, { logger, env });
         const name = args.name ?? '';
         return reportRun({ provider: reportProvider, engine, logEngine, progress }, { name, spec: sandboxSpec(name, args.sandbox), command: args.execCommand ?? '', exec: execArgs(args, config) }, io);
       }
