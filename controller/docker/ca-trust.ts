@@ -12,8 +12,8 @@ import { CA_BUNDLE_FILE, CA_CERT_ENV, CA_DIR, CA_FILE } from '../spec/index.js';
 /** The system bundle of Debian and Ubuntu images (the sandbox image's); absent elsewhere: the CA alone. */
 const SYSTEM_BUNDLE = '/etc/ssl/certs/ca-certificates.crt';
 
-/** The tmpfs the CA files are written to: small, root's, readable by all. */
-export const CA_TMPFS: Readonly<Record<string, string>> = Object.freeze({ [CA_DIR]: 'rw,noexec,nosuid,nodev,size=262144,mode=0755' });
+/** The tmpfs the CA files are written to: root's, readable by all; 1 MiB (Debian's bundle is about 220 KiB). */
+export const CA_TMPFS: Readonly<Record<string, string>> = Object.freeze({ [CA_DIR]: 'rw,noexec,nosuid,nodev,size=1048576,mode=0755' });
 
 /**
  * The shell text, run as root before the idle process: a failure stops the container (the create
