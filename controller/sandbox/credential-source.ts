@@ -6,7 +6,7 @@
  * the secret and where it was looked for, never the value.
  */
 import { randomInt } from 'node:crypto';
-import { lstatSync, readFileSync } from 'node:fs';
+import { readFileSync, statSync } from 'node:fs';
 import { encodeInline, type Authority } from '../../common/index.js';
 import {
   applicableSecrets,
@@ -90,7 +90,8 @@ export class CredentialSource {
       if (value === undefined) throw new SandboxError('invalid_config', `${where}: the variable is not set in the controller's environment`);
     } else {
       try {
-        const st = lstatSync(s.file);
+        // Followed: a Kubernetes Secret mount's files are links into its ..data directory.
+        const st = statSync(s.file);
         if (!st.isFile() || st.size > MAX_VALUE_BYTES + 2) throw new Error(st.isFile() ? `larger than ${MAX_VALUE_BYTES} bytes` : 'not a regular file');
         value = readFileSync(s.file, 'utf8').replace(/\r?\n$/, '');
       } catch (err) {

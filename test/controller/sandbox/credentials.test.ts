@@ -132,6 +132,7 @@ t.test('a create whose secret cannot be read is refused, naming the secret and w
     { name: 'file missing', secret: { ...SECRETS[0]!, file: join(dir, 'nope') }, env: {}, err: /secrets\[0\] \(GITHUB_TOKEN, from the file .*nope\): cannot read it: ENOENT/ },
     { name: 'control character in the file', secret: { ...SECRETS[0]!, file: join(dir, 'bad') }, env: {}, err: /control character/ },
     { name: 'empty file', secret: { ...SECRETS[0]!, file: join(dir, 'empty') }, env: {}, err: /the value is empty/ },
+    { name: 'a directory', secret: { ...SECRETS[0]!, file: dir }, env: {}, err: /cannot read it: not a regular file/ },
   ];
   for (const row of rows) {
     const s = fake(t, { secrets: [row.secret] }, row.env);
@@ -141,9 +142,11 @@ t.test('a create whose secret cannot be read is refused, naming the secret and w
     t.notMatch((err as Error).message, /ghp_(abc|short|x{30})/, `${row.name}: the value is not in the message`);
     t.same([...s.engine.containers.keys()], [], `${row.name}: nothing created`);
   }
-  const s = fake(t, { secrets: [{ ...SECRETS[0]!, file: join(dir, 'good') }] }, {});
+  // As a Kubernetes Secret mount has it: the file is a link into ..data.
+  symlinkSync(join(dir, 'good'), join(dir, 'linked'));
+  const s = fake(t, { secrets: [{ ...SECRETS[0]!, file: join(dir, 'linked') }] }, {});
   await s.provider.create(spec('good', ['api.github.com']));
-  t.equal(envOf(s.engine.containers.get('cap-good-egress')!.body.Env).CAPYBARA_SECRET_GITHUB_TOKEN, TOKEN, 'a file\'s value, its trailing newline dropped');
+  t.equal(envOf(s.engine.containers.get('cap-good-egress')!.body.Env).CAPYBARA_SECRET_GITHUB_TOKEN, TOKEN, 'a file\'s value (through a link), its trailing newline dropped');
 });
 
 t.test('a rebuilt egress proxy keeps the sandbox\'s placeholder and reads the value again', async (t) => {
