@@ -130,6 +130,12 @@ async function dispatch(args: OperatorArgs, loaded: OperatorConfig, io: Operator
       if (args.report) {
         // The decisions are read from the proxy's container log, which only the engine itself serves.
         const logEngine = config.endpoint.startsWith('unix://') ? new DockerEngine({ endpoint: localEngineEndpoint(env), logger }) : engine;
+        // Before anything runs: a report that cannot be read would waste the whole run.
+        if (logEngine !== engine) {
+          await logEngine.ping().catch((err: unknown) => {
+            throw new SandboxError('engine_unavailable', `run --report reads the egress proxy's log through the engine itself, and ${localEngineEndpoint(env)} does not answer (${(err as Error).message}); run it on the engine host, as root`, { cause: err });
+          });
+        }
         const reportProvider = createDockerSandbox(config, { labels: { ...args.labels }, egressMode: 'report', ...(testHosts === undefined ? {} : { egressTestHosts: testHosts }) }, { logger, env });
         const name = args.name ?? '';
         return reportRun({ provider: reportProvider, engine, logEngine, progress }, { name, spec: sandboxSpec(name, args.sandbox), command: args.execCommand ?? '', exec: execArgs(args, config) }, io);
