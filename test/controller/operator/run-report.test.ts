@@ -10,6 +10,7 @@ import t from 'tap';
 import pino from 'pino';
 import { createDockerSandbox, isSandboxError } from '../../../controller/index.js';
 import { parseOperatorArgs } from '../../../controller/operator/args.js';
+import { runOperator } from '../../../controller/operator/index.js';
 import { reportRun, type ReportRunDeps } from '../../../controller/operator/run-report.js';
 import { IMAGES } from '../../../common/index.js';
 import { parsePolicyText } from '../../../policy/index.js';
@@ -141,4 +142,16 @@ t.test('--report on the command line', async (t) => {
     }
     t.throws(() => parseOperatorArgs(row.argv), row.err, row.name);
   }
+});
+
+t.test('run --report asks the engine that serves the log first, and makes nothing when it does not answer', async (t) => {
+  let stderr = '';
+  const code = await runOperator(['--endpoint', 'unix:///nonexistent/proxy.sock', 'run', 'demo', '--report', '--', 'true'], {
+    stdout: () => undefined,
+    stderr: (x) => { stderr += x; },
+    env: { DOCKER_HOST: 'unix:///nonexistent/engine.sock' },
+  });
+  t.equal(code, 1);
+  t.match(stderr, /engine_unavailable: run --report reads the egress proxy's log through the engine itself, and unix:\/\/\/nonexistent\/engine\.sock does not answer/);
+  t.notMatch(stderr, /creating/, 'no sandbox was asked for');
 });
