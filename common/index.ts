@@ -3,7 +3,7 @@
  * interfaces of the egress and socket proxy images.
  */
 export { CodedError, isCodedError } from './coded-error.js';
-export { createAuthority, decodeInline, encodeInline, parseAuthority, type Authority } from './certificate-authority.js';
+export { createAuthority, decodeInline, encodeInline, parseAuthority, randomSerial, x509, type Authority } from './certificate-authority.js';
 export { requireCjs } from './require-cjs.js';
 export { VERSION } from './version.js';
 export { IMAGES } from './images.js';

@@ -7,77 +7,25 @@
  */
 import { readFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
-import os from 'node:os';
-import v8 from 'node:v8';
 import { isCodedError, VERSION } from '../common/index.js';
 import type { Policy } from '../policy/index.js';
-import { checkArgv, checkReport, loadPolicy, OPTIONS, parseConfig, policySourceName, usage, type ProxyConfig } from './config.js';
-import {
-  cgroupMemoryLimit,
-  clientShare,
-  MAX_CLIENT_SHARE,
-  MAX_LOOKUPS_IN_FLIGHT,
-  MemoryBudget,
-  memoryLimit,
-  MIN_MEMORY_BYTES,
-  MIN_OPEN_FILES,
-  openFilesFor,
-  planDescriptors,
-  planMemory,
-  softOpenFileLimit,
-  type DescriptorPlan,
-  type MemoryPlan,
-  type MemorySource,
-  type ProxyLimits,
-  DEFAULT_LIMITS,
-} from './budget/index.js';
+import { checkArgv, loadPolicy, OPTIONS, parseConfig, policySourceName, usage, type ProxyConfig } from './config.js';
+import { MemoryBudget } from './budget/index.js';
+import { planResources, plannedLimits, StartError, stop } from './start-plan.js';
 import { createLookup } from './dns/index.js';
-import { addProcessMetrics, createLogger, logPolicyWarnings, startMetricsServer, type Logger } from './record/index.js';
+import { addProcessMetrics, checkReport, createLogger, logPolicyWarnings, startMetricsServer } from './record/index.js';
 import { createEgressProxy, type EgressProxy } from './server.js';
 import { watchPolicyFile } from './policy-watch.js';
 import { installProcessEnd, untilStopped } from './exit.js';
 import { planTransparentPorts, type TransparentPort } from './transparent/index.js';
 import { runReport } from './report/index.js';
+import { loadInspection, runCa, type Inspection } from './inspect/index.js';
 
 const read = (path: string): string => readFileSync(path, 'utf8');
 
 // Every end of the process goes through here: uncaught exceptions included, and once the logger
 // exists, after its lines are written (exit.ts).
 const end = installProcessEnd();
-
-/** A file's text, or undefined when it cannot be read. */
-function readIfThere(path: string): string | undefined {
-  try {
-    return read(path);
-  } catch {
-    return undefined;
-  }
-}
-
-/** The memory limit of this process's cgroup, where Linux tells it. */
-function cgroupLimit(): number | undefined {
-  const cgroup = readIfThere('/proc/self/cgroup');
-  return cgroup === undefined ? undefined : cgroupMemoryLimit(cgroup, readIfThere);
-}
-
-const MIB = 1024 * 1024;
-
-/** This process's soft open-file limit, where Linux tells it. */
-function openFileLimit(): number | undefined {
-  try {
-    return softOpenFileLimit(read('/proc/self/limits'));
-  } catch {
-    return undefined;
-  }
-}
-
-/** Start-up cannot go on: said on stderr, and the process exits 2. */
-class StartError extends Error {}
-
-/** Why start-up stops, with what to do, as stderr says it. */
-function stop(message: string): never {
-  throw new StartError(message);
-}
 
 interface Start {
   readonly config: ProxyConfig;
@@ -123,71 +71,63 @@ function readStart(readingPolicy: () => void): Start | undefined {
   return { config, policy, transparentPorts: plan.ports };
 }
 
-interface Plans {
-  readonly nofile: number | undefined;
-  readonly descriptors: DescriptorPlan;
-  readonly memory: MemoryPlan;
-}
-
-/** What the open-file limit and the memory hold; start-up stops when either is below the least the proxy needs. */
-function planResources(config: ProxyConfig): Plans {
-  const nofile = openFileLimit();
-  // No limit to read (not Linux) or "unlimited": everything fits.
-  const descriptors = planDescriptors(nofile ?? Infinity, config.limits.maxConnections);
-  if (descriptors === undefined) stop(`the open-file limit is ${String(nofile)}, and the proxy needs at least ${MIN_OPEN_FILES}; raise it (docker run --ulimit nofile=N, ulimit -n N)`);
-  // The machine's share: its memory, and no more than V8 lets the heap grow.
-  const limit = memoryLimit({ cgroup: cgroupLimit(), flag: config.memoryLimitBytes, machine: os.totalmem(), heap: v8.getHeapStatistics().heap_size_limit });
-  // A client's share of the memory is its share of the connections, at most a quarter.
-  const share = Math.min(MAX_CLIENT_SHARE, config.limits.maxConnectionsPerClient / config.limits.maxConnections);
-  const memory = planMemory(limit, Math.min(descriptors.maxConnections, config.limits.maxConnections), share);
-  if (memory === undefined) {
-    stop(`the memory limit is ${Math.floor(limit.bytes / MIB)} MiB (from ${SOURCE_NAMES[limit.source]}), and the proxy needs at least ${MIN_MEMORY_BYTES / MIB} MiB; raise it (docker run -m, the pod's memory limit, --memory-limit-mb)`);
-  }
-  return { nofile, descriptors, memory };
-}
-
-/** Where the memory limit came from, as the log says it. */
-const SOURCE_NAMES: Record<MemorySource, string> = { cgroup: 'the cgroup', flag: '--memory-limit-mb', machine: 'the machine', heap: 'V8\'s heap limit' };
-
-/** Below this many connections a lowered cap is worth a warning even when the default was lowered. */
-const FEW_CONNECTIONS = 256;
+/** The deployment CA could not be loaded for a policy that inspects: exit 1, as for an invalid policy. */
+class InspectionStartError extends StartError {}
 
 /**
- * The limits the plans leave, each lowering logged: a warning when it lowers a cap the operator
- * set or leaves few connections, information when it fits the default cap to the machine or the
- * container (a healthy start warns of nothing).
+ * The proxy's inspection hook (proxy/server.ts: the `inspection` option and setInspection). A
+ * proxy without it cannot terminate TLS, so a policy that inspects is refused rather than run as
+ * plain tunnels (fail closed).
  */
-function plannedLimits(config: ProxyConfig, plans: Plans, log: Logger): ProxyLimits {
-  const { descriptors, memory } = plans;
-  let limits = config.limits;
-  const levelFor = (lowered: number): 'info' | 'warn' => (config.limits.maxConnections === DEFAULT_LIMITS.maxConnections && lowered >= FEW_CONNECTIONS ? 'info' : 'warn');
-  if (descriptors.maxConnections < limits.maxConnections || descriptors.maxLookupsInFlight < MAX_LOOKUPS_IN_FLIGHT) {
-    limits = { ...limits, maxConnections: descriptors.maxConnections };
-    const needed = openFilesFor(config.limits.maxConnections);
-    log[levelFor(descriptors.maxConnections)](
-      { event: 'limits_lowered', openFileLimit: plans.nofile, needed, maxConnections: descriptors.maxConnections, maxLookupsInFlight: descriptors.maxLookupsInFlight, configured: config.limits.maxConnections },
-      `the open-file limit holds ${descriptors.maxConnections} connections and ${descriptors.maxLookupsInFlight} DNS lookups in flight; the caps are lowered (raise the limit to ${needed} to keep them)`,
-    );
+type Inspecting = EgressProxy & { setInspection?: (inspection: Inspection) => void };
+
+/** The inspection a policy needs (none for a policy that inspects nothing); a CA that cannot be had stops start-up. */
+async function startInspection(config: ProxyConfig, policy: Policy): Promise<Inspection | undefined> {
+  try {
+    return await loadInspection(policy.inspected, config.ca, config.upstreamCa);
+  } catch (err) {
+    if (!isCodedError(err, 'CodedError')) throw err;
+    throw new InspectionStartError(`${err.message}; the proxy does not start`);
   }
-  const memoryLowered = memory.maxConnections < limits.maxConnections;
-  // A lowered total keeps each client to its share of it (clientShare, in the server).
-  if (memoryLowered) limits = { ...limits, maxConnections: memory.maxConnections };
-  const mib = (n: number): number => Math.floor(n / MIB);
-  log[memoryLowered ? levelFor(memory.maxConnections) : 'info'](
-    {
-      event: 'memory_budget',
-      memoryLimitMb: mib(memory.limitBytes),
-      source: memory.source,
-      budgetMb: mib(memory.totalBytes),
-      perClientMb: mib(memory.perClientBytes),
-      maxConnections: limits.maxConnections,
-      maxConnectionsPerClient: clientShare(limits.maxConnections, limits.maxConnectionsPerClient),
-      configured: config.limits.maxConnections,
-    },
-    `${mib(memory.limitBytes)} MiB of memory (from ${SOURCE_NAMES[memory.source]}): up to ${mib(memory.totalBytes)} MiB held before a verdict, ${mib(memory.perClientBytes)} MiB per client address, then 503 overloaded` +
-      (memoryLowered ? `; it holds ${memory.maxConnections} connections, and the connection caps are lowered` : ''),
-  );
-  return limits;
+}
+
+/** True when two inspections would verify and sign alike (a reload that changed nothing keeps the proxy's). */
+function sameInspection(a: Inspection | undefined, b: Inspection): boolean {
+  return a !== undefined && a.leaves === b.leaves && a.upstreamCa.length === b.upstreamCa.length && a.upstreamCa.every((c, i) => c === b.upstreamCa[i]);
+}
+
+type Loads = ReturnType<typeof addProcessMetrics>;
+
+/**
+ * Re-reads the policy (and, when it inspects, the CA and the upstream roots: a rotated CA is taken
+ * here), one reload at a time. The inspection is set before the policy that needs it; anything
+ * that fails leaves the old policy and inspection in force.
+ */
+function reloader(config: ProxyConfig, proxy: Inspecting, loads: Loads, log: ReturnType<typeof createLogger>, initial: Inspection | undefined): (why: string) => void {
+  let inspection = initial;
+  let queue = Promise.resolve();
+  const once = async (why: string): Promise<void> => {
+    try {
+      const next = loadPolicy(config, read);
+      const nextInspection = await loadInspection(next.inspected, config.ca, config.upstreamCa, inspection);
+      if (nextInspection !== undefined && !sameInspection(inspection, nextInspection)) {
+        if (proxy.setInspection === undefined) throw new Error(`the policy inspects ${next.inspected.join(', ')}, and this build of the proxy cannot terminate TLS`);
+        proxy.setInspection(nextInspection);
+        inspection = nextInspection;
+        log.info({ event: 'inspection_loaded', why, ca: nextInspection.fingerprint, upstreamCa: nextInspection.upstreamCa.length }, 'deployment CA loaded for inspected hosts');
+      }
+      proxy.setPolicy(next);
+      loads.loaded(true);
+      log.info({ event: 'policy_reloaded', why, allowHosts: next.allowHosts.length, mode: next.mode }, 'policy reloaded');
+      logPolicyWarnings(log, next, policySourceName(config));
+    } catch (err) {
+      loads.loaded(false);
+      log.error({ event: 'policy_reload_failed', why, err: (err as Error).message }, 'policy reload failed; the previous policy stays in force');
+    }
+  };
+  return (why) => {
+    queue = queue.then(() => once(why));
+  };
 }
 
 type Metrics = Awaited<ReturnType<typeof startMetricsServer>>;
@@ -236,7 +176,7 @@ async function serve(): Promise<number> {
   if (start === undefined) return 0;
   const { config, policy } = start;
   if (config.check === true) {
-    process.stdout.write(checkReport(config, policy));
+    process.stdout.write(checkReport(policySourceName(config), policy));
     return 0;
   }
   const plans = planResources(config);
@@ -248,22 +188,16 @@ async function serve(): Promise<number> {
   });
   const limits = plannedLimits(config, plans, log);
   const lookup = createLookup({ servers: config.dnsServers, timeoutMs: limits.dnsTimeoutMs, maxInFlight: plans.descriptors.maxLookupsInFlight });
-  const proxy = createEgressProxy({ policy, memory: new MemoryBudget(plans.memory), lookup, logger: log, limits });
+  const inspection = await startInspection(config, policy);
+  const proxy: Inspecting = createEgressProxy({ policy, memory: new MemoryBudget(plans.memory), lookup, logger: log, limits, ...(inspection === undefined ? {} : { inspection }) });
   serving.push(proxy);
+  if (inspection !== undefined) {
+    if (proxy.setInspection === undefined) throw new InspectionStartError(`the policy inspects ${policy.inspected.join(', ')}, and this build of the proxy cannot terminate TLS; the proxy does not start`);
+    log.info({ event: 'inspection_loaded', why: 'start', ca: inspection.fingerprint, upstreamCa: inspection.upstreamCa.length }, 'deployment CA loaded for inspected hosts');
+  }
   const loads = addProcessMetrics(proxy.metrics);
   loads.loaded(true);
-  const reload = (why: string): void => {
-    try {
-      const next = loadPolicy(config, read);
-      proxy.setPolicy(next);
-      loads.loaded(true);
-      log.info({ event: 'policy_reloaded', why, allowHosts: next.allowHosts.length, mode: next.mode }, 'policy reloaded');
-      logPolicyWarnings(log, next, policySourceName(config));
-    } catch (err) {
-      loads.loaded(false);
-      log.error({ event: 'policy_reload_failed', why, err: (err as Error).message }, 'policy reload failed; the previous policy stays in force');
-    }
-  };
+  const reload = reloader(config, proxy, loads, log, inspection);
   // Reload is wired before anything listens.
   onHangUp = () => reload('SIGHUP');
   if (hangUpWaiting) reload('SIGHUP');
@@ -279,10 +213,11 @@ async function serve(): Promise<number> {
 
 async function main(): Promise<number> {
   if (process.argv[2] === 'report') return runReport(process.argv.slice(3), process);
+  if (process.argv[2] === 'ca') return runCa(process.argv.slice(3), { stdout: process.stdout, stderr: process.stderr, env: process.env });
   try {
     return await serve();
   } catch (err) {
-    if (err instanceof PolicyCheckError) {
+    if (err instanceof PolicyCheckError || err instanceof InspectionStartError) {
       process.stderr.write(`capybara-egress: ${err.message}\n`);
       return 1;
     }

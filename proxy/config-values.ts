@@ -1,10 +1,13 @@
 /**
- * The values of the egress proxy's options, each a zod schema from the text given (a flag, or its
- * environment twin) to what the proxy runs with, with a message that says what was expected.
+ * The egress proxy's options (each flag, its environment twin and its help, and the usage text),
+ * and their values, each a zod schema from the text given to what the proxy runs with, with a
+ * message that says what was expected.
  */
 import { isIPv4, isIPv6 } from 'node:net';
 import { z } from 'zod';
+import { EGRESS_ENV, EGRESS_PROXY_PORT } from '../common/index.js';
 import { POLICY_MODES } from '../policy/index.js';
+import { DEFAULT_LIMITS, LimitsSchema, type ProxyLimits } from './budget/index.js';
 
 export const Endpoint = z.string().transform((text, ctx) => {
   const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:[\]]+)):([0-9]+)$/.exec(text);
@@ -102,3 +105,66 @@ export const RefusalHint = z
   .string()
   .refine((text) => /^[\x20-\x7e]+$/.test(text) && text.trim() === text, { message: 'expected one line of printable ASCII, without leading or trailing spaces' })
   .refine((text) => text.length <= REFUSAL_HINT_MAX, { message: `expected at most ${REFUSAL_HINT_MAX} characters` });
+
+const limitHelp = (key: keyof ProxyLimits): string => `${LimitsSchema.shape[key].description ?? key} (default ${DEFAULT_LIMITS[key]})`;
+
+/** Each option: its flag, its environment variable, and what it means (also the --help text). */
+export const OPTIONS = {
+  policy: { env: EGRESS_ENV.policyFile, arg: 'FILE', help: 'policy file (JSON or YAML) with allowHosts and connectPorts' },
+  'policy-json': { env: EGRESS_ENV.policyJson, arg: 'TEXT', help: 'the policy as one line of JSON (the policy file\'s schema), instead of a policy file (how the sandbox controller passes a per-sandbox policy)' },
+  'allow-hosts': { env: EGRESS_ENV.allowHosts, arg: 'LIST', help: 'comma-separated allowlist, instead of a policy file' },
+  listen: { env: EGRESS_ENV.listen, arg: 'HOST:PORT', help: `address to listen on (default 127.0.0.1:${EGRESS_PROXY_PORT})` },
+  'dns-server': { env: EGRESS_ENV.dnsServers, arg: 'IP:PORT', help: 'DNS server to ask, repeatable (env: comma-separated); default: the system resolver' },
+  'connect-ports': { env: EGRESS_ENV.connectPorts, arg: 'LIST', help: 'comma-separated destination ports (overrides the policy file; default 443,80)' },
+  'metrics-listen': { env: EGRESS_ENV.metricsListen, arg: 'HOST:PORT', help: 'serve Prometheus metrics at /metrics on this address (off by default)' },
+  'log-level': { env: EGRESS_ENV.logLevel, arg: 'LEVEL', help: 'pino log level: fatal, error, warn, info, debug, trace or silent (default info)' },
+  'tunnel-default': { env: EGRESS_ENV.tunnelDefault, arg: 'tls|opaque', help: 'tunnel mode of allowlist entries that name none (default tls: a TLS ClientHello naming the CONNECT host must come first)' },
+  'require-sni': { env: EGRESS_ENV.requireSni, arg: 'true|false', help: 'true: refuse opaque entries, so every tunnel must start with TLS naming the CONNECT host (default false: the policy decides)' },
+  'max-connections': { env: EGRESS_ENV.maxConnections, arg: 'N', help: limitHelp('maxConnections') },
+  'max-connections-per-client': { env: EGRESS_ENV.maxConnectionsPerClient, arg: 'N', help: limitHelp('maxConnectionsPerClient') },
+  'idle-timeout-ms': { env: EGRESS_ENV.idleTimeoutMs, arg: 'MS', help: limitHelp('idleTimeoutMs') },
+  'max-tunnel-ms': { env: EGRESS_ENV.maxTunnelMs, arg: 'MS', help: limitHelp('maxTunnelMs') },
+  'header-timeout-ms': { env: EGRESS_ENV.headerTimeoutMs, arg: 'MS', help: limitHelp('headerTimeoutMs') },
+  'tls-hello-timeout-ms': { env: EGRESS_ENV.helloTimeoutMs, arg: 'MS', help: limitHelp('helloTimeoutMs') },
+  'max-header-bytes': { env: EGRESS_ENV.maxHeaderBytes, arg: 'N', help: limitHelp('maxHeaderBytes') },
+  'dns-timeout-ms': { env: EGRESS_ENV.dnsTimeoutMs, arg: 'MS', help: limitHelp('dnsTimeoutMs') },
+  'connect-timeout-ms': { env: EGRESS_ENV.connectTimeoutMs, arg: 'MS', help: limitHelp('connectTimeoutMs') },
+  'memory-limit-mb': {
+    env: EGRESS_ENV.memoryLimitMb,
+    arg: 'MIB',
+    help: 'memory the proxy may use, when lower than its cgroup\'s limit (default: the cgroup\'s memory.max or memory.limit_in_bytes, else the machine); sizes the budget of bytes held before a verdict',
+  },
+  'transparent-listen': { env: EGRESS_ENV.transparentListen, arg: 'IP', help: 'transparent mode: answer DNS (53) and take TLS and HTTP connections (the connect ports) on this IPv4 address, the one workloads reach the proxy by (default off)' },
+  'transparent-answer': { env: EGRESS_ENV.transparentAnswer, arg: 'IP', help: 'the IPv4 address allowlisted names resolve to in transparent mode, when workloads reach the proxy by another than --transparent-listen (a Kubernetes Service address); needed with 0.0.0.0' },
+  'transparent-port-map': { env: EGRESS_ENV.transparentPortMap, arg: 'LIST', help: 'comma-separated DIALLED=LISTEN pairs for a platform that forwards ports (53=5353,443=8443): listen on LISTEN, decide on DIALLED; other ports listen on themselves' },
+  mode: { env: EGRESS_ENV.mode, arg: 'enforce|report', help: 'report: allow what only allowHosts or connectPorts refuse, and log it would_deny, to learn an allowlist (overrides the policy file\'s mode; default enforce); not a boundary' },
+  'ca-dir': { env: EGRESS_ENV.caDir, arg: 'DIR', help: `the deployment CA of inspected hosts (ca.crt, ca.key), made on first use in a directory of the proxy user's own, mode 0700; read only when the policy inspects (${EGRESS_ENV.caInline} instead holds the CA itself; default /var/lib/capybara-egress/ca)` },
+  'upstream-ca': { env: EGRESS_ENV.upstreamCa, arg: 'FILE', help: 'PEM bundle the upstreams of inspected hosts are verified against (default /etc/ssl/certs/ca-certificates.crt when readable, else Node\'s roots)' },
+  'refusal-hint': { env: EGRESS_ENV.refusalHint, arg: 'TEXT', help: `what the refusal of a host off the allowlist tells the client to do, instead of "add the host name to allowHosts" (printable ASCII, at most ${REFUSAL_HINT_MAX} characters)` },
+} as const;
+
+export type OptionName = keyof typeof OPTIONS;
+
+export const TEST_HOSTS_ENV = EGRESS_ENV.testHosts;
+
+export function usage(): string {
+  const rows = Object.entries(OPTIONS).map(([name, o]) => `  --${name} ${o.arg}`.padEnd(42) + `${o.help}\n${''.padEnd(42)}env ${o.env}`);
+  return [
+    'usage: capybara-egress (--policy FILE | --policy-json TEXT | --allow-hosts LIST) [options]',
+    '       capybara-egress check FILE [options]    (the same as --policy FILE --check)',
+    '       capybara-egress report LOGFILE|-        (the allowHosts policy a run needed, from the proxy\'s JSON log)',
+    '       capybara-egress ca [--ca-dir DIR] [--rotate] [--inline]   (the deployment CA: see capybara-egress ca --help)',
+    '',
+    'An HTTP forward proxy that lets clients reach only allowlisted host names, never private',
+    'addresses. HTTPS by CONNECT, plain HTTP by absolute URL. SIGHUP re-reads the policy file.',
+    '',
+    ...rows,
+    '  --check'.padEnd(42) + 'validate the options and the policy, print what it allows, and exit\n' +
+      ''.padEnd(42) + '(0 valid, 1 an invalid policy, 2 a usage error); binds no port',
+    '  --version'.padEnd(42) + 'print the version (alone)',
+    '  --help'.padEnd(42) + 'show this text',
+    '',
+    `The deployment CA may instead be given whole in ${EGRESS_ENV.caInline} (capybara-egress ca --inline; never a flag, which ps would show).`,
+    `Test pins (tests only): ${TEST_HOSTS_ENV}='{"host":"ip"}' pins names to addresses.`,
+  ].join('\n');
+}

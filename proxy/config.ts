@@ -6,11 +6,13 @@
  */
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
-import { CodedError, decodeAllowHosts, EGRESS_ENV, EGRESS_PROXY_PORT } from '../common/index.js';
-import { buildPolicy, describeRules, parsePolicyText, placeProblems, PolicyError, type AllowEntry, type Policy, type PolicyMode, type PolicyProblem } from '../policy/index.js';
+import { CodedError, decodeAllowHosts, EGRESS_PROXY_PORT } from '../common/index.js';
+import { buildPolicy, parsePolicyText, placeProblems, PolicyError, type AllowEntry, type Policy, type PolicyMode, type PolicyProblem } from '../policy/index.js';
 import { DEFAULT_LIMITS, LimitsSchema, type ProxyLimits } from './budget/index.js';
-import { policyWarnings } from './record/index.js';
-import { AnswerAddress, Bool, Count, DnsServers, Endpoint, Ipv4, LogLevel, Mode, PortList, PortMap, REFUSAL_HINT_MAX, RefusalHint, TestHosts, TunnelMode } from './config-values.js';
+import { AnswerAddress, Bool, Count, DnsServers, Endpoint, Ipv4, LogLevel, Mode, OPTIONS, PortList, PortMap, RefusalHint, TEST_HOSTS_ENV, TestHosts, TunnelMode, usage, type OptionName } from './config-values.js';
+import { caSource, type CaSource } from './inspect/index.js';
+
+export { OPTIONS, TEST_HOSTS_ENV, usage } from './config-values.js';
 
 export class ConfigError extends CodedError<'invalid_config'> {
   constructor(message: string, options?: ErrorOptions) {
@@ -18,43 +20,6 @@ export class ConfigError extends CodedError<'invalid_config'> {
   }
 }
 
-const limitHelp = (key: keyof ProxyLimits): string => `${LimitsSchema.shape[key].description ?? key} (default ${DEFAULT_LIMITS[key]})`;
-
-/** Each option: its flag, its environment variable, and what it means (also the --help text). */
-export const OPTIONS = {
-  policy: { env: EGRESS_ENV.policyFile, arg: 'FILE', help: 'policy file (JSON or YAML) with allowHosts and connectPorts' },
-  'allow-hosts': { env: EGRESS_ENV.allowHosts, arg: 'LIST', help: 'comma-separated allowlist, instead of a policy file' },
-  listen: { env: EGRESS_ENV.listen, arg: 'HOST:PORT', help: `address to listen on (default 127.0.0.1:${EGRESS_PROXY_PORT})` },
-  'dns-server': { env: EGRESS_ENV.dnsServers, arg: 'IP:PORT', help: 'DNS server to ask, repeatable (env: comma-separated); default: the system resolver' },
-  'connect-ports': { env: EGRESS_ENV.connectPorts, arg: 'LIST', help: 'comma-separated destination ports (overrides the policy file; default 443,80)' },
-  'metrics-listen': { env: EGRESS_ENV.metricsListen, arg: 'HOST:PORT', help: 'serve Prometheus metrics at /metrics on this address (off by default)' },
-  'log-level': { env: EGRESS_ENV.logLevel, arg: 'LEVEL', help: 'pino log level: fatal, error, warn, info, debug, trace or silent (default info)' },
-  'tunnel-default': { env: EGRESS_ENV.tunnelDefault, arg: 'tls|opaque', help: 'tunnel mode of allowlist entries that name none (default tls: a TLS ClientHello naming the CONNECT host must come first)' },
-  'require-sni': { env: EGRESS_ENV.requireSni, arg: 'true|false', help: 'true: refuse opaque entries, so every tunnel must start with TLS naming the CONNECT host (default false: the policy decides)' },
-  'max-connections': { env: EGRESS_ENV.maxConnections, arg: 'N', help: limitHelp('maxConnections') },
-  'max-connections-per-client': { env: EGRESS_ENV.maxConnectionsPerClient, arg: 'N', help: limitHelp('maxConnectionsPerClient') },
-  'idle-timeout-ms': { env: EGRESS_ENV.idleTimeoutMs, arg: 'MS', help: limitHelp('idleTimeoutMs') },
-  'max-tunnel-ms': { env: EGRESS_ENV.maxTunnelMs, arg: 'MS', help: limitHelp('maxTunnelMs') },
-  'header-timeout-ms': { env: EGRESS_ENV.headerTimeoutMs, arg: 'MS', help: limitHelp('headerTimeoutMs') },
-  'tls-hello-timeout-ms': { env: EGRESS_ENV.helloTimeoutMs, arg: 'MS', help: limitHelp('helloTimeoutMs') },
-  'max-header-bytes': { env: EGRESS_ENV.maxHeaderBytes, arg: 'N', help: limitHelp('maxHeaderBytes') },
-  'dns-timeout-ms': { env: EGRESS_ENV.dnsTimeoutMs, arg: 'MS', help: limitHelp('dnsTimeoutMs') },
-  'connect-timeout-ms': { env: EGRESS_ENV.connectTimeoutMs, arg: 'MS', help: limitHelp('connectTimeoutMs') },
-  'memory-limit-mb': {
-    env: EGRESS_ENV.memoryLimitMb,
-    arg: 'MIB',
-    help: 'memory the proxy may use, when lower than its cgroup\'s limit (default: the cgroup\'s memory.max or memory.limit_in_bytes, else the machine); sizes the budget of bytes held before a verdict',
-  },
-  'transparent-listen': { env: EGRESS_ENV.transparentListen, arg: 'IP', help: 'transparent mode: answer DNS (53) and take TLS and HTTP connections (the connect ports) on this IPv4 address, the one workloads reach the proxy by (default off)' },
-  'transparent-answer': { env: EGRESS_ENV.transparentAnswer, arg: 'IP', help: 'the IPv4 address allowlisted names resolve to in transparent mode, when workloads reach the proxy by another than --transparent-listen (a Kubernetes Service address); needed with 0.0.0.0' },
-  'transparent-port-map': { env: EGRESS_ENV.transparentPortMap, arg: 'LIST', help: 'comma-separated DIALLED=LISTEN pairs for a platform that forwards ports (53=5353,443=8443): listen on LISTEN, decide on DIALLED; other ports listen on themselves' },
-  mode: { env: EGRESS_ENV.mode, arg: 'enforce|report', help: 'report: allow what only allowHosts or connectPorts refuse, and log it would_deny, to learn an allowlist (overrides the policy file\'s mode; default enforce); not a boundary' },
-  'refusal-hint': { env: EGRESS_ENV.refusalHint, arg: 'TEXT', help: `what the refusal of a host off the allowlist tells the client to do, instead of "add the host name to allowHosts" (printable ASCII, at most ${REFUSAL_HINT_MAX} characters)` },
-} as const;
-
-type OptionName = keyof typeof OPTIONS;
-
-export const TEST_HOSTS_ENV = EGRESS_ENV.testHosts;
 
 /** A limit given as text: a whole number, then the limit's own range from LimitsSchema. */
 const limit = (key: keyof ProxyLimits) => Count.pipe(LimitsSchema.shape[key].unwrap()).optional();
@@ -66,6 +31,9 @@ const limit = (key: keyof ProxyLimits) => Count.pipe(LimitsSchema.shape[key].unw
 const ConfigSchema = z
   .strictObject({
     policy: z.string().optional(),
+    'policy-json': z.string().optional(),
+    'ca-dir': z.string().optional(),
+    'upstream-ca': z.string().optional(),
     'allow-hosts': z.string().transform(decodeAllowHosts).optional(),
     listen: Endpoint.optional(),
     'dns-server': DnsServers.optional(),
@@ -92,6 +60,9 @@ const ConfigSchema = z
     [TEST_HOSTS_ENV]: TestHosts.optional(),
     /** Which of --allow-hosts and its variable gave the list, to name it in policy errors. */
     allowHostsFrom: z.string().optional(),
+    /** The same, of --policy-json, and of --upstream-ca. */
+    policyJsonFrom: z.string().optional(),
+    upstreamCaFrom: z.string().optional(),
   })
   .transform((o) =>
     Object.freeze({
@@ -114,7 +85,11 @@ const ConfigSchema = z
       policySource:
         o.policy !== undefined
           ? Object.freeze({ kind: 'file' as const, path: o.policy })
-          : Object.freeze({ kind: 'list' as const, allowHosts: Object.freeze(o['allow-hosts'] ?? []), from: o.allowHostsFrom ?? OPTIONS['allow-hosts'].env }),
+          : o['policy-json'] !== undefined
+            ? Object.freeze({ kind: 'json' as const, text: o['policy-json'], from: o.policyJsonFrom ?? OPTIONS['policy-json'].env })
+            : Object.freeze({ kind: 'list' as const, allowHosts: Object.freeze(o['allow-hosts'] ?? []), from: o.allowHostsFrom ?? OPTIONS['allow-hosts'].env }),
+      /** The certificates the upstreams of inspected hosts are verified against (default: the system's). */
+      upstreamCa: Object.freeze({ path: o['upstream-ca'], from: o.upstreamCaFrom ?? '--upstream-ca' }),
       /** Memory the process may use, as given by the flag (bytes); the cgroup and the machine may set less. */
       memoryLimitBytes: o['memory-limit-mb'] === undefined ? undefined : o['memory-limit-mb'] * 1024 * 1024,
       connectPorts: o['connect-ports'],
@@ -136,7 +111,11 @@ const ConfigSchema = z
   );
 
 /** `check`: validate the configuration and the policy, print what they allow, and exit (--check). */
-export type ProxyConfig = z.output<typeof ConfigSchema> & { readonly check?: boolean };
+export type ProxyConfig = z.output<typeof ConfigSchema> & {
+  readonly check?: boolean;
+  /** Where the deployment CA is kept: read only when the policy has inspected entries. */
+  readonly ca: CaSource;
+};
 
 /** Reads one option: the flag wins over the environment variable. */
 function pick(values: Record<string, string | string[] | boolean | undefined>, env: NodeJS.ProcessEnv, name: OptionName): { value: string; from: string } | undefined {
@@ -148,26 +127,6 @@ function pick(values: Record<string, string | string[] | boolean | undefined>, e
   // (how the controller runs the proxy of a sandbox whose allowlist is empty).
   if (fromEnv === undefined || (fromEnv === '' && name !== 'allow-hosts')) return undefined;
   return { value: fromEnv, from: OPTIONS[name].env };
-}
-
-export function usage(): string {
-  const rows = Object.entries(OPTIONS).map(([name, o]) => `  --${name} ${o.arg}`.padEnd(42) + `${o.help}\n${''.padEnd(42)}env ${o.env}`);
-  return [
-    'usage: capybara-egress (--policy FILE | --allow-hosts LIST) [options]',
-    '       capybara-egress check FILE [options]    (the same as --policy FILE --check)',
-    '       capybara-egress report LOGFILE|-        (the allowHosts policy a run needed, from the proxy\'s JSON log)',
-    '',
-    'An HTTP forward proxy that lets clients reach only allowlisted host names, never private',
-    'addresses. HTTPS by CONNECT, plain HTTP by absolute URL. SIGHUP re-reads the policy file.',
-    '',
-    ...rows,
-    '  --check'.padEnd(42) + 'validate the options and the policy, print what it allows, and exit\n' +
-      ''.padEnd(42) + '(0 valid, 1 an invalid policy, 2 a usage error); binds no port',
-    '  --version'.padEnd(42) + 'print the version (alone)',
-    '  --help'.padEnd(42) + 'show this text',
-    '',
-    `Test pins (tests only): ${TEST_HOSTS_ENV}='{"host":"ip"}' pins names to addresses.`,
-  ].join('\n');
 }
 
 /** Parses flags and environment. Throws ConfigError; returns undefined when --help was asked. */
@@ -200,12 +159,17 @@ export function parseConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Pr
   }
 
   if (from['allow-hosts']) raw.allowHostsFrom = from['allow-hosts'];
-  if (from.policy && from['allow-hosts']) {
-    throw new ConfigError(`both ${from.policy} and ${from['allow-hosts']} are set: give the allowlist one way only`);
+  if (from['policy-json']) raw.policyJsonFrom = from['policy-json'];
+  if (from['upstream-ca']) raw.upstreamCaFrom = from['upstream-ca'];
+  const sources = [from.policy, from['policy-json'], from['allow-hosts']].filter((f) => f !== undefined);
+  if (sources.length > 1) {
+    throw new ConfigError(`both ${sources[0] ?? ''} and ${sources[1] ?? ''} are set: give the allowlist one way only`);
   }
-  if (!from.policy && !from['allow-hosts']) {
-    throw new ConfigError(`no policy: give --policy FILE (${OPTIONS.policy.env}) or --allow-hosts LIST (${OPTIONS['allow-hosts'].env})`);
+  if (sources.length === 0) {
+    throw new ConfigError(`no policy: give --policy FILE (${OPTIONS.policy.env}), --policy-json TEXT (${OPTIONS['policy-json'].env}) or --allow-hosts LIST (${OPTIONS['allow-hosts'].env})`);
   }
+  const ca = caSource(typeof values['ca-dir'] === 'string' ? values['ca-dir'] : undefined, env);
+  if (!ca.ok) throw new ConfigError(ca.problem);
   const result = ConfigSchema.safeParse(raw);
   if (!result.success) {
     const [issue] = result.error.issues;
@@ -224,7 +188,7 @@ export function parseConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Pr
   if (config.requireTls && config.tunnelDefault === 'opaque') {
     throw new ConfigError(`${from['require-sni']} is true but ${from['tunnel-default']} is opaque: TLS cannot be both required and optional; drop one`);
   }
-  return check ? Object.freeze({ ...config, check }) : config;
+  return Object.freeze({ ...config, ca: ca.source, ...(check ? { check } : {}) });
 }
 
 /**
@@ -237,15 +201,16 @@ export function loadPolicy(config: ProxyConfig, readFile: (path: string) => stri
   let filePorts: readonly number[] | undefined;
   let fileText: string | undefined;
   let fileMode: PolicyMode | undefined;
-  const sourceName = source.kind === 'file' ? source.path : source.from;
-  if (source.kind === 'file') {
+  const sourceName = policySourceName(config);
+  if (source.kind !== 'list') {
     let text: string;
     try {
-      text = readFile(source.path);
+      text = source.kind === 'file' ? readFile(source.path) : source.text;
     } catch (err) {
-      throw new PolicyError(source.path, [{ path: '', message: `cannot read the file (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})` }], { cause: err });
+      throw new PolicyError(sourceName, [{ path: '', message: `cannot read the file (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})` }], { cause: err });
     }
-    const file = parsePolicyText(text, source.path);
+    if (source.kind === 'json' && !/^\s*\{/.test(text)) throw new PolicyError(sourceName, [{ path: '', message: 'expected a JSON object ({"allowHosts": [...]}), one line' }]);
+    const file = parsePolicyText(text, sourceName);
     allowHosts = file.allowHosts;
     filePorts = file.connectPorts;
     fileMode = file.mode;
@@ -282,18 +247,6 @@ export function checkArgv(args: readonly string[]): readonly string[] {
 }
 
 export function policySourceName(config: ProxyConfig): string {
-  return config.policySource.kind === 'file' ? config.policySource.path : config.policySource.from;
-}
-
-/** What --check prints for a valid configuration: what the policy allows, and its warnings. */
-export function checkReport(config: ProxyConfig, policy: Policy): string {
-  const lines = [
-    `${policySourceName(config)}: valid`,
-    `  allowHosts (${policy.allowHosts.length}): ${policy.allowHosts.join(', ') || '(none)'}`,
-    ...[...policy.entryRules].map(([entry, rules]) => `  ${entry}: plain HTTP only, ${describeRules(rules, Infinity)}`),
-    `  connectPorts: ${[...policy.connectPorts].join(', ')}`,
-    `  mode: ${policy.mode}`,
-    ...policyWarnings(policy).map((w) => `warning: ${w.message}`),
-  ];
-  return `${lines.join('\n')}\n`;
+  const source = config.policySource;
+  return source.kind === 'file' ? source.path : source.from;
 }

@@ -6,3 +6,4 @@ export * from './log.js';
 export * from './metrics.js';
 export * from './refusal.js';
 export * from './policy-warnings.js';
+export { checkReport } from './check-report.js';

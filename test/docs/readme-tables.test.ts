@@ -7,6 +7,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
+import { EGRESS_ENV } from '../../common/index.js';
 import { OPTIONS, TEST_HOSTS_ENV } from '../../proxy/config.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
@@ -39,7 +40,8 @@ t.test('the egress flag table is the proxy\'s options', async (t) => {
     const flag = /^`--([a-z-]+)/.exec(row[0] ?? '')?.[1];
     if (flag === undefined) {
       t.equal(row[0], '', 'a row without a flag is an environment variable only');
-      t.match(row[1], new RegExp(`^\`${TEST_HOSTS_ENV}\``), 'the only one: the test hosts');
+      // The only ones: the test hosts, and the inline CA (a key in argv would show in ps).
+      t.match(row[1], new RegExp(`^\`(${TEST_HOSTS_ENV}|${EGRESS_ENV.caInline})\``), 'the test hosts or the inline CA');
       continue;
     }
     t.notOk(byFlag.has(flag), `--${flag}: one row`);

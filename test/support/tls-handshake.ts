@@ -18,7 +18,9 @@ export interface HandshakeResult {
 export type ServerIdentity = { key: string; cert: string } | { secureContext: tls.SecureContext } | { SNICallback: tls.TlsOptions['SNICallback'] };
 
 export async function handshake(identity: ServerIdentity, client: { ca: string | string[]; servername: string; ALPNProtocols?: string[] }): Promise<HandshakeResult> {
-  const server = tls.createServer({ ...identity, ...(client.ALPNProtocols ? { ALPNProtocols: ['http/1.1'] } : {}) }, (s) => {
+  // A server takes no ready context as an option: one is served by SNI instead.
+  const options: tls.TlsOptions = 'secureContext' in identity ? { SNICallback: (_name, cb) => cb(null, identity.secureContext) } : identity;
+  const server = tls.createServer({ ...options, ...(client.ALPNProtocols ? { ALPNProtocols: ['http/1.1'] } : {}) }, (s) => {
     s.on('error', () => s.destroy());
     s.end();
   });
