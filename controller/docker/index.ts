@@ -12,3 +12,4 @@ export type { EgressMode, EgressPlan } from './container-spec.js';
 export { internalNetworkBody, sandboxNetworkProblem, sharedNetworkBody, sharedNetworkProblem } from './network-spec.js';
 export { volumeBody } from './volume-spec.js';
 export { checkCreateBodies } from './body-budget.js';
+export { carriesCa } from './ca-trust.js';

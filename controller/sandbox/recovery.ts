@@ -9,7 +9,7 @@
  * and remove too).
  */
 import { decodeAllowHosts } from '../../common/index.js';
-import { type ContainerView, engineStatus, sandboxBodyFromInspect, type EgressPlan } from '../docker/index.js';
+import { type ContainerView, carriesCa, engineStatus, sandboxBodyFromInspect, type EgressPlan } from '../docker/index.js';
 import { SandboxError, egressNanoCpus, LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_NAME, LABEL_WORKSPACE_KEY, meaningOfLabel, namesFor, type TierMeaning } from '../spec/index.js';
 import { connectEgress, createEgress, ignoreConflict, waitForEgress } from './build-steps.js';
 import type { BuildDeps } from './build-deps.js';
@@ -184,8 +184,10 @@ export class SandboxRecovery {
     const plan: EgressPlan = {
       names,
       allowHosts,
-      // The placeholders the sandbox holds stay valid: the rebuilt proxy gets them (and the values read now).
-      credentials: await this.deps.credentials.forSandbox(allowHosts, placeholdersOf(view.env)),
+      // The placeholders the sandbox holds stay valid: the rebuilt proxy gets them (and the values
+      // read now). A sandbox made without the CA keeps a proxy that does not inspect: one that
+      // did would fail every TLS connection the sandbox cannot verify.
+      credentials: carriesCa(view.env) ? await this.deps.credentials.forSandbox(allowHosts, placeholdersOf(view.env)) : undefined,
       labels: this.resourceLabels(name, view),
       egressProxyImage: this.deps.config.egressProxyImage,
       logCaps: this.deps.config,

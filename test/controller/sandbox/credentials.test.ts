@@ -163,6 +163,18 @@ t.test('a rebuilt egress proxy keeps the sandbox\'s placeholder and reads the va
   t.ok(ee.EGRESS_POLICY_JSON !== undefined && ee.EGRESS_CA_INLINE !== undefined);
 });
 
+t.test('a sandbox made without the CA gets a rebuilt proxy that does not inspect, whatever the config says now', async (t) => {
+  const engine = new FakeEngine([IMAGES.sandbox, IMAGES.egress]);
+  const make = (more: Partial<DeploymentConfigInput>) =>
+    createDockerSandbox({ endpoint: 'unix:///nonexistent/fake-engine.sock', ...more }, { labels: { 'dev.capybara.test': 'fake' } }, { logger: pino({ level: 'silent' }), engine, env: { GITHUB_TOKEN: TOKEN } });
+  const h = await make({}).create(spec('old1', ['api.github.com']));
+  await engine.removeContainer('cap-old1-egress');
+  await make({ stateDir: stateDir(t), secrets: SECRETS }).exec(h, 'true');
+  const ee = envOf(engine.containers.get('cap-old1-egress')!.body.Env);
+  t.equal(ee.EGRESS_ALLOW_HOSTS, 'api.github.com', 'the allowlist as it was');
+  t.notOk('EGRESS_POLICY_JSON' in ee || 'EGRESS_CA_INLINE' in ee || 'CAPYBARA_SECRET_GITHUB_TOKEN' in ee, 'no inspection, no value');
+});
+
 t.test('placeholders have the value\'s shape', async (t) => {
   let i = 0;
   const counter = (n: number): number => (i++ * 7) % n;
