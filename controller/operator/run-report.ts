@@ -25,7 +25,7 @@ export interface ReportRunDeps {
 }
 
 /** Makes the sandbox for the run; refuses a name that is taken (by a sandbox or what is left of one). */
-export async function createReportSandbox(deps: ReportRunDeps, spec: SandboxSpec, name: string): Promise<SandboxHandle> {
+async function createReportSandbox(deps: ReportRunDeps, spec: SandboxSpec, name: string): Promise<SandboxHandle> {
   checkSandboxSpec(spec);
   const names = namesFor(name);
   if ((await deps.engine.inspectContainer(names.container)) !== undefined || (await deps.engine.inspectContainer(names.egress)) !== undefined) {
@@ -40,7 +40,7 @@ export async function createReportSandbox(deps: ReportRunDeps, spec: SandboxSpec
  * hostile text written by a process the workload talked to: the report checks each one, and a
  * line past the splitter's cap is counted as malformed, never gathered.
  */
-export async function learnedPolicy(deps: ReportRunDeps, name: string): Promise<string> {
+async function learnedPolicy(deps: ReportRunDeps, name: string): Promise<string> {
   const report = new AllowlistReport();
   const splitters = {
     stdout: new LineSplitter((line) => report.add(line), () => report.tooLong()),
@@ -59,7 +59,7 @@ export async function learnedPolicy(deps: ReportRunDeps, name: string): Promise<
  * After the command: stops the sandbox (so the proxy's last lines are written), reads the policy,
  * and destroys the sandbox whatever happened.
  */
-export async function finishReportRun(deps: ReportRunDeps, handle: SandboxHandle): Promise<string> {
+async function finishReportRun(deps: ReportRunDeps, handle: SandboxHandle): Promise<string> {
   try {
     await deps.provider.suspend(handle);
     return await learnedPolicy(deps, handle.id);

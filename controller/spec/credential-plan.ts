@@ -17,11 +17,11 @@ export const CA_FILE = `${CA_DIR}/ca.pem`;
 /** The sandbox variable carrying the CA certificate (base64 PEM) to its idle process; public data. */
 export const CA_CERT_ENV = 'CAPYBARA_CA_CERT';
 /** The proxy's variable holding a secret's value: prefixed, so no name can set one the proxy reads (NODE_OPTIONS). */
-export const SECRET_VALUE_PREFIX = 'CAPYBARA_SECRET_';
-export const PLACEHOLDER_PREFIX = 'EGRESS_PLACEHOLDER_';
+const SECRET_VALUE_PREFIX = 'CAPYBARA_SECRET_';
+const PLACEHOLDER_PREFIX = 'EGRESS_PLACEHOLDER_';
 
 /** The variables that make the sandbox's clients trust the CA: curl, OpenSSL, Python, requests, git, pip, Node. */
-export const TRUST_ENV: Readonly<Record<string, string>> = Object.freeze({
+const TRUST_ENV: Readonly<Record<string, string>> = Object.freeze({
   SSL_CERT_FILE: CA_BUNDLE_FILE,
   REQUESTS_CA_BUNDLE: CA_BUNDLE_FILE,
   CURL_CA_BUNDLE: CA_BUNDLE_FILE,
@@ -66,11 +66,6 @@ export function applicableSecrets(config: Pick<DeploymentConfig, 'secrets'>, all
 export function inspectedEntries(config: Pick<DeploymentConfig, 'inspectHosts' | 'secrets'>, allowHosts: readonly string[]): string[] {
   const wanted = new Set([...(config.inspectHosts ?? []), ...applicableSecrets(config, allowHosts).flatMap((s) => s.hosts)]);
   return allowHosts.filter((h) => wanted.has(h));
-}
-
-/** Whether a sandbox with this allowlist needs the credential machinery at all. */
-export function needsCredentials(config: Pick<DeploymentConfig, 'inspectHosts' | 'secrets'>, allowHosts: readonly string[]): boolean {
-  return inspectedEntries(config, allowHosts).length > 0;
 }
 
 /** The one-line policy of the proxy: the allowlist, inspected entries as objects with their secrets. */

@@ -42,11 +42,8 @@ export {
   CA_DIR,
   CA_FILE,
   inspectedEntries,
-  PLACEHOLDER_PREFIX,
   placeholderFor,
   sandboxCredentials,
-  SECRET_VALUE_PREFIX,
-  TRUST_ENV,
 } from './credential-plan.js';
 export type { SandboxCredentials, SecretMaterial } from './credential-plan.js';
 export type { SecretConfig } from './credentials-config.js';
