@@ -4,9 +4,9 @@
  */
 import pino, { type Logger } from 'pino';
 import type { SandboxHandle, SandboxProvider, DeploymentConfigInput } from './spec/index.js';
-import { SandboxError, checkSandboxName, namesFor, parseDeploymentConfig, persistentWorkspaceVolume, planSandbox, printableAsciiMap } from './spec/index.js';
-import { DockerEngine, checkCreateBodies, engineStatus, type SandboxEngine } from './docker/index.js';
-import { SandboxLanes, SandboxLifecycle, SandboxRecovery, readEgressUsage, type EgressUsage } from './sandbox/index.js';
+import { SandboxError, TIERS, checkSandboxName, namesFor, parseDeploymentConfig, persistentWorkspaceVolume, planSandbox, printableAsciiMap, withCredentials } from './spec/index.js';
+import { DockerEngine, checkCreateBodies, engineStatus, type EgressMode, type SandboxEngine } from './docker/index.js';
+import { CredentialSource, SandboxLanes, SandboxLifecycle, SandboxRecovery, readEgressUsage, type EgressUsage } from './sandbox/index.js';
 import { CommandRunner, FileOps, type WithRunning } from './exec/index.js';
 
 /** The `sandbox@1` provider plus what only this Docker implementation can tell. */
@@ -24,6 +24,11 @@ export interface SandboxTestOptions {
   labels?: Record<string, string>;
   /** Host → IP pins for the egress proxy; exempt from its private-address check. */
   egressTestHosts?: Record<string, string>;
+  /**
+   * `report`: the egress proxies this provider creates or rebuilds allow what only the allowlist
+   * refuses and log it would_deny (capybara-sandbox run --report, on a sandbox made for that run).
+   */
+  egressMode?: EgressMode;
 }
 
 export interface SandboxRuntimeOptions {
@@ -33,6 +38,8 @@ export interface SandboxRuntimeOptions {
    * engine). The config is still parsed and checked in full.
    */
   engine?: SandboxEngine;
+  /** The controller's environment, where secrets' values are read (default process.env). */
+  env?: NodeJS.ProcessEnv;
 }
 
 function handleName(h: SandboxHandle): string {
@@ -51,7 +58,10 @@ export function createDockerSandbox(
   const egressTestHosts = testOptions.egressTestHosts === undefined ? undefined : printableAsciiMap(testOptions.egressTestHosts, 'testOptions.egressTestHosts');
   const logger = runtime.logger ?? pino({ name: 'sandbox-docker', level: 'warn' }, pino.destination(2));
   const engine = runtime.engine ?? new DockerEngine({ endpoint: parsed.endpoint, tlsCertDir: parsed.tlsCertDir, logger });
-  const buildDeps = { engine, config: parsed, extraLabels, egressTestHosts, logger };
+  const egressMode = testOptions.egressMode ?? 'enforce';
+  if (egressMode !== 'enforce' && egressMode !== 'report') throw new SandboxError('invalid_config', `testOptions.egressMode must be enforce or report, got ${JSON.stringify(egressMode)}`);
+  const credentials = new CredentialSource(parsed, { env: runtime.env ?? process.env });
+  const buildDeps = { engine, config: parsed, extraLabels, egressTestHosts, logger, egressMode, credentials };
   const lifecycle = new SandboxLifecycle(buildDeps);
   const lanes = new SandboxLanes();
   const recovery = new SandboxRecovery(buildDeps, lanes);
@@ -84,10 +94,15 @@ export function createDockerSandbox(
   return Object.freeze({
     concurrentExec: true as const,
     async create(spec) {
-      const plan = planSandbox(spec, parsed, { extraLabels });
-      checkCreateBodies(plan, egressTestHosts);
-      await lanes.run(plan.names.name, () => lifecycle.create(plan));
-      return { id: plan.names.name };
+      const planned = planSandbox(spec, parsed, { extraLabels });
+      checkCreateBodies(planned, egressTestHosts);
+      await lanes.run(planned.names.name, async () => {
+        // In the lane: a destroy called after this create still comes after it.
+        const plan = withCredentials(planned, TIERS[planned.tier].egressProxy ? await credentials.forSandbox(planned.allowHosts) : undefined);
+        if (plan !== planned) checkCreateBodies(plan, egressTestHosts);
+        await lifecycle.create(plan);
+      });
+      return { id: planned.names.name };
     },
     suspend: (h) => {
       const name = handleName(h);

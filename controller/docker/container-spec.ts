@@ -6,6 +6,7 @@
 import { EGRESS_ENV, EGRESS_METRICS_PORT, EGRESS_PROXY_PORT, encodeAllowHosts } from '../../common/index.js';
 import { type LogCaps, type SandboxPlan, PIDS_LIMIT, SandboxError, TIERS } from '../spec/index.js';
 import type { ContainerView } from './sandbox-engine.js';
+import { CA_TMPFS, CA_WRITE_SCRIPT, carriesCa } from './ca-trust.js';
 
 /** Where the workspace volume is mounted: the sandbox user's working directory. */
 export const WORKSPACE = '/workspace';
@@ -21,6 +22,8 @@ export const SKILLS_WRITABLE_ROOT = `${ROOT_ONLY_DIR}/skills`;
  * held only until the first restart.
  */
 const IDLE_COMMAND = ['sh', '-c', `chmod 0700 ${ROOT_ONLY_DIR} && exec sleep infinity`];
+/** The same, first writing the deployment CA's files (ca-trust.ts), for a sandbox with inspected hosts. */
+const IDLE_WITH_CA = ['sh', '-c', `chmod 0700 ${ROOT_ONLY_DIR} && ${CA_WRITE_SCRIPT} && exec sleep infinity`];
 const LABEL_ROLE = 'dev.capybara.sandbox.role';
 
 const EGRESS_MEMORY_BYTES = 256 * 1024 * 1024;
@@ -112,7 +115,7 @@ export function sandboxContainerBody(plan: SandboxPlan, network: string | undefi
     User: '0:0',
     // An image entrypoint would run as root in place of the idle process; clear it.
     Entrypoint: [''],
-    Cmd: IDLE_COMMAND,
+    Cmd: plan.credentials === undefined ? IDLE_COMMAND : IDLE_WITH_CA,
     WorkingDir: WORKSPACE,
     Env: envList(plan.env),
     Labels: { ...plan.containerLabels },
@@ -145,6 +148,7 @@ export function sandboxContainerBody(plan: SandboxPlan, network: string | undefi
         // (the socket proxy allows no uid= option). Docker gives it the mode of the image's own
         // directory there when it has one (the sandbox image's is 1777 too).
         ...(plan.home === undefined ? {} : { [plan.home]: `rw,exec,nosuid,nodev,size=${plan.limits.tmpBytes},mode=1777` }),
+        ...(plan.credentials === undefined ? {} : CA_TMPFS),
       },
       Mounts: mounts,
       Runtime: plan.runtime,
@@ -164,7 +168,10 @@ export function egressRefusalHint(name: string): string {
   return `the allowlist of sandbox ${name} is set when it is created: the operator sees its decisions with "capybara-sandbox logs ${name}" and allows a host by creating the sandbox again with --allow HOST`;
 }
 
-export type EgressPlan = Pick<SandboxPlan, 'names' | 'allowHosts' | 'labels' | 'egressProxyImage' | 'logCaps' | 'egressNanoCpus'>;
+/** The egress proxy's mode: `report` only for a sandbox made for `run --report` (never flipped on an existing one). */
+export type EgressMode = 'enforce' | 'report';
+
+export type EgressPlan = Pick<SandboxPlan, 'names' | 'allowHosts' | 'labels' | 'egressProxyImage' | 'logCaps' | 'egressNanoCpus' | 'credentials'>;
 
 /**
  * The egress proxy of an allowlist sandbox. It is created and started on the shared network
@@ -182,9 +189,13 @@ export function egressContainerBody(
   sharedNetwork: string,
   testHosts: Readonly<Record<string, string>> | undefined,
   transparentAddress?: string,
+  mode: EgressMode = 'enforce',
 ): ContainerCreateBody {
   const env: Record<string, string> = {
-    [EGRESS_ENV.allowHosts]: encodeAllowHosts(plan.allowHosts),
+    // With inspected hosts or secrets, the policy is EGRESS_POLICY_JSON (credentials.egressEnv), never both.
+    ...(plan.credentials === undefined ? { [EGRESS_ENV.allowHosts]: encodeAllowHosts(plan.allowHosts) } : plan.credentials.egressEnv),
+    // Report mode (run --report only): what only the allowlist refuses passes, logged would_deny.
+    ...(mode === 'report' ? { [EGRESS_ENV.mode]: 'report' } : {}),
     [EGRESS_ENV.listen]: `0.0.0.0:${EGRESS_PROXY_PORT}`,
     ...(transparentAddress === undefined ? {} : { [EGRESS_ENV.transparentListen]: transparentAddress }),
     // Loopback of the proxy's own container: read by the controller (egressUsage), not by the sandbox.
@@ -271,7 +282,7 @@ export function sandboxBodyFromInspect(view: InspectedContainer, caps: LogCaps, 
     User: view.user,
     Entrypoint: [''],
     // The controller's own idle process, never the old container's (one made before it was this).
-    Cmd: IDLE_COMMAND,
+    Cmd: carriesCa(view.env) ? IDLE_WITH_CA : IDLE_COMMAND,
     WorkingDir: view.workingDir,
     Env: [...view.env],
     Labels: { ...view.labels },

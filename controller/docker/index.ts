@@ -8,7 +8,8 @@ export type { ContainerSummary, ExecRun, LogRead, LogRequest, ResourceSummary } 
 export type { ContainerNetwork, ContainerView, NetworkView, SandboxEngine } from './sandbox-engine.js';
 export { parseEndpoint } from './endpoint.js';
 export { SKILLS_WRITABLE_ROOT, egressContainerBody, sandboxBodyFromInspect, sandboxContainerBody } from './container-spec.js';
-export type { EgressPlan } from './container-spec.js';
+export type { EgressMode, EgressPlan } from './container-spec.js';
 export { internalNetworkBody, sandboxNetworkProblem, sharedNetworkBody, sharedNetworkProblem } from './network-spec.js';
 export { volumeBody } from './volume-spec.js';
 export { checkCreateBodies } from './body-budget.js';
+export { carriesCa } from './ca-trust.js';

@@ -40,6 +40,11 @@ export interface OperatorArgs {
   readonly sandbox: SandboxOptions;
   /** run: destroy the sandbox after the command. */
   readonly remove: boolean;
+  /**
+   * run: make the sandbox for this run with its egress proxy in report mode, and print the
+   * allowHosts policy the command needed (stdout); the sandbox is destroyed after.
+   */
+  readonly report: boolean;
   /** destroy: a sandbox that does not exist is no error (as docker rm -f). */
   readonly force: boolean;
   /** exec, run: -i passes the CLI's stdin to the command; -t gives the command a terminal. */
@@ -140,6 +145,7 @@ const OPTIONS = {
   memory: { type: 'string' },
   workspace: { type: 'string' },
   rm: { type: 'boolean' },
+  report: { type: 'boolean' },
   force: { type: 'boolean', short: 'f' },
   follow: { type: 'boolean' },
   denied: { type: 'boolean' },
@@ -163,6 +169,7 @@ const COMMAND_OPTIONS: Partial<Record<OptionName, readonly OperatorCommand[]>> =
   'min-age': ['gc'],
   image: ['up', 'create', 'run', 'doctor'],
   rm: ['run'],
+  report: ['run'],
   force: ['destroy'],
   follow: ['logs'],
   denied: ['logs'],
@@ -201,6 +208,17 @@ const DASH_DASH: readonly OperatorCommand[] = ['exec', 'run'];
  */
 function commandLine(words: readonly string[]): string {
   return words.length === 1 ? words[0] ?? '' : words.map(shellQuote).join(' ');
+}
+
+/**
+ * run --report learns an allowlist: it needs a tier with an egress proxy (the one that writes
+ * decisions), and --json would mix the command's result with the policy on stdout.
+ */
+function checkReportOptions(args: OperatorArgs): void {
+  if (!TIERS[args.sandbox.egress].egressProxy) {
+    throw usageError(`--report learns an allowlist from the decisions of the egress proxy, and --egress ${args.sandbox.egress} has none; use --egress ${DEFAULT_EGRESS_TIER} (the default)`);
+  }
+  if (args.json) throw usageError('--report prints a policy file on stdout; it does not combine with --json');
 }
 
 export function parseOperatorArgs(argv: readonly string[]): OperatorArgs {
@@ -273,6 +291,7 @@ export function parseOperatorArgs(argv: readonly string[]): OperatorArgs {
       image: values.image,
     }),
     remove: values.rm === true,
+    report: values.report === true,
     force: values.force === true,
     interactive: values.interactive === true,
     tty: values.tty === true,
@@ -285,5 +304,6 @@ export function parseOperatorArgs(argv: readonly string[]): OperatorArgs {
   };
   // What create and run would ask the controller for is refused here, naming the option.
   if (!help && (command === 'create' || command === 'run')) checkSpecOptions(args.name ?? '', args.sandbox);
+  if (!help && args.report) checkReportOptions(args);
   return args;
 }

@@ -83,12 +83,27 @@ Persistent workspaces (cap-ws.*) are kept. Talks to the engine itself (--endpoin
   },
   run: {
     summary: 'run COMMAND in sandbox NAME, creating it first when it does not exist',
-    usage: 'run NAME [sandbox options] [--rm] [--timeout 10m] [-i] [-t] -- COMMAND...',
+    usage: 'run NAME [sandbox options] [--rm] [--report] [--timeout 10m] [-i] [-t] -- COMMAND...',
     description: `Creates NAME with the sandbox options when it does not exist (refused when it exists with other
-options), runs COMMAND as the sandbox user, prints its output as it comes and exits with its exit code.`,
+options), runs COMMAND as the sandbox user, prints its output as it comes and exits with its exit code.
+With --report NAME must not exist: it is made for this run with its egress proxy in report mode
+(what only the allowlist would refuse passes, logged would_deny; private and reserved addresses
+are still refused), COMMAND's output goes to stderr, and once it ends the sandbox is stopped, the
+allowHosts policy file the run needed is printed on stdout (as capybara-egress report makes it),
+and the sandbox is destroyed. The exit code is still COMMAND's. Reading the decisions needs the
+engine itself (as logs does): the local engine socket, or a tcp:// engine.`,
     arguments: [NAME_ARG, COMMAND_ARG],
-    options: [...SANDBOX_OPTIONS, ['--rm', 'destroy the sandbox after the command'], TIMEOUT, ...STREAMS],
-    examples: ['capybara-sandbox run demo --allow pypi.org --rm -- pip download requests'],
+    options: [
+      ...SANDBOX_OPTIONS,
+      ['--rm', 'destroy the sandbox after the command'],
+      ['--report', 'learn the allowlist: a new sandbox whose egress proxy reports instead of refusing; the policy it needed on stdout, the command\'s output on stderr; destroyed after'],
+      TIMEOUT,
+      ...STREAMS,
+    ],
+    examples: [
+      'capybara-sandbox run demo --allow pypi.org --rm -- pip download requests',
+      'sudo capybara-sandbox run learn --report -- pip download requests > allow.yaml',
+    ],
   },
   ls: {
     summary: 'list the sandboxes (engine host): name, state, tier, age, image, egress proxy',

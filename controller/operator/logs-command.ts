@@ -59,14 +59,14 @@ class DecisionPrinter {
 }
 
 /** A log read; the socket proxy's refusal of it (no log route, by design) says where to run logs instead. */
-async function readLogs(engine: DockerEngine, egress: string, request: LogRequest): Promise<LogRead> {
+export async function readLogs(engine: Pick<DockerEngine, 'readLogs'>, egress: string, request: LogRequest): Promise<LogRead> {
   try {
     return await engine.readLogs(egress, request);
   } catch (err) {
     if (engineStatus(err) !== 403) throw err;
     throw new SandboxError(
       'engine_refused',
-      'logs reads the egress proxy\'s container log, which the socket proxy refuses by design. Run it on the engine host against the engine itself: --endpoint unix:///var/run/docker.sock (or a tcp:// engine with --tls-cert-dir).',
+      'logs (and run --report) read the egress proxy\'s container log, which the socket proxy refuses by design. Run it on the engine host against the engine itself: --endpoint unix:///var/run/docker.sock (or a tcp:// engine with --tls-cert-dir).',
       { cause: err },
     );
   }

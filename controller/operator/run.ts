@@ -26,6 +26,8 @@ import { proxyAnswers, requirePrivateSocketPath, socketProxyDown, socketProxyUp,
 import { createSandbox, ensureSandbox } from './sandbox-commands.js';
 import { runLogs } from './logs-command.js';
 import { runExecCommand, type ExecCommandArgs, type ExecTerminal } from './exec-command.js';
+import { reportRun } from './run-report.js';
+import { sandboxSpec } from './sandbox-options.js';
 
 export interface OperatorIo {
   readonly stdout: (text: string) => void;
@@ -90,7 +92,7 @@ async function dispatch(args: OperatorArgs, loaded: OperatorConfig, io: Operator
   const testHosts = args.command === 'create' || args.command === 'run' ? egressTestHostsFromEnv(env) : undefined;
   if (testHosts !== undefined) progress(`test hosts pinned for new egress proxies: ${JSON.stringify(testHosts)} (tests only)`);
   const provider = (): ReturnType<typeof createDockerSandbox> =>
-    createDockerSandbox(config, { labels: { ...args.labels }, ...(testHosts === undefined ? {} : { egressTestHosts: testHosts }) }, { logger });
+    createDockerSandbox(config, { labels: { ...args.labels }, ...(testHosts === undefined ? {} : { egressTestHosts: testHosts }) }, { logger, env });
   // Nothing was configured: the socket of up is the endpoint, and it is started on demand.
   const startProxyIfNeeded = async (): Promise<void> => {
     if (!loaded.proxyOnDemand || (await proxyAnswers(join(args.socketDir, PROXY_SOCKET_FILE)))) return;
@@ -125,6 +127,19 @@ async function dispatch(args: OperatorArgs, loaded: OperatorConfig, io: Operator
     }
     case 'run': {
       await startProxyIfNeeded();
+      if (args.report) {
+        // The decisions are read from the proxy's container log, which only the engine itself serves.
+        const logEngine = config.endpoint.startsWith('unix://') ? new DockerEngine({ endpoint: localEngineEndpoint(env), logger }) : engine;
+        // Before anything runs: a report that cannot be read would waste the whole run.
+        if (logEngine !== engine) {
+          await logEngine.ping().catch((err: unknown) => {
+            throw new SandboxError('engine_unavailable', `run --report reads the egress proxy's log through the engine itself, and ${localEngineEndpoint(env)} does not answer (${(err as Error).message}); run it on the engine host, as root`, { cause: err });
+          });
+        }
+        const reportProvider = createDockerSandbox(config, { labels: { ...args.labels }, egressMode: 'report', ...(testHosts === undefined ? {} : { egressTestHosts: testHosts }) }, { logger, env });
+        const name = args.name ?? '';
+        return reportRun({ provider: reportProvider, engine, logEngine, progress }, { name, spec: sandboxSpec(name, args.sandbox), command: args.execCommand ?? '', exec: execArgs(args, config) }, io);
+      }
       const p = provider();
       const { handle } = await ensureSandbox({ provider: p, engine, progress }, args.name ?? '', args.sandbox);
       try {

@@ -6,7 +6,7 @@
  * can use it). The networks themselves are sandbox-network.ts.
  */
 import { EGRESS_HEALTH_PATH, EGRESS_PROXY_PORT } from '../../common/index.js';
-import { SandboxError, type SandboxNames } from '../spec/index.js';
+import { CA_CERT_ENV, CA_FILE, SandboxError, type SandboxNames } from '../spec/index.js';
 import { egressContainerBody, imageRefusal, type EgressPlan, engineStatus } from '../docker/index.js';
 import { SANDBOX_USER } from '../exec/index.js';
 import type { BuildDeps } from './build-deps.js';
@@ -74,7 +74,7 @@ export async function createEgress(
   // Its transparent listeners bind the fixed address, so the body waits for the network.
   const network = await internalNetwork;
   proceed();
-  const body = egressContainerBody(plan, sharedNetwork, deps.egressTestHosts, network.egressAddress);
+  const body = egressContainerBody(plan, sharedNetwork, deps.egressTestHosts, network.egressAddress, deps.egressMode);
   made(plan.names.egress, await createContainerPullingOnce(deps, plan.names.egress, plan.egressProxyImage, body));
   proceed();
   await deps.engine.startContainer(plan.names.egress);
@@ -106,6 +106,8 @@ export async function waitForEgress(deps: BuildDeps, names: SandboxNames): Promi
   const authority = `${names.egress}:${EGRESS_PROXY_PORT}`;
   const probe = [
     'exec 2>/dev/null 4<> <(:)',
+    // A sandbox that trusts the deployment CA: its root idle process writes ca.pem last (docker/ca-trust.ts).
+    `[ -z "\${${CA_CERT_ENV}-}" ] || until [ -s ${CA_FILE} ]; do read -r -t ${EGRESS_PROBE_PAUSE_S} -u 4 || :; done`,
     `until exec 3<>/dev/tcp/${names.egress}/${EGRESS_PROXY_PORT} &&`,
     `  printf 'GET ${EGRESS_HEALTH_PATH} HTTP/1.1\\r\\nHost: ${authority}\\r\\nConnection: close\\r\\n\\r\\n' >&3 &&`,
     "  read -r -t 2 -u 3 status && [[ $status == 'HTTP/1.1 200 '* ]]",

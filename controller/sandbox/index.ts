@@ -8,3 +8,4 @@ export { SandboxRecovery } from './recovery.js';
 export { SandboxLanes } from './sandbox-lanes.js';
 export { readEgressUsage } from './egress-usage.js';
 export type { EgressUsage } from './egress-usage.js';
+export { CredentialSource } from './credential-source.js';

@@ -9,7 +9,7 @@
  * and remove too).
  */
 import { decodeAllowHosts } from '../../common/index.js';
-import { type ContainerView, engineStatus, sandboxBodyFromInspect, type EgressPlan } from '../docker/index.js';
+import { type ContainerView, carriesCa, engineStatus, sandboxBodyFromInspect, type EgressPlan } from '../docker/index.js';
 import { SandboxError, egressNanoCpus, LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_NAME, LABEL_WORKSPACE_KEY, meaningOfLabel, namesFor, type TierMeaning } from '../spec/index.js';
 import { connectEgress, createEgress, ignoreConflict, waitForEgress } from './build-steps.js';
 import type { BuildDeps } from './build-deps.js';
@@ -180,9 +180,14 @@ export class SandboxRecovery {
     const names = namesFor(name);
     this.deps.logger.warn({ sandbox: name }, 'egress proxy missing, rebuilding it from the recorded allowlist');
     const shared = await ensureSharedNetwork(this.deps);
+    const allowHosts = decodeAllowHosts(view.labels[LABEL_ALLOW_HOSTS] ?? '');
     const plan: EgressPlan = {
       names,
-      allowHosts: decodeAllowHosts(view.labels[LABEL_ALLOW_HOSTS] ?? ''),
+      allowHosts,
+      // The placeholders the sandbox holds stay valid: the rebuilt proxy gets them (and the values
+      // read now). A sandbox made without the CA keeps a proxy that does not inspect: one that
+      // did would fail every TLS connection the sandbox cannot verify.
+      credentials: carriesCa(view.env) ? await this.deps.credentials.forSandbox(allowHosts, placeholdersOf(view.env)) : undefined,
       labels: this.resourceLabels(name, view),
       egressProxyImage: this.deps.config.egressProxyImage,
       logCaps: this.deps.config,
@@ -195,6 +200,11 @@ export class SandboxRecovery {
       ignoreConflict(err);
     }
   }
+}
+
+/** NAME=value pairs of a container's environment, for the secrets' placeholders it holds. */
+function placeholdersOf(env: readonly string[]): Record<string, string> {
+  return Object.fromEntries(env.map((e) => [e.slice(0, Math.max(0, e.indexOf('='))), e.slice(e.indexOf('=') + 1)]).filter(([k]) => k !== ''));
 }
 
 function existing(name: string, view: ContainerView | undefined): ContainerView {

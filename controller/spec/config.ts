@@ -8,6 +8,7 @@ import { IMAGES } from '../../common/index.js';
 import { SandboxError } from './errors.js';
 import { describeIssues } from './input-issues.js';
 import { ASCII_WORD } from './ascii-body.js';
+import { credentialsConfigProblems, credentialsConfigShape } from './credentials-config.js';
 import { DEFAULT_ADDRESS_POOL, DEFAULT_SUBNET_PREFIX, SUBNET_PREFIX_MAX, SUBNET_PREFIX_MIN, addressPoolProblem } from './address-pool.js';
 
 const ENDPOINT_RE = /^(tcp:\/\/(\[[^\]]+\]|[^:/]+):\d{1,5}\/?|unix:\/\/\/.+)$/;
@@ -135,10 +136,12 @@ export const deploymentConfigSchema = z
       .default(false)
       .describe('Allow limits.egress = "open" (a sandbox on the shared bridge can reach whatever the host network reaches). Off by default.')
       .meta({ title: 'Allow open egress', 'x-ui': { label: { en: 'Allow open egress', zh: '允许开放出站' } } }),
+    ...credentialsConfigShape,
   })
   .superRefine((c, ctx) => {
     const problem = addressPoolProblem(c.addressPool, c.subnetPrefix);
     if (problem !== undefined) ctx.addIssue({ code: 'custom', path: ['addressPool'], message: problem });
+    for (const p of credentialsConfigProblems(c)) ctx.addIssue({ code: 'custom', ...p });
   })
   .describe('Deployment config of the sandbox-docker plugin.');
 

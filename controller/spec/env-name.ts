@@ -7,13 +7,16 @@
 import { z } from 'zod';
 
 const ENV_NAME_RE = /^[A-Za-z_][A-Za-z0-9_]*$/;
-/** The mark of a command's processes (exec/exec-script.ts EXEC_MARK_VAR): the controller's own. */
-const RESERVED = /^CAPYBARA_EXEC$/;
+/**
+ * The mark of a command's processes (exec/exec-script.ts EXEC_MARK_VAR), and the CA certificate
+ * the sandbox's root idle process writes out (docker/ca-trust.ts): the controller's own.
+ */
+const RESERVED = /^(?:CAPYBARA_EXEC|CAPYBARA_CA_CERT)$/;
 
 const envNameSchema = z
   .string()
   .regex(ENV_NAME_RE, 'is not a valid variable name (letters, digits and "_", not starting with a digit)')
-  .refine((name) => !RESERVED.test(name), { message: 'is reserved: the controller marks every process of a command with it, to find them for a kill' });
+  .refine((name) => !RESERVED.test(name), { message: 'is reserved: the controller\'s own (CAPYBARA_EXEC marks every process of a command, to find them for a kill; CAPYBARA_CA_CERT carries the deployment CA to the sandbox)' });
 
 /**
  * An exec's `env` is exported by the command's own shell after it started, so it reaches only

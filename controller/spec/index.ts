@@ -27,7 +27,7 @@ export {
 } from './names.js';
 export type { SandboxNames } from './names.js';
 export { PIDS_LIMIT } from './limits.js';
-export { egressNanoCpus, planSandbox, withAllowHosts } from './sandbox-plan.js';
+export { egressNanoCpus, planSandbox, withAllowHosts, withCredentials } from './sandbox-plan.js';
 export type { SandboxPlan } from './sandbox-plan.js';
 export { parseAddressPool, sandboxSubnet, subnetAddresses, subnetSlots } from './address-pool.js';
 export type { AddressPool, SandboxSubnet } from './address-pool.js';
@@ -35,3 +35,15 @@ export { printableAsciiMap, serialiseAsciiBody } from './ascii-body.js';
 export { checkSandboxSpec, DEFAULT_EGRESS_TIER, EGRESS_TIER_NAMES } from './sandbox-spec.js';
 export { TIERS, meaningOfLabel, usesSharedNetwork } from './tiers.js';
 export type { TierMeaning } from './tiers.js';
+export {
+  applicableSecrets,
+  CA_BUNDLE_FILE,
+  CA_CERT_ENV,
+  CA_DIR,
+  CA_FILE,
+  inspectedEntries,
+  placeholderFor,
+  sandboxCredentials,
+} from './credential-plan.js';
+export type { SandboxCredentials, SecretMaterial } from './credential-plan.js';
+export type { SecretConfig } from './credentials-config.js';

@@ -21,6 +21,7 @@ import {
 } from './names.js';
 import { checkSandboxSpec, type EgressTier } from './sandbox-spec.js';
 import { TIERS } from './tiers.js';
+import type { SandboxCredentials } from './credential-plan.js';
 
 export interface SandboxPlan {
   readonly names: SandboxNames;
@@ -47,6 +48,11 @@ export interface SandboxPlan {
   readonly logCaps: LogCaps;
   /** The egress proxy's CPU cap: one CPU, or the deployment's CPU ceiling when that is lower. */
   readonly egressNanoCpus: number;
+  /**
+   * Inspected hosts and secrets (credential-plan.ts): the proxy's policy, CA and values, the
+   * sandbox's placeholders and trust. Undefined: nothing to inspect, EGRESS_ALLOW_HOSTS as before.
+   */
+  readonly credentials: SandboxCredentials | undefined;
 }
 
 /**
@@ -160,6 +166,7 @@ export function planSandbox(input: unknown, config: DeploymentConfig, options: P
     home,
     logCaps: { logMaxSizeMb: config.logMaxSizeMb, logMaxFiles: config.logMaxFiles },
     egressNanoCpus: egressNanoCpus(config),
+    credentials: undefined,
   };
   return meaning.egressProxy ? withAllowHosts(plan, allowHosts) : plan;
 }
@@ -170,4 +177,13 @@ export function planSandbox(input: unknown, config: DeploymentConfig, options: P
  */
 export function withAllowHosts(plan: SandboxPlan, allowHosts: readonly string[]): SandboxPlan {
   return { ...plan, allowHosts, containerLabels: { ...plan.containerLabels, [LABEL_ALLOW_HOSTS]: encodeAllowHosts(allowHosts) } };
+}
+
+/**
+ * The plan with its credentials: the sandbox's environment gains the placeholders, the CA and the
+ * trust variables, over any of the spec's own of those names (as the proxy variables are).
+ */
+export function withCredentials(plan: SandboxPlan, credentials: SandboxCredentials | undefined): SandboxPlan {
+  if (credentials === undefined) return plan;
+  return { ...plan, credentials, env: { ...plan.env, ...credentials.sandboxEnv } };
 }

@@ -19,7 +19,7 @@ const ASCII_HINT = 'must be printable ASCII (Docker create bodies are ASCII: wri
  * without egress): IP literals in any spelling, wildcards over public suffixes (`*.com`) and
  * malformed names are refused here, naming the entry and the reason. Kept as the proxy writes it.
  */
-const allowHostSchema = z.string().transform((entry, ctx) => {
+export const allowHostSchema = z.string().transform((entry, ctx) => {
   if (!PRINTABLE_ASCII.test(entry)) {
     ctx.addIssue({ code: 'custom', message: `${JSON.stringify(entry)} ${ASCII_HINT}` });
     return z.NEVER;

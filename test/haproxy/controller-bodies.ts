@@ -8,7 +8,8 @@
  */
 import { parseDeploymentConfig, type DeploymentConfigInput } from '../../controller/spec/config.js';
 import { parseAddressPool, sandboxSubnet, subnetSlots } from '../../controller/spec/address-pool.js';
-import { planSandbox } from '../../controller/spec/sandbox-plan.js';
+import { planSandbox, withCredentials } from '../../controller/spec/sandbox-plan.js';
+import { sandboxCredentials } from '../../controller/spec/credential-plan.js';
 import { egressContainerBody, sandboxBodyFromInspect, sandboxContainerBody } from '../../controller/docker/container-spec.js';
 import { internalNetworkBody, networkConnectBody, sharedNetworkBody } from '../../controller/docker/network-spec.js';
 import { volumeBody } from '../../controller/docker/volume-spec.js';
@@ -114,6 +115,7 @@ export function controllerBodies(sharedNetwork: string, extraLabels: Readonly<Re
       });
     }
   }
+  out.push(...credentialBodies(sharedNetwork, extraLabels, idPrefix, ids));
   const mark = execMark('default', '00000000-0000-4000-8000-000000000000');
   const scripts: Array<{ name: string; cmd: readonly string[]; user: string; env?: readonly string[]; stdin?: Uint8Array }> = [
     // As commands.ts runs them: marked, the script base64-encoded inline, or on stdin ("-N").
@@ -136,4 +138,36 @@ export function controllerBodies(sharedNetwork: string, extraLabels: Readonly<Re
   }
   out.push({ route: 'exec_start', what: 'exec start', body: EXEC_START_BODY });
   return out;
+}
+
+/**
+ * A sandbox with an inspected entry and a secret (the deployment CA and the value stand-ins of
+ * their real shapes): its container (the CA tmpfs, the idle process that writes the CA, the
+ * placeholders and trust variables), its proxy (EGRESS_POLICY_JSON, the CA, the value, the
+ * placeholder; and in report mode, as run --report makes it) and the container rebuilt.
+ */
+function credentialBodies(sharedNetwork: string, extraLabels: Readonly<Record<string, string>>, idPrefix: string, ids: BodyNetworkIds): ControllerBody[] {
+  const config = parseDeploymentConfig({
+    endpoint: 'unix:///run/capybara-sandbox/docker.sock', network: sharedNetwork, stateDir: '/var/lib/capybara-sandbox',
+    inspectHosts: ['*.npmjs.org'], secrets: [{ name: 'GITHUB_TOKEN', hosts: ['api.github.com'], header: 'Authorization', format: 'Bearer {}' }],
+  });
+  const base = planSandbox({ id: `${idPrefix}cred`, image: 'capybara-sandbox:latest', limits: { egress: 'allowlist', allowHosts: ['api.github.com', '*.npmjs.org', 'pypi.org'] } }, config, { extraLabels });
+  const pem = (label: string): string => `-----BEGIN ${label}-----\n${'A'.repeat(64)}\n${'B'.repeat(40)}\n-----END ${label}-----\n`;
+  const credentials = sandboxCredentials({
+    allowHosts: base.allowHosts,
+    caCertificatePem: pem('CERTIFICATE'),
+    caInline: Buffer.from(pem('CERTIFICATE') + pem('PRIVATE KEY')).toString('base64'),
+    secrets: [{ config: config.secrets![0]!, value: `ghp_${'a1'.repeat(18)}`, placeholder: `ghp_${'Zq'.repeat(18)}` }],
+  }, config);
+  const plan = withCredentials(base, credentials);
+  const pool = parseAddressPool(config.addressPool, config.subnetPrefix);
+  const addresses = sandboxSubnet(pool, subnetSlots(pool, plan.names.network).next().value ?? 0);
+  const sandbox = sandboxContainerBody(plan, ids.sandbox, addresses.egressAddress);
+  const inspected = { image: sandbox.Image, user: sandbox.User ?? '', workingDir: sandbox.WorkingDir ?? '', env: sandbox.Env, labels: sandbox.Labels, hostConfig: { ...sandbox.HostConfig } };
+  return [
+    { route: 'container_create', what: 'credentials: sandbox container', body: sandbox },
+    { route: 'container_create', what: 'credentials: egress proxy', body: egressContainerBody(plan, ids.shared, undefined, addresses.egressAddress) },
+    { route: 'container_create', what: 'credentials: egress proxy in report mode', body: egressContainerBody(plan, ids.shared, undefined, addresses.egressAddress, 'report') },
+    { route: 'container_create', what: 'credentials: sandbox rebuilt from inspect', body: sandboxBodyFromInspect(inspected, config, ids.sandbox, addresses.egressAddress) },
+  ];
 }

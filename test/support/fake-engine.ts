@@ -42,6 +42,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { EngineStatusError, type ContainerSummary, type ExecRequest, type ExecRun } from '../../controller/docker/engine.js';
+import type { LogRead, LogRequest } from '../../controller/docker/engine-logs.js';
 import type { ContainerView, NetworkView, SandboxEngine } from '../../controller/docker/sandbox-engine.js';
 import { EXEC_MARK_VAR, STARTED_BYTE, SURVIVORS_MARKER } from '../../controller/exec/exec-script.js';
 
@@ -359,6 +360,26 @@ export class FakeEngine implements SandboxEngine {
   async removeContainer(name: string): Promise<void> {
     await this.enter('removeContainer', name);
     this.containers.delete(name); // forced; a missing one is fine
+    this.logs.delete(name); // its log goes with it
+  }
+
+  /** What each container wrote to its log, per stream, in order; a test (or an exec model) writes it. */
+  readonly logs = new Map<string, Array<{ readonly stream: 'stdout' | 'stderr'; readonly chunk: Buffer }>>();
+
+  /** Not a controller call: container `name` writes `text` to its log. */
+  writeLog(name: string, text: string, stream: 'stdout' | 'stderr' = 'stdout'): void {
+    const log = this.logs.get(name) ?? [];
+    log.push({ stream, chunk: Buffer.from(text) });
+    this.logs.set(name, log);
+  }
+
+  /** The engine's log read, without follow (the operator's logs -f is tested on the real engine). */
+  async readLogs(name: string, request: LogRequest): Promise<LogRead> {
+    const call = await this.enter('readLogs', name);
+    this.container(call);
+    if (request.follow) throw this.status(call, 501, 'the in-memory engine serves no followed log');
+    for (const { stream, chunk } of this.logs.get(name) ?? []) request.onOutput(stream, chunk);
+    return { finished: Promise.resolve(), stop: () => undefined };
   }
 
   // --- volumes ------------------------------------------------------------------------------

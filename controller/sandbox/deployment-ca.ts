@@ -1,0 +1,82 @@
+/**
+ * The deployment CA the egress proxies of inspected hosts sign their leaves with, kept by the
+ * controller in one file of its state directory: `deployment-ca.pem`, the certificate and the
+ * private key, mode 0600, in a directory of mode 0700, both the controller user's. Created on
+ * first use (common/certificate-authority.ts: ECDSA P-256, no openssl); a group- or
+ * other-readable directory or file, a symlink, or another user's is refused, never used or fixed:
+ * whoever reads the key can sign for any host every inspected sandbox trusts. Two controllers
+ * creating it at once agree: each writes its own temporary file and links it into place, and
+ * the one that finds the name taken reads the other's.
+ */
+import { randomBytes } from 'node:crypto';
+import { linkSync, lstatSync, mkdirSync, readFileSync, unlinkSync, writeFileSync, type Stats } from 'node:fs';
+import { join } from 'node:path';
+import { createAuthority, decodeInline, type Authority } from '../../common/index.js';
+import { SandboxError } from '../spec/index.js';
+
+export const CA_FILE_NAME = 'deployment-ca.pem';
+const CA_COMMON_NAME = 'capybara-sandbox deployment CA';
+
+function refuse(message: string, cause?: unknown): SandboxError {
+  return new SandboxError('invalid_config', message, cause === undefined ? undefined : { cause });
+}
+
+/** Only the controller's user may open it: its own, no group or other bits, not a symlink. */
+function requirePrivate(path: string, st: Stats, kind: 'directory' | 'file'): void {
+  const isKind = kind === 'directory' ? st.isDirectory() : st.isFile();
+  if (st.isSymbolicLink() || !isKind) throw refuse(`stateDir: ${path} is not a ${kind} (a symlink is refused too); the deployment CA is kept in a ${kind} of the controller's own`);
+  const uid = process.getuid?.();
+  if (uid !== undefined && st.uid !== uid) throw refuse(`stateDir: ${path} belongs to uid ${st.uid}, not to the controller's uid ${uid}: chown it, or choose another stateDir`);
+  if ((st.mode & 0o077) !== 0) {
+    const mode = (st.mode & 0o777).toString(8).padStart(4, '0');
+    throw refuse(`stateDir: ${path} has mode ${mode}: group or others could read the deployment CA's key; chmod ${kind === 'directory' ? '700' : '600'} ${path}`);
+  }
+}
+
+function statOrUndefined(path: string): Stats | undefined {
+  try {
+    return lstatSync(path);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw refuse(`stateDir: cannot read ${path}: ${(err as Error).message}`, err);
+  }
+}
+
+async function parseStored(path: string): Promise<Authority> {
+  const text = readFileSync(path, 'utf8');
+  try {
+    return await decodeInline(Buffer.from(text, 'utf8').toString('base64'));
+  } catch (err) {
+    throw refuse(`stateDir: ${path} is no deployment CA (${(err as Error).message}); move it away to have a new CA made (every sandbox made after trusts the new one)`, err);
+  }
+}
+
+/** The CA of `stateDir`, made there on first use. */
+export async function loadDeploymentCa(stateDir: string): Promise<Authority> {
+  if (statOrUndefined(stateDir) === undefined) {
+    try {
+      mkdirSync(stateDir, { recursive: true, mode: 0o700 });
+    } catch (err) {
+      throw refuse(`stateDir: cannot create ${stateDir}: ${(err as Error).message}`, err);
+    }
+  }
+  requirePrivate(stateDir, lstatSync(stateDir), 'directory');
+  const file = join(stateDir, CA_FILE_NAME);
+  let st = statOrUndefined(file);
+  if (st === undefined) {
+    const made = await createAuthority({ commonName: CA_COMMON_NAME });
+    const temp = join(stateDir, `.${CA_FILE_NAME}.${randomBytes(8).toString('hex')}`);
+    writeFileSync(temp, made.certificatePem + made.keyPem, { mode: 0o600, flag: 'wx' });
+    try {
+      linkSync(temp, file);
+    } catch (err) {
+      // Another controller linked its CA first: that one is the deployment's.
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw refuse(`stateDir: cannot write ${file}: ${(err as Error).message}`, err);
+    } finally {
+      unlinkSync(temp);
+    }
+    st = lstatSync(file);
+  }
+  requirePrivate(file, st, 'file');
+  return parseStored(file);
+}
