@@ -26,6 +26,7 @@ import { findProgram, INSTALL_HINT, startCapybara, startFloor, startSmokescreen,
 import { runPolicyMicro, type MicroOptions } from './policy-micro.js';
 import { formatTable, formatTargets, PEERS, type PeerName, type Row, type Target } from './report.js';
 import { connectSetup } from './tunnel-load.js';
+import { runInspectBench } from './inspect.js';
 
 interface RunPlan extends Plan {
   readonly micro: MicroOptions;
@@ -49,7 +50,7 @@ const FULL: RunPlan = {
   wrkWarmSeconds: 1,
   micro: { entries: 100_000, rounds: 5, iterationsPerRound: 400_000, warmup: 200_000 },
   rounds: 3,
-  deadlineSec: 600,
+  deadlineSec: 780,
 };
 const QUICK: RunPlan = {
   connects: 200,
@@ -64,7 +65,7 @@ const QUICK: RunPlan = {
   wrkWarmSeconds: 1,
   micro: { entries: 100_000, rounds: 3, iterationsPerRound: 100_000, warmup: 20_000 },
   rounds: 2,
-  deadlineSec: 240,
+  deadlineSec: 330,
 };
 const WRK_CONNECTIONS = 16;
 /** How long the proxies idle before their memory at rest is read. */
@@ -236,6 +237,9 @@ async function main(): Promise<void> {
     say('notes');
     for (const n of results.notes) say(`  - ${n}`);
   }
+  say('');
+  // Inspected hosts against SNI-checked tunnels: a proxy and an upstream of their own.
+  for (const line of await runInspectBench(plan === QUICK, progress)) say(line);
   say('');
   say(`done in ${((Date.now() - t0) / 1000).toFixed(0)} s`);
   clearTimeout(deadline);
