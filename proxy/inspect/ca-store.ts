@@ -62,10 +62,15 @@ export async function rotateAuthority(dir: string, from: string): Promise<Author
 
 /** The directory exists (made 0700 when `create` allows), is a directory and no link, is ours, and is closed to others. */
 async function safeDirectory(dir: string, from: string, create: boolean): Promise<void> {
-  let stat = await lstat(dir).catch((err: NodeJS.ErrnoException) => (err.code === 'ENOENT' ? undefined : Promise.reject(err)));
+  let stat = await lstat(dir).catch((err: NodeJS.ErrnoException) => {
+    if (err.code === 'ENOENT') return undefined;
+    throw new CaStoreError('ca_unreadable', `${from}: cannot read ${dir} (${err.code ?? err.message}): give a directory owned by the proxy's user, mode 0700`, { cause: err });
+  });
   if (stat === undefined) {
     if (!create) throw new CaStoreError('ca_unreadable', `${from}: ${dir} does not exist; make the CA with \`capybara-egress ca --ca-dir ${dir}\``);
-    await mkdir(dir, { recursive: true, mode: 0o700 });
+    await mkdir(dir, { recursive: true, mode: 0o700 }).catch((err: NodeJS.ErrnoException) => {
+      throw new CaStoreError('ca_unreadable', `${from}: cannot make ${dir} (${err.code ?? err.message}): make it (owned by the proxy's user, mode 0700), or give another with --ca-dir DIR`, { cause: err });
+    });
     stat = await lstat(dir);
   }
   const uid = process.getuid?.();

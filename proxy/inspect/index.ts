@@ -1,7 +1,7 @@
 /** Inspected hosts: TLS terminated with a leaf of the deployment CA (each request inside read and decided), the leaves, and where the deployment CA is kept. */
 export * from './inspect.js';
 export { DEFAULT_LEAF_LIFETIME_MS, DEFAULT_MAX_LEAVES, LeafCertificates, type LeafOptions } from './leaf-certificates.js';
-export { CA_CERT_FILE, CA_KEY_FILE, CaStoreError, DEFAULT_CA_DIR, loadAuthority, rotateAuthority, type CaSource } from './ca-store.js';
+export { DEFAULT_CA_DIR, loadAuthority, rotateAuthority, type CaSource } from './ca-store.js';
 export { caSource } from './ca-source.js';
-export { CA_USAGE, runCa } from './ca-command.js';
-export { loadInspection, readUpstreamCa, SYSTEM_CA_BUNDLE, type LoadedInspection, type UpstreamCaSource } from './inspection-load.js';
+export { runCa } from './ca-command.js';
+export { loadInspection, readUpstreamCa, type LoadedInspection, type UpstreamCaSource } from './inspection-load.js';

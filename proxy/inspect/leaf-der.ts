@@ -8,7 +8,7 @@
  */
 
 /** One DER TLV with a definite length (X.690 §8.1.3). */
-export function tlv(tag: number, content: Buffer): Buffer {
+function tlv(tag: number, content: Buffer): Buffer {
   const n = content.length;
   const head = n < 0x80 ? [tag, n] : n < 0x100 ? [tag, 0x81, n] : n < 0x10000 ? [tag, 0x82, n >> 8, n & 0xff] : [tag, 0x83, n >> 16, (n >> 8) & 0xff, n & 0xff];
   return Buffer.concat([Buffer.from(head), content]);
@@ -16,7 +16,7 @@ export function tlv(tag: number, content: Buffer): Buffer {
 
 const seq = (...parts: Buffer[]): Buffer => tlv(0x30, Buffer.concat(parts));
 /** ecdsa-with-SHA256 (RFC 5758 §3.2: no parameters). */
-export const ECDSA_SHA256 = seq(Buffer.from('06082a8648ce3d040302', 'hex'));
+const ECDSA_SHA256 = seq(Buffer.from('06082a8648ce3d040302', 'hex'));
 const VERSION_3 = tlv(0xa0, tlv(0x02, Buffer.from([2])));
 const OID_COMMON_NAME = Buffer.from('0603550403', 'hex');
 const OID_SUBJECT_ALT_NAME = Buffer.from('0603551d11', 'hex');

@@ -192,3 +192,9 @@ t.test('a directory the proxy cannot write into is an error that says what to do
   chmodSync(dir, 0o500);
   await t.rejects(loadAuthority(dirSource(dir)), { code: 'ca_unreadable', message: /cannot write a new CA into .* \(EACCES\): make it writable for the proxy's user/ });
 });
+
+t.test('a directory that cannot be made is an error that says what to do', async (t) => {
+  const file = fresh();
+  writeFileSync(file, 'x');
+  await t.rejects(loadAuthority(dirSource(path.join(file, 'ca'))), { code: 'ca_unreadable', message: /cannot read .*ca \(ENOTDIR\): give a directory owned by the proxy's user, mode 0700/ });
+});

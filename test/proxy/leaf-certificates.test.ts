@@ -7,7 +7,7 @@
 import t from 'tap';
 import { X509Certificate } from 'node:crypto';
 import { createAuthority, isCodedError, type Authority } from '../../common/index.js';
-import { DEFAULT_LEAF_LIFETIME_MS, LeafCertificates } from '../../proxy/inspect/index.js';
+import { DEFAULT_LEAF_LIFETIME_MS, DEFAULT_MAX_LEAVES, LeafCertificates } from '../../proxy/inspect/index.js';
 import { leafNameProblem } from '../../proxy/inspect/leaf-certificates.js';
 import { handshake } from '../support/tls-handshake.js';
 
@@ -115,6 +115,10 @@ t.test('the cache holds at most maxLeaves, and the least recently used goes firs
   t.equal(leaves.issuedCount, 5, 'b was the least recently used and was evicted');
   t.equal(leaves.size, 3);
   t.throws(() => new LeafCertificates(ca, { maxLeaves: 0 }), RangeError);
+  const byDefault = new LeafCertificates(ca);
+  for (let i = 0; i <= DEFAULT_MAX_LEAVES; i++) await byDefault.contextFor(`d${i}.test`);
+  t.equal(DEFAULT_MAX_LEAVES, 256);
+  t.equal(byDefault.size, DEFAULT_MAX_LEAVES, 'the default cap holds');
   t.throws(() => new LeafCertificates(ca, { lifetimeMs: 5 }), RangeError);
 });
 
