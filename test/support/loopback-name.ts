@@ -12,6 +12,8 @@ import type { Test } from 'tap';
 const HOSTS = '/etc/hosts';
 const LOCK = '/run/capybara-test-hosts.lock';
 const LOCK_WAIT_MS = 10_000;
+/** How long Go's resolver trusts its copy of /etc/hosts (net/hosts.go: cacheMaxAge), and a margin. */
+const HOSTS_CACHE_MS = 5_500;
 
 async function withLock<T>(change: () => T): Promise<T> {
   const deadline = Date.now() + LOCK_WAIT_MS;
@@ -42,5 +44,8 @@ export async function loopbackName(t: Test, runId: string): Promise<string> {
   const line = `127.0.0.1 ${name} # capybara test ${runId}`;
   await withLock(() => writeFileSync(HOSTS, `${readFileSync(HOSTS, 'utf8').replace(/\n?$/, '\n')}${line}\n`));
   t.teardown(() => withLock(() => writeFileSync(HOSTS, readFileSync(HOSTS, 'utf8').split('\n').filter((l) => l !== line).join('\n'))));
+  // dockerd (Go's resolver) keeps /etc/hosts for 5 s after each read without looking at it again:
+  // on a busy engine it would not know the name yet.
+  await new Promise((resolve) => setTimeout(resolve, HOSTS_CACHE_MS));
   return name;
 }
