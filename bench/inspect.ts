@@ -25,6 +25,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { createAuthority } from '../common/index.js';
 import { INSPECT_CONNECTION_BYTES, LeafCertificates } from '../proxy/inspect/index.js';
 import { startChild, stopAll, type Child } from './children.js';
+import { freePort } from './load-support.js';
 import { memoryOf } from './peers.js';
 
 const INSPECTED = 'inspect.bench.test';
@@ -101,17 +102,6 @@ function accepts(port: number): Promise<boolean> {
       resolve(true);
     });
     socket.once('error', () => resolve(false));
-  });
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
   });
 }
 
