@@ -5,7 +5,7 @@
 import pino, { type Logger } from 'pino';
 import type { SandboxHandle, SandboxProvider, DeploymentConfigInput } from './spec/index.js';
 import { SandboxError, TIERS, checkSandboxName, namesFor, parseDeploymentConfig, persistentWorkspaceVolume, planSandbox, printableAsciiMap, withCredentials } from './spec/index.js';
-import { DockerEngine, checkCreateBodies, engineStatus, type EgressMode, type SandboxEngine } from './docker/index.js';
+import { DockerEngine, checkCreateBodies, engineStatus, isEngineStatusError, type EgressMode, type SandboxEngine } from './docker/index.js';
 import { CredentialSource, SandboxLanes, SandboxLifecycle, SandboxRecovery, readEgressUsage, type EgressUsage } from './sandbox/index.js';
 import { CommandRunner, FileOps, type WithRunning } from './exec/index.js';
 
@@ -73,10 +73,23 @@ export function createDockerSandbox(
       return await fn();
     } catch (err) {
       // 409: stopped or paused between the check and the call (host restart, docker pause).
-      if (engineStatus(err) !== 409) throw err;
+      if (engineStatus(err) !== 409) throw await changedMeanwhile(name, err);
       await recovery.ensureRunning(name);
-      return fn();
+      return fn().catch(async (again: unknown) => { throw await changedMeanwhile(name, again); });
     }
+  };
+  /**
+   * An engine failure of a call on a container that was running when the call began: when the
+   * container is now gone, stopped or being removed, another call (a destroy or suspend in another
+   * controller process) explains it, whatever words the engine chose ("Removal In Progress",
+   * "No such container"), and the result is `conflict`. An engine that cannot say leaves `err`.
+   */
+  const changedMeanwhile = async (name: string, err: unknown): Promise<unknown> => {
+    // Only Docker's own answers: the socket proxy's refusal is never a race.
+    if (!isEngineStatusError(err) || err.byProxy) return err;
+    const now = await engine.inspectContainer(name).catch(() => 'unknown' as const);
+    if (now === 'unknown' || (now !== undefined && now.running && now.status !== 'removing')) return err;
+    return new SandboxError('conflict', `${name} was stopped or removed by another call while this call ran (${(err as Error).message}); retry.`, { cause: err });
   };
   const restart = (name: string): Promise<void> =>
     lanes.run(name, async () => {

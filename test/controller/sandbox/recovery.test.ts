@@ -318,3 +318,27 @@ t.test('transparent egress survives recovery: a recreated network\'s new address
   const last = subnet()?.split('/')[0]?.split('.').map(Number) ?? [];
   t.equal(nameServer(), [last[0], last[1], last[2], (last[3] ?? 0) + 14].join('.'), 'the last usable address of the new /28');
 });
+
+t.test('a container another controller removes while a command starts: conflict, whatever words Docker chose', async (t) => {
+  for (const [status, words] of [[500, 'Container cap-r1 is not running: Removal In Progress'], [404, 'No such container: cap-r1'], [500, 'OCI runtime exec failed']] as const) {
+    const s = await created(internal);
+    let raced = false;
+    s.engine.beforeCall(async (call) => {
+      if (!raced && call.method === 'startExec' && call.target === NAME) {
+        raced = true;
+        await s.engine.removeContainer(NAME);
+        throw s.engine.status(call, status, words);
+      }
+    });
+    const err = await s.provider.exec({ id: NAME }, 'true').catch((e: unknown) => e);
+    t.ok(isSandboxError(err, 'conflict'), `${status} ${words}: ${String(err)}`);
+  }
+});
+
+t.test('an engine failure of a command on a sandbox still running stays the engine\'s error', async (t) => {
+  const s = await created(internal);
+  s.engine.failOnce('startExec', NAME, 500, 'OCI runtime exec failed: no space left');
+  const err = await s.provider.exec({ id: NAME }, 'true').catch((e: unknown) => e);
+  t.ok(isSandboxError(err, 'engine_error'), String(err));
+  t.equal((await s.provider.exec({ id: NAME }, 'true')).exitCode, 0, 'the next command runs');
+});
