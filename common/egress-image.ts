@@ -40,6 +40,8 @@ export const EGRESS_ENV = {
   caInline: 'EGRESS_CA_INLINE',
   /** The PEM bundle the upstreams of inspected hosts are verified against (default: the system trust store). */
   upstreamCa: 'EGRESS_UPSTREAM_CA',
+  /** A shared proxy's directory of per-sandbox registrations (one file per sandbox network). */
+  tenantsDir: 'EGRESS_TENANTS_DIR',
   /** The policy as one line of JSON, instead of a file (the controller's per-sandbox proxies). */
   policyJson: 'EGRESS_POLICY_JSON',
   /** Tests only: a JSON map of host to address(es) that pins those names. */

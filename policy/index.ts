@@ -36,3 +36,15 @@ export {
   type OwnListener,
   type WouldDeny,
 } from './decision.js';
+export {
+  TenantTable,
+  ipv4Number,
+  parseSlotFile,
+  parseSubnet,
+  subnetHolds,
+  subnetsOverlap,
+  type SlotFile,
+  type Subnet,
+  type TenantLookup,
+  type TenantRegistration,
+} from './tenants.js';

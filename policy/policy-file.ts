@@ -140,8 +140,11 @@ function readDocument(text: string): { doc: Yaml.Document; lines: Yaml.LineCount
   return { doc: yaml.parseDocument(text, { uniqueKeys: true, prettyErrors: false, lineCounter: lines }), lines };
 }
 
-/** Parses and validates policy text. `source` names it in errors (usually the file path). */
-export function parsePolicyText(text: string, source: string): PolicyFile {
+/**
+ * The value of JSON or YAML text, read strictly (a duplicate key or a YAML alias is an error);
+ * with the document, for placing later problems.
+ */
+export function readStrictText(text: string, source: string): { value: unknown; doc: Yaml.Document; lines: Yaml.LineCounter } {
   const { doc, lines } = readDocument(text);
   if (doc.errors.length > 0) {
     throw new PolicyError(
@@ -154,7 +157,12 @@ export function parsePolicyText(text: string, source: string): PolicyFile {
   }
   const aliases = aliasProblems(doc, lines);
   if (aliases.length > 0) throw new PolicyError(source, aliases);
-  const value: unknown = doc.toJS();
+  return { value: doc.toJS() as unknown, doc, lines };
+}
+
+/** Parses and validates policy text. `source` names it in errors (usually the file path). */
+export function parsePolicyText(text: string, source: string): PolicyFile {
+  const { value, doc, lines } = readStrictText(text, source);
   const result = PolicyFileSchema.safeParse(value);
   if (!result.success) {
     const entries = (value as { allowHosts?: unknown } | null)?.allowHosts;

@@ -117,6 +117,16 @@ export const REASONS = {
     status: 503,
     advice: 'the proxy is at its connection limit; retry later',
   },
+  unknown_client: {
+    status: 403,
+    advice: 'this proxy serves only the sandbox networks registered with it, and none holds this connection; a sandbox being created or destroyed is not served, so retry once it runs, or recreate it',
+  },
+  policy_revoked: {
+    // Never an HTTP answer: an open connection whose host its sandbox's new allowlist no longer
+    // allows is closed, and this is the reason its line gives.
+    status: 403,
+    advice: 'the sandbox\'s allowlist changed while the connection was open and no longer allows its host; the operator allows it again with capybara-sandbox allow',
+  },
   client_limit: {
     status: 429,
     advice: 'this client has too many open connections; close some and retry',

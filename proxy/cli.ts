@@ -20,6 +20,7 @@ import { installProcessEnd, untilStopped } from './exit.js';
 import { planTransparentPorts, type TransparentPort } from './transparent/index.js';
 import { runReport } from './report/index.js';
 import { loadInspection, runCa, type LoadedInspection } from './inspect/index.js';
+import { openTenants } from './tenants/index.js';
 
 const read = (path: string): string => readFileSync(path, 'utf8');
 
@@ -155,6 +156,16 @@ async function listenAll(proxy: EgressProxy, start: Start, serving: { close(): P
   }
 }
 
+/** A shared proxy's tenants (--tenants-dir): a directory that cannot be read stops start-up. */
+function sharedTenants(config: ProxyConfig, log: ReturnType<typeof createLogger>): ReturnType<typeof openTenants> | undefined {
+  if (config.tenantsDir === undefined) return undefined;
+  try {
+    return openTenants(config.tenantsDir, { tunnelDefault: config.tunnelDefault, requireTls: config.requireTls, testHosts: config.testHosts, refusalHint: config.refusalHint }, log);
+  } catch (err) {
+    return stop(`--tenants-dir (${OPTIONS['tenants-dir'].env}): ${(err as Error).message}`);
+  }
+}
+
 async function serve(): Promise<number> {
   // SIGHUP from the first line: Node ends a process on a signal nothing listens for, and an
   // operator's reload (or a supervisor's) may come while the proxy starts. Until the proxy can
@@ -181,7 +192,10 @@ async function serve(): Promise<number> {
   const limits = plannedLimits(config, plans, log);
   const lookup = createLookup({ servers: config.dnsServers, timeoutMs: limits.dnsTimeoutMs, maxInFlight: plans.descriptors.maxLookupsInFlight });
   const inspection = await startInspection(config, policy);
-  const proxy: EgressProxy = createEgressProxy({ policy, memory: new MemoryBudget(plans.memory), lookup, logger: log, limits, ...(inspection === undefined ? {} : { inspection }) });
+  const shared = sharedTenants(config, log);
+  const proxy: EgressProxy = createEgressProxy({
+    policy, memory: new MemoryBudget(plans.memory), lookup, logger: log, limits, ...(inspection === undefined ? {} : { inspection }), ...(shared && { identities: shared.tenants }),
+  });
   serving.push(proxy);
   if (inspection !== undefined) {
     if (proxy.setInspection === undefined) throw new InspectionStartError(`the policy inspects ${policy.inspected.join(', ')}, and this build of the proxy cannot terminate TLS; the proxy does not start`);
@@ -199,6 +213,7 @@ async function serve(): Promise<number> {
   logPolicyWarnings(log, policy, policySourceName(config));
   await untilStopped(log);
   watcher?.close();
+  shared?.stop();
   await Promise.all([proxy.close(), metrics?.close()]);
   return 0;
 }

@@ -111,6 +111,11 @@ const limitHelp = (key: keyof ProxyLimits): string => `${LimitsSchema.shape[key]
 /** Each option: its flag, its environment variable, and what it means (also the --help text). */
 export const OPTIONS = {
   policy: { env: EGRESS_ENV.policyFile, arg: 'FILE', help: 'policy file (JSON or YAML) with allowHosts and connectPorts' },
+  'tenants-dir': {
+    env: EGRESS_ENV.tenantsDir,
+    arg: 'DIR',
+    help: 'serve many sandboxes: each connection is decided by the policy of the registered sandbox network (DIR/<slot>.json) that holds both its addresses, and refused unknown_client when none does; changes are in force within a second (instead of --policy, --policy-json and --allow-hosts)',
+  },
   'policy-json': { env: EGRESS_ENV.policyJson, arg: 'TEXT', help: 'the policy as one line of JSON (the policy file\'s schema), instead of a policy file (how the sandbox controller passes a per-sandbox policy)' },
   'allow-hosts': { env: EGRESS_ENV.allowHosts, arg: 'LIST', help: 'comma-separated allowlist, instead of a policy file' },
   listen: { env: EGRESS_ENV.listen, arg: 'HOST:PORT', help: `address to listen on (default 127.0.0.1:${EGRESS_PROXY_PORT})` },

@@ -34,6 +34,7 @@ const ConfigSchema = z
     policy: z.string().optional(),
     'policy-json': z.string().optional(),
     'ca-dir': z.string().optional(),
+    'tenants-dir': z.string().min(1).optional(),
     'upstream-ca': z.string().optional(),
     'allow-hosts': z.string().transform(decodeAllowHosts).optional(),
     listen: Endpoint.optional(),
@@ -89,6 +90,8 @@ const ConfigSchema = z
           : o['policy-json'] !== undefined
             ? Object.freeze({ kind: 'json' as const, text: o['policy-json'], from: o.policyJsonFrom ?? OPTIONS['policy-json'].env })
             : Object.freeze({ kind: 'list' as const, allowHosts: Object.freeze(o['allow-hosts'] ?? []), from: o.allowHostsFrom ?? OPTIONS['allow-hosts'].env }),
+      /** A shared proxy's registrations (proxy/tenants/); the policy source is then an empty list. */
+      tenantsDir: o['tenants-dir'],
       /** The certificates the upstreams of inspected hosts are verified against (default: the system's). */
       upstreamCa: Object.freeze({ path: o['upstream-ca'], from: o.upstreamCaFrom ?? '--upstream-ca' }),
       /** Memory the process may use, as given by the flag (bytes); the cgroup and the machine may set less. */
@@ -166,7 +169,11 @@ export function parseConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Pr
   if (sources.length > 1) {
     throw new ConfigError(`both ${sources[0] ?? ''} and ${sources[1] ?? ''} are set: give the allowlist one way only`);
   }
-  if (sources.length === 0) {
+  if (from['tenants-dir'] !== undefined) {
+    if (sources.length > 0) throw new ConfigError(`both ${from['tenants-dir']} and ${sources[0] ?? ''} are set: a shared proxy decides each sandbox by its registration; drop ${sources[0] ?? ''}`);
+    if (from['transparent-listen'] !== undefined) throw new ConfigError(`${from['tenants-dir']} and ${from['transparent-listen']} are both set: a shared proxy does not answer DNS yet; give each transparent sandbox its own proxy`);
+    raw['allow-hosts'] = '';
+  } else if (sources.length === 0) {
     throw new ConfigError(`no policy: give --policy FILE (${OPTIONS.policy.env}), --policy-json TEXT (${OPTIONS['policy-json'].env}) or --allow-hosts LIST (${OPTIONS['allow-hosts'].env})`);
   }
   const ca = caSource(typeof values['ca-dir'] === 'string' ? values['ca-dir'] : undefined, env);

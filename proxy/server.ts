@@ -9,7 +9,7 @@ import net, { type AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import type { Registry } from 'prom-client';
 import type { Policy } from '../policy/index.js';
-import { Admission, type ClientConnection, type Inspection, type ProxyContext } from './admission/index.js';
+import { Admission, byAddress, type ClientConnection, type Identities, type Inspection, type ProxyContext } from './admission/index.js';
 import { clientShare, DEFAULT_LIMITS, MemoryBudget, type ProxyLimits } from './budget/index.js';
 import type { ClientLookup } from './dns/index.js';
 import { createHttpFront, FirstBytes, Handlers } from './front/index.js';
@@ -33,6 +33,8 @@ export interface EgressProxyOptions {
   readonly memory?: MemoryBudget;
   /** The deployment CA's leaves and the upstream trust store: needed by a policy with inspected entries. */
   readonly inspection?: Inspection | undefined;
+  /** Who each client is (a shared proxy's tenants, proxy/tenants/); default: by address, under `policy`. */
+  readonly identities?: Identities;
 }
 
 export interface EgressProxy {
@@ -130,7 +132,8 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     if (connection.entry?.kind === 'tls') handlers.transparentTls(connection, connection.entry.port);
     else firstBytes.read(connection);
   };
-  const admission = new Admission({ limits, budget, closer: new Closer(), decisions, log, serve });
+  const identities = options.identities ?? byAddress(() => policy);
+  const admission = new Admission({ limits, budget, closer: new Closer(), decisions, log, serve, identities });
   const netServer = net.createServer({ allowHalfOpen: true, noDelay: true }, (socket) => admission.accept(socket));
   let transparent: Transparent | undefined;
   let closed = false;

@@ -7,10 +7,12 @@
  * the health check. An admitted connection becomes a ClientConnection and is served.
  */
 import type { Socket } from 'node:net';
+import type { Policy } from '../../policy/index.js';
 import { ACCEPT_BYTES, UNCHARGED, type MemoryBudget, type ProxyLimits } from '../budget/index.js';
 import { F, refusalBytes, tlsAlertFor, type Closer, type Decisions, type Logger, type Refusal } from '../record/index.js';
 import { canonicalAddress } from '../upstream/index.js';
 import { ClientConnection, type TransparentEntry } from './connection.js';
+import { isRefusal, type ClientIdentity } from './identity.js';
 import { healthAnswer, healthCheckHead } from './health-check.js';
 
 /**
@@ -21,6 +23,22 @@ import { healthAnswer, healthCheckHead } from './health-check.js';
 const PROBE_SLOTS = 8;
 const PROBE_MS = 2_000;
 
+/** How a proxy tells its clients apart. */
+export interface Identities {
+  /** Who the client of `socket` (at `clientIp`, canonical) is, or why it is not served. */
+  identify(socket: Socket, clientIp: string): ClientIdentity | Refusal;
+  /** An admitted connection, until it closes (a shared proxy closes it when its sandbox's policy no longer allows it). */
+  admitted(connection: ClientConnection): void;
+}
+
+/** Every client by its address, under the one policy. */
+export function byAddress(policy: () => Policy): Identities {
+  return {
+    identify: (_socket, clientIp) => ({ key: clientIp, policy }),
+    admitted: () => undefined,
+  };
+}
+
 export interface AdmissionDeps {
   readonly limits: ProxyLimits;
   readonly budget: MemoryBudget;
@@ -28,6 +46,8 @@ export interface AdmissionDeps {
   readonly decisions: Decisions;
   /** The proxy's logger (the connections' own are children of it). */
   readonly log: Logger;
+  /** Who each client is: by address, or by sandbox network on a shared proxy. */
+  readonly identities: Identities;
   /** Serves an admitted connection: its first bytes (the proxy port, transparent HTTP), or its ClientHello. */
   serve(connection: ClientConnection): void;
 }
@@ -56,31 +76,40 @@ export class Admission {
     const remote = socket.remoteAddress ?? 'unknown';
     const clientIp = canonicalAddress(remote) ?? remote;
     socket.on('error', () => socket.destroy());
-    const fromClient = this.perClient.get(clientIp) ?? 0;
+    const identity = this.deps.identities.identify(socket, clientIp);
+    if (isRefusal(identity)) {
+      // Its first read is still looked at: the container's health check comes from loopback.
+      this.overLimits(socket, clientIp, entry, identity);
+      return;
+    }
+    const key = identity.key;
+    const fromClient = this.perClient.get(key) ?? 0;
     if (this.open >= limits.maxConnections || fromClient >= limits.maxConnectionsPerClient) {
+      const who = identity.sandbox === undefined ? clientIp : `sandbox ${identity.sandbox}`;
       const refusal: Refusal =
         this.open >= limits.maxConnections
           ? { reason: 'too_many_connections', detail: `${this.open} connections are open`, retryAfter: 1 }
-          : { reason: 'client_limit', detail: `${fromClient} connections are open from ${clientIp} (its share: ${limits.maxConnectionsPerClient})`, retryAfter: 1 };
+          : { reason: 'client_limit', detail: `${fromClient} connections are open from ${who} (its share: ${limits.maxConnectionsPerClient})`, retryAfter: 1 };
       this.overLimits(socket, clientIp, entry, refusal);
       return;
     }
     // Served only with room for its first read: a client past its share of the memory budget (or
     // the proxy past all of it) gets nothing more until what it holds is decided. Its first read
     // is still looked at (and dropped), so that the health check is answered.
-    const admitted = budget.admit(clientIp, ACCEPT_BYTES);
+    const admitted = budget.admit(key, ACCEPT_BYTES);
     const memory = admitted ?? UNCHARGED;
     this.open += 1;
-    this.perClient.set(clientIp, fromClient + 1);
+    this.perClient.set(key, fromClient + 1);
     this.sockets.add(socket);
     const uncount = (): void => {
       this.open -= 1;
-      const left = (this.perClient.get(clientIp) ?? 1) - 1;
-      if (left === 0) this.perClient.delete(clientIp);
-      else this.perClient.set(clientIp, left);
+      const left = (this.perClient.get(key) ?? 1) - 1;
+      if (left === 0) this.perClient.delete(key);
+      else this.perClient.set(key, left);
     };
     const { closer, log } = this.deps;
-    const connection = new ClientConnection(socket, { id: this.nextId++, clientIp, entry, memory, overloaded: admitted === undefined, root: log, closer, uncount });
+    const connection = new ClientConnection(socket, { id: this.nextId++, clientIp, identity, entry, memory, overloaded: admitted === undefined, root: log, closer, uncount });
+    this.deps.identities.admitted(connection);
     socket.once('close', () => {
       this.sockets.delete(socket);
       connection.release();
@@ -88,8 +117,8 @@ export class Admission {
     });
     if (entry?.kind === 'tls' && connection.overloaded) {
       // A transparent TLS client reads no HTTP answer, and no health check comes this way.
-      const refusal: Refusal = { reason: 'overloaded', detail: budget.explain(clientIp, ACCEPT_BYTES), retryAfter: 1 };
-      this.deps.decisions.recorder(connection.log, clientIp, undefined).deny(refusal, { [F.port]: entry.port });
+      const refusal: Refusal = { reason: 'overloaded', detail: budget.explain(key, ACCEPT_BYTES), retryAfter: 1 };
+      this.deps.decisions.recorder(connection.log, key, undefined).deny(refusal, { [F.port]: entry.port });
       connection.close(tlsAlertFor(refusal));
       return;
     }

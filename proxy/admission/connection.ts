@@ -10,7 +10,9 @@ import type { ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { F, type Logger, refusalBytes, type Closer, type Refusal } from '../record/index.js';
 import type { Charge } from '../budget/index.js';
+import type { Policy } from '../../policy/index.js';
 import type { Pipeline } from './pipeline.js';
+import type { ClientIdentity } from './identity.js';
 
 /** The transparent listener a connection came in on; a connection without one came in on the proxy port. */
 export interface TransparentEntry {
@@ -38,6 +40,8 @@ export interface Accepted {
   readonly id: number;
   /** The client's address, in one spelling (own-address.ts's canonicalAddress). */
   readonly clientIp: string;
+  /** Who it is: what its shares are kept by, its sandbox, its policy. */
+  readonly identity: ClientIdentity;
   readonly entry: ConnectionEntry | undefined;
   /** Its charge to the memory budget; UNCHARGED when the budget had no room for it at the accept. */
   readonly memory: Charge;
@@ -57,8 +61,15 @@ type Carrier = Socket & { [CONNECTION]?: ClientConnection };
 export class ClientConnection {
   readonly id: number;
   readonly clientIp: string;
+  /** What its shares of the limits, the memory budget, lookups and lines are kept by. */
+  readonly clientKey: string;
   /** `ip:port` of the client. */
   readonly client: string;
+  /**
+   * The host and port it was last allowed to (a tunnel's, or its latest request's): what a shared
+   * proxy checks again when its sandbox's allowlist changes.
+   */
+  target: { readonly host: string; readonly port: number } | undefined;
   readonly entry: ConnectionEntry | undefined;
   readonly memory: Charge;
   readonly overloaded: boolean;
@@ -88,6 +99,7 @@ export class ClientConnection {
   ) {
     this.id = accepted.id;
     this.clientIp = accepted.clientIp;
+    this.clientKey = accepted.identity.key;
     this.client = `${accepted.clientIp}:${socket.remotePort ?? 0}`;
     this.entry = accepted.entry;
     this.memory = accepted.memory;
@@ -98,8 +110,19 @@ export class ClientConnection {
   /** Its lines' logger (conn, client, and via for a transparent one); built on first use. */
   get log(): Logger {
     const via = this.entry === undefined ? undefined : this.entry.kind === 'inspect' ? 'inspect' : 'transparent';
-    this.child ??= this.accepted.root.child({ [F.conn]: this.id, [F.client]: this.client, ...(via && { [F.via]: via }) });
+    const sandbox = this.accepted.identity.sandbox;
+    this.child ??= this.accepted.root.child({ [F.conn]: this.id, [F.client]: this.client, ...(sandbox !== undefined && { [F.sandbox]: sandbox }), ...(via && { [F.via]: via }) });
     return this.child;
+  }
+
+  /** Who it is (admission/identity.ts). */
+  get identity(): ClientIdentity {
+    return this.accepted.identity;
+  }
+
+  /** The policy its requests are decided by now (its sandbox's, on a shared proxy). */
+  policy(): Policy {
+    return this.accepted.identity.policy();
   }
 
   /**

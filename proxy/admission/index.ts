@@ -4,3 +4,4 @@ export * from './connection.js';
 export * from './context.js';
 export * from './health-check.js';
 export * from './pipeline.js';
+export * from './identity.js';

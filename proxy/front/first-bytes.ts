@@ -97,7 +97,7 @@ export class FirstBytes {
       connection.close(healthAnswer(health));
       return;
     }
-    const refusal: Refusal = { reason: 'overloaded', detail: this.deps.budget.explain(connection.clientIp, wanted), retryAfter: 1 };
+    const refusal: Refusal = { reason: 'overloaded', detail: this.deps.budget.explain(connection.clientKey, wanted), retryAfter: 1 };
     this.deps.handlers.denyLine(connection, refusal);
     connection.refuse(refusal);
   }

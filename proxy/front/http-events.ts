@@ -167,7 +167,7 @@ class HttpEvents {
       res.once('close', () => memory.shrink(bytes));
       return true;
     }
-    const refusal: Refusal = { reason: 'overloaded', detail: this.budget.explain(connection.clientIp, bytes), retryAfter: 1 };
+    const refusal: Refusal = { reason: 'overloaded', detail: this.budget.explain(connection.clientKey, bytes), retryAfter: 1 };
     if (waits) {
       this.handlers.denyLine(connection, refusal, req.method);
       req.socket.destroy();

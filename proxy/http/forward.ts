@@ -16,7 +16,7 @@ import { performance } from 'node:perf_hooks';
 import { EGRESS_HEALTH_PATH } from '../../common/index.js';
 import { applySecrets, checkRequest, checkTarget, resolveTarget, screenTarget } from '../../policy/index.js';
 import type { ClientConnection, ProxyContext } from '../admission/index.js';
-import { destinationOf, F, ms, refuseResponse, type DecisionRecorder, type LineFields, type Refusal } from '../record/index.js';
+import { destinationOf, F, ms, refuseResponse, revokedWhileDeciding, type DecisionRecorder, type LineFields, type Refusal } from '../record/index.js';
 import { HTTP_PORT, HTTPS_PORT, parseAbsoluteUrl } from './authority.js';
 import { Exchange } from './exchange.js';
 import { inspectedTarget } from './inspected-target.js';
@@ -27,7 +27,7 @@ export function createForwarder(ctx: ProxyContext) {
   /** One plain-HTTP request on `connection`; its one decision line goes through `record`. */
   return async function handleRequest(connection: ClientConnection, req: IncomingMessage, res: ServerResponse, record: DecisionRecorder): Promise<void> {
     const started = performance.now();
-    const { log, clientIp, entry } = connection;
+    const { log, clientKey, entry } = connection;
     const deny = (refusal: Refusal, fields: LineFields = {}): void => {
       record.deny(refusal, fields);
       refuseResponse(res, refusal);
@@ -50,7 +50,7 @@ export function createForwarder(ctx: ProxyContext) {
     };
     connection.holdInFlight(res, early);
 
-    const policy = ctx.policy();
+    const policy = connection.policy();
     // Before anything quotes the URL or the host (a detail, the line's host): a placeholder there
     // is refused whatever the host, and never written down.
     const leaked = screenTarget(policy.secrets, url, req.rawHeaders);
@@ -79,7 +79,7 @@ export function createForwarder(ctx: ProxyContext) {
     const head = checkRequestHead(secrets.headers, checked.host, checked.port, req.httpVersion !== '1.0', trust === undefined ? HTTP_PORT : HTTPS_PORT);
     if (!head.ok) return deny({ reason: 'bad_request', detail: head.detail, host: checked.host, port: checked.port });
 
-    const decision = await resolveTarget(policy, checked, (name) => ctx.lookup(name, clientIp), ctx.ownListener);
+    const decision = await resolveTarget(policy, checked, (name) => ctx.lookup(name, clientKey), ctx.ownListener);
     // Refused meanwhile, by a parse error behind it.
     if (record.recorded) return;
     const decideMs = ms(started);
@@ -87,6 +87,9 @@ export function createForwarder(ctx: ProxyContext) {
       if (decision.reason === 'internal_error') log.error({ [F.reason]: decision.reason, [F.detail]: decision.detail }, 'decision failed');
       return deny(decision, { [F.addresses]: decision.addresses, [F.decideMs]: decideMs });
     }
+    // The policy changed while the name resolved: a shared proxy's revocation did not see it yet.
+    if (connection.policy() !== policy) return deny(revokedWhileDeciding(decision));
+    connection.target = { host: decision.host, port: decision.port };
     // Marked once the whole decision allowed it: a refusal in every mode (an address) is no would_deny.
     record.wouldDeny(decision.wouldDeny);
     if (req.socket.destroyed) {

@@ -18,6 +18,8 @@ export const F = {
   detail: 'detail',
   conn: 'conn',
   client: 'client',
+  /** The sandbox a shared proxy's connection or query belongs to (its registration's name). */
+  sandbox: 'sandbox',
   method: 'method',
   host: 'host',
   port: 'port',

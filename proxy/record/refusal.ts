@@ -30,6 +30,14 @@ export interface Refusal {
   readonly advice?: string | undefined;
 }
 
+/**
+ * The refusal of a request allowed by a policy its sandbox's new one replaced while the name
+ * resolved (a shared proxy's live change): decided again by the next request, never let through.
+ */
+export function revokedWhileDeciding(target: { readonly host: string; readonly port: number }): Refusal {
+  return { reason: 'policy_revoked', detail: `the allowlist changed while ${target.host} was being resolved; send the request again`, host: target.host, port: target.port };
+}
+
 /** Whether the reason is the network's fault rather than the policy's. */
 function isFailure(reason: Reason): boolean {
   return REASONS[reason].status >= 500;

@@ -16,7 +16,7 @@ import { performance } from 'node:perf_hooks';
 import { decide } from '../../policy/index.js';
 import type { ClientConnection, ProxyContext } from '../admission/index.js';
 import { parseConnectTarget } from '../http/index.js';
-import { destinationOf, F, ms, type DecisionRecorder, type LineFields, type Refusal } from '../record/index.js';
+import { destinationOf, F, ms, revokedWhileDeciding, type DecisionRecorder, type LineFields, type Refusal } from '../record/index.js';
 import { dialPinned, isDialError } from '../upstream/index.js';
 import { Splice } from './splice.js';
 
@@ -98,13 +98,17 @@ export async function openTunnel(
   entry: TunnelEntry,
 ): Promise<void> {
   const { started } = target;
-  const { socket: client, log, clientIp } = connection;
-  const decision = await decide(ctx.policy(), target.host, target.port, (name) => ctx.lookup(name, clientIp), ctx.ownListener);
+  const { socket: client, log, clientKey } = connection;
+  const policy = connection.policy();
+  const decision = await decide(policy, target.host, target.port, (name) => ctx.lookup(name, clientKey), ctx.ownListener);
   const decideMs = ms(started);
   if (!decision.allowed) {
     if (decision.reason === 'internal_error') log.error({ [F.reason]: decision.reason, [F.detail]: decision.detail }, 'decision failed');
     return deny(record, connection, decision, { [F.addresses]: decision.addresses, [F.decideMs]: decideMs }, entry);
   }
+  // The policy changed while the name resolved: a shared proxy's revocation did not see it yet.
+  if (connection.policy() !== policy) return deny(record, connection, revokedWhileDeciding(decision), { [F.decideMs]: decideMs }, entry);
+  connection.target = { host: decision.host, port: decision.port };
   record.wouldDeny(decision.wouldDeny);
   if (decision.inspect === true) {
     const start = { decision, started, decideMs, headCharged: target.headCharged ?? 0 };

@@ -1,0 +1,156 @@
+/**
+ * The directory of registrations a shared egress proxy watches: one file per sandbox network slot,
+ * `<slot>.json`, put there by the controller through the Docker API (a volume, so a restart of
+ * the proxy keeps them). It is read again on every change the kernel reports and every
+ * POLL_MS besides, so a change is in force within a second even where no change is reported.
+ *
+ * A file that cannot be read, parsed or built leaves its slot's previous registration in force,
+ * or none for a new slot (fail closed), and its problem is logged once. A file removed, or made
+ * `{"version": 1, "vacant": true}`, ends its slot's registration. A symbolic link, a file over
+ * MAX_FILE_BYTES and more than MAX_SLOTS files are refused.
+ */
+import { closeSync, constants, fstatSync, openSync, readdirSync, readSync, watch, type FSWatcher } from 'node:fs';
+import { join } from 'node:path';
+import { parseSlotFile, PolicyError } from '../../policy/index.js';
+import { F, logLine, type Logger } from '../record/index.js';
+import { tenantPolicy, type TenantSettings } from './tenant-policy.js';
+import type { Tenant } from './tenant-policy.js';
+
+export const POLL_MS = 500;
+export const MAX_FILE_BYTES = 256 * 1024;
+export const MAX_SLOTS = 4096;
+const SLOT_FILE = /^([A-Za-z0-9][A-Za-z0-9_.-]{0,126})\.json$/;
+
+interface SlotState {
+  /** What the file was when last read: a new one is read again. */
+  readonly stamp: string;
+  /** The registration in force for the slot (the last good one), if any. */
+  readonly tenant: Tenant | undefined;
+  /** The problem of the file as it is now, logged once. */
+  readonly problem: string | undefined;
+}
+
+/** A regular file's text and stamp, never through a symbolic link; or why not. */
+function readSlot(path: string, known: string | undefined): { stamp: string; text?: string } | { problem: string } {
+  let fd: number;
+  try {
+    fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    return { problem: code === 'ELOOP' ? 'a symbolic link, which is never followed' : `cannot be opened (${code ?? String(err)})` };
+  }
+  try {
+    const st = fstatSync(fd);
+    if (!st.isFile()) return { problem: 'not a regular file' };
+    if (st.size > MAX_FILE_BYTES) return { problem: `${st.size} bytes, over ${MAX_FILE_BYTES}` };
+    const stamp = `${st.ino}:${st.size}:${st.mtimeMs}:${st.ctimeMs}`;
+    if (stamp === known) return { stamp };
+    const buf = Buffer.alloc(st.size);
+    let got = 0;
+    while (got < buf.length) {
+      const n = readSync(fd, buf, got, buf.length - got, got);
+      if (n === 0) break;
+      got += n;
+    }
+    return { stamp, text: buf.subarray(0, got).toString('utf8') };
+  } finally {
+    closeSync(fd);
+  }
+}
+
+export class SlotDirectory {
+  private readonly slots = new Map<string, SlotState>();
+  private watcher: FSWatcher | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private pending: NodeJS.Immediate | undefined;
+
+  constructor(
+    readonly dir: string,
+    private readonly settings: TenantSettings,
+    private readonly log: Logger,
+    private readonly onChange: (tenants: Tenant[]) => void,
+  ) {}
+
+  /** Reads every registration once (start-up: throws when the directory cannot be read), then watches. */
+  start(): Tenant[] {
+    const tenants = this.scan(true);
+    try {
+      this.watcher = watch(this.dir, { persistent: false }, () => this.soon());
+      this.watcher.on('error', () => undefined);
+    } catch {
+      // Polling alone still finds every change.
+    }
+    this.timer = setInterval(() => this.soon(), POLL_MS);
+    this.timer.unref();
+    return tenants;
+  }
+
+  stop(): void {
+    this.watcher?.close();
+    clearInterval(this.timer);
+    if (this.pending !== undefined) clearImmediate(this.pending);
+  }
+
+  private soon(): void {
+    this.pending ??= setImmediate(() => {
+      this.pending = undefined;
+      const before = this.current();
+      const after = this.scan(false);
+      if (after.length !== before.length || after.some((t, i) => t !== before[i])) this.onChange(after);
+    });
+  }
+
+  private current(): Tenant[] {
+    return [...this.slots.values()].flatMap((s) => (s.tenant === undefined ? [] : [s.tenant]));
+  }
+
+  /** Reads the directory; the registrations in force after it. */
+  scan(first: boolean): Tenant[] {
+    let names: string[];
+    try {
+      names = readdirSync(this.dir);
+    } catch (err) {
+      if (first) throw new Error(`cannot read the registrations in ${this.dir} (${(err as NodeJS.ErrnoException).code ?? String(err)})`, { cause: err });
+      // Gone or unreadable for a moment: every registration stays as it was.
+      return this.current();
+    }
+    const files = names.flatMap((n) => {
+      const m = SLOT_FILE.exec(n);
+      return m === null ? [] : [[m[1] as string, n] as const];
+    });
+    files.sort((a, b) => (a[0] < b[0] ? -1 : 1));
+    if (files.length > MAX_SLOTS) this.problem('(directory)', `${files.length} registrations, over ${MAX_SLOTS}: the first ${MAX_SLOTS} by name are read`, undefined);
+    const seen = new Set<string>();
+    for (const [slot, name] of files.slice(0, MAX_SLOTS)) {
+      seen.add(slot);
+      this.readOne(slot, join(this.dir, name));
+    }
+    for (const slot of [...this.slots.keys()]) if (!seen.has(slot)) this.slots.delete(slot);
+    return this.current();
+  }
+
+  private readOne(slot: string, path: string): void {
+    const was = this.slots.get(slot);
+    const read = readSlot(path, was?.stamp);
+    if ('problem' in read) return this.problem(slot, read.problem, was);
+    if (read.text === undefined) return;
+    try {
+      const file = parseSlotFile(read.text, path);
+      const tenant = file.vacant ? undefined : { slot, sandbox: file.sandbox, lifecycle: file.lifecycle, subnet: file.subnet, policy: tenantPolicy(file.policy, this.settings, path) };
+      this.slots.set(slot, { stamp: read.stamp, tenant, problem: undefined });
+      logLine(this.log, { [F.event]: 'tenant_registered', slot, ...(tenant ? { [F.sandbox]: tenant.sandbox, subnet: tenant.subnet.text, lifecycle: tenant.lifecycle, allowHosts: tenant.policy.allowHosts.length } : { vacant: true }) });
+    } catch (err) {
+      const detail = err instanceof PolicyError ? err.message : `cannot be read: ${(err as Error).message}`;
+      this.problem(slot, detail, was, read.stamp);
+    }
+  }
+
+  /** Logs a slot's problem once; its previous registration stays in force. */
+  private problem(slot: string, detail: string, was: SlotState | undefined, stamp = was?.stamp ?? ''): void {
+    if (was?.problem !== detail) {
+      const kept = was?.tenant === undefined ? 'the slot serves nobody' : `sandbox ${was.tenant.sandbox} keeps its previous policy`;
+      logLine(this.log, { [F.event]: 'tenant_refused', slot, [F.detail]: `${detail}; ${kept}` }, 'warn');
+    }
+    if (slot !== '(directory)') this.slots.set(slot, { stamp, tenant: was?.tenant, problem: detail });
+  }
+}

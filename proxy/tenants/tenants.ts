@@ -1,0 +1,116 @@
+/**
+ * The tenants of a shared egress proxy: which sandbox each connection is, by the registered
+ * sandbox network that holds both its addresses (policy/tenants.ts), and what becomes of its open
+ * connections when the registrations change. A connection is bound at its accept to its slot and
+ * the registration's lifecycle id: when the slot's registration ends, or a later sandbox takes the
+ * slot (another lifecycle id), every connection of the earlier one is closed; when its allowlist
+ * changes, every connection whose host the new one does not allow is closed.
+ */
+import type { Socket } from 'node:net';
+import { checkTarget, TenantTable, type Policy } from '../../policy/index.js';
+import type { ClientConnection, ClientIdentity, Identities } from '../admission/index.js';
+import { F, logLine, type Logger, type Refusal } from '../record/index.js';
+import { NOTHING_ALLOWED, type Tenant, type TenantSettings } from './tenant-policy.js';
+import { SlotDirectory } from './slot-directory.js';
+
+class TenantIdentity implements ClientIdentity {
+  readonly key: string;
+  readonly sandbox: string;
+
+  constructor(
+    readonly slot: string,
+    readonly lifecycle: string,
+    sandbox: string,
+    private readonly tenants: Tenants,
+  ) {
+    this.key = sandbox;
+    this.sandbox = sandbox;
+  }
+
+  policy(): Policy {
+    return this.tenants.policyOf(this.slot, this.lifecycle);
+  }
+}
+
+export class Tenants implements Identities {
+  private table = new TenantTable<Tenant>([]);
+  private bySlot = new Map<string, Tenant>();
+  private readonly open = new Map<string, Set<ClientConnection>>();
+
+  constructor(private readonly log: Logger) {}
+
+  /** The registered tenants now. */
+  get current(): readonly Tenant[] {
+    return this.table.tenants;
+  }
+
+  identify(socket: Socket, clientIp: string): ClientIdentity | Refusal {
+    const found = this.table.identify(socket.localAddress ?? '', clientIp);
+    if (!found.ok) return { reason: 'unknown_client', detail: found.detail };
+    const { slot, lifecycle, sandbox } = found.tenant;
+    return new TenantIdentity(slot, lifecycle, sandbox, this);
+  }
+
+  admitted(connection: ClientConnection): void {
+    const identity = connection.identity;
+    if (!(identity instanceof TenantIdentity)) return;
+    let set = this.open.get(identity.slot);
+    if (set === undefined) this.open.set(identity.slot, (set = new Set()));
+    set.add(connection);
+    connection.socket.once('close', () => {
+      set.delete(connection);
+      if (set.size === 0 && this.open.get(identity.slot) === set) this.open.delete(identity.slot);
+    });
+  }
+
+  /** The policy of a connection bound to `slot` and `lifecycle`: nothing, once that registration ended. */
+  policyOf(slot: string, lifecycle: string): Policy {
+    const tenant = this.bySlot.get(slot);
+    return tenant !== undefined && tenant.lifecycle === lifecycle ? tenant.policy : NOTHING_ALLOWED;
+  }
+
+  /** Connections open now, by sandbox. */
+  openBySandbox(): Map<string, number> {
+    const counts = new Map<string, number>();
+    for (const set of this.open.values()) for (const c of set) counts.set(c.clientKey, (counts.get(c.clientKey) ?? 0) + 1);
+    return counts;
+  }
+
+  /** Replaces the registrations; closes what they no longer allow. */
+  apply(tenants: readonly Tenant[]): void {
+    const before = this.bySlot;
+    this.table = new TenantTable(tenants);
+    this.bySlot = new Map(tenants.map((t) => [t.slot, t]));
+    for (const [a, b] of this.table.overlaps()) {
+      logLine(this.log, { [F.event]: 'tenant_overlap', [F.detail]: `${a.sandbox} (${a.subnet.text}) and ${b.sandbox} (${b.subnet.text}) overlap; neither is served where they do` }, 'warn');
+    }
+    for (const [slot, set] of this.open) {
+      const was = before.get(slot);
+      const now = this.bySlot.get(slot);
+      if (now !== undefined && was !== undefined && now.policy === was.policy && now.lifecycle === was.lifecycle) continue;
+      for (const connection of [...set]) this.recheck(connection, now);
+    }
+  }
+
+  private recheck(connection: ClientConnection, now: Tenant | undefined): void {
+    const identity = connection.identity as TenantIdentity;
+    let detail: string | undefined;
+    if (now === undefined || now.lifecycle !== identity.lifecycle) detail = `the registration of sandbox ${identity.sandbox} ended`;
+    else if (connection.target !== undefined) {
+      const verdict = checkTarget(now.policy, connection.target.host, connection.target.port);
+      if (!verdict.allowed) detail = `the allowlist of sandbox ${identity.sandbox} no longer allows it (${verdict.detail})`;
+    }
+    if (detail === undefined) return;
+    const target = connection.target;
+    logLine(connection.log, { [F.event]: 'revoked', [F.reason]: 'policy_revoked', [F.detail]: detail, ...(target && { [F.host]: target.host, [F.port]: target.port }) }, 'warn');
+    connection.socket.destroy();
+  }
+}
+
+/** A shared proxy's tenants, read from `dir` and kept up to date; stop() ends the watch. */
+export function openTenants(dir: string, settings: TenantSettings, log: Logger): { tenants: Tenants; stop(): void } {
+  const tenants = new Tenants(log);
+  const directory = new SlotDirectory(dir, settings, log, (next) => tenants.apply(next));
+  tenants.apply(directory.start());
+  return { tenants, stop: () => directory.stop() };
+}

@@ -1,0 +1,226 @@
+/**
+ * A shared proxy (--tenants-dir, proxy/tenants/) on loopback: 127.0.0.0/8 is all local, so each
+ * "sandbox network" is a /28 of it, the proxy listens on every address, and a client binds its
+ * source address inside its network. Identity by both addresses, each sandbox under its own
+ * policy, live changes closing what is no longer allowed, lifecycle fencing of a reused subnet,
+ * bad files failing closed, and shares kept per sandbox.
+ */
+import t, { type Test } from 'tap';
+import net from 'node:net';
+import { mkdtempSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { Writable } from 'node:stream';
+import { createEgressProxy, createLogger, createLookup, type EgressProxy } from '../../proxy/index.js';
+import { openTenants } from '../../proxy/tenants/index.js';
+import { policyOf } from '../support/test-proxy.js';
+import { rawRequest, readUntil, type RawResponse } from '../support/raw-client.js';
+import { listen } from '../support/loopback.js';
+import { settle } from '../support/settle.js';
+
+const A = { subnet: '127.0.1.0/28', proxy: '127.0.1.1', client: '127.0.1.5' };
+const B = { subnet: '127.0.2.0/28', proxy: '127.0.2.1', client: '127.0.2.5' };
+
+/** The proxy's address on a test network: its first host address. */
+const proxyOf = (subnet: string): string => subnet.replace(/\.0\/28$/, '.1');
+
+interface Setup {
+  readonly port: number;
+  readonly echo: number;
+  readonly logs: Record<string, unknown>[];
+  register(slot: string, sandbox: string, lifecycle: string, subnet: string, allowHosts: string[]): void;
+  write(slot: string, text: string): void;
+  readonly dir: string;
+  readonly proxy: EgressProxy;
+}
+
+async function setup(t: Test, limits: { maxConnections?: number; maxConnectionsPerClient?: number } = {}): Promise<Setup> {
+  const echo = net.createServer((s) => {
+    s.on('error', () => s.destroy());
+    s.pipe(s);
+  });
+  const echoPort = await listen(echo);
+  const dir = mkdtempSync(join(tmpdir(), 'tenants-'));
+  const write = (slot: string, text: string): void => {
+    // As the Docker API puts a file: whole, then renamed into place.
+    writeFileSync(join(dir, `.${slot}.part`), text);
+    renameSync(join(dir, `.${slot}.part`), join(dir, `${slot}.json`));
+  };
+  const register = (slot: string, sandbox: string, lifecycle: string, subnet: string, allowHosts: string[]): void =>
+    write(slot, JSON.stringify({ version: 1, sandbox, lifecycle, subnet, address: proxyOf(subnet), policy: { allowHosts, connectPorts: [echoPort] } }));
+  const logs: Record<string, unknown>[] = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _e, done) {
+      for (const line of chunk.toString().split('\n')) if (line) logs.push(JSON.parse(line) as Record<string, unknown>);
+      done();
+    },
+  });
+  const logger = createLogger('debug', sink);
+  const pins = { 'a.test': '127.0.0.1', 'b.test': '127.0.0.1', 'c.test': '127.0.0.1' };
+  const shared = openTenants(dir, { tunnelDefault: 'opaque', testHosts: pins }, logger);
+  const proxy = createEgressProxy({
+    policy: policyOf({ allowHosts: [] }),
+    lookup: createLookup({ servers: [], timeoutMs: 500 }),
+    logger,
+    limits: { maxConnections: 64, maxConnectionsPerClient: 16, ...limits },
+    identities: shared.tenants,
+  });
+  // Every address of the machine: a connection's local address is its sandbox network's.
+  const { port } = await proxy.listen('0.0.0.0', 0);
+  t.teardown(async () => {
+    shared.stop();
+    await proxy.close();
+    echo.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  return { port, echo: echoPort, logs, register, write, dir, proxy };
+}
+
+function connect(s: Setup, from: { proxy: string; client: string }, host: string, client = from.client): Promise<RawResponse> {
+  return rawRequest(s.port, `CONNECT ${host}:${s.echo} HTTP/1.1\r\nHost: ${host}:${s.echo}\r\n\r\n`, from.proxy, 5_000, client);
+}
+
+/** A tunnel that carries bytes both ways now. */
+async function carries(r: RawResponse): Promise<boolean> {
+  r.socket.write('ping\n');
+  return (await readUntil(r.socket, 'ping\n', 2_000).catch(() => '')).includes('ping');
+}
+
+/** Resolves when the proxy closed it (read on: a paused socket never sees the end). */
+const closed = (socket: net.Socket): Promise<void> =>
+  new Promise((resolve) => {
+    if (socket.destroyed || socket.readableEnded) return resolve();
+    // The client allows half-open connections: the proxy's close is its end.
+    socket.once('end', () => resolve());
+    socket.once('close', () => resolve());
+    socket.on('data', () => undefined);
+    socket.resume();
+  });
+
+t.test('each sandbox is decided by its own registration, found by both addresses', async (t) => {
+  const s = await setup(t);
+  s.register('slot-a', 'cap-a', 'life-a-0001', A.subnet, ['a.test']);
+  s.register('slot-b', 'cap-b', 'life-b-0001', B.subnet, ['b.test']);
+  await settle(() => s.logs.filter((l) => l.event === 'tenant_registered').length >= 2, 'both registrations');
+  const a = await connect(s, A, 'a.test');
+  t.equal(a.status, 200, 'a reaches its host');
+  t.ok(await carries(a));
+  a.socket.destroy();
+  t.equal((await connect(s, B, 'a.test')).reason, 'host_not_allowed', 'b does not reach a\'s host');
+  t.equal((await connect(s, B, 'b.test')).status, 200, 'b reaches its own');
+  t.equal((await connect(s, A, 'b.test')).reason, 'host_not_allowed');
+  const line = s.logs.find((l) => l.decision === 'allow' && l.host === 'a.test');
+  t.equal(line?.sandbox, 'cap-a', 'the decision line names the sandbox');
+  t.equal(s.logs.find((l) => l.decision === 'deny' && l.host === 'a.test')?.sandbox, 'cap-b');
+});
+
+t.test('a connection no registered network holds both ends of is unknown_client', async (t) => {
+  const s = await setup(t);
+  s.register('slot-a', 'cap-a', 'life-a-0001', A.subnet, ['a.test']);
+  s.register('slot-b', 'cap-b', 'life-b-0001', B.subnet, ['a.test']);
+  await settle(() => s.logs.filter((l) => l.event === 'tenant_registered').length >= 2, 'both registrations');
+  const cases: Array<[{ proxy: string; client: string }, string]> = [
+    [{ proxy: '127.0.3.1', client: '127.0.3.5' }, 'an unregistered network'],
+    [{ proxy: B.proxy, client: A.client }, 'a client of a on b\'s address'],
+    [{ proxy: A.proxy, client: B.client }, 'a client of b on a\'s address'],
+    [{ proxy: A.proxy, client: '127.0.1.77' }, 'a source just outside a\'s /28'],
+  ];
+  for (const [from, what] of cases) {
+    const r = await connect(s, from, 'a.test');
+    t.same([r.status, r.reason], [403, 'unknown_client'], what);
+  }
+  t.ok(s.logs.some((l) => l.reason === 'unknown_client' && typeof l.detail === 'string'), 'logged with why');
+});
+
+t.test('an allowlist change closes the tunnels it no longer allows and reaches new connections', async (t) => {
+  const s = await setup(t);
+  s.register('slot-a', 'cap-a', 'life-a-0001', A.subnet, ['a.test', 'b.test']);
+  await settle(() => s.logs.some((l) => l.event === 'tenant_registered'), 'the registration');
+  const toA = await connect(s, A, 'a.test');
+  const toB = await connect(s, A, 'b.test');
+  t.same([toA.status, toB.status], [200, 200]);
+  const changed = performance.now();
+  s.register('slot-a', 'cap-a', 'life-a-0001', A.subnet, ['b.test', 'c.test']);
+  await Promise.race([closed(toA.socket), new Promise((r) => setTimeout(r, 3_000))]);
+  const took = performance.now() - changed;
+  t.ok(toA.socket.destroyed || toA.socket.readableEnded, `the tunnel to a.test is closed (${Math.round(took)} ms after the change)`);
+  t.ok(took < 1_500, 'within the poll period and some');
+  t.ok(await carries(toB), 'the tunnel to b.test, still allowed, goes on');
+  toB.socket.destroy();
+  t.equal((await connect(s, A, 'a.test')).reason, 'host_not_allowed', 'a new connection gets the new list');
+  t.equal((await connect(s, A, 'c.test')).status, 200);
+  t.ok(s.logs.some((l) => l.event === 'revoked' && l.reason === 'policy_revoked' && l.host === 'a.test' && l.sandbox === 'cap-a'), 'the closure has its line');
+});
+
+t.test('a subnet taken by a later sandbox: the earlier one\'s connections are closed, its policy never served', async (t) => {
+  const s = await setup(t);
+  s.register('slot-a', 'cap-a', 'life-a-0001', A.subnet, ['a.test']);
+  await settle(() => s.logs.some((l) => l.event === 'tenant_registered'), 'the registration');
+  const old = await connect(s, A, 'a.test');
+  t.equal(old.status, 200);
+  // Destroyed and, at once, the same network given to another sandbox with the same list.
+  s.register('slot-a', 'cap-z', 'life-z-0002', A.subnet, ['a.test']);
+  await Promise.race([closed(old.socket), new Promise((r) => setTimeout(r, 3_000))]);
+  t.ok(old.socket.destroyed || old.socket.readableEnded, 'the earlier sandbox\'s tunnel is closed though the list is the same');
+  const fresh = await connect(s, A, 'a.test');
+  t.equal(fresh.status, 200, 'the later sandbox is served');
+  fresh.socket.destroy();
+  t.ok(s.logs.some((l) => l.event === 'revoked' && typeof l.detail === 'string' && l.detail.includes('registration of sandbox cap-a ended')));
+  t.equal(s.logs.filter((l) => l.decision === 'allow').at(-1)?.sandbox, 'cap-z');
+});
+
+t.test('vacant, removed, invalid and linked files fail closed', async (t) => {
+  const s = await setup(t);
+  s.register('slot-a', 'cap-a', 'life-a-0001', A.subnet, ['a.test']);
+  await settle(() => s.logs.some((l) => l.event === 'tenant_registered'), 'the registration');
+  s.write('slot-a', '{"version": 1, "sandbox": "cap-a", "policy": ');
+  await settle(() => s.logs.some((l) => l.event === 'tenant_refused'), 'the bad file is seen');
+  t.match(String(s.logs.find((l) => l.event === 'tenant_refused')?.detail), /slot-a\.json.*cap-a keeps its previous policy/s);
+  t.equal((await connect(s, A, 'a.test')).status, 200, 'a bad file keeps the previous registration');
+  s.write('slot-b', JSON.stringify({ version: 1, sandbox: 'cap-b', lifecycle: 'life-b-0001', subnet: B.subnet, address: B.proxy, policy: { allowHosts: ['*.com'] } }));
+  await settle(() => s.logs.filter((l) => l.event === 'tenant_refused').length >= 2, 'the second bad file is seen');
+  t.equal((await connect(s, B, 'a.test')).reason, 'unknown_client', 'a new slot with a bad file serves nobody');
+  s.write('slot-b', JSON.stringify({ version: 1, sandbox: 'cap-b', lifecycle: 'life-b-0001', subnet: B.subnet, address: B.proxy, policy: { allowHosts: [{ host: 'a.test', inspect: true }] } }));
+  await settle(() => s.logs.filter((l) => l.event === 'tenant_refused').length >= 3, 'the inspected entry is refused');
+  t.match(String(s.logs.filter((l) => l.event === 'tenant_refused').at(-1)?.detail), /not served by a shared egress proxy yet/);
+
+  const open = await connect(s, A, 'a.test');
+  s.write('slot-a', '{"version": 1, "vacant": true}');
+  await Promise.race([closed(open.socket), new Promise((r) => setTimeout(r, 3_000))]);
+  t.ok(open.socket.destroyed || open.socket.readableEnded, 'vacant: its open tunnel is closed');
+  t.equal((await connect(s, A, 'a.test')).reason, 'unknown_client', 'vacant: nobody is served');
+
+  s.register('slot-a', 'cap-a', 'life-a-0003', A.subnet, ['a.test']);
+  await settle(() => s.logs.filter((l) => l.event === 'tenant_registered').length >= 3, 'registered again');
+  rmSync(join(s.dir, 'slot-a.json'));
+  const removed = Date.now();
+  let reason: string | undefined;
+  while (reason !== 'unknown_client' && Date.now() - removed < 3_000) {
+    const r = await connect(s, A, 'a.test').catch(() => undefined);
+    r?.socket.destroy();
+    reason = r?.reason;
+  }
+  t.equal(reason, 'unknown_client', 'removed: nobody is served');
+
+  writeFileSync(join(s.dir, 'real.txt'), JSON.stringify({ version: 1, sandbox: 'cap-a', lifecycle: 'life-a-0004', subnet: A.subnet, address: A.proxy, policy: { allowHosts: ['a.test'], connectPorts: [s.echo] } }));
+  symlinkSync(join(s.dir, 'real.txt'), join(s.dir, 'slot-l.json'));
+  await settle(() => s.logs.some((l) => l.event === 'tenant_refused' && String(l.detail).includes('symbolic link')), 'the link is refused');
+  t.equal((await connect(s, A, 'a.test')).reason, 'unknown_client', 'a registration behind a symbolic link is never read');
+});
+
+t.test('the connection share is the sandbox\'s, whatever addresses it uses', async (t) => {
+  const s = await setup(t, { maxConnections: 64, maxConnectionsPerClient: 3 });
+  s.register('slot-a', 'cap-a', 'life-a-0001', A.subnet, ['a.test']);
+  s.register('slot-b', 'cap-b', 'life-b-0001', B.subnet, ['a.test']);
+  await settle(() => s.logs.filter((l) => l.event === 'tenant_registered').length >= 2, 'both registrations');
+  const held: RawResponse[] = [];
+  for (const client of ['127.0.1.5', '127.0.1.6', '127.0.1.7']) held.push(await connect(s, A, 'a.test', client));
+  t.same(held.map((r) => r.status), [200, 200, 200]);
+  const fourth = await connect(s, A, 'a.test', '127.0.1.8');
+  t.same([fourth.status, fourth.reason], [429, 'client_limit'], 'a fourth address of the same sandbox is over its share');
+  t.match(String(s.logs.find((l) => l.reason === 'client_limit')?.detail), /sandbox cap-a/);
+  const other = await connect(s, B, 'a.test');
+  t.equal(other.status, 200, 'another sandbox is not starved');
+  for (const r of [...held, other]) r.socket.destroy();
+});
