@@ -171,7 +171,6 @@ export function parseConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Pr
   }
   if (from['tenants-dir'] !== undefined) {
     if (sources.length > 0) throw new ConfigError(`both ${from['tenants-dir']} and ${sources[0] ?? ''} are set: a shared proxy decides each sandbox by its registration; drop ${sources[0] ?? ''}`);
-    if (from['transparent-listen'] !== undefined) throw new ConfigError(`${from['tenants-dir']} and ${from['transparent-listen']} are both set: a shared proxy does not answer DNS yet; give each transparent sandbox its own proxy`);
     raw['allow-hosts'] = '';
   } else if (sources.length === 0) {
     throw new ConfigError(`no policy: give --policy FILE (${OPTIONS.policy.env}), --policy-json TEXT (${OPTIONS['policy-json'].env}) or --allow-hosts LIST (${OPTIONS['allow-hosts'].env})`);
@@ -190,7 +189,7 @@ export function parseConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Pr
   if (needsListen !== undefined && from['transparent-listen'] === undefined) {
     throw new ConfigError(`${needsListen} is set but transparent mode is off: give --transparent-listen IP (${OPTIONS['transparent-listen'].env}) too, or drop it`);
   }
-  if (config.transparent?.answer === '0.0.0.0') {
+  if (config.transparent?.answer === '0.0.0.0' && config.tenantsDir === undefined) {
     throw new ConfigError(`${from['transparent-listen']} is 0.0.0.0: give --transparent-answer IP (${OPTIONS['transparent-answer'].env}), the address workloads reach the proxy by`);
   }
   if (config.requireTls && config.tunnelDefault === 'opaque') {

@@ -58,7 +58,7 @@ export type DnsVerdict =
       readonly name?: string;
       readonly qtype?: string;
       /** Why a name got NXDOMAIN: it is off the allowlist, or not a host name at all. */
-      readonly refusal?: { readonly reason: Extract<Reason, 'dns_not_allowed' | 'ip_literal' | 'malformed_host'>; readonly detail: string };
+      readonly refusal?: { readonly reason: Extract<Reason, 'dns_not_allowed' | 'ip_literal' | 'malformed_host' | 'unknown_client'>; readonly detail: string };
       /** The allowlist entry that matched an answered name. */
       readonly rule?: string;
     };
@@ -83,8 +83,9 @@ function reply(result: DnsResult, message: Buffer, extra: Partial<Extract<DnsVer
 /**
  * The answer to one DNS message from a workload. `answer` is the IPv4 address an allowed name
  * resolves to; `transport` decides whether a large answer is truncated (UDP) or sent whole (TCP).
+ * No policy: a client the proxy does not serve (a shared proxy's unknown client), REFUSED.
  */
-export function answerQuery(query: Buffer, policy: Policy, answer: string, transport: 'udp' | 'tcp'): DnsVerdict {
+export function answerQuery(query: Buffer, policy: Policy | undefined, answer: string, transport: 'udp' | 'tcp'): DnsVerdict {
   if (query.length < HEADER) return { kind: 'drop', why: 'short' };
   if (query.length > MAX_QUERY_BYTES) return { kind: 'drop', why: 'too_large' };
   const flags = query.readUInt16BE(2);
@@ -120,6 +121,9 @@ export function answerQuery(query: Buffer, policy: Policy, answer: string, trans
   }
   // Only the Internet class: CHAOS (version.bind) and the rest are not this responder's.
   if (question.class !== 'IN') return reply('refused', bare(query, RCODE.REFUSED, edns), base);
+  if (policy === undefined) {
+    return reply('refused', bare(query, RCODE.REFUSED, edns), { ...base, refusal: { reason: 'unknown_client', detail: 'no registered sandbox network holds this client' } });
+  }
 
   const parsed = parseHostName(question.name === '.' ? '' : question.name);
   if (!parsed.ok) {

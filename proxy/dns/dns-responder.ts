@@ -56,7 +56,8 @@ export const DNS_LIMITS = Object.freeze({
 export type DnsLimits = { readonly [K in keyof typeof DNS_LIMITS]: number };
 
 export interface DnsResponderOptions {
-  readonly policy: () => Policy;
+  /** The policy a client is answered by; none for a client the proxy does not serve (REFUSED). */
+  readonly policy: (clientIp: string) => Policy | undefined;
   /** The IPv4 address an allowed name resolves to. */
   readonly answer: string;
   readonly observer: ProxyObserver;
@@ -110,7 +111,7 @@ class Answerer {
     }
     let verdict: DnsVerdict;
     try {
-      verdict = answerQuery(query, this.options.policy(), this.options.answer, transport);
+      verdict = answerQuery(query, this.options.policy(clientIp), this.options.answer, transport);
     } catch (err) {
       // Fail closed: no answer. Never expected (the codec's errors are caught inside).
       observer.dnsQuery('error');
@@ -282,4 +283,15 @@ async function bindBoth(makeUdp: () => dgram.Socket, tcp: net.Server, host: stri
       if (port !== 0 || attempt >= 20 || (err as NodeJS.ErrnoException).code !== 'EADDRINUSE') throw err;
     }
   }
+}
+
+/** Starts a responder on `address` (the transparent DNS port), answering allowed names with `address`. */
+export type DnsStarter = (address: string, policy: (clientIp: string) => Policy | undefined, log: Logger) => Promise<DnsResponder>;
+
+/**
+ * A shared proxy's DNS: one responder per registered sandbox network, on the proxy's address on
+ * that network, started and stopped as the registrations change.
+ */
+export interface DnsHost {
+  serve(start: DnsStarter): { close(): Promise<void> };
 }

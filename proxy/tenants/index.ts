@@ -2,3 +2,4 @@
 export * from './tenant-policy.js';
 export * from './tenants.js';
 export * from './slot-directory.js';
+export * from './tenant-dns.js';

@@ -14,6 +14,8 @@ export interface Tenant {
   readonly sandbox: string;
   readonly lifecycle: string;
   readonly subnet: Subnet;
+  /** The proxy's address on the network: its DNS responder's, and what allowed names resolve to. */
+  readonly address: string;
   readonly policy: Policy;
 }
 

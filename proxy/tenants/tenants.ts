@@ -9,6 +9,8 @@
 import type { Socket } from 'node:net';
 import { checkTarget, TenantTable, type Policy } from '../../policy/index.js';
 import type { ClientConnection, ClientIdentity, Identities } from '../admission/index.js';
+import type { DnsHost, DnsStarter } from '../dns/index.js';
+import { TenantDns } from './tenant-dns.js';
 import { F, logLine, type Logger, type Refusal } from '../record/index.js';
 import { NOTHING_ALLOWED, type Tenant, type TenantSettings } from './tenant-policy.js';
 import { SlotDirectory } from './slot-directory.js';
@@ -32,10 +34,11 @@ class TenantIdentity implements ClientIdentity {
   }
 }
 
-export class Tenants implements Identities {
+export class Tenants implements Identities, DnsHost {
   private table = new TenantTable<Tenant>([]);
   private bySlot = new Map<string, Tenant>();
   private readonly open = new Map<string, Set<ClientConnection>>();
+  private readonly dns = new Set<TenantDns>();
 
   constructor(private readonly log: Logger) {}
 
@@ -76,11 +79,25 @@ export class Tenants implements Identities {
     return counts;
   }
 
+  /** Serves DNS on every registered network's proxy address (transparent mode), until closed. */
+  serve(start: DnsStarter): { close(): Promise<void> } {
+    const dns = new TenantDns(start, (slot) => this.bySlot.get(slot), this.log);
+    this.dns.add(dns);
+    dns.sync(this.table.tenants);
+    return {
+      close: async () => {
+        this.dns.delete(dns);
+        await dns.close();
+      },
+    };
+  }
+
   /** Replaces the registrations; closes what they no longer allow. */
   apply(tenants: readonly Tenant[]): void {
     const before = this.bySlot;
     this.table = new TenantTable(tenants);
     this.bySlot = new Map(tenants.map((t) => [t.slot, t]));
+    for (const dns of this.dns) dns.sync(tenants);
     for (const [a, b] of this.table.overlaps()) {
       logLine(this.log, { [F.event]: 'tenant_overlap', [F.detail]: `${a.sandbox} (${a.subnet.text}) and ${b.sandbox} (${b.subnet.text}) overlap; neither is served where they do` }, 'warn');
     }

@@ -14,7 +14,7 @@
  */
 import net from 'node:net';
 import type { Policy } from '../../policy/index.js';
-import { startDnsResponder, type DnsLimits, type DnsResponder } from '../dns/index.js';
+import { startDnsResponder, type DnsHost, type DnsLimits, type DnsResponder } from '../dns/index.js';
 import { F, logLine, type Logger, type ProxyObserver } from '../record/index.js';
 import type { TransparentEntry } from '../admission/index.js';
 import type { TransparentPort } from './transparent-ports.js';
@@ -27,6 +27,11 @@ export interface TransparentOptions {
   readonly ports: readonly TransparentPort[];
   /** Tests shorten the DNS responder's deadlines and caps. */
   readonly dnsLimits?: Partial<DnsLimits>;
+  /**
+   * A shared proxy's DNS: a responder per registered sandbox network, on its own address and
+   * answering with it, instead of one on `listen` (`answer` is then unused).
+   */
+  readonly dnsHost?: DnsHost | undefined;
 }
 
 export interface TransparentDeps {
@@ -73,13 +78,21 @@ export async function startTransparent(options: TransparentOptions, deps: Transp
 
 async function bindAll(options: TransparentOptions, deps: TransparentDeps): Promise<Transparent> {
   const servers: net.Server[] = [];
-  const responders: DnsResponder[] = [];
+  const responders: Array<Pick<DnsResponder, 'close'>> = [];
   const bound: TransparentPort[] = [];
   const close = async (): Promise<void> => {
     await Promise.all([...servers.map((s) => new Promise<void>((r) => s.close(() => r()))), ...responders.map((d) => d.close())]);
   };
   try {
     for (const port of options.ports) {
+      if (port.kind === 'dns' && options.dnsHost !== undefined) {
+        const limits = options.dnsLimits;
+        responders.push(
+          options.dnsHost.serve((address, policy, log) => startDnsResponder(address, port.listen, { policy, answer: address, observer: deps.observer, log, ...(limits ? { limits } : {}) })),
+        );
+        bound.push(port);
+        continue;
+      }
       if (port.kind === 'dns') {
         const responder = await startDnsResponder(options.listen, port.listen, {
           policy: deps.policy,

@@ -27,7 +27,7 @@ const ROOMS: Rooms = {
     transparent: ['budget', 'record', 'dns', 'admission', 'http', 'tls', 'tunnel'],
     front: ['budget', 'record', 'upstream', 'admission', 'http', 'tunnel', 'transparent'],
     report: ['record'],
-    tenants: ['record', 'admission'],
+    tenants: ['record', 'admission', 'dns'],
   },
 };
 

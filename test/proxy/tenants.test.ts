@@ -6,7 +6,10 @@
  * bad files failing closed, and shares kept per sandbox.
  */
 import t, { type Test } from 'tap';
+import dgram from 'node:dgram';
 import net from 'node:net';
+import tls from 'node:tls';
+import dnsPacket from 'dns-packet';
 import { mkdtempSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -16,7 +19,7 @@ import { createEgressProxy, createLogger, createLookup, type EgressProxy } from 
 import { openTenants } from '../../proxy/tenants/index.js';
 import { policyOf } from '../support/test-proxy.js';
 import { rawRequest, readUntil, type RawResponse } from '../support/raw-client.js';
-import { listen } from '../support/loopback.js';
+import { freePort, listen } from '../support/loopback.js';
 import { settle } from '../support/settle.js';
 
 const A = { subnet: '127.0.1.0/28', proxy: '127.0.1.1', client: '127.0.1.5' };
@@ -33,6 +36,7 @@ interface Setup {
   write(slot: string, text: string): void;
   readonly dir: string;
   readonly proxy: EgressProxy;
+  readonly tenants: ReturnType<typeof openTenants>['tenants'];
 }
 
 async function setup(t: Test, limits: { maxConnections?: number; maxConnectionsPerClient?: number } = {}): Promise<Setup> {
@@ -74,7 +78,7 @@ async function setup(t: Test, limits: { maxConnections?: number; maxConnectionsP
     echo.close();
     rmSync(dir, { recursive: true, force: true });
   });
-  return { port, echo: echoPort, logs, register, write, dir, proxy };
+  return { port, echo: echoPort, logs, register, write, dir, proxy, tenants: shared.tenants };
 }
 
 function connect(s: Setup, from: { proxy: string; client: string }, host: string, client = from.client): Promise<RawResponse> {
@@ -223,4 +227,67 @@ t.test('the connection share is the sandbox\'s, whatever addresses it uses', asy
   const other = await connect(s, B, 'a.test');
   t.equal(other.status, 200, 'another sandbox is not starved');
   for (const r of [...held, other]) r.socket.destroy();
+});
+
+/** One A query for `name` from `from` to `to:port`; the answer's rcode and addresses, or none. */
+function ask(to: string, port: number, from: string, name: string): Promise<{ rcode: string; addresses: string[] } | undefined> {
+  return new Promise((resolve) => {
+    const socket = dgram.createSocket('udp4');
+    const done = (value: { rcode: string; addresses: string[] } | undefined): void => {
+      clearTimeout(timer);
+      socket.close();
+      resolve(value);
+    };
+    const timer = setTimeout(() => done(undefined), 1_000);
+    socket.on('message', (msg) => {
+      const decoded = dnsPacket.decode(msg) as dnsPacket.DecodedPacket & { rcode?: string };
+      done({ rcode: decoded.rcode ?? '?', addresses: (decoded.answers ?? []).flatMap((a) => (a.type === 'A' ? [String(a.data)] : [])) });
+    });
+    const query = dnsPacket.encode({ id: 9, type: 'query', flags: dnsPacket.RECURSION_DESIRED, questions: [{ type: 'A', name, class: 'IN' }] });
+    socket.bind(0, from, () => socket.send(query, port, to));
+  });
+}
+
+t.test('transparent mode: each network\'s DNS on its proxy address, answered by its sandbox\'s list; TLS by the sandbox too', async (t) => {
+  const s = await setup(t);
+  s.register('slot-a', 'cap-a', 'life-a-0001', A.subnet, ['a.test']);
+  s.register('slot-b', 'cap-b', 'life-b-0001', B.subnet, ['b.test']);
+  await settle(() => s.logs.filter((l) => l.event === 'tenant_registered').length >= 2, 'both registrations');
+  const [dnsPort, tlsPort] = [await freePort(), await freePort()];
+  await s.proxy.listenTransparent({
+    listen: '0.0.0.0',
+    answer: '0.0.0.0',
+    ports: [{ kind: 'dns', dialled: 53, listen: dnsPort }, { kind: 'tls', dialled: s.echo, listen: tlsPort }],
+    dnsHost: s.tenants,
+  });
+  let first: Awaited<ReturnType<typeof ask>>;
+  const deadline = Date.now() + 3_000;
+  do first = await ask(A.proxy, dnsPort, A.client, 'a.test');
+  while (first === undefined && Date.now() < deadline);
+  t.same(first, { rcode: 'NOERROR', addresses: [A.proxy] }, 'a\'s name, answered with a\'s proxy address');
+  t.same(await ask(B.proxy, dnsPort, B.client, 'b.test'), { rcode: 'NOERROR', addresses: [B.proxy] }, 'b\'s, with b\'s');
+  t.equal((await ask(B.proxy, dnsPort, B.client, 'a.test'))?.rcode, 'NXDOMAIN', 'a\'s name is not b\'s');
+  t.equal((await ask(A.proxy, dnsPort, B.client, 'a.test'))?.rcode, 'REFUSED', 'a client of b asking a\'s responder');
+  t.ok(s.logs.some((l) => l.reason === 'unknown_client' && l.method === 'DNS'), 'logged');
+
+  // A TLS client of b naming a's host gets b's refusal, as a TLS alert; an unknown client too.
+  const hello = (from: string, to: string): Promise<string> =>
+    new Promise((resolve) => {
+      const socket = net.connect({ host: to, port: tlsPort, localAddress: from });
+      const c = tls.connect({ socket, servername: 'a.test', rejectUnauthorized: false });
+      c.on('secureConnect', () => resolve('connected'));
+      c.on('error', (err) => resolve((err as NodeJS.ErrnoException).code ?? err.message));
+      c.setTimeout(3_000, () => resolve('timeout'));
+    });
+  t.match(await hello(B.client, B.proxy), /ALERT|ECONNRESET|socket hang up/i, 'b naming a\'s host: refused');
+  t.ok(s.logs.some((l) => l.sandbox === 'cap-b' && l.reason === 'host_not_allowed' && l.host === 'a.test'), 'as cap-b');
+  t.match(await hello('127.0.3.5', '127.0.3.1'), /ALERT|ECONNRESET|socket hang up/i, 'an unknown client: refused');
+
+  // A registration gone: its responder stops answering.
+  s.write('slot-b', '{"version": 1, "vacant": true}');
+  const gone = Date.now();
+  let answer = await ask(B.proxy, dnsPort, B.client, 'b.test');
+  while (answer !== undefined && Date.now() - gone < 3_000) answer = await ask(B.proxy, dnsPort, B.client, 'b.test');
+  t.equal(answer, undefined, 'a vacant network\'s address answers nothing');
+  t.same(await ask(A.proxy, dnsPort, A.client, 'a.test'), { rcode: 'NOERROR', addresses: [A.proxy] }, 'a still answered');
 });
