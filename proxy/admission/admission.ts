@@ -8,7 +8,7 @@
  */
 import type { Socket } from 'node:net';
 import type { Policy } from '../../policy/index.js';
-import { ACCEPT_BYTES, UNCHARGED, type MemoryBudget, type ProxyLimits } from '../budget/index.js';
+import { ACCEPT_BYTES, RateLimiter, UNCHARGED, type MemoryBudget, type ProxyLimits } from '../budget/index.js';
 import { F, refusalBytes, tlsAlertFor, type Closer, type Decisions, type Logger, type Refusal } from '../record/index.js';
 import { canonicalAddress } from '../upstream/index.js';
 import { ClientConnection, type TransparentEntry } from './connection.js';
@@ -21,6 +21,10 @@ import { healthAnswer, healthCheckHead } from './health-check.js';
  * must not fail (and get the proxy restarted, with every tunnel) because clients hold every slot.
  */
 const PROBE_SLOTS = 8;
+/** Clients the new-connection rate table remembers (rate-limit.ts caps and shares it beyond). */
+const RATE_KEYS = 4_096;
+/** Connections over a client's rate answered 429 each second; the rest are closed unread. */
+const RATE_ANSWERS_PER_SECOND = 10;
 const PROBE_MS = 2_000;
 
 /** How a proxy tells its clients apart. */
@@ -29,6 +33,11 @@ export interface Identities {
   identify(socket: Socket, clientIp: string): ClientIdentity | Refusal;
   /** An admitted connection, until it closes (a shared proxy closes it when its sandbox's policy no longer allows it). */
   admitted(connection: ClientConnection): void;
+  /**
+   * New connections one client may open a second (a shared proxy's sandbox: its churn spends the
+   * process's one event loop, which the other sandboxes share); none: not limited.
+   */
+  readonly connectionRate?: { readonly perSecond: number; readonly burst: number } | undefined;
 }
 
 /** Every client by its address, under the one policy. */
@@ -60,8 +69,13 @@ export class Admission {
   private readonly sockets = new Set<Socket>();
   private readonly probes = new Set<Socket>();
   private readonly probing = new Set<string>();
+  private readonly rates: RateLimiter | undefined;
+  private readonly rateAnswers = new RateLimiter(RATE_ANSWERS_PER_SECOND, RATE_ANSWERS_PER_SECOND * 2, RATE_KEYS);
 
-  constructor(private readonly deps: AdmissionDeps) {}
+  constructor(private readonly deps: AdmissionDeps) {
+    const rate = deps.identities.connectionRate;
+    this.rates = rate === undefined ? undefined : new RateLimiter(rate.perSecond, rate.burst, RATE_KEYS);
+  }
 
   /** Connections counted against the limits now. */
   get openConnections(): number {
@@ -83,6 +97,14 @@ export class Admission {
       return;
     }
     const key = identity.key;
+    if (this.rates !== undefined && !this.rates.takeFor(key)) {
+      // A few are told why; past that they are closed unread: answering a flood of them would
+      // spend the event loop the other clients share.
+      if (!this.rateAnswers.takeFor(key)) return void socket.destroy();
+      const rate = this.deps.identities.connectionRate?.perSecond ?? 0;
+      this.overLimits(socket, clientIp, entry, { reason: 'client_limit', detail: `more than ${rate} new connections a second from sandbox ${identity.sandbox ?? key}`, retryAfter: 1 });
+      return;
+    }
     const fromClient = this.perClient.get(key) ?? 0;
     if (this.open >= limits.maxConnections || fromClient >= limits.maxConnectionsPerClient) {
       const who = identity.sandbox === undefined ? clientIp : `sandbox ${identity.sandbox}`;

@@ -34,13 +34,28 @@ class TenantIdentity implements ClientIdentity {
   }
 }
 
+/**
+ * New connections one sandbox may open a second, and its burst: far above what a build opens
+ * (keep-alive pools of tens), and low enough that one sandbox's churn cannot take the event loop
+ * from the others (bench/tenants.ts measures it).
+ */
+export const TENANT_CONNECTION_RATE: ConnectionRate = Object.freeze({ perSecond: 200, burst: 400 });
+
+export interface ConnectionRate {
+  readonly perSecond: number;
+  readonly burst: number;
+}
+
 export class Tenants implements Identities, DnsHost {
   private table = new TenantTable<Tenant>([]);
   private bySlot = new Map<string, Tenant>();
   private readonly open = new Map<string, Set<ClientConnection>>();
   private readonly dns = new Set<TenantDns>();
 
-  constructor(private readonly log: Logger) {}
+  constructor(
+    private readonly log: Logger,
+    readonly connectionRate: ConnectionRate = TENANT_CONNECTION_RATE,
+  ) {}
 
   /** The registered tenants now. */
   get current(): readonly Tenant[] {
@@ -125,8 +140,8 @@ export class Tenants implements Identities, DnsHost {
 }
 
 /** A shared proxy's tenants, read from `dir` and kept up to date; stop() ends the watch. */
-export function openTenants(dir: string, settings: TenantSettings, log: Logger): { tenants: Tenants; stop(): void } {
-  const tenants = new Tenants(log);
+export function openTenants(dir: string, settings: TenantSettings, log: Logger, connectionRate: ConnectionRate = TENANT_CONNECTION_RATE): { tenants: Tenants; stop(): void } {
+  const tenants = new Tenants(log, connectionRate);
   const directory = new SlotDirectory(dir, settings, log, (next) => tenants.apply(next));
   tenants.apply(directory.start());
   return { tenants, stop: () => directory.stop() };

@@ -39,7 +39,7 @@ interface Setup {
   readonly tenants: ReturnType<typeof openTenants>['tenants'];
 }
 
-async function setup(t: Test, limits: { maxConnections?: number; maxConnectionsPerClient?: number } = {}): Promise<Setup> {
+async function setup(t: Test, limits: { maxConnections?: number; maxConnectionsPerClient?: number } = {}, rate = { perSecond: 1_000, burst: 1_000 }): Promise<Setup> {
   const echo = net.createServer((s) => {
     s.on('error', () => s.destroy());
     s.pipe(s);
@@ -62,7 +62,7 @@ async function setup(t: Test, limits: { maxConnections?: number; maxConnectionsP
   });
   const logger = createLogger('debug', sink);
   const pins = { 'a.test': '127.0.0.1', 'b.test': '127.0.0.1', 'c.test': '127.0.0.1' };
-  const shared = openTenants(dir, { tunnelDefault: 'opaque', testHosts: pins }, logger);
+  const shared = openTenants(dir, { tunnelDefault: 'opaque', testHosts: pins }, logger, rate);
   const proxy = createEgressProxy({
     policy: policyOf({ allowHosts: [] }),
     lookup: createLookup({ servers: [], timeoutMs: 500 }),
@@ -290,4 +290,28 @@ t.test('transparent mode: each network\'s DNS on its proxy address, answered by 
   while (answer !== undefined && Date.now() - gone < 3_000) answer = await ask(B.proxy, dnsPort, B.client, 'b.test');
   t.equal(answer, undefined, 'a vacant network\'s address answers nothing');
   t.same(await ask(A.proxy, dnsPort, A.client, 'a.test'), { rcode: 'NOERROR', addresses: [A.proxy] }, 'a still answered');
+});
+
+t.test('a sandbox opening connections faster than its rate: a few told 429, the rest closed unread; others served', async (t) => {
+  const s = await setup(t, {}, { perSecond: 2, burst: 5 });
+  s.register('slot-a', 'cap-a', 'life-a-0001', A.subnet, ['a.test']);
+  s.register('slot-b', 'cap-b', 'life-b-0001', B.subnet, ['a.test']);
+  await settle(() => s.logs.filter((l) => l.event === 'tenant_registered').length >= 2, 'both registrations');
+  const outcomes: string[] = [];
+  const began = Date.now();
+  for (let k = 0; k < 40; k++) {
+    const r = await connect(s, A, 'a.test', `127.0.1.${2 + (k % 11)}`).catch(() => undefined);
+    outcomes.push(r === undefined || r.status === 0 ? 'closed' : r.status === 200 ? 'allowed' : r.reason ?? String(r.status));
+    r?.socket.destroy();
+  }
+  const seconds = (Date.now() - began) / 1000;
+  const count = (what: string): number => outcomes.filter((o) => o === what).length;
+  // Buckets: 5 then 2 a second allowed; of the rest, 20 then 10 a second told.
+  t.ok(count('allowed') >= 5 && count('allowed') <= 5 + Math.ceil(2 * seconds), `its burst and rate allowed (${count('allowed')} in ${seconds} s)`);
+  t.ok(count('client_limit') >= Math.min(20, 40 - count('allowed')) && count('client_limit') <= 20 + Math.ceil(10 * seconds), `a few told why (${count('client_limit')})`);
+  if (seconds < 1) t.ok(count('closed') > 0, `the rest closed unread (${count('closed')})`);
+  t.match(String(s.logs.find((l) => l.reason === 'client_limit')?.detail), /new connections a second from sandbox cap-a/);
+  const other = await connect(s, B, 'a.test');
+  t.equal(other.status, 200, 'another sandbox is served meanwhile');
+  other.socket.destroy();
 });
