@@ -18,3 +18,13 @@ export {
   EGRESS_PROXY_PORT,
   encodeAllowHosts,
 } from './egress-image.js';
+export {
+  REGISTRATION_MAX_BYTES,
+  registrationArchive,
+  RegistrationArchiveError,
+  SLOT_NAME,
+  TENANTS_DIR,
+  type RegistrationHost,
+  type RegistrationPolicy,
+  type SlotFileValue,
+} from './tenant-archive.js';
