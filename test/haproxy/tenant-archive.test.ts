@@ -6,6 +6,7 @@
  * name of what was wrong.
  */
 import t from 'tap';
+import { gzipSync } from 'node:zlib';
 import type { Test } from 'tap';
 import { registrationArchive, type SlotFileValue } from '../../common/index.js';
 import { needUnmet } from '../support/needs.js';
@@ -65,6 +66,7 @@ t.test('header fields: each one as the encoder writes it, or refused by name', a
     { name: 'a parent in the name', body: archive(() => undefined, '../s0.json'), verdict: 'registration_invalid:name' },
     { name: 'an absolute name', body: archive(() => undefined, '/s0.json'), verdict: 'registration_invalid:name' },
     { name: 'a hidden name', body: archive(() => undefined, '.s0.json'), verdict: 'registration_invalid:name' },
+    { name: 'a whiteout name (dockerd\'s layer code deletes what it names)', body: archive(() => undefined, '.wh.s0.json'), verdict: 'registration_invalid:name' },
     { name: 'upper case', body: archive(() => undefined, 'S0.json'), verdict: 'registration_invalid:name' },
     { name: 'not .json', body: archive(() => undefined, 's0.yaml'), verdict: 'registration_invalid:name' },
     { name: 'only .json', body: archive(() => undefined, '.json'), verdict: 'registration_invalid:name' },
@@ -119,6 +121,8 @@ t.test('framing: one entry, zero padding, exactly two zero blocks, nothing after
     { name: 'a byte in an end block', body: Buffer.concat([good.subarray(0, good.length - 1), Buffer.from('x')]), verdict: 'registration_invalid:padding' },
     { name: 'the header alone', body: good.subarray(0, 512), verdict: 'registration_invalid:length' },
     { name: 'empty', body: Buffer.alloc(0), verdict: 'registration_invalid:length' },
+    { name: 'gzip (dockerd would unpack it)', body: gzipSync(good), verdict: 'registration_invalid:length' },
+    { name: 'gzip padded to whole blocks', body: Buffer.concat([gzipSync(good), Buffer.alloc(2048 - gzipSync(good).length)]), verdict: 'registration_invalid:name' },
     { name: 'the workspace-owner archive', body: Buffer.concat([Buffer.from('/'), Buffer.alloc(1535)]), verdict: 'registration_invalid:length' },
   ];
   judge(t, rows);
