@@ -53,6 +53,7 @@ return {
   { code = 'connect_shape', status = 403, what = 'A network connect other than a cap- container with one private address' },
   { code = 'volume_name_required', status = 403, what = 'A volume create without a cap- Name' },
   { code = 'archive_not_allowed', status = 403, what = 'An archive other than the controller\'s workspace-owner archive' },
+  { code = 'registration_invalid', status = 403, what = 'A registration archive other than one the controller writes (tenant-archive.lua): the detail names the header field, the length, the padding or the content member' },
   { code = 'body_check_failed', status = 403, what = 'The body check itself failed (an error, its time or its memory ran out)' },
   -- Images and network ids (image-ref.lua, network-proof.lua)
   { code = 'image_check_failed', status = 403, what = 'The image check itself failed' },

@@ -3,7 +3,8 @@
 -- there), and registers three actions and a filter.
 --   lua.check_body      sets txn.body_verdict to "ok" or to the deny reason, and txn.body_net_ids
 --                       to the network ids the body names (comma-separated), which must be proven;
---                       an archive (route container_archive) must be workspace-owner.lua's;
+--                       an archive (route container_archive) must be workspace-owner.lua's,
+--                       a registration (route tenant_register) one tenant-archive.lua admits;
 --   lua.check_image     sets txn.image_verdict to "ok" or the reason for the image a pull names
 --                       (its one fromImage, decoded as dockerd decodes it, with a tag or digest)
 --                       or an inspect names (its path): image-ref.lua;
@@ -20,6 +21,7 @@ local check = require('body-check')
 local proof = require('network-proof')
 local image_ref = require('image-ref')
 local owner = require('workspace-owner')
+local tenant = require('tenant-archive')
 local pull_answer = require('pull-answer')
 local settings = require('proxy-settings').from_env(os.getenv)
 
@@ -30,6 +32,10 @@ core.register_action('check_body', { 'http-req' }, function(txn)
   local route = txn:get_var('txn.route')
   if route == 'container_archive' then
     txn:set_var('txn.body_verdict', owner.check(txn.f:req_body()) or 'ok')
+    return
+  end
+  if route == 'tenant_register' then
+    txn:set_var('txn.body_verdict', tenant.check(txn.f:req_body()) or 'ok')
     return
   end
   local reason, ids = check.check(route, txn.f:req_body(), settings)

@@ -36,3 +36,29 @@ export const REGISTRATIONS: ReadonlyArray<{ name: string; slot: string; value: S
   },
   { name: 'vacant', slot: 'a'.repeat(63), value: { version: 1, vacant: true } },
 ];
+
+/**
+ * A ustar archive of one file laid out as common/tenant-archive.ts lays it out, from raw content
+ * (the encoder takes only values): `edit` changes the header before its checksum is computed, so
+ * that a mutation is refused for its own field, not for the checksum.
+ */
+export function tarOf(name: string, content: string | Buffer, edit: (header: Buffer) => void = () => undefined): Buffer {
+  const body = typeof content === 'string' ? Buffer.from(content, 'utf8') : content;
+  const h = Buffer.alloc(512);
+  const octal = (n: number, width: number): string => `${n.toString(8).padStart(width - 1, '0')}\0`;
+  h.write(name, 0, 'latin1');
+  h.write(octal(0o644, 8), 100, 'latin1');
+  h.write(octal(0, 8), 108, 'latin1');
+  h.write(octal(0, 8), 116, 'latin1');
+  h.write(octal(body.length, 12), 124, 'latin1');
+  h.write(octal(MTIME, 12), 136, 'latin1');
+  h.write('0', 156, 'latin1');
+  h.write('ustar\x0000', 257, 'latin1');
+  h.write(octal(0, 8), 329, 'latin1');
+  h.write(octal(0, 8), 337, 'latin1');
+  edit(h);
+  h.write(' '.repeat(8), 148, 'latin1');
+  const sum = h.reduce((a, b) => a + b, 0);
+  h.write(`${sum.toString(8).padStart(6, '0')}\0 `, 148, 'latin1');
+  return Buffer.concat([h, body, Buffer.alloc((512 - (body.length % 512)) % 512 + 1024)]);
+}

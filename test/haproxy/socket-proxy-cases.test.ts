@@ -7,6 +7,7 @@
  * case is about.
  */
 import t from 'tap';
+import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import type Docker from 'dockerode';
 import type { Test } from 'tap';
@@ -14,6 +15,7 @@ import { dockerTest, startSocketProxy, SOCKET_PROXY_IMAGE, TEST_LOCAL_IMAGE } fr
 import { send, readExecStream, type RawResponse } from './raw-http.js';
 import { fileNeeds, needUnmet } from '../support/needs.js';
 import { loopbackName, loopbackNameProblem } from '../support/loopback-name.js';
+import { TENANTS_DIR } from '../../common/index.js';
 
 await fileNeeds(t, 'engine');
 
@@ -47,6 +49,7 @@ const EXPECTED_STATUS: Record<string, number[]> = {
   A18: [204], A19: [204], A20: [204], A21: [409, 500], A22: [201, 400], A23: [204], A24: [204, 404],
   A25: [204], A26: [204], A27: [404],
   K10: [201], T19: [201], T21: [201], T22: [201], T58: [404], T61: [404], T82: [404],
+  R01: [201], R02: [200], R03: [404],
 };
 
 t.test('socket proxy cases against the real engine', async (t) => {
@@ -113,6 +116,8 @@ t.test('socket proxy cases against the real engine', async (t) => {
     }
   }
 
+  await registrationsWritten(env.docker, vars, t);
+
   // Nothing but what the allowed cases made carries this run's id.
   const leftovers = await namesWithRunId(env.docker, env.runId);
   const unexpected = leftovers.filter((n) => !created.has(n));
@@ -134,6 +139,25 @@ async function followUp(c: Case, res: RawResponse, vars: Record<string, string>,
     t.equal(out.stdout, 'echo:hello through the proxy', 'A29: stdin reaches the process and its echo comes back');
   }
   if (res.upgraded && !['A16', 'A29'].includes(c.id)) res.upgraded.socket.destroy();
+}
+
+/**
+ * The egress container's registration directory after the tenants group: exactly the one file the
+ * allowed registration (R02) wrote, with its content; nothing any refused case sent.
+ */
+async function registrationsWritten(docker: Docker, vars: Record<string, string>, t: Test) {
+  const allowed = fixture.cases.find((c) => c.id === 'R02');
+  if (allowed?.body == null) return t.fail('R02 is in the fixture');
+  const stream = await docker.getContainer(`${vars.P}-r1-egress`).getArchive({ path: TENANTS_DIR });
+  const chunks: Buffer[] = [];
+  for await (const chunk of stream) chunks.push(chunk as Buffer);
+  const archive = Buffer.concat(chunks);
+  const list = spawnSync('tar', ['-t', '-f', '-'], { input: archive });
+  t.same(list.stdout.toString('utf8').split('\n').filter((l) => l !== '').sort(), ['tenants/', 'tenants/s0.json'], 'R02 wrote one file; no refused case wrote anything');
+  const sent = Buffer.from(allowed.body, 'latin1');
+  const size = parseInt(sent.subarray(124, 135).toString('latin1'), 8);
+  const content = spawnSync('tar', ['-xO', '-f', '-', 'tenants/s0.json'], { input: archive });
+  t.equal(content.stdout.toString('utf8'), sent.subarray(512, 512 + size).toString('utf8'), 'the file holds the registration as sent');
 }
 
 /** Names a create request would give its container, volume or network. */

@@ -4,7 +4,7 @@
 --
 -- Usage: lua5.4 check-bodies.lua <haproxy dir>
 -- stdin: frames "<route> <byte count>\n<body bytes>"; stdout, one line per frame (route
--- container_archive: the archive's verdict, as socket-proxy.lua gives it; routes image_pull and
+-- container_archive and tenant_register: the archive's verdict, as socket-proxy.lua gives it; routes image_pull and
 -- image_inspect: the body is a pull's query string or an inspect's path, judged as
 -- socket-proxy.lua's check_image judges them):
 --   "deny <reason>"  or  "ok <json>": the body as the checker read it (members in order, strings
@@ -18,6 +18,7 @@ local json = require('json-strict')
 local check = require('body-check')
 local schema = require('docker-schema')
 local owner = require('workspace-owner')
+local tenant = require('tenant-archive')
 local image_ref = require('image-ref')
 
 local function encode_string(s)
@@ -96,10 +97,12 @@ while true do
   local route, count = head:match('^(%S+) (%d+)$')
   if route == nil then error('bad frame head: ' .. head) end
   local body = io.read(tonumber(count)) or ''
-  if route == 'container_archive' or route == 'image_pull' or route == 'image_inspect' then
+  if route == 'container_archive' or route == 'tenant_register' or route == 'image_pull' or route == 'image_inspect' then
     local reason
     if route == 'container_archive' then
       reason = owner.check(body)
+    elseif route == 'tenant_register' then
+      reason = tenant.check(body)
     else
       reason = image_ref.check_request(route, body, body, settings)
     end
