@@ -188,7 +188,7 @@ end
 
 local REGISTRATION = {
   version = version,
-  sandbox = text('^[a-z0-9][a-z0-9_.%-]*$', 1, 63),
+  sandbox = text('^[A-Za-z0-9][A-Za-z0-9_.%-]*$', 1, 63),
   lifecycle = text('^[A-Za-z0-9%-]+$', 8, 64),
   subnet = function(v, where)
     if type(v) ~= 'string' then deny(where) end

@@ -11,8 +11,8 @@ import { PolicyError, PolicyFileSchema, readStrictText, type PolicyFile } from '
 
 const ipaddr = requireCjs('ipaddr.js') as typeof Ipaddr;
 
-/** A sandbox name as the controller makes it (cap-<id>) or any name of that alphabet. */
-const SANDBOX_NAME = /^[a-z0-9][a-z0-9_.-]{0,62}$/;
+/** A sandbox name as the controller makes it (cap-<id>, the id of either case) or any name of that alphabet. */
+const SANDBOX_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/;
 /** A lifecycle id: what tells two sandboxes that had the same subnet (or name) apart. */
 const LIFECYCLE = /^[A-Za-z0-9-]{8,64}$/;
 /** Widest and narrowest subnets a sandbox network may have: a /16 is a whole pool, a /30 holds two hosts. */
@@ -22,7 +22,7 @@ const PREFIX_MAX = 30;
 const RegistrationSchema = z.union([
   z.strictObject({
     version: z.literal(1),
-    sandbox: z.string().regex(SANDBOX_NAME, 'a sandbox name: lower-case letters, digits, "_", "." and "-", at most 63'),
+    sandbox: z.string().regex(SANDBOX_NAME, 'a sandbox name: letters, digits, "_", "." and "-", at most 63'),
     lifecycle: z.string().regex(LIFECYCLE, 'a lifecycle id: 8 to 64 letters, digits and "-"'),
     subnet: z.string().describe('The IPv4 subnet of the sandbox network (10.200.0.0/28).'),
     address: z.string().describe('The proxy\'s own address on that network: where it answers DNS, and what allowed names resolve to.'),

@@ -20,7 +20,7 @@ export const REGISTRATIONS: ReadonlyArray<{ name: string; slot: string; value: S
     name: 'every entry form, report mode, a /16',
     slot: 'slot_0.a-1',
     value: {
-      version: 1, sandbox: 'cap-7f3a.b_c', lifecycle: 'A'.repeat(64), subnet: '172.16.0.0/16', address: '172.16.255.1',
+      version: 1, sandbox: 'cap-7F3a.b_C', lifecycle: 'A'.repeat(64), subnet: '172.16.0.0/16', address: '172.16.255.1',
       policy: {
         version: 1,
         allowHosts: ['*.example.org', { host: 'git.example.com', tunnel: 'opaque' }, { host: 'api.example.com', methods: ['GET', 'HEAD'], paths: ['/repos/org/*', '/v1/x:y@z', '/a%2Fb'] }],

@@ -43,6 +43,7 @@ t.test('a slot file: a registration, or vacant; anything else refused with where
   refused('{"version": 1, "sandbox": "a", "sandbox": "b"}', /duplicate|unique/i, 'a duplicate key (JSON.parse would keep the last)');
   refused(file({ lifecycle: 'short' }), /lifecycle/, 'a lifecycle id too short to fence reuse');
   refused(file({ sandbox: '../x' }), /sandbox/, 'a sandbox name outside the alphabet');
+  t.match(parseSlotFile(file({ sandbox: 'cap-Build_7' }), 's'), { sandbox: 'cap-Build_7' }, 'a sandbox id of either case, as the controller allows');
   refused(file({ subnet: '10.200.0.1/28' }), /host bits/, 'a subnet with host bits');
   refused(file({ address: '10.200.0.15' }), /not a host address of 10\.200\.0\.0\/28/, 'the broadcast address');
   refused(file({ address: '10.200.0.0' }), /not a host address/, 'the network address');
