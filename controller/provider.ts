@@ -3,10 +3,10 @@
  * lifecycle, commands and file operations into a `sandbox@1` provider.
  */
 import pino, { type Logger } from 'pino';
-import type { SandboxHandle, SandboxProvider, DeploymentConfigInput } from './spec/index.js';
+import type { AllowlistChange, SandboxHandle, SandboxProvider, DeploymentConfigInput } from './spec/index.js';
 import { SandboxError, TIERS, checkSandboxName, namesFor, parseDeploymentConfig, persistentWorkspaceVolume, planSandbox, printableAsciiMap, withCredentials } from './spec/index.js';
 import { DockerEngine, checkCreateBodies, engineStatus, isEngineStatusError, type EgressMode, type SandboxEngine } from './docker/index.js';
-import { CredentialSource, SandboxLanes, SandboxLifecycle, SandboxRecovery, readEgressUsage, type EgressUsage } from './sandbox/index.js';
+import { CredentialSource, SandboxLanes, SandboxLifecycle, SandboxRecovery, changeAllowHosts, readEgressUsage, type EgressUsage } from './sandbox/index.js';
 import { CommandRunner, FileOps, type WithRunning } from './exec/index.js';
 
 /** The `sandbox@1` provider plus what only this Docker implementation can tell. */
@@ -16,6 +16,14 @@ export interface DockerSandboxProvider extends SandboxProvider {
    * decisions by outcome and reason); null when the sandbox has no running egress proxy.
    */
   egressUsage(h: SandboxHandle): Promise<EgressUsage | null>;
+  /**
+   * Changes a running allowlist sandbox's allowlist: `allow` adds hosts, `deny` drops them
+   * (entries checked as at create; an invalid change changes nothing). In force for new
+   * connections and DNS answers within a second; open connections to a dropped host are closed.
+   * Resolves with the allowlist now in force. `allowlist_fixed` for a sandbox whose proxy takes its
+   * policy from its environment (secrets, inspected hosts, or made before live allowlists).
+   */
+  changeAllowHosts(h: SandboxHandle, change: AllowlistChange): Promise<string[]>;
 }
 
 /** Only for code that calls `createDockerSandbox` directly; plugin config cannot set these. */
@@ -134,5 +142,6 @@ export function createDockerSandbox(
     killTagged: (h, tags) => commands.killTagged(handleName(h), tags),
     destroyWorkspace: (key) => lifecycle.destroyWorkspace(persistentWorkspaceVolume(key)),
     egressUsage: (h) => readEgressUsage(engine, namesFor(handleName(h)).egress),
+    changeAllowHosts: (h, change) => changeAllowHosts({ engine, lanes, ensureRunning: (name) => recovery.ensureRunning(name) }, handleName(h), change),
   } satisfies DockerSandboxProvider);
 }

@@ -8,6 +8,7 @@
  */
 import { SandboxError, TIERS, type SandboxPlan, withAllowHosts } from '../spec/index.js';
 import { egressContainerBody, sandboxContainerBody } from './container-spec.js';
+import { egressRegistration } from './registration-spec.js';
 import { MAX_BODY_BYTES } from './engine-call.js';
 
 interface Measured {
@@ -19,12 +20,21 @@ interface Measured {
 const NETWORK_ID = '0'.repeat(64);
 /** The egress proxy's address on the sandbox network (both bodies carry it), at its longest. */
 const LONGEST_ADDRESS = '255.255.255.255';
+/** A registration's network and lifecycle id (a UUID), at their longest. */
+const LONGEST_NETWORK = { subnet: '255.255.255.240/28', address: LONGEST_ADDRESS };
+const LONGEST_LIFECYCLE = '0'.repeat(36);
+const TAR_BLOCK = 512;
 
 /** The larger of the plan's create bodies, serialised as the engine sends it. */
 function largestBody(plan: SandboxPlan, testHosts: Readonly<Record<string, string>> | undefined): Measured {
-  const bodies: Measured[] = [{ what: 'sandbox container', bytes: Buffer.byteLength(JSON.stringify(sandboxContainerBody(plan, NETWORK_ID, LONGEST_ADDRESS))) }];
+  const bodies: Measured[] = [{ what: 'sandbox container\'s create body', bytes: Buffer.byteLength(JSON.stringify(sandboxContainerBody(plan, NETWORK_ID, LONGEST_ADDRESS))) }];
   if (TIERS[plan.tier].egressProxy) {
-    bodies.push({ what: 'egress proxy', bytes: Buffer.byteLength(JSON.stringify(egressContainerBody(plan, NETWORK_ID, testHosts, LONGEST_ADDRESS))) });
+    bodies.push({ what: 'egress proxy\'s create body', bytes: Buffer.byteLength(JSON.stringify(egressContainerBody(plan, NETWORK_ID, testHosts, LONGEST_ADDRESS))) });
+    // Its registration (build-steps.ts), as an archive: a header, the content in whole blocks, two end blocks.
+    if (plan.credentials === undefined) {
+      const content = Buffer.byteLength(JSON.stringify(egressRegistration(plan.names, LONGEST_NETWORK, plan.allowHosts, 'report', LONGEST_LIFECYCLE))) + 1;
+      bodies.push({ what: 'egress proxy\'s registration archive', bytes: TAR_BLOCK + Math.ceil(content / TAR_BLOCK) * TAR_BLOCK + 2 * TAR_BLOCK });
+    }
   }
   return bodies.reduce((a, b) => (b.bytes > a.bytes ? b : a));
 }
@@ -35,7 +45,7 @@ export function checkCreateBodies(plan: SandboxPlan, testHosts: Readonly<Record<
   const fits = (count: number): boolean => largestBody(withAllowHosts(plan, plan.allowHosts.slice(0, count)), testHosts).bytes <= MAX_BODY_BYTES;
   const hosts = plan.allowHosts.length;
   if (hosts === 0 || !fits(0)) {
-    throw new SandboxError('invalid_spec', `The sandbox spec was refused: the ${largest.what}'s create body would be ${largest.bytes} bytes, over the ${MAX_BODY_BYTES} bytes the socket proxy accepts in one body; shorten spec.env.`);
+    throw new SandboxError('invalid_spec', `The sandbox spec was refused: the ${largest.what} would be ${largest.bytes} bytes, over the ${MAX_BODY_BYTES} bytes the socket proxy accepts in one body; shorten spec.env.`);
   }
   // The most entries (in the caller's order) that fit: fits(low) holds, fits(high) does not.
   let low = 0;
@@ -47,6 +57,6 @@ export function checkCreateBodies(plan: SandboxPlan, testHosts: Readonly<Record<
   }
   throw new SandboxError(
     'invalid_spec',
-    `The sandbox spec was refused: spec.limits.allowHosts has ${hosts} entries, and the ${largest.what}'s create body would be ${largest.bytes} bytes, over the ${MAX_BODY_BYTES} bytes the socket proxy accepts in one body; at most ${low} of these entries fit. Cover several hosts with one wildcard entry (*.example.com), or use fewer.`,
+    `The sandbox spec was refused: spec.limits.allowHosts has ${hosts} entries, and the ${largest.what} would be ${largest.bytes} bytes, over the ${MAX_BODY_BYTES} bytes the socket proxy accepts in one body; at most ${low} of these entries fit. Cover several hosts with one wildcard entry (*.example.com), or use fewer.`,
   );
 }

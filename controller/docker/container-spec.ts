@@ -3,7 +3,7 @@
  * here is a security decision; the comments say which attack each one stops. The socket proxy
  * re-checks the dangerous ones, so these bodies stay minimal.
  */
-import { EGRESS_ENV, EGRESS_METRICS_PORT, EGRESS_PROXY_PORT, encodeAllowHosts } from '../../common/index.js';
+import { EGRESS_ENV, EGRESS_METRICS_PORT, EGRESS_PROXY_PORT, TENANTS_DIR, encodeAllowHosts } from '../../common/index.js';
 import { type LogCaps, type SandboxPlan, PIDS_LIMIT, SandboxError, TIERS } from '../spec/index.js';
 import type { ContainerView } from './sandbox-engine.js';
 import { CA_TMPFS, CA_WRITE_SCRIPT, carriesCa } from './ca-trust.js';
@@ -161,11 +161,13 @@ export function sandboxContainerBody(plan: SandboxPlan, network: string | undefi
 /**
  * What the egress proxy of sandbox `name` tells a client it refused for a host off the allowlist,
  * instead of the standalone proxy's "add the host name to allowHosts": that allowlist is the
- * controller's, set when the sandbox is created (there is no live change yet). Printable ASCII
- * (a sandbox name is), well under the proxy's 300 characters.
+ * controller's. `live`: the proxy reads it from its registration, which `capybara-sandbox allow`
+ * changes while the sandbox runs; else it is set when the sandbox is created. Printable ASCII (a
+ * sandbox name is), well under the proxy's 300 characters.
  */
-export function egressRefusalHint(name: string): string {
-  return `the allowlist of sandbox ${name} is set when it is created: the operator sees its decisions with "capybara-sandbox logs ${name}" and allows a host by creating the sandbox again with --allow HOST`;
+export function egressRefusalHint(name: string, live: boolean): string {
+  const allow = live ? `allows a host with "capybara-sandbox allow ${name} HOST"` : 'allows a host by creating the sandbox again with --allow HOST';
+  return `the allowlist of sandbox ${name} is the operator's: the operator sees its decisions with "capybara-sandbox logs ${name}" and ${allow}`;
 }
 
 /** The egress proxy's mode: `report` only for a sandbox made for `run --report` (never flipped on an existing one). */
@@ -190,17 +192,26 @@ export function egressContainerBody(
   testHosts: Readonly<Record<string, string>> | undefined,
   transparentAddress?: string,
   mode: EgressMode = 'enforce',
+  policyVolume?: string,
 ): ContainerCreateBody {
+  if (policyVolume !== undefined && plan.credentials !== undefined) throw new SandboxError('invalid_spec', 'An egress proxy with secrets or inspected hosts takes its policy from its environment, not a registration.');
   const env: Record<string, string> = {
-    // With inspected hosts or secrets, the policy is EGRESS_POLICY_JSON (credentials.egressEnv), never both.
-    ...(plan.credentials === undefined ? { [EGRESS_ENV.allowHosts]: encodeAllowHosts(plan.allowHosts) } : plan.credentials.egressEnv),
-    // Report mode (run --report only): what only the allowlist refuses passes, logged would_deny.
-    ...(mode === 'report' ? { [EGRESS_ENV.mode]: 'report' } : {}),
+    // A registration in the policy volume (the controller writes it before the start, and again
+    // on every live change); with inspected hosts or secrets, EGRESS_POLICY_JSON
+    // (credentials.egressEnv); else the allowlist itself. Never two.
+    ...(policyVolume !== undefined
+      ? { [EGRESS_ENV.tenantsDir]: TENANTS_DIR }
+      : plan.credentials === undefined
+        ? { [EGRESS_ENV.allowHosts]: encodeAllowHosts(plan.allowHosts) }
+        : plan.credentials.egressEnv),
+    // Report mode (run --report only): what only the allowlist refuses passes, logged would_deny
+    // (for a registration, its own policy's mode).
+    ...(mode === 'report' && policyVolume === undefined ? { [EGRESS_ENV.mode]: 'report' } : {}),
     [EGRESS_ENV.listen]: `0.0.0.0:${EGRESS_PROXY_PORT}`,
     ...(transparentAddress === undefined ? {} : { [EGRESS_ENV.transparentListen]: transparentAddress }),
     // Loopback of the proxy's own container: read by the controller (egressUsage), not by the sandbox.
     [EGRESS_ENV.metricsListen]: `127.0.0.1:${EGRESS_METRICS_PORT}`,
-    [EGRESS_ENV.refusalHint]: egressRefusalHint(plan.names.name),
+    [EGRESS_ENV.refusalHint]: egressRefusalHint(plan.names.name, policyVolume !== undefined),
   };
   // Checked as printable ASCII where they entered the controller (the provider's test options).
   if (testHosts !== undefined && Object.keys(testHosts).length > 0) {
@@ -236,6 +247,9 @@ export function egressContainerBody(
       // controller starts it again before the sandbox's next command.
       RestartPolicy: { Name: 'on-failure' },
       LogConfig: logConfig(plan.logCaps),
+      // The registrations directory: a volume, so a restart keeps the current allowlist, and the
+      // one place dockerd may write into a container whose root is read-only.
+      ...(policyVolume === undefined ? {} : { Mounts: [{ Type: 'volume', Source: policyVolume, Target: TENANTS_DIR, VolumeOptions: { NoCopy: true } }] }),
     },
   };
 }

@@ -16,6 +16,7 @@ import {
 import { networkConnectBody } from './network-spec.js';
 import { pullReference } from './image-reference.js';
 import { WORKSPACE } from './container-spec.js';
+import { TENANTS_DIR } from '../../common/index.js';
 import { WORKSPACE_OWNER_ARCHIVE } from './workspace-owner.js';
 import type { ContainerView, NetworkView, SandboxEngine } from './sandbox-engine.js';
 
@@ -93,6 +94,10 @@ export class DockerEngine implements SandboxEngine {
 
   async giveWorkspaceToSandboxUser(name: string): Promise<void> {
     await this.call(`hand-over of the workspace of ${name}`, 'PUT', `/containers/${name}/archive`, { query: { path: WORKSPACE }, file: WORKSPACE_OWNER_ARCHIVE });
+  }
+
+  async putRegistration(container: string, archive: Buffer): Promise<void> {
+    await this.call(`registration in ${container}`, 'PUT', `/containers/${container}/archive`, { query: { path: TENANTS_DIR }, file: archive });
   }
 
   async startContainer(name: string): Promise<void> {

@@ -13,3 +13,4 @@ export { internalNetworkBody, sandboxNetworkProblem, sharedNetworkBody, sharedNe
 export { volumeBody } from './volume-spec.js';
 export { checkCreateBodies } from './body-budget.js';
 export { carriesCa } from './ca-trust.js';
+export { egressRegistration } from './registration-spec.js';

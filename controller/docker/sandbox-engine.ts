@@ -83,6 +83,11 @@ export interface SandboxEngine {
   /** Unforced: the engine refuses (409) while a container uses the volume; a missing one is fine. */
   removeVolume(name: string): Promise<void>;
   /**
+   * Puts a registration archive (common/tenant-archive.ts) into an egress container's
+   * registrations directory: a volume, so a created or stopped container takes it too.
+   */
+  putRegistration(container: string, archive: Buffer): Promise<void>;
+  /**
    * By id, or by name (the shared network; a name several networks share is an error, 400):
    * undefined when there is none.
    */

@@ -12,7 +12,7 @@ import { shellQuote } from '../exec/index.js';
 import { checkSpecOptions, DEFAULT_SANDBOX_IMAGE, parseSandboxOptions, sandboxName, type SandboxOptions } from './sandbox-options.js';
 import { parseLsOptions, type LsOptions } from './ls-options.js';
 
-export const OPERATOR_COMMANDS = ['up', 'down', 'create', 'run', 'ls', 'inspect', 'logs', 'exec', 'destroy', 'gc', 'doctor'] as const;
+export const OPERATOR_COMMANDS = ['up', 'down', 'create', 'run', 'ls', 'inspect', 'logs', 'exec', 'allow', 'deny', 'destroy', 'gc', 'doctor'] as const;
 export type OperatorCommand = (typeof OPERATOR_COMMANDS)[number];
 
 /** Commands that talk to the engine itself, not to the socket proxy. */
@@ -30,6 +30,8 @@ export interface OperatorArgs {
   readonly labels: Readonly<Record<string, string>>;
   /** The sandbox name (`cap-<id>`), for the commands that take one. */
   readonly name: string | undefined;
+  /** allow, deny: the hosts after the name. */
+  readonly hosts: readonly string[];
   /** The command line after `--` (exec, run), as `bash -c` runs it (commandLine). */
   readonly execCommand: string | undefined;
   readonly timeoutMs: number | undefined;
@@ -197,7 +199,9 @@ function usageName(word: string): string {
 }
 
 /** Commands taking one sandbox name; `--` commands take a command line after it. */
-const NAMED: readonly OperatorCommand[] = ['create', 'run', 'inspect', 'logs', 'exec', 'destroy'];
+const NAMED: readonly OperatorCommand[] = ['create', 'run', 'inspect', 'logs', 'exec', 'allow', 'deny', 'destroy'];
+/** Commands taking hosts after the name. */
+const WITH_HOSTS: readonly OperatorCommand[] = ['allow', 'deny'];
 const DASH_DASH: readonly OperatorCommand[] = ['exec', 'run'];
 
 /**
@@ -256,7 +260,9 @@ export function parseOperatorArgs(argv: readonly string[]): OperatorArgs {
   }
   const needsName = command !== undefined && NAMED.includes(command);
   if (!help && command !== undefined) {
-    if (needsName && rest.length !== 1) throw usageError(`${command} takes exactly one sandbox name`);
+    if (WITH_HOSTS.includes(command)) {
+      if (rest.length < 2) throw usageError(`${command} takes a sandbox name and at least one host, e.g. ${command} demo pypi.org`);
+    } else if (needsName && rest.length !== 1) throw usageError(`${command} takes exactly one sandbox name`);
     if (!needsName && rest.length > 0) throw usageError(`${command} takes no arguments, got ${JSON.stringify(rest.join(' '))}`);
     const takesTail = DASH_DASH.includes(command);
     if (takesTail && (tail === undefined || tail.length === 0)) throw usageError(`${command} needs a command after --, e.g. ${command} demo -- ls -la`);
@@ -277,6 +283,7 @@ export function parseOperatorArgs(argv: readonly string[]): OperatorArgs {
     network: values.network,
     labels: parseLabels(values.label ?? []),
     name: needsName && !help ? usageName(rest[0] ?? '') : undefined,
+    hosts: command !== undefined && WITH_HOSTS.includes(command) && !help ? rest.slice(1) : [],
     execCommand: tail === undefined ? undefined : commandLine(tail),
     timeoutMs: values.timeout === undefined ? undefined : parseDuration(values.timeout, '--timeout'),
     dryRun: values['dry-run'] === true,

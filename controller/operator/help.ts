@@ -154,6 +154,28 @@ Ctrl-C (without -t -i) or SIGTERM kills the command in the sandbox, then exits 1
     options: [TIMEOUT, ...STREAMS],
     examples: ['capybara-sandbox exec demo -- python3 -c \'print(1)\'', 'capybara-sandbox exec -it demo -- bash', 'printf \'a\\nb\\n\' | capybara-sandbox exec -i demo -- sort'],
   },
+  allow: {
+    summary: 'add hosts to a running sandbox\'s allowlist, in force within a second',
+    usage: 'allow NAME HOST...',
+    description: `Adds each HOST (example.com, or *.example.com for the names below it) to the allowlist of an
+allowlist sandbox while it runs, checked as at create: a host the egress proxy would refuse
+changes nothing. New connections and DNS answers get the new list within a second. Prints the
+allowlist now in force. A sandbox with secrets or inspected hosts keeps the list it was made with
+(exit 1, allowlist_fixed).`,
+    arguments: [NAME_ARG, ['HOST...', 'host names to allow']],
+    options: [],
+    examples: ['capybara-sandbox allow demo pypi.org files.pythonhosted.org', 'capybara-sandbox --json allow demo \'*.npmjs.org\''],
+  },
+  deny: {
+    summary: 'drop hosts from a running sandbox\'s allowlist; open connections to them are closed',
+    usage: 'deny NAME HOST...',
+    description: `Drops each HOST, written as it is in the allowlist, from the allowlist of an allowlist sandbox
+while it runs. Within a second new connections and DNS answers for it are refused, and the open
+tunnels and keep-alive connections to it are closed. Prints the allowlist now in force.`,
+    arguments: [NAME_ARG, ['HOST...', 'allowlist entries to drop']],
+    options: [],
+    examples: ['capybara-sandbox deny demo pypi.org'],
+  },
   destroy: {
     summary: 'remove a sandbox, its egress proxy, network and ephemeral volumes',
     usage: 'destroy [-f|--force] NAME',

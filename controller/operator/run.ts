@@ -171,6 +171,14 @@ async function dispatch(args: OperatorArgs, loaded: OperatorConfig, io: Operator
       const p = provider();
       return runExecCommand((opts) => p.exec({ id: args.name ?? '' }, args.execCommand ?? '', opts), execArgs(args, config), io);
     }
+    case 'allow':
+    case 'deny': {
+      const name = args.name ?? '';
+      const change = args.command === 'allow' ? { allow: [...args.hosts] } : { deny: [...args.hosts] };
+      const allowHosts = await provider().changeAllowHosts({ id: name }, change);
+      print(io, args, { name, allowHosts }, `allowlist of ${name}: ${allowHosts.join(', ') || '(empty: nothing is reached)'}\n`);
+      return 0;
+    }
     case 'destroy': {
       const name = args.name ?? '';
       const existed = (await engine.inspectContainer(name)) !== undefined || (await engine.inspectContainer(namesFor(name).egress)) !== undefined;

@@ -7,7 +7,8 @@
  */
 import { EGRESS_HEALTH_PATH, EGRESS_PROXY_PORT } from '../../common/index.js';
 import { CA_CERT_ENV, CA_FILE, SandboxError, type SandboxNames } from '../spec/index.js';
-import { egressContainerBody, imageRefusal, type EgressPlan, engineStatus } from '../docker/index.js';
+import { egressContainerBody, egressRegistration, imageRefusal, type EgressPlan, engineStatus, volumeBody } from '../docker/index.js';
+import { EGRESS_USER, readRegistration, registrable, writeRegistration } from './egress-policy.js';
 import { SANDBOX_USER } from '../exec/index.js';
 import type { BuildDeps } from './build-deps.js';
 import { dockerSays } from './concurrent-change.js';
@@ -70,16 +71,42 @@ export async function createEgress(
   internalNetwork: Promise<SandboxNetwork>,
   proceed: () => void = () => undefined,
   made: (name: string, id: string) => void = () => undefined,
+  rebuilding = false,
 ): Promise<void> {
   // Its transparent listeners bind the fixed address, so the body waits for the network.
   const network = await internalNetwork;
   proceed();
-  const body = egressContainerBody(plan, sharedNetwork, deps.egressTestHosts, network.egressAddress, deps.egressMode);
+  // Its policy a registration it reads from a volume (egress-policy.ts), where it can be.
+  const target = plan.credentials === undefined ? registrable(network) : undefined;
+  const volume = target === undefined ? undefined : plan.names.egressPolicyVolume;
+  if (volume !== undefined) await deps.engine.createVolume(volumeBody(volume, plan.labels, undefined, undefined));
+  proceed();
+  const body = egressContainerBody(plan, sharedNetwork, deps.egressTestHosts, network.egressAddress, deps.egressMode, volume);
   made(plan.names.egress, await createContainerPullingOnce(deps, plan.names.egress, plan.egressProxyImage, body));
   proceed();
+  // In force before the proxy starts (and so before the sandbox can send anything).
+  if (target !== undefined && !rebuilding) await writeRegistration(deps.engine, plan.names, egressRegistration(plan.names, target, plan.allowHosts, deps.egressMode));
+  proceed();
   await deps.engine.startContainer(plan.names.egress);
+  if (target !== undefined && rebuilding) await keepRegistration(deps, plan, target);
   proceed();
   await connectEgress(deps, plan.names.egress, network);
+}
+
+/**
+ * A rebuilt proxy's registration: the volume's, which live changes made, kept (on the network as
+ * it is now, with a new lifecycle id when that moved); the allowlist of the sandbox's label when
+ * the volume had none. Read once the proxy runs (a `cat` needs a running container): until then
+ * a stale registration matches no client of the network, and nothing is let through.
+ */
+async function keepRegistration(deps: BuildDeps, plan: EgressPlan, target: { subnet: string; address: string }): Promise<void> {
+  const held = await readRegistration(deps.engine, plan.names, EGRESS_USER).catch((err: unknown) => {
+    deps.logger.warn({ sandbox: plan.names.name, err }, 'the egress registration could not be read; writing the allowlist of the sandbox\'s label');
+    return undefined;
+  });
+  if (held !== undefined && held.sandbox === plan.names.name && held.subnet.text === target.subnet && held.address === target.address) return;
+  const allowHosts = held?.sandbox === plan.names.name ? held.policy.allowHosts.map((e) => (typeof e === 'string' ? e : e.host)) : plan.allowHosts;
+  await writeRegistration(deps.engine, plan.names, egressRegistration(plan.names, target, allowHosts, deps.egressMode));
 }
 
 /**

@@ -9,3 +9,4 @@ export { SandboxLanes } from './sandbox-lanes.js';
 export { readEgressUsage } from './egress-usage.js';
 export type { EgressUsage } from './egress-usage.js';
 export { CredentialSource } from './credential-source.js';
+export { changeAllowHosts, MAX_ALLOW_HOSTS } from './allowlist-change.js';

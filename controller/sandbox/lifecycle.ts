@@ -145,6 +145,7 @@ export class SandboxLifecycle {
       engine.removeVolume(names.workspaceVolume),
       engine.removeVolume(names.skillsVolume),
       engine.removeVolume(names.buildingVolume),
+      engine.removeVolume(names.egressPolicyVolume),
     ]);
   }
 

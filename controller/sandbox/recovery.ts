@@ -194,7 +194,7 @@ export class SandboxRecovery {
       egressNanoCpus: egressNanoCpus(this.deps.config),
     };
     try {
-      await createEgress(this.deps, plan, shared, Promise.resolve(network));
+      await createEgress(this.deps, plan, shared, Promise.resolve(network), undefined, undefined, true);
     } catch (err) {
       // A concurrent recovery created it first.
       ignoreConflict(err);

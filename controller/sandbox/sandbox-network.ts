@@ -23,6 +23,8 @@ export interface SandboxNetwork {
   readonly id: string;
   /** Undefined on a network made before the address pool: it has no subnet of its own to pick from. */
   readonly egressAddress: string | undefined;
+  /** Its subnet (`a.b.c.d/p`), with the same exception: what the egress proxy's registration names. */
+  readonly subnet: string | undefined;
 }
 
 /**
@@ -50,7 +52,7 @@ export function sandboxNetworkOf(view: NetworkView): SandboxNetwork {
   // The label names the subnet the controller asked for; the engine's own record must agree.
   const subnet = view.labels[LABEL_SUBNET];
   const addresses = subnet !== undefined && view.subnets.includes(subnet) ? subnetAddresses(subnet) : undefined;
-  return { id: view.id, egressAddress: addresses?.egressAddress };
+  return { id: view.id, egressAddress: addresses?.egressAddress, subnet: addresses?.subnet };
 }
 
 /** Every network named like the sandbox's that carries its labels, oldest first: one, unless a create race made more. */
@@ -103,7 +105,7 @@ export async function createSandboxNetwork(deps: BuildDeps, names: SandboxNames,
       throw err;
     }
     const own = await ownSandboxNetworks(deps, names);
-    if (own.length <= 1) return { id, egressAddress: addresses.egressAddress };
+    if (own.length <= 1) return { id, egressAddress: addresses.egressAddress, subnet: addresses.subnet };
     return sandboxNetworkOf(await keepOldest(deps, own));
   }
   throw new SandboxError(

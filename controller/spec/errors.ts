@@ -29,6 +29,7 @@ export const sandboxErrorCodes = {
   exec_failed: 'Docker could not start the command in the sandbox (the container runtime refused the exec).',
   conflict: 'Another call, in this controller or another one, created, removed or changed the same sandbox at the same time.',
   network_not_isolated: 'A network the controller would use lacks the options that keep sandboxes apart: inter-container traffic off on the shared network; internal and without a host address on a sandbox network.',
+  allowlist_fixed: 'The sandbox\'s allowlist cannot change while it runs: its egress proxy takes its policy from its environment (secrets or inspected hosts, or a sandbox created before live allowlists).',
   address_pool_exhausted: 'No subnet was free for a network: of the deployment\'s address pool for a sandbox network, or of the engine\'s default-address-pools for the shared network.',
 } as const;
 

@@ -32,7 +32,7 @@ export type { SandboxPlan } from './sandbox-plan.js';
 export { parseAddressPool, sandboxSubnet, subnetAddresses, subnetSlots } from './address-pool.js';
 export type { AddressPool, SandboxSubnet } from './address-pool.js';
 export { printableAsciiMap, serialiseAsciiBody } from './ascii-body.js';
-export { checkSandboxSpec, DEFAULT_EGRESS_TIER, EGRESS_TIER_NAMES } from './sandbox-spec.js';
+export { checkAllowlistChange, checkSandboxSpec, DEFAULT_EGRESS_TIER, EGRESS_TIER_NAMES, type AllowlistChange } from './sandbox-spec.js';
 export { TIERS, meaningOfLabel, usesSharedNetwork } from './tiers.js';
 export type { TierMeaning } from './tiers.js';
 export {

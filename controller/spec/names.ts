@@ -51,6 +51,11 @@ export interface SandboxNames {
    * period, was left half-built by a controller that died (operator/orphans.ts).
    */
   readonly buildingVolume: string;
+  /**
+   * The egress proxy's registrations directory (common/tenant-archive.ts): the sandbox's current
+   * allowlist, which `changeAllowHosts` rewrites while the sandbox runs and a restart keeps.
+   */
+  readonly egressPolicyVolume: string;
 }
 
 export function namesFor(name: string): SandboxNames {
@@ -62,6 +67,7 @@ export function namesFor(name: string): SandboxNames {
     workspaceVolume: `${name}-workspace`,
     skillsVolume: `${name}-skills`,
     buildingVolume: `${name}-building`,
+    egressPolicyVolume: `${name}-egress-policy`,
   };
 }
 

@@ -91,3 +91,18 @@ export function checkSandboxSpec(input: unknown): CheckedSandboxSpec {
   const code = unknownLimit ? 'limit_not_expressible' : 'invalid_spec';
   throw new SandboxError(code, `The sandbox spec was refused: ${describeIssues(result.error, 'spec')}.`, { cause: result.error });
 }
+
+/** A live allowlist change (`changeAllowHosts`): the hosts to add and to drop. */
+const allowlistChangeSchema = z.strictObject({
+  allow: z.array(allowHostSchema).max(1_000).optional(),
+  deny: z.array(allowHostSchema).max(1_000).optional(),
+});
+
+export type AllowlistChange = z.input<typeof allowlistChangeSchema>;
+
+/** Validates a change with the create's own entry checks: `invalid_spec` names the entry and why. */
+export function checkAllowlistChange(input: unknown): z.output<typeof allowlistChangeSchema> {
+  const result = allowlistChangeSchema.safeParse(input);
+  if (result.success) return result.data;
+  throw new SandboxError('invalid_spec', `The allowlist change was refused: ${describeIssues(result.error, 'change')}.`, { cause: result.error });
+}

@@ -19,7 +19,8 @@ import { parseAddressPool, sandboxSubnet, subnetSlots } from '../../controller/s
 import { volumeBody } from '../../controller/docker/volume-spec.js';
 import { SANDBOX_USER } from '../../controller/exec/exec-script.js';
 import { isSandboxError } from '../../controller/spec/errors.js';
-import { IMAGES } from '../../common/index.js';
+import { IMAGES, registrationArchive } from '../../common/index.js';
+import { egressRegistration } from '../../controller/docker/registration-spec.js';
 import { controllerBodies, TEST_VOLUME_DRIVER, type BodyRoute } from './controller-bodies.js';
 import { send } from './raw-http.js';
 import { fileNeeds, needUnmet } from '../support/needs.js';
@@ -97,13 +98,16 @@ t.test('the controller engine layer through the socket proxy', async (t) => {
     { method: 'createVolume', run: async () => {
       await engine.createVolume(volumeBody(plan.workspaceVolume, plan.labels, undefined, undefined));
       await engine.createVolume(volumeBody(names.skillsVolume, plan.labels, undefined, undefined));
+      await engine.createVolume(volumeBody(names.egressPolicyVolume, plan.labels, undefined, undefined));
     } },
     { method: 'volumeExists', run: async () => t.equal(await engine.volumeExists(plan.workspaceVolume), true) },
     { method: 'createContainer', run: async () => {
       await engine.createContainer(names.container, sandboxContainerBody(plan, ids.sandbox));
-      await engine.createContainer(names.egress, egressContainerBody(plan, ids.shared, undefined));
+      // As build-steps.ts makes it: its policy a registration in its own volume.
+      await engine.createContainer(names.egress, egressContainerBody(plan, ids.shared, undefined, addresses.egressAddress, 'enforce', names.egressPolicyVolume));
     } },
     { method: 'giveWorkspaceToSandboxUser', run: () => engine.giveWorkspaceToSandboxUser(names.container) },
+    { method: 'putRegistration', run: () => engine.putRegistration(names.egress, registrationArchive('sandbox', egressRegistration(names, { subnet: addresses.subnet, address: addresses.egressAddress }, plan.allowHosts, 'enforce'))) },
     { method: 'connectNetwork', run: () => engine.connectNetwork(ids.sandbox, names.egress, addresses.egressAddress) },
     { method: 'startContainer', run: async () => {
       await engine.startContainer(names.container);

@@ -40,8 +40,11 @@ t.test('the option and its variable: validated, and kept by the policy on every 
   t.equal(parseConfig(['--allow-hosts', 'a.test', '--refusal-hint', 'x'.repeat(300)], {})?.refusalHint?.length, 300, '300 characters are fine');
   // The hint the controller gives each sandbox's proxy passes the proxy's check, for the longest name.
   const longest = `cap-${'n'.repeat(52)}`;
-  t.equal(parseConfig([], { EGRESS_ALLOW_HOSTS: '', EGRESS_REFUSAL_HINT: egressRefusalHint(longest) })?.refusalHint, egressRefusalHint(longest));
-  t.match(egressRefusalHint('cap-demo'), /"capybara-sandbox logs cap-demo".*--allow HOST/);
+  for (const live of [true, false]) {
+    t.equal(parseConfig([], { EGRESS_ALLOW_HOSTS: '', EGRESS_REFUSAL_HINT: egressRefusalHint(longest, live) })?.refusalHint, egressRefusalHint(longest, live));
+  }
+  t.match(egressRefusalHint('cap-demo', false), /"capybara-sandbox logs cap-demo".*--allow HOST/);
+  t.match(egressRefusalHint('cap-demo', true), /"capybara-sandbox logs cap-demo".*"capybara-sandbox allow cap-demo HOST"/);
 });
 
 t.test('a refusal of a host off the allowlist carries the hint in its body only', async (t) => {

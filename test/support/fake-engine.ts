@@ -26,7 +26,10 @@
  *               outside the subnet 500, taken 403; disconnect (`docker network disconnect`)
  *   volumes     create of an existing one succeeds and changes nothing; removal while any
  *               container mounts it 409; an unknown driver 404; the archive that hands the
- *               volume at /workspace to the sandbox user (500 when no volume is mounted there)
+ *               volume at /workspace to the sandbox user (500 when no volume is mounted there);
+ *               a registration archive into an egress container's registrations volume (its
+ *               one file kept, per volume; 500 when no volume is mounted there), which a
+ *               `cat FILE` exec in a container mounting that volume prints (exit 1 without it)
  *   images      present or not; a pull finds only what `registry` holds
  *   exec        a process model a test can replace (`onExec`): by default a command exits 0 with
  *               no output (a command of the controller's exec wrapper, whose exec carries the
@@ -45,6 +48,7 @@ import { EngineStatusError, type ContainerSummary, type ExecRequest, type ExecRu
 import type { LogRead, LogRequest } from '../../controller/docker/engine-logs.js';
 import type { ContainerView, NetworkView, SandboxEngine } from '../../controller/docker/sandbox-engine.js';
 import { EXEC_MARK_VAR, STARTED_BYTE, SURVIVORS_MARKER } from '../../controller/exec/exec-script.js';
+import { TENANTS_DIR } from '../../common/index.js';
 
 type ContainerState = 'created' | 'running' | 'paused' | 'exited';
 
@@ -143,6 +147,8 @@ export class FakeEngine implements SandboxEngine {
   /** Volume drivers besides `local`. */
   readonly volumeDrivers = new Set<string>();
   readonly calls: FakeCall[] = [];
+  /** Files archives put into volumes (putRegistration): volume, then file name, then content. */
+  readonly volumeFiles = new Map<string, Map<string, Buffer>>();
   /** The process model of every exec (see the header). */
   onExec: ExecModel = (container, request) => this.defaultExec(container, request);
   private readonly hooks: Array<(call: FakeCall) => void | Promise<void>> = [];
@@ -300,6 +306,35 @@ export class FakeEngine implements SandboxEngine {
     // dockerd refuses to extract into a read-only root that no volume covers.
     if (mount?.Source === undefined) throw this.status(call, 500, 'container rootfs is marked read-only');
     this.sandboxUserVolumes.add(mount.Source);
+  }
+
+  async putRegistration(container: string, archive: Buffer): Promise<void> {
+    const call = await this.enter('putRegistration', container);
+    const c = this.container(call);
+    const mount = (c.body.HostConfig?.Mounts ?? []).find((m) => m.Type === 'volume' && (m as { Target?: string }).Target === TENANTS_DIR);
+    if (mount?.Source === undefined) throw this.status(call, 500, 'container rootfs is marked read-only');
+    const field = (from: number, to: number): string => archive.subarray(from, to).toString('latin1').replace(/\0[\s\S]*$/, '');
+    const size = parseInt(field(124, 136), 8);
+    const files = this.volumeFiles.get(mount.Source) ?? new Map<string, Buffer>();
+    files.set(field(0, 100), Buffer.from(archive.subarray(512, 512 + size)));
+    this.volumeFiles.set(mount.Source, files);
+  }
+
+  /** The registration the egress proxy of sandbox `name` reads (its `sandbox.json`), parsed. */
+  registration(name: string): { lifecycle: string; subnet: string; address: string; policy: { allowHosts: string[]; mode?: string } } | undefined {
+    const file = this.fileIn(`${name}-egress`, `${TENANTS_DIR}/sandbox.json`);
+    return file === undefined ? undefined : (JSON.parse(file.toString('utf8')) as ReturnType<FakeEngine['registration']>);
+  }
+
+  /** A file an archive put at `path` of a volume `container` mounts, if any. */
+  fileIn(container: string, path: string): Buffer | undefined {
+    const c = this.containers.get(container);
+    for (const m of c?.body.HostConfig?.Mounts ?? []) {
+      const target = (m as { Target?: string }).Target;
+      if (m.Type !== 'volume' || m.Source === undefined || target === undefined || !path.startsWith(`${target}/`)) continue;
+      return this.volumeFiles.get(m.Source)?.get(path.slice(target.length + 1));
+    }
+    return undefined;
   }
 
   async listRunningContainers(labels: readonly string[]): Promise<ContainerSummary[]> {
@@ -536,6 +571,10 @@ export class FakeEngine implements SandboxEngine {
 
   /** The default process model: see the header. */
   defaultExec(container: string, request: ExecRequest): ExecOutcome {
+    if (request.cmd.length === 2 && request.cmd[0] === 'cat') {
+      const file = this.fileIn(container, request.cmd[1] ?? '');
+      return file === undefined ? { exitCode: 1, stderr: `cat: ${request.cmd[1] ?? ''}: No such file or directory\n` } : { exitCode: 0, stdout: file.toString('utf8') };
+    }
     if (request.cmd[3] === SURVIVORS_MARKER) return { exitCode: 0, stdout: `${SURVIVORS_MARKER} 0\n` };
     const dial = /\/dev\/tcp\/([^/\s]+)\/\d+/.exec(request.cmd.join('\n'));
     if (dial === null) return request.env?.some((e) => e.startsWith(`${EXEC_MARK_VAR}=`)) === true ? { exitCode: 0, stderr: String.fromCharCode(STARTED_BYTE) } : { exitCode: 0 };

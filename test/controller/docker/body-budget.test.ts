@@ -10,6 +10,7 @@ import { isSandboxError } from '../../../controller/spec/errors.js';
 import { parseDeploymentConfig } from '../../../controller/spec/config.js';
 import { planSandbox, withAllowHosts } from '../../../controller/spec/sandbox-plan.js';
 import { egressContainerBody, sandboxContainerBody } from '../../../controller/docker/container-spec.js';
+import { egressRegistration } from '../../../controller/docker/registration-spec.js';
 
 const hosts = (n: number) => Array.from({ length: n }, (_, i) => `host-${String(i).padStart(5, '0')}.example-registry.com`);
 const spec = (allowHosts: string[]) => ({ id: 'long', image: IMAGES.sandbox, limits: { egress: 'allowlist' as const, allowHosts } });
@@ -18,7 +19,13 @@ const config = parseDeploymentConfig({ endpoint: 'unix:///nonexistent/fake-engin
 const NETWORK_ID = 'f'.repeat(64);
 const bodyBytes = (allowHosts: string[]) => {
   const plan = withAllowHosts(planSandbox(spec([]), config, { extraLabels: { 'dev.capybara.test': 'fake' } }), allowHosts);
-  return Math.max(JSON.stringify(sandboxContainerBody(plan, NETWORK_ID, '255.255.255.255')).length, JSON.stringify(egressContainerBody(plan, NETWORK_ID, undefined, '255.255.255.255')).length);
+  // The registration as its archive: a header, its content (and a newline) in whole blocks, two end blocks.
+  const registration = JSON.stringify(egressRegistration(plan.names, { subnet: '255.255.255.240/28', address: '255.255.255.255' }, allowHosts, 'report', '0'.repeat(36))).length + 1;
+  return Math.max(
+    JSON.stringify(sandboxContainerBody(plan, NETWORK_ID, '255.255.255.255')).length,
+    JSON.stringify(egressContainerBody(plan, NETWORK_ID, undefined, '255.255.255.255')).length,
+    512 + Math.ceil(registration / 512) * 512 + 1024,
+  );
 };
 
 t.test('an allowlist too long for one body is refused at once, with its count and what fits', async (t) => {
@@ -27,7 +34,7 @@ t.test('an allowlist too long for one body is refused at once, with its count an
   const err = await s.provider.create(spec(list)).catch((e: unknown) => e);
   t.ok(isSandboxError(err, 'invalid_spec'), String(err));
   const message = (err as Error).message;
-  const m = /spec\.limits\.allowHosts has 2500 entries, and the (sandbox container|egress proxy)'s create body would be (\d+) bytes, over the 32768 bytes the socket proxy accepts in one body; at most (\d+) of these entries fit/.exec(message);
+  const m = /spec\.limits\.allowHosts has 2500 entries, and the (sandbox container's create body|egress proxy's create body|egress proxy's registration archive) would be (\d+) bytes, over the 32768 bytes the socket proxy accepts in one body; at most (\d+) of these entries fit/.exec(message);
   t.ok(m, message);
   const fit = Number(m?.[3]);
   t.equal(Number(m?.[2]), bodyBytes(list), 'the size is the real body\'s');

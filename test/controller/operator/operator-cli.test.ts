@@ -42,6 +42,8 @@ t.test('usage and config errors (no engine needed)', async (t) => {
     { name: 'bad endpoint in config file', argv: ['--config', join(dir, 'bad-endpoint.json'), 'ls'], code: 2, err: /endpoint: must be tcp/ },
     { name: 'exec without --', argv: ['--endpoint', 'unix:///x.sock', 'exec', 'cap-x'], code: 2, err: /needs a command after --/ },
     { name: 'inspect without a name', argv: ['--endpoint', 'unix:///x.sock', 'inspect'], code: 2, err: /exactly one sandbox name/ },
+    { name: 'allow without a host', argv: ['--endpoint', 'unix:///x.sock', 'allow', 'demo'], code: 2, err: /allow takes a sandbox name and at least one host/ },
+    { name: 'deny without a name', argv: ['--endpoint', 'unix:///x.sock', 'deny'], code: 2, err: /deny takes a sandbox name and at least one host/ },
     { name: 'bad --min-age', argv: ['--endpoint', 'unix:///x.sock', 'gc', '--min-age', 'soon'], code: 2, err: /not a duration/ },
     { name: 'bad sandbox name: a usage error', argv: ['--endpoint', 'unix:///x.sock', 'inspect', 'web 1'], code: 2, err: /invalid_config: Sandbox name "cap-web 1" is not a sandbox resource name.*see capybara-sandbox --help/ },
     // Refused before anything is said or asked: no "creating", and no engine (none answers here).
@@ -57,7 +59,7 @@ t.test('usage and config errors (no engine needed)', async (t) => {
   const help = await op(['--help']);
   t.equal(help.code, 0);
   // Each command's own options are in its --help (operator-conventions.test.ts).
-  for (const word of ['up', 'down', 'create', 'run', 'ls', 'inspect', 'exec', 'destroy', 'gc', 'doctor', '--json', '--config', '--socket-dir']) t.match(help.stdout, word);
+  for (const word of ['up', 'down', 'create', 'run', 'ls', 'inspect', 'exec', 'allow', 'deny', 'destroy', 'gc', 'doctor', '--json', '--config', '--socket-dir']) t.match(help.stdout, word);
 });
 
 t.test('the built bin prints help, and its version', async (t) => {

@@ -64,7 +64,8 @@ t.test('the egress proxy of a report provider is in report mode; of any other, n
     const s = setup(mode);
     await s.deps.provider.create(spec);
     const env = s.engine.containers.get(EGRESS)?.body.Env ?? [];
-    t.equal(env.includes('EGRESS_MODE=report'), mode === 'report', `${mode ?? 'default'}: EGRESS_MODE`);
+    t.equal(s.engine.registration(NAME)?.policy.mode, mode === 'report' ? 'report' : undefined, `${mode ?? 'default'}: the registration's mode`);
+    t.notOk(env.some((e) => e.startsWith('EGRESS_MODE')), 'not in the environment: the registration says it');
     t.notOk((s.engine.containers.get(NAME)?.body.Env ?? []).some((e) => e.startsWith('EGRESS_MODE')), 'never in the sandbox');
   }
 });

@@ -25,7 +25,7 @@ t.test('each tier makes what its row of the tier table says', async (t) => {
   const rows = [
     { egress: 'none', objects: [NAME, `${NAME}-skills`, `${NAME}-workspace`], shared: false },
     { egress: 'internal', objects: [NAME, NET, `${NAME}-skills`, `${NAME}-workspace`], shared: false },
-    { egress: 'allowlist', objects: [NAME, EGRESS, NET, `${NAME}-skills`, `${NAME}-workspace`], shared: true },
+    { egress: 'allowlist', objects: [NAME, EGRESS, NET, `${NAME}-egress-policy`, `${NAME}-skills`, `${NAME}-workspace`], shared: true },
     { egress: 'open', objects: [NAME, `${NAME}-skills`, `${NAME}-workspace`], shared: true },
   ] as const;
   for (const row of rows) {

@@ -64,7 +64,8 @@ t.test('a missing egress proxy is rebuilt from the labels and the current config
   t.equal(proxy?.body.Image, 'capybara-sandbox-egress:next', 'the image of the current config');
   t.equal(proxy?.body.HostConfig?.NetworkMode, s.engine.networkNamed('capybara-next')?.id, 'the shared network of the current config, by id');
   t.ok(s.engine.networkNamed('capybara-next'), 'which is created when missing');
-  t.ok(proxy?.body.Env?.includes(`${EGRESS_ENV.allowHosts}=example.com,*.pypi.org`), 'the allowlist recorded in the labels');
+  t.same(s.engine.registration(NAME)?.policy.allowHosts, ['example.com', '*.pypi.org'], 'the allowlist its registration volume kept');
+  t.notOk(proxy?.body.Env?.some((e) => e.startsWith(`${EGRESS_ENV.allowHosts}=`)), 'read from the registration, not the environment');
   t.same(proxy?.body.Labels, { ...FAKE_LABELS, 'dev.capybara.sandbox': '1', 'dev.capybara.sandbox.name': NAME, 'dev.capybara.sandbox.role': 'egress' }, 'resource labels, not the tier or the allowlist');
   t.ok(s.engine.reachable(NAME, EGRESS), 'on the sandbox network again');
   t.match(s.logs.find((l) => /egress proxy missing/.test(l.msg)), { sandbox: NAME });
@@ -254,13 +255,26 @@ t.test('a container paused between the recovery and the command is recovered aga
   t.equal(state(s, NAME), 'running');
 });
 
-t.test('an allowlist sandbox whose allowlist label is gone gets a proxy that allows nothing', async (t) => {
+t.test('a rebuilt egress proxy whose registration volume lost its file gets the allowlist of the label, with a new lifecycle id', async (t) => {
+  const s = await created();
+  const before = s.engine.registration(NAME);
+  await stopBoth(s);
+  await s.engine.removeContainer(EGRESS);
+  s.engine.volumeFiles.clear();
+  t.equal(await s.provider.resume({ id: NAME }), 'running');
+  const after = s.engine.registration(NAME);
+  t.same(after?.policy.allowHosts, ['example.com', '*.pypi.org']);
+  t.not(after?.lifecycle, before?.lifecycle);
+});
+
+t.test('an allowlist sandbox whose allowlist label and registration are gone gets a proxy that allows nothing', async (t) => {
   const s = await created();
   await stopBoth(s);
   await s.engine.removeContainer(EGRESS);
+  s.engine.volumeFiles.clear();
   delete s.engine.containers.get(NAME)?.body.Labels?.['dev.capybara.sandbox.allow-hosts'];
   t.equal(await s.provider.resume({ id: NAME }), 'running');
-  t.ok(s.engine.containers.get(EGRESS)?.body.Env?.includes(`${EGRESS_ENV.allowHosts}=`), 'an empty allowlist: fail closed, never open');
+  t.same(s.engine.registration(NAME)?.policy.allowHosts, [], 'an empty allowlist: fail closed, never open');
 });
 
 t.test('an egress proxy that runs off the sandbox network is put back, at its fixed address, before a command and on resume', async (t) => {

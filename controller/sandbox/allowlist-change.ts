@@ -1,0 +1,65 @@
+/**
+ * A running sandbox's allowlist changed (`changeAllowHosts`, `capybara-sandbox allow` and `deny`):
+ * its egress proxy's registration is read, the hosts added and dropped, and the registration
+ * written again with the same lifecycle id, in the sandbox's lane (one change at a time). The
+ * proxy takes it within a second and closes the connections the new list refuses. The entries
+ * are checked as at create; an invalid change changes nothing.
+ */
+import { LABEL_EGRESS, SandboxError, checkAllowlistChange, meaningOfLabel, namesFor, type AllowlistChange } from '../spec/index.js';
+import type { SandboxEngine } from '../docker/index.js';
+import { EGRESS_USER, readRegistration, writeRegistration } from './egress-policy.js';
+import type { SandboxLanes } from './sandbox-lanes.js';
+
+/** The most entries an allowlist may hold after a change (the registration must fit the socket proxy's body cap). */
+export const MAX_ALLOW_HOSTS = 1_000;
+
+export interface AllowlistDeps {
+  readonly engine: SandboxEngine;
+  readonly lanes: SandboxLanes;
+  /** Brings the sandbox (and its proxy) up, as before a command. */
+  ensureRunning(name: string): Promise<void>;
+}
+
+/** The list after the change: the old one in its order, new entries after it, dropped ones gone. */
+export function changedList(current: readonly string[], change: { allow?: readonly string[] | undefined; deny?: readonly string[] | undefined }): string[] {
+  const deny = new Set(change.deny ?? []);
+  const next: string[] = [];
+  for (const host of [...current, ...(change.allow ?? [])]) if (!deny.has(host) && !next.includes(host)) next.push(host);
+  return next;
+}
+
+/** Applies `change` to sandbox `name`; the allowlist now in force. */
+export async function changeAllowHosts(deps: AllowlistDeps, name: string, change: AllowlistChange): Promise<string[]> {
+  const checked = checkAllowlistChange(change);
+  const overlap = (checked.allow ?? []).filter((h) => (checked.deny ?? []).includes(h));
+  if (overlap.length > 0) throw new SandboxError('invalid_spec', `The allowlist change was refused: ${overlap.join(', ')} is both allowed and denied; name each host once.`);
+  await deps.ensureRunning(name);
+  return deps.lanes.run(name, async () => {
+    const view = await deps.engine.inspectContainer(name);
+    if (view === undefined) throw new SandboxError('not_found', `Sandbox ${name} does not exist (its container is gone); create it again.`);
+    if (!meaningOfLabel(view.labels[LABEL_EGRESS]).egressProxy) {
+      throw new SandboxError('invalid_spec', `Sandbox ${name} has no egress proxy (egress tier ${JSON.stringify(view.labels[LABEL_EGRESS] ?? 'none')}): only an allowlist sandbox has an allowlist.`);
+    }
+    const names = namesFor(name);
+    const held = await readRegistration(deps.engine, names, EGRESS_USER);
+    if (held === undefined || held.sandbox !== name) {
+      throw new SandboxError(
+        'allowlist_fixed',
+        `The allowlist of ${name} is fixed: its egress proxy takes its policy from its environment (a sandbox with secrets or inspected hosts, or one created before live allowlists). Destroy it and create it again with the new list.`,
+      );
+    }
+    const current = held.policy.allowHosts.map((e) => (typeof e === 'string' ? e : e.host));
+    const next = changedList(current, checked);
+    if (next.length > MAX_ALLOW_HOSTS) throw new SandboxError('invalid_spec', `The allowlist change was refused: ${name} would have ${next.length} entries, over ${MAX_ALLOW_HOSTS}.`);
+    const registration = {
+      version: 1 as const,
+      sandbox: name,
+      lifecycle: held.lifecycle,
+      subnet: held.subnet.text,
+      address: held.address,
+      policy: { allowHosts: next, ...(held.policy.mode === 'report' ? { mode: 'report' as const } : {}) },
+    };
+    await writeRegistration(deps.engine, names, registration);
+    return next;
+  });
+}

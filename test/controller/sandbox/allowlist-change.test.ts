@@ -1,0 +1,79 @@
+/**
+ * Live allowlists (controller/sandbox/allowlist-change.ts) on the in-memory engine: a change
+ * rewrites the egress proxy's registration with the same lifecycle id; a bad change, a sandbox
+ * without a proxy, one whose policy is its proxy's environment and a missing one change nothing
+ * and say why; a proxy rebuilt by recovery keeps the changed list. The real proxy taking the
+ * change, and closing what it no longer allows, is docker-live-allowlist.test.ts.
+ */
+import t from 'tap';
+import { isSandboxError } from '../../../controller/index.js';
+import { changedList } from '../../../controller/sandbox/allowlist-change.js';
+import { IMAGES } from '../../../common/index.js';
+import { fakeSandbox } from '../../support/fake-sandbox.js';
+
+const NAME = 'cap-live';
+const spec = (egress: 'allowlist' | 'internal' = 'allowlist') => ({ id: 'live', image: IMAGES.sandbox, limits: { egress, ...(egress === 'allowlist' ? { allowHosts: ['deb.debian.org', 'pypi.org'] } : {}) } });
+
+t.test('the list after a change: the old order, new entries after, dropped ones gone, each once', async (t) => {
+  t.same(changedList(['a.test', 'b.test'], { allow: ['c.test', 'a.test', 'c.test'] }), ['a.test', 'b.test', 'c.test']);
+  t.same(changedList(['a.test', 'b.test'], { deny: ['a.test', 'z.test'] }), ['b.test']);
+  t.same(changedList(['a.test'], { deny: ['a.test'] }), [], 'everything dropped: nothing is reached');
+});
+
+t.test('allow and deny rewrite the registration, the lifecycle id kept', async (t) => {
+  const s = fakeSandbox();
+  const h = await s.provider.create(spec());
+  const before = s.engine.registration(NAME);
+  t.same(before?.policy.allowHosts, ['deb.debian.org', 'pypi.org'], 'registered at create');
+  t.same(await s.provider.changeAllowHosts(h, { allow: ['files.pythonhosted.org', '*.npmjs.org'] }), ['deb.debian.org', 'pypi.org', 'files.pythonhosted.org', '*.npmjs.org']);
+  t.same(await s.provider.changeAllowHosts(h, { deny: ['pypi.org'] }), ['deb.debian.org', 'files.pythonhosted.org', '*.npmjs.org']);
+  const after = s.engine.registration(NAME);
+  t.same(after?.policy.allowHosts, ['deb.debian.org', 'files.pythonhosted.org', '*.npmjs.org']);
+  t.equal(after?.lifecycle, before?.lifecycle, 'the same sandbox: its connections are rechecked, not all closed');
+  t.same([after?.subnet, after?.address], [before?.subnet, before?.address]);
+});
+
+t.test('a bad change changes nothing and names the entry', async (t) => {
+  const s = fakeSandbox();
+  const h = await s.provider.create(spec());
+  const rows: Array<[unknown, RegExp, string]> = [
+    [{ allow: ['*.com'] }, /\*\.com/, 'a wildcard over a public suffix'],
+    [{ allow: ['10.0.0.1'] }, /10\.0\.0\.1/, 'an IP literal'],
+    [{ allow: ['https://pypi.org/simple'] }, /pypi\.org/, 'a URL'],
+    [{ allow: ['a.test'], deny: ['a.test'] }, /both allowed and denied/, 'one host both ways'],
+    [{ allow: 'pypi.org' }, /allow/, 'not a list'],
+    [{ remove: ['pypi.org'] }, /remove/, 'an unknown key'],
+  ];
+  for (const [change, words, what] of rows) {
+    const err = await s.provider.changeAllowHosts(h, change as never).catch((e: unknown) => e);
+    t.ok(isSandboxError(err, 'invalid_spec') && words.test((err as Error).message), `${what}: ${String(err)}`);
+  }
+  t.same(s.engine.registration(NAME)?.policy.allowHosts, ['deb.debian.org', 'pypi.org'], 'unchanged');
+  t.equal(s.engine.count('putRegistration', `${NAME}-egress`), 1, 'only the create wrote it');
+});
+
+t.test('no proxy, a fixed policy, no sandbox: refused, saying why', async (t) => {
+  const s = fakeSandbox();
+  const internal = await s.provider.create(spec('internal'));
+  const err = await s.provider.changeAllowHosts(internal, { allow: ['pypi.org'] }).catch((e: unknown) => e);
+  t.ok(isSandboxError(err, 'invalid_spec') && /no egress proxy/.test((err as Error).message), String(err));
+  await s.provider.destroy(internal);
+  const gone = await s.provider.changeAllowHosts({ id: NAME }, { allow: ['pypi.org'] }).catch((e: unknown) => e);
+  t.ok(isSandboxError(gone, 'not_found'), String(gone));
+  // A proxy that takes its policy from its environment (made before live allowlists).
+  const h = await s.provider.create(spec());
+  s.engine.volumeFiles.clear();
+  const fixed = await s.provider.changeAllowHosts(h, { allow: ['pypi.org'] }).catch((e: unknown) => e);
+  t.ok(isSandboxError(fixed, 'allowlist_fixed') && /create it again/.test((fixed as Error).message), String(fixed));
+});
+
+t.test('a proxy rebuilt by recovery keeps the changed list', async (t) => {
+  const s = fakeSandbox();
+  const h = await s.provider.create(spec());
+  await s.provider.changeAllowHosts(h, { allow: ['crates.io'], deny: ['deb.debian.org'] });
+  await s.engine.stopContainer(NAME, 0);
+  await s.engine.removeContainer(`${NAME}-egress`);
+  t.equal(await s.provider.resume(h), 'running');
+  t.same(s.engine.registration(NAME)?.policy.allowHosts, ['pypi.org', 'crates.io'], 'the volume\'s list, not the label\'s');
+  t.same(await s.provider.changeAllowHosts(h, { allow: ['deb.debian.org'] }), ['pypi.org', 'crates.io', 'deb.debian.org'], 'and changes on');
+});

@@ -1,0 +1,76 @@
+/**
+ * Live allowlists on the real engine, through the real socket proxy: an allowlist sandbox's egress
+ * proxy reads its allowlist from a registration the controller puts into its volume (the socket
+ * proxy's registration route), and `changeAllowHosts` changes it while the sandbox runs:
+ * - a host allowed is reached within a second or two of the call (measured, from inside);
+ * - a tunnel open to a host that is then denied is closed; the same tunnel, with no change, stays
+ *   open (the upstream, Python's http.server, never closes an idle connection itself);
+ * - a restart of the egress proxy keeps the changed list.
+ */
+import t from 'tap';
+import pino from 'pino';
+import { createDockerSandbox } from '../../../controller/index.js';
+import { EGRESS_PROXY_PORT } from '../../../common/index.js';
+import { namesFor } from '../../../controller/spec/index.js';
+import { sandboxTestEnv, SANDBOX_IMAGE, UPSTREAM_BODY, UPSTREAM_HOST } from '../../support/sandbox-env.js';
+import { fileNeeds } from '../../support/needs.js';
+
+await fileNeeds(t, 'engine');
+
+const SECOND_HOST = 'second.capybara.test';
+
+/** A shell script that opens a CONNECT tunnel to HOST:80 through the proxy, then says how long it stayed open (at most `seconds`). */
+function tunnelScript(proxy: string, host: string, seconds: number): string {
+  return [
+    `exec 3<>/dev/tcp/${proxy}/${EGRESS_PROXY_PORT}`,
+    `printf 'CONNECT ${host}:80 HTTP/1.1\\r\\nHost: ${host}:80\\r\\n\\r\\n' >&3`,
+    'read -r status <&3; echo "status: $status"',
+    'start=$(date +%s%N)',
+    `timeout ${seconds} cat <&3 >/dev/null; code=$?`,
+    'echo "open for $(( ($(date +%s%N) - start) / 1000000 )) ms, timeout exit $code"',
+  ].join('\n');
+}
+
+t.test('allow and deny while the sandbox runs', async (t) => {
+  const s = await sandboxTestEnv(t);
+  if (!s) return;
+  const provider = createDockerSandbox(
+    { endpoint: s.proxy.endpoint, network: s.sharedNetwork },
+    { labels: s.env.labels, egressTestHosts: { [UPSTREAM_HOST]: s.upstreamIp, [SECOND_HOST]: s.upstreamIp } },
+    { logger: pino({ level: 'silent' }) },
+  );
+  const h = await provider.create({ id: `${s.env.runId}-live`, image: SANDBOX_IMAGE, limits: { egress: 'allowlist', allowHosts: [UPSTREAM_HOST] } });
+  t.teardown(() => provider.destroy(h));
+  const egress = namesFor(h.id).egress;
+  const fetch = async (host: string): Promise<string> => (await provider.exec(h, `curl -sS -o /dev/null -w '%{http_code}' http://${host}/`)).stdout;
+
+  t.equal(await fetch(SECOND_HOST), '403', 'not on the list yet');
+  const asked = Date.now();
+  t.same(await provider.changeAllowHosts(h, { allow: [SECOND_HOST] }), [UPSTREAM_HOST, SECOND_HOST]);
+  let got = await fetch(SECOND_HOST);
+  while (got !== '200' && Date.now() - asked < 5_000) got = await fetch(SECOND_HOST);
+  const took = Date.now() - asked;
+  t.equal(got, '200', `reached ${took} ms after the call (the call itself included)`);
+  t.ok(took < 3_000, 'within a second or two');
+
+  // A tunnel with no change stays open; the same tunnel is closed when its host is denied.
+  const kept = await provider.exec(h, tunnelScript(egress, UPSTREAM_HOST, 3));
+  t.match(kept.stdout, /status: HTTP\/1\.1 200[\s\S]*timeout exit 124/, `left alone, it stays open: ${kept.stdout}`);
+  const open = provider.exec(h, tunnelScript(egress, UPSTREAM_HOST, 20));
+  await new Promise((r) => setTimeout(r, 1_500));
+  t.same(await provider.changeAllowHosts(h, { deny: [UPSTREAM_HOST] }), [SECOND_HOST]);
+  const closed = await open;
+  t.match(closed.stdout, /status: HTTP\/1\.1 200[\s\S]*timeout exit 0/, `denied, it is closed: ${closed.stdout}`);
+  const ms = Number(/open for (\d+) ms/.exec(closed.stdout)?.[1] ?? NaN);
+  t.ok(ms < 8_000, `closed ${ms} ms after it opened (the deny came 1.5 s in)`);
+  t.equal(await fetch(UPSTREAM_HOST), '403', 'and a new request is refused');
+
+  // A restart of the proxy keeps the changed list.
+  await s.env.docker.getContainer(egress).restart({ t: 0 });
+  let after = await fetch(SECOND_HOST).catch(() => '');
+  const restarted = Date.now();
+  while (after !== '200' && Date.now() - restarted < 15_000) after = await fetch(SECOND_HOST).catch(() => '');
+  t.equal(after, '200', 'the allowed host, after a restart');
+  t.equal(await fetch(UPSTREAM_HOST), '403', 'the denied one, still refused');
+  t.equal(await (async () => (await provider.exec(h, `curl -sS http://${SECOND_HOST}/`)).stdout)(), UPSTREAM_BODY);
+});
