@@ -7,7 +7,9 @@
  * the same TLS work at the ends, and are interleaved round by round.
  *
  * - keep-alive throughput: CONNECTIONS connections, each one CONNECT then requests one after the
- *   other for a while; requests per second (target: inspected at least 0.5x the tunnel's).
+ *   other for a while; requests per second (target: inspected at least 0.5x the tunnel's). Beside
+ *   it, the proxy's own CPU time per request (/proc/PID/stat): on a shared machine throughput
+ *   moves with the neighbours, CPU per request much less.
  * - first request: a new connection, CONNECT, TLS, one request, its response; the median (target:
  *   inspected, with its leaf cached, at most 2x).
  * - a new leaf: the CA module signing leaves for fresh names in this process (target: 5 ms).
@@ -26,7 +28,7 @@ import { createAuthority } from '../common/index.js';
 import { INSPECT_CONNECTION_BYTES, LeafCertificates } from '../proxy/inspect/index.js';
 import { startChild, stopAll, type Child } from './children.js';
 import { freePort } from './load-support.js';
-import { memoryOf } from './peers.js';
+import { cpuMs, memoryOf } from './peers.js';
 
 const INSPECTED = 'inspect.bench.test';
 const TUNNELED = 'tunnel.bench.test';
@@ -149,9 +151,11 @@ function request(secure: tls.TLSSocket, host: string, port: number): Promise<voi
   });
 }
 
-async function throughput(target: Target, host: string, plan: Plan): Promise<number> {
+/** Requests per second, and the proxy's (`pid`) CPU microseconds per request meanwhile. */
+async function throughput(target: Target, host: string, plan: Plan, pid: number): Promise<{ rps: number; cpuUs: number }> {
   const end = Date.now() + plan.seconds * 1000;
   let count = 0;
+  const cpuBefore = cpuMs(pid);
   await Promise.all(
     Array.from({ length: plan.connections }, async () => {
       const secure = await open(target, host);
@@ -162,7 +166,7 @@ async function throughput(target: Target, host: string, plan: Plan): Promise<num
       secure.destroy();
     }),
   );
-  return count / plan.seconds;
+  return { rps: count / plan.seconds, cpuUs: ((cpuMs(pid) - cpuBefore) * 1000) / count };
 }
 
 async function firstRequest(target: Target, host: string, plan: Plan): Promise<number> {
@@ -217,12 +221,17 @@ export async function runInspectBench(quick: boolean, progress: (text: string) =
     const inspected: Target = { proxyPort: proxy.port, upstreamPort: upstream.port, ca: proxy.ca };
     const tunneled: Target = { ...inspected, ca: upstream.cert };
     const rps = { inspect: [] as number[], tunnel: [] as number[] };
+    const cpu = { inspect: [] as number[], tunnel: [] as number[] };
+    const pid = proxy.child.pid;
     const first = { inspect: [] as number[], tunnel: [] as number[] };
     await firstRequest(inspected, INSPECTED, { ...plan, firsts: 10 }); // the leaf, cached from here on
     for (let round = 1; round <= plan.rounds; round++) {
       progress(`inspect: round ${round}/${plan.rounds}`);
-      rps.tunnel.push(await throughput(tunneled, TUNNELED, plan));
-      rps.inspect.push(await throughput(inspected, INSPECTED, plan));
+      for (const [path, target, host] of [['tunnel', tunneled, TUNNELED], ['inspect', inspected, INSPECTED]] as const) {
+        const measured = await throughput(target, host, plan, pid);
+        rps[path].push(measured.rps);
+        cpu[path].push(measured.cpuUs);
+      }
       first.tunnel.push(await firstRequest(tunneled, TUNNELED, plan));
       first.inspect.push(await firstRequest(inspected, INSPECTED, plan));
     }
@@ -231,12 +240,14 @@ export async function runInspectBench(quick: boolean, progress: (text: string) =
     const memTunnel = await memoryPerConnection(tunneled, TUNNELED, proxy.child.pid, plan.idle);
     const memInspect = await memoryPerConnection(inspected, INSPECTED, proxy.child.pid, plan.idle);
     const r = { inspect: median(rps.inspect), tunnel: median(rps.tunnel) };
+    const c = { inspect: median(cpu.inspect), tunnel: median(cpu.tunnel) };
     const f = { inspect: median(first.inspect), tunnel: median(first.tunnel) };
     const verdict = (ok: boolean): string => (ok ? 'PASS' : 'MISS');
     const kib = (bytes: number): string => `${(bytes / 1024).toFixed(1)} KiB`;
     return [
       `inspected hosts vs SNI-checked tunnels (median of ${plan.rounds} rounds; one proxy, one upstream, interleaved)`,
       `  keep-alive HTTPS req/s (${plan.connections} connections)  inspected ${r.inspect.toFixed(0)}  tunnel ${r.tunnel.toFixed(0)}  ratio ${(r.inspect / r.tunnel).toFixed(2)} (>= 0.5) ${verdict(r.inspect / r.tunnel >= 0.5)}`,
+      `  proxy CPU per keep-alive request (us)    inspected ${c.inspect.toFixed(0)}  tunnel ${c.tunnel.toFixed(0)}  (user + system, all threads)`,
       `  first request, leaf cached (ms)          inspected ${f.inspect.toFixed(2)}  tunnel ${f.tunnel.toFixed(2)}  ratio ${(f.inspect / f.tunnel).toFixed(2)} (<= 2) ${verdict(f.inspect / f.tunnel <= 2)}`,
       `  a new leaf (ms, ECDSA P-256)             median ${leaf.median.toFixed(2)}  p95 ${leaf.p95.toFixed(2)}  (<= 5) ${verdict(leaf.median <= 5)}`,
       `  resident memory per open connection      inspected ${kib(memInspect)}  tunnel ${kib(memTunnel)}  charged to the budget per inspected connection: ${kib(INSPECT_CONNECTION_BYTES)} beside the tunnel's own`,
