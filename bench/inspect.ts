@@ -7,12 +7,18 @@
  * the same TLS work at the ends, and are interleaved round by round.
  *
  * - keep-alive throughput: CONNECTIONS connections, each one CONNECT then requests one after the
- *   other for a while; requests per second (target: inspected at least 0.5x the tunnel's).
+ *   other for a while; requests per second (target: inspected at least 0.5x the tunnel's). Beside
+ *   it, the proxy's own CPU time per request (/proc/PID/stat): on a shared machine throughput
+ *   moves with the neighbours, CPU per request much less.
  * - first request: a new connection, CONNECT, TLS, one request, its response; the median (target:
  *   inspected, with its leaf cached, at most 2x).
  * - a new leaf: the CA module signing leaves for fresh names in this process (target: 5 ms).
  * - memory: the proxy's resident memory grown by IDLE connections that made one request and
  *   stay open, per connection, against what the proxy charges an inspected one to its budget.
+ * - floors, last, in rounds of their own (nothing above changes for them): the same keep-alive
+ *   throughput through bench/inspect-floor.ts, which ends TLS and either relays the bytes or
+ *   serves them with Node's HTTP server and an undici pool, with no checks; each round beside a
+ *   tunnel through the proxy. Where the proxy's time goes: TLS, Node's HTTP machinery, its own.
  */
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -26,7 +32,7 @@ import { createAuthority } from '../common/index.js';
 import { INSPECT_CONNECTION_BYTES, LeafCertificates } from '../proxy/inspect/index.js';
 import { startChild, stopAll, type Child } from './children.js';
 import { freePort } from './load-support.js';
-import { memoryOf } from './peers.js';
+import { cpuMs, memoryOf } from './peers.js';
 
 const INSPECTED = 'inspect.bench.test';
 const TUNNELED = 'tunnel.bench.test';
@@ -68,6 +74,20 @@ async function startUpstream(dir: string): Promise<{ server: tls.Server; port: n
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return { server, port: (server.address() as net.AddressInfo).port, cert };
+}
+
+/** A floor (bench/inspect-floor.ts) in its own process, listening. */
+async function startFloor(dir: string, upstreamPort: number, mode: 'relay' | 'http'): Promise<{ child: Child; port: number }> {
+  const script = fileURLToPath(new URL('./inspect-floor.js', import.meta.url));
+  const port = await freePort();
+  const child = await startChild(`floor-${mode}`, process.execPath, [script, String(port), String(upstreamPort), join(dir, 'up-key.pem'), join(dir, 'up.pem'), mode], { lifetimeSec: 600 });
+  const deadline = Date.now() + 15_000;
+  while (!(await accepts(port))) {
+    if (!child.running()) throw new Error(`the ${mode} floor exited at start-up: ${child.stderr().slice(-600)}`);
+    if (Date.now() > deadline) throw new Error(`the ${mode} floor was not listening within 15 s`);
+    await sleep(100);
+  }
+  return { child, port };
 }
 
 async function startProxy(dir: string, upstreamPort: number): Promise<{ child: Child; port: number; ca: string }> {
@@ -149,9 +169,11 @@ function request(secure: tls.TLSSocket, host: string, port: number): Promise<voi
   });
 }
 
-async function throughput(target: Target, host: string, plan: Plan): Promise<number> {
+/** Requests per second, and the proxy's (`pid`) CPU microseconds per request meanwhile. */
+async function throughput(target: Target, host: string, plan: Plan, pid: number): Promise<{ rps: number; cpuUs: number }> {
   const end = Date.now() + plan.seconds * 1000;
   let count = 0;
+  const cpuBefore = cpuMs(pid);
   await Promise.all(
     Array.from({ length: plan.connections }, async () => {
       const secure = await open(target, host);
@@ -162,7 +184,7 @@ async function throughput(target: Target, host: string, plan: Plan): Promise<num
       secure.destroy();
     }),
   );
-  return count / plan.seconds;
+  return { rps: count / plan.seconds, cpuUs: ((cpuMs(pid) - cpuBefore) * 1000) / count };
 }
 
 async function firstRequest(target: Target, host: string, plan: Plan): Promise<number> {
@@ -207,6 +229,36 @@ async function memoryPerConnection(target: Target, host: string, pid: number, co
   return ((after - before) * 1024) / count;
 }
 
+/**
+ * The floors' lines: keep-alive throughput and CPU per request through each floor, in rounds of
+ * their own, each beside a tunnel through the proxy (`tunneled`, proxy `pid`) in the same round.
+ * `floor` is the inspected target with the proxy's port replaced by each floor's.
+ */
+async function floorLines(dir: string, tunneled: Target, floor: Target, plan: Plan, pid: number, progress: (text: string) => void): Promise<string[]> {
+  const modes = ['relay', 'http'] as const;
+  const started = { relay: await startFloor(dir, floor.upstreamPort, 'relay'), http: await startFloor(dir, floor.upstreamPort, 'http') };
+  const tunnel: number[] = [];
+  const measured = { relay: { rps: [] as number[], cpu: [] as number[] }, http: { rps: [] as number[], cpu: [] as number[] } };
+  await throughput({ ...floor, proxyPort: started.http.port }, INSPECTED, { ...plan, seconds: 1 }, started.http.child.pid); // compiled before its rounds
+  for (let round = 1; round <= plan.rounds; round++) {
+    progress(`inspect: floors, round ${round}/${plan.rounds}`);
+    tunnel.push((await throughput(tunneled, TUNNELED, plan, pid)).rps);
+    for (const mode of modes) {
+      const one = await throughput({ ...floor, proxyPort: started[mode].port }, INSPECTED, plan, started[mode].child.pid);
+      measured[mode].rps.push(one.rps);
+      measured[mode].cpu.push(one.cpuUs);
+    }
+  }
+  await Promise.all(modes.map((mode) => started[mode].child.stop()));
+  const line = (label: string, mode: (typeof modes)[number]): string =>
+    `    ${label}  req/s ${median(measured[mode].rps).toFixed(0)}  ratio ${(median(measured[mode].rps) / median(tunnel)).toFixed(2)}  CPU per request (us) ${median(measured[mode].cpu).toFixed(0)}`;
+  return [
+    `  floors, no checks (bench/inspect-floor.ts; median of ${plan.rounds} rounds of their own, ratio to a tunnel through the proxy in the same rounds, req/s ${median(tunnel).toFixed(0)}):`,
+    line('TLS ended and opened again, bytes relayed', 'relay'),
+    line("+ Node's HTTP server and an undici pool   ", 'http'),
+  ];
+}
+
 /** The inspection section of the bench: its lines, ready to print. */
 export async function runInspectBench(quick: boolean, progress: (text: string) => void): Promise<string[]> {
   const plan = quick ? QUICK : FULL;
@@ -217,12 +269,17 @@ export async function runInspectBench(quick: boolean, progress: (text: string) =
     const inspected: Target = { proxyPort: proxy.port, upstreamPort: upstream.port, ca: proxy.ca };
     const tunneled: Target = { ...inspected, ca: upstream.cert };
     const rps = { inspect: [] as number[], tunnel: [] as number[] };
+    const cpu = { inspect: [] as number[], tunnel: [] as number[] };
+    const pid = proxy.child.pid;
     const first = { inspect: [] as number[], tunnel: [] as number[] };
     await firstRequest(inspected, INSPECTED, { ...plan, firsts: 10 }); // the leaf, cached from here on
     for (let round = 1; round <= plan.rounds; round++) {
       progress(`inspect: round ${round}/${plan.rounds}`);
-      rps.tunnel.push(await throughput(tunneled, TUNNELED, plan));
-      rps.inspect.push(await throughput(inspected, INSPECTED, plan));
+      for (const [path, target, host] of [['tunnel', tunneled, TUNNELED], ['inspect', inspected, INSPECTED]] as const) {
+        const measured = await throughput(target, host, plan, pid);
+        rps[path].push(measured.rps);
+        cpu[path].push(measured.cpuUs);
+      }
       first.tunnel.push(await firstRequest(tunneled, TUNNELED, plan));
       first.inspect.push(await firstRequest(inspected, INSPECTED, plan));
     }
@@ -230,16 +287,21 @@ export async function runInspectBench(quick: boolean, progress: (text: string) =
     const leaf = await leafCost(plan);
     const memTunnel = await memoryPerConnection(tunneled, TUNNELED, proxy.child.pid, plan.idle);
     const memInspect = await memoryPerConnection(inspected, INSPECTED, proxy.child.pid, plan.idle);
+    const floors = await floorLines(dir, tunneled, { ...inspected, ca: upstream.cert }, plan, pid, progress);
     const r = { inspect: median(rps.inspect), tunnel: median(rps.tunnel) };
+    // Each round's, in order: the first runs on a proxy whose code is still being compiled.
+    const rounds = (values: readonly number[]): string => values.map((v) => v.toFixed(0)).join(' / ');
     const f = { inspect: median(first.inspect), tunnel: median(first.tunnel) };
     const verdict = (ok: boolean): string => (ok ? 'PASS' : 'MISS');
     const kib = (bytes: number): string => `${(bytes / 1024).toFixed(1)} KiB`;
     return [
       `inspected hosts vs SNI-checked tunnels (median of ${plan.rounds} rounds; one proxy, one upstream, interleaved)`,
       `  keep-alive HTTPS req/s (${plan.connections} connections)  inspected ${r.inspect.toFixed(0)}  tunnel ${r.tunnel.toFixed(0)}  ratio ${(r.inspect / r.tunnel).toFixed(2)} (>= 0.5) ${verdict(r.inspect / r.tunnel >= 0.5)}`,
+      `  proxy CPU per keep-alive request (us)    inspected ${rounds(cpu.inspect)}  tunnel ${rounds(cpu.tunnel)}  (each round; user + system, all threads)`,
       `  first request, leaf cached (ms)          inspected ${f.inspect.toFixed(2)}  tunnel ${f.tunnel.toFixed(2)}  ratio ${(f.inspect / f.tunnel).toFixed(2)} (<= 2) ${verdict(f.inspect / f.tunnel <= 2)}`,
       `  a new leaf (ms, ECDSA P-256)             median ${leaf.median.toFixed(2)}  p95 ${leaf.p95.toFixed(2)}  (<= 5) ${verdict(leaf.median <= 5)}`,
       `  resident memory per open connection      inspected ${kib(memInspect)}  tunnel ${kib(memTunnel)}  charged to the budget per inspected connection: ${kib(INSPECT_CONNECTION_BYTES)} beside the tunnel's own`,
+      ...floors,
     ];
   } finally {
     upstream.server.close();

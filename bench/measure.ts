@@ -6,8 +6,7 @@
  * jobs steal cores, latency and throughput move with the neighbours, CPU per operation does not.
  * A failing cell records why and the run goes on.
  */
-import { readFileSync } from 'node:fs';
-import { memoryOf } from './peers.js';
+import { cpuMs, memoryOf } from './peers.js';
 import { percentile, put, type PeerName, type Row } from './report.js';
 import { tlsSetup, tlsThroughput, type TlsRoute } from './transparent-load.js';
 import { connectSetup, roundTrips, throughput, type Route } from './tunnel-load.js';
@@ -38,15 +37,6 @@ export interface Peer {
 }
 
 const MiB = 1024 * 1024;
-const USER_HZ = 100; // the unit of utime/stime in /proc/PID/stat on Linux, whatever the kernel HZ
-
-/** User + system CPU milliseconds of a process, all threads. */
-function cpuMs(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  // Fields after the parenthesised command name, which may itself contain spaces.
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return ((Number(fields[11]) + Number(fields[12])) * 1000) / USER_HZ;
-}
 
 export class Results {
   readonly rows: Row[] = [];

@@ -230,3 +230,13 @@ export function memoryOf(pid: number): Memory | undefined {
     return undefined;
   }
 }
+
+const USER_HZ = 100; // the unit of utime/stime in /proc/PID/stat on Linux, whatever the kernel HZ
+
+/** User + system CPU milliseconds of a process, all threads. */
+export function cpuMs(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  // Fields after the parenthesised command name, which may itself contain spaces.
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return ((Number(fields[11]) + Number(fields[12])) * 1000) / USER_HZ;
+}

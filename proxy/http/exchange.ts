@@ -70,23 +70,32 @@ export class Exchange {
       this.idled = true;
       connection.socket.destroy();
     });
-    // The client went away before the response was complete: stop the upstream exchange too.
-    res.once('close', () => {
-      if (this.ending) {
-        this.ended();
-        return;
-      }
-      if (this.over()) return;
-      this.allowLine(this.idled ? 'idle_timeout' : 'client_closed');
-      this.abort?.();
-    });
-    res.once('close', () => this.held?.release());
+    // One listener for the end of the response, whatever ended it (a listener more per request
+    // is an allocation more on every request).
+    res.once('close', this.closed);
     // undici restarts its own head timer on every 1xx, so an upstream trickling 1xx could hold the
     // request forever: the final head has a deadline of its own, from the end of the request body.
     if (this.f.framing.kind === 'none' || req.complete) this.startHeadDeadline();
     else req.once('end', this.startHeadDeadline);
-    res.once('close', () => clearTimeout(this.headDeadline));
     this.dispatch();
+  }
+
+  private readonly closed = (): void => {
+    this.clientGone();
+    this.held?.release();
+    clearTimeout(this.headDeadline);
+  };
+
+  // The response is done, or the client went away before it was complete: then the upstream
+  // exchange is stopped too.
+  private clientGone(): void {
+    if (this.ending) {
+      this.ended();
+      return;
+    }
+    if (this.over()) return;
+    this.allowLine(this.idled ? 'idle_timeout' : 'client_closed');
+    this.abort?.();
   }
 
   /** Whether the exchange's outcome is known: its line is written, or it ends once flushed. */

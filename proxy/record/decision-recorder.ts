@@ -85,6 +85,8 @@ export class DecisionRecorder {
     this.written = true;
     this.observer.decision('allow', 'allowed');
     if (this.reportOnly !== undefined) this.observer.wouldDeny(this.reportOnly);
+    // A line the level leaves out is not built either (its fields are a copy or two per request).
+    if (!this.log.isLevelEnabled(this.level)) return;
     logLine(this.log, { [F.event]: 'decision', [F.decision]: 'allow', [F.method]: this.method, ...this.noted, ...destination, ...fields }, this.level);
   }
 
@@ -98,6 +100,7 @@ export class DecisionRecorder {
       this.held = true;
       return;
     }
+    if (!this.log.isLevelEnabled(this.level)) return;
     logLine(
       this.log,
       { [F.event]: 'decision', [F.decision]: 'deny', [F.method]: this.method, [F.reason]: refusal.reason, [F.detail]: refusal.detail, [F.host]: refusal.host, [F.port]: refusal.port, ...this.noted, ...fields },

@@ -26,6 +26,53 @@ export interface ProxyObserver {
   dnsQuery(result: string): void;
 }
 
+/**
+ * Increments of one labelled counter, added up in plain numbers and handed to prom-client when
+ * the counter is read (its `collect`, run on every scrape and every `get`): prom-client hashes and
+ * validates the label object on every `inc`, even through a child bound by `labels()`, which cost
+ * more per request than the decision itself. A scrape sees exactly the counts it would have seen.
+ */
+class Tally<L extends string> {
+  private readonly pending = new Map<string, { readonly labels: Partial<Record<L, string>>; n: number }>();
+
+  /** A slot for one label set: `add` to it costs an addition. */
+  slot(labels: Partial<Record<L, string>>): { add(n: number): void } {
+    const key = JSON.stringify(labels);
+    let entry = this.pending.get(key);
+    if (entry === undefined) {
+      entry = { labels, n: -1 };
+      this.pending.set(key, entry);
+    }
+    const held = entry;
+    // -1: never added to since the last flush (a label set never incremented has no series).
+    return { add: (n) => void (held.n = held.n < 0 ? n : held.n + n) };
+  }
+
+  /** Hands what was added since the last flush to `counter`. */
+  flush(counter: { inc(labels: Partial<Record<L, string>>, value: number): void }): void {
+    for (const entry of this.pending.values()) {
+      if (entry.n < 0) continue;
+      counter.inc(entry.labels, entry.n);
+      entry.n = -1;
+    }
+  }
+}
+
+/** A counter of `registry` whose increments go through a Tally. */
+function tallied<L extends string>(registry: Registry, name: string, help: string, labelNames: readonly L[]): Tally<L> {
+  const tally = new Tally<L>();
+  new Counter({
+    name,
+    help,
+    labelNames,
+    registers: [registry],
+    collect() {
+      tally.flush(this);
+    },
+  });
+  return tally;
+}
+
 const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 
 export interface ProxyMetrics {
@@ -48,9 +95,9 @@ export function createProxyMetrics(heldBytes: () => number, reportMode: () => bo
       this.set(reportMode() ? 1 : 0);
     },
   });
-  const decisions = new Counter({ name: EGRESS_METRICS.decisions, help: 'Decisions by outcome and reason', labelNames: ['outcome', 'reason'] as const, registers: [registry] });
+  const decisionTally = tallied(registry, EGRESS_METRICS.decisions, 'Decisions by outcome and reason', ['outcome', 'reason']);
   const tunnels = new Gauge({ name: EGRESS_METRICS.openTunnels, help: 'CONNECT tunnels open now', registers: [registry] });
-  const bytes = new Counter({ name: EGRESS_METRICS.bytes, help: 'Bytes relayed, by direction (up: client to upstream)', labelNames: ['direction', 'kind'] as const, registers: [registry] });
+  const bytesTally = tallied(registry, EGRESS_METRICS.bytes, 'Bytes relayed, by direction (up: client to upstream)', ['direction', 'kind']);
   const dns = new Histogram({ name: EGRESS_METRICS.dnsSeconds, help: 'DNS lookup latency', labelNames: ['outcome'] as const, buckets: LATENCY_BUCKETS, registers: [registry] });
   new Gauge({
     name: EGRESS_METRICS.heldBytes,
@@ -65,38 +112,37 @@ export function createProxyMetrics(heldBytes: () => number, reportMode: () => bo
     .labels({ version: VERSION, node: process.versions.node })
     .set(1);
   const dnsQueries = new Counter({ name: EGRESS_METRICS.dnsQueries, help: 'DNS messages to the transparent responder, by what they got', labelNames: ['result'] as const, registers: [registry] });
-  // Label sets are bound once: prom-client hashes the label object on every unbound call, which
-  // cost more than the decision itself.
-  const decisionOf = new Map<string, { inc(): void }>();
-  const decided = (outcome: 'allow' | 'deny', reason: string): { inc(): void } => {
+  // Per-request counters are tallied (Tally above); each label set's slot is found once.
+  const decisionOf = new Map<string, { add(n: number): void }>();
+  const decided = (outcome: 'allow' | 'deny', reason: string): { add(n: number): void } => {
     const key = `${outcome} ${reason}`;
-    let bound = decisionOf.get(key);
-    if (bound === undefined) {
-      bound = decisions.labels({ outcome, reason });
-      decisionOf.set(key, bound);
+    let slot = decisionOf.get(key);
+    if (slot === undefined) {
+      slot = decisionTally.slot({ outcome, reason });
+      decisionOf.set(key, slot);
     }
-    return bound;
+    return slot;
   };
-  const tunnelUp = bytes.labels({ direction: 'up', kind: 'tunnel' });
-  const tunnelDown = bytes.labels({ direction: 'down', kind: 'tunnel' });
-  const httpUp = bytes.labels({ direction: 'up', kind: 'http' });
-  const httpDown = bytes.labels({ direction: 'down', kind: 'http' });
+  const tunnelUp = bytesTally.slot({ direction: 'up', kind: 'tunnel' });
+  const tunnelDown = bytesTally.slot({ direction: 'down', kind: 'tunnel' });
+  const httpUp = bytesTally.slot({ direction: 'up', kind: 'http' });
+  const httpDown = bytesTally.slot({ direction: 'down', kind: 'http' });
   const connectOk = connect.labels({ outcome: 'ok' });
   const connectFailed = connect.labels({ outcome: 'failed' });
   return {
     registry,
     observer: {
-      decision: (outcome, reason) => decided(outcome, reason).inc(),
+      decision: (outcome, reason) => decided(outcome, reason).add(1),
       wouldDeny: (reason) => wouldDeny.inc({ reason }),
       tunnelOpened: () => tunnels.inc(),
       tunnelClosed: (up, down) => {
         tunnels.dec();
-        tunnelUp.inc(up);
-        tunnelDown.inc(down);
+        tunnelUp.add(up);
+        tunnelDown.add(down);
       },
       httpBytes: (up, down) => {
-        httpUp.inc(up);
-        httpDown.inc(down);
+        httpUp.add(up);
+        httpDown.add(down);
       },
       dnsLookup: (seconds, outcome) => dns.observe({ outcome }, seconds),
       connect: (seconds, ok) => (ok ? connectOk : connectFailed).observe(seconds),
