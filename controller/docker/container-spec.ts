@@ -166,8 +166,8 @@ export function sandboxContainerBody(plan: SandboxPlan, network: string | undefi
  * sandbox name is), well under the proxy's 300 characters.
  */
 export function egressRefusalHint(name: string, live: boolean): string {
-  const allow = live ? `allows a host with "capybara-sandbox allow ${name} HOST"` : 'allows a host by creating the sandbox again with --allow HOST';
-  return `the allowlist of sandbox ${name} is the operator's: the operator sees its decisions with "capybara-sandbox logs ${name}" and ${allow}`;
+  if (live) return `the allowlist is the operator's: "capybara-sandbox allow ${name} HOST" allows a host, "capybara-sandbox logs ${name}" shows the decisions`;
+  return `the allowlist of sandbox ${name} is set when it is created: the operator sees its decisions with "capybara-sandbox logs ${name}" and allows a host by creating the sandbox again with --allow HOST`;
 }
 
 /** The egress proxy's mode: `report` only for a sandbox made for `run --report` (never flipped on an existing one). */

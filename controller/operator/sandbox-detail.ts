@@ -6,6 +6,7 @@ import { type ContainerView, type DockerEngine, engineStatus } from '../docker/i
 import { SandboxError, LABEL_ALLOW_HOSTS, LABEL_EGRESS, checkSandboxName, meaningOfLabel, namesFor } from '../spec/index.js';
 import { decodeAllowHosts } from '../../common/index.js';
 import { egressState } from './egress-state.js';
+import { EGRESS_USER, readRegistration } from '../sandbox/index.js';
 
 export interface SandboxDetail {
   readonly name: string;
@@ -39,7 +40,7 @@ export async function inspectSandbox(engine: DockerEngine, rawName: string): Pro
     state: view.paused ? 'paused' : view.status,
     tier,
     image: view.image,
-    allowHosts: decodeAllowHosts(view.labels[LABEL_ALLOW_HOSTS] ?? ''),
+    allowHosts: (await liveAllowHosts(engine, name, proxy)) ?? decodeAllowHosts(view.labels[LABEL_ALLOW_HOSTS] ?? ''),
     runtime: String(view.hostConfig.Runtime ?? ''),
     egress,
     ...(meaning.sandboxNetwork === 'internal' ? await networkOf(engine, view, names.network) : { network: 'none', subnet: '-' }),
@@ -47,6 +48,17 @@ export async function inspectSandbox(engine: DockerEngine, rawName: string): Pro
     volumes: [...new Set(mounts.filter((m) => m.Type === 'volume' && typeof m.Source === 'string').map((m) => m.Source as string))],
     limits: { nanoCpus: view.hostConfig.NanoCpus, memory: view.hostConfig.Memory, pidsLimit: view.hostConfig.PidsLimit },
   };
+}
+
+/**
+ * The allowlist in force, from the registration a running, unpaused egress proxy reads (`allow`
+ * and `deny` change it while the sandbox runs); undefined for a proxy that takes its policy from
+ * its environment, or that cannot be asked (then the label, the list at create, is shown).
+ */
+async function liveAllowHosts(engine: DockerEngine, name: string, proxy: ContainerView | undefined): Promise<string[] | undefined> {
+  if (proxy === undefined || !proxy.running || proxy.paused) return undefined;
+  const held = await readRegistration(engine, namesFor(name), EGRESS_USER).catch(() => undefined);
+  return held?.sandbox === name ? held.policy.allowHosts.map((e) => (typeof e === 'string' ? e : e.host)) : undefined;
 }
 
 function stateOf(view: ContainerView): ContainerView & { readonly state: string } {

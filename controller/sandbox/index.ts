@@ -10,3 +10,4 @@ export { readEgressUsage } from './egress-usage.js';
 export type { EgressUsage } from './egress-usage.js';
 export { CredentialSource } from './credential-source.js';
 export { changeAllowHosts, MAX_ALLOW_HOSTS } from './allowlist-change.js';
+export { EGRESS_USER, readRegistration } from './egress-policy.js';
