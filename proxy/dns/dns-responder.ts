@@ -21,6 +21,7 @@ import { answerQuery, MAX_QUERY_BYTES, type DnsVerdict } from './dns-answer.js';
 import { F, logLine, printable, type Logger, type ProxyObserver, LineGate, logSuppressed } from '../record/index.js';
 import { canonicalAddress } from '../upstream/index.js';
 import { networkOf, RateLimiter } from '../budget/index.js';
+import { bindBoth, bindUdp, SheddingUdp, udpSocket } from './dns-udp.js';
 
 /** What one client, and every client together, may make the responder do. */
 export const DNS_LIMITS = Object.freeze({
@@ -50,6 +51,12 @@ export const DNS_LIMITS = Object.freeze({
   maxQueriesPerTcp: 1_000,
   /** Answers waiting to be written to one TCP client before its connection stops being read. */
   maxTcpBacklog: 64 * 1024,
+  /**
+   * UDP queries over the rate in one second past which the UDP socket is closed for `udpShedMs`
+   * (dns-udp.ts): Infinity (never) unless the responder serves one sandbox.
+   */
+  udpShedAfter: Infinity,
+  udpShedMs: 1_000,
 });
 
 /** The limits by name: any number for each (the defaults' own types are their literal values). */
@@ -83,6 +90,8 @@ class Answerer {
   private readonly total: RateLimiter;
   private readonly lines: LineGate;
   private readonly reporter: NodeJS.Timeout;
+  /** Told of each UDP query over the rate (the UDP socket's shedding). */
+  onUdpOverRate: () => void = () => undefined;
 
   constructor(
     private readonly options: DnsResponderOptions,
@@ -107,6 +116,7 @@ class Answerer {
     const { observer, log } = this.options;
     if (!this.queries.takeFor(clientIp) || !this.networks.take(networkOf(clientIp) ?? clientIp) || !this.total.take('')) {
       observer.dnsQuery('rate_limited');
+      if (transport === 'udp') this.onUdpOverRate();
       return undefined;
     }
     let verdict: DnsVerdict;
@@ -154,20 +164,6 @@ class Answerer {
   }
 }
 
-/** The UDP socket: each message from a client port answered to it. */
-function udpSocket(answer: Answerer['answer']): dgram.Socket {
-  const socket = dgram.createSocket({ type: 'udp4' });
-  socket.on('message', (msg, peer) => {
-    // Port 0 is no client's.
-    if (peer.port === 0) return;
-    const out = answer(msg, peer.address, `${peer.address}:${peer.port}`, 'udp');
-    if (out !== undefined) socket.send(out, peer.port, peer.address);
-  });
-  // A send that fails (an ICMP error from a client gone away) ends nothing.
-  socket.on('error', () => undefined);
-  return socket;
-}
-
 /** The TCP server: connections within their caps (per client and in all), each served by serveTcp. */
 function tcpServer(limits: DnsLimits, observer: ProxyObserver, answer: Answerer['answer']): { server: net.Server; sockets: Set<net.Socket> } {
   const perClient = new Map<string, number>();
@@ -201,12 +197,24 @@ export async function startDnsResponder(host: string, port: number, options: Dns
   const answerer = new Answerer(options, limits);
   const tcp = tcpServer(limits, options.observer, answerer.answer);
   const { udp, port: bound } = await bindBoth(() => udpSocket(answerer.answer), tcp.server, host, port);
+  const rebind = async (): Promise<dgram.Socket> => {
+    const socket = udpSocket(answerer.answer);
+    await bindUdp(socket, host, bound).catch((err: unknown) => {
+      socket.close();
+      throw err;
+    });
+    return socket;
+  };
+  const shedding = new SheddingUdp(udp, rebind, limits.udpShedAfter, limits.udpShedMs, (over) =>
+    logLine(options.log, { [F.event]: 'dns_shed', [F.detail]: `${over} UDP queries over the rate within a second: UDP closed for ${limits.udpShedMs} ms (TCP still answered)` }, 'warn'),
+  );
+  answerer.onUdpOverRate = () => shedding.overRate();
   return {
     port: bound,
     close: async () => {
       answerer.close();
       for (const s of tcp.sockets) s.destroy();
-      await Promise.all([new Promise<void>((r) => udp.close(() => r())), new Promise<void>((r) => tcp.server.close(() => r()))]);
+      await Promise.all([shedding.close(), new Promise<void>((r) => tcp.server.close(() => r()))]);
     },
   };
 }
@@ -255,34 +263,6 @@ function serveTcp(socket: net.Socket, limits: DnsLimits, handle: (query: Buffer)
     }
   });
   socket.on('end', () => socket.end());
-}
-
-/** Binds a UDP socket and the TCP server on one port (a free one for both when `port` is 0). */
-async function bindBoth(makeUdp: () => dgram.Socket, tcp: net.Server, host: string, port: number): Promise<{ udp: dgram.Socket; port: number }> {
-  for (let attempt = 0; ; attempt++) {
-    const udp = makeUdp();
-    const udpPort = await new Promise<number>((resolve, reject) => {
-      udp.once('error', reject);
-      udp.bind({ address: host, port, exclusive: true }, () => {
-        udp.off('error', reject);
-        resolve(udp.address().port);
-      });
-    });
-    try {
-      await new Promise<void>((resolve, reject) => {
-        tcp.once('error', reject);
-        tcp.listen({ host, port: udpPort }, () => {
-          tcp.off('error', reject);
-          resolve();
-        });
-      });
-      return { udp, port: udpPort };
-    } catch (err) {
-      await new Promise<void>((r) => udp.close(() => r()));
-      // A free UDP port whose TCP twin is taken: another pair, when any port would do.
-      if (port !== 0 || attempt >= 20 || (err as NodeJS.ErrnoException).code !== 'EADDRINUSE') throw err;
-    }
-  }
 }
 
 /** Starts a responder on `address` (the transparent DNS port), answering allowed names with `address`. */

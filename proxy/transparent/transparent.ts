@@ -14,7 +14,7 @@
  */
 import net from 'node:net';
 import type { Policy } from '../../policy/index.js';
-import { startDnsResponder, type DnsHost, type DnsLimits, type DnsResponder } from '../dns/index.js';
+import { SANDBOX_UDP_SHED_AFTER, startDnsResponder, type DnsHost, type DnsLimits, type DnsResponder } from '../dns/index.js';
 import { F, logLine, type Logger, type ProxyObserver } from '../record/index.js';
 import type { TransparentEntry } from '../admission/index.js';
 import type { TransparentPort } from './transparent-ports.js';
@@ -86,10 +86,9 @@ async function bindAll(options: TransparentOptions, deps: TransparentDeps): Prom
   try {
     for (const port of options.ports) {
       if (port.kind === 'dns' && options.dnsHost !== undefined) {
-        const limits = options.dnsLimits;
-        responders.push(
-          options.dnsHost.serve((address, policy, log) => startDnsResponder(address, port.listen, { policy, answer: address, observer: deps.observer, log, ...(limits ? { limits } : {}) })),
-        );
+        // Each serves one sandbox: a UDP flood is shed at the kernel (dns-udp.ts).
+        const limits = { udpShedAfter: SANDBOX_UDP_SHED_AFTER, ...options.dnsLimits };
+        responders.push(options.dnsHost.serve((address, policy, log) => startDnsResponder(address, port.listen, { policy, answer: address, observer: deps.observer, log, limits })));
         bound.push(port);
         continue;
       }
