@@ -63,6 +63,8 @@ export const EGRESS_METRICS_PATH = '/metrics';
 /** Prometheus metric names served at /metrics. */
 export const EGRESS_METRICS = {
   decisions: 'egress_decisions_total',
+  /** A shared proxy's decisions by sandbox and outcome (a sandbox's series go with its registration). */
+  sandboxDecisions: 'egress_sandbox_decisions_total',
   openTunnels: 'egress_open_tunnels',
   bytes: 'egress_bytes_total',
   dnsSeconds: 'egress_dns_seconds',

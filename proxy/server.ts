@@ -133,6 +133,7 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
     else firstBytes.read(connection);
   };
   const identities = options.identities ?? byAddress(() => policy);
+  identities.observe?.(observer);
   const admission = new Admission({ limits, budget, closer: new Closer(), decisions, log, serve, identities });
   const netServer = net.createServer({ allowHalfOpen: true, noDelay: true }, (socket) => admission.accept(socket));
   let transparent: Transparent | undefined;

@@ -9,7 +9,7 @@
 import type { Socket } from 'node:net';
 import type { Policy } from '../../policy/index.js';
 import { ACCEPT_BYTES, RateLimiter, UNCHARGED, type MemoryBudget, type ProxyLimits } from '../budget/index.js';
-import { F, refusalBytes, tlsAlertFor, type Closer, type Decisions, type Logger, type Refusal } from '../record/index.js';
+import { F, refusalBytes, tlsAlertFor, type Closer, type Decisions, type Logger, type ProxyObserver, type Refusal } from '../record/index.js';
 import { canonicalAddress } from '../upstream/index.js';
 import { ClientConnection, type TransparentEntry } from './connection.js';
 import { isRefusal, type ClientIdentity } from './identity.js';
@@ -38,6 +38,8 @@ export interface Identities {
    * process's one event loop, which the other sandboxes share); none: not limited.
    */
   readonly connectionRate?: { readonly perSecond: number; readonly burst: number } | undefined;
+  /** Given the proxy's metrics once: a shared proxy drops a sandbox's series when its registration ends. */
+  observe?(observer: ProxyObserver): void;
 }
 
 /** Every client by its address, under the one policy. */
@@ -140,7 +142,7 @@ export class Admission {
     if (entry?.kind === 'tls' && connection.overloaded) {
       // A transparent TLS client reads no HTTP answer, and no health check comes this way.
       const refusal: Refusal = { reason: 'overloaded', detail: budget.explain(key, ACCEPT_BYTES), retryAfter: 1 };
-      this.deps.decisions.recorder(connection.log, key, undefined).deny(refusal, { [F.port]: entry.port });
+      this.deps.decisions.recorder(connection.log, key, undefined, 'info', identity.sandbox).deny(refusal, { [F.port]: entry.port });
       connection.close(tlsAlertFor(refusal));
       return;
     }

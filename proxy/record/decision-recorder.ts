@@ -48,6 +48,8 @@ export class DecisionRecorder {
     private readonly method: string | undefined,
     private readonly level: LineLevel = 'info',
     private readonly gate: (reason: string) => boolean = () => true,
+    /** The sandbox of a shared proxy's connection: its decisions are counted by it too. */
+    private readonly sandbox: string | undefined = undefined,
   ) {}
 
   /** Whether the request's line is written (its outcome is known, and nothing may change it). */
@@ -84,6 +86,7 @@ export class DecisionRecorder {
     if (this.written) return;
     this.written = true;
     this.observer.decision('allow', 'allowed');
+    if (this.sandbox !== undefined) this.observer.sandboxDecision(this.sandbox, 'allow');
     if (this.reportOnly !== undefined) this.observer.wouldDeny(this.reportOnly);
     // A line the level leaves out is not built either (its fields are a copy or two per request).
     if (!this.log.isLevelEnabled(this.level)) return;
@@ -95,6 +98,7 @@ export class DecisionRecorder {
     if (this.written) return;
     this.written = true;
     this.observer.decision('deny', refusal.reason);
+    if (this.sandbox !== undefined) this.observer.sandboxDecision(this.sandbox, 'deny');
     if (this.reportOnly !== undefined) this.observer.wouldDeny(this.reportOnly);
     if (!this.gate(refusal.reason)) {
       this.held = true;

@@ -29,8 +29,8 @@ export class Decisions {
    * The one recorder of a request's decision line and metric, written to `log` (the connection's
    * own, or the proxy's with a client field for a refusal at the limits, at `level`).
    */
-  recorder(log: Logger, clientIp: string, method: string | undefined, level: LineLevel = 'info'): DecisionRecorder {
-    return new DecisionRecorder(this.observer, log, method, level, (reason) => this.lines.admit(clientIp, reason));
+  recorder(log: Logger, clientIp: string, method: string | undefined, level: LineLevel = 'info', sandbox?: string): DecisionRecorder {
+    return new DecisionRecorder(this.observer, log, method, level, (reason) => this.lines.admit(clientIp, reason), sandbox);
   }
 
   /** Stops the interval, with a last summary. */

@@ -15,6 +15,10 @@ const { collectDefaultMetrics, Counter, Gauge, Histogram, Registry: RegistryClas
 /** What the proxy reports as it works; the metrics below are one implementation. */
 export interface ProxyObserver {
   decision(outcome: 'allow' | 'deny', reason: string): void;
+  /** A decision of a shared proxy's connection, by its sandbox. */
+  sandboxDecision(sandbox: string, outcome: 'allow' | 'deny'): void;
+  /** A sandbox's registration ended: its series go (else they would pile up, one set per sandbox ever seen). */
+  forgetSandbox(sandbox: string): void;
   /** A request report mode let through that enforce mode would have refused for `reason`. */
   wouldDeny(reason: string): void;
   tunnelOpened(): void;
@@ -111,6 +115,7 @@ export function createProxyMetrics(heldBytes: () => number, reportMode: () => bo
   new Gauge({ name: EGRESS_METRICS.buildInfo, help: 'Always 1: the version of the running proxy and of Node', labelNames: ['version', 'node'] as const, registers: [registry] })
     .labels({ version: VERSION, node: process.versions.node })
     .set(1);
+  const bySandbox = new Counter({ name: EGRESS_METRICS.sandboxDecisions, help: 'A shared proxy\'s decisions, by sandbox and outcome', labelNames: ['sandbox', 'outcome'] as const, registers: [registry] });
   const dnsQueries = new Counter({ name: EGRESS_METRICS.dnsQueries, help: 'DNS messages to the transparent responder, by what they got', labelNames: ['result'] as const, registers: [registry] });
   // Per-request counters are tallied (Tally above); each label set's slot is found once.
   const decisionOf = new Map<string, { add(n: number): void }>();
@@ -133,6 +138,11 @@ export function createProxyMetrics(heldBytes: () => number, reportMode: () => bo
     registry,
     observer: {
       decision: (outcome, reason) => decided(outcome, reason).add(1),
+      sandboxDecision: (sandbox, outcome) => bySandbox.inc({ sandbox, outcome }),
+      forgetSandbox: (sandbox) => {
+        bySandbox.remove({ sandbox, outcome: 'allow' });
+        bySandbox.remove({ sandbox, outcome: 'deny' });
+      },
       wouldDeny: (reason) => wouldDeny.inc({ reason }),
       tunnelOpened: () => tunnels.inc(),
       tunnelClosed: (up, down) => {

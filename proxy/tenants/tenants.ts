@@ -11,7 +11,7 @@ import { checkTarget, TenantTable, type Policy } from '../../policy/index.js';
 import type { ClientConnection, ClientIdentity, Identities } from '../admission/index.js';
 import type { DnsHost, DnsStarter } from '../dns/index.js';
 import { TenantDns } from './tenant-dns.js';
-import { F, logLine, type Logger, type Refusal } from '../record/index.js';
+import { F, logLine, type Logger, type ProxyObserver, type Refusal } from '../record/index.js';
 import { NOTHING_ALLOWED, type Tenant, type TenantSettings } from './tenant-policy.js';
 import { SlotDirectory } from './slot-directory.js';
 
@@ -56,6 +56,12 @@ export class Tenants implements Identities, DnsHost {
     private readonly log: Logger,
     readonly connectionRate: ConnectionRate = TENANT_CONNECTION_RATE,
   ) {}
+
+  private observer: ProxyObserver | undefined;
+
+  observe(observer: ProxyObserver): void {
+    this.observer = observer;
+  }
 
   /** The registered tenants now. */
   get current(): readonly Tenant[] {
@@ -112,6 +118,8 @@ export class Tenants implements Identities, DnsHost {
     const before = this.bySlot;
     this.table = new TenantTable(tenants);
     this.bySlot = new Map(tenants.map((t) => [t.slot, t]));
+    const named = new Set(tenants.map((t) => t.sandbox));
+    for (const was of before.values()) if (!named.has(was.sandbox)) this.observer?.forgetSandbox(was.sandbox);
     for (const dns of this.dns) dns.sync(tenants);
     for (const [a, b] of this.table.overlaps()) {
       logLine(this.log, { [F.event]: 'tenant_overlap', [F.detail]: `${a.sandbox} (${a.subnet.text}) and ${b.sandbox} (${b.subnet.text}) overlap; neither is served where they do` }, 'warn');

@@ -114,6 +114,12 @@ t.test('each sandbox is decided by its own registration, found by both addresses
   t.equal((await connect(s, B, 'a.test')).reason, 'host_not_allowed', 'b does not reach a\'s host');
   t.equal((await connect(s, B, 'b.test')).status, 200, 'b reaches its own');
   t.equal((await connect(s, A, 'b.test')).reason, 'host_not_allowed');
+  const metrics = await s.proxy.metrics.metrics();
+  t.match(metrics, /egress_sandbox_decisions_total\{sandbox="cap-a",outcome="allow"\} 1\b/, 'the metric names the sandbox');
+  t.match(metrics, /egress_sandbox_decisions_total\{sandbox="cap-b",outcome="deny"\} 1\b/);
+  s.write('slot-b', '{"version": 1, "vacant": true}');
+  await settle(() => s.logs.filter((l) => l.event === 'tenant_registered').length >= 3, 'b vacant');
+  t.notMatch(await s.proxy.metrics.metrics(), /sandbox="cap-b"/, 'a sandbox gone takes its series with it');
   const line = s.logs.find((l) => l.decision === 'allow' && l.host === 'a.test');
   t.equal(line?.sandbox, 'cap-a', 'the decision line names the sandbox');
   t.equal(s.logs.find((l) => l.decision === 'deny' && l.host === 'a.test')?.sandbox, 'cap-b');
