@@ -100,10 +100,10 @@ export async function createEgress(
  * a stale registration matches no client of the network, and nothing is let through.
  */
 async function keepRegistration(deps: BuildDeps, plan: EgressPlan, target: { subnet: string; address: string }): Promise<void> {
-  const held = await readRegistration(deps.engine, plan.names, EGRESS_USER).catch((err: unknown) => {
-    deps.logger.warn({ sandbox: plan.names.name, err }, 'the egress registration could not be read; writing the allowlist of the sandbox\'s label');
-    return undefined;
-  });
+  // A read that fails is the rebuild's error (retried by the next recovery): falling back to the
+  // label's list would allow again what a live deny dropped. Meanwhile the proxy serves the
+  // volume's registration as it is.
+  const held = await readRegistration(deps.engine, plan.names, EGRESS_USER);
   if (held !== undefined && held.sandbox === plan.names.name && held.subnet.text === target.subnet && held.address === target.address) return;
   const allowHosts = held?.sandbox === plan.names.name ? held.policy.allowHosts.map((e) => (typeof e === 'string' ? e : e.host)) : plan.allowHosts;
   await writeRegistration(deps.engine, plan.names, egressRegistration(plan.names, target, allowHosts, deps.egressMode));

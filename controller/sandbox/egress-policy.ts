@@ -43,19 +43,24 @@ export async function writeRegistration(engine: SandboxEngine, names: SandboxNam
  */
 export async function readRegistration(engine: SandboxEngine, names: SandboxNames, user: string): Promise<TenantRegistration | undefined> {
   const out: Buffer[] = [];
+  const err: Buffer[] = [];
   let held = 0;
   const run = await engine.startExec(names.egress, {
     cmd: ['cat', `${TENANTS_DIR}/${EGRESS_SLOT}.json`],
     user,
     onOutput: (stream, chunk) => {
+      if (stream === 'stderr' && err.length < 16) err.push(chunk);
       if (stream !== 'stdout' || held > READ_MAX_BYTES) return;
       held += chunk.length;
       out.push(chunk);
     },
   });
   const code = await run.finished;
-  if (code !== 0) return undefined;
   const path = `${names.egress}:${TENANTS_DIR}/${EGRESS_SLOT}.json`;
+  // Only a file that is positively not there is "none": any other failure is an error, never a
+  // reason to fall back to an older list.
+  if (code === 1 && /No such file or directory/.test(Buffer.concat(err).toString('utf8'))) return undefined;
+  if (code !== 0) throw new SandboxError('engine_error', `The registration ${path} could not be read (exit ${String(code)}); retry.`);
   if (held > READ_MAX_BYTES) throw new SandboxError('engine_error', `The registration ${path} is over ${READ_MAX_BYTES} bytes; destroy and create the sandbox again.`);
   let file;
   try {

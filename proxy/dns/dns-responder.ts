@@ -196,7 +196,16 @@ export async function startDnsResponder(host: string, port: number, options: Dns
   const limits: DnsLimits = { ...DNS_LIMITS, ...options.limits };
   const answerer = new Answerer(options, limits);
   const tcp = tcpServer(limits, options.observer, answerer.answer);
-  const { udp, port: bound } = await bindBoth(() => udpSocket(answerer.answer), tcp.server, host, port);
+  let bound: number;
+  let udp: dgram.Socket;
+  try {
+    ({ udp, port: bound } = await bindBoth(() => udpSocket(answerer.answer), tcp.server, host, port));
+  } catch (err) {
+    // Its report interval and rate tables go with it (a shared proxy retries a bind for as long
+    // as the address is missing).
+    answerer.close();
+    throw err;
+  }
   const rebind = async (): Promise<dgram.Socket> => {
     const socket = udpSocket(answerer.answer);
     await bindUdp(socket, host, bound).catch((err: unknown) => {

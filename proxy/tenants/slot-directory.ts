@@ -19,6 +19,7 @@ import type { Tenant } from './tenant-policy.js';
 export const POLL_MS = 500;
 export const MAX_FILE_BYTES = 256 * 1024;
 export const MAX_SLOTS = 4096;
+export const MISSING_GRACE_MS = 150;
 const SLOT_FILE = /^([A-Za-z0-9][A-Za-z0-9_.-]{0,126})\.json$/;
 
 interface SlotState {
@@ -28,6 +29,8 @@ interface SlotState {
   readonly tenant: Tenant | undefined;
   /** The problem of the file as it is now, logged once. */
   readonly problem: string | undefined;
+  /** When a scan first found the file gone (it ends the registration MISSING_GRACE_MS later). */
+  readonly missingSince?: number | undefined;
 }
 
 /** A regular file's text and stamp, never through a symbolic link; or why not. */
@@ -123,9 +126,20 @@ export class SlotDirectory {
     const seen = new Set<string>();
     for (const [slot, name] of files.slice(0, MAX_SLOTS)) {
       seen.add(slot);
+      const state = this.slots.get(slot);
+      if (state?.missingSince !== undefined) this.slots.set(slot, { ...state, missingSince: undefined });
       this.readOne(slot, join(this.dir, name));
     }
-    for (const slot of [...this.slots.keys()]) if (!seen.has(slot)) this.slots.delete(slot);
+    // Docker's archive extraction removes a file, then creates it again: a file missing from one
+    // scan ends its registration only once it is still missing MISSING_GRACE_MS later.
+    const now = Date.now();
+    for (const [slot, state] of [...this.slots]) {
+      if (seen.has(slot)) continue;
+      if (state.missingSince === undefined) {
+        this.slots.set(slot, { ...state, missingSince: now });
+        setTimeout(() => this.soon(), MISSING_GRACE_MS).unref();
+      } else if (now - state.missingSince >= MISSING_GRACE_MS) this.slots.delete(slot);
+    }
     return this.current();
   }
 

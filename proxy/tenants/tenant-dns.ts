@@ -12,7 +12,7 @@ import { F, logLine, type Logger } from '../record/index.js';
 import type { Tenant } from './tenant-policy.js';
 
 const BIND_RETRY_MIN_MS = 20;
-const BIND_RETRY_MAX_MS = 1_000;
+const BIND_RETRY_MAX_MS = 200;
 
 interface Running {
   readonly address: string;

@@ -321,3 +321,22 @@ t.test('a sandbox opening connections faster than its rate: a few told 429, the 
   t.equal(other.status, 200, 'another sandbox is served meanwhile');
   other.socket.destroy();
 });
+
+t.test('a registration rewritten as Docker writes it (removed, then created) never ends for a moment', async (t) => {
+  const s = await setup(t);
+  s.register('slot-a', 'cap-a', 'life-a-0001', A.subnet, ['a.test']);
+  await settle(() => s.logs.some((l) => l.event === 'tenant_registered'), 'the registration');
+  const open = await connect(s, A, 'a.test');
+  t.equal(open.status, 200);
+  const text = JSON.stringify({ version: 1, sandbox: 'cap-a', lifecycle: 'life-a-0001', subnet: A.subnet, address: A.proxy, policy: { allowHosts: ['a.test', 'b.test'], connectPorts: [s.echo] } });
+  for (let k = 0; k < 40; k++) {
+    rmSync(join(s.dir, 'slot-a.json'));
+    await new Promise((r) => setImmediate(r));
+    writeFileSync(join(s.dir, 'slot-a.json'), text);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  await new Promise((r) => setTimeout(r, 600));
+  t.ok(await carries(open), 'the open tunnel, still allowed, was never closed');
+  t.notOk(s.logs.some((l) => l.event === 'revoked'), 'no revocation');
+  open.socket.destroy();
+});
