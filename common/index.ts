@@ -24,6 +24,7 @@ export {
   RegistrationArchiveError,
   SLOT_NAME,
   TENANTS_DIR,
+  ustarHeader,
   type RegistrationHost,
   type RegistrationPolicy,
   type SlotFileValue,

@@ -55,19 +55,20 @@ function octal(n: number, width: number): string {
   return `${n.toString(8).padStart(width - 1, '0')}\0`;
 }
 
-function header(name: string, size: number, mtime: number): Buffer {
+/** One POSIX ustar header block: user and group names empty, no link name, no prefix. */
+export function ustarHeader(entry: { name: string; mode: number; uid: number; gid: number; size: number; mtime: number; type: '0' | '5' }): Buffer {
   const h = Buffer.alloc(BLOCK);
   const put = (offset: number, text: string): void => {
     h.write(text, offset, 'latin1');
   };
-  put(0, name);
-  put(100, octal(0o644, 8));
-  put(108, octal(0, 8));
-  put(116, octal(0, 8));
-  put(124, octal(size, 12));
-  put(136, octal(mtime, 12));
+  put(0, entry.name);
+  put(100, octal(entry.mode, 8));
+  put(108, octal(entry.uid, 8));
+  put(116, octal(entry.gid, 8));
+  put(124, octal(entry.size, 12));
+  put(136, octal(entry.mtime, 12));
   put(148, ' '.repeat(8));
-  put(156, '0');
+  put(156, entry.type);
   put(257, 'ustar\0');
   put(263, '00');
   put(329, octal(0, 8));
@@ -76,6 +77,10 @@ function header(name: string, size: number, mtime: number): Buffer {
   for (const byte of h) sum += byte;
   put(148, `${sum.toString(8).padStart(6, '0')}\0 `);
   return h;
+}
+
+function header(name: string, size: number, mtime: number): Buffer {
+  return ustarHeader({ name, mode: 0o644, uid: 0, gid: 0, size, mtime, type: '0' });
 }
 
 /**
