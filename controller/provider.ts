@@ -142,6 +142,6 @@ export function createDockerSandbox(
     killTagged: (h, tags) => commands.killTagged(handleName(h), tags),
     destroyWorkspace: (key) => lifecycle.destroyWorkspace(persistentWorkspaceVolume(key)),
     egressUsage: (h) => readEgressUsage(engine, namesFor(handleName(h)).egress),
-    changeAllowHosts: (h, change) => changeAllowHosts({ engine, lanes, ensureRunning: (name) => recovery.ensureRunning(name) }, handleName(h), change),
+    changeAllowHosts: (h, change) => changeAllowHosts({ engine, lanes, sharedNetwork: parsed.network, ensureRunning: (name) => recovery.ensureRunning(name) }, handleName(h), change),
   } satisfies DockerSandboxProvider);
 }

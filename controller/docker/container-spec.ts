@@ -226,31 +226,40 @@ export function egressContainerBody(
     // of sandboxes, a core's worth of checks whose result nothing reads (the controller checks its
     // proxy itself before a command; on-failure restarts a dead one).
     Healthcheck: { Test: ['NONE'] },
-    HostConfig: {
-      NetworkMode: sharedNetwork,
-      CapDrop: ['ALL'],
-      SecurityOpt: ['no-new-privileges'],
-      ReadonlyRootfs: true,
-      PidsLimit: EGRESS_PIDS_LIMIT,
-      IpcMode: 'private',
-      CgroupnsMode: 'private',
-      // The proxy joins two networks: it must never route a packet from one to the other (a
-      // namespace inherits forwarding on from the host's). Only the sandbox's missing NET_ADMIN
-      // and NET_RAW kept it from sending one through otherwise.
-      Sysctls: { 'net.ipv4.ip_forward': '0' },
-      NanoCpus: plan.egressNanoCpus,
-      Memory: EGRESS_MEMORY_BYTES,
-      MemorySwap: EGRESS_MEMORY_BYTES,
-      Init: true,
-      // A proxy whose process dies (the OOM killer, a crash) comes back at once: without it the
-      // sandbox has no way out. Not `always`: a stop (suspend) or a kill stays stopped, and the
-      // controller starts it again before the sandbox's next command.
-      RestartPolicy: { Name: 'on-failure' },
-      LogConfig: logConfig(plan.logCaps),
-      // The registrations directory: a volume, so a restart keeps the current allowlist, and the
-      // one place dockerd may write into a container whose root is read-only.
-      ...(policyVolume === undefined ? {} : { Mounts: [{ Type: 'volume', Source: policyVolume, Target: TENANTS_DIR, VolumeOptions: { NoCopy: true } }] }),
-    },
+    HostConfig: egressHostConfig(sharedNetwork, plan.egressNanoCpus, EGRESS_MEMORY_BYTES, plan.logCaps, policyVolume),
+  };
+}
+
+/**
+ * The hardening of an egress proxy's container, its own or a shard of the shared egress: on the
+ * shared network, no capability, read-only root, no forwarding between its legs, restarted when
+ * its process dies. `volume`: its registrations directory.
+ */
+export function egressHostConfig(sharedNetwork: string, nanoCpus: number, memoryBytes: number, caps: LogCaps, volume: string | undefined): ContainerCreateBody['HostConfig'] {
+  return {
+    NetworkMode: sharedNetwork,
+    CapDrop: ['ALL'],
+    SecurityOpt: ['no-new-privileges'],
+    ReadonlyRootfs: true,
+    PidsLimit: EGRESS_PIDS_LIMIT,
+    IpcMode: 'private',
+    CgroupnsMode: 'private',
+    // The proxy joins two networks or more: it must never route a packet from one to another (a
+    // namespace inherits forwarding on from the host's). Only the sandbox's missing NET_ADMIN
+    // and NET_RAW kept it from sending one through otherwise.
+    Sysctls: { 'net.ipv4.ip_forward': '0' },
+    NanoCpus: nanoCpus,
+    Memory: memoryBytes,
+    MemorySwap: memoryBytes,
+    Init: true,
+    // A proxy whose process dies (the OOM killer, a crash) comes back at once: without it the
+    // sandbox has no way out. Not `always`: a stop (suspend) or a kill stays stopped, and the
+    // controller starts it again before the sandbox's next command.
+    RestartPolicy: { Name: 'on-failure' },
+    LogConfig: logConfig(caps),
+    // The registrations directory: a volume, so a restart keeps the current allowlists, and the
+    // one place dockerd may write into a container whose root is read-only.
+    ...(volume === undefined ? {} : { Mounts: [{ Type: 'volume', Source: volume, Target: TENANTS_DIR, VolumeOptions: { NoCopy: true } }] }),
   };
 }
 

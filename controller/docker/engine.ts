@@ -13,7 +13,7 @@ import { readContainerLogs, type LogRead, type LogRequest } from './engine-logs.
 import {
   containerNetworks, containersOnNetwork, listContainers, listNetworks, listVolumes, networkView, type ContainerSummary, type RawNetwork, type RawNetworkSettings, type ResourceSummary,
 } from './engine-listing.js';
-import { networkConnectBody } from './network-spec.js';
+import { networkConnectBody, networkDisconnectBody } from './network-spec.js';
 import { pullReference } from './image-reference.js';
 import { WORKSPACE } from './container-spec.js';
 import { TENANTS_DIR } from '../../common/index.js';
@@ -146,8 +146,12 @@ export class DockerEngine implements SandboxEngine {
     await this.optional(this.call(`removal of network ${idOrName}`, 'DELETE', `/networks/${idOrName}`));
   }
 
-  async connectNetwork(network: string, container: string, ipv4?: string): Promise<void> {
-    await this.call(`connection of ${container} to network ${network}`, 'POST', `/networks/${network}/connect`, { body: networkConnectBody(container, ipv4) });
+  async connectNetwork(network: string, container: string, ipv4?: string, alias?: string): Promise<void> {
+    await this.call(`connection of ${container} to network ${network}`, 'POST', `/networks/${network}/connect`, { body: networkConnectBody(container, ipv4, alias) });
+  }
+
+  async disconnectNetwork(network: string, container: string): Promise<void> {
+    await this.optional(this.call(`disconnection of ${container} from network ${network}`, 'POST', `/networks/${network}/disconnect`, { body: networkDisconnectBody(container) }));
   }
 
   async inspectNetwork(idOrName: string): Promise<NetworkView | undefined> {

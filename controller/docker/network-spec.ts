@@ -23,7 +23,12 @@ export interface NetworkCreateBody {
 
 export interface NetworkConnectBody {
   Container: string;
-  EndpointConfig?: { IPAMConfig: { IPv4Address: string } };
+  EndpointConfig?: { IPAMConfig: { IPv4Address: string }; Aliases?: [string] };
+}
+
+export interface NetworkDisconnectBody {
+  Container: string;
+  Force: true;
 }
 
 export function sharedNetworkBody(name: string, extraLabels: Readonly<Record<string, string>>): NetworkCreateBody {
@@ -60,10 +65,21 @@ export function internalNetworkBody(name: string, labels: Readonly<Record<string
 
 /**
  * The egress proxy's leg on a sandbox network (API 1.41 takes one endpoint per create): the
- * container, and on a network from the address pool its fixed address; no alias or driver option.
+ * container, and on a network from the address pool its fixed address. `alias`: the name the
+ * sandbox dials its proxy by (`cap-<id>-egress`), for a shard of the shared egress, which has a
+ * name of its own; only on that network. No driver option.
  */
-export function networkConnectBody(container: string, ipv4: string | undefined): NetworkConnectBody {
-  return ipv4 === undefined ? { Container: container } : { Container: container, EndpointConfig: { IPAMConfig: { IPv4Address: ipv4 } } };
+export function networkConnectBody(container: string, ipv4: string | undefined, alias?: string): NetworkConnectBody {
+  if (ipv4 === undefined) return { Container: container };
+  return { Container: container, EndpointConfig: { IPAMConfig: { IPv4Address: ipv4 }, ...(alias === undefined ? {} : { Aliases: [alias] as [string] }) } };
+}
+
+/**
+ * A shard's leg on a sandbox network, taken away before the network is removed (dockerd refuses to
+ * remove a network with an endpoint on it). Forced: a stopped shard's endpoint goes too.
+ */
+export function networkDisconnectBody(container: string): NetworkDisconnectBody {
+  return { Container: container, Force: true };
 }
 
 /**

@@ -98,8 +98,13 @@ export interface SandboxEngine {
   createNetwork(body: { Name: string }): Promise<string>;
   /** By id; a missing one is fine. */
   removeNetwork(idOrName: string): Promise<void>;
-  /** Attaches a container; `ipv4` is its fixed address there (a network with a subnet of its own). */
-  connectNetwork(network: string, container: string, ipv4?: string): Promise<void>;
+  /**
+   * Attaches a container; `ipv4` is its fixed address there (a network with a subnet of its own),
+   * `alias` a second name it answers to on that network only.
+   */
+  connectNetwork(network: string, container: string, ipv4?: string, alias?: string): Promise<void>;
+  /** Detaches a container (forced: a stopped one too); a missing network or container is fine. */
+  disconnectNetwork(network: string, container: string): Promise<void>;
   pullImage(image: string): Promise<void>;
   /** Creates and starts an exec: output as it arrives, stdin streamed, then the exit code. */
   startExec(container: string, request: ExecRequest): Promise<ExecRun>;

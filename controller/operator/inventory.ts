@@ -4,7 +4,7 @@
  * socket proxy on purpose, so a 403 becomes an error that says which endpoint to use instead.
  */
 import { type ContainerSummary, type DockerEngine, type ResourceSummary, engineStatus } from '../docker/index.js';
-import { SandboxError, LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_NAME, LABEL_SANDBOX, namesFor } from '../spec/index.js';
+import { SandboxError, LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_EGRESS_ISOLATION, LABEL_EGRESS_SHARD, LABEL_NAME, LABEL_SANDBOX, namesFor } from '../spec/index.js';
 import { decodeAllowHosts } from '../../common/index.js';
 import { egressState } from './egress-state.js';
 
@@ -62,11 +62,22 @@ export function isSandboxContainer(c: ContainerSummary): boolean {
   return c.labels[LABEL_NAME] !== undefined && c.labels[LABEL_NAME] === c.name;
 }
 
+/**
+ * The shard of the shared egress that serves a sandbox (`egressIsolation: shared`): of the shards
+ * of its number (one per deployment's shared network), the one with a leg on the sandbox's
+ * network, else any (then `detached`, or its state when the sandbox is not running).
+ */
+function shardServing(all: readonly ContainerSummary[], sandbox: ContainerSummary): ContainerSummary | undefined {
+  const shards = all.filter((x) => x.name.startsWith('cap-egress.') && x.labels[LABEL_EGRESS_SHARD] === sandbox.labels[LABEL_EGRESS_SHARD]);
+  const network = sandbox.networks.find((n) => n.id !== '');
+  return shards.find((x) => network !== undefined && x.networks.some((n) => n.id === network.id)) ?? shards[0];
+}
+
 export function sandboxRows(inventory: Inventory, nowMs: number): SandboxRow[] {
   const byName = new Map(inventory.allContainers.map((c) => [c.name, c]));
   return inventory.containers.filter(isSandboxContainer).map((c) => {
     const tier = c.labels[LABEL_EGRESS] ?? 'unknown';
-    const proxy = byName.get(namesFor(c.name).egress);
+    const proxy = c.labels[LABEL_EGRESS_ISOLATION] === 'shared' ? shardServing(inventory.allContainers, c) : byName.get(namesFor(c.name).egress);
     return {
       name: c.name,
       state: c.state,

@@ -121,7 +121,7 @@ async function dispatch(args: OperatorArgs, loaded: OperatorConfig, io: Operator
     }
     case 'create': {
       await startProxyIfNeeded();
-      const r = await createSandbox({ provider: provider(), engine, progress }, args.name ?? '', args.sandbox);
+      const r = await createSandbox({ provider: provider(), engine, sharedNetwork: config.network, progress }, args.name ?? '', args.sandbox);
       print(io, args, { name: r.handle.id, ms: r.ms }, `${r.handle.id}\n`);
       return 0;
     }
@@ -141,7 +141,7 @@ async function dispatch(args: OperatorArgs, loaded: OperatorConfig, io: Operator
         return reportRun({ provider: reportProvider, engine, logEngine, progress }, { name, spec: sandboxSpec(name, args.sandbox), command: args.execCommand ?? '', exec: execArgs(args, config) }, io);
       }
       const p = provider();
-      const { handle } = await ensureSandbox({ provider: p, engine, progress }, args.name ?? '', args.sandbox);
+      const { handle } = await ensureSandbox({ provider: p, engine, sharedNetwork: config.network, progress }, args.name ?? '', args.sandbox);
       try {
         return await runExecCommand((opts) => p.exec(handle, args.execCommand ?? '', opts), execArgs(args, config), io);
       } finally {
@@ -156,7 +156,7 @@ async function dispatch(args: OperatorArgs, loaded: OperatorConfig, io: Operator
       return 0;
     }
     case 'inspect': {
-      const d = await inspectSandbox(engine, args.name ?? '');
+      const d = await inspectSandbox(engine, args.name ?? '', config.network);
       print(io, args, d, table(['FIELD', 'VALUE'], [
         ['name', d.name], ['state', d.state], ['tier', d.tier], ['image', d.image], ['runtime', d.runtime],
         ['allow-hosts', d.allowHosts.join(',') || '-'], ['egress-proxy', d.egress], ['network', d.network], ['subnet', d.subnet],

@@ -13,6 +13,8 @@ export interface SandboxCommandDeps {
   readonly provider: SandboxProvider;
   /** Per-name engine calls only, so the socket proxy serves them. */
   readonly engine: DockerEngine;
+  /** The deployment's shared network: the shards of its shared egress are named after it. */
+  readonly sharedNetwork: string;
   readonly progress: (line: string) => void;
 }
 
@@ -22,9 +24,9 @@ export interface Ensured {
   readonly ms: number;
 }
 
-async function existing(engine: DockerEngine, name: string): Promise<SandboxDetail | undefined> {
+async function existing(deps: SandboxCommandDeps, name: string): Promise<SandboxDetail | undefined> {
   try {
-    return await inspectSandbox(engine, name);
+    return await inspectSandbox(deps.engine, name, deps.sharedNetwork);
   } catch (err) {
     if (isSandboxError(err, 'not_found')) return undefined;
     throw err;
@@ -44,7 +46,7 @@ async function createFresh(deps: SandboxCommandDeps, name: string, options: Sand
 export async function createSandbox(deps: SandboxCommandDeps, name: string, options: SandboxOptions): Promise<Ensured> {
   // The spec is checked before anything is said or asked of the engine.
   checkSandboxSpec(sandboxSpec(name, options));
-  const found = await existing(deps.engine, name);
+  const found = await existing(deps, name);
   if (found !== undefined) {
     throw new SandboxError('invalid_spec', `${name} already exists (${found.state}, egress ${found.tier}); use run to reuse it, or destroy it first (capybara-sandbox destroy ${name}).`);
   }
@@ -53,7 +55,7 @@ export async function createSandbox(deps: SandboxCommandDeps, name: string, opti
 
 export async function ensureSandbox(deps: SandboxCommandDeps, name: string, options: SandboxOptions): Promise<Ensured> {
   checkSandboxSpec(sandboxSpec(name, options));
-  const found = await existing(deps.engine, name);
+  const found = await existing(deps, name);
   if (found === undefined) return createFresh(deps, name, options);
   const mismatches = optionMismatches(options, found);
   if (mismatches.length > 0) {

@@ -6,7 +6,7 @@ import { type ContainerView, type DockerEngine, engineStatus } from '../docker/i
 import { SandboxError, LABEL_ALLOW_HOSTS, LABEL_EGRESS, checkSandboxName, meaningOfLabel, namesFor } from '../spec/index.js';
 import { decodeAllowHosts } from '../../common/index.js';
 import { egressState } from './egress-state.js';
-import { EGRESS_USER, readRegistration } from '../sandbox/index.js';
+import { EGRESS_USER, readRegistration, seatOfSandbox, type EgressSeat } from '../sandbox/index.js';
 
 export interface SandboxDetail {
   readonly name: string;
@@ -25,14 +25,17 @@ export interface SandboxDetail {
   readonly limits: { readonly nanoCpus: unknown; readonly memory: unknown; readonly pidsLimit: unknown };
 }
 
-export async function inspectSandbox(engine: DockerEngine, rawName: string): Promise<SandboxDetail> {
+/** `sharedNetwork`: the deployment's, after which the shards of its shared egress are named. */
+export async function inspectSandbox(engine: DockerEngine, rawName: string, sharedNetwork: string): Promise<SandboxDetail> {
   const name = checkSandboxName(rawName);
   const names = namesFor(name);
   const view = await engine.inspectContainer(name);
   if (view === undefined) throw new SandboxError('not_found', `Sandbox ${name} does not exist (no container of that name); gc removes leftovers.`);
   const tier = view.labels[LABEL_EGRESS] ?? 'unknown';
   const meaning = meaningOfLabel(view.labels[LABEL_EGRESS]);
-  const proxy = meaning.egressProxy ? await engine.inspectContainer(names.egress) : undefined;
+  // Its own proxy, or the shard of the shared egress that serves its network.
+  const seat = meaning.egressProxy ? await seatOfSandbox(engine, name, view, sharedNetwork) : undefined;
+  const proxy = seat === undefined ? undefined : await engine.inspectContainer(seat.container);
   const egress = egressState(stateOf(view), proxy === undefined ? undefined : stateOf(proxy));
   const mounts = Array.isArray(view.hostConfig.Mounts) ? (view.hostConfig.Mounts as Array<{ Type?: string; Source?: string }>) : [];
   return {
@@ -40,7 +43,7 @@ export async function inspectSandbox(engine: DockerEngine, rawName: string): Pro
     state: view.paused ? 'paused' : view.status,
     tier,
     image: view.image,
-    allowHosts: (await liveAllowHosts(engine, name, proxy)) ?? decodeAllowHosts(view.labels[LABEL_ALLOW_HOSTS] ?? ''),
+    allowHosts: (await liveAllowHosts(engine, name, seat, proxy)) ?? decodeAllowHosts(view.labels[LABEL_ALLOW_HOSTS] ?? ''),
     runtime: String(view.hostConfig.Runtime ?? ''),
     egress,
     ...(meaning.sandboxNetwork === 'internal' ? await networkOf(engine, view, names.network) : { network: 'none', subnet: '-' }),
@@ -55,9 +58,9 @@ export async function inspectSandbox(engine: DockerEngine, rawName: string): Pro
  * and `deny` change it while the sandbox runs); undefined for a proxy that takes its policy from
  * its environment, or that cannot be asked (then the label, the list at create, is shown).
  */
-async function liveAllowHosts(engine: DockerEngine, name: string, proxy: ContainerView | undefined): Promise<string[] | undefined> {
-  if (proxy === undefined || !proxy.running || proxy.paused) return undefined;
-  const held = await readRegistration(engine, namesFor(name), EGRESS_USER).catch(() => undefined);
+async function liveAllowHosts(engine: DockerEngine, name: string, seat: EgressSeat | undefined, proxy: ContainerView | undefined): Promise<string[] | undefined> {
+  if (seat === undefined || proxy === undefined || !proxy.running || proxy.paused) return undefined;
+  const held = await readRegistration(engine, seat, EGRESS_USER).catch(() => undefined);
   return held?.sandbox === name ? held.policy.allowHosts.map((e) => (typeof e === 'string' ? e : e.host)) : undefined;
 }
 

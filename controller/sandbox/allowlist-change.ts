@@ -5,9 +5,9 @@
  * proxy takes it within a second and closes the connections the new list refuses. The entries
  * are checked as at create; an invalid change changes nothing.
  */
-import { LABEL_EGRESS, SandboxError, checkAllowlistChange, meaningOfLabel, namesFor, type AllowlistChange } from '../spec/index.js';
+import { LABEL_EGRESS, SandboxError, checkAllowlistChange, meaningOfLabel, type AllowlistChange } from '../spec/index.js';
 import type { SandboxEngine } from '../docker/index.js';
-import { EGRESS_USER, readRegistration, writeRegistration } from './egress-policy.js';
+import { EGRESS_USER, readRegistration, seatOfSandbox, writeRegistration } from './egress-policy.js';
 import type { SandboxLanes } from './sandbox-lanes.js';
 
 /** The most entries an allowlist may hold after a change (the registration must fit the socket proxy's body cap). */
@@ -16,6 +16,8 @@ export const MAX_ALLOW_HOSTS = 1_000;
 export interface AllowlistDeps {
   readonly engine: SandboxEngine;
   readonly lanes: SandboxLanes;
+  /** The deployment's shared network: the shards of its shared egress are named after it. */
+  readonly sharedNetwork: string;
   /** Brings the sandbox (and its proxy) up, as before a command. */
   ensureRunning(name: string): Promise<void>;
 }
@@ -40,8 +42,10 @@ export async function changeAllowHosts(deps: AllowlistDeps, name: string, change
     if (!meaningOfLabel(view.labels[LABEL_EGRESS]).egressProxy) {
       throw new SandboxError('invalid_spec', `Sandbox ${name} has no egress proxy (egress tier ${JSON.stringify(view.labels[LABEL_EGRESS] ?? 'none')}): only an allowlist sandbox has an allowlist.`);
     }
-    const names = namesFor(name);
-    const held = await readRegistration(deps.engine, names, EGRESS_USER);
+    // Brought up just before (ensureRunning): a shard sandbox has its shard's leg again.
+    const seat = await seatOfSandbox(deps.engine, name, view, deps.sharedNetwork);
+    if (seat === undefined) throw new SandboxError('egress_unavailable', `The shard of the shared egress that serves ${name} is gone; retry (the next command brings one back).`);
+    const held = await readRegistration(deps.engine, seat, EGRESS_USER);
     if (held === undefined || held.sandbox !== name) {
       throw new SandboxError(
         'allowlist_fixed',
@@ -59,7 +63,7 @@ export async function changeAllowHosts(deps: AllowlistDeps, name: string, change
       address: held.address,
       policy: { allowHosts: next, ...(held.policy.mode === 'report' ? { mode: 'report' as const } : {}) },
     };
-    await writeRegistration(deps.engine, names, registration);
+    await writeRegistration(deps.engine, seat, registration, name);
     return next;
   });
 }

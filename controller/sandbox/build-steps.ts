@@ -8,7 +8,8 @@
 import { EGRESS_HEALTH_PATH, EGRESS_PROXY_PORT } from '../../common/index.js';
 import { CA_CERT_ENV, CA_FILE, SandboxError, type SandboxNames } from '../spec/index.js';
 import { egressContainerBody, egressRegistration, imageRefusal, type EgressPlan, engineStatus, volumeBody } from '../docker/index.js';
-import { EGRESS_USER, readRegistration, registrable, writeRegistration } from './egress-policy.js';
+import { EGRESS_USER, ownSeat, readRegistration, registrable, writeRegistration } from './egress-policy.js';
+import { connectShard, subnetSlot, type EgressSeat } from './shards.js';
 import { SANDBOX_USER } from '../exec/index.js';
 import type { BuildDeps } from './build-deps.js';
 import { dockerSays } from './concurrent-change.js';
@@ -85,28 +86,44 @@ export async function createEgress(
   made(plan.names.egress, await createContainerPullingOnce(deps, plan.names.egress, plan.egressProxyImage, body));
   proceed();
   // In force before the proxy starts (and so before the sandbox can send anything).
-  if (target !== undefined && !rebuilding) await writeRegistration(deps.engine, plan.names, egressRegistration(plan.names, target, plan.allowHosts, deps.egressMode));
+  const seat = ownSeat(plan.names);
+  if (target !== undefined && !rebuilding) await writeRegistration(deps.engine, seat, egressRegistration(plan.names, target, plan.allowHosts, deps.egressMode), plan.names.name);
   proceed();
   await deps.engine.startContainer(plan.names.egress);
-  if (target !== undefined && rebuilding) await keepRegistration(deps, plan, target);
+  if (target !== undefined && rebuilding) await keepRegistration(deps, plan, seat, target);
   proceed();
   await connectEgress(deps, plan.names.egress, network);
 }
 
 /**
- * A rebuilt proxy's registration: the volume's, which live changes made, kept (on the network as
- * it is now, with a new lifecycle id when that moved); the allowlist of the sandbox's label when
- * the volume had none. Read once the proxy runs (a `cat` needs a running container): until then
- * a stale registration matches no client of the network, and nothing is let through.
+ * A rebuilt proxy's registration, or a sandbox's on a shard it joins again: the one at `seat`,
+ * which live changes made, kept (on the network as it is now, with a new lifecycle id when that
+ * moved); the allowlist of the sandbox's label when the seat holds none of this sandbox's. Read
+ * once the egress container runs (a `cat` needs a running container): until then a stale
+ * registration matches no client of the network, and nothing is let through.
  */
-async function keepRegistration(deps: BuildDeps, plan: EgressPlan, target: { subnet: string; address: string }): Promise<void> {
+export async function keepRegistration(deps: BuildDeps, plan: Pick<EgressPlan, 'names' | 'allowHosts'>, seat: EgressSeat, target: { subnet: string; address: string }): Promise<void> {
   // A read that fails is the rebuild's error (retried by the next recovery): falling back to the
   // label's list would allow again what a live deny dropped. Meanwhile the proxy serves the
-  // volume's registration as it is.
-  const held = await readRegistration(deps.engine, plan.names, EGRESS_USER);
+  // registration as it is.
+  const held = await readRegistration(deps.engine, seat, EGRESS_USER);
   if (held !== undefined && held.sandbox === plan.names.name && held.subnet.text === target.subnet && held.address === target.address) return;
   const allowHosts = held?.sandbox === plan.names.name ? held.policy.allowHosts.map((e) => (typeof e === 'string' ? e : e.host)) : plan.allowHosts;
-  await writeRegistration(deps.engine, plan.names, egressRegistration(plan.names, target, allowHosts, deps.egressMode));
+  await writeRegistration(deps.engine, seat, egressRegistration(plan.names, target, allowHosts, deps.egressMode), plan.names.name);
+}
+
+/**
+ * A sandbox served by a shard of the shared egress (shards.ts), once its network is made: its
+ * registration put into the shard's volume, then the shard's leg connected at the network's
+ * proxy address. The sandbox's own container is on no other network, so before that leg exists
+ * it can send nothing anywhere.
+ */
+export async function joinShard(deps: BuildDeps, plan: Pick<EgressPlan, 'names' | 'allowHosts'>, shard: string, network: SandboxNetwork, proceed: () => void): Promise<void> {
+  const target = registrable(network);
+  if (target === undefined) throw new SandboxError('engine_error', `The network of ${plan.names.name} has no subnet of its own: a shard of the shared egress cannot serve it.`);
+  await writeRegistration(deps.engine, { container: shard, slot: subnetSlot(target.subnet) }, egressRegistration(plan.names, target, plan.allowHosts, deps.egressMode), plan.names.name);
+  proceed();
+  await connectShard(deps, shard, plan.names, network);
 }
 
 /**

@@ -9,9 +9,10 @@
  */
 import { registrationArchive, TENANTS_DIR, type SlotFileValue } from '../../common/index.js';
 import { parseSlotFile, type TenantRegistration } from '../../policy/index.js';
-import { SandboxError, type SandboxNames } from '../spec/index.js';
-import type { SandboxEngine } from '../docker/index.js';
+import { LABEL_EGRESS, LABEL_EGRESS_ISOLATION, SandboxError, egressHostOfLabels, namesFor, type SandboxNames } from '../spec/index.js';
+import type { ContainerView, SandboxEngine } from '../docker/index.js';
 import type { SandboxNetwork } from './sandbox-network.js';
+import { seatPath, shardSeatOf, type EgressSeat } from './shards.js';
 
 /** The egress image's own non-root user, which reads the registration. */
 export const EGRESS_USER = 'egress';
@@ -25,28 +26,49 @@ export function registrable(network: SandboxNetwork): { subnet: string; address:
   return network.subnet === undefined || network.egressAddress === undefined ? undefined : { subnet: network.subnet, address: network.egressAddress };
 }
 
-/** Puts the registration into the proxy's volume; one too large for the socket proxy is `invalid_spec`, and nothing is sent. */
-export async function writeRegistration(engine: SandboxEngine, names: SandboxNames, value: SlotFileValue): Promise<void> {
-  let archive: Buffer;
-  try {
-    archive = registrationArchive(EGRESS_SLOT, value);
-  } catch (err) {
-    throw new SandboxError('invalid_spec', `The allowlist of ${names.name} was refused: ${(err as Error).message}.`, { cause: err });
-  }
-  await engine.putRegistration(names.egress, archive);
+/** The seat of a sandbox's own proxy. */
+export function ownSeat(names: SandboxNames): EgressSeat {
+  return { container: names.egress, slot: EGRESS_SLOT };
 }
 
 /**
- * The registration the running egress proxy of `names` reads, by a `cat` in its container as its
- * own user; undefined when there is none (a proxy whose policy is its environment). A file the
- * controller did not write whole is an error that says so.
+ * Puts the registration into the egress container's volume (`seat`); one too large for the socket
+ * proxy is `invalid_spec`, and nothing is sent. `sandbox` names it in that error.
  */
-export async function readRegistration(engine: SandboxEngine, names: SandboxNames, user: string): Promise<TenantRegistration | undefined> {
+export async function writeRegistration(engine: SandboxEngine, seat: EgressSeat, value: SlotFileValue, sandbox: string): Promise<void> {
+  let archive: Buffer;
+  try {
+    archive = registrationArchive(seat.slot, value);
+  } catch (err) {
+    throw new SandboxError('invalid_spec', `The allowlist of ${sandbox} was refused: ${(err as Error).message}.`, { cause: err });
+  }
+  await engine.putRegistration(seat.container, archive);
+}
+
+/**
+ * Where the registration of sandbox `name` (its container `view`) lives: its own proxy's volume,
+ * or the shard of the deployment's shared network (`sharedNetwork`) its network's label names; undefined for a tier without a proxy, or a shard
+ * sandbox whose shard is gone (recovery brings one back).
+ */
+export async function seatOfSandbox(engine: SandboxEngine, name: string, view: ContainerView, sharedNetwork: string): Promise<EgressSeat | undefined> {
+  const host = egressHostOfLabels(view.labels[LABEL_EGRESS], view.labels[LABEL_EGRESS_ISOLATION]);
+  if (host === 'own') return ownSeat(namesFor(name));
+  if (host === 'none') return undefined;
+  const network = view.hostConfig.NetworkMode;
+  return typeof network === 'string' && network !== '' ? shardSeatOf(engine, network, sharedNetwork) : undefined;
+}
+
+/**
+ * The registration a running egress container reads at `seat`, by a `cat` in it as its own user;
+ * undefined when there is none (a proxy whose policy is its environment, a vacant slot). A file
+ * the controller did not write whole is an error that says so.
+ */
+export async function readRegistration(engine: SandboxEngine, seat: EgressSeat, user: string): Promise<TenantRegistration | undefined> {
   const out: Buffer[] = [];
   const err: Buffer[] = [];
   let held = 0;
-  const run = await engine.startExec(names.egress, {
-    cmd: ['cat', `${TENANTS_DIR}/${EGRESS_SLOT}.json`],
+  const run = await engine.startExec(seat.container, {
+    cmd: ['cat', `${TENANTS_DIR}/${seat.slot}.json`],
     user,
     onOutput: (stream, chunk) => {
       if (stream === 'stderr' && err.length < 16) err.push(chunk);
@@ -56,7 +78,7 @@ export async function readRegistration(engine: SandboxEngine, names: SandboxName
     },
   });
   const code = await run.finished;
-  const path = `${names.egress}:${TENANTS_DIR}/${EGRESS_SLOT}.json`;
+  const path = seatPath(seat);
   // Only a file that is positively not there is "none": any other failure is an error, never a
   // reason to fall back to an older list.
   if (code === 1 && /No such file or directory/.test(Buffer.concat(err).toString('utf8'))) return undefined;

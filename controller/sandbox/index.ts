@@ -10,4 +10,5 @@ export { readEgressUsage } from './egress-usage.js';
 export type { EgressUsage } from './egress-usage.js';
 export { CredentialSource } from './credential-source.js';
 export { changeAllowHosts, MAX_ALLOW_HOSTS } from './allowlist-change.js';
-export { EGRESS_USER, readRegistration } from './egress-policy.js';
+export { EGRESS_USER, readRegistration, seatOfSandbox } from './egress-policy.js';
+export type { EgressSeat } from './shards.js';

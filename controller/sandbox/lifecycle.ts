@@ -6,11 +6,12 @@
  * a destroy tries again until what it removes stays removed.
  */
 import { engineStatus, sandboxContainerBody, volumeBody } from '../docker/index.js';
-import { SandboxError, isSandboxError, TIERS, namesFor, usesSharedNetwork, type SandboxPlan } from '../spec/index.js';
-import { createContainerPullingOnce, createEgress, waitForEgress } from './build-steps.js';
+import { LABEL_EGRESS_ISOLATION, LABEL_EGRESS_SHARD, SandboxError, egressHostOf, egressShardName, isSandboxError, TIERS, namesFor, usesSharedNetwork, type SandboxPlan } from '../spec/index.js';
+import { createContainerPullingOnce, createEgress, joinShard, waitForEgress } from './build-steps.js';
 import type { BuildDeps } from './build-deps.js';
 import { asConflict, concurrentChange } from './concurrent-change.js';
 import { createSandboxNetwork, ensureSharedNetwork, removeSandboxNetworks } from './sandbox-network.js';
+import { claimShard } from './shards.js';
 import { StepGroup } from './step-group.js';
 import { requireWorkspaceFree } from './workspace-holder.js';
 
@@ -31,10 +32,13 @@ const DESTROY_ROUNDS = 3;
 export class SandboxLifecycle {
   constructor(private readonly deps: BuildDeps) {}
 
-  async create(plan: SandboxPlan): Promise<void> {
+  async create(request: SandboxPlan): Promise<void> {
     const { engine } = this.deps;
-    const { names, tier } = plan;
+    const { names, tier } = request;
     const meaning = TIERS[tier];
+    const host = egressHostOf(meaning, this.deps.config.egressIsolation, request.credentials !== undefined || this.deps.egressMode === 'report');
+    // Recorded on the container: recovery, `allow` and the operator find its proxy by it.
+    const plan: SandboxPlan = host === 'shard' ? { ...request, containerLabels: { ...request.containerLabels, [LABEL_EGRESS_ISOLATION]: 'shared' } } : request;
     // A stale instance (the host may have died before recording the handle) is replaced.
     await this.destroy(names.name);
     const steps = new StepGroup();
@@ -47,13 +51,19 @@ export class SandboxLifecycle {
       // Create-to-ready is what a conversation waits for: every step starts as soon as what it
       // needs exists (step-group.ts keeps a failure from leaving anything behind).
       const shared = usesSharedNetwork(meaning) ? steps.run(() => ensureSharedNetwork(this.deps)) : undefined;
-      const internal = meaning.sandboxNetwork === 'internal' ? steps.run(() => createSandboxNetwork(this.deps, names, plan.labels)) : undefined;
+      // A shard sandbox's shard, chosen (and started, when new) first: its number is a label of
+      // the network and the container, so that a destroy and a recovery find it.
+      const shard = host === 'shard' && shared !== undefined ? steps.run(async () => claimShard(this.deps, await shared)) : undefined;
+      const shardLabels = async (labels: Readonly<Record<string, string>>): Promise<Record<string, string>> =>
+        shard === undefined ? { ...labels } : { ...labels, [LABEL_EGRESS_SHARD]: String(await shard) };
+      const internal = meaning.sandboxNetwork === 'internal' ? steps.run(async () => createSandboxNetwork(this.deps, names, await shardLabels(plan.labels))) : undefined;
       const volumes = steps.run(() => this.createVolumes(plan));
-      if (meaning.egressProxy && shared !== undefined && internal !== undefined) {
+      if (host !== 'none' && shared !== undefined && internal !== undefined) {
         steps.run(async () => {
           const sharedId = await shared;
           steps.proceed();
-          await createEgress(this.deps, plan, sharedId, internal, steps.proceed, remember);
+          if (host === 'own') await createEgress(this.deps, plan, sharedId, internal, steps.proceed, remember);
+          else if (shard !== undefined) await joinShard(this.deps, plan, egressShardName(this.deps.config.network, await shard), await internal, steps.proceed);
         });
       }
       steps.run(async () => {
@@ -61,7 +71,8 @@ export class SandboxLifecycle {
         // volumes too: a create would otherwise make them, unlabelled.
         const [network, own] = await Promise.all([meaning.sandboxNetwork === 'shared' ? shared : internal?.then((n) => n.id), internal, volumes]);
         steps.proceed();
-        remember(names.container, await createContainerPullingOnce(this.deps, names.container, plan.image, sandboxContainerBody(plan, network, own?.egressAddress)));
+        const body = sandboxContainerBody({ ...plan, containerLabels: await shardLabels(plan.containerLabels) }, network, own?.egressAddress);
+        remember(names.container, await createContainerPullingOnce(this.deps, names.container, plan.image, body));
         steps.proceed();
         await engine.giveWorkspaceToSandboxUser(names.container);
         steps.proceed();

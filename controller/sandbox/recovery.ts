@@ -10,8 +10,13 @@
  */
 import { decodeAllowHosts } from '../../common/index.js';
 import { type ContainerView, carriesCa, engineStatus, sandboxBodyFromInspect, type EgressPlan } from '../docker/index.js';
-import { SandboxError, egressNanoCpus, LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_NAME, LABEL_WORKSPACE_KEY, meaningOfLabel, namesFor, type TierMeaning } from '../spec/index.js';
-import { connectEgress, createEgress, ignoreConflict, waitForEgress } from './build-steps.js';
+import {
+  SandboxError, egressHostOfLabels, egressNanoCpus, LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_EGRESS_ISOLATION, LABEL_NAME, LABEL_WORKSPACE_KEY, meaningOfLabel, namesFor,
+  type TierMeaning,
+} from '../spec/index.js';
+import { connectEgress, createEgress, ignoreConflict, keepRegistration, waitForEgress } from './build-steps.js';
+import { registrable } from './egress-policy.js';
+import { connectShard, ensureShard, shardOfLabels, subnetSlot } from './shards.js';
 import type { BuildDeps } from './build-deps.js';
 import { asConflict, dockerSays } from './concurrent-change.js';
 import { ensureSharedNetwork, findOrRecreateSandboxNetwork, type SandboxNetwork } from './sandbox-network.js';
@@ -60,8 +65,11 @@ export class SandboxRecovery {
     if (meaning.sandboxNetwork !== 'internal') return undefined;
     const network = view.networks.find((n) => n.id !== '');
     if (network === undefined) return 'sandbox not on its network, recovering it';
-    if (!meaning.egressProxy) return undefined;
-    const egress = await this.deps.engine.inspectContainer(namesFor(name).egress);
+    const host = egressHostOfLabels(view.labels[LABEL_EGRESS], view.labels[LABEL_EGRESS_ISOLATION]);
+    if (host === 'none') return undefined;
+    const proxy = host === 'own' ? namesFor(name).egress : shardOfLabels(view.labels, this.deps.config.network)?.name;
+    if (proxy === undefined) return 'egress shard not recorded, recovering it';
+    const egress = await this.deps.engine.inspectContainer(proxy);
     if (egress?.running !== true || egress.paused) return 'egress proxy not running, recovering it';
     if (!egress.networks.some((n) => n.id === network.id)) return 'egress proxy not on the sandbox network, recovering it';
     return undefined;
@@ -85,7 +93,9 @@ export class SandboxRecovery {
       network = found.network;
       networkRebuilt = found.rebuilt;
     }
-    if (tier.egressProxy && network !== undefined) await this.recoverEgress(name, view, network, networkRebuilt);
+    const host = egressHostOfLabels(view.labels[LABEL_EGRESS], view.labels[LABEL_EGRESS_ISOLATION]);
+    if (host === 'own' && network !== undefined) await this.recoverEgress(name, view, network, networkRebuilt);
+    if (host === 'shard' && network !== undefined) await this.recoverShardLeg(name, view, network);
     if (networkRebuilt) {
       await this.rebuildContainer(name, view, tier, network);
     } else {
@@ -170,6 +180,24 @@ export class SandboxRecovery {
       this.deps.logger.warn({ sandbox: name, egress: names.egress }, 'egress proxy not on the sandbox network, connecting it again');
       await connectEgress(this.deps, names.egress, network);
     }
+  }
+
+  /**
+   * A shard sandbox's way out: its shard (the label's) made again when missing, from its volume,
+   * which keeps every registration, and started; the sandbox's registration kept or written again
+   * (a live change survives; a missing one gets the label's list); the shard's leg connected again.
+   */
+  private async recoverShardLeg(name: string, view: ContainerView, network: SandboxNetwork): Promise<void> {
+    const shard = shardOfLabels(view.labels, this.deps.config.network);
+    const target = registrable(network);
+    if (shard === undefined || target === undefined) {
+      throw new SandboxError('egress_unavailable', `Sandbox ${name} records no shard of the shared egress, or its network no subnet of its own; destroy it and create it again.`);
+    }
+    await ensureShard(this.deps, shard.index, await ensureSharedNetwork(this.deps));
+    const names = namesFor(name);
+    const allowHosts = decodeAllowHosts(view.labels[LABEL_ALLOW_HOSTS] ?? '');
+    await keepRegistration(this.deps, { names, allowHosts }, { container: shard.name, slot: subnetSlot(target.subnet) }, target);
+    await connectShard(this.deps, shard.name, names, network);
   }
 
   /**

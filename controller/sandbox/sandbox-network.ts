@@ -17,6 +17,7 @@ import {
 } from '../docker/index.js';
 import type { BuildDeps } from './build-deps.js';
 import { dockerSays } from './concurrent-change.js';
+import { leaveShard } from './shards.js';
 
 /** A sandbox's own network: its id, and the egress proxy's fixed address on it. */
 export interface SandboxNetwork {
@@ -156,10 +157,18 @@ export async function findOrRecreateSandboxNetwork(
   }
 }
 
-/** Removes every network of the sandbox's name that carries its labels (duplicates included). */
+/**
+ * Removes every network of the sandbox's name that carries its labels (duplicates included),
+ * each after its registration with a shard of the shared egress has ended (shards.ts).
+ */
 export async function removeSandboxNetworks(deps: BuildDeps, names: SandboxNames): Promise<void> {
   const own = await ownSandboxNetworks(deps, names);
-  await Promise.all(own.map((n) => deps.engine.removeNetwork(n.id)));
+  await Promise.all(
+    own.map(async (n) => {
+      await leaveShard(deps, n);
+      await deps.engine.removeNetwork(n.id);
+    }),
+  );
 }
 
 /**

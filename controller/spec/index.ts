@@ -13,6 +13,8 @@ export type { CheckedExecOptions, ExecCeilings, OutputSink } from './exec-option
 export {
   LABEL_ALLOW_HOSTS,
   LABEL_EGRESS,
+  LABEL_EGRESS_ISOLATION,
+  LABEL_EGRESS_SHARD,
   LABEL_NAME,
   LABEL_SANDBOX,
   LABEL_SHARED_NETWORK,
@@ -22,6 +24,8 @@ export {
   SANDBOX_UID,
   checkSandboxName,
   checkTag,
+  egressShardName,
+  MAX_EGRESS_SHARDS,
   namesFor,
   persistentWorkspaceVolume,
 } from './names.js';
@@ -33,8 +37,8 @@ export { parseAddressPool, sandboxSubnet, subnetAddresses, subnetSlots } from '.
 export type { AddressPool, SandboxSubnet } from './address-pool.js';
 export { printableAsciiMap, serialiseAsciiBody } from './ascii-body.js';
 export { checkAllowlistChange, checkSandboxSpec, DEFAULT_EGRESS_TIER, EGRESS_TIER_NAMES, type AllowlistChange } from './sandbox-spec.js';
-export { TIERS, meaningOfLabel, usesSharedNetwork } from './tiers.js';
-export type { TierMeaning } from './tiers.js';
+export { TIERS, egressHostOf, egressHostOfLabels, meaningOfLabel, usesSharedNetwork } from './tiers.js';
+export type { EgressHost, EgressIsolation, TierMeaning } from './tiers.js';
 export {
   applicableSecrets,
   CA_BUNDLE_FILE,

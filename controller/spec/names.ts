@@ -18,6 +18,26 @@ export const LABEL_WORKSPACE_KEY = 'dev.capybara.sandbox.workspace';
 export const LABEL_SUBNET = 'dev.capybara.sandbox.subnet';
 /** On the shared network the controller made: its name, the one label a listing may filter on. */
 export const LABEL_SHARED_NETWORK = 'dev.capybara.sandbox.shared-network';
+/**
+ * On an allowlist sandbox's container: `shared` when a shard of the engine's shared egress serves
+ * it (shards.ts); absent, its own proxy `cap-<id>-egress` does.
+ */
+export const LABEL_EGRESS_ISOLATION = 'dev.capybara.sandbox.egress-isolation';
+/** On a shard of the shared egress: its number. */
+export const LABEL_EGRESS_SHARD = 'dev.capybara.sandbox.egress-shard';
+
+/**
+ * The shards of a deployment's shared egress: `cap-egress.<k>.<shared network>`, container and
+ * registrations volume alike, so that deployments with shared networks of their own (and test
+ * runs) never share a shard. A sandbox id has no ".", so no sandbox's resource is ever named so;
+ * the socket proxy admits a registration into exactly these (k below 100, the shared network's
+ * name starting "cap") and the sandboxes' own proxies.
+ */
+export const MAX_EGRESS_SHARDS = 100;
+export function egressShardName(sharedNetwork: string, k: number): string {
+  if (!Number.isInteger(k) || k < 0 || k >= MAX_EGRESS_SHARDS) throw new SandboxError('invalid_config', `Egress shard ${k} is outside 0-${MAX_EGRESS_SHARDS - 1}.`);
+  return `cap-egress.${k}.${sharedNetwork}`;
+}
 
 /**
  * A conversation id becomes part of DNS names (`cap-<id>-egress` is the proxy host the sandbox

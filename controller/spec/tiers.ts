@@ -50,3 +50,31 @@ export function usesSharedNetwork(meaning: TierMeaning): boolean {
 export function meaningOfLabel(label: string | undefined): TierMeaning {
   return label !== undefined && Object.hasOwn(TIERS, label) ? TIERS[label as EgressTier] : TIERS.none;
 }
+
+/**
+ * How the deployment gives allowlist sandboxes their way out (`egressIsolation`): `shared`, a
+ * shard of the engine's one egress service serves many sandboxes, each on its own network and told
+ * apart by it; `sandbox`, every sandbox has a proxy process of its own.
+ */
+export type EgressIsolation = 'shared' | 'sandbox';
+
+/** Which proxy serves a sandbox: none, its own (`cap-<id>-egress`), or a shard of the shared egress. */
+export type EgressHost = 'none' | 'own' | 'shard';
+
+/**
+ * The one place that decides where a sandbox's egress runs. A shard serves a registration: an
+ * allowlist, its ports and its mode. A sandbox whose proxy must inspect TLS or hold secrets
+ * (`ownProxyNeeded`) keeps a proxy of its own whatever the deployment says: a shard never holds
+ * one tenant's CA key or credentials beside another's.
+ */
+export function egressHostOf(meaning: TierMeaning, isolation: EgressIsolation, ownProxyNeeded: boolean): EgressHost {
+  if (!meaning.egressProxy) return 'none';
+  return isolation === 'shared' && !ownProxyNeeded ? 'shard' : 'own';
+}
+
+/** Which proxy serves a sandbox, from its container's labels (`LABEL_EGRESS`, `LABEL_EGRESS_ISOLATION`). */
+export function egressHostOfLabels(tier: string | undefined, isolation: string | undefined): EgressHost {
+  const meaning = meaningOfLabel(tier);
+  if (!meaning.egressProxy) return 'none';
+  return isolation === 'shared' ? 'shard' : 'own';
+}

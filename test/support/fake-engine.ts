@@ -73,6 +73,8 @@ interface Attachment {
   id: string | undefined;
   /** A fixed address (connect with IPAMConfig); dynamic ones are not modelled. */
   ipv4?: string;
+  /** A second name the container answers to on this network only (connect with Aliases). */
+  alias?: string;
 }
 
 interface FakeContainer {
@@ -513,7 +515,7 @@ export class FakeEngine implements SandboxEngine {
     this.networks.delete(n.id);
   }
 
-  async connectNetwork(network: string, container: string, ipv4?: string): Promise<void> {
+  async connectNetwork(network: string, container: string, ipv4?: string, alias?: string): Promise<void> {
     const call = await this.enter('connectNetwork', container);
     const c = this.container(call);
     const n = this.findNetwork(call, network);
@@ -529,21 +531,22 @@ export class FakeEngine implements SandboxEngine {
     if (c.state === 'running' || c.state === 'paused') {
       if (n === undefined) throw this.status(call, 404, `network ${network} not found`);
       if (c.attached.some((a) => a.id === n.id)) throw this.status(call, 403, `endpoint with name ${container} already exists in network ${n.name}`);
-      c.attached.push({ name: n.name, id: n.id, ...(ipv4 === undefined ? {} : { ipv4 }) });
+      c.attached.push({ name: n.name, id: n.id, ...(ipv4 === undefined ? {} : { ipv4 }), ...(alias === undefined ? {} : { alias }) });
       return;
     }
     // A container that is not running only has its settings changed: the attachment of that
     // name, resolved by name at its next start.
     const name = n?.name ?? network;
-    c.attached = [...c.attached.filter((a) => a.name !== name), { name, id: undefined, ...(ipv4 === undefined ? {} : { ipv4 }) }];
+    c.attached = [...c.attached.filter((a) => a.name !== name), { name, id: undefined, ...(ipv4 === undefined ? {} : { ipv4 }), ...(alias === undefined ? {} : { alias }) }];
   }
 
-  /** Not a controller call: `docker network disconnect`. */
+  /** `docker network disconnect --force`: a shard's leg before its sandbox network goes (and tests' own disconnects). */
   async disconnectNetwork(network: string, container: string): Promise<void> {
     const call = await this.enter('disconnectNetwork', container);
     const c = this.container(call);
     const n = this.findNetwork(call, network);
     if (n === undefined) throw this.status(call, 404, `network ${network} not found`);
+    if (!c.attached.some((a) => a.id === n.id || a.name === n.name)) throw this.status(call, 403, `container ${c.id} is not connected to network ${n.name}`);
     c.attached = c.attached.filter((a) => a.id !== n.id && a.name !== n.name);
   }
 
@@ -581,12 +584,13 @@ export class FakeEngine implements SandboxEngine {
     return { exitCode: this.reachable(container, dial[1] ?? '') ? 0 : 137 };
   }
 
-  /** A running, unpaused container `to` on a network that `from` is attached to as well. */
+  /** A running, unpaused container `to` (its name, or its alias there) on a network that `from` is attached to as well. */
   reachable(from: string, to: string): boolean {
     const a = this.containers.get(from);
-    const b = this.containers.get(to);
-    if (a === undefined || b === undefined || b.state !== 'running') return false;
+    if (a === undefined) return false;
     const ids = new Set(a.attached.map((x) => x.id).filter((id) => id !== undefined && this.networkById(id) !== undefined));
-    return b.attached.some((x) => x.id !== undefined && ids.has(x.id));
+    return [...this.containers.values()].some(
+      (b) => b.state === 'running' && b.attached.some((x) => x.id !== undefined && ids.has(x.id) && (b.name === to || x.alias === to)),
+    );
   }
 }

@@ -66,7 +66,7 @@ t.test('allow and deny while the sandbox runs', async (t) => {
   const ms = Number(/open for (\d+) ms/.exec(closed.stdout)?.[1] ?? NaN);
   t.ok(ms < 8_000, `closed ${ms} ms after it opened (the deny came 1.5 s in)`);
   t.equal(await fetch(UPSTREAM_HOST), '403', 'and a new request is refused');
-  t.same((await inspectSandbox(new DockerEngine({ endpoint: s.proxy.endpoint }), h.id)).allowHosts, [SECOND_HOST], 'inspect shows the list in force, not the one at create');
+  t.same((await inspectSandbox(new DockerEngine({ endpoint: s.proxy.endpoint }), h.id, s.sharedNetwork)).allowHosts, [SECOND_HOST], 'inspect shows the list in force, not the one at create');
 
   // A restart of the proxy keeps the changed list.
   await s.env.docker.getContainer(egress).restart({ t: 0 });

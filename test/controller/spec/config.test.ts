@@ -19,6 +19,8 @@ t.test('defaults are applied and the result is frozen', async (t) => {
     sharedWorkspaces: false,
     commandIsolation: 'landlock',
     allowOpenEgress: false,
+    egressIsolation: 'sandbox',
+    egressShardSize: 250,
     logMaxSizeMb: 10,
     logMaxFiles: 3,
     addressPool: '10.213.0.0/16',
@@ -37,6 +39,8 @@ t.test('volumeDriver: a plugin name, and empty is the local driver', async (t) =
 const invalid: { name: string; input: unknown; mentions: string }[] = [
   { name: 'unknown key is named', input: { endpoint: 'unix:///run/p.sock', allowOpenEgres: true }, mentions: '"allowOpenEgres"' },
   { name: 'endpoint is required', input: {}, mentions: 'endpoint' },
+  { name: 'egressIsolation is shared or sandbox', input: { endpoint: 'unix:///run/p.sock', egressIsolation: 'process' }, mentions: 'egressIsolation' },
+  { name: 'a shard holds at most 1,000 sandboxes', input: { endpoint: 'unix:///run/p.sock', egressShardSize: 1001 }, mentions: 'egressShardSize' },
   { name: 'http scheme refused', input: { endpoint: 'http://x:1' }, mentions: 'endpoint' },
   { name: 'relative unix path refused', input: { endpoint: 'unix://run/x' }, mentions: 'endpoint' },
   { name: 'network must start with cap', input: { endpoint: 'tcp://a:1', network: 'sandbox' }, mentions: 'network' },

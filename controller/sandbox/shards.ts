@@ -1,0 +1,160 @@
+/**
+ * The engine's shared egress (`egressIsolation: shared`): shards `cap-egress.<k>`, each one proxy
+ * process serving up to `egressShardSize` sandboxes. A sandbox is served by the shard that holds a
+ * leg on its network:
+ * - its registration (the network's subnet, the proxy's address on it, a lifecycle id, the
+ *   allowlist) is put into the shard's registrations volume as `<subnet>.json` before the sandbox
+ *   starts, so a subnet has one slot whichever sandbox holds it, and the files are as many as the
+ *   address pool has subnets;
+ * - the shard joins the network at its fixed proxy address, under the alias `cap-<id>-egress` the
+ *   sandbox's proxy variables name;
+ * - on destroy the slot is made vacant, then the leg is taken away, then the network removed.
+ * The shard tells sandboxes apart by the network a connection arrives on (policy/tenants.ts): a
+ * sandbox has no capability to forge an address, and no route to another sandbox's network.
+ */
+import { registrationArchive, TENANTS_DIR } from '../../common/index.js';
+import { LABEL_EGRESS_SHARD, LABEL_SUBNET, SandboxError, egressNanoCpus, egressShardName, MAX_EGRESS_SHARDS, type SandboxNames } from '../spec/index.js';
+import { egressShardBody, engineStatus, volumeBody, type ContainerView, type NetworkView, type SandboxEngine } from '../docker/index.js';
+import type { BuildDeps } from './build-deps.js';
+import { dockerSays } from './concurrent-change.js';
+
+/** Where a sandbox's registration lives: the egress container that reads it, and the file's slot. */
+export interface EgressSeat {
+  readonly container: string;
+  readonly slot: string;
+}
+
+/** The slot of a sandbox network on a shard: its subnet, `10.213.4.16/28` as `10.213.4.16_28`. */
+export function subnetSlot(subnet: string): string {
+  const slot = subnet.replace('/', '_');
+  if (!/^[0-9]{1,3}(\.[0-9]{1,3}){3}_[0-9]{1,2}$/.test(slot)) throw new SandboxError('engine_error', `The subnet ${JSON.stringify(subnet)} cannot name a registration slot.`);
+  return slot;
+}
+
+function vacantArchive(slot: string): Buffer {
+  return registrationArchive(slot, { version: 1, vacant: true });
+}
+
+/** The registrations file of a seat, as the egress container sees it (for messages). */
+export function seatPath(seat: EgressSeat): string {
+  return `${seat.container}:${TENANTS_DIR}/${seat.slot}.json`;
+}
+
+/**
+ * The shard that serves a sandbox, from the label its network and its container carry (set at
+ * create, before any leg).
+ */
+export function shardOfLabels(labels: Readonly<Record<string, string>>, sharedNetwork: string): { readonly index: number; readonly name: string } | undefined {
+  const label = labels[LABEL_EGRESS_SHARD];
+  if (label === undefined || !/^(0|[1-9][0-9]?)$/.test(label)) return undefined;
+  const index = Number(label);
+  return { index, name: egressShardName(sharedNetwork, index) };
+}
+
+/** The seat of a network on its shard, from the network's labels; undefined for a network no shard serves. */
+export function shardSeatOfNetwork(view: Pick<NetworkView, 'labels'>, sharedNetwork: string): EgressSeat | undefined {
+  const shard = shardOfLabels(view.labels, sharedNetwork);
+  const subnet = view.labels[LABEL_SUBNET];
+  return shard === undefined || subnet === undefined ? undefined : { container: shard.name, slot: subnetSlot(subnet) };
+}
+
+/** The seat on the shard that serves a network (by id). */
+export async function shardSeatOf(engine: SandboxEngine, networkId: string, sharedNetwork: string): Promise<EgressSeat | undefined> {
+  const view = await engine.inspectNetwork(networkId);
+  return view === undefined ? undefined : shardSeatOfNetwork(view, sharedNetwork);
+}
+
+/**
+ * Before a sandbox network is removed: the registration of its shard (if one serves it) made
+ * vacant, then the shard's leg taken away, running or stopped (a stopped shard keeps the leg in
+ * its settings and would not start again once the network is gone). The policy is gone before
+ * the subnet can be reused.
+ */
+export async function leaveShard(deps: BuildDeps, network: Pick<NetworkView, 'id' | 'labels'>): Promise<void> {
+  const seat = shardSeatOfNetwork(network, deps.config.network);
+  if (seat === undefined) return;
+  try {
+    await deps.engine.putRegistration(seat.container, vacantArchive(seat.slot));
+  } catch (err) {
+    // A shard removed meanwhile holds no leg, and its volume's slot is rewritten before reuse.
+    if (engineStatus(err) !== 404) throw err;
+  }
+  await disconnectShard(deps, seat.container, network.id);
+}
+
+/** The sandboxes a shard serves now: one leg per sandbox network, besides the shared network. */
+function legsOf(view: ContainerView, sharedNetwork: { id: string; name: string }): number {
+  return view.networks.filter((n) => n.id !== sharedNetwork.id && n.name !== sharedNetwork.name).length;
+}
+
+/**
+ * The shard a new sandbox joins, running: the first with room (`egressShardSize`), made and
+ * started when none has. Creates running at the same moment can each see the same room, so a
+ * shard can pass its size by the number of concurrent creates; it never refuses one.
+ */
+export async function claimShard(deps: BuildDeps, sharedNetwork: string): Promise<number> {
+  for (let k = 0; k < MAX_EGRESS_SHARDS; k += 1) {
+    const view = await deps.engine.inspectContainer(egressShardName(deps.config.network, k));
+    if (view !== undefined && legsOf(view, { id: sharedNetwork, name: deps.config.network }) >= deps.config.egressShardSize) continue;
+    await ensureShard(deps, k, sharedNetwork, view);
+    return k;
+  }
+  throw new SandboxError(
+    'address_pool_exhausted',
+    `Every shard of the shared egress (${MAX_EGRESS_SHARDS} of ${deps.config.egressShardSize} sandboxes) is full; raise extensionConfig."sandbox-docker".egressShardSize or destroy unused sandboxes.`,
+  );
+}
+
+/**
+ * Shard `k` created (with its registrations volume) when missing, and running. A create or start
+ * another controller made first is as good as done.
+ */
+export async function ensureShard(deps: BuildDeps, k: number, sharedNetwork: string, seen?: ContainerView): Promise<void> {
+  const { engine, config } = deps;
+  const name = egressShardName(config.network, k);
+  let view = seen ?? (await engine.inspectContainer(name));
+  if (view === undefined) {
+    deps.logger.info({ shard: name }, 'starting a shard of the shared egress');
+    await engine.createVolume(volumeBody(name, deps.extraLabels, undefined, undefined));
+    const plan = { name, index: k, image: config.egressProxyImage, logCaps: config, nanoCpus: egressNanoCpus(config), labels: deps.extraLabels };
+    try {
+      await engine.createContainer(name, egressShardBody(plan, sharedNetwork, deps.egressTestHosts));
+    } catch (err) {
+      if (engineStatus(err) !== 409) throw err;
+    }
+    view = await engine.inspectContainer(name);
+  }
+  if (view === undefined) throw new SandboxError('conflict', `The egress shard ${name} was removed while it was being started; retry.`);
+  if (view.paused) await engine.unpauseContainer(name);
+  if (view.running) return;
+  try {
+    await engine.startContainer(name);
+  } catch (err) {
+    const now = await engine.inspectContainer(name);
+    if (now?.running !== true) throw err;
+  }
+}
+
+/**
+ * Gives the shard its leg on the sandbox's network at the proxy's fixed address, answering there
+ * to the name the sandbox's proxy variables use. Already connected is as good as done.
+ */
+export async function connectShard(deps: BuildDeps, shard: string, names: SandboxNames, network: { readonly id: string; readonly egressAddress: string | undefined }): Promise<void> {
+  if (network.egressAddress === undefined) throw new SandboxError('engine_error', `The network of ${names.name} has no subnet of its own: a shard cannot serve it.`);
+  try {
+    await deps.engine.connectNetwork(network.id, shard, network.egressAddress, names.egress);
+  } catch (err) {
+    if (!dockerSays(err, 403, /already exists/)) throw err;
+  }
+}
+
+/**
+ * Takes a shard's leg off a network that is about to go. A leg that is gone already is fine.
+ */
+export async function disconnectShard(deps: BuildDeps, shard: string, networkId: string): Promise<void> {
+  try {
+    await deps.engine.disconnectNetwork(networkId, shard);
+  } catch (err) {
+    if (!dockerSays(err, 403, /not connected/) && engineStatus(err) !== 404) throw err;
+  }
+}

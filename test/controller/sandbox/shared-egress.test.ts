@@ -1,0 +1,109 @@
+/**
+ * The shared egress (`egressIsolation: shared`, controller/sandbox/shards.ts) on the in-memory
+ * engine: sandboxes share a shard, each registered under its subnet's slot before its container
+ * starts and served at its own network's proxy address under its own proxy name; shards fill to
+ * their size; a destroy ends the registration and takes the leg away before the network goes; a
+ * sandbox with secrets keeps a proxy of its own; recovery brings back a missing registration, leg
+ * or shard. The real proxy serving them is docker-shared-egress.test.ts.
+ */
+import t from 'tap';
+import { TENANTS_DIR, IMAGES } from '../../../common/index.js';
+import { fakeSandbox, leftOver, type FakeSandbox } from '../../support/fake-sandbox.js';
+
+const SHARD = 'cap-egress.0';
+const spec = (id: string, allowHosts: string[] = ['pypi.org']) => ({ id, image: IMAGES.sandbox, limits: { egress: 'allowlist' as const, allowHosts } });
+
+function subnetOf(s: FakeSandbox, name: string): string {
+  const network = [...s.engine.networks.values()].find((n) => n.name === `${name}-net`);
+  return String((network?.body.Labels as Record<string, string> | undefined)?.['dev.capybara.sandbox.subnet']);
+}
+
+/** The registration a shard holds for a sandbox's network, parsed, by the network's subnet label. */
+function registrationOf(s: FakeSandbox, shard: string, name: string): { sandbox: string; lifecycle: string; subnet: string; policy: { allowHosts: string[] } } | { vacant: true } | undefined {
+  const subnet = subnetOf(s, name);
+  const file = s.engine.fileIn(shard, `${TENANTS_DIR}/${subnet.replace('/', '_')}.json`);
+  return file === undefined ? undefined : (JSON.parse(file.toString('utf8')) as ReturnType<typeof registrationOf>);
+}
+
+t.test('two sandboxes share one shard, each registered under its own subnet and reached by its own proxy name', async (t) => {
+  const s = fakeSandbox({ egressIsolation: 'shared' });
+  const a = await s.provider.create(spec('a', ['pypi.org']));
+  const b = await s.provider.create(spec('b', ['crates.io']));
+  t.notOk(s.engine.containers.has('cap-a-egress'), 'no proxy container of its own');
+  t.ok(s.engine.containers.has(SHARD), 'one shard');
+  t.equal(s.engine.count('createContainer', SHARD), 1, 'created once, for the first sandbox');
+  t.match(registrationOf(s, SHARD, 'cap-a'), { sandbox: 'cap-a', policy: { allowHosts: ['pypi.org'] } });
+  t.match(registrationOf(s, SHARD, 'cap-b'), { sandbox: 'cap-b', policy: { allowHosts: ['crates.io'] } });
+  t.ok(s.engine.reachable('cap-a', 'cap-a-egress'), 'a reaches its proxy by the name its variables use');
+  t.notOk(s.engine.reachable('cap-a', 'cap-b-egress'), 'not b\'s');
+  t.notOk(s.engine.reachable('cap-a', 'cap-b'), 'nor b');
+  const shard = await s.engine.inspectContainer(SHARD);
+  t.equal(shard?.networks.length, 3, 'the shared network and one leg per sandbox network');
+  t.match(shard?.hostConfig, { ReadonlyRootfs: true, CapDrop: ['ALL'], Sysctls: { 'net.ipv4.ip_forward': '0' } }, 'hardened like a sandbox\'s own proxy');
+  t.same((await s.engine.inspectContainer('cap-a'))?.labels['dev.capybara.sandbox.egress-shard'], '0', 'the container records its shard');
+
+  // Live changes go to the shard's slot.
+  t.same(await s.provider.changeAllowHosts(a, { allow: ['deb.debian.org'] }), ['pypi.org', 'deb.debian.org']);
+  t.match(registrationOf(s, SHARD, 'cap-a'), { policy: { allowHosts: ['pypi.org', 'deb.debian.org'] } });
+  t.match(registrationOf(s, SHARD, 'cap-b'), { policy: { allowHosts: ['crates.io'] } }, 'b untouched');
+
+  // Destroy: the slot vacant, the leg gone, then the network; the shard stays for the others.
+  const subnetA = subnetOf(s, 'cap-a');
+  await s.provider.destroy(a);
+  t.same(leftOver(s, 'cap-a'), [], 'nothing of a left');
+  const slot = s.engine.fileIn(SHARD, `${TENANTS_DIR}/${subnetA.replace('/', '_')}.json`);
+  t.same(JSON.parse(String(slot)), { version: 1, vacant: true }, 'its registration ended');
+  const order = s.engine.calls.map((c) => `${c.method}:${c.target}`).filter((c) => /putRegistration|disconnectNetwork|removeNetwork/.test(c)).slice(-3);
+  t.match(order, [/^putRegistration:cap-egress\.0/, /^disconnectNetwork:cap-egress\.0/, /^removeNetwork:/], 'policy gone, then leg, then network');
+  t.equal((await s.engine.inspectContainer(SHARD))?.networks.length, 2);
+  t.ok(s.engine.reachable('cap-b', 'cap-b-egress'), 'b still served');
+  await s.provider.destroy(b);
+});
+
+t.test('a full shard sends the next sandbox to a new one', async (t) => {
+  const s = fakeSandbox({ egressIsolation: 'shared', egressShardSize: 2 });
+  for (const id of ['a', 'b', 'c']) await s.provider.create(spec(id));
+  t.equal((await s.engine.inspectContainer('cap-c'))?.labels['dev.capybara.sandbox.egress-shard'], '1');
+  t.ok(s.engine.reachable('cap-c', 'cap-c-egress'));
+  t.equal((await s.engine.inspectContainer('cap-egress.1'))?.networks.length, 2);
+});
+
+t.test('a sandbox with secrets, and the sandbox isolation, keep a proxy of their own', async (t) => {
+  const s = fakeSandbox({ egressIsolation: 'sandbox' });
+  await s.provider.create(spec('own'));
+  t.ok(s.engine.containers.has('cap-own-egress'));
+  t.notOk(s.engine.containers.has(SHARD));
+  t.same(s.engine.registration('cap-own')?.policy.allowHosts, ['pypi.org']);
+});
+
+t.test('recovery brings back a missing registration, leg or shard, keeping live changes', async (t) => {
+  const s = fakeSandbox({ egressIsolation: 'shared' });
+  const a = await s.provider.create(spec('a', ['pypi.org']));
+  await s.provider.create(spec('b', ['crates.io']));
+  await s.provider.changeAllowHosts(a, { deny: ['pypi.org'], allow: ['deb.debian.org'] });
+
+  // The leg taken away (docker network disconnect): the next command puts it back.
+  const net = [...s.engine.networks.values()].find((n) => n.name === 'cap-a-net');
+  await s.engine.disconnectNetwork(String(net?.id), SHARD);
+  t.notOk(s.engine.reachable('cap-a', 'cap-a-egress'));
+  await s.provider.exec(a, 'true');
+  t.ok(s.engine.reachable('cap-a', 'cap-a-egress'), 'connected again');
+
+  // Its registration lost: resume writes it from the label.
+  const files = s.engine.volumeFiles.get(SHARD);
+  for (const key of [...(files?.keys() ?? [])]) if (key === `${subnetOf(s, 'cap-a').replace('/', '_')}.json`) files?.delete(key);
+  t.equal(registrationOf(s, SHARD, 'cap-a'), undefined);
+  t.equal(await s.provider.resume(a), 'running');
+  t.match(registrationOf(s, SHARD, 'cap-a'), { sandbox: 'cap-a', policy: { allowHosts: ['pypi.org'] } }, 'the label\'s list: nothing else is known');
+  await s.provider.changeAllowHosts(a, { allow: ['deb.debian.org'] });
+
+  // The shard removed: made again from its volume, which keeps every registration.
+  await s.engine.removeContainer(SHARD);
+  await s.provider.exec(a, 'true');
+  t.ok(s.engine.reachable('cap-a', 'cap-a-egress'), 'a served again');
+  t.match(registrationOf(s, SHARD, 'cap-a'), { policy: { allowHosts: ['pypi.org', 'deb.debian.org'] } }, 'the live change kept');
+  t.match(registrationOf(s, SHARD, 'cap-b'), { policy: { allowHosts: ['crates.io'] } });
+  t.notOk(s.engine.reachable('cap-b', 'cap-b-egress'), 'b waits for its own next command');
+  await s.provider.exec({ id: 'cap-b' }, 'true');
+  t.ok(s.engine.reachable('cap-b', 'cap-b-egress'));
+});
