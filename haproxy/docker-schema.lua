@@ -416,16 +416,37 @@ S.routes.network_create = struct({
   },
 })
 
+-- A sandbox's egress proxy name, cap-<id>-egress (at most 64 characters), as the alias a shard of
+-- the shared egress takes on that sandbox's network: the sandbox dials its proxy by that name
+-- whichever container serves it. Docker's embedded DNS answers an alias on its network before it
+-- asks any server, so an alias is a name taken from everyone there: only this shape, one label
+-- without ".", which can shadow no public host name (pypi.org, a registry) and no sandbox's own
+-- container (no sandbox id ends in "-egress").
+local function egress_alias(v)
+  return #v <= 64 and v:find('^cap%-[A-Za-z0-9][A-Za-z0-9_%-]*%-egress$') ~= nil
+end
+
 -- The egress proxy's second leg: one cap- container and, on a sandbox network, its fixed address
--- there (dockerd takes only an address inside the network's own subnet, which is private); no
--- alias, MAC, driver option, links or network id.
+-- there (dockerd takes only an address inside the network's own subnet, which is private) and, for
+-- a shard of the shared egress, one alias: the sandbox's egress proxy name. An alias only beside
+-- the address (IPAMConfig is required in any EndpointConfig). No MAC, driver option, links or
+-- network id.
 S.routes.network_connect = struct({
   { 'Container', str(cap_name), required = 'connect_shape' },
   { 'EndpointConfig', struct({
     { 'IPAMConfig', struct({
       { 'IPv4Address', str(private_ipv4), required = 'connect_shape' },
     }, { prefix = 'EndpointConfig.IPAMConfig.' }), required = 'connect_shape' },
+    { 'Aliases', list(str(egress_alias), 1, 1) },
   }, { prefix = 'EndpointConfig.' }) },
+})
+
+-- A shard's leg taken off a sandbox network before the network is removed (dockerd refuses to
+-- remove a network with an endpoint on it): one cap- container; Force (true lets dockerd drop the
+-- endpoint of a stopped container too).
+S.routes.network_disconnect = struct({
+  { 'Container', str(cap_name), required = 'disconnect_shape' },
+  { 'Force', bool() },
 })
 
 -- Volumes ----------------------------------------------------------------------------------------
@@ -459,6 +480,9 @@ S.routes.exec_start = struct({
 
 -- Routes whose values are plain ASCII throughout (no \u escape, no byte above 0x7e): what the
 -- controller sends, and the only way a value means exactly its bytes to every reader.
-S.plain_routes = { container_create = true, network_create = true, network_connect = true, volume_create = true }
+S.plain_routes = {
+  container_create = true, network_create = true, network_connect = true, network_disconnect = true,
+  volume_create = true,
+}
 
 return S

@@ -44,6 +44,7 @@ const ROUTES: Record<string, RegExp> = {
   volume_create: /^\/(v1\.\d+\/)?volumes\/create$/,
   network_create: /^\/(v1\.\d+\/)?networks\/create$/,
   network_connect: /^\/(v1\.\d+\/)?networks\/[^/]+\/connect$/,
+  network_disconnect: /^\/(v1\.\d+\/)?networks\/[^/]+\/disconnect$/,
   exec_create: /^\/(v1\.\d+\/)?containers\/[^/]+\/exec$/,
   exec_start: /^\/(v1\.\d+\/)?exec\/[^/]+\/start$/,
 };

@@ -2,17 +2,19 @@
  * Every request body the controller builds, made by its own pure builders for every tier, option
  * and recovery path: the container bodies of both containers for each tier and runtime, with and
  * without a volume plugin, a persistent workspace, an environment, the log caps at their edges and
- * test hosts; the body of a container rebuilt from its inspect data; the network, volume and
- * connect bodies; the exec bodies of every script the controller runs. Nothing here is written by
- * hand but the inputs, so a change to a builder changes what the socket proxy's tests check.
+ * test hosts; the body of a container rebuilt from its inspect data; the network, volume, connect
+ * and disconnect bodies (a shard of the shared egress's leg on a sandbox network among them); the
+ * exec bodies of every script the controller runs. Nothing here is written by hand but the
+ * inputs, so a change to a builder changes what the socket proxy's tests check.
  */
 import { parseDeploymentConfig, type DeploymentConfigInput } from '../../controller/spec/config.js';
 import { parseAddressPool, sandboxSubnet, subnetSlots } from '../../controller/spec/address-pool.js';
 import { planSandbox, withCredentials } from '../../controller/spec/sandbox-plan.js';
 import { sandboxCredentials } from '../../controller/spec/credential-plan.js';
 import { egressContainerBody, sandboxBodyFromInspect, sandboxContainerBody } from '../../controller/docker/container-spec.js';
-import { internalNetworkBody, networkConnectBody, sharedNetworkBody } from '../../controller/docker/network-spec.js';
+import { internalNetworkBody, networkConnectBody, networkDisconnectBody, sharedNetworkBody } from '../../controller/docker/network-spec.js';
 import { volumeBody } from '../../controller/docker/volume-spec.js';
+import { egressShardName } from '../../controller/spec/names.js';
 import { EXEC_START_BODY, execCreateBody } from '../../controller/docker/engine-exec.js';
 import {
   MAX_INLINE_PAYLOAD, ROOT_USER, SANDBOX_USER, commandPayload, encodeArg, execMark, execMarkEnv, killAllCmd, killMarkedCmd, killTaggedCmd,
@@ -20,7 +22,7 @@ import {
 } from '../../controller/exec/exec-script.js';
 import type { SandboxSpec } from '../../controller/spec/contract.js';
 
-export type BodyRoute = 'container_create' | 'network_create' | 'network_connect' | 'volume_create' | 'exec_create' | 'exec_start';
+export type BodyRoute = 'container_create' | 'network_create' | 'network_connect' | 'network_disconnect' | 'volume_create' | 'exec_create' | 'exec_start';
 
 export interface ControllerBody {
   readonly route: BodyRoute;
@@ -108,6 +110,15 @@ export function controllerBodies(sharedNetwork: string, extraLabels: Readonly<Re
       out.push({ route: 'network_connect', what: `${what}: egress proxy's second leg, network without a subnet`, body: networkConnectBody(plan.names.egress, undefined) });
       // A sandbox taken off its network is put back on it, with a dynamic address.
       out.push({ route: 'network_connect', what: `${what}: sandbox back on its network`, body: networkConnectBody(plan.names.container, undefined) });
+      if (plan.tier === 'allowlist') {
+        // A shard of the shared egress serving the sandbox: its leg at the proxy's fixed address,
+        // with the sandbox's egress proxy name as its alias; taken off before the network goes.
+        for (const k of [0, 99]) {
+          const shard = egressShardName(config.network, k);
+          out.push({ route: 'network_connect', what: `${what}: shard ${k}'s leg`, body: networkConnectBody(shard, addresses.egressAddress, plan.names.egress) });
+          out.push({ route: 'network_disconnect', what: `${what}: shard ${k}'s leg taken off`, body: networkDisconnectBody(shard) });
+        }
+      }
       out.push({ route: 'volume_create', what: `${what}: skills volume`, body: volumeBody(plan.names.skillsVolume, plan.labels, undefined, undefined) });
       out.push({
         route: 'volume_create', what: `${what}: workspace volume`,

@@ -118,6 +118,15 @@ t.test('the controller engine layer through the socket proxy', async (t) => {
       const proxyNetworks = (await engine.inspectContainer(names.egress))?.networks ?? [];
       t.same(proxyNetworks.map((n) => `${n.id}${n.id === ids.sandbox ? ` ${n.ipv4}` : ''}`).sort(), [ids.shared, `${ids.sandbox} ${addresses.egressAddress}`].sort(), 'the proxy on both, at its fixed address');
     } },
+    { method: 'disconnectNetwork', run: async () => {
+      // As a shard's leg goes (forced), and comes back as a shard's does: at the fixed address,
+      // with the sandbox's egress proxy name as its alias there.
+      await engine.disconnectNetwork(ids.sandbox, names.egress);
+      t.same((await engine.inspectContainer(names.egress))?.networks.map((n) => n.id), [ids.shared], 'the proxy off the sandbox network');
+      await engine.connectNetwork(ids.sandbox, names.egress, addresses.egressAddress, names.egress);
+      const leg = (await env.docker.getContainer(names.egress).inspect()).NetworkSettings.Networks[names.network];
+      t.same([leg?.IPAddress, leg?.Aliases?.includes(names.egress)], [addresses.egressAddress, true], 'back at its fixed address, with the alias');
+    } },
     {
       method: 'startExec',
       run: async () => {
@@ -217,6 +226,7 @@ t.test('every body the controller builds passes the socket proxy', async (t) => 
     volume_create: () => '/v1.41/volumes/create',
     network_create: () => '/v1.41/networks/create',
     network_connect: () => `/v1.41/networks/${env.name('nosuchnet')}/connect`,
+    network_disconnect: () => `/v1.41/networks/${env.name('nosuchnet')}/disconnect`,
     exec_create: () => `/v1.41/containers/${env.name('nosuch')}/exec`,
     exec_start: () => `/v1.41/exec/${'0'.repeat(64)}/start`,
   };

@@ -43,6 +43,8 @@ func decode(route string, body []byte) (*decoded, error) {
 		v = &types.NetworkCreateRequest{}
 	case "network_connect":
 		v = &types.NetworkConnect{}
+	case "network_disconnect":
+		v = &types.NetworkDisconnect{}
 	case "volume_create":
 		v = &volume.VolumeCreateBody{}
 	case "exec_create":

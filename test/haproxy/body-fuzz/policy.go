@@ -19,6 +19,10 @@ import (
 
 var capName = regexp.MustCompile(`^cap-[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
 
+// A sandbox's egress proxy name (cap-<id>-egress), the one alias a shard's leg may carry: one DNS
+// label, never a public host name or a sandbox container's name.
+var egressAlias = regexp.MustCompile(`^cap-[a-zA-Z0-9][a-zA-Z0-9_-]*-egress$`)
+
 type settings struct {
 	sharedNetwork string
 	volumeDrivers map[string]bool
@@ -411,10 +415,14 @@ func policy(route string, d *decoded, s settings) error {
 		if !capName.MatchString(n.Container) {
 			return fmt.Errorf("connect %+v", n)
 		}
-		// At most a fixed private IPv4 address: no alias, link, MAC, driver option or network id.
+		// At most a fixed private IPv4 address and, beside it, one egress proxy name as an alias:
+		// no link, MAC, driver option or network id.
 		if ep := n.EndpointConfig; ep != nil {
-			if err := onlyFields(ep, "IPAMConfig"); err != nil {
+			if err := onlyFields(ep, "IPAMConfig", "Aliases"); err != nil {
 				return fmt.Errorf("connect endpoint: %v", err)
+			}
+			if ep.Aliases != nil && (len(ep.Aliases) != 1 || len(ep.Aliases[0]) > 64 || !egressAlias.MatchString(ep.Aliases[0]) || ep.IPAMConfig == nil) {
+				return fmt.Errorf("connect aliases %q", ep.Aliases)
 			}
 			if ep.IPAMConfig != nil {
 				if err := onlyFields(ep.IPAMConfig, "IPv4Address"); err != nil {
@@ -424,6 +432,11 @@ func policy(route string, d *decoded, s settings) error {
 					return fmt.Errorf("connect address %q", ep.IPAMConfig.IPv4Address)
 				}
 			}
+		}
+	case "network_disconnect":
+		n := d.other.(*types.NetworkDisconnect)
+		if !capName.MatchString(n.Container) {
+			return fmt.Errorf("disconnect %+v", n)
 		}
 	case "exec_create":
 		e := d.other.(*types.ExecConfig)

@@ -52,12 +52,13 @@ func jsonFields(t reflect.Type, out fieldSet) fieldSet {
 
 // routeTypes: the Go type dockerd decodes each route's body into.
 var routeTypes = map[string]reflect.Type{
-	"container_create": reflect.TypeOf(runconfig.ContainerConfigWrapper{}),
-	"network_create":   reflect.TypeOf(types.NetworkCreateRequest{}),
-	"network_connect":  reflect.TypeOf(types.NetworkConnect{}),
-	"volume_create":    reflect.TypeOf(volume.VolumeCreateBody{}),
-	"exec_create":      reflect.TypeOf(types.ExecConfig{}),
-	"exec_start":       reflect.TypeOf(types.ExecStartCheck{}),
+	"container_create":   reflect.TypeOf(runconfig.ContainerConfigWrapper{}),
+	"network_create":     reflect.TypeOf(types.NetworkCreateRequest{}),
+	"network_connect":    reflect.TypeOf(types.NetworkConnect{}),
+	"network_disconnect": reflect.TypeOf(types.NetworkDisconnect{}),
+	"volume_create":      reflect.TypeOf(volume.VolumeCreateBody{}),
+	"exec_create":        reflect.TypeOf(types.ExecConfig{}),
+	"exec_start":         reflect.TypeOf(types.ExecStartCheck{}),
 }
 
 // allKeys: every member name of every struct reachable from the request types.
