@@ -1,18 +1,27 @@
 /**
  * Density benchmark (not a test): as many allowlist sandboxes as this machine holds, created
- * --batch (six) at a time through the socket proxy and all left running, up to --max or until the host's
- * MemAvailable falls under --reserve-gib. Each --step sandboxes, one row: create-to-ready p50
- * and p99 of that step's creates, and memory per sandbox (the sandbox container and its egress
- * proxy, from their memory cgroups' memory.stat: rss + mapped_file, page cache excluded) over
- * every sandbox then running. Then the address space: how many sandbox networks the pool holds
- * (the engine's default-address-pools stop at about 30), and how many of the pool this run took.
+ * --batch (six) at a time through the socket proxy and all left running, up to --max or until the
+ * host's MemAvailable falls under --reserve-gib, with the deployment's --isolation (shared: the
+ * shards of one egress serve them all; sandbox: a proxy container each). Each --step sandboxes,
+ * one row:
+ * - create-to-ready p50 and p99 of that step's creates;
+ * - the host's MemAvailable, and what it lost since the start per running sandbox: all-in (the
+ *   sandbox, the containerd shims, the egress or its share of it, dockerd's and containerd's own
+ *   growth, the kernel's network devices);
+ * - the containers' own memory per sandbox (memory cgroups' rss + mapped files, no page cache:
+ *   the sandbox and its proxy, or its share of the shards);
+ * - dockerd's and containerd's RSS, whose growth per network is the engine's own cost;
+ * - whether the first sandbox still runs a command and fetches a page transparently (no proxy
+ *   settings: its name server is its egress) from a server on the host.
+ * Then the address space: how many sandbox networks the pool holds, and how many this run took.
  * Needs a local engine (cgroup v1 or v2) and the images from scripts/build-images.sh. Everything
  * it creates is labelled with the run and removed at the end.
  *
- *   npm run bench:density -- [--max 250] [--step 25] [--batch 6] [--reserve-gib 6]
+ *   npm run bench:density -- [--isolation shared] [--max 1000] [--step 100] [--batch 6] [--reserve-gib 2]
  */
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
+import { createServer } from 'node:http';
 import { parseArgs } from 'node:util';
 import Docker from 'dockerode';
 import { pino } from 'pino';
@@ -51,8 +60,36 @@ function containerMemory(id: string): number {
   throw new Error(`no memory cgroup found for container ${id}`);
 }
 
+/** The summed RSS of every process whose command name is `comm` (shared pages counted in each). */
+function rssOf(comm: string): number {
+  let sum = 0;
+  for (const pid of readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
+    try {
+      const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+      if (/^Name:\s+(\S+)$/m.exec(status)?.[1] !== comm) continue;
+      sum += Number(/^VmRSS:\s+(\d+) kB$/m.exec(status)?.[1] ?? 0) * 1024;
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return sum;
+}
+
+const UPSTREAM_HOST = 'upstream.density.test';
+const UPSTREAM_BODY = 'density upstream';
+
 async function main(): Promise<void> {
-  const { values } = parseArgs({ options: { max: { type: 'string', default: '250' }, step: { type: 'string', default: '25' }, batch: { type: 'string', default: '6' }, 'reserve-gib': { type: 'string', default: '6' } } });
+  const { values } = parseArgs({
+    options: {
+      isolation: { type: 'string', default: 'shared' },
+      max: { type: 'string', default: '1000' },
+      step: { type: 'string', default: '100' },
+      batch: { type: 'string', default: '6' },
+      'reserve-gib': { type: 'string', default: '2' },
+    },
+  });
+  const isolation = values.isolation;
+  if (isolation !== 'shared' && isolation !== 'sandbox') throw new Error('--isolation is shared or sandbox');
   const max = Number(values.max);
   const step = Number(values.step);
   const batch = Number(values.batch);
@@ -62,7 +99,22 @@ async function main(): Promise<void> {
   }
   const engine = new Docker({ socketPath: '/var/run/docker.sock' });
   const proxy = await startSocketProxy(engine, runId);
-  const provider = createDockerSandbox({ endpoint: proxy.endpoint, network: `cap-${runId}-shared` }, { labels: { [BENCH_LABEL]: runId } }, { logger: pino({ level: 'warn' }, pino.destination(2)) });
+  const sharedNetwork = `cap-${runId}-shared`;
+  // Made here, as the controller makes it (inter-container traffic off), to know its gateway:
+  // the page the first sandbox fetches is served on the host at that address.
+  await engine.createNetwork({
+    Name: sharedNetwork, Driver: 'bridge', CheckDuplicate: true, Options: { 'com.docker.network.bridge.enable_icc': 'false' },
+    Labels: { [BENCH_LABEL]: runId, 'dev.capybara.sandbox': '1', 'dev.capybara.sandbox.shared-network': sharedNetwork },
+  });
+  const gateway = (await engine.getNetwork(sharedNetwork).inspect()).IPAM?.Config?.[0]?.Gateway ?? '';
+  const upstream = createServer((_req, res) => res.end(UPSTREAM_BODY));
+  await new Promise<void>((resolve) => upstream.listen(80, gateway, resolve));
+  const provider = createDockerSandbox(
+    { endpoint: proxy.endpoint, network: sharedNetwork, egressIsolation: isolation },
+    { labels: { [BENCH_LABEL]: runId }, egressTestHosts: { [UPSTREAM_HOST]: gateway } },
+    { logger: pino({ level: 'warn' }, pino.destination(2)) },
+  );
+  const baseline = memAvailable();
   const rows: string[][] = [];
   const live: string[] = [];
   let stopped = `--max ${max}`;
@@ -81,7 +133,7 @@ async function main(): Promise<void> {
       const made = await Promise.all(ids.map(async (id) => {
         const t0 = performance.now();
         try {
-          await provider.create({ id, image: IMAGES.sandbox, limits: { egress: 'allowlist', allowHosts: ['example.com'], memoryMb: 128 } });
+          await provider.create({ id, image: IMAGES.sandbox, limits: { egress: 'allowlist', allowHosts: [UPSTREAM_HOST], memoryMb: 128 } });
           return performance.now() - t0;
         } catch (err) {
           // Counted, not fatal: on a loaded machine a proxy may miss its start-up deadline (the
@@ -104,33 +156,46 @@ async function main(): Promise<void> {
       }
       if (Math.floor(live.length / step) === rowsDone && live.length < max) continue;
       rowsDone = Math.floor(live.length / step);
-      // Every sandbox still serves: a command in the newest one.
-      const newest = live[live.length - 1] ?? '';
-      const ran = await provider.exec({ id: newest }, 'echo ok');
-      if (ran.stdout !== 'ok\n') throw new Error(`${newest} did not run a command: ${ran.stderr}`);
+      // The first sandbox still serves: a command, and a transparent fetch through its egress.
+      const first = live[0] ?? '';
+      const ran = await provider.exec({ id: first }, `echo ok; curl -s -m 10 --noproxy '*' http://${UPSTREAM_HOST}/`).catch((err: unknown) => ({ stdout: String(err), stderr: '' }));
+      const serves = ran.stdout === `ok\n${UPSTREAM_BODY}` ? 'yes' : `NO (${JSON.stringify(ran.stdout.slice(0, 60))})`;
       const perSandbox: number[] = [];
+      const shards = new Map<string, number>();
       for (const name of live) {
-        const [sandbox, egress] = await Promise.all([name, `${name}-egress`].map((n) => engine.getContainer(n).inspect()));
-        perSandbox.push(containerMemory(sandbox?.Id ?? '') + containerMemory(egress?.Id ?? ''));
+        const sandbox = await engine.getContainer(name).inspect();
+        let proxyShare = 0;
+        if (isolation === 'sandbox') {
+          proxyShare = containerMemory((await engine.getContainer(`${name}-egress`).inspect()).Id);
+        } else {
+          const shard = `cap-egress.${sandbox.Config.Labels['dev.capybara.sandbox.egress-shard'] ?? '?'}.${sharedNetwork}`;
+          if (!shards.has(shard)) shards.set(shard, containerMemory((await engine.getContainer(shard).inspect()).Id));
+          proxyShare = (shards.get(shard) ?? 0) / live.length;
+        }
+        perSandbox.push(containerMemory(sandbox.Id) + proxyShare);
       }
       const mean = perSandbox.reduce((a, b) => a + b, 0) / perSandbox.length;
+      const available = memAvailable();
       rows.push([
         String(live.length),
         percentile(bucket, 50).toFixed(0),
         percentile(bucket, 99).toFixed(0),
-        (percentile(perSandbox, 50) / MIB).toFixed(1),
+        (available / 1024 / MIB).toFixed(1),
+        ((baseline - available) / live.length / MIB).toFixed(1),
         (mean / MIB).toFixed(1),
-        (memAvailable() / 1024 / MIB).toFixed(1),
+        ((rssOf('dockerd') + rssOf('containerd')) / MIB).toFixed(0),
+        serves,
         String(failed),
       ]);
       process.stdout.write(`${rows[rows.length - 1]?.join('\t')}\n`);
       bucket = [];
     }
-    const header = ['sandboxes', 'create p50 ms', 'create p99 ms', 'MiB/sandbox p50', 'MiB/sandbox mean', 'host MemAvailable GiB', 'failed creates so far'];
+    const header = ['sandboxes', 'create p50 ms', 'create p99 ms', 'MemAvailable GiB', 'host MiB/sandbox all-in', 'container MiB/sandbox', 'dockerd+containerd MiB', 'first serves', 'failed'];
     const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
     const line = (cells: readonly string[]) => `| ${cells.map((c, i) => c.padStart(widths[i] ?? 0)).join(' | ')} |`;
     const out = [
-      `allowlist sandboxes, created ${batch} at a time and left running; create p50/p99 over each row's creates; memory: sandbox + its egress proxy, rss + mapped files (no page cache), over all running`,
+      `allowlist sandboxes (egressIsolation ${isolation}), created ${batch} at a time and left running; create p50/p99 over each row's creates; all-in: MemAvailable lost since the start per sandbox; `
+      + `container: the sandbox + its egress proxy or its share of the shards, rss + mapped files (no page cache), mean over all running`,
       line(header), `|${widths.map((w) => '-'.repeat(w + 2)).join('|')}|`, ...rows.map(line),
       `stopped at ${live.length} sandboxes: ${stopped}; ${((Date.now() - started) / 1000).toFixed(0)} s`,
     ];
@@ -152,6 +217,7 @@ async function main(): Promise<void> {
       })));
     }
     await removeLabelled(engine, runId);
+    upstream.close();
     await proxy.stop();
     process.stdout.write(`destroyed ${live.length} in ${((Date.now() - destroyStarted) / 1000).toFixed(0)} s; left labelled ${BENCH_LABEL}=${runId}: ${(await engine.listContainers({ all: true, filters: { label: [`${BENCH_LABEL}=${runId}`] } })).length} containers, ${(await engine.listNetworks({ filters: { label: [`${BENCH_LABEL}=${runId}`] } })).length} networks\n`);
   }

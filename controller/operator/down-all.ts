@@ -1,13 +1,14 @@
 /**
  * `down --all`: every sandbox goes, through the provider's own destroy (container, egress proxy,
  * network, ephemeral volumes, in the order the controller removes them), so nothing is left
- * half-removed; then the shared network, when the controller made it and nothing else is on it.
+ * half-removed; then the shards of the shared egress on the deployment's shared network; then the
+ * shared network, when the controller made it and nothing else is on it.
  * A sandbox is known by the name label of anything it left (its container, or only an egress
  * proxy, network or volume of a create that died), so leftovers go too. Persistent workspaces
  * are never removed here: they hold the user's work and outlive sandboxes by design.
  */
 import { type DockerEngine, engineStatus } from '../docker/index.js';
-import { LABEL_NAME, LABEL_SHARED_NETWORK, LABEL_WORKSPACE_KEY, type SandboxProvider } from '../spec/index.js';
+import { LABEL_EGRESS_SHARD, LABEL_NAME, LABEL_SHARED_NETWORK, LABEL_WORKSPACE_KEY, type SandboxProvider } from '../spec/index.js';
 import { readInventory } from './inventory.js';
 import type { DownResult } from './socket-proxy-service.js';
 
@@ -63,6 +64,20 @@ async function removeSharedNetwork(deps: DownAllDeps): Promise<DownAllResult['sh
   return { name, action: 'removed' };
 }
 
+/**
+ * The shards of the shared egress on this deployment's shared network (`cap-egress.<k>.<network>`),
+ * with their registrations volumes: once every sandbox is gone they serve nobody.
+ */
+async function removeShards(deps: DownAllDeps): Promise<void> {
+  const inv = await readInventory(deps.engine, deps.labels, 'down --all');
+  const shards = inv.containers.filter((c) => c.labels[LABEL_EGRESS_SHARD] !== undefined && c.name.startsWith('cap-egress.') && c.name.endsWith(`.${deps.sharedNetwork}`));
+  for (const shard of shards) {
+    await deps.engine.removeContainer(shard.name);
+    await deps.engine.removeVolume(shard.name);
+    deps.progress(`egress shard ${shard.name} removed`);
+  }
+}
+
 export async function destroyAllSandboxes(deps: DownAllDeps): Promise<DownAllResult> {
   const names = await sandboxNames(deps);
   deps.progress(names.length === 0 ? 'no sandboxes to destroy' : `destroying ${names.length} sandbox(es): ${names.join(', ')}`);
@@ -78,6 +93,7 @@ export async function destroyAllSandboxes(deps: DownAllDeps): Promise<DownAllRes
       deps.progress(`${name} was not destroyed: ${(err as Error).message}`);
     }
   }
+  if (failed.length === 0) await removeShards(deps);
   const sharedNetwork = failed.length === 0
     ? await removeSharedNetwork(deps)
     : { name: deps.sharedNetwork, action: 'kept' as const, detail: 'some sandboxes were not destroyed' };

@@ -229,6 +229,18 @@ await provider.create({ id: ${JSON.stringify(id)}, image: ${JSON.stringify(SANDB
     t.match(human.stdout, /^\[PASS\] transparent_egress: Name server 10\.\d+\.\d+\.\d+: doctor\.capybara\.invalid resolves to it, an unlisted name failed in \d+ ms, HTTP by Host answered dns_failed\.$/m);
   });
 
+  await t.test('doctor with the shared egress (egressIsolation shared): every check passes, on a shard', async (t) => {
+    const dir = mkdtempSync(join(tmpdir(), 'cap-opcfg-'));
+    t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+    const file = join(dir, 'shared.json');
+    writeFileSync(file, JSON.stringify({ endpoint: s.proxy.endpoint, network: s.sharedNetwork, egressIsolation: 'shared' }));
+    const r = await op(['--config', file, '--label', `${TEST_LABEL}=${env.runId}`, '--json', 'doctor']);
+    const checks = JSON.parse(r.stdout) as Array<{ check: string; status: string; detail: string }>;
+    t.same(checks.filter((c) => c.status !== 'pass' && c.check !== 'sandboxes_egress').map((c) => c.check), [], JSON.stringify(checks, null, 1));
+    t.match(checks.find((c) => c.check === 'transparent_egress')?.detail, /resolves to it/);
+    t.ok((await env.docker.listContainers({ all: true, filters: { name: [`cap-egress.0.${s.sharedNetwork}`] } })).length === 1, 'a shard served the throwaway sandbox');
+  });
+
   await t.test('doctor through the socket proxy with a shared network the socket proxy does not know names the setting', async (t) => {
     const other = env.name('docnet');
     const r = await op([...viaProxy, '--network', other, '--json', 'doctor']);

@@ -1,0 +1,143 @@
+/**
+ * The shared egress (`egressIsolation: shared`) on the real engine, through the real socket proxy:
+ * one shard serves two sandboxes, each on its own internal network, and tells them apart by the
+ * network a connection arrives on.
+ * - Each sandbox reaches its own allowlist, through its proxy variables and transparently, and
+ *   not the other's.
+ * - A source address of the other sandbox's subnet, put on a sandbox's interface from the host
+ *   (the sandbox itself has no capability to), gets nothing: the shard never answers it with the
+ *   other sandbox's policy.
+ * - The shard forwards nothing between the networks, even when a sandbox is given a route through
+ *   it: forwarding is off in its namespace.
+ * - A live allow reaches new connections within a second or two and touches no other sandbox.
+ * - A sandbox destroyed and created again at once on the same subnet sees only its new policy.
+ * - A restart of the shard keeps every sandbox's policy; a registration lost is written again by
+ *   recovery.
+ */
+import t from 'tap';
+import pino from 'pino';
+import { execFileSync } from 'node:child_process';
+import { createSocket } from 'node:dgram';
+import { createDockerSandbox, type SandboxHandle } from '../../../controller/index.js';
+import { EGRESS_PROXY_PORT, registrationArchive } from '../../../common/index.js';
+import { DockerEngine } from '../../../controller/docker/index.js';
+import { inspectSandbox } from '../../../controller/operator/sandbox-detail.js';
+import { sandboxTestEnv, SANDBOX_IMAGE, UPSTREAM_BODY, UPSTREAM_HOST } from '../../support/sandbox-env.js';
+import { fileNeeds } from '../../support/needs.js';
+
+await fileNeeds(t, 'engine');
+
+const SECOND_HOST = 'second.capybara.test';
+
+t.test('one shard serves many sandboxes, each by its own network', async (t) => {
+  const s = await sandboxTestEnv(t);
+  if (!s) return;
+  const provider = createDockerSandbox(
+    { endpoint: s.proxy.endpoint, network: s.sharedNetwork, egressIsolation: 'shared' },
+    { labels: s.env.labels, egressTestHosts: { [UPSTREAM_HOST]: s.upstreamIp, [SECOND_HOST]: s.upstreamIp } },
+    { logger: pino({ level: 'silent' }) },
+  );
+  const shard = `cap-egress.0.${s.sharedNetwork}`;
+  const id = (x: string): string => `${s.env.runId}-${x}`;
+  const create = (x: string, allowHosts: string[]): Promise<SandboxHandle> => provider.create({ id: id(x), image: SANDBOX_IMAGE, limits: { egress: 'allowlist', allowHosts } });
+  const [a, b] = await Promise.all([create('a', [UPSTREAM_HOST]), create('b', [SECOND_HOST])]);
+  t.teardown(() => Promise.all([provider.destroy(a), provider.destroy(b)]));
+  const status = async (h: SandboxHandle, url: string, proxy = true): Promise<string> =>
+    (await provider.exec(h, `curl -s -m 10 -o /dev/null -w '%{http_code}' ${proxy ? '' : "--noproxy '*' "}${url}`)).stdout;
+  const ipOn = async (container: string, network: string): Promise<string> => (await s.inspect(container)).NetworkSettings.Networks[network]?.IPAddress ?? '';
+
+  await t.test('each sandbox reaches its own allowlist only, explicit and transparent', async (t) => {
+    t.same(await s.labelled(`${a.id}-egress`), [], 'no proxy container of its own');
+    const members = Object.values((await s.env.docker.getNetwork(`${a.id}-net`).inspect()).Containers ?? {}).map((c) => (c as { Name: string }).Name).sort();
+    t.same(members, [a.id, shard].sort(), 'its network holds the sandbox and the shard');
+    t.equal((await provider.exec(a, `curl -sS -m 10 http://${UPSTREAM_HOST}/`)).stdout, UPSTREAM_BODY);
+    t.equal(await status(a, `http://${SECOND_HOST}/`), '403', 'b\'s host refused to a');
+    t.equal(await status(b, `http://${SECOND_HOST}/`), '200');
+    t.equal(await status(b, `http://${UPSTREAM_HOST}/`), '403', 'a\'s host refused to b');
+    t.equal(await status(a, `http://${UPSTREAM_HOST}/`, false), '200', 'transparent: the shard answers a\'s DNS on a\'s network');
+    t.equal(await status(b, `http://${UPSTREAM_HOST}/`, false), '000', 'and refuses the name to b (NXDOMAIN)');
+  });
+
+  await t.test('a source address of another sandbox\'s subnet gets nothing', async (t) => {
+    const forged = await provider.exec(a, `ip addr add ${await ipOn(b.id, `${b.id}-net`)}/32 dev eth0 2>&1; python3 -c "import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP)" 2>&1 | tail -1`);
+    t.match(forged.stdout, /Operation not permitted[\s\S]*PermissionError/, 'no address or raw socket of its own choosing');
+    // Given one anyway, from the host: b's subnet on a's interface, toward the shard's address on a's network.
+    const pid = String((await s.inspect(a.id)).State.Pid);
+    const bSubnet = ((await s.env.docker.getNetwork(`${b.id}-net`).inspect()).IPAM?.Config?.[0]?.Subnet ?? '').split('/')[0] ?? '';
+    const source = bSubnet.replace(/\.(\d+)$/, (_, last: string) => `.${Number(last) + 5}`);
+    execFileSync('nsenter', ['-t', pid, '-n', 'ip', 'addr', 'add', `${source}/32`, 'dev', 'eth0']);
+    t.teardown(() => execFileSync('nsenter', ['-t', pid, '-n', 'ip', 'addr', 'del', `${source}/32`, 'dev', 'eth0']));
+    const shardOnA = await ipOn(shard, `${a.id}-net`);
+    const got = await provider.exec(a, `curl -s -m 5 --noproxy '*' --interface ${source} -x http://${shardOnA}:${EGRESS_PROXY_PORT} -o /dev/null -w '%{http_code}' http://${SECOND_HOST}/; echo " exit $?"`);
+    t.notMatch(got.stdout, /^200/, `never served as b: ${got.stdout}`);
+  });
+
+  await t.test('the shard routes nothing between sandbox networks, even given a route', async (t) => {
+    const shardPid = String((await s.inspect(shard)).State.Pid);
+    t.equal(execFileSync('nsenter', ['-t', shardPid, '-n', 'sysctl', '-n', 'net.ipv4.ip_forward'], { encoding: 'utf8' }).trim(), '0', 'forwarding off in the shard');
+    const bIp = await ipOn(b.id, `${b.id}-net`);
+    const aPid = String((await s.inspect(a.id)).State.Pid);
+    execFileSync('nsenter', ['-t', aPid, '-n', 'ip', 'route', 'add', `${bIp}/32`, 'via', await ipOn(shard, `${a.id}-net`)]);
+    t.teardown(() => execFileSync('nsenter', ['-t', aPid, '-n', 'ip', 'route', 'del', `${bIp}/32`]));
+    const listening = provider.exec(b, 'timeout 6 python3 -c "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((\'0.0.0.0\', 9999)); print(s.recv(100))"; echo " exit $?"');
+    await new Promise((r) => setTimeout(r, 1_000));
+    const sent = await provider.exec(a, `for i in 1 2 3 4 5; do echo crossed > /dev/udp/${bIp}/9999; sleep 0.2; done; echo sent`);
+    t.equal(sent.stdout, 'sent\n');
+    t.equal((await listening).stdout, ' exit 124\n', 'b received nothing');
+    // And a host address the shard holds on the shared network is not a way out either.
+    const listener = createSocket('udp4');
+    const heard: string[] = [];
+    listener.on('message', (m) => heard.push(m.toString()));
+    await new Promise<void>((resolve) => listener.bind(0, s.upstreamIp, resolve));
+    t.teardown(() => listener.close());
+    execFileSync('nsenter', ['-t', aPid, '-n', 'ip', 'route', 'add', `${s.upstreamIp}/32`, 'via', await ipOn(shard, `${a.id}-net`)]);
+    t.teardown(() => execFileSync('nsenter', ['-t', aPid, '-n', 'ip', 'route', 'del', `${s.upstreamIp}/32`]));
+    await provider.exec(a, `for i in 1 2 3; do echo out > /dev/udp/${s.upstreamIp}/${listener.address().port}; sleep 0.2; done`);
+    await new Promise((r) => setTimeout(r, 500));
+    t.same(heard, [], 'no datagram left through the shard');
+  });
+
+  await t.test('a live allow reaches a within seconds and leaves b alone', async (t) => {
+    const asked = Date.now();
+    t.same(await provider.changeAllowHosts(a, { allow: [SECOND_HOST] }), [UPSTREAM_HOST, SECOND_HOST]);
+    let got = await status(a, `http://${SECOND_HOST}/`);
+    while (got !== '200' && Date.now() - asked < 5_000) got = await status(a, `http://${SECOND_HOST}/`);
+    t.equal(got, '200', `reached ${Date.now() - asked} ms after the call`);
+    t.equal(await status(b, `http://${UPSTREAM_HOST}/`), '403', 'b unchanged');
+    const engine = new DockerEngine({ endpoint: s.proxy.endpoint });
+    t.same((await inspectSandbox(engine, a.id, s.sharedNetwork)).allowHosts, [UPSTREAM_HOST, SECOND_HOST], 'inspect reads the shard\'s registration');
+    t.equal((await inspectSandbox(engine, a.id, s.sharedNetwork)).egress, 'running');
+  });
+
+  await t.test('a sandbox made again at once on the same subnet sees only its own policy', async (t) => {
+    const subnet = async (): Promise<string> => (await s.env.docker.getNetwork(`${a.id}-net`).inspect()).IPAM?.Config?.[0]?.Subnet ?? '';
+    const before = await subnet();
+    await provider.destroy(a);
+    const again = await create('a', [SECOND_HOST]);
+    t.equal(await subnet(), before, 'the same subnet');
+    t.equal(await status(again, `http://${UPSTREAM_HOST}/`), '403', 'the earlier sandbox\'s host is not allowed');
+    t.equal(await status(again, `http://${SECOND_HOST}/`), '200');
+  });
+
+  await t.test('a restart of the shard keeps every policy; a lost registration comes back', async (t) => {
+    await s.env.docker.getContainer(shard).restart({ t: 0 });
+    const settle = async (h: SandboxHandle, url: string): Promise<string> => {
+      const from = Date.now();
+      let got = await status(h, url).catch(() => '');
+      while (got !== '200' && Date.now() - from < 15_000) got = await status(h, url).catch(() => '');
+      return got;
+    };
+    t.equal(await settle(a, `http://${SECOND_HOST}/`), '200', 'a, after the restart');
+    t.equal(await status(a, `http://${UPSTREAM_HOST}/`), '403');
+    t.equal(await settle(b, `http://${SECOND_HOST}/`), '200', 'b, after the restart');
+    t.equal(await status(b, `http://${UPSTREAM_HOST}/`), '403');
+
+    // b's registration lost (a vacant slot): refused, until recovery writes it from its label.
+    const bSubnet = (await s.env.docker.getNetwork(`${b.id}-net`).inspect()).IPAM?.Config?.[0]?.Subnet ?? '';
+    await new DockerEngine({ endpoint: s.proxy.endpoint }).putRegistration(shard, registrationArchive(bSubnet.replace('/', '_'), { version: 1, vacant: true }));
+    await new Promise((r) => setTimeout(r, 1_500));
+    t.not(await status(b, `http://${SECOND_HOST}/`), '200', 'no registration, nothing through');
+    t.equal(await provider.resume(b), 'running');
+    t.equal(await settle(b, `http://${SECOND_HOST}/`), '200', 'registered again by resume');
+  });
+});
