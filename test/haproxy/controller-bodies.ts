@@ -2,19 +2,21 @@
  * Every request body the controller builds, made by its own pure builders for every tier, option
  * and recovery path: the container bodies of both containers for each tier and runtime, with and
  * without a volume plugin, a persistent workspace, an environment, the log caps at their edges and
- * test hosts; the body of a container rebuilt from its inspect data; the network, volume, connect
- * and disconnect bodies (a shard of the shared egress's leg on a sandbox network among them); the
- * exec bodies of every script the controller runs. Nothing here is written by hand but the
- * inputs, so a change to a builder changes what the socket proxy's tests check.
+ * test hosts; the body of a container rebuilt from its inspect data; a shard of the shared egress
+ * and its volume; the network, volume, connect and disconnect bodies (a shard's leg on a sandbox
+ * network among them); the exec bodies of every script the controller runs. Nothing here is
+ * written by hand but the inputs, so a change to a builder changes what the socket proxy's tests
+ * check.
  */
 import { parseDeploymentConfig, type DeploymentConfigInput } from '../../controller/spec/config.js';
 import { parseAddressPool, sandboxSubnet, subnetSlots } from '../../controller/spec/address-pool.js';
-import { planSandbox, withCredentials } from '../../controller/spec/sandbox-plan.js';
+import { egressNanoCpus, planSandbox, withCredentials } from '../../controller/spec/sandbox-plan.js';
 import { sandboxCredentials } from '../../controller/spec/credential-plan.js';
 import { egressContainerBody, sandboxBodyFromInspect, sandboxContainerBody } from '../../controller/docker/container-spec.js';
 import { internalNetworkBody, networkConnectBody, networkDisconnectBody, sharedNetworkBody } from '../../controller/docker/network-spec.js';
 import { volumeBody } from '../../controller/docker/volume-spec.js';
 import { egressShardName } from '../../controller/spec/names.js';
+import { egressShardBody } from '../../controller/docker/shard-spec.js';
 import { EXEC_START_BODY, execCreateBody } from '../../controller/docker/engine-exec.js';
 import {
   MAX_INLINE_PAYLOAD, ROOT_USER, SANDBOX_USER, commandPayload, encodeArg, execMark, execMarkEnv, killAllCmd, killMarkedCmd, killTaggedCmd,
@@ -77,6 +79,12 @@ export function controllerBodies(sharedNetwork: string, extraLabels: Readonly<Re
   for (const d of deployments) {
     const config = parseDeploymentConfig({ endpoint: 'unix:///run/capybara-sandbox/docker.sock', network: sharedNetwork, ...d.config });
     out.push({ route: 'network_create', what: `${d.name}: shared network`, body: sharedNetworkBody(config.network, extraLabels) });
+    // A shard of the shared egress (allowlist sandboxes with egressIsolation shared) and its
+    // registrations volume, as ensureShard makes them.
+    const shard = { name: egressShardName(config.network, 7), index: 7, image: config.egressProxyImage, logCaps: config, nanoCpus: egressNanoCpus(config), labels: extraLabels };
+    out.push({ route: 'volume_create', what: `${d.name}: shard's registrations volume`, body: volumeBody(shard.name, extraLabels, undefined, undefined) });
+    out.push({ route: 'container_create', what: `${d.name}: shard of the shared egress`, body: egressShardBody(shard, ids.shared, undefined) });
+    out.push({ route: 'container_create', what: `${d.name}: shard of the shared egress with test hosts`, body: egressShardBody(shard, ids.shared, { 'upstream.test': '10.0.0.5' }) });
     for (const s of specs) {
       if (s.needs !== undefined && d.config[s.needs] === undefined) continue;
       const plan = planSandbox({ id: `${idPrefix}${(n += 1)}`, ...s.spec }, config, { extraLabels });
