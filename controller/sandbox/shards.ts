@@ -18,6 +18,9 @@ import { egressShardBody, engineStatus, volumeBody, type ContainerView, type Net
 import type { BuildDeps } from './build-deps.js';
 import { dockerSays } from './concurrent-change.js';
 
+/** How long a shard another call is creating may take to appear. */
+const SHARD_APPEARS_MS = 5_000;
+
 /** Where a sandbox's registration lives: the egress container that reads it, and the file's slot. */
 export interface EgressSeat {
   readonly container: string;
@@ -122,7 +125,14 @@ export async function ensureShard(deps: BuildDeps, k: number, sharedNetwork: str
     } catch (err) {
       if (engineStatus(err) !== 409) throw err;
     }
+    // A create that lost the race (409) can look before the winner's container is in the
+    // engine's store: dockerd reserves the name first.
+    const deadline = Date.now() + SHARD_APPEARS_MS;
     view = await engine.inspectContainer(name);
+    while (view === undefined && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      view = await engine.inspectContainer(name);
+    }
   }
   if (view === undefined) throw new SandboxError('conflict', `The egress shard ${name} was removed while it was being started; retry.`);
   if (view.paused) await engine.unpauseContainer(name);
