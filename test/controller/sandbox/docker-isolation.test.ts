@@ -4,7 +4,8 @@
  * (the probe script refuses to connect otherwise), so nothing here can send traffic anywhere
  * but to test-created containers: a probe either fails at once with "network unreachable" or
  * is never sent. Outside host names are only asked of the egress proxy, which refuses them
- * before resolving anything.
+ * before resolving anything. All of it runs twice: with a proxy of its own per allowlist sandbox
+ * (egressIsolation sandbox), and with one shard of the shared egress serving both (shared).
  */
 import t, { type Test } from 'tap';
 import { networkInterfaces } from 'node:os';
@@ -53,10 +54,15 @@ async function phantomGateway(t: Test, s: SandboxTestEnv, network: string): Prom
   return gateway;
 }
 
-t.test('isolation of the none, internal and allowlist tiers', async (t) => {
+for (const isolation of ['sandbox', 'shared'] as const) t.test(`isolation of the none, internal and allowlist tiers (egressIsolation ${isolation})`, async (t) => {
   const s = await sandboxTestEnv(t);
   if (!s) return;
-  const { provider, env } = s;
+  const { env } = s;
+  // The same tests on both: a proxy of its own per allowlist sandbox, or a shard serving them all.
+  const provider = isolation === 'sandbox'
+    ? s.provider
+    : createDockerSandbox({ endpoint: s.proxy.endpoint, network: s.sharedNetwork, egressIsolation: 'shared' }, { labels: env.labels, egressTestHosts: { [UPSTREAM_HOST]: s.upstreamIp } });
+  const egressOf = (id: string): string => (isolation === 'sandbox' ? `${id}-egress` : `cap-egress.0.${s.sharedNetwork}`);
   const base = { image: SANDBOX_IMAGE };
   const started = Date.now();
   const [allow, other, none, internal] = await Promise.all([
@@ -68,8 +74,8 @@ t.test('isolation of the none, internal and allowlist tiers', async (t) => {
   t.comment(`4 sandboxes created concurrently in ${Date.now() - started} ms`);
 
   const otherIp = await ipOf(s, other.id, `${other.id}-net`);
-  const otherEgressIp = await ipOf(s, `${other.id}-egress`, s.sharedNetwork);
-  const ownEgressShared = await ipOf(s, `${allow.id}-egress`, s.sharedNetwork);
+  const otherEgressIp = await ipOf(s, egressOf(other.id), s.sharedNetwork);
+  const ownEgressShared = await ipOf(s, egressOf(allow.id), s.sharedNetwork);
   const sharedGateway = (await env.docker.getNetwork(s.sharedNetwork).inspect()).IPAM?.Config?.[0]?.Gateway ?? '';
   const outside = [
     '169.254.169.254:80',
@@ -93,7 +99,7 @@ t.test('isolation of the none, internal and allowlist tiers', async (t) => {
   await t.test('allowlist: only the proxy is reachable, and it applies the allowlist', async (t) => {
     const members = Object.values((await env.docker.getNetwork(`${allow.id}-net`).inspect()).Containers ?? {})
       .map((c) => (c as { Name: string }).Name).sort();
-    t.same(members, [allow.id, `${allow.id}-egress`].sort());
+    t.same(members, [allow.id, egressOf(allow.id)].sort());
     const ok = await provider.exec(allow, `curl -sS -m 10 http://${UPSTREAM_HOST}/`);
     t.equal(ok.stdout, UPSTREAM_BODY, ok.stderr);
     // Status and reason exactly: `curl -w` prints the status, the header is read by its name.
@@ -110,9 +116,9 @@ t.test('isolation of the none, internal and allowlist tiers', async (t) => {
   await t.test('allowlist: its egress proxy routes nothing from the sandbox onward, even given a route', async (t) => {
     // The route the sandbox's missing NET_ADMIN keeps it from adding, added from the host: the
     // test upstream's address (the shared network's gateway, on the host) via the proxy's leg.
-    const egressOnNet = await ipOf(s, `${allow.id}-egress`, `${allow.id}-net`);
+    const egressOnNet = await ipOf(s, egressOf(allow.id), `${allow.id}-net`);
     const sandboxPid = String((await s.inspect(allow.id)).State.Pid);
-    const egressPid = String((await s.inspect(`${allow.id}-egress`)).State.Pid);
+    const egressPid = String((await s.inspect(egressOf(allow.id))).State.Pid);
     const inNs = (pid: string, ...args: string[]) => execFileSync('nsenter', ['-t', pid, '-n', ...args], { encoding: 'utf8' }).trim();
     t.equal(inNs(egressPid, 'sysctl', '-n', 'net.ipv4.ip_forward'), '0', 'forwarding is off in the proxy\'s namespace');
     inNs(sandboxPid, 'ip', 'route', 'add', `${s.upstreamIp}/32`, 'via', egressOnNet);
@@ -140,7 +146,7 @@ t.test('isolation of the none, internal and allowlist tiers', async (t) => {
     t.equal(r.stdout, '0\n');
   });
 
-  await t.test('an egress proxy that never listens fails the create and leaves nothing', async (t) => {
+  if (isolation === 'sandbox') await t.test('an egress proxy that never listens fails the create and leaves nothing', async (t) => {
     const broken = createDockerSandbox({ endpoint: s.proxy.endpoint, network: s.sharedNetwork, egressProxyImage: SANDBOX_IMAGE }, { labels: env.labels });
     const id = `${env.runId}-broken`;
     try {

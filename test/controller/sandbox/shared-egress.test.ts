@@ -10,7 +10,7 @@ import t from 'tap';
 import { TENANTS_DIR, IMAGES } from '../../../common/index.js';
 import { fakeSandbox, leftOver, type FakeSandbox } from '../../support/fake-sandbox.js';
 
-const SHARD = 'cap-egress.0';
+const SHARD = 'cap-egress.0.capybara-sandbox';
 const spec = (id: string, allowHosts: string[] = ['pypi.org']) => ({ id, image: IMAGES.sandbox, limits: { egress: 'allowlist' as const, allowHosts } });
 
 function subnetOf(s: FakeSandbox, name: string): string {
@@ -54,7 +54,7 @@ t.test('two sandboxes share one shard, each registered under its own subnet and 
   const slot = s.engine.fileIn(SHARD, `${TENANTS_DIR}/${subnetA.replace('/', '_')}.json`);
   t.same(JSON.parse(String(slot)), { version: 1, vacant: true }, 'its registration ended');
   const order = s.engine.calls.map((c) => `${c.method}:${c.target}`).filter((c) => /putRegistration|disconnectNetwork|removeNetwork/.test(c)).slice(-3);
-  t.match(order, [/^putRegistration:cap-egress\.0/, /^disconnectNetwork:cap-egress\.0/, /^removeNetwork:/], 'policy gone, then leg, then network');
+  t.match(order, [/^putRegistration:cap-egress\.0\.capybara-sandbox/, /^disconnectNetwork:cap-egress\.0\.capybara-sandbox/, /^removeNetwork:/], 'policy gone, then leg, then network');
   t.equal((await s.engine.inspectContainer(SHARD))?.networks.length, 2);
   t.ok(s.engine.reachable('cap-b', 'cap-b-egress'), 'b still served');
   await s.provider.destroy(b);
@@ -65,7 +65,7 @@ t.test('a full shard sends the next sandbox to a new one', async (t) => {
   for (const id of ['a', 'b', 'c']) await s.provider.create(spec(id));
   t.equal((await s.engine.inspectContainer('cap-c'))?.labels['dev.capybara.sandbox.egress-shard'], '1');
   t.ok(s.engine.reachable('cap-c', 'cap-c-egress'));
-  t.equal((await s.engine.inspectContainer('cap-egress.1'))?.networks.length, 2);
+  t.equal((await s.engine.inspectContainer('cap-egress.1.capybara-sandbox'))?.networks.length, 2);
 });
 
 t.test('a sandbox with secrets, and the sandbox isolation, keep a proxy of their own', async (t) => {
