@@ -3,10 +3,12 @@
  * networks), then networks, then volumes. Just before each removal the sandbox container is
  * looked up again by name, so a sandbox created since the listing keeps its resources; for a
  * half-built sandbox, its `-building` volume instead, so a create that finished since keeps them.
- * Volumes are removed unforced: one still in use stays and is reported.
+ * Volumes are removed unforced: one still in use stays and is reported. A network a shard of the
+ * shared egress serves is left by the shard first (its registration vacant, its leg taken off).
  */
 import { type DockerEngine, engineStatus } from '../docker/index.js';
 import { namesFor } from '../spec/index.js';
+import { leaveShard } from '../sandbox/index.js';
 import { readInventory } from './inventory.js';
 import { decideOrphans, type ResourceDecision } from './orphans.js';
 
@@ -26,6 +28,8 @@ export interface GcOptions {
   readonly minAgeMs: number;
   readonly extraLabels: Readonly<Record<string, string>>;
   readonly nowMs: number;
+  /** The deployment's shared network: the shards of its shared egress are named after it. */
+  readonly sharedNetwork: string;
 }
 
 const ORDER = { container: 0, network: 1, volume: 2 } as const;
@@ -60,7 +64,12 @@ export async function collectGarbage(engine: DockerEngine, options: GcOptions): 
     }
     try {
       if (orphan.kind === 'container') await engine.removeContainer(orphan.id);
-      else if (orphan.kind === 'network') await engine.removeNetwork(orphan.id);
+      else if (orphan.kind === 'network') {
+        // A shard's leg first (its registration ended): the network could not go with it on.
+        const view = inventory.networks.find((n) => n.id === orphan.id);
+        if (view !== undefined) await leaveShard(engine, view, options.sharedNetwork);
+        await engine.removeNetwork(orphan.id);
+      }
       else await engine.removeVolume(orphan.name);
       results.push({ ...row, action: 'removed' });
     } catch (err) {

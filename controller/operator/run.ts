@@ -189,7 +189,7 @@ async function dispatch(args: OperatorArgs, loaded: OperatorConfig, io: Operator
       return 0;
     }
     case 'gc': {
-      const results = await collectGarbage(engine, { dryRun: args.dryRun, minAgeMs: args.minAgeMs, extraLabels: args.labels, nowMs: now() });
+      const results = await collectGarbage(engine, { dryRun: args.dryRun, minAgeMs: args.minAgeMs, extraLabels: args.labels, nowMs: now(), sharedNetwork: config.network });
       const human = results.length === 0
         ? 'no orphans\n'
         : table(['ACTION', 'KIND', 'NAME', 'SANDBOX', 'AGE', 'DETAIL'], results.map((r) => [r.action, r.kind, r.name, r.sandbox ?? '-', age(r.ageSeconds), r.detail ?? '']));

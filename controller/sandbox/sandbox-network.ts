@@ -165,7 +165,7 @@ export async function removeSandboxNetworks(deps: BuildDeps, names: SandboxNames
   const own = await ownSandboxNetworks(deps, names);
   await Promise.all(
     own.map(async (n) => {
-      await leaveShard(deps, n);
+      await leaveShard(deps.engine, n, deps.config.network);
       await deps.engine.removeNetwork(n.id);
     }),
   );

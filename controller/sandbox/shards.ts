@@ -73,16 +73,16 @@ export async function shardSeatOf(engine: SandboxEngine, networkId: string, shar
  * its settings and would not start again once the network is gone). The policy is gone before
  * the subnet can be reused.
  */
-export async function leaveShard(deps: BuildDeps, network: Pick<NetworkView, 'id' | 'labels'>): Promise<void> {
-  const seat = shardSeatOfNetwork(network, deps.config.network);
+export async function leaveShard(engine: SandboxEngine, network: Pick<NetworkView, 'id' | 'labels'>, sharedNetwork: string): Promise<void> {
+  const seat = shardSeatOfNetwork(network, sharedNetwork);
   if (seat === undefined) return;
   try {
-    await deps.engine.putRegistration(seat.container, vacantArchive(seat.slot));
+    await engine.putRegistration(seat.container, vacantArchive(seat.slot));
   } catch (err) {
     // A shard removed meanwhile holds no leg, and its volume's slot is rewritten before reuse.
     if (engineStatus(err) !== 404) throw err;
   }
-  await disconnectShard(deps, seat.container, network.id);
+  await disconnectShard(engine, seat.container, network.id);
 }
 
 /** The sandboxes a shard serves now: one leg per sandbox network, besides the shared network. */
@@ -161,9 +161,9 @@ export async function connectShard(deps: BuildDeps, shard: string, names: Sandbo
 /**
  * Takes a shard's leg off a network that is about to go. A leg that is gone already is fine.
  */
-export async function disconnectShard(deps: BuildDeps, shard: string, networkId: string): Promise<void> {
+export async function disconnectShard(engine: SandboxEngine, shard: string, networkId: string): Promise<void> {
   try {
-    await deps.engine.disconnectNetwork(networkId, shard);
+    await engine.disconnectNetwork(networkId, shard);
   } catch (err) {
     if (!dockerSays(err, 403, /not connected/) && engineStatus(err) !== 404) throw err;
   }

@@ -22,6 +22,8 @@ import { createDockerSandbox, type SandboxHandle } from '../../../controller/ind
 import { EGRESS_PROXY_PORT, registrationArchive } from '../../../common/index.js';
 import { DockerEngine } from '../../../controller/docker/index.js';
 import { inspectSandbox } from '../../../controller/operator/sandbox-detail.js';
+import { collectGarbage } from '../../../controller/operator/gc.js';
+import { engineSocketPath } from '../../support/docker.js';
 import { sandboxTestEnv, SANDBOX_IMAGE, UPSTREAM_BODY, UPSTREAM_HOST } from '../../support/sandbox-env.js';
 import { fileNeeds } from '../../support/needs.js';
 
@@ -140,5 +142,23 @@ t.test('one shard serves many sandboxes, each by its own network', async (t) => 
     t.not(await status(b, `http://${SECOND_HOST}/`), '200', 'no registration, nothing through');
     t.equal(await provider.resume(b), 'running');
     t.equal(await settle(b, `http://${SECOND_HOST}/`), '200', 'registered again by resume');
+  });
+
+  await t.test('gc takes the shard off an orphaned sandbox network before removing it', async (t) => {
+    const c = await create('c', [UPSTREAM_HOST]);
+    const net = await s.env.docker.getNetwork(`${c.id}-net`).inspect();
+    const slot = `${String(net.IPAM?.Config?.[0]?.Subnet).replace('/', '_')}.json`;
+    // The sandbox container gone behind the controller's back: its network, with the shard's leg, is an orphan.
+    await s.env.docker.getContainer(c.id).remove({ force: true });
+    const engine = new DockerEngine({ endpoint: `unix://${engineSocketPath()}` });
+    const results = await collectGarbage(engine, { dryRun: false, minAgeMs: 0, extraLabels: s.env.labels, nowMs: Date.now() + 60_000, sharedNetwork: s.sharedNetwork });
+    t.match(results.filter((r) => r.sandbox === c.id && r.kind === 'network'), [{ action: 'removed' }], JSON.stringify(results));
+    t.same(await s.labelled(c.id), [], 'nothing of it left');
+    const shardView = await s.inspect(shard);
+    t.notOk(Object.keys(shardView.NetworkSettings.Networks).includes(`${c.id}-net`), 'the shard\'s leg is gone');
+    const read = await s.env.docker.getContainer(shard).exec({ Cmd: ['cat', `/var/lib/capybara-egress/tenants/${slot}`], AttachStdout: true, User: 'egress' });
+    const stream = await read.start({});
+    const text = await new Promise<string>((resolve) => { let out = ''; stream.on('data', (d: Buffer) => { out += d.toString('latin1'); }); stream.on('end', () => resolve(out)); });
+    t.match(text, /\{"version":1,"vacant":true\}/, 'its registration ended');
   });
 });
