@@ -3,7 +3,7 @@
  * --batch (six) at a time through the socket proxy and all left running, up to --max or until the
  * host's MemAvailable falls under --reserve-gib, with the deployment's --isolation (shared: the
  * shards of one egress serve them all; sandbox: a proxy container each). Each --step sandboxes,
- * one row:
+ * one row (and one at 10):
  * - create-to-ready p50 and p99 of that step's creates;
  * - the host's MemAvailable, and what it lost since the start per running sandbox: all-in (the
  *   sandbox, the containerd shims, the egress or its share of it, dockerd's and containerd's own
@@ -120,7 +120,8 @@ async function main(): Promise<void> {
   let stopped = `--max ${max}`;
   let attempts = 0;
   let failed = 0;
-  let rowsDone = 0;
+  // The first row at 10 sandboxes (the baseline of create latency), then every --step.
+  let nextRow = Math.min(10, step);
   const started = Date.now();
   try {
     let bucket: number[] = [];
@@ -154,8 +155,8 @@ async function main(): Promise<void> {
         stopped = `${failed} of ${attempts} creates failed`;
         break;
       }
-      if (Math.floor(live.length / step) === rowsDone && live.length < max) continue;
-      rowsDone = Math.floor(live.length / step);
+      if (live.length < nextRow && live.length < max) continue;
+      nextRow = (Math.floor(live.length / step) + 1) * step;
       // The first sandbox still serves: a command, and a transparent fetch through its egress.
       const first = live[0] ?? '';
       const ran = await provider.exec({ id: first }, `echo ok; curl -s -m 10 --noproxy '*' http://${UPSTREAM_HOST}/`).catch((err: unknown) => ({ stdout: String(err), stderr: '' }));
