@@ -14,5 +14,4 @@ export { volumeBody } from './volume-spec.js';
 export { checkCreateBodies } from './body-budget.js';
 export { carriesCa } from './ca-trust.js';
 export { egressRegistration } from './registration-spec.js';
-export { egressShardBody, SHARD_MEMORY_BYTES } from './shard-spec.js';
-export type { ShardPlan } from './shard-spec.js';
+export { egressShardBody } from './shard-spec.js';

@@ -1,5 +1,5 @@
 /**
- * A shard of the engine's shared egress (`cap-egress.<k>`): one proxy process that serves every
+ * A shard of a deployment's shared egress (`cap-egress.<k>.<shared network>`): one proxy process that serves every
  * sandbox registered in its volume, told apart by network (policy/tenants.ts). It is created on
  * the shared network like a sandbox's own proxy, with the same hardening, and joins each sandbox's
  * network at that network's fixed proxy address (sandbox/shards.ts). Its listeners take every
@@ -11,7 +11,7 @@ import { LABEL_EGRESS_SHARD, LABEL_SANDBOX, type LogCaps } from '../spec/index.j
 import { egressHostConfig, type ContainerCreateBody } from './container-spec.js';
 
 /** A shard's memory: its process's share per sandbox is small (the tenants bench: about 40 KiB idle), its connections are not. */
-export const SHARD_MEMORY_BYTES = 1024 * 1024 * 1024;
+const SHARD_MEMORY_BYTES = 1024 * 1024 * 1024;
 
 export interface ShardPlan {
   readonly name: string;

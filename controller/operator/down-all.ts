@@ -8,7 +8,8 @@
  * are never removed here: they hold the user's work and outlive sandboxes by design.
  */
 import { type DockerEngine, engineStatus } from '../docker/index.js';
-import { LABEL_EGRESS_SHARD, LABEL_NAME, LABEL_SHARED_NETWORK, LABEL_WORKSPACE_KEY, type SandboxProvider } from '../spec/index.js';
+import { LABEL_NAME, LABEL_SHARED_NETWORK, LABEL_WORKSPACE_KEY, type SandboxProvider } from '../spec/index.js';
+import { shardOfLabels } from '../sandbox/index.js';
 import { readInventory } from './inventory.js';
 import type { DownResult } from './socket-proxy-service.js';
 
@@ -70,7 +71,7 @@ async function removeSharedNetwork(deps: DownAllDeps): Promise<DownAllResult['sh
  */
 async function removeShards(deps: DownAllDeps): Promise<void> {
   const inv = await readInventory(deps.engine, deps.labels, 'down --all');
-  const shards = inv.containers.filter((c) => c.labels[LABEL_EGRESS_SHARD] !== undefined && c.name.startsWith('cap-egress.') && c.name.endsWith(`.${deps.sharedNetwork}`));
+  const shards = inv.containers.filter((c) => shardOfLabels(c.labels, deps.sharedNetwork)?.name === c.name);
   for (const shard of shards) {
     await deps.engine.removeContainer(shard.name);
     await deps.engine.removeVolume(shard.name);

@@ -4,7 +4,7 @@
  * socket proxy on purpose, so a 403 becomes an error that says which endpoint to use instead.
  */
 import { type ContainerSummary, type DockerEngine, type ResourceSummary, engineStatus } from '../docker/index.js';
-import { SandboxError, LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_EGRESS_ISOLATION, LABEL_EGRESS_SHARD, LABEL_NAME, LABEL_SANDBOX, namesFor } from '../spec/index.js';
+import { EGRESS_SHARD_PREFIX, SandboxError, LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_EGRESS_ISOLATION, LABEL_EGRESS_SHARD, LABEL_NAME, LABEL_SANDBOX, namesFor } from '../spec/index.js';
 import { decodeAllowHosts } from '../../common/index.js';
 import { egressState } from './egress-state.js';
 
@@ -68,7 +68,7 @@ export function isSandboxContainer(c: ContainerSummary): boolean {
  * network, else any (then `detached`, or its state when the sandbox is not running).
  */
 function shardServing(all: readonly ContainerSummary[], sandbox: ContainerSummary): ContainerSummary | undefined {
-  const shards = all.filter((x) => x.name.startsWith('cap-egress.') && x.labels[LABEL_EGRESS_SHARD] === sandbox.labels[LABEL_EGRESS_SHARD]);
+  const shards = all.filter((x) => x.name.startsWith(EGRESS_SHARD_PREFIX) && x.labels[LABEL_EGRESS_SHARD] === sandbox.labels[LABEL_EGRESS_SHARD]);
   const network = sandbox.networks.find((n) => n.id !== '');
   return shards.find((x) => network !== undefined && x.networks.some((n) => n.id === network.id)) ?? shards[0];
 }

@@ -11,5 +11,5 @@ export type { EgressUsage } from './egress-usage.js';
 export { CredentialSource } from './credential-source.js';
 export { changeAllowHosts, MAX_ALLOW_HOSTS } from './allowlist-change.js';
 export { EGRESS_USER, readRegistration, seatOfSandbox } from './egress-policy.js';
-export { leaveShard } from './shards.js';
+export { leaveShard, shardOfLabels } from './shards.js';
 export type { EgressSeat } from './shards.js';

@@ -1,5 +1,5 @@
 /**
- * The engine's shared egress (`egressIsolation: shared`): shards `cap-egress.<k>`, each one proxy
+ * A deployment's shared egress (`egressIsolation: shared`): shards `cap-egress.<k>.<shared network>`, each one proxy
  * process serving up to `egressShardSize` sandboxes. A sandbox is served by the shard that holds a
  * leg on its network:
  * - its registration (the network's subnet, the proxy's address on it, a lifecycle id, the
@@ -165,6 +165,6 @@ export async function disconnectShard(engine: SandboxEngine, shard: string, netw
   try {
     await engine.disconnectNetwork(networkId, shard);
   } catch (err) {
-    if (!dockerSays(err, 403, /not connected/) && engineStatus(err) !== 404) throw err;
+    if (!dockerSays(err, 403, /not connected/)) throw err;
   }
 }

@@ -24,6 +24,7 @@ export {
   SANDBOX_UID,
   checkSandboxName,
   checkTag,
+  EGRESS_SHARD_PREFIX,
   egressShardName,
   MAX_EGRESS_SHARDS,
   namesFor,

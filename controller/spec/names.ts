@@ -34,9 +34,11 @@ export const LABEL_EGRESS_SHARD = 'dev.capybara.sandbox.egress-shard';
  * name starting "cap") and the sandboxes' own proxies.
  */
 export const MAX_EGRESS_SHARDS = 100;
+/** What every shard's name starts with. */
+export const EGRESS_SHARD_PREFIX = 'cap-egress.';
 export function egressShardName(sharedNetwork: string, k: number): string {
   if (!Number.isInteger(k) || k < 0 || k >= MAX_EGRESS_SHARDS) throw new SandboxError('invalid_config', `Egress shard ${k} is outside 0-${MAX_EGRESS_SHARDS - 1}.`);
-  return `cap-egress.${k}.${sharedNetwork}`;
+  return `${EGRESS_SHARD_PREFIX}${k}.${sharedNetwork}`;
 }
 
 /**
