@@ -30,9 +30,11 @@ export function concurrentChange(err: unknown): boolean {
     case 400:
       return /ambiguous/i.test(err.message);
     // A container another call is removing, which a network connect or disconnect meets
-    // ("is marked for removal and cannot be connected or disconnected to the network").
+    // ("is marked for removal and cannot be connected or disconnected to the network"), and an
+    // exec start too (a recovery reading a proxy's registration: "is not running: Removal In
+    // Progress").
     case 500:
-      return /marked for removal/i.test(err.message);
+      return /marked for removal|Removal In Progress/i.test(err.message);
     default:
       return false;
   }

@@ -15,6 +15,7 @@ t.test('the answers of a concurrent change, and only those', async (t) => {
     [docker(403, 'error while removing network: network cap-x-net id 1 has active endpoints'), true, 'a network still in use'],
     [docker(400, 'network cap-x-net is ambiguous (2 matches found based on name)'), true, 'two networks of one name'],
     [docker(500, 'Container e78d1d99 is marked for removal and cannot be connected or disconnected to the network'), true, 'a container another call is removing'],
+    [docker(500, '(HTTP code 500) unexpected - Container 18a7ebdd is not running: Removal In Progress'), true, 'an exec into a container another call is removing'],
     [docker(500, 'driver failed programming external connectivity'), false, 'any other engine failure'],
     [docker(409, 'denied by the Docker socket proxy: route_not_allowed', true), false, 'the socket proxy\'s refusal is never a race'],
   ];
