@@ -57,6 +57,13 @@ export const EGRESS_METRICS_PORT = 9464;
 /** The proxy's own health endpoint on the proxy port. */
 export const EGRESS_HEALTH_PATH = '/healthz';
 
+/**
+ * On a shared proxy, the health answer to a client of a registered sandbox network names that
+ * sandbox: the controller's probe from inside a sandbox learns that its registration is in force,
+ * not only that the process answers (an unregistered client's health check is answered too).
+ */
+export const EGRESS_SANDBOX_HEADER = 'X-Egress-Sandbox';
+
 /** Where the metrics listener serves Prometheus text. */
 export const EGRESS_METRICS_PATH = '/metrics';
 

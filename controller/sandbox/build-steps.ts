@@ -5,7 +5,7 @@
  * at its fixed address, and asked for its health from inside the sandbox so the first command
  * can use it). The networks themselves are sandbox-network.ts.
  */
-import { EGRESS_HEALTH_PATH, EGRESS_PROXY_PORT } from '../../common/index.js';
+import { EGRESS_HEALTH_PATH, EGRESS_PROXY_PORT, EGRESS_SANDBOX_HEADER } from '../../common/index.js';
 import { CA_CERT_ENV, CA_FILE, SandboxError, type SandboxNames } from '../spec/index.js';
 import { egressContainerBody, egressRegistration, imageRefusal, type EgressPlan, engineStatus, volumeBody } from '../docker/index.js';
 import { EGRESS_USER, ownSeat, readRegistration, registrable, writeRegistration } from './egress-policy.js';
@@ -141,20 +141,27 @@ export async function connectEgress(deps: BuildDeps, egress: string, network: Sa
 /**
  * Waits until the egress proxy answers its health endpoint, asked from inside the sandbox by
  * the name the sandbox's proxy variables use: that proves the proxy process serves HTTP and
- * that the sandbox reaches it through its internal network. One exec, all in bash: no process
- * is forked per attempt (the pause is a `read` timeout on a pipe nobody writes), so waiting
- * costs next to no CPU while the proxy itself starts.
+ * that the sandbox reaches it through its internal network. On a shard (`onShard`) the answer
+ * must also name this sandbox (EGRESS_SANDBOX_HEADER), which it does only once the shard holds
+ * the sandbox's registration for the network the probe comes from: a shard answers an
+ * unregistered client's health check too. One exec, all in bash: no process is forked per
+ * attempt (the pause is a `read` timeout on a pipe nobody writes), so waiting costs next to no
+ * CPU while the proxy itself starts.
  */
-export async function waitForEgress(deps: BuildDeps, names: SandboxNames): Promise<void> {
+export async function waitForEgress(deps: BuildDeps, names: SandboxNames, onShard: boolean): Promise<void> {
   const seconds = Math.ceil(EGRESS_READY_TIMEOUT_MS / 1000);
   const authority = `${names.egress}:${EGRESS_PROXY_PORT}`;
+  // The name is a checked sandbox name (letters, digits, "_" and "-"): nothing to quote.
+  const registered = onShard
+    ? ` && { named=; while read -r -t 2 -u 3 field && [[ $field != $'\\r' ]]; do [[ $field == $'${EGRESS_SANDBOX_HEADER}: ${names.name}\\r' ]] && named=1; done; [[ -n $named ]]; }`
+    : '';
   const probe = [
     'exec 2>/dev/null 4<> <(:)',
     // A sandbox that trusts the deployment CA: its root idle process writes ca.pem last (docker/ca-trust.ts).
     `[ -z "\${${CA_CERT_ENV}-}" ] || until [ -s ${CA_FILE} ]; do read -r -t ${EGRESS_PROBE_PAUSE_S} -u 4 || :; done`,
     `until exec 3<>/dev/tcp/${names.egress}/${EGRESS_PROXY_PORT} &&`,
     `  printf 'GET ${EGRESS_HEALTH_PATH} HTTP/1.1\\r\\nHost: ${authority}\\r\\nConnection: close\\r\\n\\r\\n' >&3 &&`,
-    "  read -r -t 2 -u 3 status && [[ $status == 'HTTP/1.1 200 '* ]]",
+    `  read -r -t 2 -u 3 status && [[ $status == 'HTTP/1.1 200 '* ]]${registered}`,
     `do exec 3>&-; read -r -t ${EGRESS_PROBE_PAUSE_S} -u 4 || :; done`,
   ].join('\n');
   // One attempt can block on a name lookup (a proxy that exited leaves its name unresolvable),
@@ -165,6 +172,12 @@ export async function waitForEgress(deps: BuildDeps, names: SandboxNames): Promi
     onOutput: () => undefined,
   });
   const code = await run.finished;
+  if (code !== 0 && onShard) {
+    throw new SandboxError(
+      'egress_unavailable',
+      `The shard of the shared egress serving ${names.name} did not answer ${EGRESS_HEALTH_PATH} as this sandbox within ${seconds} s: it is down, or it does not hold the sandbox's registration; \`capybara-sandbox resume ${names.name}\` writes it back, and the shard's log says why it refused one.`,
+    );
+  }
   if (code !== 0) {
     throw new SandboxError('egress_unavailable', `The egress proxy ${names.egress} did not answer ${EGRESS_HEALTH_PATH} within ${seconds} s; check the image ${deps.config.egressProxyImage} and its logs.`);
   }

@@ -82,7 +82,7 @@ export class SandboxLifecycle {
       });
       await steps.settled();
       // Both containers are up and the proxy holds its leg on the internal network.
-      if (meaning.egressProxy) await waitForEgress(this.deps, names);
+      if (meaning.egressProxy) await waitForEgress(this.deps, names, host === 'shard');
       // Built: from now on gc keeps it (a failure here is the create's, and destroys it).
       await engine.removeVolume(names.buildingVolume);
     } catch (err) {

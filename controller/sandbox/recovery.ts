@@ -101,7 +101,7 @@ export class SandboxRecovery {
     } else {
       await this.startContainer(name, view, tier, network);
     }
-    if (tier.egressProxy) await waitForEgress(this.deps, names);
+    if (tier.egressProxy) await waitForEgress(this.deps, names, host === 'shard');
   }
 
   private async startContainer(name: string, view: ContainerView, tier: TierMeaning, network: SandboxNetwork | undefined): Promise<void> {

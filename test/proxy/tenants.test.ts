@@ -143,6 +143,25 @@ t.test('a connection no registered network holds both ends of is unknown_client'
   t.ok(s.logs.some((l) => l.reason === 'unknown_client' && typeof l.detail === 'string'), 'logged with why');
 });
 
+t.test('the health answer names the sandbox of a registered network, and no sandbox to anyone else', async (t) => {
+  const s = await setup(t);
+  s.register('slot-a', 'cap-a', 'life-a-0001', A.subnet, ['a.test']);
+  await settle(() => s.logs.some((l) => l.event === 'tenant_registered'), 'a registered');
+  const health = (from: { proxy: string; client: string }): Promise<RawResponse> =>
+    rawRequest(s.port, 'GET /healthz HTTP/1.1\r\nHost: egress\r\nConnection: close\r\n\r\n', from.proxy, 5_000, from.client);
+  const a = await health(A);
+  t.equal(a.status, 200);
+  t.match(a.head, /\r\nX-Egress-Sandbox: cap-a\r\n/, 'a client of a: its sandbox');
+  for (const [from, what] of [[B, 'an unregistered network'], [{ proxy: A.proxy, client: B.client }, 'a client of b on a\'s address']] as const) {
+    const r = await health(from);
+    t.equal(r.status, 200, `${what}: the process is healthy`);
+    t.notMatch(r.head, /X-Egress-Sandbox/i, `${what}: no sandbox named`);
+  }
+  s.write('slot-a', '{"version": 1, "vacant": true}');
+  await settle(() => s.logs.filter((l) => l.event === 'tenant_registered').length >= 2, 'a vacant');
+  t.notMatch((await health(A)).head, /X-Egress-Sandbox/i, 'a vacant registration: no sandbox named');
+});
+
 t.test('an allowlist change closes the tunnels it no longer allows and reaches new connections', async (t) => {
   const s = await setup(t);
   s.register('slot-a', 'cap-a', 'life-a-0001', A.subnet, ['a.test', 'b.test']);

@@ -12,7 +12,7 @@
  * - A live allow reaches new connections within a second or two and touches no other sandbox.
  * - A sandbox destroyed and created again at once on the same subnet sees only its new policy.
  * - A restart of the shard keeps every sandbox's policy; a registration lost is written again by
- *   recovery.
+ *   recovery, which returns once the shard serves it (the shard's health answer names the sandbox).
  */
 import t from 'tap';
 import pino from 'pino';
@@ -140,8 +140,13 @@ t.test('one shard serves many sandboxes, each by its own network', async (t) => 
     await new DockerEngine({ endpoint: s.proxy.endpoint }).putRegistration(shard, registrationArchive(bSubnet.replace('/', '_'), { version: 1, vacant: true }));
     await new Promise((r) => setTimeout(r, 1_500));
     t.not(await status(b, `http://${SECOND_HOST}/`), '200', 'no registration, nothing through');
+    // The health answer the controller's probe waits for names the sandbox only while it is registered.
+    const health = async (): Promise<string> => (await provider.exec(b, `curl -s -m 5 -D - -o /dev/null --noproxy '*' http://${b.id}-egress:${EGRESS_PROXY_PORT}/healthz`)).stdout;
+    t.notMatch(await health(), /X-Egress-Sandbox/i, 'vacant: the shard is healthy but names no sandbox');
     t.equal(await provider.resume(b), 'running');
-    t.equal(await settle(b, `http://${SECOND_HOST}/`), '200', 'registered again by resume');
+    t.match(await health(), new RegExp(`\r\nX-Egress-Sandbox: ${b.id}\r\n`), 'registered: it names b');
+    // resume returned after its probe saw that answer: no wait here.
+    t.equal(await status(b, `http://${SECOND_HOST}/`), '200', 'registered again by resume, in force when it returns');
   });
 
   await t.test('gc takes the shard off an orphaned sandbox network before removing it', async (t) => {
