@@ -11,7 +11,7 @@ import { createContainerPullingOnce, createEgress, joinShard, waitForEgress } fr
 import type { BuildDeps } from './build-deps.js';
 import { asConflict, concurrentChange } from './concurrent-change.js';
 import { createSandboxNetwork, ensureSharedNetwork, removeSandboxNetworks } from './sandbox-network.js';
-import { claimShard } from './shards.js';
+import { ShardClaims } from './shards.js';
 import { StepGroup } from './step-group.js';
 import { requireWorkspaceFree } from './workspace-holder.js';
 
@@ -30,6 +30,9 @@ const CHANGE_POLL_MS = 200;
 const DESTROY_ROUNDS = 3;
 
 export class SandboxLifecycle {
+  /** This process's creates joining a shard now: counted in the shard's room. */
+  private readonly shardClaims = new ShardClaims();
+
   constructor(private readonly deps: BuildDeps) {}
 
   async create(request: SandboxPlan): Promise<void> {
@@ -42,6 +45,8 @@ export class SandboxLifecycle {
     // A stale instance (the host may have died before recording the handle) is replaced.
     await this.destroy(names.name);
     const steps = new StepGroup();
+    // The shard place this create holds until its leg is connected, given back however it ends.
+    const giveBack: Array<() => void> = [];
     // The containers this create made, by id: another process may replace them meanwhile.
     const made = new Map<string, string>();
     const remember = (name: string, id: string): void => {
@@ -53,7 +58,15 @@ export class SandboxLifecycle {
       const shared = usesSharedNetwork(meaning) ? steps.run(() => ensureSharedNetwork(this.deps)) : undefined;
       // A shard sandbox's shard, chosen (and started, when new) first: its number is a label of
       // the network and the container, so that a destroy and a recovery find it.
-      const shard = host === 'shard' && shared !== undefined ? steps.run(async () => claimShard(this.deps, await shared)) : undefined;
+      const claim =
+        host === 'shard' && shared !== undefined
+          ? steps.run(async () => {
+              const claimed = await this.shardClaims.claim(this.deps, await shared);
+              giveBack.push(claimed.release);
+              return claimed;
+            })
+          : undefined;
+      const shard = claim?.then((c) => c.index);
       const shardLabels = async (labels: Readonly<Record<string, string>>): Promise<Record<string, string>> =>
         shard === undefined ? { ...labels } : { ...labels, [LABEL_EGRESS_SHARD]: String(await shard) };
       const internal = meaning.sandboxNetwork === 'internal' ? steps.run(async () => createSandboxNetwork(this.deps, names, await shardLabels(plan.labels))) : undefined;
@@ -63,7 +76,11 @@ export class SandboxLifecycle {
           const sharedId = await shared;
           steps.proceed();
           if (host === 'own') await createEgress(this.deps, plan, sharedId, internal, steps.proceed, remember);
-          else if (shard !== undefined) await joinShard(this.deps, plan, egressShardName(this.deps.config.network, await shard), await internal, steps.proceed);
+          else if (claim !== undefined) {
+            const { index, release } = await claim;
+            // Counted by the shard's legs from now on.
+            await joinShard(this.deps, plan, egressShardName(this.deps.config.network, index), await internal, steps.proceed).finally(release);
+          }
         });
       }
       steps.run(async () => {
@@ -86,6 +103,7 @@ export class SandboxLifecycle {
       // Built: from now on gc keeps it (a failure here is the create's, and destroys it).
       await engine.removeVolume(names.buildingVolume);
     } catch (err) {
+      for (const release of giveBack) release();
       // Asked before the cleanup removes them: a proxy that never answered, a start that failed,
       // are explained by another call that replaced or removed what this create made.
       const probeFailed = isSandboxError(err, 'egress_unavailable');

@@ -92,13 +92,15 @@ function legsOf(view: ContainerView, sharedNetwork: { id: string; name: string }
 
 /**
  * The shard a new sandbox joins, running: the first with room (`egressShardSize`), made and
- * started when none has. Creates running at the same moment can each see the same room, so a
- * shard can pass its size by the number of concurrent creates; it never refuses one.
+ * started when none has. Its room counts its legs and `joining`, the sandboxes this process is
+ * joining to it now (ShardClaims). Creates in other controller processes at the same moment can
+ * each see the same room, so a shard can pass its size by the number of them; it never refuses one.
  */
-export async function claimShard(deps: BuildDeps, sharedNetwork: string): Promise<number> {
+export async function claimShard(deps: BuildDeps, sharedNetwork: string, joining: ReadonlyMap<number, number>): Promise<number> {
   for (let k = 0; k < MAX_EGRESS_SHARDS; k += 1) {
     const view = await deps.engine.inspectContainer(egressShardName(deps.config.network, k));
-    if (view !== undefined && legsOf(view, { id: sharedNetwork, name: deps.config.network }) >= deps.config.egressShardSize) continue;
+    const taken = (view === undefined ? 0 : legsOf(view, { id: sharedNetwork, name: deps.config.network })) + (joining.get(k) ?? 0);
+    if (taken >= deps.config.egressShardSize) continue;
     await ensureShard(deps, k, sharedNetwork, view);
     return k;
   }
@@ -106,6 +108,36 @@ export async function claimShard(deps: BuildDeps, sharedNetwork: string): Promis
     'address_pool_exhausted',
     `Every shard of the shared egress (${MAX_EGRESS_SHARDS} of ${deps.config.egressShardSize} sandboxes) is full; raise extensionConfig."sandbox-docker".egressShardSize or destroy unused sandboxes.`,
   );
+}
+
+/**
+ * The shard places this controller process has handed out whose leg is not connected yet, so
+ * that its creates running at the same moment fill a shard to its size and no further. Claims
+ * are made one at a time; each is given back once, when its leg is connected or its create
+ * failed.
+ */
+export class ShardClaims {
+  private readonly joining = new Map<number, number>();
+  private queue: Promise<unknown> = Promise.resolve();
+
+  /** A place on the first shard with room, and the call that gives it back (idempotent). */
+  claim(deps: BuildDeps, sharedNetwork: string): Promise<{ readonly index: number; readonly release: () => void }> {
+    const claimed = this.queue.then(async () => {
+      const index = await claimShard(deps, sharedNetwork, this.joining);
+      this.joining.set(index, (this.joining.get(index) ?? 0) + 1);
+      let held = true;
+      const release = (): void => {
+        if (!held) return;
+        held = false;
+        const left = (this.joining.get(index) ?? 1) - 1;
+        if (left > 0) this.joining.set(index, left);
+        else this.joining.delete(index);
+      };
+      return { index, release };
+    });
+    this.queue = claimed.catch(() => undefined);
+    return claimed;
+  }
 }
 
 /**

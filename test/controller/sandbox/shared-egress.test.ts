@@ -68,6 +68,22 @@ t.test('a full shard sends the next sandbox to a new one', async (t) => {
   t.equal((await s.engine.inspectContainer('cap-egress.1.capybara-sandbox'))?.networks.length, 2);
 });
 
+t.test('creates running at once in one controller never put more than a shard\'s size on it', async (t) => {
+  const s = fakeSandbox({ egressIsolation: 'shared', egressShardSize: 2 });
+  await Promise.all(['a', 'b', 'c', 'd', 'e'].map((id) => s.provider.create(spec(id))));
+  const shards = await Promise.all(['a', 'b', 'c', 'd', 'e'].map(async (id) => (await s.engine.inspectContainer(`cap-${id}`))?.labels['dev.capybara.sandbox.egress-shard']));
+  t.same([...shards].sort(), ['0', '0', '1', '1', '2'], 'two, two and one');
+  for (const k of [0, 1, 2]) {
+    const legs = ((await s.engine.inspectContainer(`cap-egress.${k}.capybara-sandbox`))?.networks.length ?? 0) - 1;
+    t.equal(legs, k === 2 ? 1 : 2, `shard ${k}: its legs`);
+  }
+  // A create that failed gives its place back.
+  s.engine.failOnce('createContainer', 'cap-f', 500, 'the engine failed');
+  await t.rejects(s.provider.create(spec('f')));
+  await s.provider.create(spec('g'));
+  t.equal((await s.engine.inspectContainer('cap-g'))?.labels['dev.capybara.sandbox.egress-shard'], '2', 'the place f held is g\'s');
+});
+
 t.test('a sandbox with secrets, and the sandbox isolation, keep a proxy of their own', async (t) => {
   const s = fakeSandbox({ egressIsolation: 'sandbox' });
   await s.provider.create(spec('own'));
