@@ -72,6 +72,10 @@ export const EGRESS_METRICS = {
   decisions: 'egress_decisions_total',
   /** A shared proxy's decisions by sandbox and outcome (a sandbox's series go with its registration). */
   sandboxDecisions: 'egress_sandbox_decisions_total',
+  /** ... its refusals by sandbox and reason, bytes by sandbox and direction, tunnels open by sandbox. */
+  sandboxDenials: 'egress_sandbox_denials_total',
+  sandboxBytes: 'egress_sandbox_bytes_total',
+  sandboxOpenTunnels: 'egress_sandbox_open_tunnels',
   openTunnels: 'egress_open_tunnels',
   bytes: 'egress_bytes_total',
   dnsSeconds: 'egress_dns_seconds',

@@ -4,9 +4,9 @@
  */
 import pino, { type Logger } from 'pino';
 import type { AllowlistChange, SandboxHandle, SandboxProvider, DeploymentConfigInput } from './spec/index.js';
-import { SandboxError, TIERS, checkSandboxName, namesFor, parseDeploymentConfig, persistentWorkspaceVolume, planSandbox, printableAsciiMap, withCredentials } from './spec/index.js';
+import { SandboxError, TIERS, checkSandboxName, parseDeploymentConfig, persistentWorkspaceVolume, planSandbox, printableAsciiMap, withCredentials } from './spec/index.js';
 import { DockerEngine, checkCreateBodies, engineStatus, isEngineStatusError, type EgressMode, type SandboxEngine } from './docker/index.js';
-import { CredentialSource, SandboxLanes, SandboxLifecycle, SandboxRecovery, changeAllowHosts, readEgressUsage, type EgressUsage } from './sandbox/index.js';
+import { CredentialSource, SandboxLanes, SandboxLifecycle, SandboxRecovery, changeAllowHosts, readSandboxEgressUsage, type EgressUsage } from './sandbox/index.js';
 import { CommandRunner, FileOps, type WithRunning } from './exec/index.js';
 
 /** The `sandbox@1` provider plus what only this Docker implementation can tell. */
@@ -141,7 +141,7 @@ export function createDockerSandbox(
     },
     killTagged: (h, tags) => commands.killTagged(handleName(h), tags),
     destroyWorkspace: (key) => lifecycle.destroyWorkspace(persistentWorkspaceVolume(key)),
-    egressUsage: (h) => readEgressUsage(engine, namesFor(handleName(h)).egress),
+    egressUsage: (h) => readSandboxEgressUsage(engine, handleName(h), parsed.network),
     changeAllowHosts: (h, change) => changeAllowHosts({ engine, lanes, sharedNetwork: parsed.network, ensureRunning: (name) => recovery.ensureRunning(name) }, handleName(h), change),
   } satisfies DockerSandboxProvider);
 }

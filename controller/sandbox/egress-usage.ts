@@ -1,11 +1,13 @@
 /**
  * Per-sandbox egress accounting. Each egress proxy serves its Prometheus metrics on the loopback
  * of its own container only (the sandbox cannot read or reset them); the controller reads them
- * with an exec in that container, through the socket proxy like every other call.
+ * with an exec in that container, through the socket proxy like every other call. A shard of the
+ * shared egress counts by sandbox too (`egress_sandbox_*`): a sandbox on one is read from those.
  */
 import { EGRESS_METRICS, EGRESS_METRICS_PATH, EGRESS_METRICS_PORT } from '../../common/index.js';
 import type { SandboxEngine } from '../docker/index.js';
-import { SandboxError } from '../spec/index.js';
+import { LABEL_EGRESS, LABEL_EGRESS_ISOLATION, SandboxError, egressHostOfLabels, namesFor } from '../spec/index.js';
+import { shardOfLabels } from './shards.js';
 
 export interface EgressUsage {
   /** Bytes from the sandbox to the outside (tunnels and plain HTTP). */
@@ -30,30 +32,64 @@ function labelsOf(text: string | undefined): Record<string, string> {
   return out;
 }
 
-/** Sums the proxy's counters from Prometheus text format. */
-export function parseEgressUsage(text: string): EgressUsage {
+/** Sums the proxy's counters from Prometheus text format: those of `sandbox` alone on a shard. */
+export function parseEgressUsage(text: string, sandbox?: string): EgressUsage {
+  return sandbox === undefined ? processUsage(text) : sandboxUsage(text, sandbox);
+}
+
+function samples(text: string): Array<{ readonly name: string; readonly labels: Record<string, string>; readonly value: number }> {
+  const out = [];
+  for (const line of text.split('\n')) {
+    const m = SAMPLE.exec(line.trim());
+    if (m) out.push({ name: m[1] as string, labels: labelsOf(m[2]), value: Number(m[3]) });
+  }
+  return out;
+}
+
+function sandboxUsage(text: string, sandbox: string): EgressUsage {
   let bytesUp = 0;
   let bytesDown = 0;
   let allowed = 0;
   let denied = 0;
   let openTunnels = 0;
   const deniedByReason: Record<string, number> = {};
-  for (const line of text.split('\n')) {
-    const m = SAMPLE.exec(line.trim());
-    if (!m) continue;
-    const value = Number(m[3]);
-    const labels = labelsOf(m[2]);
-    if (m[1] === EGRESS_METRICS.bytes) {
+  for (const { name, labels, value } of samples(text)) {
+    if (labels.sandbox !== sandbox) continue;
+    if (name === EGRESS_METRICS.sandboxBytes) {
       if (labels.direction === 'up') bytesUp += value;
       else if (labels.direction === 'down') bytesDown += value;
-    } else if (m[1] === EGRESS_METRICS.decisions) {
+    } else if (name === EGRESS_METRICS.sandboxDecisions) {
+      if (labels.outcome === 'allow') allowed += value;
+      else if (labels.outcome === 'deny') denied += value;
+    } else if (name === EGRESS_METRICS.sandboxDenials) {
+      const reason = labels.reason ?? 'unknown';
+      deniedByReason[reason] = (deniedByReason[reason] ?? 0) + value;
+    } else if (name === EGRESS_METRICS.sandboxOpenTunnels) {
+      openTunnels = value;
+    }
+  }
+  return { bytesUp, bytesDown, allowed, denied, deniedByReason, openTunnels };
+}
+
+function processUsage(text: string): EgressUsage {
+  let bytesUp = 0;
+  let bytesDown = 0;
+  let allowed = 0;
+  let denied = 0;
+  let openTunnels = 0;
+  const deniedByReason: Record<string, number> = {};
+  for (const { name, labels, value } of samples(text)) {
+    if (name === EGRESS_METRICS.bytes) {
+      if (labels.direction === 'up') bytesUp += value;
+      else if (labels.direction === 'down') bytesDown += value;
+    } else if (name === EGRESS_METRICS.decisions) {
       if (labels.outcome === 'allow') allowed += value;
       else if (labels.outcome === 'deny') {
         denied += value;
         const reason = labels.reason ?? 'unknown';
         deniedByReason[reason] = (deniedByReason[reason] ?? 0) + value;
       }
-    } else if (m[1] === EGRESS_METRICS.openTunnels) {
+    } else if (name === EGRESS_METRICS.openTunnels) {
       openTunnels = value;
     }
   }
@@ -61,11 +97,24 @@ export function parseEgressUsage(text: string): EgressUsage {
 }
 
 /**
- * The usage of one egress proxy container, or null when it is not running. A paused proxy counts
- * as not running: never exec into a paused container (on Docker 20.10 with cgroup v1 that exec
- * can hang holding the container lock, which then blocks inspect, unpause and remove).
+ * The usage of sandbox `name`'s egress: its own proxy's totals, or its share of its shard's; null
+ * when it has no egress proxy or that one is not running.
  */
-export async function readEgressUsage(engine: SandboxEngine, egress: string): Promise<EgressUsage | null> {
+export async function readSandboxEgressUsage(engine: SandboxEngine, name: string, sharedNetwork: string): Promise<EgressUsage | null> {
+  const view = await engine.inspectContainer(name);
+  const onShard = view !== undefined && egressHostOfLabels(view.labels[LABEL_EGRESS], view.labels[LABEL_EGRESS_ISOLATION]) === 'shard';
+  const shard = onShard ? shardOfLabels(view.labels, sharedNetwork) : undefined;
+  if (onShard && shard === undefined) return null;
+  return shard === undefined ? readEgressUsage(engine, namesFor(name).egress) : readEgressUsage(engine, shard.name, name);
+}
+
+/**
+ * The usage of one egress proxy container (of `sandbox` alone, on a shard), or null when it is not
+ * running. A paused proxy counts as not running: never exec into a paused container (on Docker
+ * 20.10 with cgroup v1 that exec can hang holding the container lock, which then blocks inspect,
+ * unpause and remove).
+ */
+async function readEgressUsage(engine: SandboxEngine, egress: string, sandbox?: string): Promise<EgressUsage | null> {
   const view = await engine.inspectContainer(egress);
   if (view === undefined || !view.running || view.paused) return null;
   const out: Buffer[] = [];
@@ -76,5 +125,5 @@ export async function readEgressUsage(engine: SandboxEngine, egress: string): Pr
   if (code !== 0) {
     throw new SandboxError('engine_error', `Reading the egress metrics of ${egress} failed (exit ${String(code)}): ${Buffer.concat(err).toString().slice(0, 200)}`);
   }
-  return parseEgressUsage(Buffer.concat(out).toString());
+  return parseEgressUsage(Buffer.concat(out).toString(), sandbox);
 }

@@ -6,7 +6,7 @@
 export { SandboxLifecycle } from './lifecycle.js';
 export { SandboxRecovery } from './recovery.js';
 export { SandboxLanes } from './sandbox-lanes.js';
-export { readEgressUsage } from './egress-usage.js';
+export { readSandboxEgressUsage } from './egress-usage.js';
 export type { EgressUsage } from './egress-usage.js';
 export { CredentialSource } from './credential-source.js';
 export { changeAllowHosts, MAX_ALLOW_HOSTS } from './allowlist-change.js';

@@ -86,7 +86,7 @@ export class DecisionRecorder {
     if (this.written) return;
     this.written = true;
     this.observer.decision('allow', 'allowed');
-    if (this.sandbox !== undefined) this.observer.sandboxDecision(this.sandbox, 'allow');
+    if (this.sandbox !== undefined) this.observer.sandboxDecision(this.sandbox, 'allow', 'allowed');
     if (this.reportOnly !== undefined) this.observer.wouldDeny(this.reportOnly);
     // A line the level leaves out is not built either (its fields are a copy or two per request).
     if (!this.log.isLevelEnabled(this.level)) return;
@@ -98,7 +98,7 @@ export class DecisionRecorder {
     if (this.written) return;
     this.written = true;
     this.observer.decision('deny', refusal.reason);
-    if (this.sandbox !== undefined) this.observer.sandboxDecision(this.sandbox, 'deny');
+    if (this.sandbox !== undefined) this.observer.sandboxDecision(this.sandbox, 'deny', refusal.reason);
     if (this.reportOnly !== undefined) this.observer.wouldDeny(this.reportOnly);
     if (!this.gate(refusal.reason)) {
       this.held = true;

@@ -125,6 +125,31 @@ t.test('each sandbox is decided by its own registration, found by both addresses
   t.equal(s.logs.find((l) => l.decision === 'deny' && l.host === 'a.test')?.sandbox, 'cap-b');
 });
 
+t.test('each sandbox\'s tunnels, bytes and refusals are counted by it, and only while it is registered', async (t) => {
+  const s = await setup(t);
+  s.register('slot-a', 'cap-a', 'life-a-0001', A.subnet, ['a.test']);
+  s.register('slot-b', 'cap-b', 'life-b-0001', B.subnet, ['b.test']);
+  await settle(() => s.logs.filter((l) => l.event === 'tenant_registered').length >= 2, 'both registrations');
+  const a = await connect(s, A, 'a.test');
+  t.ok(await carries(a));
+  t.match(await s.proxy.metrics.metrics(), /egress_sandbox_open_tunnels\{sandbox="cap-a"\} 1\n/, 'a\'s open tunnel');
+  t.notMatch(await s.proxy.metrics.metrics(), /egress_sandbox_open_tunnels\{sandbox="cap-b"\}/, 'none of b\'s');
+  a.socket.destroy();
+  await settle(() => s.logs.some((l) => l.event === 'tunnel_closed'), 'the tunnel closed');
+  t.equal((await connect(s, B, 'a.test')).reason, 'host_not_allowed');
+  const text = await s.proxy.metrics.metrics();
+  t.match(text, /egress_sandbox_bytes_total\{sandbox="cap-a",direction="up"\} 5\n/, 'a\'s bytes up: ping and a newline');
+  t.match(text, /egress_sandbox_bytes_total\{sandbox="cap-a",direction="down"\} 5\n/);
+  t.notMatch(text, /egress_sandbox_bytes_total\{sandbox="cap-b"/, 'b relayed nothing');
+  t.notMatch(text, /egress_sandbox_open_tunnels\{sandbox="cap-a"\}/, 'a has none open now');
+  t.match(text, /egress_sandbox_denials_total\{sandbox="cap-b",reason="host_not_allowed"\} 1\n/, 'b\'s refusal by its reason');
+  t.notMatch(text, /egress_sandbox_denials_total\{sandbox="cap-a"/);
+  s.write('slot-a', '{"version": 1, "vacant": true}');
+  await settle(() => s.logs.filter((l) => l.event === 'tenant_registered').length >= 3, 'a vacant');
+  t.notMatch(await s.proxy.metrics.metrics(), /sandbox="cap-a"/, 'a\'s registration ended: none of its series left');
+  t.match(await s.proxy.metrics.metrics(), /sandbox="cap-b"/, 'b\'s kept');
+});
+
 t.test('a connection no registered network holds both ends of is unknown_client', async (t) => {
   const s = await setup(t);
   s.register('slot-a', 'cap-a', 'life-a-0001', A.subnet, ['a.test']);

@@ -3,7 +3,7 @@
  * one shard serves two sandboxes, each on its own internal network, and tells them apart by the
  * network a connection arrives on.
  * - Each sandbox reaches its own allowlist, through its proxy variables and transparently, and
- *   not the other's.
+ *   not the other's; its egress usage counts its own requests only.
  * - A source address of the other sandbox's subnet, put on a sandbox's interface from the host
  *   (the sandbox itself has no capability to), gets nothing: the shard never answers it with the
  *   other sandbox's policy.
@@ -58,6 +58,10 @@ t.test('one shard serves many sandboxes, each by its own network', async (t) => 
     t.equal(await status(b, `http://${UPSTREAM_HOST}/`), '403', 'a\'s host refused to b');
     t.equal(await status(a, `http://${UPSTREAM_HOST}/`, false), '200', 'transparent: the shard answers a\'s DNS on a\'s network');
     t.equal(await status(b, `http://${UPSTREAM_HOST}/`, false), '000', 'and refuses the name to b (NXDOMAIN)');
+    // Each sandbox's usage is its own share of the shard's counts.
+    const [ua, ub] = await Promise.all([provider.egressUsage(a), provider.egressUsage(b)]);
+    t.ok(ua !== null && ua.allowed === 2 && ua.denied === 1 && ua.deniedByReason.host_not_allowed === 1 && ua.bytesDown > UPSTREAM_BODY.length, `a's usage: ${JSON.stringify(ua)}`);
+    t.ok(ub !== null && ub.allowed === 1 && ub.denied === 1 && ub.deniedByReason.host_not_allowed === 1, `b's usage: ${JSON.stringify(ub)}`);
   });
 
   await t.test('a source address of another sandbox\'s subnet gets nothing', async (t) => {
