@@ -11,6 +11,8 @@
  * - the containers' own memory per sandbox (memory cgroups' rss + mapped files, no page cache:
  *   the sandbox and its proxy, or its share of the shards);
  * - dockerd's and containerd's RSS, whose growth per network is the engine's own cost;
+ * - in a second table, the p50 of each engine call of that step's creates (from the controller's
+ *   own engine-call log, engine-timeline.ts): which of them grows with the number of networks;
  * - whether the first sandbox still runs a command and fetches a page transparently (no proxy
  *   settings: its name server is its egress) from a server on the host.
  * Then the address space: how many sandbox networks the pool holds, and how many this run took.
@@ -24,11 +26,11 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { parseArgs } from 'node:util';
 import Docker from 'dockerode';
-import { pino } from 'pino';
 import { IMAGES } from '../common/index.js';
 import { createDockerSandbox, parseDeploymentConfig } from '../controller/index.js';
 import { percentile } from './report.js';
 import { BENCH_LABEL, removeLabelled, startSocketProxy } from './bench-engine.js';
+import { EngineTimeline } from './engine-timeline.js';
 
 const runId = `bench${randomBytes(3).toString('hex')}`;
 const MIB = 1024 * 1024;
@@ -75,8 +77,29 @@ function rssOf(comm: string): number {
   return sum;
 }
 
+/** The engine calls of a create shown per row, by a pattern of their log label. */
+const STEP_KINDS: ReadonlyArray<readonly [string, RegExp]> = [
+  ['network create', /^create of network /],
+  ['network listing', /^listing of networks/],
+  ['container create', /^create of container cap-bench[0-9a-f]+-d\d+$/],
+  ['registration', /^registration in /],
+  ['proxy leg', /^connection of \S+ to network /],
+  ['workspace hand-over', /^hand-over of the workspace/],
+  ['sandbox start', /^start of container cap-bench[0-9a-f]+-d\d+$/],
+];
+
+function stepKind(label: string): string | undefined {
+  return STEP_KINDS.find(([, pattern]) => pattern.test(label))?.[0];
+}
+
 const UPSTREAM_HOST = 'upstream.density.test';
 const UPSTREAM_BODY = 'density upstream';
+
+function markdownTable(header: readonly string[], rows: readonly (readonly string[])[]): string[] {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
+  const line = (cells: readonly string[]) => `| ${cells.map((c, i) => c.padStart(widths[i] ?? 0)).join(' | ')} |`;
+  return [line(header), `|${widths.map((w) => '-'.repeat(w + 2)).join('|')}|`, ...rows.map(line)];
+}
 
 async function main(): Promise<void> {
   const { values } = parseArgs({
@@ -107,15 +130,17 @@ async function main(): Promise<void> {
     Labels: { [BENCH_LABEL]: runId, 'dev.capybara.sandbox': '1', 'dev.capybara.sandbox.shared-network': sharedNetwork },
   });
   const gateway = (await engine.getNetwork(sharedNetwork).inspect()).IPAM?.Config?.[0]?.Gateway ?? '';
+  const timeline = new EngineTimeline();
   const upstream = createServer((_req, res) => res.end(UPSTREAM_BODY));
   await new Promise<void>((resolve) => upstream.listen(80, gateway, resolve));
   const provider = createDockerSandbox(
     { endpoint: proxy.endpoint, network: sharedNetwork, egressIsolation: isolation },
     { labels: { [BENCH_LABEL]: runId }, egressTestHosts: { [UPSTREAM_HOST]: gateway } },
-    { logger: pino({ level: 'warn' }, pino.destination(2)) },
+    { logger: timeline.logger },
   );
   const baseline = memAvailable();
   const rows: string[][] = [];
+  const stepRows: string[][] = [];
   const live: string[] = [];
   let stopped = `--max ${max}`;
   let attempts = 0;
@@ -188,17 +213,23 @@ async function main(): Promise<void> {
         serves,
         String(failed),
       ]);
-      process.stdout.write(`${rows[rows.length - 1]?.join('\t')}\n`);
+      const steps = timeline.drain(stepKind);
+      stepRows.push([String(live.length), ...STEP_KINDS.map(([kind]) => {
+        const ms = steps.get(kind);
+        return ms === undefined ? '-' : percentile(ms, 50).toFixed(0);
+      })]);
+      process.stdout.write(`${rows[rows.length - 1]?.join('\t')}\t| ${stepRows[stepRows.length - 1]?.slice(1).join('\t')}\n`);
       bucket = [];
     }
     const header = ['sandboxes', 'create p50 ms', 'create p99 ms', 'MemAvailable GiB', 'host MiB/sandbox all-in', 'container MiB/sandbox', 'dockerd+containerd MiB', 'first serves', 'failed'];
-    const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
-    const line = (cells: readonly string[]) => `| ${cells.map((c, i) => c.padStart(widths[i] ?? 0)).join(' | ')} |`;
     const out = [
       `allowlist sandboxes (egressIsolation ${isolation}), created ${batch} at a time and left running; create p50/p99 over each row's creates; all-in: MemAvailable lost since the start per sandbox; `
       + `container: the sandbox + its egress proxy or its share of the shards, rss + mapped files (no page cache), mean over all running`,
-      line(header), `|${widths.map((w) => '-'.repeat(w + 2)).join('|')}|`, ...rows.map(line),
+      ...markdownTable(header, rows),
       `stopped at ${live.length} sandboxes: ${stopped}; ${((Date.now() - started) / 1000).toFixed(0)} s`,
+      '',
+      'the engine calls of each row\'s creates, p50 ms (each one of the creates running at once):',
+      ...markdownTable(['sandboxes', ...STEP_KINDS.map(([kind]) => kind)], stepRows),
     ];
     // The defaults a deployment gets without addressPool or subnetPrefix.
     const { addressPool, subnetPrefix } = parseDeploymentConfig({ endpoint: 'unix:///var/run/docker.sock' });

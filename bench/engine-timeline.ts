@@ -41,7 +41,9 @@ export class EngineTimeline {
 
   private keep(line: string): void {
     if (line === '') return;
-    const entry = JSON.parse(line) as { msg?: string; call?: string; time?: number; ms?: number };
+    const entry = JSON.parse(line) as { msg?: string; call?: string; time?: number; ms?: number; level?: number };
+    // What the controller warns of (a create that failed, a recovery) still reaches the terminal.
+    if ((entry.level ?? 0) >= 40) process.stderr.write(`${line}\n`);
     if (entry.msg !== 'engine call' || typeof entry.call !== 'string' || typeof entry.time !== 'number' || typeof entry.ms !== 'number') return;
     this.records.push({ label: entry.call, start: entry.time - entry.ms, end: entry.time });
   }
@@ -62,5 +64,19 @@ export class EngineTimeline {
     return [...spans]
       .map(([label, s]) => ({ label, start: s.start - since, end: s.end - since, calls: s.calls }))
       .sort((a, b) => a.start - b.start);
+  }
+
+  /**
+   * The duration of every call since the last `take` or `drain`, grouped by `kind` of its label
+   * (undefined: left out), in ms; forgets every record so far.
+   */
+  drain(kind: (label: string) => string | undefined): Map<string, number[]> {
+    const out = new Map<string, number[]>();
+    for (const r of this.records) {
+      const k = kind(r.label);
+      if (k !== undefined) out.set(k, [...(out.get(k) ?? []), r.end - r.start]);
+    }
+    this.records = [];
+    return out;
   }
 }

@@ -9,6 +9,7 @@ import type { AddressInfo } from 'node:net';
 import type * as PromClient from 'prom-client';
 import type { Registry } from 'prom-client';
 import { EGRESS_METRICS, EGRESS_METRICS_PATH, requireCjs, VERSION } from '../../common/index.js';
+import { SandboxSeries } from './sandbox-metrics.js';
 
 const { collectDefaultMetrics, Counter, Gauge, Histogram, Registry: RegistryClass } = requireCjs('prom-client') as typeof PromClient;
 
@@ -82,88 +83,6 @@ function tallied<L extends string>(registry: Registry, name: string, help: strin
   return tally;
 }
 
-/** What a shared proxy counts for one registered sandbox. */
-interface SandboxCounts {
-  allowed: number;
-  denied: number;
-  readonly deniedByReason: Map<string, number>;
-  bytesUp: number;
-  bytesDown: number;
-  openTunnels: number;
-}
-
-/**
- * A shared proxy's counts by sandbox, in plain numbers, kept for the sandboxes registered now and
- * handed to prom-client at each read (as Tally does): `egressUsage` of a sandbox on a shard reads
- * them.
- */
-function sandboxSeries(registry: Registry): { counts(sandbox: string | undefined): SandboxCounts | undefined; registered(names: ReadonlySet<string>): void } {
-  const live = new Map<string, SandboxCounts>();
-  const each = (emit: (sandbox: string, c: SandboxCounts) => void): void => {
-    for (const [sandbox, c] of live) emit(sandbox, c);
-  };
-  new Counter({
-    name: EGRESS_METRICS.sandboxDecisions,
-    help: 'A shared proxy\'s decisions, by sandbox and outcome',
-    labelNames: ['sandbox', 'outcome'] as const,
-    registers: [registry],
-    collect() {
-      this.reset();
-      each((sandbox, c) => {
-        if (c.allowed > 0) this.inc({ sandbox, outcome: 'allow' }, c.allowed);
-        if (c.denied > 0) this.inc({ sandbox, outcome: 'deny' }, c.denied);
-      });
-    },
-  });
-  new Counter({
-    name: EGRESS_METRICS.sandboxDenials,
-    help: 'A shared proxy\'s refusals, by sandbox and reason',
-    labelNames: ['sandbox', 'reason'] as const,
-    registers: [registry],
-    collect() {
-      this.reset();
-      each((sandbox, c) => {
-        for (const [reason, n] of c.deniedByReason) this.inc({ sandbox, reason }, n);
-      });
-    },
-  });
-  new Counter({
-    name: EGRESS_METRICS.sandboxBytes,
-    help: 'Bytes a shared proxy relayed, by sandbox and direction (up: client to upstream)',
-    labelNames: ['sandbox', 'direction'] as const,
-    registers: [registry],
-    collect() {
-      this.reset();
-      each((sandbox, c) => {
-        if (c.bytesUp + c.bytesDown === 0) return;
-        this.inc({ sandbox, direction: 'up' }, c.bytesUp);
-        this.inc({ sandbox, direction: 'down' }, c.bytesDown);
-      });
-    },
-  });
-  new Gauge({
-    name: EGRESS_METRICS.sandboxOpenTunnels,
-    help: 'Tunnels a shared proxy has open now, by sandbox',
-    labelNames: ['sandbox'] as const,
-    registers: [registry],
-    collect() {
-      this.reset();
-      each((sandbox, c) => {
-        if (c.openTunnels > 0) this.set({ sandbox }, c.openTunnels);
-      });
-    },
-  });
-  return {
-    counts: (sandbox) => (sandbox === undefined ? undefined : live.get(sandbox)),
-    registered: (names) => {
-      for (const sandbox of live.keys()) if (!names.has(sandbox)) live.delete(sandbox);
-      for (const sandbox of names) {
-        if (!live.has(sandbox)) live.set(sandbox, { allowed: 0, denied: 0, deniedByReason: new Map(), bytesUp: 0, bytesDown: 0, openTunnels: 0 });
-      }
-    },
-  };
-}
-
 const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 
 export interface ProxyMetrics {
@@ -202,7 +121,7 @@ export function createProxyMetrics(heldBytes: () => number, reportMode: () => bo
   new Gauge({ name: EGRESS_METRICS.buildInfo, help: 'Always 1: the version of the running proxy and of Node', labelNames: ['version', 'node'] as const, registers: [registry] })
     .labels({ version: VERSION, node: process.versions.node })
     .set(1);
-  const bySandbox = sandboxSeries(registry);
+  const bySandbox = new SandboxSeries(registry);
   const dnsQueries = new Counter({ name: EGRESS_METRICS.dnsQueries, help: 'DNS messages to the transparent responder, by what they got', labelNames: ['result'] as const, registers: [registry] });
   // Per-request counters are tallied (Tally above); each label set's slot is found once.
   const decisionOf = new Map<string, { add(n: number): void }>();
@@ -225,40 +144,23 @@ export function createProxyMetrics(heldBytes: () => number, reportMode: () => bo
     registry,
     observer: {
       decision: (outcome, reason) => decided(outcome, reason).add(1),
-      sandboxDecision: (sandbox, outcome, reason) => {
-        const c = bySandbox.counts(sandbox);
-        if (c === undefined) return;
-        if (outcome === 'allow') c.allowed += 1;
-        else {
-          c.denied += 1;
-          c.deniedByReason.set(reason, (c.deniedByReason.get(reason) ?? 0) + 1);
-        }
-      },
+      sandboxDecision: (sandbox, outcome, reason) => bySandbox.decision(sandbox, outcome, reason),
       sandboxesRegistered: (names) => bySandbox.registered(names),
       wouldDeny: (reason) => wouldDeny.inc({ reason }),
       tunnelOpened: (sandbox) => {
         tunnels.inc();
-        const c = bySandbox.counts(sandbox);
-        if (c !== undefined) c.openTunnels += 1;
+        bySandbox.tunnelOpened(sandbox);
       },
       tunnelClosed: (up, down, sandbox) => {
         tunnels.dec();
         tunnelUp.add(up);
         tunnelDown.add(down);
-        const c = bySandbox.counts(sandbox);
-        if (c === undefined) return;
-        // A tunnel opened before its sandbox was registered again under the same name.
-        c.openTunnels = Math.max(0, c.openTunnels - 1);
-        c.bytesUp += up;
-        c.bytesDown += down;
+        bySandbox.tunnelClosed(sandbox, up, down);
       },
       httpBytes: (up, down, sandbox) => {
         httpUp.add(up);
         httpDown.add(down);
-        const c = bySandbox.counts(sandbox);
-        if (c === undefined) return;
-        c.bytesUp += up;
-        c.bytesDown += down;
+        bySandbox.bytes(sandbox, up, down);
       },
       dnsLookup: (seconds, outcome) => dns.observe({ outcome }, seconds),
       connect: (seconds, ok) => (ok ? connectOk : connectFailed).observe(seconds),
