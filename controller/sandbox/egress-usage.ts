@@ -32,10 +32,9 @@ function labelsOf(text: string | undefined): Record<string, string> {
   return out;
 }
 
-/** Sums the proxy's counters from Prometheus text format: those of `sandbox` alone on a shard. */
-export function parseEgressUsage(text: string, sandbox?: string): EgressUsage {
-  return sandbox === undefined ? processUsage(text) : sandboxUsage(text, sandbox);
-}
+/** The series a usage is read from: a proxy's own totals, or one sandbox's on a shard. */
+const PROCESS_SERIES = { bytes: EGRESS_METRICS.bytes, decisions: EGRESS_METRICS.decisions, reasons: EGRESS_METRICS.decisions, openTunnels: EGRESS_METRICS.openTunnels };
+const SANDBOX_SERIES = { bytes: EGRESS_METRICS.sandboxBytes, decisions: EGRESS_METRICS.sandboxDecisions, reasons: EGRESS_METRICS.sandboxDenials, openTunnels: EGRESS_METRICS.sandboxOpenTunnels };
 
 function samples(text: string): Array<{ readonly name: string; readonly labels: Record<string, string>; readonly value: number }> {
   const out = [];
@@ -46,7 +45,9 @@ function samples(text: string): Array<{ readonly name: string; readonly labels: 
   return out;
 }
 
-function sandboxUsage(text: string, sandbox: string): EgressUsage {
+/** Sums the proxy's counters from Prometheus text format: those of `sandbox` alone on a shard. */
+export function parseEgressUsage(text: string, sandbox?: string): EgressUsage {
+  const series = sandbox === undefined ? PROCESS_SERIES : SANDBOX_SERIES;
   let bytesUp = 0;
   let bytesDown = 0;
   let allowed = 0;
@@ -54,43 +55,21 @@ function sandboxUsage(text: string, sandbox: string): EgressUsage {
   let openTunnels = 0;
   const deniedByReason: Record<string, number> = {};
   for (const { name, labels, value } of samples(text)) {
-    if (labels.sandbox !== sandbox) continue;
-    if (name === EGRESS_METRICS.sandboxBytes) {
+    if (sandbox !== undefined && labels.sandbox !== sandbox) continue;
+    if (name === series.bytes) {
       if (labels.direction === 'up') bytesUp += value;
       else if (labels.direction === 'down') bytesDown += value;
-    } else if (name === EGRESS_METRICS.sandboxDecisions) {
-      if (labels.outcome === 'allow') allowed += value;
-      else if (labels.outcome === 'deny') denied += value;
-    } else if (name === EGRESS_METRICS.sandboxDenials) {
-      const reason = labels.reason ?? 'unknown';
-      deniedByReason[reason] = (deniedByReason[reason] ?? 0) + value;
-    } else if (name === EGRESS_METRICS.sandboxOpenTunnels) {
+    } else if (name === series.openTunnels) {
       openTunnels = value;
     }
-  }
-  return { bytesUp, bytesDown, allowed, denied, deniedByReason, openTunnels };
-}
-
-function processUsage(text: string): EgressUsage {
-  let bytesUp = 0;
-  let bytesDown = 0;
-  let allowed = 0;
-  let denied = 0;
-  let openTunnels = 0;
-  const deniedByReason: Record<string, number> = {};
-  for (const { name, labels, value } of samples(text)) {
-    if (name === EGRESS_METRICS.bytes) {
-      if (labels.direction === 'up') bytesUp += value;
-      else if (labels.direction === 'down') bytesDown += value;
-    } else if (name === EGRESS_METRICS.decisions) {
+    if (name === series.decisions) {
       if (labels.outcome === 'allow') allowed += value;
-      else if (labels.outcome === 'deny') {
-        denied += value;
-        const reason = labels.reason ?? 'unknown';
-        deniedByReason[reason] = (deniedByReason[reason] ?? 0) + value;
-      }
-    } else if (name === EGRESS_METRICS.openTunnels) {
-      openTunnels = value;
+      else if (labels.outcome === 'deny') denied += value;
+    }
+    // A proxy's own decisions carry their reason; a shard counts a sandbox's refusals by reason apart.
+    if (name === series.reasons && labels.outcome !== 'allow') {
+      const reason = labels.reason ?? 'unknown';
+      deniedByReason[reason] = (deniedByReason[reason] ?? 0) + value;
     }
   }
   return { bytesUp, bytesDown, allowed, denied, deniedByReason, openTunnels };
