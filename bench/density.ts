@@ -2,7 +2,8 @@
  * Density benchmark (not a test): as many allowlist sandboxes as this machine holds, created
  * --batch (six) at a time through the socket proxy and all left running, up to --max or until the
  * host's MemAvailable falls under --reserve-gib, with the deployment's --isolation (shared: the
- * shards of one egress serve them all; sandbox: a proxy container each). Each --step sandboxes,
+ * shards of one egress serve them all, --shard-size each; sandbox: a proxy container each). Each
+ * --step sandboxes,
  * one row (and one at 10):
  * - create-to-ready p50 and p99 of that step's creates;
  * - the host's MemAvailable, and what it lost since the start per running sandbox: all-in (the
@@ -19,7 +20,7 @@
  * Needs a local engine (cgroup v1 or v2) and the images from scripts/build-images.sh. Everything
  * it creates is labelled with the run and removed at the end.
  *
- *   npm run bench:density -- [--isolation shared] [--max 1000] [--step 100] [--batch 6] [--reserve-gib 2]
+ *   npm run bench:density -- [--isolation shared] [--shard-size 250] [--max 1000] [--step 100] [--batch 6] [--reserve-gib 2]
  */
 import { randomBytes } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
@@ -105,6 +106,7 @@ async function main(): Promise<void> {
   const { values } = parseArgs({
     options: {
       isolation: { type: 'string', default: 'shared' },
+      'shard-size': { type: 'string', default: '250' },
       max: { type: 'string', default: '1000' },
       step: { type: 'string', default: '100' },
       batch: { type: 'string', default: '6' },
@@ -116,6 +118,7 @@ async function main(): Promise<void> {
   const max = Number(values.max);
   const step = Number(values.step);
   const batch = Number(values.batch);
+  const shardSize = Number(values['shard-size']);
   const reserve = Number(values['reserve-gib']) * 1024 * MIB;
   if (!Number.isInteger(batch) || batch < 1 || !Number.isInteger(max) || max < batch || !Number.isInteger(step) || step < batch || !(reserve >= 0)) {
     throw new Error('--batch must be a positive integer, --max and --step integers of at least --batch, --reserve-gib a number of GiB');
@@ -134,7 +137,7 @@ async function main(): Promise<void> {
   const upstream = createServer((_req, res) => res.end(UPSTREAM_BODY));
   await new Promise<void>((resolve) => upstream.listen(80, gateway, resolve));
   const provider = createDockerSandbox(
-    { endpoint: proxy.endpoint, network: sharedNetwork, egressIsolation: isolation },
+    { endpoint: proxy.endpoint, network: sharedNetwork, egressIsolation: isolation, egressShardSize: shardSize },
     { labels: { [BENCH_LABEL]: runId }, egressTestHosts: { [UPSTREAM_HOST]: gateway } },
     { logger: timeline.logger },
   );
@@ -223,7 +226,7 @@ async function main(): Promise<void> {
     }
     const header = ['sandboxes', 'create p50 ms', 'create p99 ms', 'MemAvailable GiB', 'host MiB/sandbox all-in', 'container MiB/sandbox', 'dockerd+containerd MiB', 'first serves', 'failed'];
     const out = [
-      `allowlist sandboxes (egressIsolation ${isolation}), created ${batch} at a time and left running; create p50/p99 over each row's creates; all-in: MemAvailable lost since the start per sandbox; `
+      `allowlist sandboxes (egressIsolation ${isolation}${isolation === 'shared' ? `, egressShardSize ${shardSize}` : ''}), created ${batch} at a time and left running; create p50/p99 over each row's creates; all-in: MemAvailable lost since the start per sandbox; `
       + `container: the sandbox + its egress proxy or its share of the shards, rss + mapped files (no page cache), mean over all running`,
       ...markdownTable(header, rows),
       `stopped at ${live.length} sandboxes: ${stopped}; ${((Date.now() - started) / 1000).toFixed(0)} s`,
