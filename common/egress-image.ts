@@ -59,10 +59,17 @@ export const EGRESS_HEALTH_PATH = '/healthz';
 
 /**
  * On a shared proxy, the health answer to a client of a registered sandbox network names that
- * sandbox: the controller's probe from inside a sandbox learns that its registration is in force,
- * not only that the process answers (an unregistered client's health check is answered too).
+ * sandbox and the registration it was served under (`sandboxHealthValue`): the controller's probe
+ * from inside a sandbox learns that its own registration is in force, not an earlier one of the
+ * same name and subnet, and not only that the process answers (an unregistered client's health
+ * check is answered too, with no such field).
  */
 export const EGRESS_SANDBOX_HEADER = 'X-Egress-Sandbox';
+
+/** The value of EGRESS_SANDBOX_HEADER: `<sandbox>; lifecycle=<lifecycle id>`. */
+export function sandboxHealthValue(sandbox: string, lifecycle: string): string {
+  return `${sandbox}; lifecycle=${lifecycle}`;
+}
 
 /** Where the metrics listener serves Prometheus text. */
 export const EGRESS_METRICS_PATH = '/metrics';

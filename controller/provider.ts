@@ -12,8 +12,9 @@ import { CommandRunner, FileOps, type WithRunning } from './exec/index.js';
 /** The `sandbox@1` provider plus what only this Docker implementation can tell. */
 export interface DockerSandboxProvider extends SandboxProvider {
   /**
-   * Egress totals of an allowlist sandbox since its egress proxy last started (bytes each way,
-   * decisions by outcome and reason); null when the sandbox has no running egress proxy.
+   * Egress totals of an allowlist sandbox (bytes each way, decisions by outcome and reason): since
+   * its egress proxy last started, or on a shard since its registration began; null when the
+   * sandbox has no running egress proxy.
    */
   egressUsage(h: SandboxHandle): Promise<EgressUsage | null>;
   /**

@@ -15,6 +15,6 @@ export function egressRegistration(
   allowHosts: readonly string[],
   mode: EgressMode,
   lifecycle: string = randomUUID(),
-): SlotFileValue {
+): Extract<SlotFileValue, { readonly lifecycle: string }> {
   return { version: 1, sandbox: names.name, lifecycle, subnet: network.subnet, address: network.address, policy: { allowHosts, ...(mode === 'report' ? { mode } : {}) } };
 }

@@ -5,7 +5,7 @@
  * at its fixed address, and asked for its health from inside the sandbox so the first command
  * can use it). The networks themselves are sandbox-network.ts.
  */
-import { EGRESS_HEALTH_PATH, EGRESS_PROXY_PORT, EGRESS_SANDBOX_HEADER } from '../../common/index.js';
+import { EGRESS_HEALTH_PATH, EGRESS_PROXY_PORT, EGRESS_SANDBOX_HEADER, sandboxHealthValue } from '../../common/index.js';
 import { CA_CERT_ENV, CA_FILE, SandboxError, type SandboxNames } from '../spec/index.js';
 import { egressContainerBody, egressRegistration, imageRefusal, type EgressPlan, engineStatus, volumeBody } from '../docker/index.js';
 import { EGRESS_USER, ownSeat, readRegistration, registrable, writeRegistration } from './egress-policy.js';
@@ -102,14 +102,16 @@ export async function createEgress(
  * once the egress container runs (a `cat` needs a running container): until then a stale
  * registration matches no client of the network, and nothing is let through.
  */
-export async function keepRegistration(deps: BuildDeps, plan: Pick<EgressPlan, 'names' | 'allowHosts'>, seat: EgressSeat, target: { subnet: string; address: string }): Promise<void> {
+export async function keepRegistration(deps: BuildDeps, plan: Pick<EgressPlan, 'names' | 'allowHosts'>, seat: EgressSeat, target: { subnet: string; address: string }): Promise<string> {
   // A read that fails is the rebuild's error (retried by the next recovery): falling back to the
   // label's list would allow again what a live deny dropped. Meanwhile the proxy serves the
   // registration as it is.
   const held = await readRegistration(deps.engine, seat, EGRESS_USER);
-  if (held !== undefined && held.sandbox === plan.names.name && held.subnet.text === target.subnet && held.address === target.address) return;
+  if (held !== undefined && held.sandbox === plan.names.name && held.subnet.text === target.subnet && held.address === target.address) return held.lifecycle;
   const allowHosts = held?.sandbox === plan.names.name ? held.policy.allowHosts.map((e) => (typeof e === 'string' ? e : e.host)) : plan.allowHosts;
-  await writeRegistration(deps.engine, seat, egressRegistration(plan.names, target, allowHosts, deps.egressMode), plan.names.name);
+  const registration = egressRegistration(plan.names, target, allowHosts, deps.egressMode);
+  await writeRegistration(deps.engine, seat, registration, plan.names.name);
+  return registration.lifecycle;
 }
 
 /**
@@ -118,12 +120,14 @@ export async function keepRegistration(deps: BuildDeps, plan: Pick<EgressPlan, '
  * proxy address. The sandbox's own container is on no other network, so before that leg exists
  * it can send nothing anywhere.
  */
-export async function joinShard(deps: BuildDeps, plan: Pick<EgressPlan, 'names' | 'allowHosts'>, shard: string, network: SandboxNetwork, proceed: () => void): Promise<void> {
+export async function joinShard(deps: BuildDeps, plan: Pick<EgressPlan, 'names' | 'allowHosts'>, shard: string, network: SandboxNetwork, proceed: () => void): Promise<string> {
   const target = registrable(network);
   if (target === undefined) throw new SandboxError('engine_error', `The network of ${plan.names.name} has no subnet of its own: a shard of the shared egress cannot serve it.`);
-  await writeRegistration(deps.engine, { container: shard, slot: subnetSlot(target.subnet) }, egressRegistration(plan.names, target, plan.allowHosts, deps.egressMode), plan.names.name);
+  const registration = egressRegistration(plan.names, target, plan.allowHosts, deps.egressMode);
+  await writeRegistration(deps.engine, { container: shard, slot: subnetSlot(target.subnet) }, registration, plan.names.name);
   proceed();
   await connectShard(deps, shard, plan.names, network);
+  return registration.lifecycle;
 }
 
 /**
@@ -141,20 +145,24 @@ export async function connectEgress(deps: BuildDeps, egress: string, network: Sa
 /**
  * Waits until the egress proxy answers its health endpoint, asked from inside the sandbox by
  * the name the sandbox's proxy variables use: that proves the proxy process serves HTTP and
- * that the sandbox reaches it through its internal network. On a shard (`onShard`) the answer
- * must also name this sandbox (EGRESS_SANDBOX_HEADER), which it does only once the shard holds
- * the sandbox's registration for the network the probe comes from: a shard answers an
- * unregistered client's health check too. One exec, all in bash: no process is forked per
- * attempt (the pause is a `read` timeout on a pipe nobody writes), so waiting costs next to no
- * CPU while the proxy itself starts.
+ * that the sandbox reaches it through its internal network. On a shard (`lifecycle`: the id of
+ * the registration this sandbox must be served under) the answer must also name this sandbox and
+ * that registration (EGRESS_SANDBOX_HEADER), which it does only once the shard serves it to the
+ * network the probe comes from: a shard answers an unregistered client's health check too, and
+ * an earlier registration of the same name and subnet has another lifecycle id. One exec, all in
+ * bash: no process is forked per attempt (the pause is a `read` timeout on a pipe nobody writes),
+ * so waiting costs next to no CPU while the proxy itself starts.
  */
-export async function waitForEgress(deps: BuildDeps, names: SandboxNames, onShard: boolean): Promise<void> {
+export async function waitForEgress(deps: BuildDeps, names: SandboxNames, lifecycle: string | undefined): Promise<void> {
   const seconds = Math.ceil(EGRESS_READY_TIMEOUT_MS / 1000);
   const authority = `${names.egress}:${EGRESS_PROXY_PORT}`;
-  // The name is a checked sandbox name (letters, digits, "_" and "-"): nothing to quote.
-  const registered = onShard
-    ? ` && { named=; while read -r -t 2 -u 3 field && [[ $field != $'\\r' ]]; do [[ $field == $'${EGRESS_SANDBOX_HEADER}: ${names.name}\\r' ]] && named=1; done; [[ -n $named ]]; }`
-    : '';
+  // A checked sandbox name (letters, digits, "_" and "-") and a lifecycle id (a UUID, or one read
+  // back from a registration the proxy's schema admitted: letters, digits and "-"): nothing to quote.
+  const expected = lifecycle === undefined ? undefined : `${EGRESS_SANDBOX_HEADER}: ${sandboxHealthValue(names.name, lifecycle)}`;
+  if (expected !== undefined && !/^[A-Za-z0-9_ :;=.-]+$/.test(expected)) throw new SandboxError('engine_error', `The registration of ${names.name} has a lifecycle id the probe cannot check: ${JSON.stringify(lifecycle)}.`);
+  const registered = expected === undefined
+    ? ''
+    : ` && { named=; while read -r -t 2 -u 3 field && [[ $field != $'\\r' ]]; do [[ $field == $'${expected}\\r' ]] && named=1; done; [[ -n $named ]]; }`;
   const probe = [
     'exec 2>/dev/null 4<> <(:)',
     // A sandbox that trusts the deployment CA: its root idle process writes ca.pem last (docker/ca-trust.ts).
@@ -172,7 +180,7 @@ export async function waitForEgress(deps: BuildDeps, names: SandboxNames, onShar
     onOutput: () => undefined,
   });
   const code = await run.finished;
-  if (code !== 0 && onShard) {
+  if (code !== 0 && lifecycle !== undefined) {
     throw new SandboxError(
       'egress_unavailable',
       `The shard of the shared egress serving ${names.name} did not answer ${EGRESS_HEALTH_PATH} as this sandbox within ${seconds} s: it is down, or it does not hold the sandbox's registration; \`capybara-sandbox resume ${names.name}\` writes it back, and the shard's log says why it refused one.`,

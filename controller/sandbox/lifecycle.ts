@@ -71,18 +71,19 @@ export class SandboxLifecycle {
         shard === undefined ? { ...labels } : { ...labels, [LABEL_EGRESS_SHARD]: String(await shard) };
       const internal = meaning.sandboxNetwork === 'internal' ? steps.run(async () => createSandboxNetwork(this.deps, names, await shardLabels(plan.labels))) : undefined;
       const volumes = steps.run(() => this.createVolumes(plan));
-      if (host !== 'none' && shared !== undefined && internal !== undefined) {
-        steps.run(async () => {
-          const sharedId = await shared;
-          steps.proceed();
-          if (host === 'own') await createEgress(this.deps, plan, sharedId, internal, steps.proceed, remember);
-          else if (claim !== undefined) {
-            const { index, release } = await claim;
-            // Counted by the shard's legs from now on.
-            await joinShard(this.deps, plan, egressShardName(this.deps.config.network, index), await internal, steps.proceed).finally(release);
-          }
-        });
-      }
+      // On a shard: the lifecycle id of the sandbox's registration, which the probe waits for.
+      const registered =
+        host !== 'none' && shared !== undefined && internal !== undefined
+          ? steps.run(async (): Promise<string | undefined> => {
+              const sharedId = await shared;
+              steps.proceed();
+              if (host === 'own') await createEgress(this.deps, plan, sharedId, internal, steps.proceed, remember);
+              if (claim === undefined) return undefined;
+              const { index, release } = await claim;
+              // Counted by the shard's legs from now on.
+              return joinShard(this.deps, plan, egressShardName(this.deps.config.network, index), await internal, steps.proceed).finally(release);
+            })
+          : undefined;
       steps.run(async () => {
         // The sandbox's own network must exist before its create names it (by id), and its
         // volumes too: a create would otherwise make them, unlabelled.
@@ -99,7 +100,7 @@ export class SandboxLifecycle {
       });
       await steps.settled();
       // Both containers are up and the proxy holds its leg on the internal network.
-      if (meaning.egressProxy) await waitForEgress(this.deps, names, host === 'shard');
+      if (meaning.egressProxy) await waitForEgress(this.deps, names, await registered);
       // Built: from now on gc keeps it (a failure here is the create's, and destroys it).
       await engine.removeVolume(names.buildingVolume);
     } catch (err) {

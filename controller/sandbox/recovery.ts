@@ -95,13 +95,14 @@ export class SandboxRecovery {
     }
     const host = egressHostOfLabels(view.labels[LABEL_EGRESS], view.labels[LABEL_EGRESS_ISOLATION]);
     if (host === 'own' && network !== undefined) await this.recoverEgress(name, view, network, networkRebuilt);
-    if (host === 'shard' && network !== undefined) await this.recoverShardLeg(name, view, network);
+    // On a shard: the lifecycle id of the registration it is served under, which the probe waits for.
+    const registered = host === 'shard' && network !== undefined ? await this.recoverShardLeg(name, view, network) : undefined;
     if (networkRebuilt) {
       await this.rebuildContainer(name, view, tier, network);
     } else {
       await this.startContainer(name, view, tier, network);
     }
-    if (tier.egressProxy) await waitForEgress(this.deps, names, host === 'shard');
+    if (tier.egressProxy) await waitForEgress(this.deps, names, registered);
   }
 
   private async startContainer(name: string, view: ContainerView, tier: TierMeaning, network: SandboxNetwork | undefined): Promise<void> {
@@ -187,7 +188,7 @@ export class SandboxRecovery {
    * which keeps every registration, and started; the sandbox's registration kept or written again
    * (a live change survives; a missing one gets the label's list); the shard's leg connected again.
    */
-  private async recoverShardLeg(name: string, view: ContainerView, network: SandboxNetwork): Promise<void> {
+  private async recoverShardLeg(name: string, view: ContainerView, network: SandboxNetwork): Promise<string> {
     const shard = shardOfLabels(view.labels, this.deps.config.network);
     const target = registrable(network);
     if (shard === undefined || target === undefined) {
@@ -196,8 +197,9 @@ export class SandboxRecovery {
     await ensureShard(this.deps, shard.index, await ensureSharedNetwork(this.deps));
     const names = namesFor(name);
     const allowHosts = decodeAllowHosts(view.labels[LABEL_ALLOW_HOSTS] ?? '');
-    await keepRegistration(this.deps, { names, allowHosts }, { container: shard.name, slot: subnetSlot(target.subnet) }, target);
+    const lifecycle = await keepRegistration(this.deps, { names, allowHosts }, { container: shard.name, slot: subnetSlot(target.subnet) }, target);
     await connectShard(this.deps, shard.name, names, network);
+    return lifecycle;
   }
 
   /**

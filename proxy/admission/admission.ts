@@ -104,7 +104,7 @@ export class Admission {
       // spend the event loop the other clients share.
       if (!this.rateAnswers.takeFor(key)) return void socket.destroy();
       const rate = this.deps.identities.connectionRate?.perSecond ?? 0;
-      this.overLimits(socket, clientIp, entry, { reason: 'client_limit', detail: `more than ${rate} new connections a second from sandbox ${identity.sandbox ?? key}`, retryAfter: 1 });
+      this.overLimits(socket, clientIp, entry, { reason: 'client_limit', detail: `more than ${rate} new connections a second from sandbox ${identity.sandbox ?? key}`, retryAfter: 1 }, identity);
       return;
     }
     const fromClient = this.perClient.get(key) ?? 0;
@@ -114,7 +114,7 @@ export class Admission {
         this.open >= limits.maxConnections
           ? { reason: 'too_many_connections', detail: `${this.open} connections are open`, retryAfter: 1 }
           : { reason: 'client_limit', detail: `${fromClient} connections are open from ${who} (its share: ${limits.maxConnectionsPerClient})`, retryAfter: 1 };
-      this.overLimits(socket, clientIp, entry, refusal);
+      this.overLimits(socket, clientIp, entry, refusal, identity);
       return;
     }
     // Served only with room for its first read: a client past its share of the memory budget (or
@@ -142,7 +142,7 @@ export class Admission {
     if (entry?.kind === 'tls' && connection.overloaded) {
       // A transparent TLS client reads no HTTP answer, and no health check comes this way.
       const refusal: Refusal = { reason: 'overloaded', detail: budget.explain(key, ACCEPT_BYTES), retryAfter: 1 };
-      this.deps.decisions.recorder(connection.log, key, undefined, 'info', identity.sandbox).deny(refusal, { [F.port]: entry.port });
+      this.deps.decisions.recorder(connection.log, key, undefined, 'info', identity).deny(refusal, { [F.port]: entry.port });
       connection.close(tlsAlertFor(refusal));
       return;
     }
@@ -159,23 +159,23 @@ export class Admission {
    * of the health check's own slots when one is free (the proxy port only: transparent listeners
    * take no health check).
    */
-  private overLimits(socket: Socket, clientIp: string, entry: TransparentEntry | undefined, refusal: Refusal): void {
+  private overLimits(socket: Socket, clientIp: string, entry: TransparentEntry | undefined, refusal: Refusal, who?: ClientIdentity): void {
     // Refused before the connection has a logger of its own: the line names the client.
     let refused = false;
     const refuse = (): void => {
       if (refused) return;
       refused = true;
       const via = entry === undefined ? {} : { [F.via]: 'transparent', [F.port]: entry.port };
-      this.deps.decisions.recorder(this.deps.log, clientIp, undefined, 'warn').deny(refusal, { [F.client]: `${clientIp}:${socket.remotePort ?? 0}`, ...via });
+      this.deps.decisions.recorder(this.deps.log, clientIp, undefined, 'warn', who).deny(refusal, { [F.client]: `${clientIp}:${socket.remotePort ?? 0}`, ...via });
       // A TLS client reads no HTTP answer.
       this.deps.closer.close(socket, entry?.kind === 'tls' ? tlsAlertFor(refusal) : refusalBytes(refusal));
     };
-    if (entry === undefined && this.probes.size < PROBE_SLOTS && !this.probing.has(clientIp)) this.probeHealth(socket, clientIp, refuse);
+    if (entry === undefined && this.probes.size < PROBE_SLOTS && !this.probing.has(clientIp)) this.probeHealth(socket, clientIp, refuse, who);
     else refuse();
   }
 
-  /** Reads a connection past the limits once: the health check is answered, anything else refused. */
-  private probeHealth(socket: Socket, clientIp: string, refuse: () => void): void {
+  /** Reads a connection past the limits once: the health check is answered (naming `who`'s sandbox), anything else refused. */
+  private probeHealth(socket: Socket, clientIp: string, refuse: () => void, who: ClientIdentity | undefined): void {
     this.probes.add(socket);
     this.probing.add(clientIp);
     this.sockets.add(socket);
@@ -202,7 +202,7 @@ export class Admission {
       free();
       const health = healthCheckHead(chunk);
       if (health === undefined) refuse();
-      else this.deps.closer.close(socket, healthAnswer(health));
+      else this.deps.closer.close(socket, healthAnswer(health, who));
     });
   }
 }

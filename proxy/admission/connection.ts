@@ -63,8 +63,6 @@ export class ClientConnection {
   readonly clientIp: string;
   /** What its shares of the limits, the memory budget, lookups and lines are kept by. */
   readonly clientKey: string;
-  /** The sandbox it belongs to, on a shared proxy. */
-  readonly sandbox: string | undefined;
   /** `ip:port` of the client. */
   readonly client: string;
   /**
@@ -102,7 +100,6 @@ export class ClientConnection {
     this.id = accepted.id;
     this.clientIp = accepted.clientIp;
     this.clientKey = accepted.identity.key;
-    this.sandbox = accepted.identity.sandbox;
     this.client = `${accepted.clientIp}:${socket.remotePort ?? 0}`;
     this.entry = accepted.entry;
     this.memory = accepted.memory;

@@ -6,7 +6,8 @@
  * nothing else is. Strict: one complete head of `GET` or `HEAD` for exactly the health path, and
  * nothing after it; anything else is no health check.
  */
-import { EGRESS_HEALTH_PATH } from '../../common/index.js';
+import { EGRESS_HEALTH_PATH, EGRESS_SANDBOX_HEADER, sandboxHealthValue } from '../../common/index.js';
+import type { ClientIdentity } from './identity.js';
 
 /** The method of a first read that is exactly one health-check head, else undefined. */
 export function healthCheckHead(chunk: Buffer): 'GET' | 'HEAD' | undefined {
@@ -18,7 +19,17 @@ export function healthCheckHead(chunk: Buffer): 'GET' | 'HEAD' | undefined {
   return undefined;
 }
 
-/** The health check's answer, on a connection the proxy closes after it. */
-export function healthAnswer(method: 'GET' | 'HEAD'): string {
-  return `HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\nConnection: close\r\n\r\n${method === 'GET' ? 'ok\n' : ''}`;
+/**
+ * The field a health answer carries for a client of a registered sandbox network (on a shared
+ * proxy): its sandbox and the registration it was accepted under. None for anyone else.
+ */
+export function sandboxHealthField(who: Pick<ClientIdentity, 'sandbox' | 'lifecycle'> | undefined): Record<string, string> {
+  if (who?.sandbox === undefined || who.lifecycle === undefined) return {};
+  return { [EGRESS_SANDBOX_HEADER]: sandboxHealthValue(who.sandbox, who.lifecycle) };
+}
+
+/** The health check's answer, on a connection the proxy closes after it; `who`: sandboxHealthField's. */
+export function healthAnswer(method: 'GET' | 'HEAD', who?: Pick<ClientIdentity, 'sandbox' | 'lifecycle'>): string {
+  const fields = Object.entries(sandboxHealthField(who)).map(([name, value]) => `${name}: ${value}\r\n`).join('');
+  return `HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n${fields}Connection: close\r\n\r\n${method === 'GET' ? 'ok\n' : ''}`;
 }

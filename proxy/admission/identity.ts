@@ -12,6 +12,8 @@ export interface ClientIdentity {
   readonly key: string;
   /** The sandbox it belongs to, on a shared proxy: every line of it names it. */
   readonly sandbox?: string | undefined;
+  /** The registration it was accepted under (its lifecycle id), on a shared proxy. */
+  readonly lifecycle?: string | undefined;
   /** The policy it is decided by now. */
   policy(): Policy;
 }

@@ -94,7 +94,7 @@ export class FirstBytes {
     // A transparent HTTP listener's requests are meant for the host they name, never the proxy.
     const health = connection.entry === undefined ? healthCheckHead(chunk) : undefined;
     if (health !== undefined) {
-      connection.close(healthAnswer(health));
+      connection.close(healthAnswer(health, connection.identity));
       return;
     }
     const refusal: Refusal = { reason: 'overloaded', detail: this.deps.budget.explain(connection.clientKey, wanted), retryAfter: 1 };

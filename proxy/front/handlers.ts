@@ -27,7 +27,7 @@ export class Handlers {
 
   /** The one recorder of the decision line and metric of a request on `connection`. */
   recorder(connection: ClientConnection, method: string | undefined): DecisionRecorder {
-    return this.decisions.recorder(connection.log, connection.clientKey, method, 'info', connection.identity.sandbox);
+    return this.decisions.recorder(connection.log, connection.clientKey, method, 'info', connection.identity);
   }
 
   /** The decision line and metric of a refusal the front makes itself (nothing was forwarded). */

@@ -135,7 +135,7 @@ export class Exchange {
     const bytesUp = socket.bytesRead - counted.read;
     counted.read = socket.bytesRead;
     const bytesDown = socket.bytesWritten - this.writtenAtStart;
-    this.ctx.observer.httpBytes(bytesUp, bytesDown, this.connection.sandbox);
+    this.ctx.observer.httpBytes(bytesUp, bytesDown, this.connection.identity);
     record.allow(destinationOf(decision), {
       [F.status]: this.res.headersSent ? this.res.statusCode : undefined,
       [F.completed]: error === undefined,

@@ -13,9 +13,9 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
-import { EGRESS_HEALTH_PATH, EGRESS_SANDBOX_HEADER } from '../../common/index.js';
+import { EGRESS_HEALTH_PATH } from '../../common/index.js';
 import { applySecrets, checkRequest, checkTarget, resolveTarget, screenTarget } from '../../policy/index.js';
-import type { ClientConnection, ProxyContext } from '../admission/index.js';
+import { sandboxHealthField, type ClientConnection, type ProxyContext } from '../admission/index.js';
 import { destinationOf, F, ms, refuseResponse, revokedWhileDeciding, type DecisionRecorder, type LineFields, type Refusal } from '../record/index.js';
 import { HTTP_PORT, HTTPS_PORT, parseAbsoluteUrl } from './authority.js';
 import { Exchange } from './exchange.js';
@@ -36,8 +36,7 @@ export function createForwarder(ctx: ProxyContext) {
     const url = req.url ?? '';
     // On a transparent listener every request is for the server named by its Host header, /healthz too.
     if (entry === undefined && url === EGRESS_HEALTH_PATH && (req.method === 'GET' || req.method === 'HEAD')) {
-      const sandbox = connection.sandbox === undefined ? {} : { [EGRESS_SANDBOX_HEADER]: connection.sandbox };
-      res.writeHead(200, { 'Content-Type': 'text/plain', 'Content-Length': '3', ...sandbox }).end(req.method === 'GET' ? 'ok\n' : undefined);
+      res.writeHead(200, { 'Content-Type': 'text/plain', 'Content-Length': '3', ...sandboxHealthField(connection.identity) }).end(req.method === 'GET' ? 'ok\n' : undefined);
       return;
     }
 

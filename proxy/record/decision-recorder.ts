@@ -8,7 +8,7 @@
  */
 import type { Allowed, WouldDeny } from '../../policy/index.js';
 import { F, logLine, type LineLevel, type LineValue, type Logger } from './log.js';
-import type { ProxyObserver } from './metrics.js';
+import type { ProxyObserver, SandboxOf } from './metrics.js';
 import type { Refusal } from './refusal.js';
 
 export type LineFields = Readonly<Record<string, LineValue>>;
@@ -48,8 +48,8 @@ export class DecisionRecorder {
     private readonly method: string | undefined,
     private readonly level: LineLevel = 'info',
     private readonly gate: (reason: string) => boolean = () => true,
-    /** The sandbox of a shared proxy's connection: its decisions are counted by it too. */
-    private readonly sandbox: string | undefined = undefined,
+    /** A shared proxy's connection: its decisions are counted by its registration too. */
+    private readonly who: SandboxOf | undefined = undefined,
   ) {}
 
   /** Whether the request's line is written (its outcome is known, and nothing may change it). */
@@ -86,7 +86,7 @@ export class DecisionRecorder {
     if (this.written) return;
     this.written = true;
     this.observer.decision('allow', 'allowed');
-    if (this.sandbox !== undefined) this.observer.sandboxDecision(this.sandbox, 'allow', 'allowed');
+    if (this.who !== undefined) this.observer.sandboxDecision(this.who, 'allow', 'allowed');
     if (this.reportOnly !== undefined) this.observer.wouldDeny(this.reportOnly);
     // A line the level leaves out is not built either (its fields are a copy or two per request).
     if (!this.log.isLevelEnabled(this.level)) return;
@@ -98,7 +98,7 @@ export class DecisionRecorder {
     if (this.written) return;
     this.written = true;
     this.observer.decision('deny', refusal.reason);
-    if (this.sandbox !== undefined) this.observer.sandboxDecision(this.sandbox, 'deny', refusal.reason);
+    if (this.who !== undefined) this.observer.sandboxDecision(this.who, 'deny', refusal.reason);
     if (this.reportOnly !== undefined) this.observer.wouldDeny(this.reportOnly);
     if (!this.gate(refusal.reason)) {
       this.held = true;

@@ -6,7 +6,7 @@
 import { DecisionRecorder } from './decision-recorder.js';
 import { LineGate, logSuppressed, type LineGateLimits } from './line-gate.js';
 import type { LineLevel, Logger } from './log.js';
-import type { ProxyObserver } from './metrics.js';
+import type { ProxyObserver, SandboxOf } from './metrics.js';
 
 /** Refusal lines one client, and every client together, may cause (a line is ~300-500 bytes). */
 export const REFUSAL_LINES: LineGateLimits = Object.freeze({ clientPerSecond: 20, clientBurst: 100, totalPerSecond: 100, totalBurst: 400, maxClients: 4_096 });
@@ -29,8 +29,8 @@ export class Decisions {
    * The one recorder of a request's decision line and metric, written to `log` (the connection's
    * own, or the proxy's with a client field for a refusal at the limits, at `level`).
    */
-  recorder(log: Logger, clientIp: string, method: string | undefined, level: LineLevel = 'info', sandbox?: string): DecisionRecorder {
-    return new DecisionRecorder(this.observer, log, method, level, (reason) => this.lines.admit(clientIp, reason), sandbox);
+  recorder(log: Logger, clientIp: string, method: string | undefined, level: LineLevel = 'info', who?: SandboxOf): DecisionRecorder {
+    return new DecisionRecorder(this.observer, log, method, level, (reason) => this.lines.admit(clientIp, reason), who);
   }
 
   /** Stops the interval, with a last summary. */

@@ -13,23 +13,29 @@ import { SandboxSeries } from './sandbox-metrics.js';
 
 const { collectDefaultMetrics, Counter, Gauge, Histogram, Registry: RegistryClass } = requireCjs('prom-client') as typeof PromClient;
 
+/** A shared proxy's client, as its counts are kept: its sandbox and the registration (lifecycle id) it came under. */
+export interface SandboxOf {
+  readonly sandbox?: string | undefined;
+  readonly lifecycle?: string | undefined;
+}
+
 /** What the proxy reports as it works; the metrics below are one implementation. */
 export interface ProxyObserver {
   decision(outcome: 'allow' | 'deny', reason: string): void;
   /** A decision of a shared proxy's connection, by its sandbox. */
-  sandboxDecision(sandbox: string, outcome: 'allow' | 'deny', reason: string): void;
+  sandboxDecision(who: SandboxOf, outcome: 'allow' | 'deny', reason: string): void;
   /**
-   * The sandboxes a shared proxy has registered now: only theirs are counted, and a sandbox whose
-   * registration ended takes its series with it (else they would pile up, one set per sandbox
-   * ever seen, and a late count of an ended one would bring them back).
+   * The registrations a shared proxy holds now: only theirs are counted, and a registration that
+   * ended takes its counts with it (else they would pile up, one set per sandbox ever seen, and a
+   * late count of an ended one would bring them back or add to a later one of the same name).
    */
-  sandboxesRegistered(names: ReadonlySet<string>): void;
+  sandboxesRegistered(registrations: ReadonlyArray<{ readonly sandbox: string; readonly lifecycle: string }>): void;
   /** A request report mode let through that enforce mode would have refused for `reason`. */
   wouldDeny(reason: string): void;
-  /** `sandbox`: a shared proxy's connection's, counted by it too (tunnels, bytes). */
-  tunnelOpened(sandbox?: string): void;
-  tunnelClosed(bytesUp: number, bytesDown: number, sandbox?: string): void;
-  httpBytes(bytesUp: number, bytesDown: number, sandbox?: string): void;
+  /** `who`: a shared proxy's connection, counted by its registration too (tunnels, bytes). */
+  tunnelOpened(who?: SandboxOf): void;
+  tunnelClosed(bytesUp: number, bytesDown: number, who?: SandboxOf): void;
+  httpBytes(bytesUp: number, bytesDown: number, who?: SandboxOf): void;
   dnsLookup(seconds: number, outcome: string): void;
   connect(seconds: number, ok: boolean): void;
   /** A DNS message to the transparent responder, by what it got (dns-answer.ts), or why it got nothing. */
@@ -144,23 +150,23 @@ export function createProxyMetrics(heldBytes: () => number, reportMode: () => bo
     registry,
     observer: {
       decision: (outcome, reason) => decided(outcome, reason).add(1),
-      sandboxDecision: (sandbox, outcome, reason) => bySandbox.decision(sandbox, outcome, reason),
-      sandboxesRegistered: (names) => bySandbox.registered(names),
+      sandboxDecision: (who, outcome, reason) => bySandbox.decision(who, outcome, reason),
+      sandboxesRegistered: (registrations) => bySandbox.registered(registrations),
       wouldDeny: (reason) => wouldDeny.inc({ reason }),
-      tunnelOpened: (sandbox) => {
+      tunnelOpened: (who) => {
         tunnels.inc();
-        bySandbox.tunnelOpened(sandbox);
+        bySandbox.tunnelOpened(who);
       },
-      tunnelClosed: (up, down, sandbox) => {
+      tunnelClosed: (up, down, who) => {
         tunnels.dec();
         tunnelUp.add(up);
         tunnelDown.add(down);
-        bySandbox.tunnelClosed(sandbox, up, down);
+        bySandbox.tunnelClosed(who, up, down);
       },
-      httpBytes: (up, down, sandbox) => {
+      httpBytes: (up, down, who) => {
         httpUp.add(up);
         httpDown.add(down);
-        bySandbox.bytes(sandbox, up, down);
+        bySandbox.bytes(who, up, down);
       },
       dnsLookup: (seconds, outcome) => dns.observe({ outcome }, seconds),
       connect: (seconds, ok) => (ok ? connectOk : connectFailed).observe(seconds),

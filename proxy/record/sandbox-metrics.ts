@@ -1,18 +1,21 @@
 /**
  * A shared proxy's metrics by sandbox (`egress_sandbox_*`): decisions, refusals by reason, bytes
- * and open tunnels, in plain numbers, kept only for the sandboxes registered now and handed to
- * prom-client at each read (as metrics.ts's Tally does). `egressUsage` of a sandbox on a shard
- * reads them. A sandbox whose registration ended takes its series with it, and a late count of
- * one (a request cut as its registration ended) is dropped, so they never pile up.
+ * and open tunnels, in plain numbers, kept by registration (sandbox and lifecycle id) for the
+ * registrations held now, and handed to prom-client at each read (as metrics.ts's Tally does).
+ * `egressUsage` of a sandbox on a shard reads them. A registration that ended takes its counts
+ * with it, and a late count of one (a request cut as it ended) is dropped: they never pile up,
+ * and a later sandbox of the same name starts from nothing.
  */
 import type * as PromClient from 'prom-client';
 import type { Registry } from 'prom-client';
 import { EGRESS_METRICS, requireCjs } from '../../common/index.js';
+import type { SandboxOf } from './metrics.js';
 
 const { Counter, Gauge } = requireCjs('prom-client') as typeof PromClient;
 
-/** What a shared proxy counts for one registered sandbox. */
+/** What a shared proxy counts for one registration. */
 interface SandboxCounts {
+  readonly sandbox: string;
   allowed: number;
   denied: number;
   readonly deniedByReason: Map<string, number>;
@@ -21,12 +24,15 @@ interface SandboxCounts {
   openTunnels: number;
 }
 
+const keyOf = (sandbox: string, lifecycle: string): string => `${sandbox} ${lifecycle}`;
+
 export class SandboxSeries {
+  /** By keyOf: a sandbox of the same name registered again is another registration. */
   private readonly live = new Map<string, SandboxCounts>();
 
   constructor(registry: Registry) {
     const each = (emit: (sandbox: string, c: SandboxCounts) => void): void => {
-      for (const [sandbox, c] of this.live) emit(sandbox, c);
+      for (const c of this.live.values()) emit(c.sandbox, c);
     };
     new Counter({
       name: EGRESS_METRICS.sandboxDecisions,
@@ -81,16 +87,17 @@ export class SandboxSeries {
     });
   }
 
-  /** The sandboxes registered now: counted from here on; the others' series go. */
-  registered(names: ReadonlySet<string>): void {
-    for (const sandbox of this.live.keys()) if (!names.has(sandbox)) this.live.delete(sandbox);
-    for (const sandbox of names) {
-      if (!this.live.has(sandbox)) this.live.set(sandbox, { allowed: 0, denied: 0, deniedByReason: new Map(), bytesUp: 0, bytesDown: 0, openTunnels: 0 });
+  /** The registrations held now: counted from here on; the others' counts go. */
+  registered(registrations: ReadonlyArray<{ readonly sandbox: string; readonly lifecycle: string }>): void {
+    const now = new Map(registrations.map((r) => [keyOf(r.sandbox, r.lifecycle), r.sandbox]));
+    for (const key of this.live.keys()) if (!now.has(key)) this.live.delete(key);
+    for (const [key, sandbox] of now) {
+      if (!this.live.has(key)) this.live.set(key, { sandbox, allowed: 0, denied: 0, deniedByReason: new Map(), bytesUp: 0, bytesDown: 0, openTunnels: 0 });
     }
   }
 
-  decision(sandbox: string, outcome: 'allow' | 'deny', reason: string): void {
-    const c = this.live.get(sandbox);
+  decision(who: SandboxOf, outcome: 'allow' | 'deny', reason: string): void {
+    const c = this.of(who);
     if (c === undefined) return;
     if (outcome === 'allow') c.allowed += 1;
     else {
@@ -99,23 +106,27 @@ export class SandboxSeries {
     }
   }
 
-  tunnelOpened(sandbox: string | undefined): void {
-    const c = sandbox === undefined ? undefined : this.live.get(sandbox);
+  tunnelOpened(who: SandboxOf | undefined): void {
+    const c = this.of(who);
     if (c !== undefined) c.openTunnels += 1;
   }
 
-  /** Closed: its bytes counted. A tunnel opened before its sandbox was registered again under the same name never takes the count below 0. */
-  tunnelClosed(sandbox: string | undefined, up: number, down: number): void {
-    const c = sandbox === undefined ? undefined : this.live.get(sandbox);
+  /** Closed: its bytes counted, to the registration it was opened under. */
+  tunnelClosed(who: SandboxOf | undefined, up: number, down: number): void {
+    const c = this.of(who);
     if (c === undefined) return;
     c.openTunnels = Math.max(0, c.openTunnels - 1);
-    this.bytes(sandbox, up, down);
+    this.bytes(who, up, down);
   }
 
-  bytes(sandbox: string | undefined, up: number, down: number): void {
-    const c = sandbox === undefined ? undefined : this.live.get(sandbox);
+  bytes(who: SandboxOf | undefined, up: number, down: number): void {
+    const c = this.of(who);
     if (c === undefined) return;
     c.bytesUp += up;
     c.bytesDown += down;
+  }
+
+  private of(who: SandboxOf | undefined): SandboxCounts | undefined {
+    return who?.sandbox === undefined || who.lifecycle === undefined ? undefined : this.live.get(keyOf(who.sandbox, who.lifecycle));
   }
 }

@@ -61,7 +61,7 @@ export class Tenants implements Identities, DnsHost {
 
   observe(observer: ProxyObserver): void {
     this.observer = observer;
-    observer.sandboxesRegistered(new Set(this.table.tenants.map((t) => t.sandbox)));
+    observer.sandboxesRegistered(this.table.tenants);
   }
 
   /** The registered tenants now. */
@@ -119,8 +119,7 @@ export class Tenants implements Identities, DnsHost {
     const before = this.bySlot;
     this.table = new TenantTable(tenants);
     this.bySlot = new Map(tenants.map((t) => [t.slot, t]));
-    const named = new Set(tenants.map((t) => t.sandbox));
-    this.observer?.sandboxesRegistered(named);
+    this.observer?.sandboxesRegistered(tenants);
     for (const dns of this.dns) dns.sync(tenants);
     for (const [a, b] of this.table.overlaps()) {
       logLine(this.log, { [F.event]: 'tenant_overlap', [F.detail]: `${a.sandbox} (${a.subnet.text}) and ${b.sandbox} (${b.subnet.text}) overlap; neither is served where they do` }, 'warn');

@@ -155,7 +155,7 @@ export class Splice {
     if (this.open > 0) return;
     clearTimeout(this.lifetime);
     const { upstream, meta } = this;
-    this.ctx.observer.tunnelClosed(upstream.bytesWritten, upstream.bytesRead, this.connection.sandbox);
+    this.ctx.observer.tunnelClosed(upstream.bytesWritten, upstream.bytesRead, this.connection.identity);
     // A tunnel refused after its dial (its TLS judged) closes as its refusal's line says: no
     // line of its own when that line was held back, or one client's refusals would flood the log.
     if (meta.record.suppressed) return;

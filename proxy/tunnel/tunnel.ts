@@ -150,7 +150,7 @@ export async function openTunnel(
 
   const connectMs = ms(dialStarted);
   ctx.observer.connect(connectMs / 1000, true);
-  ctx.observer.tunnelOpened(connection.sandbox);
+  ctx.observer.tunnelOpened(connection.identity);
   // The client may go on at once; the decision line is written after the answer.
   if (entry.established !== undefined) client.write(entry.established);
   const allowLine: LineFields = { [F.tunnel]: tls ? 'tls' : 'opaque', [F.dialed]: dialed, [F.decideMs]: decideMs, [F.connectMs]: connectMs };

@@ -148,6 +148,12 @@ t.test('each sandbox\'s tunnels, bytes and refusals are counted by it, and only 
   await settle(() => s.logs.filter((l) => l.event === 'tenant_registered').length >= 3, 'a vacant');
   t.notMatch(await s.proxy.metrics.metrics(), /sandbox="cap-a"/, 'a\'s registration ended: none of its series left');
   t.match(await s.proxy.metrics.metrics(), /sandbox="cap-b"/, 'b\'s kept');
+  // b registered again under the same name in one rewrite (a new lifecycle): its counts start anew.
+  s.register('slot-b', 'cap-b', 'life-b-0002', B.subnet, ['b.test']);
+  await settle(() => s.logs.filter((l) => l.event === 'tenant_registered').length >= 4, 'b again');
+  t.notMatch(await s.proxy.metrics.metrics(), /sandbox="cap-b"/, 'a new registration of b: none of the earlier one\'s counts');
+  t.equal((await connect(s, B, 'a.test')).reason, 'host_not_allowed');
+  t.match(await s.proxy.metrics.metrics(), /egress_sandbox_denials_total\{sandbox="cap-b",reason="host_not_allowed"\} 1\n/, 'counted from one');
 });
 
 t.test('a connection no registered network holds both ends of is unknown_client', async (t) => {
@@ -176,7 +182,7 @@ t.test('the health answer names the sandbox of a registered network, and no sand
     rawRequest(s.port, 'GET /healthz HTTP/1.1\r\nHost: egress\r\nConnection: close\r\n\r\n', from.proxy, 5_000, from.client);
   const a = await health(A);
   t.equal(a.status, 200);
-  t.match(a.head, /\r\nX-Egress-Sandbox: cap-a\r\n/, 'a client of a: its sandbox');
+  t.match(a.head, /\r\nX-Egress-Sandbox: cap-a; lifecycle=life-a-0001\r\n/, 'a client of a: its sandbox and registration');
   for (const [from, what] of [[B, 'an unregistered network'], [{ proxy: A.proxy, client: B.client }, 'a client of b on a\'s address']] as const) {
     const r = await health(from);
     t.equal(r.status, 200, `${what}: the process is healthy`);
@@ -185,6 +191,9 @@ t.test('the health answer names the sandbox of a registered network, and no sand
   s.write('slot-a', '{"version": 1, "vacant": true}');
   await settle(() => s.logs.filter((l) => l.event === 'tenant_registered').length >= 2, 'a vacant');
   t.notMatch((await health(A)).head, /X-Egress-Sandbox/i, 'a vacant registration: no sandbox named');
+  s.register('slot-a', 'cap-a', 'life-a-0002', A.subnet, ['a.test']);
+  await settle(() => s.logs.filter((l) => l.event === 'tenant_registered').length >= 3, 'a again');
+  t.match((await health(A)).head, /\r\nX-Egress-Sandbox: cap-a; lifecycle=life-a-0002\r\n/, 'the same sandbox registered again: its new registration');
 });
 
 t.test('an allowlist change closes the tunnels it no longer allows and reaches new connections', async (t) => {
@@ -274,6 +283,11 @@ t.test('the connection share is the sandbox\'s, whatever addresses it uses', asy
   const fourth = await connect(s, A, 'a.test', '127.0.1.8');
   t.same([fourth.status, fourth.reason], [429, 'client_limit'], 'a fourth address of the same sandbox is over its share');
   t.match(String(s.logs.find((l) => l.reason === 'client_limit')?.detail), /sandbox cap-a/);
+  t.match(await s.proxy.metrics.metrics(), /egress_sandbox_denials_total\{sandbox="cap-a",reason="client_limit"\} 1\n/, 'a refusal at the limits is counted by the sandbox too');
+  // Over its share, its health check is still answered in the check's own slots, naming it.
+  const health = await rawRequest(s.port, 'GET /healthz HTTP/1.1\r\nHost: egress\r\n\r\n', A.proxy, 5_000, '127.0.1.9');
+  t.equal(health.status, 200);
+  t.match(health.head, /\r\nX-Egress-Sandbox: cap-a; lifecycle=life-a-0001\r\n/, 'over its share: the health answer still names it');
   const other = await connect(s, B, 'a.test');
   t.equal(other.status, 200, 'another sandbox is not starved');
   for (const r of [...held, other]) r.socket.destroy();

@@ -148,7 +148,7 @@ t.test('one shard serves many sandboxes, each by its own network', async (t) => 
     const health = async (): Promise<string> => (await provider.exec(b, `curl -s -m 5 -D - -o /dev/null --noproxy '*' http://${b.id}-egress:${EGRESS_PROXY_PORT}/healthz`)).stdout;
     t.notMatch(await health(), /X-Egress-Sandbox/i, 'vacant: the shard is healthy but names no sandbox');
     t.equal(await provider.resume(b), 'running');
-    t.match(await health(), new RegExp(`\r\nX-Egress-Sandbox: ${b.id}\r\n`), 'registered: it names b');
+    t.match(await health(), new RegExp(`\r\nX-Egress-Sandbox: ${b.id}; lifecycle=[0-9a-f-]{36}\r\n`), 'registered: it names b and its registration');
     // resume returned after its probe saw that answer: no wait here.
     t.equal(await status(b, `http://${SECOND_HOST}/`), '200', 'registered again by resume, in force when it returns');
   });
