@@ -8,7 +8,8 @@
  */
 import type { Allowed, WouldDeny } from '../../policy/index.js';
 import { F, logLine, type LineLevel, type LineValue, type Logger } from './log.js';
-import type { ProxyObserver, SandboxOf } from './metrics.js';
+import type { ProxyObserver } from './metrics.js';
+import type { SandboxOf } from './sandbox-metrics.js';
 import type { Refusal } from './refusal.js';
 
 export type LineFields = Readonly<Record<string, LineValue>>;

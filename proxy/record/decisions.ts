@@ -6,7 +6,8 @@
 import { DecisionRecorder } from './decision-recorder.js';
 import { LineGate, logSuppressed, type LineGateLimits } from './line-gate.js';
 import type { LineLevel, Logger } from './log.js';
-import type { ProxyObserver, SandboxOf } from './metrics.js';
+import type { ProxyObserver } from './metrics.js';
+import type { SandboxOf } from './sandbox-metrics.js';
 
 /** Refusal lines one client, and every client together, may cause (a line is ~300-500 bytes). */
 export const REFUSAL_LINES: LineGateLimits = Object.freeze({ clientPerSecond: 20, clientBurst: 100, totalPerSecond: 100, totalBurst: 400, maxClients: 4_096 });

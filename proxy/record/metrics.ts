@@ -9,15 +9,9 @@ import type { AddressInfo } from 'node:net';
 import type * as PromClient from 'prom-client';
 import type { Registry } from 'prom-client';
 import { EGRESS_METRICS, EGRESS_METRICS_PATH, requireCjs, VERSION } from '../../common/index.js';
-import { SandboxSeries } from './sandbox-metrics.js';
+import { SandboxSeries, type SandboxOf } from './sandbox-metrics.js';
 
 const { collectDefaultMetrics, Counter, Gauge, Histogram, Registry: RegistryClass } = requireCjs('prom-client') as typeof PromClient;
-
-/** A shared proxy's client, as its counts are kept: its sandbox and the registration (lifecycle id) it came under. */
-export interface SandboxOf {
-  readonly sandbox?: string | undefined;
-  readonly lifecycle?: string | undefined;
-}
 
 /** What the proxy reports as it works; the metrics below are one implementation. */
 export interface ProxyObserver {

@@ -9,9 +9,14 @@
 import type * as PromClient from 'prom-client';
 import type { Registry } from 'prom-client';
 import { EGRESS_METRICS, requireCjs } from '../../common/index.js';
-import type { SandboxOf } from './metrics.js';
 
 const { Counter, Gauge } = requireCjs('prom-client') as typeof PromClient;
+
+/** A shared proxy's client, as its counts are kept: its sandbox and the registration (lifecycle id) it came under. */
+export interface SandboxOf {
+  readonly sandbox?: string | undefined;
+  readonly lifecycle?: string | undefined;
+}
 
 /** What a shared proxy counts for one registration. */
 interface SandboxCounts {
