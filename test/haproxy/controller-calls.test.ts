@@ -145,6 +145,11 @@ t.test('the controller engine layer through the socket proxy', async (t) => {
       run: async () => {
         await env.docker.getContainer(names.container).pause();
         await engine.unpauseContainer(names.container);
+        // dockerd applies containerd's pause and resume events after its own answer, so a late
+        // pause event can show the container paused for a moment after the unpause: wait for
+        // the resume, with a deadline.
+        const end = Date.now() + 5_000;
+        while ((await engine.inspectContainer(names.container))?.paused !== false && Date.now() < end) await new Promise((r) => setTimeout(r, 50));
         t.match(await engine.inspectContainer(names.container), { paused: false });
       },
     },
