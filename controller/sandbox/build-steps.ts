@@ -8,7 +8,7 @@
 import { EGRESS_HEALTH_PATH, EGRESS_PROXY_PORT, EGRESS_SANDBOX_HEADER, sandboxHealthValue } from '../../common/index.js';
 import { CA_CERT_ENV, CA_FILE, SandboxError, type SandboxNames } from '../spec/index.js';
 import { egressContainerBody, egressRegistration, imageRefusal, type EgressPlan, engineStatus, volumeBody } from '../docker/index.js';
-import { EGRESS_USER, ownSeat, readRegistration, registrable, writeRegistration } from './egress-policy.js';
+import { EGRESS_USER, holdsRegistration, ownSeat, readRegistration, registrable, writeRegistration } from './egress-policy.js';
 import { connectShard, subnetSlot, type EgressSeat } from './shards.js';
 import { SANDBOX_USER } from '../exec/index.js';
 import type { BuildDeps } from './build-deps.js';
@@ -107,7 +107,7 @@ export async function keepRegistration(deps: BuildDeps, plan: Pick<EgressPlan, '
   // label's list would allow again what a live deny dropped. Meanwhile the proxy serves the
   // registration as it is.
   const held = await readRegistration(deps.engine, seat, EGRESS_USER);
-  if (held !== undefined && held.sandbox === plan.names.name && held.subnet.text === target.subnet && held.address === target.address) return held.lifecycle;
+  if (held !== undefined && holdsRegistration(held, plan.names.name, target)) return held.lifecycle;
   const allowHosts = held?.sandbox === plan.names.name ? held.policy.allowHosts.map((e) => (typeof e === 'string' ? e : e.host)) : plan.allowHosts;
   const registration = egressRegistration(plan.names, target, allowHosts, deps.egressMode);
   await writeRegistration(deps.engine, seat, registration, plan.names.name);

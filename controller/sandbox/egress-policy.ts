@@ -92,3 +92,11 @@ export async function readRegistration(engine: SandboxEngine, seat: EgressSeat, 
   }
   return file.vacant ? undefined : file;
 }
+
+/**
+ * Whether `held` is sandbox `name`'s registration for its network as it is now (`target`): a
+ * registration of another sandbox, or of an earlier network of the same name, is not.
+ */
+export function holdsRegistration(held: TenantRegistration | undefined, name: string, target: { readonly subnet: string; readonly address: string }): boolean {
+  return held !== undefined && held.sandbox === name && held.subnet.text === target.subnet && held.address === target.address;
+}

@@ -16,6 +16,7 @@ import {
 } from '../spec/index.js';
 import { connectEgress, createEgress, ignoreConflict, keepRegistration, waitForEgress } from './build-steps.js';
 import { registrable } from './egress-policy.js';
+import { RegistrationChecks } from './registration-check.js';
 import { connectShard, ensureShard, shardOfLabels, subnetSlot } from './shards.js';
 import type { BuildDeps } from './build-deps.js';
 import { asConflict, dockerSays } from './concurrent-change.js';
@@ -24,6 +25,8 @@ import type { SandboxLanes } from './sandbox-lanes.js';
 import { requireWorkspaceFree } from './workspace-holder.js';
 
 export class SandboxRecovery {
+  private readonly registrations = new RegistrationChecks();
+
   constructor(
     private readonly deps: BuildDeps,
     private readonly lanes: SandboxLanes,
@@ -39,7 +42,10 @@ export class SandboxRecovery {
     });
   }
 
-  /** Auto-start before a command or file operation: cheap when already running (two inspects). */
+  /**
+   * Auto-start before a command or file operation: cheap when already running (two inspects; on a
+   * shard, a read of the registration when the last one is older than REGISTRATION_CHECKED_MS).
+   */
   async ensureRunning(name: string): Promise<void> {
     const first = await this.deps.engine.inspectContainer(name);
     if (first !== undefined && (await this.unready(name, first)) === undefined) return;
@@ -57,7 +63,9 @@ export class SandboxRecovery {
   /**
    * What keeps the sandbox from serving a command, or undefined: it must run unpaused, on its
    * network, and so must its proxy when its tier has one; without the proxy's leg on the
-   * sandbox's network every request from the sandbox times out.
+   * sandbox's network every request from the sandbox times out. A shard must also hold the
+   * sandbox's registration (read at most once per period, registration-check.ts), without which
+   * it refuses the sandbox everything.
    */
   private async unready(name: string, view: ContainerView): Promise<string | undefined> {
     if (!view.running || view.paused) return 'sandbox not running, starting it';
@@ -72,6 +80,7 @@ export class SandboxRecovery {
     const egress = await this.deps.engine.inspectContainer(proxy);
     if (egress?.running !== true || egress.paused) return 'egress proxy not running, recovering it';
     if (!egress.networks.some((n) => n.id === network.id)) return 'egress proxy not on the sandbox network, recovering it';
+    if (host === 'shard' && !(await this.registrations.held(this.deps.engine, name, { name: proxy, id: egress.id }, network.id))) return 'egress registration missing, recovering it';
     return undefined;
   }
 

@@ -12,7 +12,8 @@
  * - A live allow reaches new connections within a second or two and touches no other sandbox.
  * - A sandbox destroyed and created again at once on the same subnet sees only its new policy.
  * - A restart of the shard keeps every sandbox's policy; a registration lost is written again by
- *   recovery, which returns once the shard serves it (the shard's health answer names the sandbox).
+ *   recovery, `resume` or the check before a command, which goes on once the shard serves it (the
+ *   shard's health answer names the sandbox).
  */
 import t from 'tap';
 import pino from 'pino';
@@ -34,11 +35,14 @@ const SECOND_HOST = 'second.capybara.test';
 t.test('one shard serves many sandboxes, each by its own network', async (t) => {
   const s = await sandboxTestEnv(t);
   if (!s) return;
-  const provider = createDockerSandbox(
-    { endpoint: s.proxy.endpoint, network: s.sharedNetwork, egressIsolation: 'shared' },
-    { labels: s.env.labels, egressTestHosts: { [UPSTREAM_HOST]: s.upstreamIp, [SECOND_HOST]: s.upstreamIp } },
-    { logger: pino({ level: 'silent' }) },
-  );
+  // A controller process: each keeps its own memory of the registrations it read lately.
+  const controller = () =>
+    createDockerSandbox(
+      { endpoint: s.proxy.endpoint, network: s.sharedNetwork, egressIsolation: 'shared' },
+      { labels: s.env.labels, egressTestHosts: { [UPSTREAM_HOST]: s.upstreamIp, [SECOND_HOST]: s.upstreamIp } },
+      { logger: pino({ level: 'silent' }) },
+    );
+  const provider = controller();
   const shard = `cap-egress.0.${s.sharedNetwork}`;
   const id = (x: string): string => `${s.env.runId}-${x}`;
   const create = (x: string, allowHosts: string[]): Promise<SandboxHandle> => provider.create({ id: id(x), image: SANDBOX_IMAGE, limits: { egress: 'allowlist', allowHosts } });
@@ -140,17 +144,27 @@ t.test('one shard serves many sandboxes, each by its own network', async (t) => 
     t.equal(await status(b, `http://${UPSTREAM_HOST}/`), '403');
 
     // b's registration lost (a vacant slot): refused, until recovery writes it from its label.
+    // Seen from inside b by the engine alone: the controller's check before a command would
+    // write it back first.
     const bSubnet = (await s.env.docker.getNetwork(`${b.id}-net`).inspect()).IPAM?.Config?.[0]?.Subnet ?? '';
-    await new DockerEngine({ endpoint: s.proxy.endpoint }).putRegistration(shard, registrationArchive(bSubnet.replace('/', '_'), { version: 1, vacant: true }));
+    const lose = () => new DockerEngine({ endpoint: s.proxy.endpoint }).putRegistration(shard, registrationArchive(bSubnet.replace('/', '_'), { version: 1, vacant: true }));
+    await lose();
     await new Promise((r) => setTimeout(r, 1_500));
-    t.not(await status(b, `http://${SECOND_HOST}/`), '200', 'no registration, nothing through');
+    const inB = (command: string): string => execFileSync('docker', ['exec', '-u', '1000', b.id, 'sh', '-c', command], { encoding: 'utf8' });
+    t.not(inB(`curl -s -m 10 -o /dev/null -w '%{http_code}' http://${SECOND_HOST}/ || true`), '200', 'no registration, nothing through');
     // The health answer the controller's probe waits for names the sandbox only while it is registered.
     const health = async (): Promise<string> => (await provider.exec(b, `curl -s -m 5 -D - -o /dev/null --noproxy '*' http://${b.id}-egress:${EGRESS_PROXY_PORT}/healthz`)).stdout;
-    t.notMatch(await health(), /X-Egress-Sandbox/i, 'vacant: the shard is healthy but names no sandbox');
+    t.notMatch(inB(`curl -s -m 5 -D - -o /dev/null --noproxy '*' http://${b.id}-egress:${EGRESS_PROXY_PORT}/healthz`), /X-Egress-Sandbox/i, 'vacant: the shard is healthy but names no sandbox');
     t.equal(await provider.resume(b), 'running');
     t.match(await health(), new RegExp(`\r\nX-Egress-Sandbox: ${b.id}; lifecycle=[0-9a-f-]{36}\r\n`), 'registered: it names b and its registration');
     // resume returned after its probe saw that answer: no wait here.
     t.equal(await status(b, `http://${SECOND_HOST}/`), '200', 'registered again by resume, in force when it returns');
+
+    // Lost again: the next command of a controller that has not read it lately (here another
+    // process) writes it back before the command runs.
+    await lose();
+    await new Promise((r) => setTimeout(r, 1_500));
+    t.equal((await controller().exec(b, `curl -s -m 10 -o /dev/null -w '%{http_code}' http://${SECOND_HOST}/`)).stdout, '200', 'registered again by the check before the command');
   });
 
   await t.test('gc takes the shard off an orphaned sandbox network before removing it', async (t) => {

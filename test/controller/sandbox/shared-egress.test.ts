@@ -7,7 +7,8 @@
  * or shard. The real proxy serving them is docker-shared-egress.test.ts.
  */
 import t from 'tap';
-import { TENANTS_DIR, IMAGES } from '../../../common/index.js';
+import { TENANTS_DIR, IMAGES, registrationArchive } from '../../../common/index.js';
+import { REGISTRATION_CHECKED_MS, RegistrationChecks } from '../../../controller/sandbox/registration-check.js';
 import { fakeSandbox, leftOver, type FakeSandbox } from '../../support/fake-sandbox.js';
 
 const SHARD = 'cap-egress.0.capybara-sandbox';
@@ -122,4 +123,55 @@ t.test('recovery brings back a missing registration, leg or shard, keeping live 
   t.notOk(s.engine.reachable('cap-b', 'cap-b-egress'), 'b waits for its own next command');
   await s.provider.exec({ id: 'cap-b' }, 'true');
   t.ok(s.engine.reachable('cap-b', 'cap-b-egress'));
+});
+
+t.test('the check before a command finds a lost registration and writes it again', async (t) => {
+  const s = fakeSandbox({ egressIsolation: 'shared' });
+  const a = await s.provider.create(spec('a', ['pypi.org']));
+  const reads = () => s.engine.count('startExec', SHARD);
+  const before = reads();
+  await s.provider.exec(a, 'true');
+  await s.provider.exec(a, 'true');
+  t.equal(reads() - before, 1, 'read once for two commands in a row');
+
+  // Made vacant (as a destroy would) or removed: a controller process that has not read it
+  // lately (here another one) writes the label's list back before the command runs.
+  const slot = `${subnetOf(s, 'cap-a').replace('/', '_')}.json`;
+  for (const lose of [
+    () => s.engine.putRegistration(SHARD, registrationArchive(slot.slice(0, -5), { version: 1, vacant: true })),
+    () => s.engine.volumeFiles.get(SHARD)?.delete(slot),
+  ]) {
+    await lose();
+    t.notMatch(registrationOf(s, SHARD, 'cap-a'), { sandbox: 'cap-a' });
+    await s.withConfig({}).exec(a, 'true');
+    t.match(registrationOf(s, SHARD, 'cap-a'), { sandbox: 'cap-a', policy: { allowHosts: ['pypi.org'] } }, 'written again before the command');
+    t.match(s.logs.filter((l) => l.msg === 'egress registration missing, recovering it'), [{ sandbox: 'cap-a' }]);
+    s.logs.length = 0;
+  }
+});
+
+t.test('a registration found whole is read again after the period, or on a shard made again', async (t) => {
+  const s = fakeSandbox({ egressIsolation: 'shared' });
+  await s.provider.create(spec('a'));
+  const network = String([...s.engine.networks.values()].find((n) => n.name === 'cap-a-net')?.id);
+  const shard = { name: SHARD, id: String((await s.engine.inspectContainer(SHARD))?.id) };
+  let now = 0;
+  const checks = new RegistrationChecks(() => now);
+  const reads = () => s.engine.count('startExec', SHARD);
+  const before = reads();
+  t.equal(await checks.held(s.engine, 'cap-a', shard, network), true);
+  now = REGISTRATION_CHECKED_MS - 1;
+  t.equal(await checks.held(s.engine, 'cap-a', shard, network), true);
+  t.equal(reads() - before, 1, 'within the period: no read');
+  now = REGISTRATION_CHECKED_MS;
+  t.equal(await checks.held(s.engine, 'cap-a', shard, network), true);
+  t.equal(reads() - before, 2, 'after it: read again');
+  t.equal(await checks.held(s.engine, 'cap-a', { ...shard, id: 'another' }, network), true);
+  t.equal(reads() - before, 3, 'a shard made again: read at once');
+  t.equal(await checks.held(s.engine, 'cap-b', shard, network), false, 'another sandbox\'s name on that network: not held');
+  t.equal(await checks.held(s.engine, 'cap-a', shard, 'a-network-that-is-gone'), false, 'a network that is gone: not held');
+  const vacant = registrationArchive(subnetOf(s, 'cap-a').replace('/', '_'), { version: 1, vacant: true });
+  await s.engine.putRegistration(SHARD, vacant);
+  t.equal(await checks.held(s.engine, 'cap-a', shard, network), false, 'vacant: not held, and not remembered');
+  t.equal(await checks.held(s.engine, 'cap-a', shard, network), false);
 });
