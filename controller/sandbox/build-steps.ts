@@ -183,7 +183,7 @@ export async function waitForEgress(deps: BuildDeps, names: SandboxNames, lifecy
   if (code !== 0 && lifecycle !== undefined) {
     throw new SandboxError(
       'egress_unavailable',
-      `The shard of the shared egress serving ${names.name} did not answer ${EGRESS_HEALTH_PATH} as this sandbox within ${seconds} s: it is down, or it does not hold the sandbox's registration; \`capybara-sandbox resume ${names.name}\` writes it back, and the shard's log says why it refused one.`,
+      `The egress proxy serving ${names.name} (its own, or a shard of the shared egress) did not answer ${EGRESS_HEALTH_PATH} as this sandbox within ${seconds} s: it is down, or it does not hold the sandbox's registration; \`capybara-sandbox resume ${names.name}\` writes it back, and the proxy's log says why it refused one.`,
     );
   }
   if (code !== 0) {

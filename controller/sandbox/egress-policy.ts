@@ -100,3 +100,12 @@ export async function readRegistration(engine: SandboxEngine, seat: EgressSeat, 
 export function holdsRegistration(held: TenantRegistration | undefined, name: string, target: { readonly subnet: string; readonly address: string }): boolean {
   return held !== undefined && held.sandbox === name && held.subnet.text === target.subnet && held.address === target.address;
 }
+
+/**
+ * Whether an egress container reads its policy from registrations: it mounts a volume there. A
+ * proxy with secrets or inspected hosts, or one made before registrations, does not.
+ */
+export function readsRegistrations(view: Pick<ContainerView, 'hostConfig'>): boolean {
+  const mounts = view.hostConfig.Mounts;
+  return Array.isArray(mounts) && mounts.some((m: unknown) => typeof m === 'object' && m !== null && (m as { Type?: unknown }).Type === 'volume' && (m as { Target?: unknown }).Target === TENANTS_DIR);
+}

@@ -15,7 +15,7 @@ import {
   type TierMeaning,
 } from '../spec/index.js';
 import { connectEgress, createEgress, ignoreConflict, keepRegistration, waitForEgress } from './build-steps.js';
-import { registrable } from './egress-policy.js';
+import { ownSeat, readsRegistrations, registrable } from './egress-policy.js';
 import { RegistrationChecks } from './registration-check.js';
 import { connectShard, ensureShard, shardOfLabels, subnetSlot } from './shards.js';
 import type { BuildDeps } from './build-deps.js';
@@ -43,8 +43,8 @@ export class SandboxRecovery {
   }
 
   /**
-   * Auto-start before a command or file operation: cheap when already running (two inspects; on a
-   * shard, a read of the registration when the last one is older than REGISTRATION_CHECKED_MS).
+   * Auto-start before a command or file operation: cheap when already running (two inspects, and
+   * a read of the registration when the last one is older than REGISTRATION_CHECKED_MS).
    */
   async ensureRunning(name: string): Promise<void> {
     const first = await this.deps.engine.inspectContainer(name);
@@ -63,9 +63,9 @@ export class SandboxRecovery {
   /**
    * What keeps the sandbox from serving a command, or undefined: it must run unpaused, on its
    * network, and so must its proxy when its tier has one; without the proxy's leg on the
-   * sandbox's network every request from the sandbox times out. A shard must also hold the
-   * sandbox's registration (read at most once per period, registration-check.ts), without which
-   * it refuses the sandbox everything.
+   * sandbox's network every request from the sandbox times out. A proxy that reads registrations
+   * (every shard, and a sandbox's own without secrets) must also hold the sandbox's (read at most
+   * once per period, registration-check.ts), without which it refuses the sandbox everything.
    */
   private async unready(name: string, view: ContainerView): Promise<string | undefined> {
     if (!view.running || view.paused) return 'sandbox not running, starting it';
@@ -80,8 +80,23 @@ export class SandboxRecovery {
     const egress = await this.deps.engine.inspectContainer(proxy);
     if (egress?.running !== true || egress.paused) return 'egress proxy not running, recovering it';
     if (!egress.networks.some((n) => n.id === network.id)) return 'egress proxy not on the sandbox network, recovering it';
-    if (host === 'shard' && !(await this.registrations.held(this.deps.engine, name, { name: proxy, id: egress.id }, network.id))) return 'egress registration missing, recovering it';
+    const reads = host === 'shard' || readsRegistrations(egress);
+    if (reads && !(await this.registrationHeld(name, { name: proxy, id: egress.id, host }, network.id))) return 'egress registration missing, recovering it';
     return undefined;
+  }
+
+  /**
+   * Whether the proxy holds the sandbox's registration; true when it cannot be read now (a proxy
+   * restarting, an engine error): the command goes on, and a proxy without the registration
+   * refuses everything meanwhile (fail closed), so a failed read is no reason to fail the command.
+   */
+  private async registrationHeld(name: string, proxy: { readonly name: string; readonly id: string; readonly host: 'own' | 'shard' }, networkId: string): Promise<boolean> {
+    try {
+      return await this.registrations.held(this.deps.engine, name, proxy, networkId);
+    } catch (err) {
+      this.deps.logger.warn({ sandbox: name, egress: proxy.name, err }, 'egress registration could not be read before a command');
+      return true;
+    }
   }
 
   private async recover(name: string, view: ContainerView): Promise<void> {
@@ -103,9 +118,11 @@ export class SandboxRecovery {
       networkRebuilt = found.rebuilt;
     }
     const host = egressHostOfLabels(view.labels[LABEL_EGRESS], view.labels[LABEL_EGRESS_ISOLATION]);
-    if (host === 'own' && network !== undefined) await this.recoverEgress(name, view, network, networkRebuilt);
-    // On a shard: the lifecycle id of the registration it is served under, which the probe waits for.
-    const registered = host === 'shard' && network !== undefined ? await this.recoverShardLeg(name, view, network) : undefined;
+    // The lifecycle id of the registration the sandbox is served under, which the probe waits for:
+    // on a shard, or a proxy of its own whose registration recovery kept or wrote again.
+    let registered: string | undefined;
+    if (host === 'own' && network !== undefined) registered = await this.recoverEgress(name, view, network, networkRebuilt);
+    if (host === 'shard' && network !== undefined) registered = await this.recoverShardLeg(name, view, network);
     if (networkRebuilt) {
       await this.rebuildContainer(name, view, tier, network);
     } else {
@@ -162,7 +179,12 @@ export class SandboxRecovery {
     return labels;
   }
 
-  private async recoverEgress(name: string, view: ContainerView, network: SandboxNetwork, networkRebuilt: boolean): Promise<void> {
+  /**
+   * The sandbox's own proxy running on its network, its registration (when it reads one) kept or
+   * written again; the lifecycle id of that registration, undefined for a proxy rebuilt (which
+   * keeps it as it starts) or one whose policy is its environment.
+   */
+  private async recoverEgress(name: string, view: ContainerView, network: SandboxNetwork, networkRebuilt: boolean): Promise<string | undefined> {
     const { engine } = this.deps;
     const names = namesFor(name);
     // On a rebuilt network the old proxy's endpoint points at a network id that no longer exists.
@@ -170,7 +192,7 @@ export class SandboxRecovery {
     const egress = networkRebuilt ? undefined : await engine.inspectContainer(names.egress);
     if (egress === undefined) {
       await this.rebuildEgress(name, view, network);
-      return;
+      return undefined;
     }
     if (egress.paused) {
       await engine.unpauseContainer(names.egress);
@@ -182,7 +204,7 @@ export class SandboxRecovery {
         if (!dockerSays(err, 404, /network/)) throw err;
         await engine.removeContainer(names.egress);
         await this.rebuildEgress(name, view, network);
-        return;
+        return undefined;
       }
     }
     const running = await engine.inspectContainer(names.egress);
@@ -190,6 +212,10 @@ export class SandboxRecovery {
       this.deps.logger.warn({ sandbox: name, egress: names.egress }, 'egress proxy not on the sandbox network, connecting it again');
       await connectEgress(this.deps, names.egress, network);
     }
+    const target = registrable(network);
+    if (running === undefined || target === undefined || !readsRegistrations(running)) return undefined;
+    const allowHosts = decodeAllowHosts(view.labels[LABEL_ALLOW_HOSTS] ?? '');
+    return keepRegistration(this.deps, { names, allowHosts }, ownSeat(names), target);
   }
 
   /**

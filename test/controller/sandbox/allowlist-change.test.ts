@@ -62,6 +62,8 @@ t.test('no proxy, a fixed policy, no sandbox: refused, saying why', async (t) =>
   t.ok(isSandboxError(gone, 'not_found'), String(gone));
   // A proxy that takes its policy from its environment (made before live allowlists).
   const h = await s.provider.create(spec());
+  const body = s.engine.containers.get(`${NAME}-egress`)?.body;
+  if (body?.HostConfig !== undefined) body.HostConfig.Mounts = [];
   s.engine.volumeFiles.clear();
   const fixed = await s.provider.changeAllowHosts(h, { allow: ['pypi.org'] }).catch((e: unknown) => e);
   t.ok(isSandboxError(fixed, 'allowlist_fixed') && /create it again/.test((fixed as Error).message), String(fixed));

@@ -5,12 +5,15 @@
  * - a host allowed is reached within a second or two of the call (measured, from inside);
  * - a tunnel open to a host that is then denied is closed; the same tunnel, with no change, stays
  *   open (the upstream, Python's http.server, never closes an idle connection itself);
- * - a restart of the egress proxy keeps the changed list.
+ * - a restart of the egress proxy keeps the changed list;
+ * - a registration lost is written again (the list of the label) by `resume` and by the check
+ *   before a command, each in force when it returns.
  */
 import t from 'tap';
 import pino from 'pino';
 import { createDockerSandbox } from '../../../controller/index.js';
-import { EGRESS_PROXY_PORT } from '../../../common/index.js';
+import { execFileSync } from 'node:child_process';
+import { EGRESS_PROXY_PORT, registrationArchive } from '../../../common/index.js';
 import { namesFor } from '../../../controller/spec/index.js';
 import { DockerEngine } from '../../../controller/docker/index.js';
 import { inspectSandbox } from '../../../controller/operator/sandbox-detail.js';
@@ -44,7 +47,8 @@ t.test('allow and deny while the sandbox runs', async (t) => {
   const h = await provider.create({ id: `${s.env.runId}-live`, image: SANDBOX_IMAGE, limits: { egress: 'allowlist', allowHosts: [UPSTREAM_HOST] } });
   t.teardown(() => provider.destroy(h));
   const egress = namesFor(h.id).egress;
-  const fetch = async (host: string): Promise<string> => (await provider.exec(h, `curl -sS -o /dev/null -w '%{http_code}' http://${host}/`)).stdout;
+  const fetchWith = async (controller: typeof provider, host: string): Promise<string> => (await controller.exec(h, `curl -sS -o /dev/null -w '%{http_code}' http://${host}/`)).stdout;
+  const fetch = (host: string): Promise<string> => fetchWith(provider, host);
 
   t.equal(await fetch(SECOND_HOST), '403', 'not on the list yet');
   const asked = Date.now();
@@ -76,4 +80,21 @@ t.test('allow and deny while the sandbox runs', async (t) => {
   t.equal(after, '200', 'the allowed host, after a restart');
   t.equal(await fetch(UPSTREAM_HOST), '403', 'the denied one, still refused');
   t.equal(await (async () => (await provider.exec(h, `curl -sS http://${SECOND_HOST}/`)).stdout)(), UPSTREAM_BODY);
+
+  // The registration lost (a vacant file): refused, seen from inside by the engine alone (the
+  // controller's check before a command would write it back first); `resume`, and the next
+  // command of a controller that has not read it lately, write the list of the label back and
+  // go on once the proxy serves it.
+  const lose = () => new DockerEngine({ endpoint: s.proxy.endpoint }).putRegistration(egress, registrationArchive('sandbox', { version: 1, vacant: true }));
+  const inside = (host: string): string => execFileSync('docker', ['exec', '-u', '1000', h.id, 'sh', '-c', `curl -s -m 10 -o /dev/null -w '%{http_code}' http://${host}/ || true`], { encoding: 'utf8' });
+  await lose();
+  await new Promise((r) => setTimeout(r, 1_500));
+  t.not(inside(SECOND_HOST), '200', 'no registration, nothing through');
+  t.equal(await provider.resume(h), 'running');
+  t.equal(inside(UPSTREAM_HOST), '200', 'resume wrote the label\'s list back, in force when it returned');
+  t.equal(inside(SECOND_HOST), '403', 'the live change went with the lost file');
+  await lose();
+  await new Promise((r) => setTimeout(r, 1_500));
+  const another = createDockerSandbox({ endpoint: s.proxy.endpoint, network: s.sharedNetwork }, { labels: s.env.labels, egressTestHosts: { [UPSTREAM_HOST]: s.upstreamIp } }, { logger: pino({ level: 'silent' }) });
+  t.equal(await fetchWith(another, UPSTREAM_HOST), '200', 'written back by the check before the command');
 });

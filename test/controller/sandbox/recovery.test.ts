@@ -166,7 +166,8 @@ t.test('a running sandbox is not touched before a command', async (t) => {
     const before = s.engine.calls.length;
     await s.provider.exec({ id: NAME }, 'true');
     const methods = new Set(s.engine.calls.slice(before).map((c) => c.method));
-    t.same([...methods].sort(), ['inspectContainer', 'startExec'], spec.limits.egress);
+    // The allowlist proxy's registration is read (inspectNetwork, and an exec in the proxy).
+    t.same([...methods].sort(), spec === allowlist ? ['inspectContainer', 'inspectNetwork', 'startExec'] : ['inspectContainer', 'startExec'], spec.limits.egress);
   }
 });
 
@@ -237,7 +238,10 @@ t.test('a network another replica recreates meanwhile is used', async (t) => {
 t.test('a proxy that does not answer after recovery is egress_unavailable', async (t) => {
   const s = await created();
   await stopBoth(s);
-  s.engine.onExec = () => ({ exitCode: 137 });
+  // The probe from inside the sandbox never sees the proxy answer (the proxy's own exec, the
+  // read of its registration, works).
+  const model = s.engine.onExec;
+  s.engine.onExec = (container, request) => (container === NAME ? { exitCode: 137 } : model(container, request));
   const err = await s.provider.resume({ id: NAME }).catch((e: unknown) => e);
   t.ok(isSandboxError(err, 'egress_unavailable'), String(err));
 });
@@ -305,10 +309,46 @@ t.test('a sandbox taken off its own network is put back before a command', async
   t.ok(s.logs.some((l) => l.msg === 'sandbox not on its network, connecting it again'));
 });
 
-t.test('a healthy allowlist sandbox costs two inspects before a command, no more', async (t) => {
+t.test('a healthy allowlist sandbox costs two inspects before a command, and a read of its registration once per period', async (t) => {
   const s = await created();
+  const calls = async () => {
+    const before = s.engine.calls.length;
+    await s.provider.exec({ id: NAME }, 'true');
+    return s.engine.calls.slice(before).map((c) => `${c.method} ${c.method === 'inspectNetwork' ? 'net' : c.target}`);
+  };
+  t.same(await calls(), [`inspectContainer ${NAME}`, `inspectContainer ${EGRESS}`, 'inspectNetwork net', `startExec ${EGRESS}`, `startExec ${NAME}`], 'the first command reads it');
+  t.same(await calls(), [`inspectContainer ${NAME}`, `inspectContainer ${EGRESS}`, `startExec ${NAME}`], 'the next, within the period, does not');
+});
+
+t.test('a registration the proxy of its own lost is written again before a command and on resume', async (t) => {
+  for (const how of ['exec', 'resume'] as const) {
+    const s = await created();
+    const before = s.engine.registration(NAME);
+    s.engine.volumeFiles.clear();
+    if (how === 'exec') t.equal((await s.withConfig({}).exec({ id: NAME }, 'true')).exitCode, 0, 'the command runs');
+    else t.equal(await s.provider.resume({ id: NAME }), 'running');
+    const after = s.engine.registration(NAME);
+    t.same(after?.policy.allowHosts, ['example.com', '*.pypi.org'], `${how}: the label's list`);
+    t.not(after?.lifecycle, before?.lifecycle, `${how}: a new lifecycle id`);
+    if (how === 'exec') t.ok(s.logs.some((l) => l.msg === 'egress registration missing, recovering it'));
+  }
+});
+
+t.test('a registration that cannot be read before a command (a proxy restarting) does not fail the command', async (t) => {
+  const s = await created();
+  const model = s.engine.onExec;
+  s.engine.onExec = (container, request) => (container === EGRESS ? { exitCode: 137 } : model(container, request));
+  t.equal((await s.provider.exec({ id: NAME }, 'true')).exitCode, 0, 'the command runs');
+  t.match(s.logs.filter((l) => l.msg === 'egress registration could not be read before a command'), [{ sandbox: NAME }]);
+  t.equal(s.engine.count('startContainer', EGRESS), 1, 'no recovery: only the create started it');
+});
+
+t.test('a proxy that mounts no registrations (its policy its environment) is never read for one', async (t) => {
+  const s = await created();
+  const body = s.engine.containers.get(EGRESS)?.body;
+  if (body?.HostConfig !== undefined) body.HostConfig.Mounts = [];
   const before = s.engine.calls.length;
-  await s.provider.exec({ id: NAME }, 'true');
+  t.equal((await s.provider.exec({ id: NAME }, 'true')).exitCode, 0);
   t.same(s.engine.calls.slice(before).map((c) => `${c.method} ${c.target}`), [`inspectContainer ${NAME}`, `inspectContainer ${EGRESS}`, `startExec ${NAME}`]);
 });
 

@@ -154,7 +154,7 @@ t.test('a registration found whole is read again after the period, or on a shard
   const s = fakeSandbox({ egressIsolation: 'shared' });
   await s.provider.create(spec('a'));
   const network = String([...s.engine.networks.values()].find((n) => n.name === 'cap-a-net')?.id);
-  const shard = { name: SHARD, id: String((await s.engine.inspectContainer(SHARD))?.id) };
+  const shard = { name: SHARD, id: String((await s.engine.inspectContainer(SHARD))?.id), host: 'shard' as const };
   let now = 0;
   const checks = new RegistrationChecks(() => now);
   const reads = () => s.engine.count('startExec', SHARD);
