@@ -7,7 +7,8 @@
  *   - each step of those creates, from the controller's own engine-call log (engine-timeline.ts);
  *   - the egress image's start-to-listening, and a bare Node server's in the same image
  *     (egress-listen.ts);
- *   - exec round trip through the socket proxy against `docker exec`, interleaved;
+ *   - exec round trip through the socket proxy against `docker exec`, interleaved, and an allowlist
+ *     sandbox's with and without the read of its registration (once per period, recovery.ts);
  *   - 20 MB file throughput and 20 concurrent creates.
  * Needs a local engine and the images from scripts/build-images.sh. Everything it creates is
  * named cap-bench<run>-... and labelled, and removed at the end.
@@ -175,6 +176,21 @@ async function main(): Promise<void> {
       cli.push(await timed(() => docker('exec', '-u', '1000', h.id, 'true')));
     }
     process.stdout.write(`\nexec round trip: ${spread(rtt)} (p99 ${percentile(rtt, 99).toFixed(0)}) vs docker exec ${spread(cli)} (p99 ${percentile(cli, 99).toFixed(0)}), interleaved, n=30\n`);
+
+    // An allowlist sandbox's command reads its registration in the proxy once per period and
+    // controller process: a new controller for each first command, the same one for the next.
+    for (const [kind, on] of [['own proxy', provider], ['shard', shared]] as const) {
+      const a = await on.create({ id: `${runId}-exec-${kind === 'shard' ? 'sh' : 'own'}`, image: SANDBOX_IMAGE, limits: { egress: 'allowlist', allowHosts: ['example.com'] } });
+      const read: number[] = [];
+      const cached: number[] = [];
+      for (let i = 0; i < 30; i += 1) {
+        const fresh = createDockerSandbox({ endpoint: proxy.endpoint, network, egressIsolation: kind === 'shard' ? 'shared' : 'sandbox' }, { labels }, { logger: timeline.logger });
+        read.push(await timed(() => fresh.exec(a, 'true')));
+        cached.push(await timed(() => fresh.exec(a, 'true')));
+      }
+      process.stdout.write(`exec round trip, allowlist on a ${kind}: reading its registration ${spread(read)}, within the period ${spread(cached)}, n=30\n`);
+      await on.destroy(a);
+    }
 
     const data = new Uint8Array(randomBytes(20 * 1024 * 1024));
     const writeMs = await timed(() => provider.writeFile(h, '/workspace/bench.bin', data));
