@@ -188,7 +188,7 @@ async function main(): Promise<void> {
         read.push(await timed(() => fresh.exec(a, 'true')));
         cached.push(await timed(() => fresh.exec(a, 'true')));
       }
-      process.stdout.write(`exec round trip, allowlist on a ${kind}: reading its registration ${spread(read)}, within the period ${spread(cached)}, n=30\n`);
+      process.stdout.write(`exec round trip, allowlist, ${kind}: reading its registration ${spread(read)}, within the period ${spread(cached)}, n=30\n`);
       await on.destroy(a);
     }
 
