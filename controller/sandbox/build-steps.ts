@@ -6,7 +6,7 @@
  * can use it). The networks themselves are sandbox-network.ts.
  */
 import { EGRESS_HEALTH_PATH, EGRESS_PROXY_PORT, EGRESS_SANDBOX_HEADER, sandboxHealthValue } from '../../common/index.js';
-import { CA_CERT_ENV, CA_FILE, SandboxError, type SandboxNames } from '../spec/index.js';
+import { CA_CERT_ENV, CA_FILE, SandboxError, isSandboxError, type SandboxNames } from '../spec/index.js';
 import { egressContainerBody, egressRegistration, imageRefusal, type EgressPlan, engineStatus, volumeBody } from '../docker/index.js';
 import { EGRESS_USER, holdsRegistration, ownSeat, readRegistration, registrable, writeRegistration } from './egress-policy.js';
 import { connectShard, subnetSlot, type EgressSeat } from './shards.js';
@@ -95,6 +95,36 @@ export async function createEgress(
   await connectEgress(deps, plan.names.egress, network);
 }
 
+/** The network a registration is for: its subnet and the proxy's address on it. */
+export interface RegistrationTarget {
+  readonly subnet: string;
+  readonly address: string;
+}
+
+/** A registration recovery kept or wrote: its lifecycle id, where it is, and for which network. */
+export interface KeptRegistration {
+  readonly lifecycle: string;
+  readonly seat: EgressSeat;
+  readonly target: RegistrationTarget;
+}
+
+/**
+ * waitForEgress after a recovery: for the registration it kept or wrote, when there is one. Two
+ * controller processes that both found it missing each write one, and the last write stays: when
+ * the probe fails and the seat holds the sandbox's registration under another lifecycle id (the
+ * other process's), that one is waited for instead.
+ */
+export async function waitForKept(deps: BuildDeps, names: SandboxNames, kept: KeptRegistration | undefined): Promise<void> {
+  try {
+    await waitForEgress(deps, names, kept?.lifecycle);
+  } catch (err) {
+    if (kept === undefined || !isSandboxError(err, 'egress_unavailable')) throw err;
+    const now = await readRegistration(deps.engine, kept.seat, EGRESS_USER);
+    if (now === undefined || now.lifecycle === kept.lifecycle || !holdsRegistration(now, names.name, kept.target)) throw err;
+    await waitForEgress(deps, names, now.lifecycle);
+  }
+}
+
 /**
  * A rebuilt proxy's registration, or a sandbox's on a shard it joins again: the one at `seat`,
  * which live changes made, kept (on the network as it is now, with a new lifecycle id when that
@@ -102,14 +132,16 @@ export async function createEgress(
  * once the egress container runs (a `cat` needs a running container): until then a stale
  * registration matches no client of the network, and nothing is let through.
  */
-export async function keepRegistration(deps: BuildDeps, plan: Pick<EgressPlan, 'names' | 'allowHosts'>, seat: EgressSeat, target: { subnet: string; address: string }): Promise<string> {
+export async function keepRegistration(deps: BuildDeps, plan: Pick<EgressPlan, 'names' | 'allowHosts'>, seat: EgressSeat, target: RegistrationTarget): Promise<string> {
   // A read that fails is the rebuild's error (retried by the next recovery): falling back to the
   // label's list would allow again what a live deny dropped. Meanwhile the proxy serves the
   // registration as it is.
   const held = await readRegistration(deps.engine, seat, EGRESS_USER);
   if (held !== undefined && holdsRegistration(held, plan.names.name, target)) return held.lifecycle;
   const allowHosts = held?.sandbox === plan.names.name ? held.policy.allowHosts.map((e) => (typeof e === 'string' ? e : e.host)) : plan.allowHosts;
-  const registration = egressRegistration(plan.names, target, allowHosts, deps.egressMode);
+  // Its mode too: a `run --report` sandbox stays in report mode, whichever controller writes it.
+  const mode = held?.sandbox === plan.names.name ? (held.policy.mode ?? 'enforce') : deps.egressMode;
+  const registration = egressRegistration(plan.names, target, allowHosts, mode);
   await writeRegistration(deps.engine, seat, registration, plan.names.name);
   return registration.lifecycle;
 }

@@ -14,7 +14,7 @@ import {
   SandboxError, egressHostOfLabels, egressNanoCpus, LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_EGRESS_ISOLATION, LABEL_NAME, LABEL_WORKSPACE_KEY, meaningOfLabel, namesFor,
   type TierMeaning,
 } from '../spec/index.js';
-import { connectEgress, createEgress, ignoreConflict, keepRegistration, waitForEgress } from './build-steps.js';
+import { connectEgress, createEgress, ignoreConflict, keepRegistration, waitForKept, type KeptRegistration } from './build-steps.js';
 import { ownSeat, readsRegistrations, registrable } from './egress-policy.js';
 import { RegistrationChecks } from './registration-check.js';
 import { connectShard, ensureShard, shardOfLabels, subnetSlot } from './shards.js';
@@ -25,12 +25,14 @@ import type { SandboxLanes } from './sandbox-lanes.js';
 import { requireWorkspaceFree } from './workspace-holder.js';
 
 export class SandboxRecovery {
-  private readonly registrations = new RegistrationChecks();
+  private readonly registrations: RegistrationChecks;
 
   constructor(
     private readonly deps: BuildDeps,
     private readonly lanes: SandboxLanes,
-  ) {}
+  ) {
+    this.registrations = new RegistrationChecks((sandbox, proxy, err) => deps.logger.warn({ sandbox, egress: proxy.name, err }, 'egress registration could not be read before a command'));
+  }
 
   /** Brings a sandbox back to running; `gone` when its container does not exist. */
   resume(name: string): Promise<'running' | 'gone'> {
@@ -81,22 +83,8 @@ export class SandboxRecovery {
     if (egress?.running !== true || egress.paused) return 'egress proxy not running, recovering it';
     if (!egress.networks.some((n) => n.id === network.id)) return 'egress proxy not on the sandbox network, recovering it';
     const reads = host === 'shard' || readsRegistrations(egress);
-    if (reads && !(await this.registrationHeld(name, { name: proxy, id: egress.id, host }, network.id))) return 'egress registration missing, recovering it';
+    if (reads && !(await this.registrations.held(this.deps.engine, name, { name: proxy, id: egress.id, host }, network.id))) return 'egress registration missing, recovering it';
     return undefined;
-  }
-
-  /**
-   * Whether the proxy holds the sandbox's registration; true when it cannot be read now (a proxy
-   * restarting, an engine error): the command goes on, and a proxy without the registration
-   * refuses everything meanwhile (fail closed), so a failed read is no reason to fail the command.
-   */
-  private async registrationHeld(name: string, proxy: { readonly name: string; readonly id: string; readonly host: 'own' | 'shard' }, networkId: string): Promise<boolean> {
-    try {
-      return await this.registrations.held(this.deps.engine, name, proxy, networkId);
-    } catch (err) {
-      this.deps.logger.warn({ sandbox: name, egress: proxy.name, err }, 'egress registration could not be read before a command');
-      return true;
-    }
   }
 
   private async recover(name: string, view: ContainerView): Promise<void> {
@@ -118,9 +106,9 @@ export class SandboxRecovery {
       networkRebuilt = found.rebuilt;
     }
     const host = egressHostOfLabels(view.labels[LABEL_EGRESS], view.labels[LABEL_EGRESS_ISOLATION]);
-    // The lifecycle id of the registration the sandbox is served under, which the probe waits for:
-    // on a shard, or a proxy of its own whose registration recovery kept or wrote again.
-    let registered: string | undefined;
+    // The registration the sandbox is served under, whose lifecycle id the probe waits for: on a
+    // shard, or a proxy of its own whose registration recovery kept or wrote again.
+    let registered: KeptRegistration | undefined;
     if (host === 'own' && network !== undefined) registered = await this.recoverEgress(name, view, network, networkRebuilt);
     if (host === 'shard' && network !== undefined) registered = await this.recoverShardLeg(name, view, network);
     if (networkRebuilt) {
@@ -128,7 +116,7 @@ export class SandboxRecovery {
     } else {
       await this.startContainer(name, view, tier, network);
     }
-    if (tier.egressProxy) await waitForEgress(this.deps, names, registered);
+    if (tier.egressProxy) await waitForKept(this.deps, names, registered);
   }
 
   private async startContainer(name: string, view: ContainerView, tier: TierMeaning, network: SandboxNetwork | undefined): Promise<void> {
@@ -184,7 +172,7 @@ export class SandboxRecovery {
    * written again; the lifecycle id of that registration, undefined for a proxy rebuilt (which
    * keeps it as it starts) or one whose policy is its environment.
    */
-  private async recoverEgress(name: string, view: ContainerView, network: SandboxNetwork, networkRebuilt: boolean): Promise<string | undefined> {
+  private async recoverEgress(name: string, view: ContainerView, network: SandboxNetwork, networkRebuilt: boolean): Promise<KeptRegistration | undefined> {
     const { engine } = this.deps;
     const names = namesFor(name);
     // On a rebuilt network the old proxy's endpoint points at a network id that no longer exists.
@@ -215,7 +203,8 @@ export class SandboxRecovery {
     const target = registrable(network);
     if (running === undefined || target === undefined || !readsRegistrations(running)) return undefined;
     const allowHosts = decodeAllowHosts(view.labels[LABEL_ALLOW_HOSTS] ?? '');
-    return keepRegistration(this.deps, { names, allowHosts }, ownSeat(names), target);
+    const seat = ownSeat(names);
+    return { lifecycle: await keepRegistration(this.deps, { names, allowHosts }, seat, target), seat, target };
   }
 
   /**
@@ -223,7 +212,7 @@ export class SandboxRecovery {
    * which keeps every registration, and started; the sandbox's registration kept or written again
    * (a live change survives; a missing one gets the label's list); the shard's leg connected again.
    */
-  private async recoverShardLeg(name: string, view: ContainerView, network: SandboxNetwork): Promise<string> {
+  private async recoverShardLeg(name: string, view: ContainerView, network: SandboxNetwork): Promise<KeptRegistration> {
     const shard = shardOfLabels(view.labels, this.deps.config.network);
     const target = registrable(network);
     if (shard === undefined || target === undefined) {
@@ -232,9 +221,10 @@ export class SandboxRecovery {
     await ensureShard(this.deps, shard.index, await ensureSharedNetwork(this.deps));
     const names = namesFor(name);
     const allowHosts = decodeAllowHosts(view.labels[LABEL_ALLOW_HOSTS] ?? '');
-    const lifecycle = await keepRegistration(this.deps, { names, allowHosts }, { container: shard.name, slot: subnetSlot(target.subnet) }, target);
+    const seat = { container: shard.name, slot: subnetSlot(target.subnet) };
+    const lifecycle = await keepRegistration(this.deps, { names, allowHosts }, seat, target);
     await connectShard(this.deps, shard.name, names, network);
-    return lifecycle;
+    return { lifecycle, seat, target };
   }
 
   /**

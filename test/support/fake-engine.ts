@@ -35,8 +35,10 @@
  *               no output (a command of the controller's exec wrapper, whose exec carries the
  *               CAPYBARA_EXEC mark, first writes its start byte to stderr, as its shell does;
  *               the root check after a kill of everything finds no survivor), and one that dials `/dev/tcp/HOST/PORT` (the egress health probe)
- *               exits 0 when HOST is a running, unpaused container on a network it shares, and
- *               137 (killed by its `timeout -s KILL`) otherwise
+ *               exits 0 when HOST is a running, unpaused container on a network it shares (and,
+ *               when the probe waits for the answer to name a registration, HOST's
+ *               registrations volume holds it: that sandbox, that lifecycle id), and 137 (killed
+ *               by its `timeout -s KILL`) otherwise
  *   the *Optional calls of DockerEngine (inspect, stop, remove: a missing object is no error)
  *
  * Every call yields to the event loop before it acts, so concurrent callers interleave as they
@@ -48,7 +50,7 @@ import { EngineStatusError, type ContainerSummary, type ExecRequest, type ExecRu
 import type { LogRead, LogRequest } from '../../controller/docker/engine-logs.js';
 import type { ContainerView, NetworkView, SandboxEngine } from '../../controller/docker/sandbox-engine.js';
 import { EXEC_MARK_VAR, STARTED_BYTE, SURVIVORS_MARKER } from '../../controller/exec/exec-script.js';
-import { TENANTS_DIR } from '../../common/index.js';
+import { EGRESS_SANDBOX_HEADER, TENANTS_DIR } from '../../common/index.js';
 
 type ContainerState = 'created' | 'running' | 'paused' | 'exited';
 
@@ -581,15 +583,34 @@ export class FakeEngine implements SandboxEngine {
     if (request.cmd[3] === SURVIVORS_MARKER) return { exitCode: 0, stdout: `${SURVIVORS_MARKER} 0\n` };
     const dial = /\/dev\/tcp\/([^/\s]+)\/\d+/.exec(request.cmd.join('\n'));
     if (dial === null) return request.env?.some((e) => e.startsWith(`${EXEC_MARK_VAR}=`)) === true ? { exitCode: 0, stderr: String.fromCharCode(STARTED_BYTE) } : { exitCode: 0 };
-    return { exitCode: this.reachable(container, dial[1] ?? '') ? 0 : 137 };
+    const proxy = this.reached(container, dial[1] ?? '');
+    // A probe that waits for the health answer to name a registration passes only when the proxy
+    // holds that registration (that sandbox, that lifecycle id) in its registrations volume.
+    const named = new RegExp(`${EGRESS_SANDBOX_HEADER}: ([a-z0-9_.-]+); lifecycle=([A-Za-z0-9-]+)`, 'i').exec(request.cmd.join('\n'));
+    if (proxy === undefined || (named !== null && !this.holds(proxy, named[1] ?? '', named[2] ?? ''))) return { exitCode: 137 };
+    return { exitCode: 0 };
+  }
+
+  /** Whether container `proxy`'s registrations volume holds sandbox `sandbox`'s registration under `lifecycle`. */
+  private holds(proxy: FakeContainer, sandbox: string, lifecycle: string): boolean {
+    const mount = (proxy.body.HostConfig?.Mounts ?? []).find((m) => m.Type === 'volume' && (m as { Target?: string }).Target === TENANTS_DIR);
+    const files = mount?.Source === undefined ? undefined : this.volumeFiles.get(mount.Source);
+    return [...(files?.values() ?? [])].some((f) => {
+      const value = JSON.parse(f.toString('utf8')) as { sandbox?: string; lifecycle?: string };
+      return value.sandbox === sandbox && value.lifecycle === lifecycle;
+    });
   }
 
   /** A running, unpaused container `to` (its name, or its alias there) on a network that `from` is attached to as well. */
   reachable(from: string, to: string): boolean {
+    return this.reached(from, to) !== undefined;
+  }
+
+  private reached(from: string, to: string): FakeContainer | undefined {
     const a = this.containers.get(from);
-    if (a === undefined) return false;
+    if (a === undefined) return undefined;
     const ids = new Set(a.attached.map((x) => x.id).filter((id) => id !== undefined && this.networkById(id) !== undefined));
-    return [...this.containers.values()].some(
+    return [...this.containers.values()].find(
       (b) => b.state === 'running' && b.attached.some((x) => x.id !== undefined && ids.has(x.id) && (b.name === to || x.alias === to)),
     );
   }

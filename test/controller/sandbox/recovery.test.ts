@@ -7,7 +7,7 @@
  */
 import t from 'tap';
 import { isSandboxError } from '../../../controller/index.js';
-import { EGRESS_ENV, IMAGES } from '../../../common/index.js';
+import { EGRESS_ENV, IMAGES, registrationArchive } from '../../../common/index.js';
 import { fakeSandbox, FAKE_LABELS } from '../../support/fake-sandbox.js';
 
 const ID = 'r1';
@@ -325,13 +325,39 @@ t.test('a registration the proxy of its own lost is written again before a comma
     const s = await created();
     const before = s.engine.registration(NAME);
     s.engine.volumeFiles.clear();
+    const probes: string[] = [];
+    const model = s.engine.onExec;
+    s.engine.onExec = (container, request) => {
+      if (container === NAME && request.cmd.join(' ').includes('/dev/tcp/')) probes.push(request.cmd.join(' '));
+      return model(container, request);
+    };
     if (how === 'exec') t.equal((await s.withConfig({}).exec({ id: NAME }, 'true')).exitCode, 0, 'the command runs');
     else t.equal(await s.provider.resume({ id: NAME }), 'running');
     const after = s.engine.registration(NAME);
     t.same(after?.policy.allowHosts, ['example.com', '*.pypi.org'], `${how}: the label's list`);
     t.not(after?.lifecycle, before?.lifecycle, `${how}: a new lifecycle id`);
+    t.ok(probes.some((p) => p.includes(`X-Egress-Sandbox: ${NAME}; lifecycle=${String(after?.lifecycle)}`)), `${how}: the probe waited for the proxy to name that registration`);
     if (how === 'exec') t.ok(s.logs.some((l) => l.msg === 'egress registration missing, recovering it'));
   }
+});
+
+t.test('two controllers that write the lost registration again at once: each probe follows the write that stayed', async (t) => {
+  const s = await created();
+  s.engine.volumeFiles.clear();
+  const model = s.engine.onExec;
+  let raced = false;
+  s.engine.onExec = async (container, request) => {
+    if (!raced && container === NAME && request.cmd.join(' ').includes('X-Egress-Sandbox')) {
+      raced = true;
+      // The other controller's write lands after this one's, before its probe.
+      const mine = s.engine.registration(NAME);
+      if (mine !== undefined) await s.engine.putRegistration(EGRESS, registrationArchive('sandbox', { version: 1, sandbox: NAME, lifecycle: 'the-other-controller-0001', subnet: mine.subnet, address: mine.address, policy: { allowHosts: mine.policy.allowHosts } }));
+    }
+    return model(container, request);
+  };
+  t.equal(await s.provider.resume({ id: NAME }), 'running', 'the probe for its own id failed, then passed for the one in force');
+  t.equal(s.engine.registration(NAME)?.lifecycle, 'the-other-controller-0001');
+  t.ok(raced);
 });
 
 t.test('a registration that cannot be read before a command (a proxy restarting) does not fail the command', async (t) => {

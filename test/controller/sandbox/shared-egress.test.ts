@@ -156,7 +156,8 @@ t.test('a registration found whole is read again after the period, or on a shard
   const network = String([...s.engine.networks.values()].find((n) => n.name === 'cap-a-net')?.id);
   const shard = { name: SHARD, id: String((await s.engine.inspectContainer(SHARD))?.id), host: 'shard' as const };
   let now = 0;
-  const checks = new RegistrationChecks(() => now);
+  const unreadable: string[] = [];
+  const checks = new RegistrationChecks((name) => unreadable.push(name), () => now);
   const reads = () => s.engine.count('startExec', SHARD);
   const before = reads();
   t.equal(await checks.held(s.engine, 'cap-a', shard, network), true);
@@ -170,8 +171,36 @@ t.test('a registration found whole is read again after the period, or on a shard
   t.equal(reads() - before, 3, 'a shard made again: read at once');
   t.equal(await checks.held(s.engine, 'cap-b', shard, network), false, 'another sandbox\'s name on that network: not held');
   t.equal(await checks.held(s.engine, 'cap-a', shard, 'a-network-that-is-gone'), false, 'a network that is gone: not held');
+  t.equal(await checks.held(s.engine, 'cap-a', shard, network), true);
+  const atNetwork = reads();
+  await s.provider.create(spec('b'));
+  const other = String([...s.engine.networks.values()].find((n) => n.name === 'cap-b-net')?.id);
+  t.equal(await checks.held(s.engine, 'cap-a', shard, other), false, 'another network (b\'s): read at once, and not a\'s');
+  t.equal(reads() - atNetwork, 1);
   const vacant = registrationArchive(subnetOf(s, 'cap-a').replace('/', '_'), { version: 1, vacant: true });
   await s.engine.putRegistration(SHARD, vacant);
   t.equal(await checks.held(s.engine, 'cap-a', shard, network), false, 'vacant: not held, and not remembered');
   t.equal(await checks.held(s.engine, 'cap-a', shard, network), false);
+});
+
+t.test('commands asking at once share one read; a read that fails counts as held for the period, told once', async (t) => {
+  const s = fakeSandbox({ egressIsolation: 'shared' });
+  await s.provider.create(spec('a'));
+  const network = String([...s.engine.networks.values()].find((n) => n.name === 'cap-a-net')?.id);
+  const shard = { name: SHARD, id: String((await s.engine.inspectContainer(SHARD))?.id), host: 'shard' as const };
+  let now = 0;
+  const unreadable: string[] = [];
+  const checks = new RegistrationChecks((name) => unreadable.push(name), () => now);
+  const reads = () => s.engine.count('startExec', SHARD);
+  const before = reads();
+  t.same(await Promise.all([1, 2, 3].map(() => checks.held(s.engine, 'cap-a', shard, network))), [true, true, true]);
+  t.equal(reads() - before, 1, 'one read for three commands at once');
+
+  now = REGISTRATION_CHECKED_MS;
+  const model = s.engine.onExec;
+  s.engine.onExec = (container, request) => (container === SHARD ? { exitCode: 137 } : model(container, request));
+  t.same(await Promise.all([1, 2].map(() => checks.held(s.engine, 'cap-a', shard, network))), [true, true], 'a proxy that cannot be read: the commands go on');
+  t.equal(await checks.held(s.engine, 'cap-a', shard, network), true);
+  t.equal(reads() - before, 2, 'and it is not read again within the period');
+  t.same(unreadable, ['cap-a'], 'told once');
 });
