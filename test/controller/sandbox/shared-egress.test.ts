@@ -150,21 +150,31 @@ t.test('the check before a command finds a lost registration and writes it again
   }
 });
 
-t.test('a registration found whole is read again after the period, or on a shard made again', async (t) => {
+/** Sandbox a on a shard, and registration checks of their own on a clock the test moves. */
+async function checksOnA() {
   const s = fakeSandbox({ egressIsolation: 'shared' });
   await s.provider.create(spec('a'));
-  const network = String([...s.engine.networks.values()].find((n) => n.name === 'cap-a-net')?.id);
-  const shard = { name: SHARD, id: String((await s.engine.inspectContainer(SHARD))?.id), host: 'shard' as const };
-  let now = 0;
+  const clock = { now: 0 };
   const unreadable: string[] = [];
-  const checks = new RegistrationChecks((name) => unreadable.push(name), () => now);
-  const reads = () => s.engine.count('startExec', SHARD);
+  return {
+    s,
+    clock,
+    unreadable,
+    network: String([...s.engine.networks.values()].find((n) => n.name === 'cap-a-net')?.id),
+    shard: { name: SHARD, id: String((await s.engine.inspectContainer(SHARD))?.id), host: 'shard' as const },
+    checks: new RegistrationChecks((name) => unreadable.push(name), () => clock.now),
+    reads: () => s.engine.count('startExec', SHARD),
+  };
+}
+
+t.test('a registration found whole is read again after the period, or on a shard made again', async (t) => {
+  const { s, clock, network, shard, checks, reads } = await checksOnA();
   const before = reads();
   t.equal(await checks.held(s.engine, 'cap-a', shard, network), true);
-  now = REGISTRATION_CHECKED_MS - 1;
+  clock.now = REGISTRATION_CHECKED_MS - 1;
   t.equal(await checks.held(s.engine, 'cap-a', shard, network), true);
   t.equal(reads() - before, 1, 'within the period: no read');
-  now = REGISTRATION_CHECKED_MS;
+  clock.now = REGISTRATION_CHECKED_MS;
   t.equal(await checks.held(s.engine, 'cap-a', shard, network), true);
   t.equal(reads() - before, 2, 'after it: read again');
   t.equal(await checks.held(s.engine, 'cap-a', { ...shard, id: 'another' }, network), true);
@@ -184,19 +194,12 @@ t.test('a registration found whole is read again after the period, or on a shard
 });
 
 t.test('commands asking at once share one read; a read that fails counts as held for the period, told once', async (t) => {
-  const s = fakeSandbox({ egressIsolation: 'shared' });
-  await s.provider.create(spec('a'));
-  const network = String([...s.engine.networks.values()].find((n) => n.name === 'cap-a-net')?.id);
-  const shard = { name: SHARD, id: String((await s.engine.inspectContainer(SHARD))?.id), host: 'shard' as const };
-  let now = 0;
-  const unreadable: string[] = [];
-  const checks = new RegistrationChecks((name) => unreadable.push(name), () => now);
-  const reads = () => s.engine.count('startExec', SHARD);
+  const { s, clock, network, shard, checks, reads, unreadable } = await checksOnA();
   const before = reads();
   t.same(await Promise.all([1, 2, 3].map(() => checks.held(s.engine, 'cap-a', shard, network))), [true, true, true]);
   t.equal(reads() - before, 1, 'one read for three commands at once');
 
-  now = REGISTRATION_CHECKED_MS;
+  clock.now = REGISTRATION_CHECKED_MS;
   const model = s.engine.onExec;
   s.engine.onExec = (container, request) => (container === SHARD ? { exitCode: 137 } : model(container, request));
   t.same(await Promise.all([1, 2].map(() => checks.held(s.engine, 'cap-a', shard, network))), [true, true], 'a proxy that cannot be read: the commands go on');
