@@ -7,7 +7,7 @@
  * nothing after it; anything else is no health check.
  */
 import { EGRESS_HEALTH_PATH, EGRESS_SANDBOX_HEADER, sandboxHealthValue } from '../../common/index.js';
-import type { ClientIdentity } from './identity.js';
+import type { SandboxOf } from '../record/index.js';
 
 /** The method of a first read that is exactly one health-check head, else undefined. */
 export function healthCheckHead(chunk: Buffer): 'GET' | 'HEAD' | undefined {
@@ -23,13 +23,13 @@ export function healthCheckHead(chunk: Buffer): 'GET' | 'HEAD' | undefined {
  * The field a health answer carries for a client of a registered sandbox network (on a shared
  * proxy): its sandbox and the registration it was accepted under. None for anyone else.
  */
-export function sandboxHealthField(who: Pick<ClientIdentity, 'sandbox' | 'lifecycle'> | undefined): Record<string, string> {
+export function sandboxHealthField(who: SandboxOf | undefined): Record<string, string> {
   if (who?.sandbox === undefined || who.lifecycle === undefined) return {};
   return { [EGRESS_SANDBOX_HEADER]: sandboxHealthValue(who.sandbox, who.lifecycle) };
 }
 
 /** The health check's answer, on a connection the proxy closes after it; `who`: sandboxHealthField's. */
-export function healthAnswer(method: 'GET' | 'HEAD', who?: Pick<ClientIdentity, 'sandbox' | 'lifecycle'>): string {
+export function healthAnswer(method: 'GET' | 'HEAD', who?: SandboxOf): string {
   const fields = Object.entries(sandboxHealthField(who)).map(([name, value]) => `${name}: ${value}\r\n`).join('');
   return `HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n${fields}Connection: close\r\n\r\n${method === 'GET' ? 'ok\n' : ''}`;
 }

@@ -4,6 +4,7 @@ export * from './decisions.js';
 export * from './line-gate.js';
 export * from './log.js';
 export * from './metrics.js';
+export type { SandboxOf } from './sandbox-metrics.js';
 export * from './refusal.js';
 export * from './policy-warnings.js';
 export { checkReport } from './check-report.js';
