@@ -97,8 +97,8 @@ export async function readRegistration(engine: SandboxEngine, seat: EgressSeat, 
  * Whether `held` is sandbox `name`'s registration for its network as it is now (`target`): a
  * registration of another sandbox, or of an earlier network of the same name, is not.
  */
-export function holdsRegistration(held: TenantRegistration | undefined, name: string, target: { readonly subnet: string; readonly address: string }): boolean {
-  return held !== undefined && held.sandbox === name && held.subnet.text === target.subnet && held.address === target.address;
+export function holdsRegistration(held: TenantRegistration, name: string, target: { readonly subnet: string; readonly address: string }): boolean {
+  return held.sandbox === name && held.subnet.text === target.subnet && held.address === target.address;
 }
 
 /**

@@ -69,5 +69,5 @@ async function readHeld(engine: SandboxEngine, name: string, proxy: Registration
   // A `docker pause` of the proxy between the caller's inspect and this exec is the one way this
   // execs into a paused container; the sandbox's own command has the same window.
   const held = await readRegistration(engine, { container: proxy.name, slot: proxy.host === 'own' ? EGRESS_SLOT : subnetSlot(target.subnet) }, EGRESS_USER);
-  return holdsRegistration(held, name, target);
+  return held !== undefined && holdsRegistration(held, name, target);
 }
