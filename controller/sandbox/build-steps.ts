@@ -183,9 +183,10 @@ export async function connectEgress(deps: BuildDeps, egress: string, network: Sa
  * network the probe comes from: a shard answers an unregistered client's health check too, and
  * an earlier registration of the same name and subnet has another lifecycle id. One exec, all in
  * bash: no process is forked per attempt (the pause is a `read` timeout on a pipe nobody writes),
- * so waiting costs next to no CPU while the proxy itself starts.
+ * so waiting costs next to no CPU while the proxy itself starts. `meanwhile` is another call on
+ * the sandbox's container, made while the probe runs; both have ended when this returns or throws.
  */
-export async function waitForEgress(deps: BuildDeps, names: SandboxNames, lifecycle: string | undefined): Promise<void> {
+export async function waitForEgress(deps: BuildDeps, names: SandboxNames, lifecycle: string | undefined, meanwhile?: () => Promise<void>): Promise<void> {
   const seconds = Math.ceil(EGRESS_READY_TIMEOUT_MS / 1000);
   const authority = `${names.egress}:${EGRESS_PROXY_PORT}`;
   // A checked sandbox name (letters, digits, "_" and "-") and a lifecycle id (a UUID, or one read
@@ -211,7 +212,12 @@ export async function waitForEgress(deps: BuildDeps, names: SandboxNames, lifecy
     user: SANDBOX_USER,
     onOutput: () => undefined,
   });
-  const code = await run.finished;
+  // Started once the probe's process is: dockerd holds a container's lock through an archive put,
+  // so an exec create sent after one waits for it, while the exec's own run does not.
+  const alongside = meanwhile === undefined ? undefined : Promise.allSettled([meanwhile()]);
+  const code = await run.finished.finally(() => alongside);
+  const [done] = (await alongside) ?? [];
+  if (done?.status === 'rejected') throw done.reason;
   if (code !== 0 && lifecycle !== undefined) {
     throw new SandboxError(
       'egress_unavailable',

@@ -92,15 +92,17 @@ export class SandboxLifecycle {
         const body = sandboxContainerBody({ ...plan, containerLabels: await shardLabels(plan.containerLabels) }, network, own?.egressAddress);
         remember(names.container, await createContainerPullingOnce(this.deps, names.container, plan.image, body));
         steps.proceed();
-        await engine.giveWorkspaceToSandboxUser(names.container);
-        steps.proceed();
         await requireWorkspaceFree(this.deps, names.container, plan.persistentWorkspace?.key);
         steps.proceed();
         await engine.startContainer(names.container);
       });
       await steps.settled();
+      // The workspace goes to the sandbox user before the create returns, so before any command
+      // runs as that user; the controller's own idle process (root) is all that runs before.
+      const handOver = (): Promise<void> => engine.giveWorkspaceToSandboxUser(names.container);
       // Both containers are up and the proxy holds its leg on the internal network.
-      if (meaning.egressProxy) await waitForEgress(this.deps, names, await registered);
+      if (meaning.egressProxy) await waitForEgress(this.deps, names, await registered, handOver);
+      else await handOver();
       // Built: from now on gc keeps it (a failure here is the create's, and destroys it).
       await engine.removeVolume(names.buildingVolume);
     } catch (err) {

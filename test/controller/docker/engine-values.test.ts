@@ -1,6 +1,6 @@
 /**
  * What the controller does about the values dockerd acts on (SECURITY.md, section 2), on the
- * in-memory engine: the workspace volume handed to the sandbox user before the first start (its
+ * in-memory engine: the workspace volume handed to the sandbox user before a create returns (its
  * mounts carry NoCopy, so nothing else gives it to uid 1000), a persistent workspace held by one
  * running sandbox at a time unless the deployment shares them, networks reused only with the
  * options that keep sandboxes apart, and an image the socket proxy refuses named with the setting
@@ -16,15 +16,29 @@ const SHARED = 'capybara-sandbox';
 const spec = (id: string, more: Partial<SandboxSpec> = {}): SandboxSpec => ({ id, image: IMAGES.sandbox, limits: { egress: 'allowlist', allowHosts: ['example.com'] }, ...more });
 const persistent = (id: string) => spec(id, { workspace: { key: 'proj', durability: 'persistent' } });
 
-t.test('the workspace volume is handed to the sandbox user after the create and before the start', async (t) => {
-  for (const [what, s0] of [['ephemeral', spec('w1')], ['persistent', persistent('w1')]] as const) {
+t.test('the workspace volume is handed to the sandbox user before the create returns, while the proxy probe runs', async (t) => {
+  const none = (id: string): SandboxSpec => ({ ...spec(id), limits: { egress: 'none' } });
+  for (const [what, s0, order] of [
+    ['ephemeral', spec('w1'), ['createContainer', 'startContainer', 'startExec', 'giveWorkspaceToSandboxUser']],
+    ['persistent', persistent('w1'), ['createContainer', 'startContainer', 'startExec', 'giveWorkspaceToSandboxUser']],
+    ['no proxy', none('w1'), ['createContainer', 'startContainer', 'giveWorkspaceToSandboxUser']],
+  ] as const) {
     const s = fakeSandbox();
     await s.provider.create(s0);
-    const volume = what === 'ephemeral' ? 'cap-w1-workspace' : 'cap-ws.proj';
+    const volume = what === 'persistent' ? 'cap-ws.proj' : 'cap-w1-workspace';
     t.ok(s.engine.sandboxUserVolumes.has(volume), `${what}: ${volume} is the sandbox user's`);
-    const order = s.engine.calls.filter((c) => c.target === 'cap-w1').map((c) => c.method).filter((m) => ['createContainer', 'giveWorkspaceToSandboxUser', 'startContainer'].includes(m));
-    t.same(order, ['createContainer', 'giveWorkspaceToSandboxUser', 'startContainer'], `${what}: in that order`);
+    const calls = s.engine.calls.filter((c) => c.target === 'cap-w1').map((c) => c.method).filter((m) => ['createContainer', 'giveWorkspaceToSandboxUser', 'startContainer', 'startExec'].includes(m));
+    t.same(calls, order, `${what}: in that order`);
   }
+});
+
+t.test('a hand-over that fails fails the create and leaves nothing behind', async (t) => {
+  const s = fakeSandbox();
+  s.engine.failOnce('giveWorkspaceToSandboxUser', 'cap-w3', 500, 'no space left on device');
+  const err = await s.provider.create(spec('w3')).catch((e: unknown) => e);
+  t.match(String(err), /no space left on device/, 'the engine error is the create error');
+  t.same([...s.engine.containers.keys()].filter((n) => n.startsWith('cap-w3')), [], 'no container left');
+  t.same([...s.engine.volumes.keys()].filter((n) => n.startsWith('cap-w3')), [], 'no volume left');
 });
 
 t.test('a container rebuilt on a recreated network gets its workspace handed over again', async (t) => {
