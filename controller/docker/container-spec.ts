@@ -18,8 +18,8 @@ export const SKILLS_WRITABLE_ROOT = `${ROOT_ONLY_DIR}/skills`;
  * The sandbox's main process, as root: it closes the root-only directory again, then idles. runc
  * gives a tmpfs the mode of the directory it is mounted on when that directory exists already,
  * and from the second start on it does (runc made it in the first; dockerd makes it even before
- * the first, when it mounts the volumes to put the workspace archive in): so `mode=0700` alone
- * held only until the first restart.
+ * the first when the workspace archive is put in before it, as on a rebuild, since it mounts the
+ * volumes to put it in): so `mode=0700` alone held only until the first restart.
  */
 const IDLE_COMMAND = ['sh', '-c', `chmod 0700 ${ROOT_ONLY_DIR} && exec sleep infinity`];
 /** The same, first writing the deployment CA's files (ca-trust.ts), for a sandbox with inspected hosts. */

@@ -184,7 +184,8 @@ export async function connectEgress(deps: BuildDeps, egress: string, network: Sa
  * an earlier registration of the same name and subnet has another lifecycle id. One exec, all in
  * bash: no process is forked per attempt (the pause is a `read` timeout on a pipe nobody writes),
  * so waiting costs next to no CPU while the proxy itself starts. `meanwhile` is another call on
- * the sandbox's container, made while the probe runs; both have ended when this returns or throws.
+ * the sandbox's container, made while the probe runs; both have ended when this returns or throws,
+ * and a failure of `meanwhile` is the one thrown.
  */
 export async function waitForEgress(deps: BuildDeps, names: SandboxNames, lifecycle: string | undefined, meanwhile?: () => Promise<void>): Promise<void> {
   const seconds = Math.ceil(EGRESS_READY_TIMEOUT_MS / 1000);
@@ -214,10 +215,13 @@ export async function waitForEgress(deps: BuildDeps, names: SandboxNames, lifecy
   });
   // Started once the probe's process is: dockerd holds a container's lock through an archive put,
   // so an exec create sent after one waits for it, while the exec's own run does not.
-  const alongside = meanwhile === undefined ? undefined : Promise.allSettled([meanwhile()]);
-  const code = await run.finished.finally(() => alongside);
+  const alongside = meanwhile === undefined ? undefined : Promise.allSettled([Promise.resolve().then(meanwhile)]);
+  const ended = await run.finished.then((exitCode) => ({ exitCode }), (err: unknown) => ({ err }));
+  // Its failure first: the probe's may only be a consequence of it.
   const [done] = (await alongside) ?? [];
   if (done?.status === 'rejected') throw done.reason;
+  if ('err' in ended) throw ended.err;
+  const code = ended.exitCode;
   if (code !== 0 && lifecycle !== undefined) {
     throw new SandboxError(
       'egress_unavailable',

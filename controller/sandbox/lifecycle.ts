@@ -94,15 +94,18 @@ export class SandboxLifecycle {
         steps.proceed();
         await requireWorkspaceFree(this.deps, names.container, plan.persistentWorkspace?.key);
         steps.proceed();
+        // A volume plugin is asked to mount and unmount again for an archive put into a running
+        // container, and some unmount it under the container (moby#34665): with one, before the start.
+        if (plan.volumeDriver !== undefined) await engine.giveWorkspaceToSandboxUser(names.container);
         await engine.startContainer(names.container);
       });
       await steps.settled();
-      // The workspace goes to the sandbox user before the create returns, so before any command
-      // runs as that user; the controller's own idle process (root) is all that runs before.
-      const handOver = (): Promise<void> => engine.giveWorkspaceToSandboxUser(names.container);
+      // Otherwise the workspace goes to the sandbox user once the container runs (with a proxy,
+      // while its probe runs), and always before the create returns.
+      const handOver = plan.volumeDriver === undefined ? () => engine.giveWorkspaceToSandboxUser(names.container) : undefined;
       // Both containers are up and the proxy holds its leg on the internal network.
       if (meaning.egressProxy) await waitForEgress(this.deps, names, await registered, handOver);
-      else await handOver();
+      else await handOver?.();
       // Built: from now on gc keeps it (a failure here is the create's, and destroys it).
       await engine.removeVolume(names.buildingVolume);
     } catch (err) {

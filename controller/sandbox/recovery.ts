@@ -154,8 +154,8 @@ export class SandboxRecovery {
     await this.deps.engine.removeContainer(name);
     const dns = tier.egressProxy ? network?.egressAddress : undefined;
     await this.deps.engine.createContainer(name, sandboxBodyFromInspect(view, this.deps.config, target, dns));
-    await this.deps.engine.giveWorkspaceToSandboxUser(name);
     await requireWorkspaceFree(this.deps, name, view.labels[LABEL_WORKSPACE_KEY]);
+    await this.deps.engine.giveWorkspaceToSandboxUser(name);
     await this.deps.engine.startContainer(name);
   }
 

@@ -6,6 +6,7 @@
  * options that keep sandboxes apart, and an image the socket proxy refuses named with the setting
  * that admits it. The real-engine counterparts are in test/haproxy/engine-values.test.ts.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import t from 'tap';
 import { isSandboxError, type SandboxSpec } from '../../../controller/index.js';
 import { EngineStatusError } from '../../../controller/docker/engine.js';
@@ -32,13 +33,41 @@ t.test('the workspace volume is handed to the sandbox user before the create ret
   }
 });
 
-t.test('a hand-over that fails fails the create and leaves nothing behind', async (t) => {
+t.test('the hand-over is made while the probe runs, not after it', async (t) => {
   const s = fakeSandbox();
-  s.engine.failOnce('giveWorkspaceToSandboxUser', 'cap-w3', 500, 'no space left on device');
-  const err = await s.provider.create(spec('w3')).catch((e: unknown) => e);
-  t.match(String(err), /no space left on device/, 'the engine error is the create error');
-  t.same([...s.engine.containers.keys()].filter((n) => n.startsWith('cap-w3')), [], 'no container left');
-  t.same([...s.engine.volumes.keys()].filter((n) => n.startsWith('cap-w3')), [], 'no volume left');
+  const handed = (): boolean => s.engine.count('giveWorkspaceToSandboxUser', 'cap-w4') > 0;
+  let handedBeforeProbeEnded = false;
+  s.engine.onExec = async (container, request) => {
+    const outcome = s.engine.defaultExec(container, request);
+    if (!request.cmd.join('\n').includes('/dev/tcp/')) return outcome;
+    // The probe ends once the hand-over has begun, or after half a second.
+    for (let i = 0; i < 50 && !handed(); i++) await sleep(10);
+    handedBeforeProbeEnded = handed();
+    return outcome;
+  };
+  await s.provider.create(spec('w4'));
+  t.ok(handedBeforeProbeEnded, 'the archive put began before the probe ended');
+});
+
+t.test('with a volume driver, the hand-over comes before the start', async (t) => {
+  const s = fakeSandbox({ volumeDriver: 'quota' });
+  s.engine.volumeDrivers.add('quota');
+  await s.provider.create(spec('w5'));
+  t.ok(s.engine.sandboxUserVolumes.has('cap-w5-workspace'), 'the workspace is the sandbox user\'s');
+  const calls = s.engine.calls.filter((c) => c.target === 'cap-w5').map((c) => c.method).filter((m) => ['createContainer', 'giveWorkspaceToSandboxUser', 'startContainer'].includes(m));
+  t.same(calls, ['createContainer', 'giveWorkspaceToSandboxUser', 'startContainer'], 'a running container\'s plugin volume is never mounted again');
+});
+
+t.test('a hand-over that fails fails the create and leaves nothing behind', async (t) => {
+  for (const probe of ['passes', 'fails'] as const) {
+    const s = fakeSandbox();
+    s.engine.failOnce('giveWorkspaceToSandboxUser', 'cap-w3', 500, 'no space left on device');
+    if (probe === 'fails') s.engine.onExec = (container, request) => (request.cmd.join('\n').includes('/dev/tcp/') ? { exitCode: 137 } : s.engine.defaultExec(container, request));
+    const err = await s.provider.create(spec('w3')).catch((e: unknown) => e);
+    t.match(String(err), /no space left on device/, `probe ${probe}: the hand-over's error is the create error`);
+    t.same([...s.engine.containers.keys()].filter((n) => n.startsWith('cap-w3')), [], `probe ${probe}: no container left`);
+    t.same([...s.engine.volumes.keys()].filter((n) => n.startsWith('cap-w3')), [], `probe ${probe}: no volume left`);
+  }
 });
 
 t.test('a container rebuilt on a recreated network gets its workspace handed over again', async (t) => {
