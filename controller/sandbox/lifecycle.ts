@@ -71,13 +71,14 @@ export class SandboxLifecycle {
         shard === undefined ? { ...labels } : { ...labels, [LABEL_EGRESS_SHARD]: String(await shard) };
       const internal = meaning.sandboxNetwork === 'internal' ? steps.run(async () => createSandboxNetwork(this.deps, names, await shardLabels(plan.labels))) : undefined;
       const volumes = steps.run(() => this.createVolumes(plan));
-      // On a shard: the lifecycle id of the sandbox's registration, which the probe waits for.
+      // The lifecycle id of the sandbox's registration (on a shard, or in a proxy of its own that
+      // reads one), which the probe waits for.
       const registered =
         host !== 'none' && shared !== undefined && internal !== undefined
           ? steps.run(async (): Promise<string | undefined> => {
               const sharedId = await shared;
               steps.proceed();
-              if (host === 'own') await createEgress(this.deps, plan, sharedId, internal, steps.proceed, remember);
+              if (host === 'own') return createEgress(this.deps, plan, sharedId, internal, steps.proceed, remember);
               if (claim === undefined) return undefined;
               const { index, release } = await claim;
               // Counted by the shard's legs from now on.

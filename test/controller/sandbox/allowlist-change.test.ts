@@ -33,6 +33,24 @@ t.test('allow and deny rewrite the registration, the lifecycle id kept', async (
   t.same([after?.subnet, after?.address], [before?.subnet, before?.address]);
 });
 
+t.test('a proxy of its own gets its registration once it runs, before its leg on the sandbox network, and the create waits for it', async (t) => {
+  const s = fakeSandbox();
+  const probes: string[] = [];
+  s.engine.onExec = (container, request) => {
+    if (request.cmd.join('\n').includes('/dev/tcp/')) probes.push(request.cmd.join('\n'));
+    return s.engine.defaultExec(container, request);
+  };
+  await s.provider.create(spec());
+  const egress = `${NAME}-egress`;
+  const network = s.engine.networkNamed(`${NAME}-net`)?.id;
+  const calls = s.engine.calls.filter((c) => c.target === egress).map((c) => c.method);
+  t.same(calls.filter((m) => ['createContainer', 'startContainer', 'putRegistration', 'connectNetwork'].includes(m)), ['createContainer', 'startContainer', 'putRegistration', 'connectNetwork'], 'written while the proxy loads, before the sandbox can reach it');
+  t.ok(network !== undefined && s.engine.containers.get(egress)?.attached.some((a) => a.id === network), 'the leg is on the sandbox network');
+  const lifecycle = s.engine.registration(NAME)?.lifecycle ?? 'none';
+  t.equal(probes.length, 1, 'one probe');
+  t.match(probes[0] ?? '', `lifecycle=${lifecycle}`, 'the probe waits until the proxy names this registration');
+});
+
 t.test('a bad change changes nothing and names the entry', async (t) => {
   const s = fakeSandbox();
   const h = await s.provider.create(spec());
