@@ -186,12 +186,12 @@ export async function connectEgress(deps: BuildDeps, egress: string, network: Sa
 /**
  * Waits until the egress proxy answers its health endpoint, asked from inside the sandbox by
  * the name the sandbox's proxy variables use: that proves the proxy process serves HTTP and
- * that the sandbox reaches it through its internal network. On a shard (`lifecycle`: the id of
- * the registration this sandbox must be served under) the answer must also name this sandbox and
- * that registration (EGRESS_SANDBOX_HEADER), which it does only once the shard serves it to the
- * network the probe comes from: a shard answers an unregistered client's health check too, and
- * an earlier registration of the same name and subnet has another lifecycle id. One exec, all in
- * bash: no process is forked per attempt (the pause is a `read` timeout on a pipe nobody writes),
+ * that the sandbox reaches it through its internal network. With a registration (`lifecycle`: the
+ * id of the one this sandbox must be served under, on a shard or in a proxy of its own) the answer
+ * must also name this sandbox and that registration (EGRESS_SANDBOX_HEADER), which it does only
+ * once the proxy serves it to the network the probe comes from: it answers an unregistered
+ * client's health check too, and an earlier registration of the same name and subnet has another
+ * lifecycle id. One exec, all in bash: no process is forked per attempt (the pause is a `read` timeout on a pipe nobody writes),
  * so waiting costs next to no CPU while the proxy itself starts. `meanwhile` is another call on
  * the sandbox's container, made while the probe runs; both have ended when this returns or throws,
  * and a failure of `meanwhile` is the one thrown.

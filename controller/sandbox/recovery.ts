@@ -169,8 +169,8 @@ export class SandboxRecovery {
 
   /**
    * The sandbox's own proxy running on its network, its registration (when it reads one) kept or
-   * written again; the lifecycle id of that registration, undefined for a proxy rebuilt (which
-   * keeps it as it starts) or one whose policy is its environment.
+   * written again; that registration, undefined for a proxy whose policy is its environment or one
+   * a concurrent recovery rebuilt.
    */
   private async recoverEgress(name: string, view: ContainerView, network: SandboxNetwork, networkRebuilt: boolean): Promise<KeptRegistration | undefined> {
     const { engine } = this.deps;
@@ -178,10 +178,7 @@ export class SandboxRecovery {
     // On a rebuilt network the old proxy's endpoint points at a network id that no longer exists.
     if (networkRebuilt) await engine.removeContainer(names.egress);
     const egress = networkRebuilt ? undefined : await engine.inspectContainer(names.egress);
-    if (egress === undefined) {
-      await this.rebuildEgress(name, view, network);
-      return undefined;
-    }
+    if (egress === undefined) return this.rebuildEgress(name, view, network);
     if (egress.paused) {
       await engine.unpauseContainer(names.egress);
     } else if (!egress.running) {
@@ -191,8 +188,7 @@ export class SandboxRecovery {
         // Its shared network is gone: a proxy of the current config replaces it.
         if (!dockerSays(err, 404, /network/)) throw err;
         await engine.removeContainer(names.egress);
-        await this.rebuildEgress(name, view, network);
-        return undefined;
+        return this.rebuildEgress(name, view, network);
       }
     }
     const running = await engine.inspectContainer(names.egress);
@@ -229,9 +225,10 @@ export class SandboxRecovery {
 
   /**
    * A missing proxy, rebuilt: its allowlist and labels from the container's labels, its image and
-   * shared network from the current deployment config.
+   * shared network from the current deployment config. The registration it kept, when it reads
+   * one and this call made it (not a concurrent recovery).
    */
-  private async rebuildEgress(name: string, view: ContainerView, network: SandboxNetwork): Promise<void> {
+  private async rebuildEgress(name: string, view: ContainerView, network: SandboxNetwork): Promise<KeptRegistration | undefined> {
     const names = namesFor(name);
     this.deps.logger.warn({ sandbox: name }, 'egress proxy missing, rebuilding it from the recorded allowlist');
     const shared = await ensureSharedNetwork(this.deps);
@@ -249,10 +246,13 @@ export class SandboxRecovery {
       egressNanoCpus: egressNanoCpus(this.deps.config),
     };
     try {
-      await createEgress(this.deps, plan, shared, Promise.resolve(network), undefined, undefined, true);
+      const lifecycle = await createEgress(this.deps, plan, shared, Promise.resolve(network), undefined, undefined, true);
+      const target = registrable(network);
+      return lifecycle === undefined || target === undefined ? undefined : { lifecycle, seat: ownSeat(names), target };
     } catch (err) {
       // A concurrent recovery created it first.
       ignoreConflict(err);
+      return undefined;
     }
   }
 }

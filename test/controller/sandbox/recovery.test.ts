@@ -58,7 +58,13 @@ t.test('a missing egress proxy is rebuilt from the labels and the current config
   await s.engine.removeNetwork(SHARED);
   s.engine.images.add('capybara-sandbox-egress:next');
   const next = s.withConfig({ egressProxyImage: 'capybara-sandbox-egress:next', network: 'capybara-next' });
+  const probes: string[] = [];
+  s.engine.onExec = (container, request) => {
+    if (request.cmd.join('\n').includes('/dev/tcp/')) probes.push(request.cmd.join('\n'));
+    return s.engine.defaultExec(container, request);
+  };
   t.equal(await next.resume({ id: NAME }), 'running');
+  t.match(probes, [`lifecycle=${s.engine.registration(NAME)?.lifecycle ?? 'none'}`], 'the resume waited until the rebuilt proxy named its registration');
   const proxy = s.engine.containers.get(EGRESS);
   t.ok(proxy, 'rebuilt');
   t.equal(proxy?.body.Image, 'capybara-sandbox-egress:next', 'the image of the current config');
