@@ -197,8 +197,8 @@ export function egressContainerBody(
   if (policyVolume !== undefined && plan.credentials !== undefined) throw new SandboxError('invalid_spec', 'An egress proxy with secrets or inspected hosts takes its policy from its environment, not a registration.');
   const env: Record<string, string> = {
     // A registration in the policy volume (the controller writes it once the proxy runs, before
-    // its leg on the sandbox's network, and again on every live change); with inspected hosts or secrets, EGRESS_POLICY_JSON
-    // (credentials.egressEnv); else the allowlist itself. Never two.
+    // its leg on the sandbox's network, and again on every live change); with inspected hosts or
+    // secrets, EGRESS_POLICY_JSON (credentials.egressEnv); else the allowlist itself. Never two.
     ...(policyVolume !== undefined
       ? { [EGRESS_ENV.tenantsDir]: TENANTS_DIR }
       : plan.credentials === undefined

@@ -191,8 +191,9 @@ export async function connectEgress(deps: BuildDeps, egress: string, network: Sa
  * must also name this sandbox and that registration (EGRESS_SANDBOX_HEADER), which it does only
  * once the proxy serves it to the network the probe comes from: it answers an unregistered
  * client's health check too, and an earlier registration of the same name and subnet has another
- * lifecycle id. One exec, all in bash: no process is forked per attempt (the pause is a `read` timeout on a pipe nobody writes),
- * so waiting costs next to no CPU while the proxy itself starts. `meanwhile` is another call on
+ * lifecycle id. One exec, all in bash: no process is forked per attempt (the pause is a `read`
+ * timeout on a pipe nobody writes), so waiting costs next to no CPU while the proxy itself
+ * starts. `meanwhile` is another call on
  * the sandbox's container, made while the probe runs; both have ended when this returns or throws,
  * and a failure of `meanwhile` is the one thrown.
  */

@@ -2,10 +2,10 @@
  * An allowlist sandbox's egress proxy reads its policy from a registration (policy/tenants.ts) in
  * a volume of its own, which the controller writes through the Docker API (the socket proxy admits
  * exactly common/tenant-archive.ts's archives): once as the proxy starts, before its leg on the
- * sandbox's network exists, and again for each live change (`changeAllowHosts`). The proxy takes a change within a second, closes the
- * connections the new list refuses, and a restart keeps the list. A proxy with secrets or
- * inspected hosts, or on a network made before the address pool (no subnet to register), keeps
- * the policy of its environment, fixed at create.
+ * sandbox's network exists, and again for each live change (`changeAllowHosts`). The proxy takes
+ * a change within a second, closes the connections the new list refuses, and a restart keeps the
+ * list. A proxy with secrets or inspected hosts, or on a network made before the address pool (no
+ * subnet to register), keeps the policy of its environment, fixed at create.
  */
 import { registrationArchive, TENANTS_DIR, type SlotFileValue } from '../../common/index.js';
 import { parseSlotFile, type TenantRegistration } from '../../policy/index.js';
