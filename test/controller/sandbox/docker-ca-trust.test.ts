@@ -5,9 +5,6 @@
  * idle process wrote (the system bundle plus the CA, root's, unwritable by the sandbox user, back
  * after a restart) and the trust variables; neither its create body nor anything it can read
  * holds the CA key. (The secrets' round trip through real clients is docker-credentials.test.ts.)
- * Needs the egress proxy's inspection engine (issue 30) in the egress image: a proxy without it
- * refuses a policy that inspects ("this build of the proxy cannot terminate TLS") and the create
- * fails egress_unavailable, as it should.
  */
 import t from 'tap';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';

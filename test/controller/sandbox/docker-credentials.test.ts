@@ -8,8 +8,7 @@
  *
  * The server's certificate is signed by a CA of this test; the egress proxy verifies upstreams
  * against its system bundle, so the test runs a derived egress image whose bundle holds that CA
- * too (nothing else of the image changes). Needs the egress proxy's inspection engine (issue 30)
- * in the egress image: before it, the proxy refuses the policy and the create fails.
+ * too (nothing else of the image changes).
  */
 import t from 'tap';
 import https from 'node:https';
