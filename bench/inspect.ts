@@ -19,11 +19,15 @@
  *   throughput through bench/inspect-floor.ts, which ends TLS and either relays the bytes or
  *   serves them with Node's HTTP server and an undici pool, with no checks; each round beside a
  *   tunnel through the proxy. Where the proxy's time goes: TLS, Node's HTTP machinery, its own.
+ *
+ * Both paths run once, unmeasured, before the rounds (the floors too), so that no round measures
+ * code still being compiled. With two CPUs or more, the proxy and the floors run on CPU 1 and this
+ * process on CPU 0 (`pin`).
  */
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
-import { tmpdir } from 'node:os';
+import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import tls from 'node:tls';
 import { fileURLToPath } from 'node:url';
@@ -49,10 +53,30 @@ interface Plan {
 const FULL: Plan = { rounds: 3, seconds: 4, connections: 8, firsts: 200, leaves: 300, idle: 400 };
 const QUICK: Plan = { rounds: 2, seconds: 1, connections: 4, firsts: 40, leaves: 60, idle: 100 };
 
+/** The middle value; of an even count (the quick run's two rounds), the mean of the middle two. */
 const median = (values: readonly number[]): number => {
   const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.floor(sorted.length / 2)] ?? NaN;
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? sorted[mid]! : ((sorted[mid - 1] ?? NaN) + (sorted[mid] ?? NaN)) / 2;
 };
+
+/**
+ * With two CPUs or more, the measured server (the proxy, a floor) gets CPU 1 to itself and this
+ * process (the clients and the upstream) CPU 0: left to the scheduler, the two often share one
+ * CPU for part of a round, and a round's throughput then moves by half. Every thread, `taskset -a`.
+ * False where it cannot (one CPU, no taskset): the run goes on unpinned and says so.
+ */
+const PINNED = availableParallelism() >= 2;
+
+function pin(pid: number, cpus: string): boolean {
+  if (!PINNED) return false;
+  try {
+    execFileSync('taskset', ['-a', '-p', '-c', cpus, String(pid)], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+}
 
 /** An HTTPS upstream answering every request at once, with a certificate for both names. */
 async function startUpstream(dir: string): Promise<{ server: tls.Server; port: number; cert: string }> {
@@ -81,6 +105,7 @@ async function startFloor(dir: string, upstreamPort: number, mode: 'relay' | 'ht
   const script = fileURLToPath(new URL('./inspect-floor.js', import.meta.url));
   const port = await freePort();
   const child = await startChild(`floor-${mode}`, process.execPath, [script, String(port), String(upstreamPort), join(dir, 'up-key.pem'), join(dir, 'up.pem'), mode], { lifetimeSec: 600 });
+  pin(child.pid, '1');
   const deadline = Date.now() + 15_000;
   while (!(await accepts(port))) {
     if (!child.running()) throw new Error(`the ${mode} floor exited at start-up: ${child.stderr().slice(-600)}`);
@@ -104,6 +129,7 @@ async function startProxy(dir: string, upstreamPort: number): Promise<{ child: C
     EGRESS_UPSTREAM_CA: join(dir, 'up.pem'),
   });
   const child = await startChild('capybara', process.execPath, [cli, '--policy', policy, '--listen', `127.0.0.1:${port}`, '--log-level', 'warn'], { env, lifetimeSec: 600 });
+  pin(child.pid, '1');
   // Listening means started: the CA was made (or read) before the listeners open.
   const deadline = Date.now() + 15_000;
   while (!(await accepts(port))) {
@@ -264,6 +290,7 @@ export async function runInspectBench(quick: boolean, progress: (text: string) =
   const plan = quick ? QUICK : FULL;
   const dir = mkdtempSync(join(tmpdir(), 'bench-inspect-'));
   const upstream = await startUpstream(dir);
+  const pinned = pin(process.pid, '0');
   try {
     const proxy = await startProxy(dir, upstream.port);
     const inspected: Target = { proxyPort: proxy.port, upstreamPort: upstream.port, ca: proxy.ca };
@@ -273,6 +300,9 @@ export async function runInspectBench(quick: boolean, progress: (text: string) =
     const pid = proxy.child.pid;
     const first = { inspect: [] as number[], tunnel: [] as number[] };
     await firstRequest(inspected, INSPECTED, { ...plan, firsts: 10 }); // the leaf, cached from here on
+    // Both paths compiled before their rounds, as the floors' are: a first round on code still
+    // being compiled costs the proxy up to four times the CPU per request of the next.
+    for (const [target, host] of [[tunneled, TUNNELED], [inspected, INSPECTED]] as const) await throughput(target, host, { ...plan, seconds: 1 }, pid);
     for (let round = 1; round <= plan.rounds; round++) {
       progress(`inspect: round ${round}/${plan.rounds}`);
       for (const [path, target, host] of [['tunnel', tunneled, TUNNELED], ['inspect', inspected, INSPECTED]] as const) {
@@ -289,13 +319,12 @@ export async function runInspectBench(quick: boolean, progress: (text: string) =
     const memInspect = await memoryPerConnection(inspected, INSPECTED, proxy.child.pid, plan.idle);
     const floors = await floorLines(dir, tunneled, { ...inspected, ca: upstream.cert }, plan, pid, progress);
     const r = { inspect: median(rps.inspect), tunnel: median(rps.tunnel) };
-    // Each round's, in order: the first runs on a proxy whose code is still being compiled.
     const rounds = (values: readonly number[]): string => values.map((v) => v.toFixed(0)).join(' / ');
     const f = { inspect: median(first.inspect), tunnel: median(first.tunnel) };
     const verdict = (ok: boolean): string => (ok ? 'PASS' : 'MISS');
     const kib = (bytes: number): string => `${(bytes / 1024).toFixed(1)} KiB`;
     return [
-      `inspected hosts vs SNI-checked tunnels (median of ${plan.rounds} rounds; one proxy, one upstream, interleaved)`,
+      `inspected hosts vs SNI-checked tunnels (median of ${plan.rounds} rounds; one proxy, one upstream, interleaved; ${pinned ? 'the proxy and the floors on CPU 1, clients and upstream on CPU 0' : 'not pinned to CPUs'})`,
       `  keep-alive HTTPS req/s (${plan.connections} connections)  inspected ${r.inspect.toFixed(0)}  tunnel ${r.tunnel.toFixed(0)}  ratio ${(r.inspect / r.tunnel).toFixed(2)} (>= 0.5) ${verdict(r.inspect / r.tunnel >= 0.5)}`,
       `  proxy CPU per keep-alive request (us)    inspected ${rounds(cpu.inspect)}  tunnel ${rounds(cpu.tunnel)}  (each round; user + system, all threads)`,
       `  first request, leaf cached (ms)          inspected ${f.inspect.toFixed(2)}  tunnel ${f.tunnel.toFixed(2)}  ratio ${(f.inspect / f.tunnel).toFixed(2)} (<= 2) ${verdict(f.inspect / f.tunnel <= 2)}`,
@@ -304,6 +333,7 @@ export async function runInspectBench(quick: boolean, progress: (text: string) =
       ...floors,
     ];
   } finally {
+    if (pinned) pin(process.pid, `0-${availableParallelism() - 1}`);
     upstream.server.close();
     await stopAll();
     rmSync(dir, { recursive: true, force: true });
