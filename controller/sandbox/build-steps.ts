@@ -63,8 +63,8 @@ export async function createContainerPullingOnce(deps: BuildDeps, name: string, 
  * lets the proxy process load while the rest of the sandbox is built: its start-up is the longest
  * step of a create. Nothing can reach the proxy meanwhile but what the shared network allows (no
  * inter-container traffic), and the sandbox is only ever on its internal network. `proceed` is asked before each call (step-group.ts); `made`
- * is told the proxy container's id. Resolves to the lifecycle id of the registration the proxy
- * reads its policy from, when it reads one.
+ * is told the proxy container's id. Resolves to the registration the proxy reads its policy
+ * from (kept when `rebuilding`, else new), when it reads one.
  */
 export async function createEgress(
   deps: BuildDeps,
@@ -74,7 +74,7 @@ export async function createEgress(
   proceed: () => void = () => undefined,
   made: (name: string, id: string) => void = () => undefined,
   rebuilding = false,
-): Promise<string | undefined> {
+): Promise<KeptRegistration | undefined> {
   // Its transparent listeners bind the fixed address, so the body waits for the network.
   const network = await internalNetwork;
   proceed();
@@ -91,16 +91,17 @@ export async function createEgress(
   // Written while the proxy process loads, and in force before its leg on the sandbox's network
   // exists, so before the sandbox can send it anything (until then it holds no registration and
   // refuses every client); the probe waits until the proxy names it.
-  const lifecycle = target === undefined ? undefined : rebuilding ? await keepRegistration(deps, plan, ownSeat(plan.names), target) : await writeNew(deps, plan, target);
+  const seat = ownSeat(plan.names);
+  const lifecycle = target === undefined ? undefined : rebuilding ? await keepRegistration(deps, plan, seat, target) : await writeNew(deps, plan, seat, target);
   proceed();
   await connectEgress(deps, plan.names.egress, network);
-  return lifecycle;
+  return lifecycle === undefined || target === undefined ? undefined : { lifecycle, seat, target };
 }
 
-/** A new registration of the sandbox's own proxy, written; its lifecycle id. */
-async function writeNew(deps: BuildDeps, plan: EgressPlan, target: RegistrationTarget): Promise<string> {
+/** A new registration of the sandbox's own proxy, written into `seat`; its lifecycle id. */
+async function writeNew(deps: BuildDeps, plan: EgressPlan, seat: EgressSeat, target: RegistrationTarget): Promise<string> {
   const registration = egressRegistration(plan.names, target, plan.allowHosts, deps.egressMode);
-  await writeRegistration(deps.engine, ownSeat(plan.names), registration, plan.names.name);
+  await writeRegistration(deps.engine, seat, registration, plan.names.name);
   return registration.lifecycle;
 }
 

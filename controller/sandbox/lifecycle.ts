@@ -78,7 +78,7 @@ export class SandboxLifecycle {
           ? steps.run(async (): Promise<string | undefined> => {
               const sharedId = await shared;
               steps.proceed();
-              if (host === 'own') return createEgress(this.deps, plan, sharedId, internal, steps.proceed, remember);
+              if (host === 'own') return (await createEgress(this.deps, plan, sharedId, internal, steps.proceed, remember))?.lifecycle;
               if (claim === undefined) return undefined;
               const { index, release } = await claim;
               // Counted by the shard's legs from now on.

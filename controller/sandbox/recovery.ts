@@ -246,9 +246,7 @@ export class SandboxRecovery {
       egressNanoCpus: egressNanoCpus(this.deps.config),
     };
     try {
-      const lifecycle = await createEgress(this.deps, plan, shared, Promise.resolve(network), undefined, undefined, true);
-      const target = registrable(network);
-      return lifecycle === undefined || target === undefined ? undefined : { lifecycle, seat: ownSeat(names), target };
+      return await createEgress(this.deps, plan, shared, Promise.resolve(network), undefined, undefined, true);
     } catch (err) {
       // A concurrent recovery created it first.
       ignoreConflict(err);
