@@ -83,6 +83,11 @@ export class ClientConnection {
   firstHeadTimer: NodeJS.Timeout | undefined;
   /** A CONNECT or an Upgrade took it out of Node's HTTP handling. */
   takenOver = false;
+  /**
+   * Node's HTTP parser failed on it. The parser stays failed: every later read of the connection
+   * (more of the same bytes) is reported again, and is that one failure, refused once.
+   */
+  parserFailed = false;
   private refusedAlready = false;
   private counting = true;
   private child: Logger | undefined;

@@ -133,6 +133,10 @@ class HttpEvents {
       socket.destroy();
       return;
     }
+    // Refused (or held for its turn) already: the refusal's response closes the connection once
+    // written, and cutting it now could reset it before the client has read that response.
+    if (connection.parserFailed) return;
+    connection.parserFailed = true;
     const refusal = clientError(err);
     // The failing bytes follow the last request parsed: if it still waits for its turn, the
     // refusal meets it when it starts.

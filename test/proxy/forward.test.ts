@@ -323,20 +323,27 @@ t.test('a refused request with garbage behind it: one refusal, one line', async 
   dns.set('slow.test', { answers: ['10.0.0.1'], delayMs: 300 });
   const p = await startTestProxy({ policy: { allowHosts: ['private.test', 'slow.test'] }, dnsServer: dns.address });
   t.teardown(() => p.close());
-  const cases = [
+  const cases: { name: string; request: string; garbageAfterMs: number | undefined; reason: string; garbage?: string }[] = [
     { name: 'by policy', request: 'GET http://denied.test/ HTTP/1.1\r\nHost: denied.test\r\n\r\n', garbageAfterMs: undefined, reason: 'host_not_allowed' },
     { name: 'after its lookup', request: 'GET http://private.test/ HTTP/1.1\r\nHost: private.test\r\n\r\n', garbageAfterMs: 200, reason: 'address_not_allowed' },
     { name: 'by the garbage, during its lookup', request: 'GET http://slow.test/ HTTP/1.1\r\nHost: slow.test\r\n\r\n', garbageAfterMs: 100, reason: 'bad_request' },
   ];
+  // More than one read of the socket: Node's parser reports each read after its failure again.
+  const much = `\x00${'z'.repeat(256 * 1024)}`;
+  cases.push(
+    { name: 'by policy, 256 KiB of garbage behind it', request: `GET http://denied.test/ HTTP/1.1\r\nHost: denied.test\r\n\r\n${much}`, garbageAfterMs: undefined, reason: 'host_not_allowed' },
+    { name: 'by 256 KiB of garbage, during its lookup', request: 'GET http://slow.test/ HTTP/1.1\r\nHost: slow.test\r\n\r\n', garbageAfterMs: 100, reason: 'bad_request', garbage: much },
+  );
   for (const c of cases) {
     const before = p.logs.filter((l) => l.event === 'decision').length;
     const socket = net.connect(p.port, '127.0.0.1');
     socket.on('error', () => undefined);
+    const garbage = c.garbage ?? 'GARBAGE\x01\r\n\r\n';
     // In one write when no delay is given: the refusal and the parse error in the same tick.
-    if (c.garbageAfterMs === undefined) socket.write(`${c.request}GARBAGE\x01\r\n\r\n`);
+    if (c.garbageAfterMs === undefined) socket.write(`${c.request}${garbage}`);
     else {
       socket.write(c.request);
-      setTimeout(() => socket.write('GARBAGE\x01\r\n\r\n'), c.garbageAfterMs);
+      setTimeout(() => socket.write(garbage), c.garbageAfterMs);
     }
     const out = await readUntil(socket, undefined);
     t.equal(out.match(/HTTP\/1\.1 \d{3}/g)?.length, 1, `${c.name}: one response`);
