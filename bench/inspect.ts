@@ -116,7 +116,7 @@ async function startFloor(dir: string, upstreamPort: number, mode: 'relay' | 'ht
 }
 
 async function startProxy(dir: string, upstreamPort: number): Promise<{ child: Child; port: number; ca: string }> {
-  const cli = fileURLToPath(new URL('../proxy/cli.js', import.meta.url));
+  const cli = fileURLToPath(new URL('../proxy/capybara-egress.mjs', import.meta.url));
   const policy = join(dir, 'policy.yaml');
   writeFileSync(policy, `allowHosts:\n  - { host: ${INSPECTED}, inspect: true }\n  - ${TUNNELED}\nconnectPorts: [${upstreamPort}]\n`);
   const caDir = join(dir, 'ca');

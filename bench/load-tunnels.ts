@@ -3,7 +3,7 @@
  * clients dribbling their request head a byte every 500 ms, while a probe measures CONNECT set-up
  * latency of fresh clients. Reports RSS per idle tunnel, the probe's p99 with and without load and
  * the proxy's file descriptors before, under load and after, each against its target.
- * Loopback only; the proxy (dist/proxy/cli.js) and the upstream run as child processes with a
+ * Loopback only; the proxy (dist/proxy/capybara-egress.mjs) and the upstream run as child processes with a
  * raised descriptor limit and are killed on every way out. Run: `npm run build && node
  * dist/bench/load-tunnels.js` (as root, or where `ulimit -n 65536` is allowed).
  */
@@ -182,7 +182,7 @@ async function main(): Promise<void> {
   const proxy = spawnNode(
     // Opaque tunnels: an idle tunnel here is an open one with no traffic; a tls tunnel that never
     // sent its ClientHello would be closed at the hello deadline instead.
-    ['dist/proxy/cli.js', '--allow-hosts', 'load.test', '--tunnel-default', 'opaque', '--connect-ports', String(upPort), '--listen', `127.0.0.1:${proxyPort}`,
+    ['dist/proxy/capybara-egress.mjs', '--allow-hosts', 'load.test', '--tunnel-default', 'opaque', '--connect-ports', String(upPort), '--listen', `127.0.0.1:${proxyPort}`,
       '--log-level', 'warn', '--max-connections', limit, '--max-connections-per-client', limit],
     { ...process.env, CAPYBARA_EGRESS_TEST_HOSTS: JSON.stringify({ 'load.test': '127.0.0.1' }) },
   );

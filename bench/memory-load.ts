@@ -138,7 +138,7 @@ async function main(): Promise<void> {
   const port = await freePort();
   const metricsPort = await freePort();
   // The shell enters the cgroup and then becomes node: the proxy reads its limit at start.
-  const args = ['dist/proxy/cli.js', '--allow-hosts', 'load.test', '--connect-ports', `${upPort},${webPort}`, '--listen', `127.0.0.1:${port}`, '--metrics-listen', `127.0.0.1:${metricsPort}`, '--log-level', 'warn'];
+  const args = ['dist/proxy/capybara-egress.mjs', '--allow-hosts', 'load.test', '--connect-ports', `${upPort},${webPort}`, '--listen', `127.0.0.1:${port}`, '--metrics-listen', `127.0.0.1:${metricsPort}`, '--log-level', 'warn'];
   const proxy = spawn(...inCgroup(cgroup, [process.execPath, ...args], NOFILE), {
     env: { ...process.env, CAPYBARA_EGRESS_TEST_HOSTS: JSON.stringify({ 'load.test': '127.0.0.1' }) },
     stdio: ['ignore', 'pipe', 'inherit'],

@@ -129,7 +129,7 @@ export const TLS_HOST = 'tls.bench.test';
 
 export async function startCapybara(ctx: StartContext): Promise<RunningProxy> {
   const port = await freePort();
-  const cli = fileURLToPath(new URL('../proxy/cli.js', import.meta.url));
+  const cli = fileURLToPath(new URL('../proxy/capybara-egress.mjs', import.meta.url));
   const { echo, source, http, tls } = ctx.upstream;
   // Only our variables: an EGRESS_* left in the caller's environment must not change the run.
   const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('EGRESS_') && k !== 'ALLOW_CONNECT_PORTS'));

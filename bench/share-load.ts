@@ -170,7 +170,7 @@ async function main(): Promise<void> {
   writeFileSync(policyFile, `version: 1\nallowHosts:\n  - host: stream.test\n    tunnel: opaque\n  - host: silent.test\n    tunnel: opaque\nconnectPorts: [${streamPort}, ${silentPort}]\n`);
   process.once('exit', () => unlinkSync(policyFile));
   const args = [
-    'dist/proxy/cli.js',
+    'dist/proxy/capybara-egress.mjs',
     '--policy', policyFile,
     '--listen', `127.0.0.1:${port}`,
     '--transparent-listen', TRANSPARENT,

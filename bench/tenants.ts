@@ -145,7 +145,7 @@ async function main(): Promise<void> {
   });
   const upstream = await new Promise<number>((resolve) => echo.listen(0, '127.0.0.1', () => resolve((echo.address() as net.AddressInfo).port)));
   const port = await freePort();
-  const cli = fileURLToPath(new URL('../proxy/cli.js', import.meta.url));
+  const cli = fileURLToPath(new URL('../proxy/capybara-egress.mjs', import.meta.url));
   const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('EGRESS_')));
   env.CAPYBARA_EGRESS_TEST_HOSTS = JSON.stringify({ 'echo.bench.test': '127.0.0.1', 'refused.bench.test': '127.0.0.1', 'other.bench.test': '127.0.0.1' });
   try {

@@ -186,9 +186,10 @@ fi
 # the given source folders are compiled here (with the project's compiler options; work in
 # progress elsewhere in the tree cannot break the build), and the package manifests and production
 # node_modules are staged beside them. Rebuilt only when the base or an input changed.
-#   build_node_image NAME TAG DOCKERFILE "SOURCE DIRS" "OTHER INPUT FILES" [STAGE_EXTRA_FN]
+# STAGED_FN runs once the production node_modules are in the context.
+#   build_node_image NAME TAG DOCKERFILE "SOURCE DIRS" "OTHER INPUT FILES" [STAGE_EXTRA_FN] [STAGED_FN]
 build_node_image() {
-  local name=$1 tag=$2 dockerfile=$3 sources=$4 inputs=$5 extra=${6:-}
+  local name=$1 tag=$2 dockerfile=$3 sources=$4 inputs=$5 extra=${6:-} staged=${7:-}
   local files ctxhash base_id started stage include=""
   # shellcheck disable=SC2086 # word lists on purpose
   mapfile -t files < <({ find $sources -type f; ls -1 package.json package-lock.json tsconfig.json "$dockerfile" $inputs 2>/dev/null; } | sort)
@@ -220,6 +221,7 @@ JSON
   [[ -z $extra ]] || "$extra" "$stage"
   log "installing production dependencies into the staging context (npm ci --omit=dev)"
   (cd "$stage" && npm ci --omit=dev --ignore-scripts --no-audit --no-fund --loglevel=error)
+  [[ -z $staged ]] || "$staged" "$stage"
   log "$name context staged in $((SECONDS - started))s"
   build_image "$tag" "$stage/Dockerfile" "$stage" "${BASE[$name]}" "$ctxhash"
 }
@@ -228,6 +230,14 @@ stage_egress_extra() {
   mkdir -p "$1/policy"
   cp policy/default-policy.yaml "$1/policy/"
   [[ ! -f image/egress/.dockerignore ]] || cp image/egress/.dockerignore "$1/.dockerignore"
+}
+
+# The egress command as one module (scripts/build.mjs, EGRESS_BUNDLE), the image's entrypoint:
+# bundled from the staged compile with the staged production packages.
+bundle_egress() {
+  log "bundling the egress command (esbuild)"
+  node --input-type=module -e "import { bundleEgress } from '$ROOT/scripts/build.mjs'; process.exitCode = await bundleEgress(process.argv[1]);" "$1" \
+    || die "bundling the egress command failed (esbuild's errors above)"
 }
 
 # The plugin's manifest and deploy/host-stub.mjs, the stand-in host of deploy/compose.yaml.
@@ -240,7 +250,7 @@ stage_cli_extra() {
 if selected egress; then
   [[ -f proxy/cli.ts ]] || die "proxy/cli.ts is missing: the egress image needs the egress proxy sources"
   build_node_image egress "${IMAGE[egress]}" image/egress/Dockerfile "common proxy policy" \
-    "image/egress/.dockerignore" stage_egress_extra
+    "image/egress/.dockerignore scripts/build.mjs" stage_egress_extra bundle_egress
 fi
 
 if selected cli; then

@@ -3,11 +3,15 @@ import type { ChildProcess } from 'node:child_process';
 
 /** The repository's root. */
 export const ROOT: string;
+/** The egress command bundled into one module, relative to the root. */
+export const EGRESS_BUNDLE: string;
 /** The fingerprint of the sources and build settings under `root` as they are now. */
 export function fingerprint(root?: string): string;
 /** The fingerprint of the last build under `root`, or undefined. */
 export function builtFingerprint(root?: string): string | undefined;
-/** Whether dist/ was built from the sources as they are now. */
+/** Whether dist/ was built from the sources as they are now, bundle included. */
 export function isBuilt(root?: string): boolean;
-/** Compiles; resolves with tsc's exit status. */
+/** Bundles dist/proxy/cli.js under `root` into its EGRESS_BUNDLE; resolves with 0, or 1 when esbuild failed. */
+export function bundleEgress(root?: string): Promise<number>;
+/** Compiles and bundles; resolves with tsc's exit status, or 1 when the bundle failed. */
 export function build(root?: string, onChild?: (child: ChildProcess) => void): Promise<number>;

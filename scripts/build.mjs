@@ -1,7 +1,18 @@
 /**
- * `npm run build`: compiles the TypeScript sources into dist/ (tsc, incremental), makes the two
- * CLIs executable, and records a fingerprint of what it compiled (dist/.sources), so that
- * `npm start` (start.mjs) compiles only when a source has changed since.
+ * `npm run build`: compiles the TypeScript sources into dist/ (tsc, incremental), bundles the
+ * egress command into one file (EGRESS_BUNDLE), makes the two CLIs executable, and records a
+ * fingerprint of what it compiled (dist/.sources), so that `npm start` (start.mjs) compiles only
+ * when a source has changed since.
+ *
+ * The bundle is what runs wherever the egress proxy runs (its image, `npm start`, the tests, the
+ * benchmarks): the compiled modules of proxy/, policy/ and common/ and the packages they import
+ * (zod, ipaddr.js) in one ES module, by esbuild. The packages the proxy requires on first use
+ * (common/require-cjs.ts: undici, pino, prom-client, yaml, tldts, dns-packet, @peculiar/x509) are
+ * not in it: they are still required from node_modules at run time, and a proxy that never needs
+ * one never loads it. One module instead of some two hundred (zod alone is a hundred): measured,
+ * the proxy answers its health check about 100 ms sooner in its container (about 550 against
+ * 650 ms; 390 against 510 on the host), on the create path of every sandbox with a proxy of its
+ * own, and holds 2 to 3 MiB less anonymous memory idle (31 against 33.5 MiB on the host).
  *
  * The fingerprint is a SHA-256 of every file tsconfig.json compiles, and of the files that decide
  * how (tsconfig.json, package.json, package-lock.json): path, length and bytes, taken before tsc
@@ -9,13 +20,15 @@
  */
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { chmodSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 /** Where the fingerprint of the last build is kept (dist/ is not tracked). */
 const STAMP = 'dist/.sources';
+/** The egress command as one module (package.json's `capybara-egress`), bundled from dist/proxy/cli.js. */
+export const EGRESS_BUNDLE = 'dist/proxy/capybara-egress.mjs';
 /** What decides the output besides the sources. */
 const SETTINGS = ['tsconfig.json', 'package.json', 'package-lock.json'];
 
@@ -63,33 +76,62 @@ export function builtFingerprint(root = ROOT) {
   }
 }
 
-/** Whether dist/ was built from the sources as they are now. */
+/** Whether dist/ was built from the sources as they are now, bundle included. */
 export function isBuilt(root = ROOT) {
-  return builtFingerprint(root) === fingerprint(root);
+  return builtFingerprint(root) === fingerprint(root) && existsSync(join(root, EGRESS_BUNDLE));
 }
 
 /**
- * Compiles; resolves with tsc's exit status. `onChild` gets the compiler's process, for a caller
- * that stops it on a signal.
+ * Bundles the egress command compiled under `root` (its dist/proxy/cli.js) into `root`'s
+ * EGRESS_BUNDLE, with the packages it imports from the node_modules `root` sees (the image build
+ * bundles its staged context, after its production install); resolves with 0, or 1 once esbuild
+ * has said why.
  */
-export function build(root = ROOT, onChild = () => undefined) {
+export async function bundleEgress(root = ROOT) {
+  const esbuild = await import('esbuild');
+  try {
+    await esbuild.build({
+      absWorkingDir: root,
+      entryPoints: ['dist/proxy/cli.js'],
+      outfile: EGRESS_BUNDLE,
+      bundle: true,
+      platform: 'node',
+      format: 'esm',
+      target: 'node20',
+      // A CommonJS package bundled into an ES module still calls require (for a built-in).
+      banner: { js: "import { createRequire as bundleRequire } from 'node:module'; const require = bundleRequire(import.meta.url);" },
+      logLevel: 'warning',
+    });
+    return 0;
+  } catch {
+    // esbuild has printed its errors.
+    return 1;
+  }
+}
+
+/**
+ * Compiles and bundles; resolves with tsc's exit status (or 1 when the bundle fails). `onChild`
+ * gets the compiler's process, for a caller that stops it on a signal.
+ */
+export async function build(root = ROOT, onChild = () => undefined) {
   const sources = fingerprint(root);
   const tsc = join(root, 'node_modules/typescript/bin/tsc');
   const child = spawn(process.execPath, [tsc, '-p', join(root, 'tsconfig.json')], { cwd: root, stdio: 'inherit' });
   onChild(child);
-  return new Promise((resolve, reject) => {
+  const compiled = await new Promise((resolve, reject) => {
     child.on('error', reject);
-    child.on('exit', (code, signal) => {
-      if (code !== 0) return resolve(code ?? (signal ? 128 : 1));
-      const { bin } = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
-      for (const file of Object.values(bin)) chmodSync(join(root, file), 0o755);
-      // Written whole or not at all: a stamp cut short would only mean one more compile, but a
-      // rename keeps even that from happening.
-      writeFileSync(join(root, `${STAMP}.tmp`), `${sources}\n`);
-      renameSync(join(root, `${STAMP}.tmp`), join(root, STAMP));
-      resolve(0);
-    });
+    child.on('exit', (code, signal) => resolve(code === 0 ? 0 : (code ?? (signal ? 128 : 1))));
   });
+  if (compiled !== 0) return compiled;
+  const bundled = await bundleEgress(root);
+  if (bundled !== 0) return bundled;
+  const { bin } = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
+  for (const file of Object.values(bin)) chmodSync(join(root, file), 0o755);
+  // Written whole or not at all: a stamp cut short would only mean one more compile, but a
+  // rename keeps even that from happening.
+  writeFileSync(join(root, `${STAMP}.tmp`), `${sources}\n`);
+  renameSync(join(root, `${STAMP}.tmp`), join(root, STAMP));
+  return 0;
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {

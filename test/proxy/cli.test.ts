@@ -1,7 +1,7 @@
 /**
  * The `capybara-egress` command as an operator meets it: fail-closed start-up with messages that
  * name the problem, and live policy reload by SIGHUP and by file change that never fails open.
- * Runs dist/proxy/cli.js: run through `npm test`, which compiles first.
+ * Runs the built command, dist/proxy/capybara-egress.mjs: run through `npm test`, which compiles first.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, readlinkSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';

@@ -1,5 +1,5 @@
 /**
- * Report mode as an operator meets it, through the built `capybara-egress` (dist/proxy/cli.js,
+ * Report mode as an operator meets it, through the built `capybara-egress` (dist/proxy/capybara-egress.mjs,
  * built by `npm test`): --mode, EGRESS_MODE and the policy file's `mode`; --check and the start
  * log say report mode loudly; and `capybara-egress report` turns the log of a real run (the
  * proxy's own lines, never typed by hand) into a policy that, enforced, allows what the run

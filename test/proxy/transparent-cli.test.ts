@@ -3,7 +3,7 @@
  * environment (the egress image's way): bad settings stop it at start with a message naming the
  * flag or variable; good ones bring up DNS and the TLS listener (with a port map) before the proxy
  * port, and a real resolver and curl reach an allowlisted TLS server through them. As root, the
- * default ports (53, 80, 443) are bound. Runs dist/proxy/cli.js (`npm test` builds first).
+ * default ports (53, 80, 443) are bound. Runs the built command (`npm test` builds first).
  */
 import { execFile, spawn } from 'node:child_process';
 import { promises as dns } from 'node:dns';

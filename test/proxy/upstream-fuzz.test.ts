@@ -114,7 +114,7 @@ await Promise.all([upstream, echo].map((s) => new Promise<void>((r) => s.listen(
 const upstreamPort = (upstream.address() as net.AddressInfo).port;
 const echoPort = (echo.address() as net.AddressInfo).port;
 
-const cli = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'dist', 'proxy', 'cli.js');
+const cli = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'dist', 'proxy', 'capybara-egress.mjs');
 const port = await freePort();
 const dir = path.dirname(cli);
 const child = spawn(process.execPath, [cli, '--listen', `127.0.0.1:${port}`, '--idle-timeout-ms', '1500', '--connect-ports', `${upstreamPort},${echoPort}`], {

@@ -7,9 +7,9 @@ import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import t from 'tap';
-import { builtFingerprint, fingerprint, isBuilt, ROOT } from '../../scripts/build.mjs';
+import { builtFingerprint, EGRESS_BUNDLE, fingerprint, isBuilt, ROOT } from '../../scripts/build.mjs';
 import { freePort } from '../support/loopback.js';
 import { needUnmet } from '../support/needs.js';
 import { alive, childrenOf } from '../support/processes.js';
@@ -29,6 +29,9 @@ t.test('the fingerprint follows the sources tsconfig.json compiles and the build
   t.equal(builtFingerprint(root), undefined, 'never built');
   t.notOk(isBuilt(root));
   writeFileSync(join(root, 'dist/.sources'), `${first}\n`);
+  t.notOk(isBuilt(root), 'the fingerprint without the egress bundle is no build');
+  mkdirSync(join(root, dirname(EGRESS_BUNDLE)), { recursive: true });
+  writeFileSync(join(root, EGRESS_BUNDLE), '');
   t.ok(isBuilt(root), 'built from these sources');
 
   writeFileSync(join(root, 'README.md'), 'not compiled\n');

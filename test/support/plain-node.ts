@@ -15,8 +15,11 @@ export function plainNode(script: string, args: readonly string[]): [file: strin
   return ['env', ['-u', 'NODE_OPTIONS', process.execPath, script, ...args]];
 }
 
-/** The built egress command (`npm test` builds first): starting it through the TypeScript loader would cost seconds per start. */
-export const EGRESS_CLI = fileURLToPath(new URL('../../dist/proxy/cli.js', import.meta.url));
+/**
+ * The built egress command as it ships, the one-module bundle (scripts/build.mjs; `npm test` builds
+ * first): starting it through the TypeScript loader would cost seconds per start.
+ */
+export const EGRESS_CLI = fileURLToPath(new URL('../../dist/proxy/capybara-egress.mjs', import.meta.url));
 /** The only variable an egress command run by a test inherits: the rest is the test's to give. */
 export const EGRESS_BASE_ENV: Readonly<Record<string, string>> = { PATH: process.env.PATH ?? '' };
 
