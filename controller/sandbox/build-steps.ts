@@ -19,11 +19,6 @@ const EGRESS_READY_TIMEOUT_MS = 15_000;
 /** Between health attempts: the proxy is usually up within a second of its start. */
 const EGRESS_PROBE_PAUSE_S = 0.02;
 
-/** A create that lost a race with a concurrent one (409) is as good as done. */
-export function ignoreConflict(err: unknown): void {
-  if (engineStatus(err) !== 409) throw err;
-}
-
 /** What to do about an image the socket proxy does not admit. */
 function imageNotAllowed(image: string, reason: string, cause: unknown): SandboxError {
   return new SandboxError(
@@ -111,9 +106,13 @@ export interface RegistrationTarget {
   readonly address: string;
 }
 
-/** A registration recovery kept or wrote: its lifecycle id, where it is, and for which network. */
+/**
+ * A registration recovery kept or wrote: its lifecycle id, where it is, and for which network. No
+ * lifecycle id: the proxy was rebuilt by a concurrent recovery, which writes the registration; it
+ * is the one at the seat once the proxy answers.
+ */
 export interface KeptRegistration {
-  readonly lifecycle: string;
+  readonly lifecycle: string | undefined;
   readonly seat: EgressSeat;
   readonly target: RegistrationTarget;
 }
@@ -124,7 +123,8 @@ export interface KeptRegistration {
  * the probe fails and the seat holds the sandbox's registration under another lifecycle id (the
  * other process's), that one is waited for instead.
  */
-export async function waitForKept(deps: BuildDeps, names: SandboxNames, kept: KeptRegistration | undefined): Promise<void> {
+export async function waitForKept(deps: BuildDeps, names: SandboxNames, found: KeptRegistration | undefined): Promise<void> {
+  const kept = found !== undefined && found.lifecycle === undefined ? await adoptRegistration(deps, names, found) : found;
   try {
     await waitForEgress(deps, names, kept?.lifecycle);
   } catch (err) {
@@ -133,6 +133,23 @@ export async function waitForKept(deps: BuildDeps, names: SandboxNames, kept: Ke
     if (now === undefined || now.lifecycle === kept.lifecycle || !holdsRegistration(now, names.name, kept.target)) throw err;
     await waitForEgress(deps, names, now.lifecycle);
   }
+}
+
+/**
+ * The registration a concurrent recovery wrote into the proxy it rebuilt: that recovery writes it
+ * before it connects the proxy's leg on the sandbox's network, so once the proxy answers the probe
+ * from there, the seat holds it.
+ */
+async function adoptRegistration(deps: BuildDeps, names: SandboxNames, pending: KeptRegistration): Promise<KeptRegistration> {
+  await waitForEgress(deps, names, undefined);
+  const now = await readRegistration(deps.engine, pending.seat, EGRESS_USER);
+  if (now === undefined || !holdsRegistration(now, names.name, pending.target)) {
+    throw new SandboxError(
+      'egress_unavailable',
+      `The egress proxy of ${names.name}, rebuilt by another call at the same moment, answers without holding this sandbox's registration; \`capybara-sandbox resume ${names.name}\` writes it back.`,
+    );
+  }
+  return { ...pending, lifecycle: now.lifecycle };
 }
 
 /**

@@ -14,7 +14,7 @@ import {
   SandboxError, egressHostOfLabels, egressNanoCpus, LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_EGRESS_ISOLATION, LABEL_NAME, LABEL_WORKSPACE_KEY, meaningOfLabel, namesFor,
   type TierMeaning,
 } from '../spec/index.js';
-import { connectEgress, createEgress, ignoreConflict, keepRegistration, waitForKept, type KeptRegistration } from './build-steps.js';
+import { connectEgress, createEgress, keepRegistration, waitForKept, type KeptRegistration } from './build-steps.js';
 import { ownSeat, readsRegistrations, registrable } from './egress-policy.js';
 import { RegistrationChecks } from './registration-check.js';
 import { connectShard, ensureShard, shardOfLabels, subnetSlot } from './shards.js';
@@ -248,9 +248,12 @@ export class SandboxRecovery {
     try {
       return await createEgress(this.deps, plan, shared, Promise.resolve(network), undefined, undefined, true);
     } catch (err) {
-      // A concurrent recovery created it first.
-      ignoreConflict(err);
-      return undefined;
+      // The name in use: a concurrent recovery created it first, and writes its registration
+      // (waitForKept waits for the one at the seat). Any other error, a 409 of the registration's
+      // read included (a proxy restarting), is this rebuild's.
+      if (!dockerSays(err, 409, /already in use/)) throw err;
+      const target = registrable(network);
+      return plan.credentials !== undefined || target === undefined ? undefined : { lifecycle: undefined, seat: ownSeat(names), target };
     }
   }
 }

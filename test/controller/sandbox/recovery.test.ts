@@ -198,21 +198,46 @@ t.test('a sandbox destroyed while a command waited for its recovery is not_found
   t.ok(isSandboxError(err, 'not_found'), String(err));
 });
 
-t.test('a proxy another replica creates meanwhile is used, not an error', async (t) => {
+t.test('a proxy another replica creates meanwhile is used, and waited for under the registration it wrote', async (t) => {
   const s = await created();
   await stopBoth(s);
+  // The other replica's proxy: the body recovery gives one, mounting the registrations volume.
+  const body = s.engine.containers.get(EGRESS)?.body;
+  const mine = s.engine.registration(NAME);
   await s.engine.removeContainer(EGRESS);
   let raced = false;
   s.engine.beforeCall(async (call) => {
     if (!raced && call.method === 'createContainer' && call.target === EGRESS) {
       raced = true;
-      // The other replica's recovery wins the create (and starts and connects it).
-      const body = { Image: IMAGES.egress, Labels: {}, HostConfig: { NetworkMode: SHARED } };
-      s.engine.containers.set(EGRESS, { id: 'other', name: EGRESS, state: 'running', body, attached: [{ name: SHARED, id: s.engine.networkNamed(SHARED)?.id }, { name: NET, id: s.engine.networkNamed(NET)?.id }], volumes: [] });
+      // The other replica's recovery wins the create, starts it, writes its registration and
+      // connects it.
+      if (body === undefined || mine === undefined) throw new Error('no proxy to copy');
+      s.engine.containers.set(EGRESS, { id: 'other', name: EGRESS, state: 'running', body, attached: [{ name: SHARED, id: s.engine.networkNamed(SHARED)?.id }, { name: NET, id: s.engine.networkNamed(NET)?.id }], volumes: [`${EGRESS}-policy`] });
+      await s.engine.putRegistration(EGRESS, registrationArchive('sandbox', { version: 1, sandbox: NAME, lifecycle: 'the-other-replica-0001', subnet: mine.subnet, address: mine.address, policy: { allowHosts: mine.policy.allowHosts } }));
     }
   });
+  const probes: string[] = [];
+  const model = s.engine.onExec;
+  s.engine.onExec = async (container, request) => {
+    const cmd = request.cmd.join(' ');
+    if (container === NAME && cmd.includes('/dev/tcp/')) probes.push(/X-Egress-Sandbox: [^\\]*lifecycle=([A-Za-z0-9-]+)/.exec(cmd)?.[1] ?? 'any answer');
+    return model(container, request);
+  };
   t.equal(await s.provider.resume({ id: NAME }), 'running');
   t.equal(s.engine.containers.get(EGRESS)?.id, 'other', 'the other replica\'s proxy');
+  t.same(probes, ['any answer', 'the-other-replica-0001'], 'its leg first (the registration is written before it), then the registration it wrote');
+});
+
+t.test('a 409 while the rebuilt proxy\'s registration is read is that rebuild\'s error, and the next recovery finishes it', async (t) => {
+  const s = await created();
+  await s.engine.removeContainer(EGRESS);
+  s.engine.failOnce('startExec', EGRESS, 409, 'Container is restarting, wait until the container is running');
+  const err = await s.provider.resume({ id: NAME }).catch((e: unknown) => e);
+  t.ok(isSandboxError(err, 'conflict'), `told to retry, not to check the image: ${String(err)}`);
+  t.equal(await s.provider.resume({ id: NAME }), 'running');
+  const net = s.engine.networkNamed(NET)?.id;
+  t.ok(s.engine.containers.get(EGRESS)?.attached.some((a) => a.id === net), 'the proxy has its leg on the sandbox network');
+  t.ok(s.engine.registration(NAME) !== undefined, 'and its registration');
 });
 
 t.test('a proxy that cannot be rebuilt fails the resume with the engine error', async (t) => {
