@@ -123,8 +123,11 @@ export class DockerEngine implements SandboxEngine {
     await this.optional(this.call(`removal of container ${name}`, 'DELETE', `/containers/${name}`, { query: { force: true, v: true } }));
   }
 
-  async volumeExists(name: string): Promise<boolean> {
-    return (await this.optional(this.call(`inspect of volume ${name}`, 'GET', `/volumes/${name}`))) !== undefined;
+  async volumeDriver(name: string): Promise<string | undefined> {
+    const data = await this.optional(this.call<{ Driver?: unknown }>(`inspect of volume ${name}`, 'GET', `/volumes/${name}`));
+    if (data === undefined) return undefined;
+    // Docker names a volume's driver always; an answer without one is read as a plugin's (the careful reading).
+    return typeof data.Driver === 'string' ? data.Driver : '';
   }
 
   async createVolume(body: { Name: string }): Promise<void> {

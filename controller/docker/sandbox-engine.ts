@@ -78,7 +78,8 @@ export interface SandboxEngine {
   unpauseContainer(name: string): Promise<void>;
   /** Force-removes a container and its anonymous volumes; a missing one is fine. */
   removeContainer(name: string): Promise<void>;
-  volumeExists(name: string): Promise<boolean>;
+  /** The driver of volume `name` (`local`, or a plugin's name); undefined when there is no such volume. */
+  volumeDriver(name: string): Promise<string | undefined>;
   createVolume(body: { Name: string }): Promise<void>;
   /** Unforced: the engine refuses (409) while a container uses the volume; a missing one is fine. */
   removeVolume(name: string): Promise<void>;

@@ -88,7 +88,7 @@ export class SandboxLifecycle {
       steps.run(async () => {
         // The sandbox's own network must exist before its create names it (by id), and its
         // volumes too: a create would otherwise make them, unlabelled.
-        const [network, own] = await Promise.all([meaning.sandboxNetwork === 'shared' ? shared : internal?.then((n) => n.id), internal, volumes]);
+        const [network, own, onPlugin] = await Promise.all([meaning.sandboxNetwork === 'shared' ? shared : internal?.then((n) => n.id), internal, volumes]);
         steps.proceed();
         const body = sandboxContainerBody({ ...plan, containerLabels: await shardLabels(plan.containerLabels) }, network, own?.egressAddress);
         remember(names.container, await createContainerPullingOnce(this.deps, names.container, plan.image, body));
@@ -97,13 +97,16 @@ export class SandboxLifecycle {
         steps.proceed();
         // A volume plugin is asked to mount and unmount again for an archive put into a running
         // container, and some unmount it under the container (moby#34665): with one, before the start.
-        if (plan.volumeDriver !== undefined) await engine.giveWorkspaceToSandboxUser(names.container);
+        if (onPlugin) {
+          await engine.giveWorkspaceToSandboxUser(names.container);
+          steps.proceed();
+        }
         await engine.startContainer(names.container);
       });
       await steps.settled();
       // Otherwise the workspace goes to the sandbox user once the container runs (with a proxy,
       // while its probe runs), and always before the create returns.
-      const handOver = plan.volumeDriver === undefined ? () => engine.giveWorkspaceToSandboxUser(names.container) : undefined;
+      const handOver = (await volumes) ? undefined : () => engine.giveWorkspaceToSandboxUser(names.container);
       // Both containers are up and the proxy holds its leg on the internal network.
       if (meaning.egressProxy) await waitForEgress(this.deps, names, await registered, handOver);
       else await handOver?.();
@@ -196,18 +199,27 @@ export class SandboxLifecycle {
     }
   }
 
-  private async createVolumes(plan: SandboxPlan): Promise<void> {
+  /**
+   * Creates the sandbox's volumes; resolves to whether its workspace is on a volume plugin's
+   * driver: the deployment's `volumeDriver` for a new one, and for a persistent workspace that
+   * exists already, the driver it was made with (the config may have changed since).
+   */
+  private async createVolumes(plan: SandboxPlan): Promise<boolean> {
     const { engine } = this.deps;
     const creates: Promise<void>[] = [
       engine.createVolume(volumeBody(plan.names.skillsVolume, plan.labels, undefined, undefined)),
       // Before the sandbox container, which waits for these: see SandboxNames.buildingVolume.
       engine.createVolume(volumeBody(plan.names.buildingVolume, plan.labels, undefined, undefined)),
     ];
+    let driver = plan.volumeDriver;
     if (plan.persistentWorkspace === undefined) {
       creates.push(engine.createVolume(volumeBody(plan.workspaceVolume, plan.labels, plan.volumeDriver, plan.limits.volumeSize)));
-    } else if (!(await engine.volumeExists(plan.workspaceVolume))) {
-      creates.push(engine.createVolume(volumeBody(plan.workspaceVolume, plan.persistentWorkspace.labels, plan.volumeDriver, plan.limits.volumeSize)));
+    } else {
+      const existing = await engine.volumeDriver(plan.workspaceVolume);
+      if (existing === undefined) creates.push(engine.createVolume(volumeBody(plan.workspaceVolume, plan.persistentWorkspace.labels, plan.volumeDriver, plan.limits.volumeSize)));
+      else driver = existing;
     }
     await Promise.all(creates);
+    return driver !== undefined && driver !== 'local';
   }
 }

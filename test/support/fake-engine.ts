@@ -423,9 +423,10 @@ export class FakeEngine implements SandboxEngine {
 
   // --- volumes ------------------------------------------------------------------------------
 
-  async volumeExists(name: string): Promise<boolean> {
-    await this.enter('volumeExists', name);
-    return this.volumes.has(name);
+  async volumeDriver(name: string): Promise<string | undefined> {
+    await this.enter('volumeDriver', name);
+    const volume = this.volumes.get(name);
+    return volume === undefined ? undefined : ((volume.body as { Driver?: string }).Driver ?? 'local');
   }
 
   async createVolume(body: { Name: string }): Promise<void> {

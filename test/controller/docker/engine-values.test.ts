@@ -58,6 +58,19 @@ t.test('with a volume driver, the hand-over comes before the start', async (t) =
   t.same(calls, ['createContainer', 'giveWorkspaceToSandboxUser', 'startContainer'], 'a running container\'s plugin volume is never mounted again');
 });
 
+t.test('a persistent workspace made on a volume plugin keeps the hand-over before the start after the config drops the driver', async (t) => {
+  const s = fakeSandbox({ volumeDriver: 'quota' });
+  s.engine.volumeDrivers.add('quota');
+  await s.provider.create(persistent('w6'));
+  await s.provider.destroy({ id: 'cap-w6' });
+  t.equal((s.engine.volumes.get('cap-ws.proj')?.body as { Driver?: string }).Driver, 'quota', 'the kept workspace is the plugin\'s');
+  const later = s.withConfig({ volumeDriver: '' });
+  const before = s.engine.calls.length;
+  await later.create(persistent('w7'));
+  const calls = s.engine.calls.slice(before).filter((c) => c.target === 'cap-w7').map((c) => c.method).filter((m) => ['giveWorkspaceToSandboxUser', 'startContainer'].includes(m));
+  t.same(calls, ['giveWorkspaceToSandboxUser', 'startContainer'], 'the volume\'s own driver decides, not the config');
+});
+
 t.test('a hand-over that fails fails the create and leaves nothing behind', async (t) => {
   for (const probe of ['passes', 'fails'] as const) {
     const s = fakeSandbox();
