@@ -130,10 +130,17 @@ export function screenTarget(set: SecretSet | undefined, target: string, headers
   if (inUrl.length > 0) return refusal(inUrl, 'is in the request URL; a placeholder goes only in headers');
   for (let i = 0; i < headers.length; i += 2) {
     if (headers[i]!.toLowerCase() !== 'host') continue;
-    const inHost = found(set, readings(headers[i + 1]!, false));
+    // A host name, read without regard to case like any other (screenHost).
+    const inHost = inName(set, headers[i + 1]!);
     if (inHost.length > 0) return refusal(inHost, 'is in the Host header; a placeholder goes only in other headers');
   }
   return undefined;
+}
+
+/** The placeholders a host name (or an authority) holds, in any case. */
+function inName(set: SecretSet, raw: string): LoadedSecret[] {
+  const forms = readings(raw, false).map((f) => f.toLowerCase());
+  return set.placeholders.filter((s) => forms.some((f) => f.includes(s.placeholder!.toLowerCase())));
 }
 
 /**
@@ -143,8 +150,7 @@ export function screenTarget(set: SecretSet | undefined, target: string, headers
  */
 export function screenHost(set: SecretSet | undefined, rawHost: string): SecretRefusal | undefined {
   if (set === undefined || set.placeholders.length === 0) return undefined;
-  const forms = readings(rawHost, false).map((f) => f.toLowerCase());
-  const inHost = set.placeholders.filter((s) => forms.some((f) => f.includes(s.placeholder!.toLowerCase())));
+  const inHost = inName(set, rawHost);
   return inHost.length === 0 ? undefined : refusal(inHost, 'is in the host name; a placeholder goes only in headers');
 }
 

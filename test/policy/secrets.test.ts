@@ -128,6 +128,10 @@ t.test('screenTarget: the URL and the Host header alone, before the host is know
   t.equal(screenTarget(SET, 'http://gist.example/ok', ['Host', 'gist.example']), undefined);
   t.match(screenTarget(SET, `http://gist.example/${TOKEN.placeholder!}`, [])?.detail, /GITHUB_TOKEN sha256:0123456789ab.*request URL/);
   t.match(screenTarget(SET, '/', ['host', `${NPM.placeholder!}.example`])?.detail, /NPM_TOKEN.*Host header/);
+  // A host name has no case: a placeholder in it is one in any case, and never quoted by a later refusal.
+  for (const cased of [NPM.placeholder!.toLowerCase(), NPM.placeholder!.toUpperCase()]) {
+    t.match(screenTarget(SET, '/', ['Host', `${cased}.example:443`])?.detail, /NPM_TOKEN.*Host header/, `the Host header, ${cased === NPM.placeholder!.toLowerCase() ? 'lower' : 'upper'} case`);
+  }
   t.equal(screenTarget(undefined, `/${TOKEN.placeholder!}`, []), undefined, 'no secrets, nothing to screen');
 });
 
