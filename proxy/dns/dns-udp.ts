@@ -49,7 +49,15 @@ function bindUdp(udp: dgram.Socket, host: string, port: number): Promise<number>
 export async function bindBoth(makeUdp: () => dgram.Socket, tcp: net.Server, host: string, port: number): Promise<{ udp: dgram.Socket; port: number }> {
   for (let attempt = 0; ; attempt++) {
     const udp = makeUdp();
-    const udpPort = await bindUdp(udp, host, port);
+    let udpPort: number;
+    try {
+      udpPort = await bindUdp(udp, host, port);
+    } catch (err) {
+      // A bind that failed still holds its descriptor until closed: the shared proxy retries a
+      // responder whose address is not there yet every few hundred milliseconds.
+      udp.close();
+      throw err;
+    }
     try {
       await new Promise<void>((resolve, reject) => {
         tcp.once('error', reject);

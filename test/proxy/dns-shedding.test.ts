@@ -5,6 +5,7 @@
  * responder that serves every client (the default) never closes its socket.
  */
 import dgram from 'node:dgram';
+import { readdirSync } from 'node:fs';
 import net from 'node:net';
 import { Writable } from 'node:stream';
 import t, { type Test } from 'tap';
@@ -95,4 +96,22 @@ t.test('a responder that serves every client never sheds', async (t) => {
   await new Promise((r) => setTimeout(r, 100));
   t.ok(await udpAnswered(port, '127.0.5.9', 500), 'another client is answered right after the flood');
   t.notOk(logs.some((l) => l.event === 'dns_shed'));
+});
+
+// A shared proxy starts a registration's responder again every few hundred milliseconds while its
+// address is on no interface yet (the shard's leg not connected): a failed start keeps nothing.
+t.test('a responder whose address is on no interface fails to start and keeps no descriptor', async (t) => {
+  const descriptors = (): number => readdirSync('/proc/self/fd').length;
+  const attempt = (): Promise<unknown> =>
+    startDnsResponder('10.255.77.1', 0, { policy: () => policy, answer: '10.255.77.1', observer: createProxyMetrics(() => 0).observer, log: createLogger('silent', new Writable({ write: (_c, _e, done) => done() })), limits: {} }).then(
+      async (r) => {
+        await r.close();
+        return 'started';
+      },
+      (err: NodeJS.ErrnoException) => err.code,
+    );
+  t.equal(await attempt(), 'EADDRNOTAVAIL', 'the address is on no interface of this machine');
+  const before = descriptors();
+  for (let i = 0; i < 50; i++) await attempt();
+  t.ok(descriptors() - before <= 2, `50 failed starts left ${descriptors() - before} descriptors open`);
 });
