@@ -28,19 +28,20 @@ export function refuseTls(connection: ClientConnection, refusal: Refusal): void 
 const TRANSPARENT_ENTRY: TunnelEntry = { established: undefined, refuse: refuseTls, alwaysTls: true };
 
 type HelloRead =
-  | { readonly kind: 'hello'; readonly serverName: Buffer | undefined; readonly bytes: Buffer }
+  | { readonly kind: 'hello'; readonly serverName: Buffer | undefined; readonly bytes: Buffer; readonly charged: number }
   | { readonly kind: 'refused'; readonly refusal: Refusal; readonly tls: boolean };
 
 /**
  * Reads the first ClientHello of `client`, held whole (at most what the reader accepts: 32 KiB of
- * hello over at most 64 records, and the rest of the read that completed it, each byte charged to
- * `memory`), within `timeoutMs` of the call. The socket is left paused with nothing read past
- * the returned bytes.
+ * hello over at most 64 records, and the rest of the read that completed it), within `timeoutMs`
+ * of the call. The bytes are held once, in the reader (each read is copied there and not kept),
+ * and what the reader holds is charged to `memory`; `charged` is that charge, which the tunnel
+ * takes over. The socket is left paused with nothing read past the returned bytes.
  */
 function readHello(client: Socket, timeoutMs: number, memory: Charge): Promise<HelloRead> {
   return new Promise((resolve) => {
     const reader = new ClientHelloReader();
-    const chunks: Buffer[] = [];
+    let charged = 0;
     let timer: NodeJS.Timeout | undefined;
     const finish = (read: HelloRead): void => {
       clearTimeout(timer);
@@ -57,18 +58,22 @@ function readHello(client: Socket, timeoutMs: number, memory: Charge): Promise<H
         finish({ kind: 'refused', refusal: { reason: result.reason, detail: result.detail }, tls: result.reason === 'tls_hello_malformed' });
         return;
       }
-      finish({ kind: 'hello', serverName: result.serverName, bytes: chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks) });
+      finish({ kind: 'hello', serverName: result.serverName, bytes: reader.bytes(), charged });
     };
     const onData = (chunk: Buffer): void => {
-      // What is held before the verdict is charged to the memory budget (it stays charged until
-      // the tunnel's verdict or the close); past the client's share, refused, the bytes dropped.
-      if (!memory.grow(chunk.length)) {
-        chunks.length = 0;
-        finish({ kind: 'refused', refusal: { reason: 'overloaded', detail: memory.explain(chunk.length) }, tls: true });
-        return;
+      const result = reader.push(chunk);
+      // What the reader holds before the verdict is charged to the memory budget (it stays
+      // charged until the tunnel's verdict or the close); past the client's share, refused, and
+      // the reader (its bytes) dropped with the connection.
+      const more = reader.held - charged;
+      if (more > 0) {
+        if (!memory.grow(more)) {
+          finish({ kind: 'refused', refusal: { reason: 'overloaded', detail: memory.explain(more) }, tls: true });
+          return;
+        }
+        charged += more;
       }
-      chunks.push(chunk);
-      settle(reader.push(chunk));
+      settle(result);
     };
     const onEnd = (): void => settle(reader.end());
     timer = setTimeout(() => finish({ kind: 'refused', refusal: { reason: 'tls_hello_timeout', detail: 'no complete TLS ClientHello arrived in time' }, tls: true }), timeoutMs);
@@ -99,5 +104,5 @@ export async function handleTransparentTls(ctx: ProxyContext, connection: Client
   // The name as sent, bytes and all: the policy's host-name rules refuse what is no host name.
   const host = hello.serverName.toString('latin1');
   record.note({ [F.sni]: printable(hello.serverName) });
-  await openTunnel(ctx, connection, { host, port, started, headCharged: hello.bytes.length }, hello.bytes, record, TRANSPARENT_ENTRY);
+  await openTunnel(ctx, connection, { host, port, started, headCharged: hello.charged }, hello.bytes, record, TRANSPARENT_ENTRY);
 }
