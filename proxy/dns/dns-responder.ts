@@ -34,6 +34,14 @@ export const DNS_LIMITS = Object.freeze({
   /** Queries per second from every client together, and the burst. */
   totalQueriesPerSecond: 2_000,
   totalQueryBurst: 4_000,
+  /**
+   * Queries per second, and the burst, from every address the responder does not serve together
+   * (on a shared proxy, a client of another sandbox's network that reaches this one's address):
+   * answered REFUSED within these, dropped past them, and never counted in the rates, the UDP
+   * shedding or the TCP connections of the responder's own clients.
+   */
+  strangerQueriesPerSecond: 50,
+  strangerQueryBurst: 100,
   /** Decision lines per second for one client's refused names, and their burst. */
   clientLinesPerSecond: 2,
   clientLineBurst: 20,
@@ -88,6 +96,7 @@ class Answerer {
   private readonly queries: RateLimiter;
   private readonly networks: RateLimiter;
   private readonly total: RateLimiter;
+  private readonly strangers: RateLimiter;
   private readonly lines: LineGate;
   private readonly reporter: NodeJS.Timeout;
   /** Told of each UDP query over the rate (the UDP socket's shedding). */
@@ -100,6 +109,7 @@ class Answerer {
     this.queries = new RateLimiter(limits.clientQueriesPerSecond, limits.clientQueryBurst, limits.maxClients);
     this.networks = new RateLimiter(limits.networkQueriesPerSecond, limits.networkQueryBurst, limits.maxClients);
     this.total = new RateLimiter(limits.totalQueriesPerSecond, limits.totalQueryBurst, 1);
+    this.strangers = new RateLimiter(limits.strangerQueriesPerSecond, limits.strangerQueryBurst, 1);
     this.lines = new LineGate({
       clientPerSecond: limits.clientLinesPerSecond,
       clientBurst: limits.clientLineBurst,
@@ -114,14 +124,16 @@ class Answerer {
   /** The answer to one message from `clientIp` (`client` is ip:port), or undefined for none. */
   readonly answer = (query: Buffer, clientIp: string, client: string, transport: 'udp' | 'tcp'): Buffer | undefined => {
     const { observer, log } = this.options;
-    if (!this.queries.takeFor(clientIp) || !this.networks.take(networkOf(clientIp) ?? clientIp) || !this.total.take('')) {
+    const policy = this.options.policy(clientIp);
+    // Someone else's client spends a share of its own, never this responder's clients'.
+    if (policy === undefined ? !this.strangers.take('') : !this.queries.takeFor(clientIp) || !this.networks.take(networkOf(clientIp) ?? clientIp) || !this.total.take('')) {
       observer.dnsQuery('rate_limited');
-      if (transport === 'udp') this.onUdpOverRate();
+      if (transport === 'udp' && policy !== undefined) this.onUdpOverRate();
       return undefined;
     }
     let verdict: DnsVerdict;
     try {
-      verdict = answerQuery(query, this.options.policy(clientIp), this.options.answer, transport);
+      verdict = answerQuery(query, policy, this.options.answer, transport);
     } catch (err) {
       // Fail closed: no answer. Never expected (the codec's errors are caught inside).
       observer.dnsQuery('error');
@@ -165,7 +177,8 @@ class Answerer {
 }
 
 /** The TCP server: connections within their caps (per client and in all), each served by serveTcp. */
-function tcpServer(limits: DnsLimits, observer: ProxyObserver, answer: Answerer['answer']): { server: net.Server; sockets: Set<net.Socket> } {
+function tcpServer(limits: DnsLimits, options: DnsResponderOptions, answer: Answerer['answer']): { server: net.Server; sockets: Set<net.Socket> } {
+  const { observer } = options;
   const perClient = new Map<string, number>();
   const sockets = new Set<net.Socket>();
   const server = net.createServer({ noDelay: true }, (socket) => {
@@ -173,7 +186,8 @@ function tcpServer(limits: DnsLimits, observer: ProxyObserver, answer: Answerer[
     const clientIp = canonicalAddress(remote) ?? remote;
     const fromClient = perClient.get(clientIp) ?? 0;
     socket.on('error', () => socket.destroy());
-    if (sockets.size >= limits.maxTcpTotal || fromClient >= limits.maxTcpPerClient) {
+    // Someone else's client takes none of the connections this responder's clients may hold.
+    if (sockets.size >= limits.maxTcpTotal || fromClient >= limits.maxTcpPerClient || options.policy(clientIp) === undefined) {
       observer.dnsQuery('tcp_refused');
       socket.destroy();
       return;
@@ -195,7 +209,7 @@ function tcpServer(limits: DnsLimits, observer: ProxyObserver, answer: Answerer[
 export async function startDnsResponder(host: string, port: number, options: DnsResponderOptions): Promise<DnsResponder> {
   const limits: DnsLimits = { ...DNS_LIMITS, ...options.limits };
   const answerer = new Answerer(options, limits);
-  const tcp = tcpServer(limits, options.observer, answerer.answer);
+  const tcp = tcpServer(limits, options, answerer.answer);
   let bound: number;
   let udp: dgram.Socket;
   try {

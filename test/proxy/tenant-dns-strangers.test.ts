@@ -1,0 +1,105 @@
+/**
+ * A shared proxy's DNS responder of sandbox A serves A's network; a client of sandbox B that
+ * reaches A's proxy address (SECURITY.md: a client of one network reaching the proxy's address on
+ * another) is refused within a small rate of its own, and spends none of A's: not its query
+ * rates, not the count past which A's UDP socket is shed, not its TCP connections. (Before, B's
+ * flood counted toward A's shedding, and A's own clients lost UDP DNS.)
+ */
+import t from 'tap';
+import dgram from 'node:dgram';
+import net from 'node:net';
+import dnsPacket from 'dns-packet';
+import { mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { createEgressProxy, createLogger, createLookup } from '../../proxy/index.js';
+import { openTenants } from '../../proxy/tenants/index.js';
+import { policyOf } from '../support/test-proxy.js';
+import { freePort } from '../support/loopback.js';
+
+const A = { subnet: '127.0.1.0/28', proxy: '127.0.1.1', client: '127.0.1.5' };
+const B = { subnet: '127.0.2.0/28', proxy: '127.0.2.1', client: '127.0.2.5' };
+
+function ask(to: string, port: number, from: string, name: string, ms = 400): Promise<string | undefined> {
+  return new Promise((resolve) => {
+    const socket = dgram.createSocket('udp4');
+    const done = (v: string | undefined): void => {
+      clearTimeout(timer);
+      socket.close();
+      resolve(v);
+    };
+    const timer = setTimeout(() => done(undefined), ms);
+    socket.on('message', (msg) => done((dnsPacket.decode(msg) as { rcode?: string }).rcode ?? '?'));
+    socket.on('error', () => undefined);
+    const q = dnsPacket.encode({ id: 9, type: 'query', flags: dnsPacket.RECURSION_DESIRED, questions: [{ type: 'A', name, class: 'IN' }] });
+    socket.bind(0, from, () => socket.send(q, port, to));
+  });
+}
+
+t.test('a client of sandbox B flooding A\'s DNS address takes nothing of A\'s', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'rt-tenants-'));
+  const put = (slot: string, body: object): void => {
+    writeFileSync(join(dir, `.${slot}.part`), JSON.stringify(body));
+    renameSync(join(dir, `.${slot}.part`), join(dir, `${slot}.json`));
+  };
+  const logs: Record<string, unknown>[] = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _e, done) {
+      for (const line of chunk.toString().split('\n')) if (line) logs.push(JSON.parse(line) as Record<string, unknown>);
+      done();
+    },
+  });
+  const logger = createLogger('debug', sink);
+  put('slot-a', { version: 1, sandbox: 'cap-a', lifecycle: 'life-a-0001', subnet: A.subnet, address: A.proxy, policy: { allowHosts: ['a.test'] } });
+  put('slot-b', { version: 1, sandbox: 'cap-b', lifecycle: 'life-b-0001', subnet: B.subnet, address: B.proxy, policy: { allowHosts: ['b.test'] } });
+  const shared = openTenants(dir, { tunnelDefault: 'opaque' }, logger);
+  const proxy = createEgressProxy({ policy: policyOf({ allowHosts: [] }), lookup: createLookup({ servers: [], timeoutMs: 500 }), logger, identities: shared.tenants });
+  await proxy.listen('127.0.0.1', 0);
+  t.teardown(async () => {
+    shared.stop();
+    await proxy.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  const dnsPort = await freePort();
+  // Default limits: a shared proxy's responders shed at SANDBOX_UDP_SHED_AFTER (2,000).
+  await proxy.listenTransparent({ listen: '0.0.0.0', answer: '0.0.0.0', ports: [{ kind: 'dns', dialled: 53, listen: dnsPort }], dnsHost: shared.tenants });
+  let first: string | undefined;
+  const deadline = Date.now() + 3_000;
+  do first = await ask(A.proxy, dnsPort, A.client, 'a.test');
+  while (first === undefined && Date.now() < deadline);
+  t.equal(first, 'NOERROR', 'A answered before');
+  t.equal(await ask(A.proxy, dnsPort, B.client, 'a.test'), 'REFUSED', 'B\'s client is no client of A\'s responder');
+
+  // B's client sends to A's proxy address, paced so that the kernel drops little, for ~1 s.
+  const flood = dgram.createSocket('udp4');
+  flood.on('error', () => undefined);
+  await new Promise<void>((r) => flood.bind(0, B.client, () => r()));
+  const q = dnsPacket.encode({ id: 3, type: 'query', flags: 0, questions: [{ type: 'A', name: 'x.test', class: 'IN' }] });
+  const until = Date.now() + 1_200;
+  while (Date.now() < until && !logs.some((l) => l.event === 'dns_shed')) {
+    for (let i = 0; i < 100; i++) flood.send(q, dnsPort, A.proxy);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  flood.close();
+  const shed = logs.find((l) => l.event === 'dns_shed');
+  t.notOk(shed, `A's responder keeps its UDP through B's flood${shed === undefined ? '' : `: ${JSON.stringify(shed)}`}`);
+  t.equal(await ask(A.proxy, dnsPort, A.client, 'a.test'), 'NOERROR', 'A\'s own client is still answered right after B\'s flood');
+
+  // Over TCP, B's client holds no connection of A's responder; A's own client does.
+  const closedWithin = (from: string, ms: number): Promise<boolean> =>
+    new Promise((resolve) => {
+      const socket = net.connect({ host: A.proxy, port: dnsPort, localAddress: from });
+      socket.on('error', () => undefined);
+      const timer = setTimeout(() => {
+        socket.destroy();
+        resolve(false);
+      }, ms);
+      socket.once('close', () => {
+        clearTimeout(timer);
+        resolve(true);
+      });
+    });
+  t.ok(await closedWithin(B.client, 1_000), 'B\'s TCP connection to A\'s responder is closed at once');
+  t.notOk(await closedWithin(A.client, 300), 'A\'s own is kept');
+});
