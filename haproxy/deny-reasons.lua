@@ -39,7 +39,7 @@ return {
   { code = 'endpoint_not_allowed', status = 403, what = 'An endpoint other than the NetworkMode network, or with settings' },
   { code = 'anonymous_volume', status = 403, what = 'A volume mount without Source' },
   { code = 'nocopy_required', status = 403, what = 'A volume mount without VolumeOptions.NoCopy true' },
-  { code = 'mount_target_not_allowed', status = 403, what = 'A mount target that is not a clean absolute path, or is /, /proc, /sys, /dev or below them' },
+  { code = 'mount_target_not_allowed', status = 403, what = 'A mount target that is not a clean absolute path, or is /, /proc, /sys, /dev or below them; a volume at /etc; of a container with several volumes, a volume elsewhere than the controller\'s own targets' },
   { code = 'mount_nested', status = 403, what = 'A mount inside a volume\'s target' },
   { code = 'image_not_allowed', status = 403, what = 'An image not listed in SOCKET_PROXY_IMAGES, or a text dockerd could read as an image id' },
   { code = 'image_tag_required', status = 403, what = 'A pull of a bare name (every tag of it)' },

@@ -63,6 +63,15 @@ end
 -- runtime put there (masked paths among them). So a target is a normalised absolute path (no
 -- "//", "/./", "..", trailing "/"), never "/" and never /proc, /sys, /dev or below them.
 S.MOUNT_TARGET_DENIED = { '/proc', '/sys', '/dev' }
+-- Where the controller mounts volumes (controller/docker/container-spec.ts): the workspace, the
+-- skills (read-only, and writable for root under its 0700 tmpfs), an egress proxy's registrations.
+-- Of a container with more than one volume, every volume is at one of these (HOST_CONFIG's rules).
+S.VOLUME_TARGETS = {
+  ['/workspace'] = true,
+  ['/skills'] = true,
+  ['/opt/capybara/skills'] = true,
+  ['/var/lib/capybara-egress/tenants'] = true,
+}
 local function mount_target(v)
   local ok = #v <= 4096 and v:find('^/[A-Za-z0-9_.%-/]*$') ~= nil and v ~= '/' and not v:find('/$')
   if ok then
@@ -75,6 +84,15 @@ local function mount_target(v)
   end
   if ok then return true end
   return false, 'mount_target_not_allowed:' .. v:sub(1, 64):gsub('[^A-Za-z0-9_./%-]', '?')
+end
+-- A working directory: a clean absolute path outside /proc, /sys and /dev (a directory there, such
+-- as /proc/self/fd/N, is a descriptor runc may still hold: CVE-2024-21626).
+local function working_dir(v)
+  if not abs_path(v) then return false end
+  for _, denied in ipairs(S.MOUNT_TARGET_DENIED) do
+    if v == denied or v:sub(1, #denied + 1) == denied .. '/' then return false end
+  end
+  return true
 end
 -- "uid", "uid:gid" or a user name: what `User` means to Docker, nothing else.
 local function user(v)
@@ -308,6 +326,28 @@ local HOST_CONFIG = struct({
         end
       end
     end,
+    -- The text of a path is not where it leads: the image's own symlinks (/var/run -> /run,
+    -- /lib -> usr/lib in every Debian image) can put one volume's target inside another's content
+    -- whatever the two strings say, and for an archive call dockerd bind-mounts the volumes on the
+    -- host one after the other, resolving each target through those mounted before it; a
+    -- container sharing the outer volume swaps a directory for a symlink meanwhile, and the inner
+    -- volume is mounted over a host directory of its choosing. So a container with more than one
+    -- volume has its volumes only where the controller puts them (S.VOLUME_TARGETS: no image
+    -- symlink among them leads into another), and no volume is ever at /etc, where dockerd mounts
+    -- its own hosts, hostname and resolv.conf files the same way.
+    function(h)
+      local volumes = {}
+      for _, m in ipairs(h.Mounts or {}) do
+        if m.Type == 'volume' then
+          if m.Target == '/etc' then return 'mount_target_not_allowed:/etc' end
+          volumes[#volumes + 1] = m.Target
+        end
+      end
+      if #volumes < 2 then return nil end
+      for _, target in ipairs(volumes) do
+        if not S.VOLUME_TARGETS[target] then return 'mount_target_not_allowed:' .. target:sub(1, 64) end
+      end
+    end,
   },
 })
 
@@ -316,7 +356,7 @@ S.routes.container_create = struct({
   { 'User', str(user) },
   { 'Entrypoint', list(str(PRINTABLE), 0, 64) },
   { 'Cmd', list(str(PRINTABLE), 0, 1024) },
-  { 'WorkingDir', str(abs_path) },
+  { 'WorkingDir', str(working_dir) },
   { 'Env', list(str(NON_EMPTY_PRINTABLE), 0, 1024) },
   { 'Labels', LABELS },
   -- Only the image's health check turned off ({"Test":["NONE"]}): the controller checks its egress

@@ -86,7 +86,15 @@ t.test('nothing mounted inside a volume (its content is the caller\'s: a symlink
     { name: 'a tmpfs mount inside a volume', route: 'container_create', body: mount(`${vol('/w')},${tmp('/w/proc')}`), verdict: 'mount_nested:/w/proc' },
     { name: 'a HostConfig.Tmpfs inside a volume', route: 'container_create', body: create(`,"Mounts":[${vol('/w')}],"Tmpfs":{"/w/t":"nosuid,nodev"}`), verdict: 'mount_nested:/w/t' },
     { name: 'the same volume twice, one inside the other', route: 'container_create', body: mount(`${vol('/w')},${vol('/w/w')}`), verdict: 'mount_nested:/w/w' },
-    { name: 'a sibling that starts with the same letters', route: 'container_create', body: mount(`${vol('/w')},${vol('/wx', 'cap-u')}`), verdict: 'ok' },
+    { name: 'a sibling that starts with the same letters (two volumes: only where the controller puts them)', route: 'container_create', body: mount(`${vol('/w')},${vol('/wx', 'cap-u')}`), verdict: 'mount_target_not_allowed:/w' },
+    // The image's own symlinks lead where the text does not: /var/run is /run in every Debian image.
+    { name: 'two volumes that an image symlink nests (/var/run -> /run)', route: 'container_create', body: mount(`${vol('/run')},${vol('/var/run/p/q', 'cap-u')}`), verdict: 'mount_target_not_allowed:/run' },
+    { name: 'two volumes, one where the controller puts one', route: 'container_create', body: mount(`${vol('/workspace')},${vol('/lib', 'cap-u')}`), verdict: 'mount_target_not_allowed:/lib' },
+    { name: 'the controller\'s three volumes', route: 'container_create', body: create(`,"Mounts":[${vol('/workspace')},${vol('/skills', 'cap-s')},${vol('/opt/capybara/skills', 'cap-s')}],"Tmpfs":{"/opt/capybara":"nosuid,nodev"}`), verdict: 'ok' },
+    { name: 'one volume, anywhere clean', route: 'container_create', body: mount(vol('/work')), verdict: 'ok' },
+    { name: 'one volume at /etc (dockerd mounts its hosts and resolv.conf files inside it)', route: 'container_create', body: mount(vol('/etc')), verdict: 'mount_target_not_allowed:/etc' },
+    { name: 'a working directory under /proc (a descriptor runc may hold: CVE-2024-21626)', route: 'container_create', body: create('').replace('"HostConfig"', '"WorkingDir":"/proc/self/fd/7","HostConfig"'), verdict: 'bad_value:WorkingDir' },
+    { name: 'a working directory elsewhere', route: 'container_create', body: create('').replace('"HostConfig"', '"WorkingDir":"/workspace","HostConfig"'), verdict: 'ok' },
     { name: 'a volume inside a tmpfs (the controller\'s skills under /opt/capybara)', route: 'container_create', body: create(`,"Mounts":[${vol('/opt/capybara/skills')}],"Tmpfs":{"/opt/capybara":"nosuid,nodev"}`), verdict: 'ok' },
     { name: 'a tmpfs inside a tmpfs', route: 'container_create', body: create(`,"Mounts":[${tmp('/t/u')}],"Tmpfs":{"/t":"nosuid,nodev"}`), verdict: 'ok' },
   ];

@@ -54,6 +54,9 @@ func newSettings(shared, drivers, images string) settings {
 	return s
 }
 
+// Where the controller mounts volumes (haproxy/docker-schema.lua S.VOLUME_TARGETS).
+var controllerVolumeTargets = map[string]bool{"/workspace": true, "/skills": true, "/opt/capybara/skills": true, "/var/lib/capybara-egress/tenants": true}
+
 // A mount target dockerd and runc may act on: a clean absolute path (what path.Clean keeps), not
 // "/", and never /proc, /sys, /dev or below them.
 func mountTargetOK(target string) bool {
@@ -337,6 +340,13 @@ func policy(route string, d *decoded, s settings) error {
 				if strings.HasPrefix(target, v+"/") {
 					return fmt.Errorf("%s mounted inside the volume at %s", target, v)
 				}
+			}
+		}
+		// The image's symlinks can nest what the text does not: with several volumes, only where
+		// the controller puts them; never one at /etc (dockerd's hosts and resolv.conf go there).
+		for _, v := range volumes {
+			if v == "/etc" || (len(volumes) > 1 && !controllerVolumeTargets[v]) {
+				return fmt.Errorf("volume at %s beside %d volumes", v, len(volumes)-1)
 			}
 		}
 		if nc != nil {
