@@ -13,7 +13,7 @@ import { ACCEPT_BYTES, MemoryBudget } from '../../proxy/index.js';
 import { listen } from '../support/loopback.js';
 import { rawRequest, readUntil } from '../support/raw-client.js';
 import { settle } from '../support/settle.js';
-import { captureHello } from '../support/tls-hello.js';
+import { captureHello, halfHello } from '../support/tls-hello.js';
 import { startTestProxy, type TestProxy } from '../support/test-proxy.js';
 
 const KIB = 1024;
@@ -42,20 +42,6 @@ t.teardown(() => {
 });
 
 const hello = await captureHello({ servername: 'tls.test' });
-/** A ClientHello announced at 32 KiB and left one byte short, in its records, as the flood sent it. */
-function halfHello(): Buffer {
-  const body = 32 * KIB;
-  const message = Buffer.alloc(4 + body, 0x41);
-  message[0] = 1;
-  message.writeUIntBE(body, 1, 3);
-  const out: Buffer[] = [];
-  for (let at = 0; at < message.length; at += 16 * KIB) {
-    const part = message.subarray(at, at + 16 * KIB);
-    out.push(Buffer.from([22, 3, 1, part.length >> 8, part.length & 0xff]), part);
-  }
-  return Buffer.concat(out).subarray(0, -1);
-}
-
 // A head limit of 1 KiB makes a connection that Node's parser reads cost ACCEPT_BYTES + 12 KiB:
 // four of them fill a 64 KiB share exactly, so the fifth connection has no room for even its floor.
 const SHARE = 4 * (ACCEPT_BYTES + 12 * KIB);

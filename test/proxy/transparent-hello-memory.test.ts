@@ -12,23 +12,11 @@ import { ACCEPT_BYTES, MemoryBudget } from '../../proxy/index.js';
 import { listen } from '../support/loopback.js';
 import { settle } from '../support/settle.js';
 import { startTestProxy } from '../support/test-proxy.js';
+import { halfHello } from '../support/tls-hello.js';
 
 v8.setFlagsFromString('--expose-gc');
 const gc = vm.runInNewContext('gc') as () => void;
 const KIB = 1024;
-
-function halfHello(): Buffer {
-  const body = 32 * KIB;
-  const message = Buffer.alloc(4 + body, 0x41);
-  message[0] = 1;
-  message.writeUIntBE(body, 1, 3);
-  const out: Buffer[] = [];
-  for (let at = 0; at < message.length; at += 16 * KIB) {
-    const part = message.subarray(at, at + 16 * KIB);
-    out.push(Buffer.from([22, 3, 1, part.length >> 8, part.length & 0xff]), part);
-  }
-  return Buffer.concat(out).subarray(0, -1);
-}
 
 t.test('200 half-sent 32 KiB hellos hold about what the budget charges for them', async (t) => {
   const echo = net.createServer((s) => s.destroy());

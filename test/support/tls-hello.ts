@@ -1,4 +1,7 @@
-/** The first bytes a real TLS client (Node's OpenSSL) sends, captured on loopback. */
+/**
+ * TLS hellos for tests: the first bytes a real TLS client (Node's OpenSSL) sends, captured on
+ * loopback, and a half-sent one.
+ */
 import net from 'node:net';
 import tls from 'node:tls';
 
@@ -13,4 +16,18 @@ export async function captureHello(options: tls.ConnectionOptions): Promise<Buff
   client.destroy();
   server.close();
   return bytes;
+}
+
+/** A ClientHello announced at 32 KiB and left one byte short, in its records, as a flood sends it. */
+export function halfHello(): Buffer {
+  const body = 32 * 1024;
+  const message = Buffer.alloc(4 + body, 0x41);
+  message[0] = 1;
+  message.writeUIntBE(body, 1, 3);
+  const out: Buffer[] = [];
+  for (let at = 0; at < message.length; at += 16 * 1024) {
+    const part = message.subarray(at, at + 16 * 1024);
+    out.push(Buffer.from([22, 3, 1, part.length >> 8, part.length & 0xff]), part);
+  }
+  return Buffer.concat(out).subarray(0, -1);
 }
