@@ -1,0 +1,129 @@
+/**
+ * The mount race of stop 42, end to end through the real HAProxy to the real engine. Debian images
+ * have `/var/run -> /run`, so volumes at `/run` and `/var/run/p/q` look like siblings as text and
+ * nest in the container. For every archive call dockerd bind-mounts the container's volumes on the
+ * host, resolving each target through the ones it mounted already: a second container that shares
+ * the outer volume swaps a directory in it for a symlink to a host path at the right moment, and
+ * the inner volume is mounted, read-write and for good, over that host directory.
+ *
+ * The proxy must refuse the container whose volumes could nest (several volumes, each at one of the
+ * controller's own targets: haproxy/docker-schema.lua). Should a change admit it again, the test
+ * runs the race itself, with the archive call the proxy admits, against a scratch directory of its
+ * own standing in for /etc/cron.d, and judges the host's mount table.
+ */
+import { execFileSync } from 'node:child_process';
+import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import t from 'tap';
+import { dockerTest, SOCKET_PROXY_IMAGE, startSocketProxy, TEST_LOCAL_IMAGE } from '../support/docker.js';
+import { HAPROXY_DIR } from './lua-checker.js';
+import { send, type RawCase } from './raw-http.js';
+
+const RACE_ATTEMPTS = 1000;
+
+const json = (method: string, path: string, body?: unknown): RawCase => ({
+  method,
+  path,
+  headers: body === undefined ? {} : { 'Content-Type': 'application/json' },
+  body: body === undefined ? null : JSON.stringify(body),
+});
+
+const volume = (Source: string, Target: string) => ({ Type: 'volume', Source, Target, VolumeOptions: { NoCopy: true } });
+
+/** Every value here is one the proxy admits for a sandbox: dropped capabilities, a read-only root, no network. */
+const hardened = (Mounts: unknown[]) => ({
+  NetworkMode: 'none',
+  CapDrop: ['ALL'],
+  SecurityOpt: ['no-new-privileges'],
+  ReadonlyRootfs: true,
+  PidsLimit: 64,
+  Memory: 256 * 1024 * 1024,
+  MemorySwap: 256 * 1024 * 1024,
+  CgroupnsMode: 'private',
+  IpcMode: 'private',
+  Mounts,
+});
+
+function mountedAt(path: string): boolean {
+  return readFileSync('/proc/self/mountinfo', 'utf8')
+    .split('\n')
+    .some((line) => line.split(' ')[4] === path);
+}
+
+/** The racer: swaps `/a/p` between a directory and a symlink to `hostDir`, as fast as it can. */
+function racerScript(hostDir: string): string {
+  return [
+    "const fs = require('fs');",
+    'const mv = (a, b) => { try { fs.renameSync(a, b); } catch {} };',
+    'const there = (p) => { try { fs.lstatSync(p); return true; } catch { return false; } };',
+    'for (;;) {',
+    "  if (!there('/a/dir')) fs.mkdirSync('/a/dir/q', { recursive: true });",
+    `  if (!there('/a/link')) fs.symlinkSync(${JSON.stringify(hostDir)}, '/a/link');`,
+    // dockerd creates a missing /a/p itself: cleared, and the swapping goes on.
+    "  fs.rmSync('/a/p', { recursive: true, force: true });",
+    "  for (let i = 0; i < 200; i++) { mv('/a/dir', '/a/p'); mv('/a/p', '/a/dir'); mv('/a/link', '/a/p'); mv('/a/p', '/a/link'); }",
+    '}',
+  ].join(' ');
+}
+
+t.test('two volumes an image symlink nests are refused, so no archive call can mount one over a host directory', async (t) => {
+  const env = await dockerTest(t, [SOCKET_PROXY_IMAGE, TEST_LOCAL_IMAGE]);
+  if (!env) return;
+  const proxy = await startSocketProxy(t, env);
+  const call = (req: RawCase) => send(proxy.socketPath, req);
+
+  // Root's own, like the host directory an attacker would aim at.
+  const hostDir = `/run/cap-${env.runId}-host`;
+  const target = join(hostDir, 'q');
+  mkdirSync(target, { recursive: true });
+  chmodSync(hostDir, 0o700);
+  t.teardown(() => {
+    while (mountedAt(target)) execFileSync('umount', [target]);
+    rmSync(hostDir, { recursive: true, force: true });
+  });
+
+  for (const v of ['a', 'b', 'w']) {
+    const made = await call(json('POST', '/v1.41/volumes/create', { Name: env.name(v), Labels: env.labels }));
+    t.equal(made.status, 201, `volume ${v} is created`);
+  }
+  const racer = await call(
+    json('POST', `/v1.41/containers/create?name=${env.name('racer')}`, {
+      Image: TEST_LOCAL_IMAGE,
+      User: '0',
+      Cmd: ['/usr/bin/node', '-e', racerScript(hostDir)],
+      Labels: env.labels,
+      HostConfig: hardened([volume(env.name('a'), '/a')]),
+    }),
+  );
+  t.equal(racer.status, 201, `the racer is an ordinary hardened container with one volume (${racer.headers['x-socket-proxy-deny'] ?? ''})`);
+  t.equal((await call(json('POST', `/v1.41/containers/${env.name('racer')}/start`))).status, 204, 'the racer runs');
+
+  const victim = await call(
+    json('POST', `/v1.41/containers/create?name=${env.name('victim')}`, {
+      Image: TEST_LOCAL_IMAGE,
+      Cmd: ['true'],
+      Labels: env.labels,
+      HostConfig: hardened([volume(env.name('a'), '/run'), volume(env.name('b'), '/var/run/p/q'), volume(env.name('w'), '/workspace')]),
+    }),
+  );
+  t.equal(victim.status, 403, 'the container with /run and /var/run/p/q volumes is refused');
+  t.match(victim.headers['x-socket-proxy-deny'], /^mount_target_not_allowed/, 'for a volume outside the controller targets');
+
+  if (victim.status === 201) {
+    // Admitted after all: the workspace hand-over's archive call, the one the proxy lets through,
+    // again and again, each making dockerd mount the volumes on the host.
+    const archive = execFileSync('lua5.4', ['-e', `package.path = "${HAPROXY_DIR}/?.lua;" .. package.path; io.stdout:write(require("workspace-owner").ARCHIVE)`]);
+    const path = `/v1.41/containers/${env.name('victim')}/archive?path=%2Fworkspace`;
+    for (let i = 0; i < RACE_ATTEMPTS && !mountedAt(target) && readdirSync(target).length === 0; i++) {
+      await call({
+        method: 'PUT',
+        path,
+        headers: {},
+        body: null,
+        raw: `PUT ${path} HTTP/1.1\r\nHost: docker\r\nConnection: close\r\nContent-Type: application/x-tar\r\nContent-Length: ${archive.length}\r\n\r\n${archive.toString('latin1')}`,
+      });
+    }
+  }
+  t.notOk(mountedAt(target), `no volume is mounted over the host directory ${target}`);
+  t.same(existsSync(target) ? readdirSync(target) : [], [], 'the host directory is as it was');
+});
