@@ -9,7 +9,6 @@ import { execFile } from 'node:child_process';
 import dgram from 'node:dgram';
 import { promises as dns } from 'node:dns';
 import net from 'node:net';
-import { Writable } from 'node:stream';
 import t, { type Test } from 'tap';
 import dnsPacket from 'dns-packet';
 import { startDnsResponder, type DnsLimits, type DnsResponder } from '../../proxy/dns/dns-responder.js';
@@ -18,6 +17,7 @@ import { createProxyMetrics } from '../../proxy/record/metrics.js';
 import { toolMissing, needUnmet } from '../support/needs.js';
 import { settle } from '../support/settle.js';
 import { policyOf } from '../support/test-proxy.js';
+import { captureLogs } from '../support/log-capture.js';
 
 const ANSWER = '10.213.0.2';
 const policy = policyOf({ allowHosts: ['allowed.test', '*.wild.test'] });
@@ -33,13 +33,7 @@ interface Running {
 }
 
 async function start(t: Test, limits: Partial<DnsLimits> = {}): Promise<Running> {
-  const logs: Record<string, unknown>[] = [];
-  const sink = new Writable({
-    write(chunk: Buffer, _e, done) {
-      for (const line of chunk.toString().split('\n')) if (line) logs.push(JSON.parse(line) as Record<string, unknown>);
-      done();
-    },
-  });
+  const { logs, sink } = captureLogs();
   const metrics = createProxyMetrics(() => 0);
   const responder = await startDnsResponder('127.0.0.1', 0, { policy: () => policy, answer: ANSWER, observer: metrics.observer, log: createLogger('debug', sink), limits });
   t.teardown(() => responder.close());

@@ -14,18 +14,13 @@ import { startDnsResponder, type DnsLimits } from '../../proxy/dns/dns-responder
 import { createLogger } from '../../proxy/record/log.js';
 import { createProxyMetrics } from '../../proxy/record/metrics.js';
 import { policyOf } from '../support/test-proxy.js';
+import { captureLogs } from '../support/log-capture.js';
 
 const policy = policyOf({ allowHosts: ['allowed.test'] });
 const query = (id: number): Buffer => dnsPacket.encode({ id, type: 'query', flags: dnsPacket.RECURSION_DESIRED, questions: [{ type: 'A', name: 'allowed.test', class: 'IN' }] });
 
 async function start(t: Test, limits: Partial<DnsLimits>): Promise<{ port: number; logs: Record<string, unknown>[] }> {
-  const logs: Record<string, unknown>[] = [];
-  const sink = new Writable({
-    write(chunk: Buffer, _e, done) {
-      for (const line of chunk.toString().split('\n')) if (line) logs.push(JSON.parse(line) as Record<string, unknown>);
-      done();
-    },
-  });
+  const { logs, sink } = captureLogs();
   const responder = await startDnsResponder('127.0.0.1', 0, { policy: () => policy, answer: '10.213.0.14', observer: createProxyMetrics(() => 0).observer, log: createLogger('debug', sink), limits });
   t.teardown(() => responder.close());
   return { port: responder.port, logs };

@@ -12,11 +12,11 @@ import dnsPacket from 'dns-packet';
 import { mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Writable } from 'node:stream';
 import { createEgressProxy, createLogger, createLookup } from '../../proxy/index.js';
 import { openTenants } from '../../proxy/tenants/index.js';
 import { policyOf } from '../support/test-proxy.js';
 import { freePort } from '../support/loopback.js';
+import { captureLogs } from '../support/log-capture.js';
 
 const A = { subnet: '127.0.1.0/28', proxy: '127.0.1.1', client: '127.0.1.5' };
 const B = { subnet: '127.0.2.0/28', proxy: '127.0.2.1', client: '127.0.2.5' };
@@ -43,13 +43,7 @@ t.test('a client of sandbox B flooding A\'s DNS address takes nothing of A\'s', 
     writeFileSync(join(dir, `.${slot}.part`), JSON.stringify(body));
     renameSync(join(dir, `.${slot}.part`), join(dir, `${slot}.json`));
   };
-  const logs: Record<string, unknown>[] = [];
-  const sink = new Writable({
-    write(chunk: Buffer, _e, done) {
-      for (const line of chunk.toString().split('\n')) if (line) logs.push(JSON.parse(line) as Record<string, unknown>);
-      done();
-    },
-  });
+  const { logs, sink } = captureLogs();
   const logger = createLogger('debug', sink);
   put('slot-a', { version: 1, sandbox: 'cap-a', lifecycle: 'life-a-0001', subnet: A.subnet, address: A.proxy, policy: { allowHosts: ['a.test'] } });
   put('slot-b', { version: 1, sandbox: 'cap-b', lifecycle: 'life-b-0001', subnet: B.subnet, address: B.proxy, policy: { allowHosts: ['b.test'] } });

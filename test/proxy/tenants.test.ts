@@ -14,13 +14,13 @@ import { mkdtempSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'nod
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { Writable } from 'node:stream';
 import { createEgressProxy, createLogger, createLookup, type EgressProxy } from '../../proxy/index.js';
 import { openTenants } from '../../proxy/tenants/index.js';
 import { policyOf } from '../support/test-proxy.js';
 import { rawRequest, readUntil, type RawResponse } from '../support/raw-client.js';
 import { freePort, listen } from '../support/loopback.js';
 import { settle } from '../support/settle.js';
+import { captureLogs } from '../support/log-capture.js';
 
 const A = { subnet: '127.0.1.0/28', proxy: '127.0.1.1', client: '127.0.1.5' };
 const B = { subnet: '127.0.2.0/28', proxy: '127.0.2.1', client: '127.0.2.5' };
@@ -53,13 +53,7 @@ async function setup(t: Test, limits: { maxConnections?: number; maxConnectionsP
   };
   const register = (slot: string, sandbox: string, lifecycle: string, subnet: string, allowHosts: string[]): void =>
     write(slot, JSON.stringify({ version: 1, sandbox, lifecycle, subnet, address: proxyOf(subnet), policy: { allowHosts, connectPorts: [echoPort] } }));
-  const logs: Record<string, unknown>[] = [];
-  const sink = new Writable({
-    write(chunk: Buffer, _e, done) {
-      for (const line of chunk.toString().split('\n')) if (line) logs.push(JSON.parse(line) as Record<string, unknown>);
-      done();
-    },
-  });
+  const { logs, sink } = captureLogs();
   const logger = createLogger('debug', sink);
   const pins = { 'a.test': '127.0.0.1', 'b.test': '127.0.0.1', 'c.test': '127.0.0.1' };
   const shared = openTenants(dir, { tunnelDefault: 'opaque', testHosts: pins }, logger, rate);

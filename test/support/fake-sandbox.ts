@@ -3,11 +3,11 @@
  * controller's own create, recovery and command code, with every engine answer Docker's, in
  * milliseconds. For the branches a real engine reaches only by chance or by minutes of set-up.
  */
-import { Writable } from 'node:stream';
 import pino from 'pino';
 import { createDockerSandbox, type DeploymentConfigInput, type DockerSandboxProvider } from '../../controller/index.js';
 import { IMAGES } from '../../common/index.js';
 import { FakeEngine } from './fake-engine.js';
+import { captureLogs } from './log-capture.js';
 
 export const FAKE_LABELS = { 'dev.capybara.test': 'fake' };
 
@@ -22,13 +22,7 @@ export interface FakeSandbox {
 
 export function fakeSandbox(config: Partial<DeploymentConfigInput> = {}): FakeSandbox {
   const engine = new FakeEngine([IMAGES.sandbox, IMAGES.egress]);
-  const logs: FakeSandbox['logs'] = [];
-  const sink = new Writable({
-    write(chunk: Buffer, _encoding, done) {
-      for (const line of chunk.toString().split('\n')) if (line !== '') logs.push(JSON.parse(line) as FakeSandbox['logs'][number]);
-      done();
-    },
-  });
+  const { logs, sink } = captureLogs<FakeSandbox['logs'][number]>();
   const logger = pino({ level: 'debug' }, sink);
   const withConfig = (more: Partial<DeploymentConfigInput>) =>
     createDockerSandbox({ endpoint: 'unix:///nonexistent/fake-engine.sock', ...config, ...more }, { labels: FAKE_LABELS }, { logger, engine });

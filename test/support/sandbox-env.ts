@@ -11,12 +11,12 @@
  */
 import type { Test } from 'tap';
 import type Docker from 'dockerode';
-import { Writable } from 'node:stream';
 import pino from 'pino';
 import { connect } from 'node:net';
 import { dockerTest, startSocketProxy, SOCKET_PROXY_IMAGE, TEST_PROXY_IMAGES, type DockerTestEnv, type SocketProxy } from './docker.js';
 import { createDockerSandbox, type DockerSandboxProvider, type SandboxProvider } from '../../controller/index.js';
 import { IMAGES } from '../../common/index.js';
+import { captureLogs } from './log-capture.js';
 
 export const SANDBOX_IMAGE = IMAGES.sandbox;
 export const EGRESS_IMAGE = IMAGES.egress;
@@ -50,13 +50,7 @@ export async function sandboxTestEnv(t: Test, images: (runId: string) => readonl
   const upstreamIp = await startUpstream(env, sharedNetwork);
   const config = { endpoint: proxy.endpoint, network: sharedNetwork };
   const testOptions = { labels: env.labels, egressTestHosts: { [UPSTREAM_HOST]: upstreamIp } };
-  const logs: Record<string, unknown>[] = [];
-  const sink = new Writable({
-    write(chunk: Buffer, _encoding, done) {
-      for (const line of chunk.toString('utf8').split('\n')) if (line !== '') logs.push(JSON.parse(line) as Record<string, unknown>);
-      done();
-    },
-  });
+  const { logs, sink } = captureLogs();
   const provider = createDockerSandbox(config, testOptions, { logger: pino({ level: 'warn' }, sink) });
   const openProvider = createDockerSandbox({ ...config, allowOpenEgress: true }, testOptions);
   return {

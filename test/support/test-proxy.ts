@@ -1,8 +1,8 @@
 /** Starts the egress proxy in-process on loopback for a test, with its log lines captured. */
-import { Writable } from 'node:stream';
 import { buildPolicy, type Policy, type PolicyInput } from '../../policy/index.js';
 import { type ProxyLimits, defaultConnect, type Connect, createLookup, createLogger, createEgressProxy, type EgressProxy, type MemoryBudget } from '../../proxy/index.js';
 import type { Inspection } from '../../proxy/admission/index.js';
+import { captureLogs } from './log-capture.js';
 
 export interface TestProxy {
   readonly port: number;
@@ -31,13 +31,7 @@ export async function startTestProxy(options: {
   /** Where it listens: 127.0.0.1 and a free port unless given (only inside a namespace of the test's own). */
   listen?: { host: string; port: number };
 }): Promise<TestProxy> {
-  const logs: Record<string, unknown>[] = [];
-  const sink = new Writable({
-    write(chunk: Buffer, _enc, done) {
-      for (const line of chunk.toString().split('\n')) if (line) logs.push(JSON.parse(line) as Record<string, unknown>);
-      done();
-    },
-  });
+  const { logs, sink } = captureLogs();
   const dialed: string[] = [];
   const connect = options.connect ?? defaultConnect;
   const proxy = createEgressProxy({

@@ -14,7 +14,6 @@
 import t from 'tap';
 import type { Test } from 'tap';
 import { readFileSync } from 'node:fs';
-import { Writable } from 'node:stream';
 import pino from 'pino';
 import { rejectsCode, untilInSandbox } from '../../support/sandbox-asserts.js';
 import { sandboxTestEnv, SANDBOX_IMAGE } from '../../support/sandbox-env.js';
@@ -22,6 +21,7 @@ import { createDockerSandbox, isSandboxError, type ExecResult, type SandboxHandl
 import { MAX_COMMAND_SCRIPT_BYTES, parseSurvivors, survivorsCmd } from '../../../controller/exec/exec-script.js';
 import { execFileSync } from 'node:child_process';
 import { fileNeeds } from '../../support/needs.js';
+import { captureLogs } from '../../support/log-capture.js';
 
 await fileNeeds(t, 'engine');
 
@@ -122,13 +122,7 @@ t.test('commands of one sandbox cannot forge each other\'s results', async (t) =
   });
 
   await t.test('isolation off: the leftover forges a later command\'s result, and fresh still ends it', async (t) => {
-    const logs: Record<string, unknown>[] = [];
-    const sink = new Writable({
-      write(chunk: Buffer, _encoding, done) {
-        for (const line of chunk.toString('utf8').split('\n')) if (line !== '') logs.push(JSON.parse(line) as Record<string, unknown>);
-        done();
-      },
-    });
+    const { logs, sink } = captureLogs();
     const shared = createDockerSandbox({ endpoint: s.proxy.endpoint, network: s.sharedNetwork, commandIsolation: 'off' }, { labels: env.labels }, { logger: pino({ level: 'warn' }, sink) });
     const h = await shared.create({ id: `${env.runId}-off`, image: SANDBOX_IMAGE, limits: FORGER_LIMITS });
     t.teardown(() => shared.destroy(h));
