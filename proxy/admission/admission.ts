@@ -160,31 +160,35 @@ export class Admission {
    * take no health check).
    */
   private overLimits(socket: Socket, clientIp: string, entry: TransparentEntry | undefined, refusal: Refusal, who?: ClientIdentity): void {
-    // Refused before the connection has a logger of its own: the line names the client.
+    // The line cap and the one health-check read at a time are the sandbox's on a shared proxy,
+    // whatever addresses it uses, as its other shares are.
+    const key = who?.key ?? clientIp;
+    // Refused before the connection has a logger of its own: the line names the client (and its sandbox).
     let refused = false;
     const refuse = (): void => {
       if (refused) return;
       refused = true;
       const via = entry === undefined ? {} : { [F.via]: 'transparent', [F.port]: entry.port };
-      this.deps.decisions.recorder(this.deps.log, clientIp, undefined, 'warn', who).deny(refusal, { [F.client]: `${clientIp}:${socket.remotePort ?? 0}`, ...via });
+      const sandbox = who?.sandbox === undefined ? {} : { [F.sandbox]: who.sandbox };
+      this.deps.decisions.recorder(this.deps.log, key, undefined, 'warn', who).deny(refusal, { [F.client]: `${clientIp}:${socket.remotePort ?? 0}`, ...sandbox, ...via });
       // A TLS client reads no HTTP answer.
       this.deps.closer.close(socket, entry?.kind === 'tls' ? tlsAlertFor(refusal) : refusalBytes(refusal));
     };
-    if (entry === undefined && this.probes.size < PROBE_SLOTS && !this.probing.has(clientIp)) this.probeHealth(socket, clientIp, refuse, who);
+    if (entry === undefined && this.probes.size < PROBE_SLOTS && !this.probing.has(key)) this.probeHealth(socket, key, refuse, who);
     else refuse();
   }
 
   /** Reads a connection past the limits once: the health check is answered (naming `who`'s sandbox), anything else refused. */
-  private probeHealth(socket: Socket, clientIp: string, refuse: () => void, who: ClientIdentity | undefined): void {
+  private probeHealth(socket: Socket, key: string, refuse: () => void, who: ClientIdentity | undefined): void {
     this.probes.add(socket);
-    this.probing.add(clientIp);
+    this.probing.add(key);
     this.sockets.add(socket);
     let held = true;
     const free = (): void => {
       if (!held) return;
       held = false;
       this.probes.delete(socket);
-      this.probing.delete(clientIp);
+      this.probing.delete(key);
     };
     const refuseNow = (): void => {
       free();

@@ -21,6 +21,7 @@ import { rawRequest, readUntil, type RawResponse } from '../support/raw-client.j
 import { freePort, listen } from '../support/loopback.js';
 import { settle } from '../support/settle.js';
 import { captureLogs } from '../support/log-capture.js';
+import { REFUSAL_LINES } from '../../proxy/record/decisions.js';
 
 const A = { subnet: '127.0.1.0/28', proxy: '127.0.1.1', client: '127.0.1.5' };
 const B = { subnet: '127.0.2.0/28', proxy: '127.0.2.1', client: '127.0.2.5' };
@@ -305,6 +306,36 @@ function ask(to: string, port: number, from: string, name: string): Promise<{ rc
     socket.bind(0, from, () => socket.send(query, port, to));
   });
 }
+
+t.test('refusal lines at the limits are capped per sandbox, whatever addresses it uses', async (t) => {
+  const s = await setup(t, { maxConnections: 64, maxConnectionsPerClient: 1 }, { perSecond: 10_000, burst: 10_000 });
+  s.register('slot-a', 'cap-a', 'life-a-0001', A.subnet, ['a.test']);
+  s.register('slot-b', 'cap-b', 'life-b-0001', B.subnet, ['a.test']);
+  await settle(() => s.logs.filter((l) => l.event === 'tenant_registered').length >= 2, 'both registrations');
+  const heldA = await connect(s, A, 'a.test');
+  const heldB = await connect(s, B, 'a.test');
+  t.same([heldA.status, heldB.status], [200, 200], 'each sandbox uses up its share of one connection');
+  // Nine addresses of sandbox A, 50 refusals each: more than the proxy's whole line burst (400),
+  // and each address on its own would stay under one client's burst (100).
+  const { clientBurst, clientPerSecond, totalBurst } = REFUSAL_LINES;
+  const started = performance.now();
+  const addresses = Array.from({ length: 9 }, (_, i) => `127.0.1.${6 + i}`);
+  const perAddress = Math.ceil((totalBurst + 50) / addresses.length);
+  t.ok(perAddress < clientBurst);
+  await Promise.all(
+    addresses.map(async (client) => {
+      for (let i = 0; i < perAddress; i++) (await connect(s, A, 'a.test', client)).socket.destroy();
+    }),
+  );
+  const seconds = (performance.now() - started) / 1_000;
+  const linesA = s.logs.filter((l) => l.reason === 'client_limit' && String(l.client).startsWith('127.0.1.'));
+  t.ok(linesA.length > 0 && linesA.every((l) => l.sandbox === 'cap-a'), 'each line names the sandbox');
+  t.ok(linesA.length <= clientBurst + Math.ceil(clientPerSecond * seconds) + 1, `sandbox A wrote ${linesA.length} refusal lines in ${seconds.toFixed(1)} s: at most one client's burst and rate`);
+  const refused = await connect(s, B, 'a.test', '127.0.2.6');
+  t.same([refused.status, refused.reason], [429, 'client_limit']);
+  t.ok(s.logs.some((l) => l.reason === 'client_limit' && l.sandbox === 'cap-b'), 'another sandbox\'s refusal still gets its line');
+  for (const r of [heldA, heldB]) r.socket.destroy();
+});
 
 t.test('transparent mode: each network\'s DNS on its proxy address, answered by its sandbox\'s list; TLS by the sandbox too', async (t) => {
   const s = await setup(t);
