@@ -1,4 +1,6 @@
 /** Servers and ports on 127.0.0.1 for the socket tests. */
+import { randomInt } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import net from 'node:net';
 
 /** Listens on a free loopback port and returns it. */
@@ -7,8 +9,39 @@ export async function listen(server: net.Server): Promise<number> {
   return (server.address() as net.AddressInfo).port;
 }
 
+/**
+ * Ports below the kernel's ephemeral range: no listen(0) and no outgoing connection is ever given
+ * one, so between freePort's check and the program's own listen, only another explicit port can
+ * take it. (A port from listen(0) could be handed to any of the many servers other tests start
+ * meanwhile: a program given one failed with EADDRINUSE under load.)
+ */
+const FIXED_PORTS = ((): { low: number; high: number } | undefined => {
+  try {
+    const ephemeralLow = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]);
+    const high = ephemeralLow - 1;
+    const low = Math.max(10_000, high - 12_000);
+    return Number.isInteger(high) && high - low >= 1_000 ? { low, high } : undefined;
+  } catch {
+    return undefined;
+  }
+})();
+
+function canListen(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const server = net.createServer();
+    server.once('error', () => resolve(false));
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
+  });
+}
+
 /** A loopback port that was free a moment ago, for a program that must be given its port. */
 export async function freePort(): Promise<number> {
+  if (FIXED_PORTS !== undefined) {
+    for (let tries = 0; tries < 100; tries++) {
+      const port = FIXED_PORTS.low + randomInt(FIXED_PORTS.high - FIXED_PORTS.low + 1);
+      if (await canListen(port)) return port;
+    }
+  }
   const server = net.createServer();
   const port = await listen(server);
   await new Promise<void>((resolve) => server.close(() => resolve()));
