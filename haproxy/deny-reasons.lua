@@ -56,11 +56,15 @@ return {
   { code = 'archive_not_allowed', status = 403, what = 'An archive other than the controller\'s workspace-owner archive' },
   { code = 'registration_invalid', status = 403, what = 'A registration archive other than one the controller writes (tenant-archive.lua): the detail names the header field, the length, the padding or the content member' },
   { code = 'body_check_failed', status = 403, what = 'The body check itself failed (an error, its time or its memory ran out)' },
-  -- Images and network ids (image-ref.lua, network-proof.lua)
+  -- Images, network ids and the containers of archives (image-ref.lua, network-proof.lua, archive-proof.lua)
   { code = 'image_check_failed', status = 403, what = 'The image check itself failed' },
   { code = 'network_not_allowed', status = 403, what = 'A network id that names a network other than cap-... or the shared one' },
   { code = 'network_not_found', status = 404, what = 'A network id that names no network (as dockerd answers)' },
   { code = 'network_proof_failed', status = 403, what = 'dockerd could not be asked what a network id names' },
+  { code = 'archive_mount_not_allowed', status = 403, what = 'An archive into a container with a mount point other than a volume at the controller\'s own targets (dockerd mounts them on the host for the call)' },
+  { code = 'archive_target_not_volume', status = 403, what = 'An archive into a container with no volume where the archive goes' },
+  { code = 'container_not_found', status = 404, what = 'An archive into a container that does not exist (as dockerd answers)' },
+  { code = 'archive_proof_failed', status = 403, what = 'dockerd could not be asked which mounts the container of an archive has' },
   -- Slots (haproxy.cfg)
   { code = 'too_many_long_calls', status = 429, what = 'Every slot of the kind (wait, removal, stream) is taken; retry later' },
 }

@@ -154,7 +154,7 @@ local parse_value
 
 local function count_node(st)
   st.nodes = st.nodes + 1
-  if st.nodes > M.MAX_NODES then fail('too_broad:Body') end
+  if st.nodes > st.max_nodes then fail('too_broad:Body') end
 end
 
 local function parse_object(s, i, st, depth)
@@ -170,7 +170,7 @@ local function parse_object(s, i, st, depth)
     local v
     v, j = parse_value(s, skip_ws(s, j + 1), st, depth)
     n = n + 1
-    if n > M.MAX_MEMBERS then fail('too_broad:Body') end
+    if n > st.max_members then fail('too_broad:Body') end
     keys[n], vals[n] = k, v
     j = skip_ws(s, j)
     local c = byte(s, j)
@@ -188,7 +188,7 @@ local function parse_array(s, i, st, depth)
     local v
     v, j = parse_value(s, j, st, depth)
     arr.n = arr.n + 1
-    if arr.n > M.MAX_MEMBERS then fail('too_broad:Body') end
+    if arr.n > st.max_members then fail('too_broad:Body') end
     arr[arr.n] = v
     j = skip_ws(s, j)
     local c = byte(s, j)
@@ -226,13 +226,18 @@ local function has_control_byte(s)
 end
 
 -- list = true reads a JSON array instead of an object: dockerd's answer to a listing
--- (network-proof.lua), with the same caps and refusals.
-function M.parse(text, plain, list)
+-- (network-proof.lua), with the same caps and refusals. `broad` (a table with max_nodes and
+-- max_members) raises the two breadth caps for an answer of dockerd's that is larger than any
+-- body the controller sends: a container's inspect (archive-proof.lua) lists every network it is on.
+function M.parse(text, plain, list, broad)
   if type(text) ~= 'string' then return nil, 'body_not_json' end
   if has_control_byte(text) then return nil, 'control_byte' end
   local i = skip_ws(text, 1)
   if byte(text, i) ~= (list and 91 or 123) then return nil, 'body_not_object' end
-  local st = { nodes = 0, plain = plain and true or false }
+  local st = {
+    nodes = 0, plain = plain and true or false,
+    max_nodes = broad and broad.max_nodes or M.MAX_NODES, max_members = broad and broad.max_members or M.MAX_MEMBERS,
+  }
   local ok, value, j = pcall(parse_value, text, i, st, 0)
   if not ok then
     if type(value) == 'table' and value.reason then return nil, value.reason end

@@ -1,6 +1,6 @@
--- HAProxy's side of the body check, the image check, the network proofs and the pull answer
+-- HAProxy's side of the body check, the image check, the network and archive proofs and the pull answer
 -- (haproxy.cfg loads this file): reads the settings once at load (an invalid one stops HAProxy
--- there), and registers three actions and a filter.
+-- there), and registers four actions and a filter.
 --   lua.check_body      sets txn.body_verdict to "ok" or to the deny reason, and txn.body_net_ids
 --                       to the network ids the body names (comma-separated), which must be proven;
 --                       an archive (route container_archive) must be workspace-owner.lua's,
@@ -11,6 +11,9 @@
 --   lua.prove_networks  asks dockerd (over DOCKER_SOCKET) what each network id of the request
 --                       names (the path's, txn.net, and the body's) and sets txn.proof_verdict to
 --                       "ok" or the reason (network-proof.lua judges the answers);
+--   lua.prove_archive   asks dockerd for the container an archive is put into and sets
+--                       txn.archive_verdict to "ok" or the reason (archive-proof.lua judges the
+--                       answer); with "ok", the request's path names the container by that id;
 --   filter pull-answer  on a pull's 200 stream, passes progress lines and replaces every other
 --                       line by a fixed error line (pull-answer.lua).
 -- haproxy.cfg sets each verdict to a refusal before calling its action: HAProxy continues with the
@@ -19,6 +22,7 @@
 
 local check = require('body-check')
 local proof = require('network-proof')
+local archive = require('archive-proof')
 local image_ref = require('image-ref')
 local owner = require('workspace-owner')
 local tenant = require('tenant-archive')
@@ -65,6 +69,24 @@ core.register_action('prove_networks', { 'http-req' }, function(txn)
     end
   end
   txn:set_var('txn.proof_verdict', proof.OK)
+end, 0)
+
+core.register_action('prove_archive', { 'http-req' }, function(txn)
+  local route = txn:get_var('txn.route')
+  local name = (txn:get_var('txn.upath') or ''):match('^/containers/([^/]+)/archive$')
+  if name == nil then return end
+  local answer = core.httpclient():get({
+    url = 'http://docker' .. archive.path(name), dst = 'unix@' .. settings.docker_socket, timeout = PROOF_TIMEOUT_MS,
+  })
+  local verdict, id = archive.judge(name, route, answer and answer.status, answer and answer.body)
+  if verdict == archive.OK then
+    -- The container judged, by its id: not whichever holds the name by the time dockerd reads it.
+    local version = txn.sf:path():match('^(/v1%.[0-9]+)/') or ''
+    txn.http:req_set_path(version .. '/containers/' .. id .. '/archive')
+  else
+    txn:set_var('txn.proof_missing', name)
+  end
+  txn:set_var('txn.archive_verdict', verdict)
 end, 0)
 
 -- A pull's answer, line by line. Registered on every response of the frontend, it takes the data

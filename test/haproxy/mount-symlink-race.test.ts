@@ -127,3 +127,28 @@ t.test('two volumes an image symlink nests are refused, so no archive call can m
   t.notOk(mountedAt(target), `no volume is mounted over the host directory ${target}`);
   t.same(existsSync(target) ? readdirSync(target) : [], [], 'the host directory is as it was');
 });
+
+t.test('an archive into a container whose tmpfs mount an image symlink leads into its volume is refused', async (t) => {
+  const env = await dockerTest(t, [SOCKET_PROXY_IMAGE, TEST_LOCAL_IMAGE]);
+  if (!env) return;
+  const proxy = await startSocketProxy(t, env);
+  const call = (req: RawCase) => send(proxy.socketPath, req);
+  t.equal((await call(json('POST', '/v1.41/volumes/create', { Name: env.name('a'), Labels: env.labels }))).status, 201);
+  // One volume and a tmpfs mount: admitted at create (the public corpus's A12 has the same shape),
+  // and for an archive call dockerd would unmount /var/run/b on the host through the volume's
+  // content, wherever a symlink there pointed (a review detached a host mount so).
+  const made = await call(
+    json('POST', `/v1.41/containers/create?name=${env.name('t')}`, {
+      Image: TEST_LOCAL_IMAGE,
+      Cmd: ['true'],
+      Labels: env.labels,
+      HostConfig: hardened([volume(env.name('a'), '/run'), { Type: 'tmpfs', Target: '/var/run/b' }]),
+    }),
+  );
+  t.equal(made.status, 201, `the container is made (${made.headers['x-socket-proxy-deny'] ?? ''})`);
+  const archive = execFileSync('lua5.4', ['-e', `package.path = "${HAPROXY_DIR}/?.lua;" .. package.path; io.stdout:write(require("workspace-owner").ARCHIVE)`]);
+  const path = `/v1.41/containers/${env.name('t')}/archive?path=%2Fworkspace`;
+  const res = await call({ method: 'PUT', path, headers: { 'Content-Type': 'application/x-tar' }, body: null, raw: `PUT ${path} HTTP/1.1\r\nHost: docker\r\nContent-Type: application/x-tar\r\nContent-Length: ${archive.length}\r\n\r\n${archive.toString('latin1')}` });
+  t.same([res.status, res.headers['x-socket-proxy-deny']], [403, 'archive_mount_not_allowed:/run'], 'the archive is refused for the container\'s mounts');
+  t.notOk(res.headers['api-version'], 'dockerd never saw it');
+});

@@ -1,0 +1,88 @@
+-- Proof that an archive may be put into a container. For an archive call dockerd mounts the
+-- container's mount points ON THE HOST: it bind-mounts each volume under the container's root,
+-- resolving its target through what it mounted before, and unmounts them all afterwards
+-- (umount2 MNT_DETACH on the resolved path, following whatever symlink is there by then). A
+-- target that the image's own symlinks (/var/run -> /run, /lib -> usr/lib) lead into a volume is
+-- resolved through the volume's content, which another container sharing the volume controls: a
+-- volume mounted over a host directory, or a host mount detached, each seen won by a review.
+-- The create rules cannot see the image, so the archive call is where this is decided: before
+-- one goes on, socket-proxy.lua asks dockerd for the container, and this file judges the answer.
+-- It passes only when every mount point of the container is a volume at one of the controller's
+-- own targets (docker-schema.lua's S.VOLUME_TARGETS, none of which a stock image's symlinks
+-- lead into another) and one of them is where the archive goes. The request then names the
+-- container by the id judged, so no container made under the same name meanwhile receives it.
+-- Pure (no HAProxy API), so the standalone lua5.4 tests judge answers too.
+
+local json = require('json-strict')
+local schema = require('docker-schema')
+
+local M = {}
+
+M.OK = 'ok'
+M.NOT_FOUND = 'container_not_found'            -- answered 404, the way dockerd answers a missing container
+M.MOUNT = 'archive_mount_not_allowed'          -- a mount point other than a volume at a controller target
+M.NO_VOLUME = 'archive_target_not_volume'      -- no volume where the archive goes
+M.FAILED = 'archive_proof_failed'              -- dockerd did not answer as expected: refused
+
+-- Where each archive route puts its archive (routes.map fixes the path query of both).
+M.DESTINATIONS = {
+  container_archive = '/workspace',
+  tenant_register = '/var/lib/capybara-egress/tenants',
+}
+
+-- A shard's inspect lists every sandbox network it is on (a few hundred): far broader than any
+-- request body, and still bounded (a bridge takes at most 1,023 ports).
+local ANSWER_BREADTH = { max_nodes = 200000, max_members = 8192 }
+
+function M.path(name)
+  return '/containers/' .. name .. '/json'
+end
+
+-- The one member `key` of an object; absent: nil; twice (dockerd never sends that): false.
+local function member(object, key)
+  local value = nil
+  for i, k in ipairs(object.keys) do
+    if k == key then
+      if value ~= nil then return false end
+      value = object.vals[i]
+    end
+  end
+  return value
+end
+
+local function quoted(path)
+  return (path:sub(1, 64):gsub('[^A-Za-z0-9_./%-]', '?'))
+end
+
+-- The verdict on dockerd's answer (status, body) to M.path(name), for an archive to `route`;
+-- with ok, the container's full id.
+function M.judge(name, route, status, body)
+  local destination = M.DESTINATIONS[route]
+  if destination == nil or type(name) ~= 'string' then return M.FAILED end
+  if status == 404 then return M.NOT_FOUND end
+  if status ~= 200 or type(body) ~= 'string' then return M.FAILED end
+  local container = json.parse(body, false, false, ANSWER_BREADTH)
+  if container == nil then return M.FAILED end
+  local id, seen, mounts = member(container, 'Id'), member(container, 'Name'), member(container, 'Mounts')
+  if type(id) ~= 'string' or #id ~= 64 or id:find('^[0-9a-f]+$') == nil then return M.FAILED end
+  if seen ~= '/' .. name then return M.FAILED end
+  if type(mounts) ~= 'table' or mounts.tag ~= 'array' then return M.FAILED end
+  -- dockerd lists the mounts in no fixed order: the refusal names the first offender by path.
+  local received, offender = false, nil
+  for i = 1, mounts.n do
+    local m = mounts[i]
+    if type(m) ~= 'table' or m.tag ~= 'object' then return M.FAILED end
+    local kind, target = member(m, 'Type'), member(m, 'Destination')
+    if type(kind) ~= 'string' or type(target) ~= 'string' then return M.FAILED end
+    if kind ~= 'volume' or not schema.VOLUME_TARGETS[target] then
+      if offender == nil or target < offender then offender = target end
+    elseif target == destination then
+      received = true
+    end
+  end
+  if offender ~= nil then return M.MOUNT .. ':' .. quoted(offender) end
+  if not received then return M.NO_VOLUME .. ':' .. destination end
+  return M.OK, id
+end
+
+return M
