@@ -5,6 +5,7 @@
  * proxy takes it within a second and closes the connections the new list refuses. The entries
  * are checked as at create; an invalid change changes nothing.
  */
+import { DEFAULT_CONNECT_PORTS, type PolicyFile } from '../../policy/index.js';
 import { LABEL_EGRESS, SandboxError, checkAllowlistChange, meaningOfLabel, type AllowlistChange } from '../spec/index.js';
 import type { SandboxEngine } from '../docker/index.js';
 import { EGRESS_USER, readRegistration, seatOfSandbox, writeRegistration } from './egress-policy.js';
@@ -30,6 +31,21 @@ export function changedList(current: readonly string[], change: { allow?: readon
   return next;
 }
 
+/**
+ * What in a registration's policy the controller did not write: it writes plain host names, the
+ * default ports and a mode. Entries with rules (a tunnel mode, methods, paths), other ports or
+ * anything else came from elsewhere, and a change written back as plain names would drop them
+ * (an entry limited to GET would allow every method), so such a registration is left as it is.
+ */
+export function notWrittenByController(policy: PolicyFile): string | undefined {
+  const ruled = policy.allowHosts.find((e) => typeof e !== 'string');
+  if (ruled !== undefined) return `the entry ${typeof ruled === 'string' ? ruled : ruled.host} carries rules`;
+  const ports = [...policy.connectPorts].sort((a, b) => a - b);
+  const defaults = [...DEFAULT_CONNECT_PORTS].sort((a, b) => a - b);
+  if (ports.length !== defaults.length || ports.some((p, i) => p !== defaults[i])) return `its ports are ${policy.connectPorts.join(', ')}, not the default ones`;
+  return undefined;
+}
+
 /** Applies `change` to sandbox `name`; the allowlist now in force. */
 export async function changeAllowHosts(deps: AllowlistDeps, name: string, change: AllowlistChange): Promise<string[]> {
   const checked = checkAllowlistChange(change);
@@ -52,7 +68,14 @@ export async function changeAllowHosts(deps: AllowlistDeps, name: string, change
         `The allowlist of ${name} is fixed: its egress proxy takes its policy from its environment (a sandbox with secrets or inspected hosts, or one created before live allowlists). Destroy it and create it again with the new list.`,
       );
     }
-    const current = held.policy.allowHosts.map((e) => (typeof e === 'string' ? e : e.host));
+    const foreign = notWrittenByController(held.policy);
+    if (foreign !== undefined) {
+      throw new SandboxError(
+        'allowlist_fixed',
+        `The allowlist of ${name} was not changed: its registration was not written by the controller (${foreign}), and a change would drop that. Destroy the sandbox and create it again with the new list.`,
+      );
+    }
+    const current = held.policy.allowHosts.filter((e): e is string => typeof e === 'string');
     const next = changedList(current, checked);
     if (next.length > MAX_ALLOW_HOSTS) throw new SandboxError('invalid_spec', `The allowlist change was refused: ${name} would have ${next.length} entries, over ${MAX_ALLOW_HOSTS}.`);
     const registration = {

@@ -33,6 +33,26 @@ t.test('allow and deny rewrite the registration, the lifecycle id kept', async (
   t.same([after?.subnet, after?.address], [before?.subnet, before?.address]);
 });
 
+t.test('a registration the controller did not write (rules, other ports) is left as it is, and the change says why', async (t) => {
+  const s = fakeSandbox();
+  const h = await s.provider.create(spec());
+  const held = s.engine.registration(NAME);
+  if (held === undefined) return t.fail('registered at create');
+  // Written by someone else through the same volume: an entry limited to GET, and port 8443.
+  for (const [policy, why] of [
+    [{ allowHosts: [{ host: 'deb.debian.org', methods: ['GET'] }, 'pypi.org'] }, /the entry deb\.debian\.org carries rules/],
+    [{ allowHosts: ['deb.debian.org'], connectPorts: [8443] }, /its ports are 8443, not the default ones/],
+  ] as const) {
+    const text = JSON.stringify({ ...held, version: 1, sandbox: NAME, policy });
+    const files = [...s.engine.volumeFiles.values()].find((f) => f.has('sandbox.json'));
+    files?.set('sandbox.json', Buffer.from(text));
+    const err = await s.provider.changeAllowHosts(h, { allow: ['files.pythonhosted.org'] }).then(() => undefined, (e: unknown) => e);
+    t.ok(isSandboxError(err) && err.code === 'allowlist_fixed', 'refused as a list the controller cannot change');
+    t.match((err as Error).message, why);
+    t.equal(files?.get('sandbox.json')?.toString('utf8'), text, 'the registration is untouched: a change would have dropped its rules');
+  }
+});
+
 t.test('a proxy of its own gets its registration once it runs, before its leg on the sandbox network, and the create waits for it', async (t) => {
   const s = fakeSandbox();
   const probes: string[] = [];
