@@ -125,11 +125,14 @@ export class CommandRunner {
    */
   async killAll(name: string): Promise<boolean> {
     return this.deps.withRunning(name, async () => {
-      await this.runKillScript(name, killAllCmd());
+      // A kill script that did not finish its work (a leftover killed or stopped it) restarts
+      // the container whatever the root check then sees: the check judges, it does not excuse.
+      const confirmed = await this.runKillScript(name, killAllCmd());
       const survivors = await this.survivors(name);
-      if (survivors !== undefined && survivors.length === 0) return false;
+      if (confirmed && survivors !== undefined && survivors.length === 0) return false;
+      const cause = !confirmed ? 'kill_not_confirmed' : survivors === undefined ? 'survivor_check_failed' : 'survivors_after_kill';
       this.deps.logger.warn(
-        { sandbox: name, event: 'container_restart', cause: survivors === undefined ? 'kill_not_confirmed' : 'survivors_after_kill', survivors: survivors?.slice(0, 20) },
+        { sandbox: name, event: 'container_restart', cause, survivors: survivors?.slice(0, 20) },
         'processes of the sandbox user outlived the kill, restarting the container',
       );
       await this.deps.restart(name);

@@ -208,14 +208,16 @@ export function wrapperCmd(backstopSeconds: number, payload: string, isolation: 
 
 // Whether a thread group whose leader is a zombie still runs: its main thread can exit while the
 // others go on (pthread_exit), and the leader then reads as a zombie. Sets `task` to a live
-// thread's /proc path (the leader's environ is empty once its own thread has gone).
+// thread's /proc path (the leader's environ is empty once its own thread has gone). A thread's
+// state is read from its status file, whose Name line is escaped: its stat file gives the name
+// raw, and a thread named "a) Z" and a newline read as a zombie line by line.
 const LIVE_TASK = String.raw`
 live_task() {
-  local t s
+  local t k s
   for t in "$1"/task/[0-9]*; do
-    read -r s < "$t/stat" 2>/dev/null || continue
-    s=${'$'}{s##*) }
-    case ${'$'}{s%% *} in Z|X) ;; *) task=$t; return 0 ;; esac
+    s=
+    while read -r k s _; do [ "$k" = State: ] && break; s=; done < "$t/status" 2>/dev/null
+    case $s in ''|Z|X) ;; *) task=$t; return 0 ;; esac
   done
   return 1
 }
@@ -235,8 +237,11 @@ for ((round = 0; round < 50; round++)); do
   for p in /proc/[0-9]*; do
     pid=${'$'}{p#/proc/}
     [ "$pid" = "$$" ] && continue
-    read -r line < "$p/stat" 2>/dev/null || continue
-    # Fields after "(comm) ": state ppid pgrp session ...
+    # The whole file: the name in "(comm)" is given raw and may hold a newline, and the fields
+    # after its last ") " are state ppid pgrp session ...
+    line=
+    read -r -d '' line < "$p/stat" 2>/dev/null
+    [ -n "$line" ] || continue
     read -r -a f <<< "${'$'}{line##*) }"
     task=$p
     case ${'$'}{f[0]} in Z|X) live_task "$p" || continue ;; esac

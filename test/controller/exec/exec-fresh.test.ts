@@ -77,14 +77,15 @@ t.test('a root check that cannot run, or answers anything but its line, restarts
     const { result, order, logs } = await freshCase(t, { exitCode: 0, stdout: `${KILL_OK_MARKER}\n` }, [answer]);
     t.same(order, ['killall', 'survivors as 0:0', 'restart', 'command'], JSON.stringify(answer.stdout));
     t.equal(result.restarted, true);
-    t.match(logs, [{ event: 'container_restart', cause: 'kill_not_confirmed' }]);
+    t.match(logs, [{ event: 'container_restart', cause: 'survivor_check_failed' }]);
   }
 });
 
-t.test('a kill script that never said OK (stopped by a process it was to kill) is judged by the root check alone', async (t) => {
-  const { result, order } = await freshCase(t, { exitCode: 137 }, [{ exitCode: 0, stdout: `${SURVIVORS_MARKER} 0\n` }]);
-  t.same(order, ['killall', 'survivors as 0:0', 'command'], 'nothing survived: no restart');
-  t.equal(result.restarted, undefined);
+t.test('a kill script that never said OK (killed or stopped by a process it was to kill) restarts the container, whatever the root check says', async (t) => {
+  const { result, order, logs } = await freshCase(t, { exitCode: 137 }, [{ exitCode: 0, stdout: `${SURVIVORS_MARKER} 0\n` }]);
+  t.same(order, ['killall', 'survivors as 0:0', 'restart', 'command'], 'the check judges; it does not excuse an unfinished kill');
+  t.equal(result.restarted, true);
+  t.match(logs, [{ event: 'container_restart', cause: 'kill_not_confirmed' }]);
 });
 
 t.test('a command whose exec cannot start because another call stopped the sandbox meanwhile: conflict, not exec_failed', async (t) => {
