@@ -70,6 +70,11 @@ function fileError(exitCode: number | null, path: string, stderr: string, action
   }
 }
 
+/** How long a file script may take: 30 s, and a second more per megabyte it moves. */
+export function fileScriptDeadlineMs(bytes: number): number {
+  return 30_000 + Math.ceil(bytes / 1_000_000) * 1_000;
+}
+
 export class FileOps {
   constructor(private readonly deps: FileDeps) {}
 
@@ -88,7 +93,7 @@ export class FileOps {
     let out = new OutputCapture(readBytes);
     const { exitCode, stderr } = await this.deps.withRoom(name, () => {
       out = new OutputCapture(readBytes);
-      return this.runScript(name, readFileCmd(path, readBytes), SANDBOX_USER, undefined, out);
+      return this.runScript(name, readFileCmd(path, readBytes), SANDBOX_USER, undefined, out, readBytes);
     }, noRoom);
     if (exitCode !== 0) throw fileError(exitCode, path, stderr, 'read');
     const bytes = out.bytesRaw();
@@ -104,7 +109,7 @@ export class FileOps {
     if (typeof data !== 'string' && !(data instanceof Uint8Array)) throw new SandboxError('invalid_spec', 'data must be a string or a Uint8Array.');
     const bytes = typeof data === 'string' ? Buffer.from(data, 'utf8') : data;
     const target = writeTarget(path);
-    const { exitCode, stderr } = await this.deps.withRoom(name, () => this.runScript(name, writeFileCmd(target.path, target.confineTo), target.user, bytes, undefined), noRoom);
+    const { exitCode, stderr } = await this.deps.withRoom(name, () => this.runScript(name, writeFileCmd(target.path, target.confineTo), target.user, bytes, undefined, bytes.length), noRoom);
     if (exitCode !== 0) throw fileError(exitCode, path, stderr, 'write');
   }
 
@@ -113,17 +118,23 @@ export class FileOps {
     let out = new OutputCapture(4096);
     const { exitCode, stderr } = await this.deps.withRoom(name, () => {
       out = new OutputCapture(4096);
-      return this.runScript(name, statCmd(path), SANDBOX_USER, undefined, out);
+      return this.runScript(name, statCmd(path), SANDBOX_USER, undefined, out, 4096);
     }, noRoom);
     if (exitCode === FILE_EXIT.notFound) return null;
     if (exitCode !== 0) throw fileError(exitCode, path, stderr, 'stat');
     return parseStat(out.text());
   }
 
-  /** Runs one file script on the running sandbox; stdout goes to `out` (dropped without one). */
-  private runScript(name: string, cmd: string[], user: string, stdin: Uint8Array | undefined, out: OutputCapture | undefined): Promise<ScriptEnd> {
+  /**
+   * Runs one file script on the running sandbox; stdout goes to `out` (dropped without one), and
+   * at most `bytes` move either way. The script runs as a user whose other processes may stop it
+   * (SIGSTOP needs no more than the same uid), so the controller does not wait on it past a
+   * deadline of its own: then the exec is let go, and the call fails saying why.
+   */
+  private runScript(name: string, cmd: string[], user: string, stdin: Uint8Array | undefined, out: OutputCapture | undefined, bytes: number): Promise<ScriptEnd> {
     const err = new OutputCapture(16 * 1024);
     const head = new OutputCapture(4 * 1024);
+    const deadlineMs = fileScriptDeadlineMs(bytes);
     return this.deps.withRunning(name, async () => {
       const run = await this.deps.engine.startExec(name, {
         cmd,
@@ -136,7 +147,17 @@ export class FileOps {
           } else err.push(chunk);
         },
       });
-      return { exitCode: await run.finished, stderr: err.text(), shortStdout: head.truncated ? '' : head.text() };
+      let late: NodeJS.Timeout | undefined;
+      const exitCode = await Promise.race([
+        run.finished,
+        new Promise<never>((_, reject) => {
+          late = setTimeout(() => {
+            run.detach();
+            reject(new SandboxError('file_error', `A file operation in ${name} did not finish within ${Math.round(deadlineMs / 1000)} s: a process in the sandbox may have stopped it. killAll ends every process of the sandbox user.`));
+          }, deadlineMs);
+        }),
+      ]).finally(() => clearTimeout(late));
+      return { exitCode, stderr: err.text(), shortStdout: head.truncated ? '' : head.text() };
     });
   }
 }

@@ -5,4 +5,4 @@
 export { CommandRunner } from './commands.js';
 export type { WithRunning } from './commands.js';
 export { FileOps } from './files.js';
-export { SANDBOX_USER, shellQuote } from './exec-script.js';
+export { ROOT_USER, SANDBOX_USER, shellQuote } from './exec-script.js';

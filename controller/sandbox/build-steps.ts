@@ -10,7 +10,7 @@ import { CA_CERT_ENV, CA_FILE, SandboxError, isSandboxError, type SandboxNames }
 import { egressContainerBody, egressRegistration, imageRefusal, type EgressPlan, engineStatus, volumeBody } from '../docker/index.js';
 import { EGRESS_USER, holdsRegistration, ownSeat, readRegistration, registrable, writeRegistration } from './egress-policy.js';
 import { connectShard, subnetSlot, type EgressSeat } from './shards.js';
-import { SANDBOX_USER } from '../exec/index.js';
+import { ROOT_USER } from '../exec/index.js';
 import type { BuildDeps } from './build-deps.js';
 import { dockerSays } from './concurrent-change.js';
 import type { SandboxNetwork } from './sandbox-network.js';
@@ -201,6 +201,9 @@ export async function connectEgress(deps: BuildDeps, egress: string, network: Sa
   }
 }
 
+/** How long past the probe's own deadline the controller waits for its exec to end. */
+const PROBE_GRACE_S = 5;
+
 /**
  * Waits until the egress proxy answers its health endpoint, asked from inside the sandbox by
  * the name the sandbox's proxy variables use: that proves the proxy process serves HTTP and
@@ -235,16 +238,31 @@ export async function waitForEgress(deps: BuildDeps, names: SandboxNames, lifecy
     `do exec 3>&-; read -r -t ${EGRESS_PROBE_PAUSE_S} -u 4 || :; done`,
   ].join('\n');
   // One attempt can block on a name lookup (a proxy that exited leaves its name unresolvable),
-  // so `timeout` holds the whole loop to the deadline, not just the attempt count.
+  // so `timeout` holds the whole loop to the deadline, not just the attempt count. As root (with
+  // no capabilities, as every process there): a process the sandbox user left running may signal
+  // any process of that user, and one that stopped the probe's `timeout` held resume, and every
+  // call queued behind it on the sandbox, for as long as it liked (review finding).
   const run = await deps.engine.startExec(names.container, {
     cmd: ['timeout', '-s', 'KILL', String(seconds), 'bash', '-c', probe],
-    user: SANDBOX_USER,
+    user: ROOT_USER,
     onOutput: () => undefined,
   });
   // Started once the probe's process is: dockerd holds a container's lock through an archive put,
   // so an exec create sent after one waits for it, while the exec's own run does not.
   const alongside = meanwhile === undefined ? undefined : Promise.allSettled([Promise.resolve().then(meanwhile)]);
-  const ended = await run.finished.then((exitCode) => ({ exitCode }), (err: unknown) => ({ err }));
+  // And a deadline of the controller's own, past the probe's: nothing in the sandbox decides how
+  // long this waits.
+  let late: NodeJS.Timeout | undefined;
+  const ended = await Promise.race([
+    run.finished.then((exitCode) => ({ exitCode }), (err: unknown) => ({ err })),
+    new Promise<{ exitCode: null }>((resolve) => {
+      late = setTimeout(() => {
+        run.detach();
+        resolve({ exitCode: null });
+      }, (seconds + PROBE_GRACE_S) * 1000);
+    }),
+  ]);
+  clearTimeout(late);
   // Its failure first: the probe's may only be a consequence of it.
   const [done] = (await alongside) ?? [];
   if (done?.status === 'rejected') throw done.reason;
