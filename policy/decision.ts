@@ -145,6 +145,28 @@ function checkTunnel(target: AllowedTarget): AllowedTarget | Denial {
 }
 
 /**
+ * What an open connection was allowed to: a tunnel, in the mode it runs in (`opaque` when no
+ * ClientHello was checked), or a plain-HTTP request's host and port.
+ */
+export type OpenTarget =
+  | { readonly kind: 'http'; readonly host: string; readonly port: number }
+  | { readonly kind: 'tunnel'; readonly host: string; readonly port: number; readonly mode: TunnelMode };
+
+/**
+ * An open connection against a policy that changed since it was allowed: the checks that need no
+ * DNS which a new connection of its kind gets, a tunnel's included. An opaque tunnel is refused
+ * where the host's tunnels are now `tls`: its ClientHello was never checked, and a new one's is.
+ */
+export function recheckTarget(policy: Policy, open: OpenTarget): AllowedTarget | Denial {
+  const checked = checkTarget(policy, open.host, open.port);
+  if (!checked.allowed || open.kind === 'http') return checked;
+  const target = checkTunnel(checked);
+  if (!target.allowed || open.mode === 'tls' || target.tunnel === 'opaque') return target;
+  const detail = `a tunnel to ${target.host} must now name it in its ClientHello, and this one was opened opaque, its hello never checked`;
+  return { allowed: false, reason: 'policy_revoked', detail, host: target.host, port: target.port };
+}
+
+/**
  * Whether an address and port is one of the proxy's own listeners (the proxy knows; the policy
  * does not): a request there would loop back into the proxy.
  */

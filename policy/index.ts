@@ -26,6 +26,7 @@ export {
   checkRequest,
   checkAddresses,
   decide,
+  recheckTarget,
   resolveTarget,
   type Decision,
   type Allowed,
@@ -33,6 +34,7 @@ export {
   type Denial,
   type Lookup,
   type LookupOutcome,
+  type OpenTarget,
   type OwnListener,
   type WouldDeny,
 } from './decision.js';

@@ -122,8 +122,9 @@ export const REASONS = {
     advice: 'this proxy serves only the sandbox networks registered with it, and none holds this connection; a sandbox being created or destroyed is not served, so retry once it runs, or recreate it',
   },
   policy_revoked: {
-    // Never an HTTP answer: an open connection whose host its sandbox's new allowlist no longer
-    // allows is closed, and this is the reason its line gives.
+    // An open connection that its sandbox's new allowlist no longer allows (its host, or a tunnel
+    // to it as it runs) is closed, with this reason in its line and no answer; a request decided
+    // while the allowlist changed is answered with it.
     status: 403,
     advice: 'the sandbox\'s allowlist changed while the connection was open and no longer allows its host; the operator allows it again with capybara-sandbox allow',
   },

@@ -10,7 +10,7 @@ import type { ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { F, type Logger, refusalBytes, type Closer, type Refusal } from '../record/index.js';
 import type { Charge } from '../budget/index.js';
-import type { Policy } from '../../policy/index.js';
+import type { OpenTarget, Policy } from '../../policy/index.js';
 import type { Pipeline } from './pipeline.js';
 import type { ClientIdentity } from './identity.js';
 
@@ -66,10 +66,10 @@ export class ClientConnection {
   /** `ip:port` of the client. */
   readonly client: string;
   /**
-   * The host and port it was last allowed to (a tunnel's, or its latest request's): what a shared
+   * What it was last allowed to (its tunnel, or its latest request's host and port): what a shared
    * proxy checks again when its sandbox's allowlist changes.
    */
-  target: { readonly host: string; readonly port: number } | undefined;
+  target: OpenTarget | undefined;
   readonly entry: ConnectionEntry | undefined;
   readonly memory: Charge;
   readonly overloaded: boolean;

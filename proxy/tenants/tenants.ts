@@ -4,10 +4,11 @@
  * connections when the registrations change. A connection is bound at its accept to its slot and
  * the registration's lifecycle id: when the slot's registration ends, or a later sandbox takes the
  * slot (another lifecycle id), every connection of the earlier one is closed; when its allowlist
- * changes, every connection whose host the new one does not allow is closed.
+ * changes, every connection the new one would not allow is closed: a tunnel is checked as a new
+ * tunnel would be (an entry with rules allows none; an opaque one ends where the entry is now tls).
  */
 import type { Socket } from 'node:net';
-import { checkTarget, TenantTable, type Policy } from '../../policy/index.js';
+import { recheckTarget, TenantTable, type Policy } from '../../policy/index.js';
 import type { ClientConnection, ClientIdentity, Identities } from '../admission/index.js';
 import type { DnsHost, DnsStarter } from '../dns/index.js';
 import { TenantDns } from './tenant-dns.js';
@@ -137,7 +138,7 @@ export class Tenants implements Identities, DnsHost {
     let detail: string | undefined;
     if (now === undefined || now.lifecycle !== identity.lifecycle) detail = `the registration of sandbox ${identity.sandbox} ended`;
     else if (connection.target !== undefined) {
-      const verdict = checkTarget(now.policy, connection.target.host, connection.target.port);
+      const verdict = recheckTarget(now.policy, connection.target);
       if (!verdict.allowed) detail = `the allowlist of sandbox ${identity.sandbox} no longer allows it (${verdict.detail})`;
     }
     if (detail === undefined) return;

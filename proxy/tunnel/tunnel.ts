@@ -108,13 +108,14 @@ export async function openTunnel(
   }
   // The policy changed while the name resolved: a shared proxy's revocation did not see it yet.
   if (connection.policy() !== policy) return deny(record, connection, revokedWhileDeciding(decision), { [F.decideMs]: decideMs }, entry);
-  connection.target = { host: decision.host, port: decision.port };
+  const tls = entry.alwaysTls || decision.tunnel === 'tls';
+  // An inspected tunnel's hello is checked too: the proxy's own TLS server reads it.
+  connection.target = { kind: 'tunnel', host: decision.host, port: decision.port, mode: tls || decision.inspect === true ? 'tls' : 'opaque' };
   record.wouldDeny(decision.wouldDeny);
   if (decision.inspect === true) {
     const start = { decision, started, decideMs, headCharged: target.headCharged ?? 0 };
     return ctx.inspector.start(connection, ctx.inspection(), start, head, record, entry);
   }
-  const tls = entry.alwaysTls || decision.tunnel === 'tls';
   // A client gone while its request was decided still gets its one decision line.
   const clientGone = (): void =>
     record.allow(destinationOf(decision), { [F.tunnel]: tls ? 'tls' : 'opaque', [F.decideMs]: decideMs, [F.error]: 'client_closed' });

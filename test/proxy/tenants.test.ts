@@ -16,6 +16,8 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { createEgressProxy, createLogger, createLookup, type EgressProxy } from '../../proxy/index.js';
 import { openTenants } from '../../proxy/tenants/index.js';
+import type { AllowEntry } from '../../policy/index.js';
+import { captureHello } from '../support/tls-hello.js';
 import { policyOf } from '../support/test-proxy.js';
 import { rawRequest, readUntil, type RawResponse } from '../support/raw-client.js';
 import { freePort, listen } from '../support/loopback.js';
@@ -33,7 +35,7 @@ interface Setup {
   readonly port: number;
   readonly echo: number;
   readonly logs: Record<string, unknown>[];
-  register(slot: string, sandbox: string, lifecycle: string, subnet: string, allowHosts: string[]): void;
+  register(slot: string, sandbox: string, lifecycle: string, subnet: string, allowHosts: AllowEntry[]): void;
   write(slot: string, text: string): void;
   readonly dir: string;
   readonly proxy: EgressProxy;
@@ -52,7 +54,7 @@ async function setup(t: Test, limits: { maxConnections?: number; maxConnectionsP
     writeFileSync(join(dir, `.${slot}.part`), text);
     renameSync(join(dir, `.${slot}.part`), join(dir, `${slot}.json`));
   };
-  const register = (slot: string, sandbox: string, lifecycle: string, subnet: string, allowHosts: string[]): void =>
+  const register = (slot: string, sandbox: string, lifecycle: string, subnet: string, allowHosts: AllowEntry[]): void =>
     write(slot, JSON.stringify({ version: 1, sandbox, lifecycle, subnet, address: proxyOf(subnet), policy: { allowHosts, connectPorts: [echoPort] } }));
   const { logs, sink } = captureLogs();
   const logger = createLogger('debug', sink);
@@ -209,6 +211,63 @@ t.test('an allowlist change closes the tunnels it no longer allows and reaches n
   t.equal((await connect(s, A, 'a.test')).reason, 'host_not_allowed', 'a new connection gets the new list');
   t.equal((await connect(s, A, 'c.test')).status, 200);
   t.ok(s.logs.some((l) => l.event === 'revoked' && l.reason === 'policy_revoked' && l.host === 'a.test' && l.sandbox === 'cap-a'), 'the closure has its line');
+});
+
+t.test('an allowlist change that allows a listed host no tunnel, or no opaque one, closes the tunnels open to it', async (t) => {
+  // The sandbox's entries are opaque unless they say otherwise (the setup's tunnel default).
+  const rows: Array<{ name: string; after: AllowEntry[]; closed: RegExp | undefined; fresh: string }> = [
+    { name: 'the entry gains method rules, which allow no tunnel', after: [{ host: 'a.test', methods: ['GET'] }, 'b.test'], closed: /allows no tunnel/, fresh: 'tunnel_not_allowed' },
+    { name: 'the entry gains path rules', after: [{ host: 'a.test', paths: ['/x'] }, 'b.test'], closed: /allows no tunnel/, fresh: 'tunnel_not_allowed' },
+    { name: 'the entry becomes tls: the open tunnel\'s hello was never checked', after: [{ host: 'a.test', tunnel: 'tls' }, 'b.test'], closed: /opened opaque/, fresh: '200' },
+    { name: 'another entry gains rules: the tunnel stays', after: ['a.test', { host: 'b.test', methods: ['GET'] }], closed: undefined, fresh: '200' },
+  ];
+  for (const row of rows) {
+    await t.test(row.name, async (t) => {
+      const s = await setup(t);
+      s.register('slot-a', 'cap-a', 'life-a-0001', A.subnet, ['a.test', 'b.test']);
+      await settle(() => s.logs.some((l) => l.event === 'tenant_registered'), 'the registration');
+      const open = await connect(s, A, 'a.test');
+      t.ok(open.status === 200 && (await carries(open)), 'a plain tunnel to a.test, opened opaque');
+      s.register('slot-a', 'cap-a', 'life-a-0001', A.subnet, row.after);
+      await settle(() => s.logs.filter((l) => l.event === 'tenant_registered').length >= 2, 'the change');
+      const fresh = await connect(s, A, 'a.test');
+      fresh.socket.destroy();
+      t.equal(fresh.reason ?? String(fresh.status), row.fresh, 'a new tunnel gets the new list');
+      if (row.closed === undefined) {
+        // The recheck runs at once when the list changes: by now it has passed this tunnel by.
+        t.ok(await carries(open), 'the tunnel, still allowed as it was opened, goes on');
+        t.notOk(s.logs.some((l) => l.event === 'revoked'), 'no revocation');
+      } else {
+        await Promise.race([closed(open.socket), new Promise((r) => setTimeout(r, 3_000))]);
+        t.ok(open.socket.destroyed || open.socket.readableEnded, 'the tunnel is closed');
+        const line = s.logs.find((l) => l.event === 'revoked');
+        t.match(line, { reason: 'policy_revoked', host: 'a.test', sandbox: 'cap-a' }, 'the closure has its line');
+        t.match(String(line?.detail), row.closed, 'which says why');
+      }
+      open.socket.destroy();
+    });
+  }
+});
+
+t.test('an allowlist change whose entry allows no tunnel closes a transparent TLS tunnel open to it', async (t) => {
+  const s = await setup(t);
+  s.register('slot-a', 'cap-a', 'life-a-0001', A.subnet, ['a.test']);
+  await settle(() => s.logs.some((l) => l.event === 'tenant_registered'), 'the registration');
+  const tlsPort = await freePort();
+  await s.proxy.listenTransparent({ listen: '0.0.0.0', answer: '0.0.0.0', ports: [{ kind: 'tls', dialled: s.echo, listen: tlsPort }] });
+  const hello = await captureHello({ servername: 'a.test', rejectUnauthorized: false });
+  const open = net.connect({ host: A.proxy, port: tlsPort, localAddress: A.client });
+  open.on('error', () => undefined);
+  await new Promise((r) => open.once('connect', r));
+  open.write(hello);
+  // The echo upstream sends the hello back once the tunnel is open.
+  const back = await readUntil(open, hello.subarray(-8).toString('latin1'), 3_000).catch(() => '');
+  t.ok(back.length >= hello.length, 'a transparent tunnel to a.test');
+  s.register('slot-a', 'cap-a', 'life-a-0001', A.subnet, [{ host: 'a.test', methods: ['GET'] }]);
+  await Promise.race([closed(open), new Promise((r) => setTimeout(r, 3_000))]);
+  t.ok(open.destroyed || open.readableEnded, 'the tunnel is closed');
+  t.match(String(s.logs.find((l) => l.event === 'revoked')?.detail), /allows no tunnel/);
+  open.destroy();
 });
 
 t.test('a subnet taken by a later sandbox: the earlier one\'s connections are closed, its policy never served', async (t) => {
