@@ -41,10 +41,13 @@ export {
 export {
   TenantTable,
   ipv4Number,
+  parseSlotEnvelope,
   parseSlotFile,
+  parseSlotPolicy,
   parseSubnet,
   subnetHolds,
   subnetsOverlap,
+  type SlotEnvelope,
   type SlotFile,
   type Subnet,
   type TenantLookup,

@@ -19,14 +19,18 @@ const LIFECYCLE = /^[A-Za-z0-9-]{8,64}$/;
 const PREFIX_MIN = 16;
 const PREFIX_MAX = 30;
 
-const RegistrationSchema = z.union([
+/**
+ * A slot file read for everything but its policy: vacant, or the registration's sandbox, lifecycle
+ * id, subnet and address. Read apart so that a file whose policy is refused still says whose it is.
+ */
+const EnvelopeSchema = z.union([
   z.strictObject({
     version: z.literal(1),
     sandbox: z.string().regex(SANDBOX_NAME, 'a sandbox name: letters, digits, "_", "." and "-", at most 63'),
     lifecycle: z.string().regex(LIFECYCLE, 'a lifecycle id: 8 to 64 letters, digits and "-"'),
     subnet: z.string().describe('The IPv4 subnet of the sandbox network (10.200.0.0/28).'),
     address: z.string().describe('The proxy\'s own address on that network: where it answers DNS, and what allowed names resolve to.'),
-    policy: PolicyFileSchema,
+    policy: z.unknown().describe('The sandbox\'s policy (PolicyFileSchema), parsed by parseSlotPolicy.'),
   }),
   z.strictObject({ version: z.literal(1), vacant: z.literal(true) }),
 ]);
@@ -50,6 +54,9 @@ export interface TenantRegistration {
 
 /** A slot's file: a sandbox's registration, or vacant (its sandbox is gone; nothing is served). */
 export type SlotFile = { readonly vacant: true } | ({ readonly vacant: false } & TenantRegistration);
+
+/** A slot's file with its policy not yet parsed (parseSlotPolicy). */
+export type SlotEnvelope = { readonly vacant: true } | ({ readonly vacant: false; readonly policy: unknown } & Omit<TenantRegistration, 'policy'>);
 
 function toNumber(address: Ipaddr.IPv4): number {
   const [a = 0, b = 0, c = 0, d = 0] = address.octets;
@@ -82,8 +89,13 @@ export function parseSubnet(text: string): { ok: true; subnet: Subnet } | { ok: 
 
 /** Parses a slot file's text (JSON, or YAML; a duplicate key is an error); `source` names it in errors. */
 export function parseSlotFile(text: string, source: string): SlotFile {
+  return parseSlotPolicy(parseSlotEnvelope(text, source), source);
+}
+
+/** Parses a slot file's text but its policy: whether it is vacant, and whose registration it is. */
+export function parseSlotEnvelope(text: string, source: string): SlotEnvelope {
   const { value } = readStrictText(text, source);
-  const result = RegistrationSchema.safeParse(value);
+  const result = EnvelopeSchema.safeParse(value);
   if (!result.success) {
     const issues = result.error.issues.flatMap((i) => (i.code === 'invalid_union' ? (i.errors[0] ?? []).map((e) => ({ ...e, path: [...i.path, ...e.path] })) : [i]));
     throw new PolicyError(source, issues.map((i) => ({ path: i.path.map(String).join('.'), message: i.message })));
@@ -101,6 +113,14 @@ export function parseSlotFile(text: string, source: string): SlotFile {
     throw new PolicyError(source, [{ path: 'address', message: `${data.address} is not a host address of ${subnet.subnet.text}` }]);
   }
   return { vacant: false, sandbox: data.sandbox, lifecycle: data.lifecycle, subnet: subnet.subnet, address: data.address, policy: data.policy };
+}
+
+/** The slot file an envelope is, its policy parsed; `source` names it in errors. */
+export function parseSlotPolicy(envelope: SlotEnvelope, source: string): SlotFile {
+  if (envelope.vacant) return envelope;
+  const result = PolicyFileSchema.safeParse(envelope.policy);
+  if (!result.success) throw new PolicyError(source, result.error.issues.map((i) => ({ path: ['policy', ...i.path].map(String).join('.'), message: i.message })));
+  return { ...envelope, policy: result.data };
 }
 
 /** The address as a 32-bit number, when it is IPv4 (an IPv4-mapped IPv6 spelling included). */

@@ -5,13 +5,16 @@
  * POLL_MS besides, so a change is in force within a second even where no change is reported.
  *
  * A file that cannot be read, parsed or built leaves its slot's previous registration in force,
- * or none for a new slot (fail closed), and its problem is logged once. A file removed, or made
- * `{"version": 1, "vacant": true}`, ends its slot's registration. A symbolic link, a file over
- * MAX_FILE_BYTES and more than MAX_SLOTS files are refused.
+ * or none for a new slot (fail closed), and its problem is logged once; but one that names another
+ * sandbox or lifecycle id than the registration in force is a later registration, and leaves the
+ * slot serving nobody. A file that does not say whose it is (its envelope does not parse, as when
+ * it is read half written) is taken for an update of the registration in force. A file removed, or
+ * made `{"version": 1, "vacant": true}`, ends its slot's registration. A symbolic link, a file
+ * over MAX_FILE_BYTES and more than MAX_SLOTS files are refused.
  */
 import { closeSync, constants, fstatSync, openSync, readdirSync, readSync, watch, type FSWatcher } from 'node:fs';
 import { join } from 'node:path';
-import { parseSlotFile, PolicyError } from '../../policy/index.js';
+import { parseSlotEnvelope, parseSlotPolicy, PolicyError, type SlotEnvelope } from '../../policy/index.js';
 import { F, logLine, type Logger } from '../record/index.js';
 import { tenantPolicy, type TenantSettings } from './tenant-policy.js';
 import type { Tenant } from './tenant-policy.js';
@@ -148,23 +151,33 @@ export class SlotDirectory {
     const read = readSlot(path, was?.stamp);
     if ('problem' in read) return this.problem(slot, read.problem, was);
     if (read.text === undefined) return;
+    let envelope: SlotEnvelope | undefined;
     try {
-      const file = parseSlotFile(read.text, path);
+      envelope = parseSlotEnvelope(read.text, path);
+      const file = parseSlotPolicy(envelope, path);
       const tenant = file.vacant ? undefined : { slot, sandbox: file.sandbox, lifecycle: file.lifecycle, subnet: file.subnet, address: file.address, policy: tenantPolicy(file.policy, this.settings, path) };
       this.slots.set(slot, { stamp: read.stamp, tenant, problem: undefined });
       logLine(this.log, { [F.event]: 'tenant_registered', slot, ...(tenant ? { [F.sandbox]: tenant.sandbox, subnet: tenant.subnet.text, lifecycle: tenant.lifecycle, allowHosts: tenant.policy.allowHosts.length } : { vacant: true }) });
     } catch (err) {
       const detail = err instanceof PolicyError ? err.message : `cannot be read: ${(err as Error).message}`;
-      this.problem(slot, detail, was, read.stamp);
+      this.problem(slot, detail, was, read.stamp, envelope?.vacant === false ? envelope : undefined);
     }
   }
 
-  /** Logs a slot's problem once; its previous registration stays in force. */
-  private problem(slot: string, detail: string, was: SlotState | undefined, stamp = was?.stamp ?? ''): void {
-    if (was?.problem !== detail) {
-      const kept = was?.tenant === undefined ? 'the slot serves nobody' : `sandbox ${was.tenant.sandbox} keeps its previous policy`;
-      logLine(this.log, { [F.event]: 'tenant_refused', slot, [F.detail]: `${detail}; ${kept}` }, 'warn');
+  /**
+   * Logs a slot's problem once. A bad update of the registration in force leaves it in force; a
+   * file that names another sandbox or lifecycle id (`names`) is a later registration, and fails
+   * closed: the slot serves nobody, so the earlier sandbox's connections are closed as on any new
+   * registration, and the later sandbox is never served under the earlier one's policy.
+   */
+  private problem(slot: string, detail: string, was: SlotState | undefined, stamp = was?.stamp ?? '', names?: { sandbox: string; lifecycle: string }): void {
+    let tenant = was?.tenant;
+    let kept = tenant === undefined ? 'the slot serves nobody' : `sandbox ${tenant.sandbox} keeps its previous policy`;
+    if (tenant !== undefined && names !== undefined && (names.sandbox !== tenant.sandbox || names.lifecycle !== tenant.lifecycle)) {
+      kept = `it registers sandbox ${names.sandbox} (lifecycle ${names.lifecycle}) in place of ${tenant.sandbox} (lifecycle ${tenant.lifecycle}), so the slot serves nobody`;
+      tenant = undefined;
     }
-    if (slot !== '(directory)') this.slots.set(slot, { stamp, tenant: was?.tenant, problem: detail });
+    if (was?.problem !== detail || tenant !== was?.tenant) logLine(this.log, { [F.event]: 'tenant_refused', slot, [F.detail]: `${detail}; ${kept}` }, 'warn');
+    if (slot !== '(directory)') this.slots.set(slot, { stamp, tenant, problem: detail });
   }
 }

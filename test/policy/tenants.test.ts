@@ -1,6 +1,6 @@
 /** A shared proxy's registrations (policy/tenants.ts): parsed strictly, and found by both addresses. */
 import t from 'tap';
-import { parseSlotFile, parseSubnet, PolicyError, TenantTable, type Subnet } from '../../policy/index.js';
+import { parseSlotEnvelope, parseSlotFile, parseSubnet, PolicyError, TenantTable, type Subnet } from '../../policy/index.js';
 
 const subnet = (text: string): Subnet => {
   const parsed = parseSubnet(text);
@@ -55,6 +55,14 @@ t.test('a slot file: a registration, or vacant; anything else refused with where
   refused(file({ version: 2 }), /version/, 'another version');
   refused('{"version": 1, "vacant": false}', /./, 'vacant false');
   refused('not json {', /./, 'not JSON or YAML');
+});
+
+t.test('a slot file whose policy is refused still says whose registration it is', async (t) => {
+  t.throws(() => parseSlotFile(file({ sandbox: 'cap-z', policy: { allowHosts: [7] } }), 'slot-1.json'), PolicyError);
+  t.match(parseSlotEnvelope(file({ sandbox: 'cap-z', policy: { allowHosts: [7] } }), 'slot-1.json'), { vacant: false, sandbox: 'cap-z', lifecycle: '0f3c9a7e-1', subnet: { text: '10.200.0.0/28' } }, 'the envelope parses');
+  t.same(parseSlotEnvelope('{"version": 1, "vacant": true}', 's'), { vacant: true });
+  t.throws(() => parseSlotEnvelope(file({ sandbox: 'cap-z', lifecycle: 'short' }), 'slot-1.json'), { message: /lifecycle/ }, 'an envelope with a problem of its own names nobody');
+  t.throws(() => parseSlotEnvelope('{"version": 1, "sandbox": "cap-z", "lifec', 'slot-1.json'), PolicyError, 'nor does a file cut short');
 });
 
 t.test('a connection belongs to the one registered subnet that holds both its addresses', async (t) => {

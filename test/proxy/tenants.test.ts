@@ -270,6 +270,31 @@ t.test('an allowlist change whose entry allows no tunnel closes a transparent TL
   open.destroy();
 });
 
+t.test('a slot taken by a later sandbox whose registration is refused serves nobody: the earlier one is not served on', async (t) => {
+  const rows: Array<{ name: string; sandbox: string; lifecycle: string }> = [
+    { name: 'another sandbox', sandbox: 'cap-z', lifecycle: 'life-z-0002' },
+    { name: 'the same sandbox under a new lifecycle id', sandbox: 'cap-a', lifecycle: 'life-a-0002' },
+  ];
+  for (const row of rows) {
+    await t.test(row.name, async (t) => {
+      const s = await setup(t);
+      s.register('slot-a', 'cap-a', 'life-a-0001', A.subnet, ['a.test']);
+      await settle(() => s.logs.some((l) => l.event === 'tenant_registered'), 'the registration');
+      const old = await connect(s, A, 'a.test');
+      t.equal(old.status, 200);
+      // A list the shared proxy refuses to build (an inspected entry), in an envelope that parses.
+      s.register('slot-a', row.sandbox, row.lifecycle, A.subnet, [{ host: 'a.test', inspect: true }]);
+      await Promise.race([closed(old.socket), new Promise((r) => setTimeout(r, 3_000))]);
+      t.ok(old.socket.destroyed || old.socket.readableEnded, 'the earlier registration\'s tunnel is closed');
+      t.match(String(s.logs.find((l) => l.event === 'tenant_refused')?.detail), new RegExp(`; it registers sandbox ${row.sandbox} \\(lifecycle ${row.lifecycle}\\) in place of cap-a \\(lifecycle life-a-0001\\), so the slot serves nobody$`), 'the refusal says why the slot serves nobody');
+      t.ok(s.logs.some((l) => l.event === 'revoked' && String(l.detail).includes('registration of sandbox cap-a ended')), 'the closure has its line');
+      t.equal((await connect(s, A, 'a.test')).reason, 'unknown_client', 'a new connection is served under no policy');
+      const health = await rawRequest(s.port, 'GET /healthz HTTP/1.1\r\nHost: egress\r\nConnection: close\r\n\r\n', A.proxy, 5_000, A.client);
+      t.notMatch(health.head, /X-Egress-Sandbox/i, 'the health answer names no sandbox');
+    });
+  }
+});
+
 t.test('a subnet taken by a later sandbox: the earlier one\'s connections are closed, its policy never served', async (t) => {
   const s = await setup(t);
   s.register('slot-a', 'cap-a', 'life-a-0001', A.subnet, ['a.test']);
