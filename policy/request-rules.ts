@@ -114,6 +114,13 @@ export type RulesVerdict =
  */
 const METHOD_OVERRIDES = new Set(['x-http-method-override', 'x-http-method', 'x-method-override']);
 
+/**
+ * Methods a refusal may name back. An override header's value is the client's own text: anything
+ * else is not quoted, since a placeholder the screening did not see (it compares case by case,
+ * and the value is upper-cased here) must not reach a detail, a line or an answer.
+ */
+const NAMED_METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'CONNECT', 'OPTIONS', 'TRACE', 'PATCH', 'PROPFIND', 'PROPPATCH', 'MKCOL', 'COPY', 'MOVE', 'LOCK', 'UNLOCK', 'SEARCH', 'QUERY', 'PURGE']);
+
 /** The first method-override header in a raw name/value list that names a method not in `methods`. */
 function overrideRefused(methods: ReadonlySet<string>, rawHeaders: readonly string[]): { name: string; method: string } | undefined {
   for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
@@ -121,7 +128,7 @@ function overrideRefused(methods: ReadonlySet<string>, rawHeaders: readonly stri
     if (!METHOD_OVERRIDES.has(name.toLowerCase())) continue;
     // Frameworks read the value upper-cased and trimmed.
     const method = rawHeaders[i + 1]!.trim().toUpperCase();
-    if (!methods.has(method)) return { name, method: method.slice(0, 32).replace(/[^\x21-\x7e]/g, '?') };
+    if (!methods.has(method)) return { name, method: method === '' ? 'an empty method' : NAMED_METHODS.has(method) ? method : 'a method it does not name here' };
   }
   return undefined;
 }
@@ -148,7 +155,7 @@ export function checkRules(rules: RequestRules, entry: string, method: string, t
     }
     const override = overrideRefused(rules.methods, rawHeaders);
     if (override !== undefined) {
-      const detail = `the ${override.name} header asks the server for ${override.method || 'an empty method'}, which is not allowed by the allowHosts entry ${entry} (${describeRules(rules)})`;
+      const detail = `the ${override.name} header asks the server for ${override.method}, which is not allowed by the allowHosts entry ${entry} (${describeRules(rules)})`;
       return { ok: false, reason: 'method_not_allowed', detail };
     }
   }
