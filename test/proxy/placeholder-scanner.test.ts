@@ -3,7 +3,7 @@
  * across any split of its chunks, fails the stream before the chunk that completes it passes; a
  * body without one passes byte for byte; what it keeps between chunks stays bounded.
  */
-import { Readable } from 'node:stream';
+import { PassThrough, Readable } from 'node:stream';
 import fc from 'fast-check';
 import t from 'tap';
 import { holds } from '../support/property.js';
@@ -85,4 +85,22 @@ t.test('without placeholders the body is not wrapped', async (t) => {
   t.equal(scannedBody(body, undefined), body);
   t.equal(scannedBody(body, createSecretSet([{ name: 'A', value: 'v', placeholder: undefined, fingerprint: 'sha256:0' }])), body);
   t.type(scannedBody(Readable.from([]), SET), PlaceholderScanner);
+});
+
+t.test('a placeholder after every consumer of the body has gone fails the scan without ending the process', async (t) => {
+  // As after a request that failed before undici sent its body: the client's bytes still flow in,
+  // and nothing but the scanner's own listener hears its failure.
+  const source = new PassThrough();
+  const body = scannedBody(source, SET);
+  t.not(body, source, 'scanned');
+  const uncaught: unknown[] = [];
+  const onUncaught = (err: unknown): void => void uncaught.push(err);
+  process.on('uncaughtException', onUncaught);
+  t.teardown(() => void process.off('uncaughtException', onUncaught));
+  const failed = new Promise<void>((resolve) => body.once('close', resolve));
+  source.write(Buffer.from(`a body with ${PLACEHOLDER} in it`));
+  await failed;
+  await new Promise((resolve) => setImmediate(resolve));
+  t.same(uncaught, [], 'no uncaught exception');
+  t.ok((body as PlaceholderScanner).destroyed, 'the scan failed, and its stream ended');
 });
