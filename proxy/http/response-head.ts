@@ -34,14 +34,20 @@ export function checkResponseHead(status: number, reason: string, rawHeaders: re
     if (!FIELD_VALUE.test(value)) return bad(`header ${name} holds a control byte`);
     const lower = name.toLowerCase();
     if (lower === 'connection') for (const option of value.split(',')) named.add(option.trim().toLowerCase());
-    if (lower === 'transfer-encoding') chunked = true;
+    if (lower === 'transfer-encoding') {
+      // The proxy frames the body again and passes no transfer coding on: a coding besides
+      // chunked (gzip, chunked) would reach the client still applied, and named nowhere.
+      if (chunked || value.trim().toLowerCase() !== 'chunked') return bad('a transfer coding other than chunked alone');
+      chunked = true;
+    }
   }
   const headers: string[] = [];
   for (let i = 0; i < rawHeaders.length; i += 2) {
     const lower = rawHeaders[i]!.toLowerCase();
     // A body that arrived chunked is re-framed by the proxy; a Content-Length beside it (which
-    // the parser would have refused anyway) must not reach the client.
-    if (HOP_BY_HOP.has(lower) || named.has(lower) || (chunked && lower === 'content-length')) continue;
+    // the parser would have refused anyway) must not reach the client, nor one on a 204, which
+    // has no content (RFC 9110 §8.6).
+    if (HOP_BY_HOP.has(lower) || named.has(lower) || ((chunked || status === 204) && lower === 'content-length')) continue;
     headers.push(rawHeaders[i]!, rawHeaders[i + 1]!);
   }
   return { ok: true, headers };

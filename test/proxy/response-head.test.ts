@@ -20,6 +20,11 @@ const cases: { name: string; status: number; reason?: string; headers?: string[]
   { name: 'a space in a name', status: 200, headers: ['X A', 'b'], ok: false },
   { name: 'a colon in a name', status: 200, headers: ['X:A', 'b'], ok: false },
   { name: 'an empty name', status: 200, headers: ['', 'b'], ok: false },
+  { name: 'chunked, in any case', status: 200, headers: ['Transfer-Encoding', ' Chunked '], ok: true },
+  { name: 'a coding before chunked (it would reach the client applied and unnamed)', status: 200, headers: ['Transfer-Encoding', 'gzip, chunked'], ok: false },
+  { name: 'a coding after chunked', status: 200, headers: ['Transfer-Encoding', 'chunked, gzip'], ok: false },
+  { name: 'codings in two fields', status: 200, headers: ['Transfer-Encoding', 'gzip', 'Transfer-Encoding', 'chunked'], ok: false },
+  { name: 'chunked twice', status: 200, headers: ['Transfer-Encoding', 'chunked', 'Transfer-Encoding', 'chunked'], ok: false },
 ];
 for (const c of cases) {
   t.test(c.name, async (t) => t.equal(checkResponseHead(c.status, c.reason ?? 'OK', c.headers ?? []).ok, c.ok));
@@ -31,4 +36,12 @@ t.test('hop-by-hop fields and those named by Connection are dropped; a length be
   if (head.ok) t.same(head.headers, ['Set-Cookie', 'a=1', 'Set-Cookie', 'b=2']);
   const plain = checkResponseHead(200, 'OK', ['Content-Length', '5']);
   if (plain.ok) t.same(plain.headers, ['Content-Length', '5'], 'a length alone is kept');
+});
+
+t.test('a 204 passes no Content-Length: it has no content', async (t) => {
+  const head = checkResponseHead(204, 'No Content', ['Content-Length', '38', 'X-A', '1']);
+  t.ok(head.ok);
+  if (head.ok) t.same(head.headers, ['X-A', '1']);
+  const notModified = checkResponseHead(304, 'Not Modified', ['Content-Length', '38']);
+  if (notModified.ok) t.same(notModified.headers, ['Content-Length', '38'], 'a 304\'s length is the representation\'s, and kept');
 });
