@@ -10,7 +10,7 @@ import type { AddressInfo } from 'node:net';
 import { isCodedError, VERSION } from '../common/index.js';
 import type { Policy } from '../policy/index.js';
 import { checkArgv, loadPolicy, OPTIONS, parseConfig, policySourceName, usage, type ProxyConfig } from './config.js';
-import { MemoryBudget } from './budget/index.js';
+import { MemoryBudget, shareFraction } from './budget/index.js';
 import { planResources, plannedLimits, StartError, stop } from './start-plan.js';
 import { createLookup, type DnsHost } from './dns/index.js';
 import { addProcessMetrics, checkReport, createLogger, logPolicyWarnings, startMetricsServer } from './record/index.js';
@@ -190,7 +190,9 @@ async function serve(): Promise<number> {
     for (const s of serving) void s.close();
   });
   const limits = plannedLimits(config, plans, log);
-  const lookup = createLookup({ servers: config.dnsServers, timeoutMs: limits.dnsTimeoutMs, maxInFlight: plans.descriptors.maxLookupsInFlight });
+  const lookup = createLookup({
+    servers: config.dnsServers, timeoutMs: limits.dnsTimeoutMs, maxInFlight: plans.descriptors.maxLookupsInFlight, shareFraction: shareFraction(config.tenantsDir !== undefined),
+  });
   const inspection = await startInspection(config, policy);
   const shared = sharedTenants(config, log);
   const proxy: EgressProxy = createEgressProxy({

@@ -10,7 +10,7 @@ import { performance } from 'node:perf_hooks';
 import type { Registry } from 'prom-client';
 import type { Policy } from '../policy/index.js';
 import { Admission, byAddress, type ClientConnection, type Identities, type Inspection, type ProxyContext } from './admission/index.js';
-import { clientShare, DEFAULT_LIMITS, MemoryBudget, type ProxyLimits } from './budget/index.js';
+import { clientShare, DEFAULT_LIMITS, MemoryBudget, shareFraction, type ProxyLimits } from './budget/index.js';
 import type { ClientLookup } from './dns/index.js';
 import { createHttpFront, FirstBytes, Handlers } from './front/index.js';
 import { Inspector } from './inspect/index.js';
@@ -33,7 +33,10 @@ export interface EgressProxyOptions {
   readonly memory?: MemoryBudget;
   /** The deployment CA's leaves and the upstream trust store: needed by a policy with inspected entries. */
   readonly inspection?: Inspection | undefined;
-  /** Who each client is (a shared proxy's tenants, proxy/tenants/); default: by address, under `policy`. */
+  /**
+   * Who each client is (a shared proxy's tenants, proxy/tenants/); default: by address, under
+   * `policy`. With tenants, each sandbox's share of the connections is a sandbox's (shareFraction).
+   */
   readonly identities?: Identities;
 }
 
@@ -112,7 +115,8 @@ function listenOn(netServer: net.Server, httpServer: http.Server, host: string, 
 export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
   const configured: ProxyLimits = { ...DEFAULT_LIMITS, ...options.limits };
   // One client's connections stay a share of the total, however the total was lowered.
-  const limits: ProxyLimits = Object.freeze({ ...configured, maxConnectionsPerClient: clientShare(configured.maxConnections, configured.maxConnectionsPerClient) });
+  const fraction = shareFraction(options.identities !== undefined);
+  const limits: ProxyLimits = Object.freeze({ ...configured, maxConnectionsPerClient: clientShare(configured.maxConnections, configured.maxConnectionsPerClient, fraction) });
   const log = options.logger;
   let policy = options.policy;
   let inspection = options.inspection;

@@ -11,7 +11,7 @@ import {
   cgroupMemoryLimit,
   clientShare,
   DEFAULT_LIMITS,
-  MAX_CLIENT_SHARE,
+  shareFraction,
   memoryLimit,
   MIN_MEMORY_BYTES,
   MIN_OPEN_FILES,
@@ -77,8 +77,9 @@ export function planResources(config: ProxyConfig): Plans {
   if (descriptors === undefined) stop(`the open-file limit is ${String(nofile)}, and the proxy needs at least ${MIN_OPEN_FILES}; raise it (docker run --ulimit nofile=N, ulimit -n N)`);
   // The machine's share: its memory, and no more than V8 lets the heap grow.
   const limit = memoryLimit({ cgroup: cgroupLimit(), flag: config.memoryLimitBytes, machine: os.totalmem(), heap: v8.getHeapStatistics().heap_size_limit });
-  // A client's share of the memory is its share of the connections, at most a quarter.
-  const share = Math.min(MAX_CLIENT_SHARE, config.limits.maxConnectionsPerClient / config.limits.maxConnections);
+  // A client's share of the memory is its share of the connections, at most a quarter (a
+  // sandbox's share on a shared proxy).
+  const share = Math.min(shareFraction(config.tenantsDir !== undefined), config.limits.maxConnectionsPerClient / config.limits.maxConnections);
   const memory = planMemory(limit, Math.min(descriptors.maxConnections, config.limits.maxConnections), share);
   if (memory === undefined) {
     stop(`the memory limit is ${Math.floor(limit.bytes / MIB)} MiB (from ${SOURCE_NAMES[limit.source]}), and the proxy needs at least ${MIN_MEMORY_BYTES / MIB} MiB; raise it (docker run -m, the pod's memory limit, --memory-limit-mb)`);
@@ -121,10 +122,10 @@ export function plannedLimits(config: ProxyConfig, plans: Plans, log: Logger): P
       budgetMb: mib(memory.totalBytes),
       perClientMb: mib(memory.perClientBytes),
       maxConnections: limits.maxConnections,
-      maxConnectionsPerClient: clientShare(limits.maxConnections, limits.maxConnectionsPerClient),
+      maxConnectionsPerClient: clientShare(limits.maxConnections, limits.maxConnectionsPerClient, shareFraction(config.tenantsDir !== undefined)),
       configured: config.limits.maxConnections,
     },
-    `${mib(memory.limitBytes)} MiB of memory (from ${SOURCE_NAMES[memory.source]}): up to ${mib(memory.totalBytes)} MiB held before a verdict, ${mib(memory.perClientBytes)} MiB per client address, then 503 overloaded` +
+    `${mib(memory.limitBytes)} MiB of memory (from ${SOURCE_NAMES[memory.source]}): up to ${mib(memory.totalBytes)} MiB held before a verdict, ${mib(memory.perClientBytes)} MiB per ${config.tenantsDir === undefined ? 'client address' : 'sandbox'}, then 503 overloaded` +
       (memoryLowered ? `; it holds ${memory.maxConnections} connections, and the connection caps are lowered` : ''),
   );
   return limits;

@@ -31,15 +31,28 @@ export const DEFAULT_LIMITS: ProxyLimits = Object.freeze(LimitsSchema.parse({}))
  */
 export const MAX_CLIENT_SHARE = 0.25;
 
+/**
+ * A sandbox's share on a shared proxy, which serves a shard's worth of sandboxes (250 by
+ * default): a quarter each would let four of them, one user's four conversations, hold every
+ * connection, lookup and byte of the budget, and starve the rest.
+ */
+export const SANDBOX_SHARE = 1 / 16;
+
+/** The most of each pool one client may hold: a sandbox's share on a shared proxy, else MAX_CLIENT_SHARE. */
+export function shareFraction(shared: boolean): number {
+  return shared ? SANDBOX_SHARE : MAX_CLIENT_SHARE;
+}
+
 /** A client's share is never cut below this many (a pool this small is shared whole). */
 export const CLIENT_SHARE_FLOOR = 8;
 
 /**
- * One client's share of a pool of `total`: what it asked for (`wanted`), at most a quarter of the
- * pool, and at least CLIENT_SHARE_FLOOR (or the whole of a smaller pool).
+ * One client's share of a pool of `total`: what it asked for (`wanted`), at most `fraction` of the
+ * pool (a quarter, a sandbox's share on a shared proxy), and at least CLIENT_SHARE_FLOOR (or the
+ * whole of a smaller pool).
  */
-export function clientShare(total: number, wanted = Infinity): number {
-  return Math.max(1, Math.min(wanted, total, Math.max(CLIENT_SHARE_FLOOR, Math.floor(total * MAX_CLIENT_SHARE))));
+export function clientShare(total: number, wanted = Infinity, fraction = MAX_CLIENT_SHARE): number {
+  return Math.max(1, Math.min(wanted, total, Math.max(CLIENT_SHARE_FLOOR, Math.floor(total * fraction))));
 }
 
 /**

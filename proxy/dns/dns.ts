@@ -18,6 +18,8 @@ export interface LookupOptions {
   readonly timeoutMs: number;
   /** Most lookups in flight; MAX_LOOKUPS_IN_FLIGHT unless the open-file limit holds fewer. */
   readonly maxInFlight?: number;
+  /** The most of them one client may hold, as a fraction (budget/limits.ts shareFraction); default a quarter. */
+  readonly shareFraction?: number;
 }
 
 const NOT_FOUND = new Set(['ENOTFOUND', 'ENODATA', 'NXDOMAIN', 'ESERVFAIL', 'EREFUSED', 'EBADRESP', 'ECONNREFUSED']);
@@ -63,10 +65,10 @@ export type ClientLookup = (name: string, client?: string) => Promise<LookupOutc
  * the cap bounds. One client asking for names whose servers never answer holds its share, never
  * the pool.
  */
-export function limitLookups(start: (name: string) => LookupWork, max = MAX_LOOKUPS_IN_FLIGHT): ClientLookup {
+export function limitLookups(start: (name: string) => LookupWork, max = MAX_LOOKUPS_IN_FLIGHT, fraction?: number): ClientLookup {
   const shared = new Map<string, Promise<LookupOutcome>>();
   const perClient = new Map<string, number>();
-  const share = clientShare(max);
+  const share = clientShare(max, Infinity, fraction);
   let live = 0;
   return (name, client = '') => {
     const joined = shared.get(name);
@@ -94,7 +96,7 @@ export function limitLookups(start: (name: string) => LookupWork, max = MAX_LOOK
 }
 
 export function createLookup(options: LookupOptions): ClientLookup {
-  const { servers, timeoutMs, maxInFlight = MAX_LOOKUPS_IN_FLIGHT } = options;
+  const { servers, timeoutMs, maxInFlight = MAX_LOOKUPS_IN_FLIGHT, shareFraction } = options;
   // A first try of a third of the deadline leaves room for a retry within it.
   const resolver = new dnsPromises.Resolver({ timeout: Math.max(1, Math.floor(timeoutMs / 3)), tries: 2 });
   // Without servers of its own the resolver keeps those of /etc/resolv.conf.
@@ -102,7 +104,7 @@ export function createLookup(options: LookupOptions): ClientLookup {
   return limitLookups((name) => {
     const queries = Promise.allSettled([resolver.resolve4(name), resolver.resolve6(name)]);
     return { outcome: withDeadline(name, timeoutMs, queries.then((settled) => outcomeOf(name, settled))), queriesDone: queries };
-  }, maxInFlight);
+  }, maxInFlight, shareFraction);
 }
 
 function outcomeOf(name: string, [v4, v6]: PromiseSettledResult<string[]>[]): LookupOutcome {

@@ -391,6 +391,24 @@ function ask(to: string, port: number, from: string, name: string): Promise<{ rc
   });
 }
 
+t.test('a sandbox\'s share on a shared proxy is a sixteenth: four sandboxes at their shares leave the others room', async (t) => {
+  const s = await setup(t, { maxConnections: 64, maxConnectionsPerClient: 64 });
+  const nets = [1, 2, 3, 4, 5].map((n) => ({ subnet: `127.0.${n}.0/28`, proxy: `127.0.${n}.1`, client: `127.0.${n}.5` }));
+  for (const [i, net] of nets.entries()) s.register(`slot-${i}`, `cap-${i}`, `life-${i}-0001`, net.subnet, ['a.test']);
+  await settle(() => s.logs.filter((l) => l.event === 'tenant_registered').length >= nets.length, 'every registration');
+  const share = 8; // clientShare(64, 64, SANDBOX_SHARE): a sixteenth of 64, no fewer than 8
+  const held: RawResponse[] = [];
+  for (const net of nets.slice(0, 4)) {
+    for (let i = 0; i < share; i++) held.push(await connect(s, net, 'a.test'));
+    const over = await connect(s, net, 'a.test');
+    t.same([over.status, over.reason], [429, 'client_limit'], `${net.subnet}: at its share of ${share}`);
+  }
+  t.ok(held.every((r) => r.status === 200), 'each of four sandboxes holds its share');
+  const fifth = await connect(s, nets[4]!, 'a.test');
+  t.equal(fifth.status, 200, 'a fifth sandbox is still served (with a quarter each, four held everything)');
+  for (const r of [...held, fifth]) r.socket.destroy();
+});
+
 t.test('refusal lines at the limits are capped per sandbox, whatever addresses it uses', async (t) => {
   const s = await setup(t, { maxConnections: 64, maxConnectionsPerClient: 1 }, { perSecond: 10_000, burst: 10_000 });
   s.register('slot-a', 'cap-a', 'life-a-0001', A.subnet, ['a.test']);
