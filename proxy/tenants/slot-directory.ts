@@ -59,6 +59,9 @@ function readSlot(path: string, known: string | undefined): { stamp: string; tex
       got += n;
     }
     return { stamp, text: buf.subarray(0, got).toString('utf8') };
+  } catch (err) {
+    // A read that fails (EIO on a failing volume) is that file's problem, never the process's.
+    return { problem: `cannot be read (${(err as NodeJS.ErrnoException).code ?? String(err)})` };
   } finally {
     closeSync(fd);
   }
