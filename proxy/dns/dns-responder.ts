@@ -54,6 +54,13 @@ export const DNS_LIMITS = Object.freeze({
   suppressedReportMs: 10_000,
   maxTcpPerClient: 16,
   maxTcpTotal: 256,
+  /**
+   * New TCP connections per second from one client, and the burst: past them a connection is
+   * closed unread, so that opening and closing them (no query ever sent, so no query rate spent)
+   * cannot spend the event loop every other client shares.
+   */
+  tcpConnectionsPerSecond: 50,
+  tcpConnectionBurst: 100,
   /** A TCP connection with no complete query for this long is closed (RFC 7766 §6.2.3: seconds). */
   tcpIdleMs: 10_000,
   maxQueriesPerTcp: 1_000,
@@ -180,14 +187,17 @@ class Answerer {
 function tcpServer(limits: DnsLimits, options: DnsResponderOptions, answer: Answerer['answer']): { server: net.Server; sockets: Set<net.Socket> } {
   const { observer } = options;
   const perClient = new Map<string, number>();
+  const opened = new RateLimiter(limits.tcpConnectionsPerSecond, limits.tcpConnectionBurst, limits.maxClients);
   const sockets = new Set<net.Socket>();
   const server = net.createServer({ noDelay: true }, (socket) => {
     const remote = socket.remoteAddress ?? 'unknown';
     const clientIp = canonicalAddress(remote) ?? remote;
     const fromClient = perClient.get(clientIp) ?? 0;
     socket.on('error', () => socket.destroy());
-    // Someone else's client takes none of the connections this responder's clients may hold.
-    if (sockets.size >= limits.maxTcpTotal || fromClient >= limits.maxTcpPerClient || options.policy(clientIp) === undefined) {
+    // Someone else's client takes none of the connections this responder's clients may hold, nor
+    // of their rate of new ones.
+    const served = options.policy(clientIp) !== undefined;
+    if (!served || sockets.size >= limits.maxTcpTotal || fromClient >= limits.maxTcpPerClient || !opened.takeFor(clientIp)) {
       observer.dnsQuery('tcp_refused');
       socket.destroy();
       return;

@@ -235,6 +235,22 @@ t.test('the line table cannot be rotated around: many sources write at most the 
   t.match(logs.find((l) => l.event === 'dns_lines_suppressed'), { byReason: { dns_not_allowed: Number } });
 });
 
+t.test('TCP: new connections past a client\'s rate are closed unread; its answered ones go on', async (t) => {
+  const { responder, metric } = await start(t, { tcpConnectionsPerSecond: 2, tcpConnectionBurst: 5 });
+  // Each opens, asks once and closes: the rate counts connections, whatever they carry.
+  const answered: boolean[] = [];
+  for (let i = 0; i < 12; i++) {
+    const s = await tcpConnect(responder.port);
+    s.write(framed(query('allowed.test', 'A', i)));
+    const { answers } = await tcpAnswers(s, 1, 1_000);
+    s.destroy();
+    answered.push(answers.length === 1);
+  }
+  const served = answered.filter(Boolean).length;
+  t.ok(served >= 5 && served <= 8, `${served} of 12 served: the burst of 5, and what 2 a second refilled meanwhile`);
+  t.equal(await metric('tcp_refused'), 12 - served, 'each one past the rate counted as refused');
+});
+
 t.test('TCP: pipelined queries answered in order; bad lengths, caps and idle connections closed', async (t) => {
   const { responder } = await start(t, { maxTcpPerClient: 3, tcpIdleMs: 300, maxQueriesPerTcp: 4 });
   const port = responder.port;
