@@ -8,10 +8,13 @@
 -- The create rules cannot see the image, so the archive call is where this is decided: before
 -- one goes on, socket-proxy.lua asks dockerd for the container, and this file judges the answer.
 -- It passes only when every mount point of the container is a volume at one of the controller's
--- own targets (docker-schema.lua's S.VOLUME_TARGETS, none of which a stock image's symlinks
--- lead into another) and one of them is where the archive goes. The request then names the
--- container by the id judged, so no container made under the same name meanwhile receives it.
--- Pure (no HAProxy API), so the standalone lua5.4 tests judge answers too.
+-- own targets (docker-schema.lua's S.VOLUME_TARGETS) and one of them is where the archive goes,
+-- and when the container runs one of the exactly listed images (SOCKET_PROXY_IMAGES). Those
+-- targets nest only through an image's own symlinks (/opt -> /workspace/o puts
+-- /opt/capybara/skills inside the workspace), which a stock image does not have and the operator
+-- vouches for by listing it; an image of a listed registry is anyone's who can push there. The
+-- request then names the container by the id judged, so no container made under the same name
+-- meanwhile receives it. Pure (no HAProxy API), so the standalone lua5.4 tests judge answers too.
 
 local json = require('json-strict')
 local schema = require('docker-schema')
@@ -22,6 +25,7 @@ M.OK = 'ok'
 M.NOT_FOUND = 'container_not_found'            -- answered 404, the way dockerd answers a missing container
 M.MOUNT = 'archive_mount_not_allowed'          -- a mount point other than a volume at a controller target
 M.NO_VOLUME = 'archive_target_not_volume'      -- no volume where the archive goes
+M.IMAGE = 'archive_image_not_listed'           -- the container's image is not one of SOCKET_PROXY_IMAGES
 M.FAILED = 'archive_proof_failed'              -- dockerd did not answer as expected: refused
 
 -- Where each archive route puts its archive (routes.map fixes the path query of both).
@@ -54,9 +58,9 @@ local function quoted(path)
   return (path:sub(1, 64):gsub('[^A-Za-z0-9_./%-]', '?'))
 end
 
--- The verdict on dockerd's answer (status, body) to M.path(name), for an archive to `route`;
--- with ok, the container's full id.
-function M.judge(name, route, status, body)
+-- The verdict on dockerd's answer (status, body) to M.path(name), for an archive to `route`,
+-- under `settings` (proxy-settings.lua: its `images`); with ok, the container's full id.
+function M.judge(name, route, status, body, settings)
   local destination = M.DESTINATIONS[route]
   if destination == nil or type(name) ~= 'string' then return M.FAILED end
   if status == 404 then return M.NOT_FOUND end
@@ -82,6 +86,11 @@ function M.judge(name, route, status, body)
   end
   if offender ~= nil then return M.MOUNT .. ':' .. quoted(offender) end
   if not received then return M.NO_VOLUME .. ':' .. destination end
+  local config = member(container, 'Config')
+  if type(config) ~= 'table' or config.tag ~= 'object' then return M.FAILED end
+  local image = member(config, 'Image')
+  if type(image) ~= 'string' then return M.FAILED end
+  if not settings.images[image] then return M.IMAGE end
   return M.OK, id
 end
 

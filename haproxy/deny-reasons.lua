@@ -63,6 +63,7 @@ return {
   { code = 'network_proof_failed', status = 403, what = 'dockerd could not be asked what a network id names' },
   { code = 'archive_mount_not_allowed', status = 403, what = 'An archive into a container with a mount point other than a volume at the controller\'s own targets (dockerd mounts them on the host for the call)' },
   { code = 'archive_target_not_volume', status = 403, what = 'An archive into a container with no volume where the archive goes' },
+  { code = 'archive_image_not_listed', status = 403, what = 'An archive into a container whose image is not one of SOCKET_PROXY_IMAGES (an image of a listed registry is not vouched for)' },
   { code = 'container_not_found', status = 404, what = 'An archive into a container that does not exist (as dockerd answers)' },
   { code = 'archive_proof_failed', status = 403, what = 'dockerd could not be asked which mounts the container of an archive has' },
   -- Slots (haproxy.cfg)

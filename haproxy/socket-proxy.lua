@@ -78,11 +78,12 @@ core.register_action('prove_archive', { 'http-req' }, function(txn)
   local answer = core.httpclient():get({
     url = 'http://docker' .. archive.path(name), dst = 'unix@' .. settings.docker_socket, timeout = PROOF_TIMEOUT_MS,
   })
-  local verdict, id = archive.judge(name, route, answer and answer.status, answer and answer.body)
+  local verdict, id = archive.judge(name, route, answer and answer.status, answer and answer.body, settings)
   if verdict == archive.OK then
     -- The container judged, by its id: not whichever holds the name by the time dockerd reads it.
+    -- A rewrite that fails (it says so, it does not raise) leaves the verdict a refusal.
     local version = txn.sf:path():match('^(/v1%.[0-9]+)/') or ''
-    txn.http:req_set_path(version .. '/containers/' .. id .. '/archive')
+    if not txn.http:req_set_path(version .. '/containers/' .. id .. '/archive') then return end
   else
     txn:set_var('txn.proof_missing', name)
   end

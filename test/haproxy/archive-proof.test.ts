@@ -16,6 +16,8 @@ import { HAPROXY_DIR, luaMissing } from './lua-checker.js';
 const HARNESS = fileURLToPath(new URL('./lua/judge-archive.lua', import.meta.url));
 const ID = '0123456789abcdef'.repeat(4);
 const NAME = 'cap-s1';
+/** SOCKET_PROXY_IMAGES, as proxy-settings.lua holds them. */
+const LISTED = ['capybara-sandbox:latest', 'capybara-sandbox-egress:latest'];
 
 interface Row {
   readonly name: string;
@@ -30,7 +32,7 @@ function judge(rows: readonly Row[]): string[] {
   const input = Buffer.concat(
     rows.flatMap((r) => [Buffer.from(`${r.container ?? NAME} ${r.route ?? 'container_archive'} ${r.status ?? 200} ${Buffer.byteLength(r.body)}\n`), Buffer.from(r.body)]),
   );
-  const run = spawnSync('lua5.4', [HARNESS, HAPROXY_DIR], { input });
+  const run = spawnSync('lua5.4', [HARNESS, HAPROXY_DIR, ...LISTED], { input });
   if (run.status !== 0) throw new Error(run.stderr.toString());
   return run.stdout.toString().split('\n').filter((l) => l !== '');
 }
@@ -41,12 +43,12 @@ const tmpfs = (destination: string): string => `{"Type":"tmpfs","Source":"","Des
 const bind = (destination: string): string => `{"Type":"bind","Source":"/etc","Destination":"${destination}","Mode":"","RW":false,"Propagation":"rprivate"}`;
 
 /** An inspect answer as dockerd gives one (the parts that matter, and a few that do not). */
-function inspect(mounts: readonly string[], more: { id?: string; name?: string; networks?: number } = {}): string {
+function inspect(mounts: readonly string[], more: { id?: string; name?: string; networks?: number; image?: string } = {}): string {
   const networks = Array.from({ length: more.networks ?? 1 }, (_, i) => `"cap-s${i}-net":{"IPAMConfig":null,"Links":null,"Aliases":["s"],"NetworkID":"${ID}","EndpointID":"${ID}","Gateway":"","IPAddress":"10.213.${i >> 8}.${i & 255}","IPPrefixLen":28,"MacAddress":"02:42:0a:d5:00:02","DriverOpts":null}`);
   return (
     `{"Id":"${more.id ?? ID}","Created":"2026-12-04T00:00:00Z","Path":"/usr/bin/tini","Args":["--","sleep"],"State":{"Status":"created","Running":false},` +
     `"Name":"${more.name ?? `/${NAME}`}","HostConfig":{"Tmpfs":{"/tmp":"rw,exec,nosuid,nodev,size=1048576,mode=1777"},"Mounts":[]},` +
-    `"Mounts":[${mounts.join(',')}],"Config":{"Env":["HOME=/workspace","NOTE=Privileged \\u00e9"],"Labels":{"dev.capybara.sandbox":"1"}},` +
+    `"Mounts":[${mounts.join(',')}],"Config":{"Env":["HOME=/workspace","NOTE=Privileged \\u00e9"],"Image":"${more.image ?? 'capybara-sandbox:latest'}","Labels":{"dev.capybara.sandbox":"1"}},` +
     `"NetworkSettings":{"Networks":{${networks.join(',')}}}}`
   );
 }
@@ -93,6 +95,14 @@ t.test('an archive goes on only into a container whose mount points are all cont
     { name: 'trailing bytes', body: `${inspect([volume('/workspace')])}x`, verdict: 'archive_proof_failed' },
     { name: 'not JSON', body: 'cap-s1', verdict: 'archive_proof_failed' },
     { name: 'a route with no archive destination', route: 'container_create', body: inspect([volume('/workspace')]), verdict: 'archive_proof_failed' },
+    {
+      name: 'an image of a listed registry: its own symlinks (/opt -> /workspace/o) would nest the controller\'s targets, and nobody vouched for them',
+      body: inspect([volume('/workspace'), volume('/skills', 'cap-s1-skills'), volume('/opt/capybara/skills', 'cap-s1-skills')], { image: 'registry.example/team/sandbox:1' }),
+      verdict: 'archive_image_not_listed',
+    },
+    { name: 'a listed image by another spelling (its id)', body: inspect([volume('/workspace')], { image: `sha256:${ID}` }), verdict: 'archive_image_not_listed' },
+    { name: 'no image in the answer', body: inspect([volume('/workspace')]).replace('"Image":"capybara-sandbox:latest",', ''), verdict: 'archive_proof_failed' },
+    { name: 'the egress image, for a registration', container: 'cap-s1-egress', route: 'tenant_register', body: inspect([volume('/var/lib/capybara-egress/tenants', 'p')], { name: '/cap-s1-egress', image: 'capybara-sandbox-egress:latest' }), verdict: `ok ${ID}` },
   ];
   const verdicts = judge(rows);
   t.equal(verdicts.length, rows.length, 'one verdict per answer');

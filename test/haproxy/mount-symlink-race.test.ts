@@ -12,9 +12,10 @@
  * own standing in for /etc/cron.d, and judges the host's mount table.
  */
 import { execFileSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { dockerTest, SOCKET_PROXY_IMAGE, startSocketProxy, TEST_LOCAL_IMAGE } from '../support/docker.js';
 import { HAPROXY_DIR } from './lua-checker.js';
 import { send, type RawCase } from './raw-http.js';
@@ -50,20 +51,56 @@ function mountedAt(path: string): boolean {
     .some((line) => line.split(' ')[4] === path);
 }
 
-/** The racer: swaps `/a/p` between a directory and a symlink to `hostDir`, as fast as it can. */
-function racerScript(hostDir: string): string {
+/**
+ * The racer: swaps `swapped` (a path in its volume at /a) between a directory holding `inner` and
+ * a symlink to `hostDir`, as fast as it can.
+ */
+function racerScript(hostDir: string, swapped = '/a/p', inner = 'q'): string {
+  const parent = swapped.slice(0, swapped.lastIndexOf('/'));
   return [
     "const fs = require('fs');",
     'const mv = (a, b) => { try { fs.renameSync(a, b); } catch {} };',
     'const there = (p) => { try { fs.lstatSync(p); return true; } catch { return false; } };',
+    `const [parent, swapped, dir, link] = ${JSON.stringify([parent, swapped, `${parent}/dir`, `${parent}/link`])};`,
+    'fs.mkdirSync(parent, { recursive: true });',
     'for (;;) {',
-    "  if (!there('/a/dir')) fs.mkdirSync('/a/dir/q', { recursive: true });",
-    `  if (!there('/a/link')) fs.symlinkSync(${JSON.stringify(hostDir)}, '/a/link');`,
-    // dockerd creates a missing /a/p itself: cleared, and the swapping goes on.
-    "  fs.rmSync('/a/p', { recursive: true, force: true });",
-    "  for (let i = 0; i < 200; i++) { mv('/a/dir', '/a/p'); mv('/a/p', '/a/dir'); mv('/a/link', '/a/p'); mv('/a/p', '/a/link'); }",
+    `  if (!there(dir)) fs.mkdirSync(dir + ${JSON.stringify(`/${inner}`)}, { recursive: true });`,
+    `  if (!there(link)) fs.symlinkSync(${JSON.stringify(hostDir)}, link);`,
+    // dockerd creates a missing mount point itself: cleared, and the swapping goes on.
+    '  fs.rmSync(swapped, { recursive: true, force: true });',
+    '  for (let i = 0; i < 200; i++) { mv(dir, swapped); mv(swapped, dir); mv(link, swapped); mv(swapped, link); }',
     '}',
   ].join(' ');
+}
+
+/** The workspace hand-over's archive, as the controller sends it. */
+function workspaceArchive(): Buffer {
+  return execFileSync('lua5.4', ['-e', `package.path = "${HAPROXY_DIR}/?.lua;" .. package.path; io.stdout:write(require("workspace-owner").ARCHIVE)`]);
+}
+
+/** One archive call into `container`, raw (the fixed tar as latin1 text). */
+function archiveCall(container: string, archive: Buffer): RawCase {
+  const path = `/v1.41/containers/${container}/archive?path=%2Fworkspace`;
+  return {
+    method: 'PUT',
+    path,
+    headers: {},
+    body: null,
+    raw: `PUT ${path} HTTP/1.1\r\nHost: docker\r\nConnection: close\r\nContent-Type: application/x-tar\r\nContent-Length: ${archive.length}\r\n\r\n${archive.toString('latin1')}`,
+  };
+}
+
+/** A root-only directory on the host with `inner` in it, standing in for /etc/cron.d; removed (and unmounted) after. */
+function hostDirectory(t: Test, runId: string, inner: string): { hostDir: string; target: string } {
+  const hostDir = `/run/cap-${runId}-host`;
+  const target = join(hostDir, inner);
+  mkdirSync(target, { recursive: true });
+  chmodSync(hostDir, 0o700);
+  t.teardown(() => {
+    while (mountedAt(target)) execFileSync('umount', ['-l', target]);
+    rmSync(hostDir, { recursive: true, force: true });
+  });
+  return { hostDir, target };
 }
 
 t.test('two volumes an image symlink nests are refused, so no archive call can mount one over a host directory', async (t) => {
@@ -72,15 +109,7 @@ t.test('two volumes an image symlink nests are refused, so no archive call can m
   const proxy = await startSocketProxy(t, env);
   const call = (req: RawCase) => send(proxy.socketPath, req);
 
-  // Root's own, like the host directory an attacker would aim at.
-  const hostDir = `/run/cap-${env.runId}-host`;
-  const target = join(hostDir, 'q');
-  mkdirSync(target, { recursive: true });
-  chmodSync(hostDir, 0o700);
-  t.teardown(() => {
-    while (mountedAt(target)) execFileSync('umount', [target]);
-    rmSync(hostDir, { recursive: true, force: true });
-  });
+  const { hostDir, target } = hostDirectory(t, env.runId, 'q');
 
   for (const v of ['a', 'b', 'w']) {
     const made = await call(json('POST', '/v1.41/volumes/create', { Name: env.name(v), Labels: env.labels }));
@@ -112,17 +141,8 @@ t.test('two volumes an image symlink nests are refused, so no archive call can m
   if (victim.status === 201) {
     // Admitted after all: the workspace hand-over's archive call, the one the proxy lets through,
     // again and again, each making dockerd mount the volumes on the host.
-    const archive = execFileSync('lua5.4', ['-e', `package.path = "${HAPROXY_DIR}/?.lua;" .. package.path; io.stdout:write(require("workspace-owner").ARCHIVE)`]);
-    const path = `/v1.41/containers/${env.name('victim')}/archive?path=%2Fworkspace`;
-    for (let i = 0; i < RACE_ATTEMPTS && !mountedAt(target) && readdirSync(target).length === 0; i++) {
-      await call({
-        method: 'PUT',
-        path,
-        headers: {},
-        body: null,
-        raw: `PUT ${path} HTTP/1.1\r\nHost: docker\r\nConnection: close\r\nContent-Type: application/x-tar\r\nContent-Length: ${archive.length}\r\n\r\n${archive.toString('latin1')}`,
-      });
-    }
+    const archive = workspaceArchive();
+    for (let i = 0; i < RACE_ATTEMPTS && !mountedAt(target) && readdirSync(target).length === 0; i++) await call(archiveCall(env.name('victim'), archive));
   }
   t.notOk(mountedAt(target), `no volume is mounted over the host directory ${target}`);
   t.same(existsSync(target) ? readdirSync(target) : [], [], 'the host directory is as it was');
@@ -146,9 +166,57 @@ t.test('an archive into a container whose tmpfs mount an image symlink leads int
     }),
   );
   t.equal(made.status, 201, `the container is made (${made.headers['x-socket-proxy-deny'] ?? ''})`);
-  const archive = execFileSync('lua5.4', ['-e', `package.path = "${HAPROXY_DIR}/?.lua;" .. package.path; io.stdout:write(require("workspace-owner").ARCHIVE)`]);
-  const path = `/v1.41/containers/${env.name('t')}/archive?path=%2Fworkspace`;
-  const res = await call({ method: 'PUT', path, headers: { 'Content-Type': 'application/x-tar' }, body: null, raw: `PUT ${path} HTTP/1.1\r\nHost: docker\r\nContent-Type: application/x-tar\r\nContent-Length: ${archive.length}\r\n\r\n${archive.toString('latin1')}` });
+  const res = await call(archiveCall(env.name('t'), workspaceArchive()));
   t.same([res.status, res.headers['x-socket-proxy-deny']], [403, 'archive_mount_not_allowed:/run'], 'the archive is refused for the container\'s mounts');
   t.notOk(res.headers['api-version'], 'dockerd never saw it');
 });
+
+t.test('an image of a listed registry receives no archive: its own symlinks could nest the controller\'s targets', async (t) => {
+  const env = await dockerTest(t, [SOCKET_PROXY_IMAGE, TEST_LOCAL_IMAGE]);
+  if (!env) return;
+  // `/opt -> /workspace/o` puts /opt/capybara/skills inside the workspace volume: the controller's
+  // own three volumes then nest, and another container sharing the workspace steers the inner mount
+  // (a review won in 3 to 22 archive calls with such an image listed exactly).
+  const image = `registry.example/capybara-test/symlinked-${env.runId}:1`;
+  const context = mkdtempSync(join(tmpdir(), 'cap-symlinked-'));
+  writeFileSync(join(context, 'Dockerfile'), `FROM ${TEST_LOCAL_IMAGE}\nRUN rm -rf /opt && ln -s /workspace/o /opt\n`);
+  execFileSync('docker', ['build', '-q', '-t', image, context], { stdio: 'pipe' });
+  t.teardown(() => {
+    execFileSync('docker', ['rmi', '-f', image], { stdio: 'pipe' });
+    rmSync(context, { recursive: true, force: true });
+  });
+  const proxy = await startSocketProxy(t, env, { registries: 'registry.example' });
+  const call = (req: RawCase) => send(proxy.socketPath, req);
+  const { hostDir, target } = hostDirectory(t, env.runId, 'skills');
+  for (const v of ['w', 's']) t.equal((await call(json('POST', '/v1.41/volumes/create', { Name: env.name(v), Labels: env.labels }))).status, 201);
+  const racer = await call(
+    json('POST', `/v1.41/containers/create?name=${env.name('racer')}`, {
+      Image: TEST_LOCAL_IMAGE,
+      User: '0',
+      Cmd: ['/usr/bin/node', '-e', racerScript(hostDir, '/a/o/capybara', 'skills')],
+      Labels: env.labels,
+      HostConfig: hardened([volume(env.name('w'), '/a')]),
+    }),
+  );
+  t.equal(racer.status, 201, 'the racer shares the workspace volume');
+  t.equal((await call(json('POST', `/v1.41/containers/${env.name('racer')}/start`))).status, 204);
+  // The controller's own mount shape (container-spec.ts), from the registry's image.
+  const victim = await call(
+    json('POST', `/v1.41/containers/create?name=${env.name('victim')}`, {
+      Image: image,
+      Cmd: ['true'],
+      Labels: env.labels,
+      HostConfig: hardened([volume(env.name('w'), '/workspace'), volume(env.name('s'), '/skills'), volume(env.name('s'), '/opt/capybara/skills')]),
+    }),
+  );
+  t.equal(victim.status, 201, `a container of the registry's image is made (${victim.headers['x-socket-proxy-deny'] ?? ''})`);
+  const archive = workspaceArchive();
+  const first = await call(archiveCall(env.name('victim'), archive));
+  t.same([first.status, first.headers['x-socket-proxy-deny']], [403, 'archive_image_not_listed'], 'the archive is refused for its image');
+  if (first.status !== 403) {
+    for (let i = 0; i < RACE_ATTEMPTS && !mountedAt(target) && readdirSync(target).length === 0; i++) await call(archiveCall(env.name('victim'), archive));
+  }
+  t.notOk(mountedAt(target), `no volume is mounted over the host directory ${target}`);
+  t.same(readdirSync(target), [], 'the host directory is as it was');
+});
+
