@@ -126,23 +126,26 @@ export function createDockerSandbox(
       });
       return { id: planned.names.name };
     },
-    suspend: (h) => {
+    // Every method is async: a bad handle or argument is a rejected promise, never a throw out of
+    // the call, which a host that only catches the promise would not see (and a throw from a
+    // timer's callback ends its process).
+    suspend: async (h) => {
       const name = handleName(h);
       return lanes.run(name, () => lifecycle.suspend(name));
     },
-    resume: (h) => recovery.resume(handleName(h)),
-    destroy: (h) => destroy(handleName(h)),
-    destroyByName: (name) => destroy(checkSandboxName(name)),
-    exec: (h, command, opts) => commands.exec(handleName(h), command, opts),
-    readFile: (h, path, opts) => files.readFile(handleName(h), path, opts?.maxBytes),
-    writeFile: (h, path, data) => files.writeFile(handleName(h), path, data),
-    stat: (h, path) => files.stat(handleName(h), path),
+    resume: async (h) => recovery.resume(handleName(h)),
+    destroy: async (h) => destroy(handleName(h)),
+    destroyByName: async (name) => destroy(checkSandboxName(name)),
+    exec: async (h, command, opts) => commands.exec(handleName(h), command, opts),
+    readFile: async (h, path, opts) => files.readFile(handleName(h), path, opts?.maxBytes),
+    writeFile: async (h, path, data) => files.writeFile(handleName(h), path, data),
+    stat: async (h, path) => files.stat(handleName(h), path),
     killAll: async (h) => {
       await commands.killAll(handleName(h));
     },
-    killTagged: (h, tags) => commands.killTagged(handleName(h), tags),
-    destroyWorkspace: (key) => lifecycle.destroyWorkspace(persistentWorkspaceVolume(key)),
-    egressUsage: (h) => readSandboxEgressUsage(engine, handleName(h), parsed.network),
-    changeAllowHosts: (h, change) => changeAllowHosts({ engine, lanes, sharedNetwork: parsed.network, ensureRunning: (name) => recovery.ensureRunning(name) }, handleName(h), change),
+    killTagged: async (h, tags) => commands.killTagged(handleName(h), tags),
+    destroyWorkspace: async (key) => lifecycle.destroyWorkspace(persistentWorkspaceVolume(key)),
+    egressUsage: async (h) => readSandboxEgressUsage(engine, handleName(h), parsed.network),
+    changeAllowHosts: async (h, change) => changeAllowHosts({ engine, lanes, sharedNetwork: parsed.network, ensureRunning: (name) => recovery.ensureRunning(name) }, handleName(h), change),
   } satisfies DockerSandboxProvider);
 }
