@@ -98,6 +98,14 @@ export class SandboxRecovery {
   private async doRecover(name: string, view: ContainerView): Promise<void> {
     const names = namesFor(name);
     const tier = meaningOfLabel(view.labels[LABEL_EGRESS]);
+    // The deployment's rule holds at every start, not only at create: an open sandbox made before
+    // allowOpenEgress was turned off (or by another deployment on the engine) is not started again.
+    if (tier.needsAllowOpenEgress && !this.deps.config.allowOpenEgress) {
+      throw new SandboxError(
+        'open_egress_disabled',
+        `Sandbox ${name} has open egress, which this deployment does not allow: it is not started again. Destroy it and create it with another egress tier, or set extensionConfig."sandbox-docker".allowOpenEgress in a trusted environment.`,
+      );
+    }
     let network: SandboxNetwork | undefined;
     let networkRebuilt = false;
     if (tier.sandboxNetwork === 'internal') {

@@ -453,3 +453,20 @@ t.test('an engine failure of a command on a sandbox still running stays the engi
   t.ok(isSandboxError(err, 'engine_error'), String(err));
   t.equal((await s.provider.exec({ id: NAME }, 'true')).exitCode, 0, 'the next command runs');
 });
+
+t.test('an open sandbox is not started again where the deployment does not allow open egress', async (t) => {
+  const s = fakeSandbox({ allowOpenEgress: true });
+  const h = await s.provider.create({ id: 'opened', image: IMAGES.sandbox, limits: { egress: 'open' } });
+  await s.provider.suspend(h);
+  const closed = s.withConfig({ allowOpenEgress: false });
+  for (const [call, run] of [
+    ['resume', () => closed.resume(h)],
+    ['a command, which starts its sandbox', () => closed.exec(h, 'true')],
+  ] as const) {
+    const err = await run().then(() => undefined, (e: unknown) => e);
+    t.ok(isSandboxError(err, 'open_egress_disabled'), `${call}: refused (${String(err).slice(0, 80)})`);
+  }
+  t.not(s.engine.containers.get('cap-opened')?.state, 'running', 'the container stays stopped');
+  await closed.destroy(h);
+  t.notOk(s.engine.containers.has('cap-opened'), 'and can still be destroyed');
+});
