@@ -6,7 +6,7 @@ import pino, { type Logger } from 'pino';
 import type { AllowlistChange, SandboxHandle, SandboxProvider, DeploymentConfigInput } from './spec/index.js';
 import { SandboxError, TIERS, checkSandboxName, parseDeploymentConfig, persistentWorkspaceVolume, planSandbox, printableAsciiMap, withCredentials } from './spec/index.js';
 import { DockerEngine, checkCreateBodies, engineStatus, isEngineStatusError, type EgressMode, type SandboxEngine } from './docker/index.js';
-import { CredentialSource, SandboxLanes, SandboxLifecycle, SandboxRecovery, changeAllowHosts, readSandboxEgressUsage, type EgressUsage } from './sandbox/index.js';
+import { CredentialSource, SandboxLanes, SandboxLifecycle, SandboxRecovery, changeAllowHosts, readSandboxEgressUsage, workspaceLane, type EgressUsage } from './sandbox/index.js';
 import { CommandRunner, FileOps, type WithRunning } from './exec/index.js';
 
 /** The `sandbox@1` provider plus what only this Docker implementation can tell. */
@@ -122,7 +122,8 @@ export function createDockerSandbox(
         // In the lane: a destroy called after this create still comes after it.
         const plan = withCredentials(planned, TIERS[planned.tier].egressProxy ? await credentials.forSandbox(planned.allowHosts) : undefined);
         if (plan !== planned) checkCreateBodies(plan, egressTestHosts);
-        await lifecycle.create(plan);
+        // And in its persistent workspace's lane, if it has one (sandbox-lanes.ts).
+        await (plan.persistentWorkspace === undefined ? lifecycle.create(plan) : lanes.run(workspaceLane(plan.workspaceVolume), () => lifecycle.create(plan)));
       });
       return { id: planned.names.name };
     },
@@ -144,7 +145,10 @@ export function createDockerSandbox(
       await commands.killAll(handleName(h));
     },
     killTagged: async (h, tags) => commands.killTagged(handleName(h), tags),
-    destroyWorkspace: async (key) => lifecycle.destroyWorkspace(persistentWorkspaceVolume(key)),
+    destroyWorkspace: async (key) => {
+      const volume = persistentWorkspaceVolume(key);
+      return lanes.run(workspaceLane(volume), () => lifecycle.destroyWorkspace(volume));
+    },
     egressUsage: async (h) => readSandboxEgressUsage(engine, handleName(h), parsed.network),
     changeAllowHosts: async (h, change) => changeAllowHosts({ engine, lanes, sharedNetwork: parsed.network, ensureRunning: (name) => recovery.ensureRunning(name) }, handleName(h), change),
   } satisfies DockerSandboxProvider);

@@ -5,7 +5,7 @@
  */
 export { SandboxLifecycle } from './lifecycle.js';
 export { SandboxRecovery } from './recovery.js';
-export { SandboxLanes } from './sandbox-lanes.js';
+export { SandboxLanes, workspaceLane } from './sandbox-lanes.js';
 export { readSandboxEgressUsage } from './egress-usage.js';
 export type { EgressUsage } from './egress-usage.js';
 export { CredentialSource } from './credential-source.js';

@@ -11,7 +11,7 @@
 import { decodeAllowHosts } from '../../common/index.js';
 import { type ContainerView, carriesCa, engineStatus, sandboxBodyFromInspect, type EgressPlan } from '../docker/index.js';
 import {
-  SandboxError, egressHostOfLabels, egressNanoCpus, LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_EGRESS_ISOLATION, LABEL_NAME, LABEL_WORKSPACE_KEY, meaningOfLabel, namesFor,
+  SandboxError, egressHostOfLabels, egressNanoCpus, LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_EGRESS_ISOLATION, LABEL_NAME, LABEL_WORKSPACE_KEY, meaningOfLabel, namesFor, persistentWorkspaceVolume,
   type TierMeaning,
 } from '../spec/index.js';
 import { connectEgress, createEgress, keepRegistration, waitForKept, type KeptRegistration } from './build-steps.js';
@@ -21,7 +21,7 @@ import { connectShard, ensureShard, shardOfLabels, subnetSlot } from './shards.j
 import type { BuildDeps } from './build-deps.js';
 import { asConflict, dockerSays } from './concurrent-change.js';
 import { ensureSharedNetwork, findOrRecreateSandboxNetwork, type SandboxNetwork } from './sandbox-network.js';
-import type { SandboxLanes } from './sandbox-lanes.js';
+import { workspaceLane, type SandboxLanes } from './sandbox-lanes.js';
 import { requireWorkspaceFree } from './workspace-holder.js';
 
 export class SandboxRecovery {
@@ -136,12 +136,18 @@ export class SandboxRecovery {
       current = await engine.inspectContainer(name);
     }
     if (current === undefined || !current.running) {
-      await requireWorkspaceFree(this.deps, name, view.labels[LABEL_WORKSPACE_KEY]);
-      try {
-        await engine.startContainer(name);
-      } catch (err) {
-        // The network it was created on is gone (it is bound by id, not by name).
-        if (engineStatus(err) !== 404) throw err;
+      const started = await this.inWorkspaceLane(view, async () => {
+        await requireWorkspaceFree(this.deps, name, view.labels[LABEL_WORKSPACE_KEY]);
+        try {
+          await engine.startContainer(name);
+          return true;
+        } catch (err) {
+          // The network it was created on is gone (it is bound by id, not by name).
+          if (engineStatus(err) !== 404) throw err;
+          return false;
+        }
+      });
+      if (!started) {
         await this.rebuildContainer(name, view, tier, network);
         return;
       }
@@ -161,10 +167,18 @@ export class SandboxRecovery {
     if (target === undefined) throw new SandboxError('engine_error', `No network to rebuild ${name} on.`);
     await this.deps.engine.removeContainer(name);
     const dns = tier.egressProxy ? network?.egressAddress : undefined;
-    await this.deps.engine.createContainer(name, sandboxBodyFromInspect(view, this.deps.config, target, dns));
-    await requireWorkspaceFree(this.deps, name, view.labels[LABEL_WORKSPACE_KEY]);
-    await this.deps.engine.giveWorkspaceToSandboxUser(name);
-    await this.deps.engine.startContainer(name);
+    await this.inWorkspaceLane(view, async () => {
+      await this.deps.engine.createContainer(name, sandboxBodyFromInspect(view, this.deps.config, target, dns));
+      await requireWorkspaceFree(this.deps, name, view.labels[LABEL_WORKSPACE_KEY]);
+      await this.deps.engine.giveWorkspaceToSandboxUser(name);
+      await this.deps.engine.startContainer(name);
+    });
+  }
+
+  /** Runs `step` in the lane of the sandbox's persistent workspace, if it has one (sandbox-lanes.ts). */
+  private inWorkspaceLane<T>(view: ContainerView, step: () => Promise<T>): Promise<T> {
+    const key = view.labels[LABEL_WORKSPACE_KEY];
+    return key === undefined ? step() : this.lanes.run(workspaceLane(persistentWorkspaceVolume(key)), step);
   }
 
   private resourceLabels(name: string, view: ContainerView): Record<string, string> {

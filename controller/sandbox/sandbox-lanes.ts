@@ -26,3 +26,14 @@ export class SandboxLanes {
 }
 
 function settled(): void {}
+
+/**
+ * The lane of a persistent workspace (its volume's name): the creates, starts and removal of one
+ * workspace run one at a time in a process, so that a removal cannot land between a create's look
+ * at the volume and its container (dockerd would make a plain volume of that name in its place,
+ * without the deployment's driver or size), and two sandboxes cannot both pass the check that no
+ * other runs on it. Sandbox names hold no ":", so no sandbox's lane is one of these.
+ */
+export function workspaceLane(volume: string): string {
+  return `workspace:${volume}`;
+}
