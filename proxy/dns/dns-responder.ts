@@ -1,7 +1,8 @@
 /**
  * The DNS responder of transparent mode, on the workload-facing address, over UDP and TCP (RFC
  * 7766: a client retries a truncated answer over TCP). Every message is answered by
- * dns-answer.ts alone; this file owns the sockets and what one client may make them do.
+ * dns-answer.ts alone; this file, with dns-udp.ts and dns-tcp.ts, owns the sockets and what one
+ * client may make them do.
  *
  * A query costs the client nothing, so everything is capped: queries per second per client, per
  * client network (/24, /64: rotating source addresses within one network buys nothing) and in all,
@@ -15,12 +16,11 @@
  * every 10 s. The rate tables are capped and cannot be rotated around (rate-limit.ts).
  */
 import dgram from 'node:dgram';
-import net from 'node:net';
 import type { Policy, Reason } from '../../policy/index.js';
-import { answerQuery, MAX_QUERY_BYTES, type DnsVerdict } from './dns-answer.js';
+import { answerQuery, type DnsVerdict } from './dns-answer.js';
 import { F, logLine, printable, type Logger, type ProxyObserver, LineGate, logSuppressed } from '../record/index.js';
-import { canonicalAddress } from '../upstream/index.js';
 import { networkOf, RateLimiter } from '../budget/index.js';
+import { tcpServer } from './dns-tcp.js';
 import { bindBoth, bindUdp, SheddingUdp, udpSocket } from './dns-udp.js';
 
 /** What one client, and every client together, may make the responder do. */
@@ -183,43 +183,15 @@ class Answerer {
   }
 }
 
-/** The TCP server: connections within their caps (per client and in all), each served by serveTcp. */
-function tcpServer(limits: DnsLimits, options: DnsResponderOptions, answer: Answerer['answer']): { server: net.Server; sockets: Set<net.Socket> } {
-  const { observer } = options;
-  const perClient = new Map<string, number>();
-  const opened = new RateLimiter(limits.tcpConnectionsPerSecond, limits.tcpConnectionBurst, limits.maxClients);
-  const sockets = new Set<net.Socket>();
-  const server = net.createServer({ noDelay: true }, (socket) => {
-    const remote = socket.remoteAddress ?? 'unknown';
-    const clientIp = canonicalAddress(remote) ?? remote;
-    const fromClient = perClient.get(clientIp) ?? 0;
-    socket.on('error', () => socket.destroy());
-    // Someone else's client takes none of the connections this responder's clients may hold, nor
-    // of their rate of new ones.
-    const served = options.policy(clientIp) !== undefined;
-    if (!served || sockets.size >= limits.maxTcpTotal || fromClient >= limits.maxTcpPerClient || !opened.takeFor(clientIp)) {
-      observer.dnsQuery('tcp_refused');
-      socket.destroy();
-      return;
-    }
-    perClient.set(clientIp, fromClient + 1);
-    sockets.add(socket);
-    socket.once('close', () => {
-      sockets.delete(socket);
-      const left = (perClient.get(clientIp) ?? 1) - 1;
-      if (left === 0) perClient.delete(clientIp);
-      else perClient.set(clientIp, left);
-    });
-    serveTcp(socket, limits, (query) => answer(query, clientIp, `${clientIp}:${socket.remotePort ?? 0}`, 'tcp'));
-  });
-  return { server, sockets };
-}
-
 /** Binds UDP and TCP on `host:port` (port 0: one free port for both). */
 export async function startDnsResponder(host: string, port: number, options: DnsResponderOptions): Promise<DnsResponder> {
   const limits: DnsLimits = { ...DNS_LIMITS, ...options.limits };
   const answerer = new Answerer(options, limits);
-  const tcp = tcpServer(limits, options, answerer.answer);
+  const tcp = tcpServer(limits, {
+    serves: (clientIp) => options.policy(clientIp) !== undefined,
+    refused: () => options.observer.dnsQuery('tcp_refused'),
+    answer: (query, clientIp, client) => answerer.answer(query, clientIp, client, 'tcp'),
+  });
   let bound: number;
   let udp: dgram.Socket;
   try {
@@ -250,52 +222,6 @@ export async function startDnsResponder(host: string, port: number, options: Dns
       await Promise.all([shedding.close(), new Promise<void>((r) => tcp.server.close(() => r()))]);
     },
   };
-}
-
-/**
- * One TCP connection: messages with their two-byte length (RFC 1035 §4.2.2), pipelined, answered
- * in order. A length that cannot be a query, a query over the rate, or the connection's query cap
- * closes it; so does the idle deadline.
- */
-function serveTcp(socket: net.Socket, limits: DnsLimits, handle: (query: Buffer) => Buffer | undefined): void {
-  let pending: Buffer = Buffer.alloc(0);
-  let served = 0;
-  // Restarted by complete queries only: a client trickling bytes does not keep its slot.
-  const idle = setTimeout(() => socket.destroy(), limits.tcpIdleMs);
-  socket.once('close', () => clearTimeout(idle));
-  socket.on('data', (chunk: Buffer) => {
-    pending = pending.length === 0 ? chunk : Buffer.concat([pending, chunk]);
-    while (pending.length >= 2) {
-      const length = pending.readUInt16BE(0);
-      if (length === 0 || length > MAX_QUERY_BYTES) {
-        socket.destroy();
-        return;
-      }
-      if (pending.length < 2 + length) break;
-      const query = pending.subarray(2, 2 + length);
-      pending = pending.subarray(2 + length);
-      served += 1;
-      idle.refresh();
-      const out = served > limits.maxQueriesPerTcp ? undefined : handle(query);
-      if (out === undefined) {
-        // Over a cap, or a message that gets no answer (a response): the connection ends, since
-        // a client waiting on this answer would wait for nothing.
-        socket.destroy();
-        return;
-      }
-      const framed = Buffer.allocUnsafe(2 + out.length);
-      framed.writeUInt16BE(out.length, 0);
-      out.copy(framed, 2);
-      socket.write(framed);
-    }
-    // The half-read message that is left is at most 2 + MAX_QUERY_BYTES.
-    if (pending.length > 0) pending = Buffer.from(pending);
-    if (socket.writableLength > limits.maxTcpBacklog) {
-      socket.pause();
-      socket.once('drain', () => socket.resume());
-    }
-  });
-  socket.on('end', () => socket.end());
 }
 
 /** Starts a responder on `address` (the transparent DNS port), answering allowed names with `address`. */

@@ -17,8 +17,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { dockerTest, SOCKET_PROXY_IMAGE, startSocketProxy, TEST_LOCAL_IMAGE } from '../support/docker.js';
+import { fileNeeds } from '../support/needs.js';
 import { HAPROXY_DIR } from './lua-checker.js';
 import { send, type RawCase } from './raw-http.js';
+
+await fileNeeds(t, 'engine');
 
 const RACE_ATTEMPTS = 1000;
 
