@@ -42,17 +42,7 @@ function M.path(name)
   return '/containers/' .. name .. '/json'
 end
 
--- The one member `key` of an object; absent: nil; twice (dockerd never sends that): false.
-local function member(object, key)
-  local value = nil
-  for i, k in ipairs(object.keys) do
-    if k == key then
-      if value ~= nil then return false end
-      value = object.vals[i]
-    end
-  end
-  return value
-end
+local member = json.member
 
 local function quoted(path)
   return (path:sub(1, 64):gsub('[^A-Za-z0-9_./%-]', '?'))

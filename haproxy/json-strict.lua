@@ -219,6 +219,19 @@ parse_value = function(s, i, st, depth)
   fail('body_not_json')
 end
 
+-- The one member `key` of a parsed object: nil when absent, false when it is there twice (an
+-- answer of dockerd's never has that: the proofs refuse it as unreadable).
+function M.member(object, key)
+  local value = nil
+  for i, k in ipairs(object.keys) do
+    if k == key then
+      if value ~= nil then return false end
+      value = object.vals[i]
+    end
+  end
+  return value
+end
+
 -- Control bytes are never valid JSON, inside a string or out: refused up front, and named as such
 -- wherever they sit (a NUL must never end what some later reader sees of the body).
 local function has_control_byte(s)

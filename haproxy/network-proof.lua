@@ -29,18 +29,7 @@ function M.path(id)
   return '/networks?filters=%7B%22id%22%3A%5B%22' .. id .. '%22%5D%7D'
 end
 
--- The one member `key` of an object; a second one (dockerd never sends that) makes the answer
--- unreadable: false.
-local function member(object, key)
-  local value = nil
-  for i, k in ipairs(object.keys) do
-    if k == key then
-      if value ~= nil then return false end
-      value = object.vals[i]
-    end
-  end
-  return value
-end
+local member = json.member
 
 local function allowed_name(name, settings)
   return type(name) == 'string'
