@@ -41,7 +41,8 @@ export class DecisionRecorder {
    * `method` is the request's, when it was parsed; `level` is that of the line (a limit refusal,
    * made before the connection had a logger of its own, is a warning); `gate` says whether a
    * refusal gets its line (line-gate.ts: refusal lines are rate-capped per client, and only
-   * counted past the cap).
+   * counted past the cap); `allowGate`, on a shared proxy, says the same of an allowed line by
+   * its host (decisions.ts).
    */
   constructor(
     private readonly observer: ProxyObserver,
@@ -51,6 +52,7 @@ export class DecisionRecorder {
     private readonly gate: (reason: string) => boolean = () => true,
     /** A shared proxy's connection: its decisions are counted by its registration too. */
     private readonly who: SandboxOf | undefined = undefined,
+    private readonly allowGate: ((host: string) => boolean) | undefined = undefined,
   ) {}
 
   /** Whether the request's line is written (its outcome is known, and nothing may change it). */
@@ -59,8 +61,9 @@ export class DecisionRecorder {
   }
 
   /**
-   * Whether the request was refused without a line of its own (over the per-client line rate):
-   * the lines that would follow it (a tunnel's close) are held back too.
+   * Whether the request's line was held back (a refusal over the per-client line rate; on a
+   * shared proxy, an allowed request over its sandbox's): the lines that would follow it (a
+   * tunnel's close) are held back too.
    */
   get suppressed(): boolean {
     return this.held;
@@ -89,8 +92,14 @@ export class DecisionRecorder {
     this.observer.decision('allow', 'allowed');
     if (this.who !== undefined) this.observer.sandboxDecision(this.who, 'allow', 'allowed');
     if (this.reportOnly !== undefined) this.observer.wouldDeny(this.reportOnly);
-    // A line the level leaves out is not built either (its fields are a copy or two per request).
+    // A line the level leaves out is not built either (its fields are a copy or two per request),
+    // nor counted against the cap.
     if (!this.log.isLevelEnabled(this.level)) return;
+    // A report-mode line is what the allowlist is learned from (proxy/report): never held back.
+    if (this.allowGate !== undefined && this.reportOnly === undefined && !this.allowGate(destination[F.host])) {
+      this.held = true;
+      return;
+    }
     logLine(this.log, { [F.event]: 'decision', [F.decision]: 'allow', [F.method]: this.method, ...this.noted, ...destination, ...fields }, this.level);
   }
 

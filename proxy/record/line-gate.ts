@@ -1,9 +1,9 @@
 /**
- * What keeps refusal lines from filling the disk: a client's refusals get a line each up to a few
- * a second, and every client's together up to a cap; past either, a refusal is only counted (the
- * decision metric still counts each), and the counts, by reason, go out as one summary line per
- * interval. The gate itself is pure: the caller writes the summary (`logSuppressed`) on its own
- * timer.
+ * What keeps decision lines from filling the disk: a client's lines (its refusals; on a shared
+ * proxy, its allowed requests too) get a line each up to a rate, and every client's together up to
+ * a cap; past either, a line is only counted (the decision metrics still count each), and the
+ * counts, by reason or by host, go out as one summary line per interval. The gate itself is pure:
+ * the caller writes the summary (`logSuppressed`) on its own timer.
  */
 import { F, type Logger } from './log.js';
 import { RateLimiter } from '../budget/index.js';
@@ -24,12 +24,19 @@ export interface Suppressed {
   readonly lines: number;
   /** Client addresses they came from (counted up to the table's cap). */
   readonly clients: number;
+  /** By what each line would have said (its reason, or its host), at most MAX_KINDS of them; past it, under OTHER_KINDS. */
   readonly byReason: Readonly<Record<string, number>>;
   /** The clients with the most refusals without a line, most first (`address=count`, at most five): who it was, even when the lines were not written. */
   readonly topClients: readonly string[];
 }
 
 const TOP_CLIENTS = 5;
+/**
+ * Kinds a summary counts apart: reasons are a few dozen, but hosts are what a client chooses (any
+ * name under a wildcard entry), and one summary must not grow with them.
+ */
+export const MAX_KINDS = 32;
+export const OTHER_KINDS = '(others)';
 
 export class LineGate {
   private readonly perClient: RateLimiter;
@@ -46,14 +53,15 @@ export class LineGate {
     this.total = new RateLimiter(limits.totalPerSecond, limits.totalBurst, 1, now);
   }
 
-  /** Whether a refusal for `client` (an address) gets a line; false: it is counted for the summary. */
-  admit(client: string, reason: string): boolean {
+  /** Whether a line of `kind` (a reason, a host) for `client` gets written; false: it is counted for the summary. */
+  admit(client: string, kind: string): boolean {
     // The client's share first: one client over its rate does not spend what the others have.
     if (this.perClient.takeFor(client) && this.total.take('')) return true;
     this.suppressed += 1;
     const seen = this.from.get(client);
     if (seen !== undefined || this.from.size < this.limits.maxClients) this.from.set(client, (seen ?? 0) + 1);
-    this.byReason.set(reason, (this.byReason.get(reason) ?? 0) + 1);
+    const counted = this.byReason.has(kind) || this.byReason.size < MAX_KINDS ? kind : OTHER_KINDS;
+    this.byReason.set(counted, (this.byReason.get(counted) ?? 0) + 1);
     return false;
   }
 
@@ -69,9 +77,12 @@ export class LineGate {
   }
 }
 
-/** Writes what `gate` counted without a line since the last call, as one `event` line (none when nothing was). */
-export function logSuppressed(gate: LineGate, log: Logger, event: string, message: string): void {
+/**
+ * Writes what `gate` counted without a line since the last call, as one `event` line (none when
+ * nothing was); the counts by kind are its `byKind` field (byReason, byHost).
+ */
+export function logSuppressed(gate: LineGate, log: Logger, event: string, message: string, byKind = 'byReason'): void {
   const summary = gate.takeSummary();
   if (summary === undefined) return;
-  log.warn({ [F.event]: event, [F.lines]: summary.lines, clients: summary.clients, byReason: summary.byReason, topClients: summary.topClients }, message);
+  log.warn({ [F.event]: event, [F.lines]: summary.lines, clients: summary.clients, [byKind]: summary.byReason, topClients: summary.topClients }, message);
 }

@@ -9,7 +9,7 @@ import http from 'node:http';
 import net from 'node:net';
 import t from 'tap';
 import { clientShare, CLIENT_SHARE_FLOOR } from '../../proxy/budget/limits.js';
-import { LineGate } from '../../proxy/record/line-gate.js';
+import { LineGate, MAX_KINDS, OTHER_KINDS } from '../../proxy/record/line-gate.js';
 import { MemoryBudget, READ_AHEAD_BYTES } from '../../proxy/budget/memory-budget.js';
 import { networkOf, OVERFLOW_KEY, RateLimiter } from '../../proxy/budget/rate-limit.js';
 import { listen, streamingServer } from '../support/loopback.js';
@@ -105,6 +105,17 @@ t.test('refusal lines: a client past its rate is counted, not written, and does 
   t.equal(gate.takeSummary(), undefined, 'a summary starts afresh');
   now = 10_000;
   t.ok(gate.admit('10.0.0.1', 'host_not_allowed'), 'the rate refills');
+});
+
+t.test('a summary counts at most MAX_KINDS kinds apart: hosts a client makes up share one count past them', async (t) => {
+  const gate = new LineGate({ clientPerSecond: 1, clientBurst: 1, totalPerSecond: 1, totalBurst: 1, maxClients: 16 }, () => 0);
+  t.ok(gate.admit('cap-a', 'x0.a.test'), 'the burst');
+  for (let i = 1; i <= MAX_KINDS + 10; i++) t.notOk(gate.admit('cap-a', `x${i}.a.test`));
+  t.notOk(gate.admit('cap-a', 'x1.a.test'), 'a kind counted already');
+  const summary = gate.takeSummary();
+  t.equal(summary?.lines, MAX_KINDS + 11);
+  t.equal(Object.keys(summary?.byReason ?? {}).length, MAX_KINDS + 1, 'the first kinds, and one more for the rest');
+  t.same([summary?.byReason['x1.a.test'], summary?.byReason[OTHER_KINDS]], [2, 10]);
 });
 
 t.test('unread downloads: a client past its share of memory loses its oldest stalled tunnels; another client is served', async (t) => {

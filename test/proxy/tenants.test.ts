@@ -23,7 +23,7 @@ import { rawRequest, readUntil, type RawResponse } from '../support/raw-client.j
 import { freePort, listen } from '../support/loopback.js';
 import { settle } from '../support/settle.js';
 import { captureLogs } from '../support/log-capture.js';
-import { REFUSAL_LINES } from '../../proxy/record/decisions.js';
+import { ALLOWED_LINES, REFUSAL_LINES } from '../../proxy/record/decisions.js';
 
 const A = { subnet: '127.0.1.0/28', proxy: '127.0.1.1', client: '127.0.1.5' };
 const B = { subnet: '127.0.2.0/28', proxy: '127.0.2.1', client: '127.0.2.5' };
@@ -437,6 +437,47 @@ t.test('refusal lines at the limits are capped per sandbox, whatever addresses i
   t.same([refused.status, refused.reason], [429, 'client_limit']);
   t.ok(s.logs.some((l) => l.reason === 'client_limit' && l.sandbox === 'cap-b'), 'another sandbox\'s refusal still gets its line');
   for (const r of [heldA, heldB]) r.socket.destroy();
+});
+
+t.test('allowed lines are capped per sandbox: a flood is counted by host; another sandbox keeps its lines', async (t) => {
+  const s = await setup(t, { maxConnectionsPerClient: 64 }, { perSecond: 10_000, burst: 10_000 });
+  s.register('slot-a', 'cap-a', 'life-a-0001', A.subnet, ['a.test', 'c.test']);
+  s.register('slot-b', 'cap-b', 'life-b-0001', B.subnet, ['a.test']);
+  await settle(() => s.logs.filter((l) => l.event === 'tenant_registered').length >= 2, 'both registrations');
+  const { clientBurst, clientPerSecond } = ALLOWED_LINES;
+  const flood = clientBurst + 100;
+  const started = performance.now();
+  for (let i = 0; i < flood; i++) {
+    const r = await connect(s, A, 'a.test');
+    r.socket.destroy();
+    if (r.status !== 200) t.fail(`tunnel ${i}: ${r.status} ${r.reason}`);
+  }
+  const last = await connect(s, A, 'c.test');
+  t.equal(last.status, 200, 'a sandbox over its line rate is still served');
+  last.socket.destroy();
+  const seconds = (performance.now() - started) / 1_000;
+  const most = clientBurst + Math.ceil(clientPerSecond * seconds) + 1;
+  const allowedA = s.logs.filter((l) => l.event === 'decision' && l.decision === 'allow' && l.sandbox === 'cap-a');
+  t.ok(allowedA.length >= clientBurst && allowedA.length <= most, `sandbox A wrote ${allowedA.length} allowed lines for ${flood + 1} tunnels in ${seconds.toFixed(1)} s: its burst and rate (at most ${most})`);
+  const b = await connect(s, B, 'a.test');
+  t.equal(b.status, 200);
+  b.socket.destroy();
+  await settle(() => s.logs.filter((l) => l.event === 'tunnel_closed').length >= allowedA.length + 1, 'the tunnels\' closing lines');
+  t.ok(s.logs.some((l) => l.event === 'decision' && l.decision === 'allow' && l.sandbox === 'cap-b'), 'another sandbox still gets its allowed line');
+  const closedA = s.logs.filter((l) => l.event === 'tunnel_closed' && l.sandbox === 'cap-a');
+  t.equal(closedA.length, allowedA.length, 'a tunnel whose allowed line was held back closes without a line too');
+  // The summary goes out every interval, and at close.
+  await s.proxy.close();
+  const summary = s.logs.find((l) => l.event === 'allowed_lines_suppressed');
+  const suppressed = flood + 1 - allowedA.length;
+  // The last one may have had a line of its own, if the rate had given back a token by then.
+  const cLine = allowedA.some((l) => l.host === 'c.test');
+  const held = { a: suppressed - (cLine ? 0 : 1), c: cLine ? 0 : 1 };
+  t.same(summary && { lines: summary.lines, byHost: summary.byHost, topClients: summary.topClients }, {
+    lines: suppressed,
+    byHost: Object.fromEntries(Object.entries({ 'a.test': held.a, 'c.test': held.c }).filter(([, n]) => n > 0)),
+    topClients: [`cap-a=${suppressed}`],
+  }, 'the lines held back, counted by host and by sandbox');
 });
 
 t.test('transparent mode: each network\'s DNS on its proxy address, answered by its sandbox\'s list; TLS by the sandbox too', async (t) => {
