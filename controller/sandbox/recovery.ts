@@ -11,7 +11,7 @@
 import { decodeAllowHosts } from '../../common/index.js';
 import { type ContainerView, carriesCa, engineStatus, sandboxBodyFromInspect, type EgressPlan } from '../docker/index.js';
 import {
-  SandboxError, egressHostOfLabels, egressNanoCpus, LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_EGRESS_ISOLATION, LABEL_NAME, LABEL_WORKSPACE_KEY, meaningOfLabel, namesFor, persistentWorkspaceVolume,
+  SandboxError, egressHostOfLabels, startRefusal, egressNanoCpus, LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_EGRESS_ISOLATION, LABEL_NAME, LABEL_WORKSPACE_KEY, meaningOfLabel, namesFor, persistentWorkspaceVolume,
   type TierMeaning,
 } from '../spec/index.js';
 import { connectEgress, createEgress, keepRegistration, waitForKept, type KeptRegistration } from './build-steps.js';
@@ -98,14 +98,9 @@ export class SandboxRecovery {
   private async doRecover(name: string, view: ContainerView): Promise<void> {
     const names = namesFor(name);
     const tier = meaningOfLabel(view.labels[LABEL_EGRESS]);
-    // The deployment's rule holds at every start, not only at create: an open sandbox made before
-    // allowOpenEgress was turned off (or by another deployment on the engine) is not started again.
-    if (tier.needsAllowOpenEgress && !this.deps.config.allowOpenEgress) {
-      throw new SandboxError(
-        'open_egress_disabled',
-        `Sandbox ${name} has open egress, which this deployment does not allow: it is not started again. Destroy it and create it with another egress tier, or set extensionConfig."sandbox-docker".allowOpenEgress in a trusted environment.`,
-      );
-    }
+    // The deployment's rules hold at every start, not only at create (start-rules.ts).
+    const refused = startRefusal(name, { image: view.image, tier: view.labels[LABEL_EGRESS], hostConfig: view.hostConfig }, this.deps.config);
+    if (refused !== undefined) throw refused;
     let network: SandboxNetwork | undefined;
     let networkRebuilt = false;
     if (tier.sandboxNetwork === 'internal') {

@@ -33,6 +33,7 @@ export {
 export type { SandboxNames } from './names.js';
 export { PIDS_LIMIT } from './limits.js';
 export { egressNanoCpus, planSandbox, withAllowHosts, withCredentials } from './sandbox-plan.js';
+export { startRefusal } from './start-rules.js';
 export type { SandboxPlan } from './sandbox-plan.js';
 export { parseAddressPool, sandboxSubnet, subnetAddresses, subnetSlots } from './address-pool.js';
 export type { AddressPool, SandboxSubnet } from './address-pool.js';

@@ -470,3 +470,27 @@ t.test('an open sandbox is not started again where the deployment does not allow
   await closed.destroy(h);
   t.notOk(s.engine.containers.has('cap-opened'), 'and can still be destroyed');
 });
+
+t.test('a sandbox whose image or caps today\'s config no longer allows is not started again', async (t) => {
+  const s = fakeSandbox();
+  const h = await s.provider.create({ id: 'narrowed', image: IMAGES.sandbox, limits: { egress: 'none', memoryMb: 1024, cpu: 1 } });
+  await s.provider.suspend(h);
+  for (const [what, config, words] of [
+    ['an image no longer listed', { allowedImages: ['other:1'] }, /not one of the deployment's allowedImages now/],
+    ['a lowered memory ceiling', { maxLimits: { memoryMb: 512 } }, /maxLimits\.memoryMb/],
+    ['a lowered CPU ceiling', { maxLimits: { cpu: 0.5 } }, /maxLimits\.cpu/],
+  ] as const) {
+    const narrowed = s.withConfig(config);
+    for (const [call, run] of [
+      ['resume', () => narrowed.resume(h)],
+      ['a command, which starts its sandbox', () => narrowed.exec(h, 'true')],
+    ] as const) {
+      const err = await run().then(() => undefined, (e: unknown) => e);
+      t.ok(isSandboxError(err, 'invalid_spec') && words.test(err.message), `${what}, ${call}: refused (${String(err).slice(0, 100)})`);
+    }
+  }
+  t.not(s.engine.containers.get('cap-narrowed')?.state, 'running', 'the container stays stopped');
+  await s.provider.resume(h);
+  t.equal(s.engine.containers.get('cap-narrowed')?.state, 'running', 'under the config it was made with, it starts');
+  await s.provider.destroy(h);
+});
