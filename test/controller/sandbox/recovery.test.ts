@@ -475,11 +475,12 @@ t.test('a sandbox whose image or caps today\'s config no longer allows is not st
   const s = fakeSandbox();
   const h = await s.provider.create({ id: 'narrowed', image: IMAGES.sandbox, limits: { egress: 'none', memoryMb: 1024, cpu: 1 } });
   await s.provider.suspend(h);
-  for (const [what, config, words] of [
+  const narrowings: Array<[string, Parameters<typeof s.withConfig>[0], RegExp]> = [
     ['an image no longer listed', { allowedImages: ['other:1'] }, /not one of the deployment's allowedImages now/],
     ['a lowered memory ceiling', { maxLimits: { memoryMb: 512 } }, /maxLimits\.memoryMb/],
     ['a lowered CPU ceiling', { maxLimits: { cpu: 0.5 } }, /maxLimits\.cpu/],
-  ] as const) {
+  ];
+  for (const [what, config, words] of narrowings) {
     const narrowed = s.withConfig(config);
     for (const [call, run] of [
       ['resume', () => narrowed.resume(h)],
