@@ -2,19 +2,20 @@
 -- container's mount points ON THE HOST: it bind-mounts each volume under the container's root,
 -- resolving its target through what it mounted before, and unmounts them all afterwards
 -- (umount2 MNT_DETACH on the resolved path, following whatever symlink is there by then). A
--- target that the image's own symlinks (/var/run -> /run, /lib -> usr/lib) lead into a volume is
--- resolved through the volume's content, which another container sharing the volume controls: a
--- volume mounted over a host directory, or a host mount detached, each seen won by a review.
--- The create rules cannot see the image, so the archive call is where this is decided: before
--- one goes on, socket-proxy.lua asks dockerd for the container, and this file judges the answer.
--- It passes only when every mount point of the container is a volume at one of the controller's
--- own targets (docker-schema.lua's S.VOLUME_TARGETS) and one of them is where the archive goes,
--- and when the container runs one of the exactly listed images (SOCKET_PROXY_IMAGES). Those
--- targets nest only through an image's own symlinks (/opt -> /workspace/o puts
--- /opt/capybara/skills inside the workspace), which a stock image does not have and the operator
--- vouches for by listing it; an image of a listed registry is anyone's who can push there. The
--- request then names the container by the id judged, so no container made under the same name
--- meanwhile receives it. Pure (no HAProxy API), so the standalone lua5.4 tests judge answers too.
+-- mount point that the image's own symlinks (/var/run -> /run, /opt -> /workspace/o) lead into
+-- another mount is resolved through that mount's content, which a container sharing the volume
+-- controls: a volume mounted over a host directory, or a host mount detached, each won by a
+-- review. The create rules cannot see the image, so the archive call is where this is decided:
+-- before one goes on, socket-proxy.lua asks dockerd for the container, and this file judges the
+-- answer. It passes only when the container has exactly one mount point, a volume, where the
+-- archive goes (one of the controller's own targets: docker-schema.lua's S.VOLUME_TARGETS). With
+-- one mount point there is no other mount for it to lie in, whatever the image's symlinks, and
+-- its path runs through the container's root alone, which every container has read-only
+-- (ReadonlyRootfs is pinned): nothing can swap a symlink into it. The controller puts archives
+-- only into such containers (a sandbox's workspace through a hand-over container of its own,
+-- a registration into an egress proxy). The request then names the container by the id judged,
+-- so no container made under the same name meanwhile receives it. Pure (no HAProxy API), so the
+-- standalone lua5.4 tests judge answers too.
 
 local json = require('json-strict')
 local schema = require('docker-schema')
@@ -23,9 +24,8 @@ local M = {}
 
 M.OK = 'ok'
 M.NOT_FOUND = 'container_not_found'            -- answered 404, the way dockerd answers a missing container
-M.MOUNT = 'archive_mount_not_allowed'          -- a mount point other than a volume at a controller target
+M.MOUNT = 'archive_mount_not_allowed'          -- a mount point other than the one volume where the archive goes
 M.NO_VOLUME = 'archive_target_not_volume'      -- no volume where the archive goes
-M.IMAGE = 'archive_image_not_listed'           -- the container's image is not one of SOCKET_PROXY_IMAGES
 M.FAILED = 'archive_proof_failed'              -- dockerd did not answer as expected: refused
 
 -- Where each archive route puts its archive (routes.map fixes the path query of both).
@@ -48,9 +48,9 @@ local function quoted(path)
   return (path:sub(1, 64):gsub('[^A-Za-z0-9_./%-]', '?'))
 end
 
--- The verdict on dockerd's answer (status, body) to M.path(name), for an archive to `route`,
--- under `settings` (proxy-settings.lua: its `images`); with ok, the container's full id.
-function M.judge(name, route, status, body, settings)
+-- The verdict on dockerd's answer (status, body) to M.path(name), for an archive to `route`;
+-- with ok, the container's full id.
+function M.judge(name, route, status, body)
   local destination = M.DESTINATIONS[route]
   if destination == nil or type(name) ~= 'string' then return M.FAILED end
   if status == 404 then return M.NOT_FOUND end
@@ -68,19 +68,14 @@ function M.judge(name, route, status, body, settings)
     if type(m) ~= 'table' or m.tag ~= 'object' then return M.FAILED end
     local kind, target = member(m, 'Type'), member(m, 'Destination')
     if type(kind) ~= 'string' or type(target) ~= 'string' then return M.FAILED end
-    if kind ~= 'volume' or not schema.VOLUME_TARGETS[target] then
-      if offender == nil or target < offender then offender = target end
-    elseif target == destination then
+    if kind == 'volume' and target == destination and schema.VOLUME_TARGETS[target] and not received then
       received = true
+    elseif offender == nil or target < offender then
+      offender = target
     end
   end
   if offender ~= nil then return M.MOUNT .. ':' .. quoted(offender) end
   if not received then return M.NO_VOLUME .. ':' .. destination end
-  local config = member(container, 'Config')
-  if type(config) ~= 'table' or config.tag ~= 'object' then return M.FAILED end
-  local image = member(config, 'Image')
-  if type(image) ~= 'string' then return M.FAILED end
-  if not settings.images[image] then return M.IMAGE end
   return M.OK, id
 end
 

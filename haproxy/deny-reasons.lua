@@ -61,9 +61,8 @@ return {
   { code = 'network_not_allowed', status = 403, what = 'A network id that names a network other than cap-... or the shared one' },
   { code = 'network_not_found', status = 404, what = 'A network id that names no network (as dockerd answers)' },
   { code = 'network_proof_failed', status = 403, what = 'dockerd could not be asked what a network id names' },
-  { code = 'archive_mount_not_allowed', status = 403, what = 'An archive into a container with a mount point other than a volume at the controller\'s own targets (dockerd mounts them on the host for the call)' },
+  { code = 'archive_mount_not_allowed', status = 403, what = 'An archive into a container with a mount point other than its one volume where the archive goes (dockerd mounts them all on the host for the call)' },
   { code = 'archive_target_not_volume', status = 403, what = 'An archive into a container with no volume where the archive goes' },
-  { code = 'archive_image_not_listed', status = 403, what = 'An archive into a container whose image is not one of SOCKET_PROXY_IMAGES (an image of a listed registry is not vouched for)' },
   { code = 'container_not_found', status = 404, what = 'An archive into a container that does not exist (as dockerd answers)' },
   { code = 'archive_proof_failed', status = 403, what = 'dockerd could not be asked which mounts the container of an archive has' },
   -- Slots (haproxy.cfg)

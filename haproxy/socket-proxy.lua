@@ -78,7 +78,7 @@ core.register_action('prove_archive', { 'http-req' }, function(txn)
   local answer = core.httpclient():get({
     url = 'http://docker' .. archive.path(name), dst = 'unix@' .. settings.docker_socket, timeout = PROOF_TIMEOUT_MS,
   })
-  local verdict, id = archive.judge(name, route, answer and answer.status, answer and answer.body, settings)
+  local verdict, id = archive.judge(name, route, answer and answer.status, answer and answer.body)
   if verdict == archive.OK then
     -- The container judged, by its id: not whichever holds the name by the time dockerd reads it.
     -- A rewrite that fails (it says so, it does not raise) leaves the verdict a refusal.

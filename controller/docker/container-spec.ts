@@ -158,6 +158,44 @@ export function sandboxContainerBody(plan: SandboxPlan, network: string | undefi
   };
 }
 
+/** What a hand-over container may hold: it is never started, so any small cap serves. */
+const HANDOVER_MEMORY_BYTES = 16 * 1024 * 1024;
+const HANDOVER_PIDS_LIMIT = 8;
+
+/**
+ * The container the workspace is handed over through (sandbox/workspace-handover.ts): never
+ * started, with the workspace volume as its one mount point and no network, so that the archive
+ * put into it makes dockerd mount that volume alone (the socket proxy's archive proof admits no
+ * other shape). Of the sandbox's own image (with one mount point, the image's symlinks have
+ * nothing to nest); hardened as every container is.
+ */
+export function handoverContainerBody(image: string, workspaceVolume: string, labels: Readonly<Record<string, string>>, caps: LogCaps): ContainerCreateBody {
+  return {
+    Image: image,
+    User: '0:0',
+    Entrypoint: [''],
+    Cmd: ['true'],
+    Env: [],
+    Labels: { ...labels, [LABEL_ROLE]: 'handover' },
+    Healthcheck: { Test: ['NONE'] },
+    HostConfig: {
+      NetworkMode: 'none',
+      CapDrop: ['ALL'],
+      SecurityOpt: ['no-new-privileges'],
+      ReadonlyRootfs: true,
+      PidsLimit: HANDOVER_PIDS_LIMIT,
+      IpcMode: 'private',
+      CgroupnsMode: 'private',
+      NanoCpus: 100_000_000,
+      Memory: HANDOVER_MEMORY_BYTES,
+      MemorySwap: HANDOVER_MEMORY_BYTES,
+      RestartPolicy: { Name: 'no' },
+      Mounts: [volumeMount(workspaceVolume, WORKSPACE)],
+      LogConfig: logConfig(caps),
+    },
+  };
+}
+
 /**
  * What the egress proxy of sandbox `name` tells a client it refused for a host off the allowlist,
  * instead of the standalone proxy's "add the host name to allowHosts": that allowlist is the

@@ -14,6 +14,7 @@ import { createSandboxNetwork, ensureSharedNetwork, removeSandboxNetworks } from
 import { ShardClaims } from './shards.js';
 import { StepGroup } from './step-group.js';
 import { requireWorkspaceFree } from './workspace-holder.js';
+import { handOverWorkspace } from './workspace-handover.js';
 
 const STOP_GRACE_SECONDS = 2;
 /**
@@ -71,6 +72,8 @@ export class SandboxLifecycle {
         shard === undefined ? { ...labels } : { ...labels, [LABEL_EGRESS_SHARD]: String(await shard) };
       const internal = meaning.sandboxNetwork === 'internal' ? steps.run(async () => createSandboxNetwork(this.deps, names, await shardLabels(plan.labels))) : undefined;
       const volumes = steps.run(() => this.createVolumes(plan));
+      // Through a container of its own, with the workspace its one mount (workspace-handover.ts).
+      const handOver = (): Promise<void> => handOverWorkspace(this.deps, { name: names.name, volume: plan.workspaceVolume, image: plan.image, labels: plan.labels });
       // The lifecycle id of the sandbox's registration (on a shard, or in a proxy of its own that
       // reads one), which the probe waits for.
       const registered =
@@ -98,7 +101,7 @@ export class SandboxLifecycle {
         // A volume plugin is asked to mount and unmount again for an archive put into a running
         // container, and some unmount it under the container (moby#34665): with one, before the start.
         if (onPlugin) {
-          await engine.giveWorkspaceToSandboxUser(names.container);
+          await handOver();
           steps.proceed();
         }
         await engine.startContainer(names.container);
@@ -106,10 +109,10 @@ export class SandboxLifecycle {
       await steps.settled();
       // Otherwise the workspace goes to the sandbox user once the container runs (with a proxy,
       // while its probe runs), and always before the create returns.
-      const handOver = (await volumes) ? undefined : () => engine.giveWorkspaceToSandboxUser(names.container);
+      const later = (await volumes) ? undefined : handOver;
       // Both containers are up and the proxy holds its leg on the internal network.
-      if (meaning.egressProxy) await waitForEgress(this.deps, names, await registered, handOver);
-      else await handOver?.();
+      if (meaning.egressProxy) await waitForEgress(this.deps, names, await registered, later);
+      else await later?.();
       // Built: from now on gc keeps it (a failure here is the create's, and destroys it).
       await engine.removeVolume(names.buildingVolume);
     } catch (err) {
@@ -175,8 +178,9 @@ export class SandboxLifecycle {
   private async removeAll(name: string): Promise<void> {
     const { engine } = this.deps;
     const names = namesFor(name);
-    // Networks and volumes can only go once no container uses them.
-    await Promise.all([engine.removeContainer(names.container), engine.removeContainer(names.egress)]);
+    // Networks and volumes can only go once no container uses them (a hand-over container left
+    // behind by a controller that died holds the workspace too).
+    await Promise.all([engine.removeContainer(names.container), engine.removeContainer(names.egress), engine.removeContainer(names.handover)]);
     // Every network of its name with its labels (a create race can have made two); ephemeral
     // volumes only: a persistent workspace is named cap-ws.<key> and stays.
     await Promise.all([

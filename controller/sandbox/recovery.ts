@@ -23,6 +23,7 @@ import { asConflict, dockerSays } from './concurrent-change.js';
 import { ensureSharedNetwork, findOrRecreateSandboxNetwork, type SandboxNetwork } from './sandbox-network.js';
 import { workspaceLane, type SandboxLanes } from './sandbox-lanes.js';
 import { requireWorkspaceFree } from './workspace-holder.js';
+import { handOverWorkspace, workspaceVolumeOf } from './workspace-handover.js';
 
 export class SandboxRecovery {
   private readonly registrations: RegistrationChecks;
@@ -165,7 +166,7 @@ export class SandboxRecovery {
     await this.inWorkspaceLane(view, async () => {
       await this.deps.engine.createContainer(name, sandboxBodyFromInspect(view, this.deps.config, target, dns));
       await requireWorkspaceFree(this.deps, name, view.labels[LABEL_WORKSPACE_KEY]);
-      await this.deps.engine.giveWorkspaceToSandboxUser(name);
+      await handOverWorkspace(this.deps, { name, volume: workspaceVolumeOf(view, name), image: view.image, labels: this.resourceLabels(name, view) });
       await this.deps.engine.startContainer(name);
     });
   }

@@ -78,6 +78,12 @@ export interface SandboxNames {
    * allowlist, which `changeAllowHosts` rewrites while the sandbox runs and a restart keeps.
    */
   readonly egressPolicyVolume: string;
+  /**
+   * A container that exists only while the workspace volume is handed to the sandbox user
+   * (sandbox/workspace-handover.ts): never started, the workspace volume its one mount. A dot, so
+   * that no sandbox id makes this name.
+   */
+  readonly handover: string;
 }
 
 export function namesFor(name: string): SandboxNames {
@@ -90,6 +96,7 @@ export function namesFor(name: string): SandboxNames {
     skillsVolume: `${name}-skills`,
     buildingVolume: `${name}-building`,
     egressPolicyVolume: `${name}-egress-policy`,
+    handover: `${name}.handover`,
   };
 }
 

@@ -12,7 +12,7 @@ import { parseDeploymentConfig, type DeploymentConfigInput } from '../../control
 import { parseAddressPool, sandboxSubnet, subnetSlots } from '../../controller/spec/address-pool.js';
 import { egressNanoCpus, planSandbox, withCredentials } from '../../controller/spec/sandbox-plan.js';
 import { sandboxCredentials } from '../../controller/spec/credential-plan.js';
-import { egressContainerBody, sandboxBodyFromInspect, sandboxContainerBody } from '../../controller/docker/container-spec.js';
+import { egressContainerBody, handoverContainerBody, sandboxBodyFromInspect, sandboxContainerBody } from '../../controller/docker/container-spec.js';
 import { internalNetworkBody, networkConnectBody, networkDisconnectBody, sharedNetworkBody } from '../../controller/docker/network-spec.js';
 import { volumeBody } from '../../controller/docker/volume-spec.js';
 import { egressShardName } from '../../controller/spec/names.js';
@@ -95,6 +95,7 @@ export function controllerBodies(sharedNetwork: string, extraLabels: Readonly<Re
       // An allowlist sandbox's name server is its proxy's fixed address (transparent mode).
       const sandbox = sandboxContainerBody(plan, network, addresses.egressAddress);
       out.push({ route: 'container_create', what: `${what}: sandbox container`, body: sandbox });
+      out.push({ route: 'container_create', what: `${what}: workspace hand-over container`, body: handoverContainerBody(plan.image, plan.workspaceVolume, plan.labels, plan.logCaps) });
       out.push({ route: 'container_create', what: `${what}: egress proxy`, body: egressContainerBody(plan, ids.shared, undefined, addresses.egressAddress) });
       out.push({ route: 'container_create', what: `${what}: egress proxy with test hosts`, body: egressContainerBody(plan, ids.shared, { 'upstream.test': '10.0.0.5' }, addresses.egressAddress) });
       // A network made before the address pool: no fixed address, so no transparent mode.

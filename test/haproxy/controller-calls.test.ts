@@ -13,7 +13,7 @@ import { dockerTest, startSocketProxy, SOCKET_PROXY_IMAGE } from '../support/doc
 import { DockerEngine, engineStatus } from '../../controller/docker/engine.js';
 import { parseDeploymentConfig } from '../../controller/spec/config.js';
 import { planSandbox } from '../../controller/spec/sandbox-plan.js';
-import { egressContainerBody, sandboxContainerBody } from '../../controller/docker/container-spec.js';
+import { egressContainerBody, handoverContainerBody, sandboxContainerBody } from '../../controller/docker/container-spec.js';
 import { internalNetworkBody, sharedNetworkBody } from '../../controller/docker/network-spec.js';
 import { parseAddressPool, sandboxSubnet, subnetSlots } from '../../controller/spec/address-pool.js';
 import { volumeBody } from '../../controller/docker/volume-spec.js';
@@ -105,8 +105,15 @@ t.test('the controller engine layer through the socket proxy', async (t) => {
       await engine.createContainer(names.container, sandboxContainerBody(plan, ids.sandbox));
       // As build-steps.ts makes it: its policy a registration in its own volume.
       await engine.createContainer(names.egress, egressContainerBody(plan, ids.shared, undefined, addresses.egressAddress, 'enforce', names.egressPolicyVolume));
+      // As sandbox/workspace-handover.ts makes it: the workspace its one mount point.
+      await engine.createContainer(names.handover, handoverContainerBody(plan.image, plan.workspaceVolume, plan.labels, plan.logCaps));
     } },
-    { method: 'giveWorkspaceToSandboxUser', run: () => engine.giveWorkspaceToSandboxUser(names.container) },
+    { method: 'giveWorkspaceToSandboxUser', run: async () => {
+      const err = await engine.giveWorkspaceToSandboxUser(names.container).then(() => undefined, (e: unknown) => e);
+      t.match(String(err), /archive_mount_not_allowed/, 'never into the sandbox container itself (three mount points)');
+      await engine.giveWorkspaceToSandboxUser(names.handover);
+      await engine.removeContainer(names.handover);
+    } },
     { method: 'putRegistration', run: () => engine.putRegistration(names.egress, registrationArchive('sandbox', egressRegistration(names, { subnet: addresses.subnet, address: addresses.egressAddress }, plan.allowHosts, 'enforce'))) },
     { method: 'connectNetwork', run: () => engine.connectNetwork(ids.sandbox, names.egress, addresses.egressAddress) },
     { method: 'startContainer', run: async () => {
@@ -202,15 +209,19 @@ t.test('the controller engine layer through the socket proxy', async (t) => {
     }
   }
 
-  // The proxy's own log: only the log read and the listing calls were refused. HAProxy writes its log lines a moment
+  // The proxy's own log: only the archive into the sandbox container, the log read and the listing calls were refused. HAProxy writes its log lines a moment
   // after the answers, so wait (with a deadline) until the last call's line is there.
   // A network id that names nothing is answered 404 by the proxy itself, as dockerd would.
   const deniedLines = async (): Promise<string[]> => (await proxy.logs()).split('\n').filter((line) => /deny=\S/.test(line) && !/deny=-/.test(line) && !/deny=network_not_found/.test(line));
   let denied = await deniedLines();
-  for (const deadline = Date.now() + 10_000; denied.length < 5 && Date.now() < deadline; denied = await deniedLines()) {
+  for (const deadline = Date.now() + 10_000; denied.length < 6 && Date.now() < deadline; denied = await deniedLines()) {
     await new Promise((r) => setTimeout(r, 50));
   }
-  t.same(denied.map((line) => /(GET|POST|DELETE|HEAD) (\S+)/.exec(line)?.[2]?.replace(/\?.*/, '')), [`/containers/${names.egress}/logs`, '/containers/json', '/networks', '/volumes', '/containers/json'], 'the proxy refused nothing but the log and listing');
+  t.same(
+    denied.map((line) => /(GET|POST|PUT|DELETE|HEAD) (\S+)/.exec(line)?.[2]?.replace(/\?.*/, '')),
+    [`/containers/${names.container}/archive`, `/containers/${names.egress}/logs`, '/containers/json', '/networks', '/volumes', '/containers/json'],
+    'the proxy refused nothing but the archive into the sandbox container itself, the log and listing',
+  );
 });
 
 t.test('every body the controller builds passes the socket proxy', async (t) => {

@@ -306,6 +306,8 @@ export class FakeEngine implements SandboxEngine {
   async giveWorkspaceToSandboxUser(name: string): Promise<void> {
     const call = await this.enter('giveWorkspaceToSandboxUser', name);
     const c = this.container(call);
+    // As the socket proxy's archive proof: a container whose one mount point is the volume the archive goes to.
+    if ((c.body.HostConfig?.Mounts ?? []).length !== 1) throw this.status(call, 403, 'archive_mount_not_allowed (fake engine: the archive proof admits one mount point alone)');
     const mount = (c.body.HostConfig?.Mounts ?? []).find((m) => m.Type === 'volume' && (m as { Target?: string }).Target === '/workspace');
     // dockerd refuses to extract into a read-only root that no volume covers.
     if (mount?.Source === undefined) throw this.status(call, 500, 'container rootfs is marked read-only');

@@ -17,25 +17,75 @@ const SHARED = 'capybara-sandbox';
 const spec = (id: string, more: Partial<SandboxSpec> = {}): SandboxSpec => ({ id, image: IMAGES.sandbox, limits: { egress: 'allowlist', allowHosts: ['example.com'] }, ...more });
 const persistent = (id: string) => spec(id, { workspace: { key: 'proj', durability: 'persistent' } });
 
+/**
+ * The calls on sandbox `id`'s container and its hand-over container, in order, of `methods`; the
+ * hand-over container's marked `(hand-over)`.
+ */
+function callsOf(s: ReturnType<typeof fakeSandbox>, id: string, methods: readonly string[], from = 0): string[] {
+  return s.engine.calls
+    .slice(from)
+    .filter((c) => (c.target === `cap-${id}` || c.target === `cap-${id}.handover`) && methods.includes(c.method))
+    .map((c) => (c.target === `cap-${id}` ? c.method : `${c.method} (hand-over)`));
+}
+const HAND_OVER = ['createContainer (hand-over)', 'giveWorkspaceToSandboxUser (hand-over)', 'removeContainer (hand-over)'];
+const SEEN = ['createContainer', 'giveWorkspaceToSandboxUser', 'startContainer', 'startExec', 'removeContainer'];
+
 t.test('the workspace volume is handed to the sandbox user before the create returns, while the proxy probe runs', async (t) => {
   const none = (id: string): SandboxSpec => ({ ...spec(id), limits: { egress: 'none' } });
+  // A create first clears what an earlier one of the same id may have left (both containers).
+  const cleared = ['removeContainer', 'removeContainer (hand-over)'];
   for (const [what, s0, order] of [
-    ['ephemeral', spec('w1'), ['createContainer', 'startContainer', 'startExec', 'giveWorkspaceToSandboxUser']],
-    ['persistent', persistent('w1'), ['createContainer', 'startContainer', 'startExec', 'giveWorkspaceToSandboxUser']],
-    ['no proxy', none('w1'), ['createContainer', 'startContainer', 'giveWorkspaceToSandboxUser']],
+    ['ephemeral', spec('w1'), [...cleared, 'createContainer', 'startContainer', 'startExec', ...HAND_OVER]],
+    ['persistent', persistent('w1'), [...cleared, 'createContainer', 'startContainer', 'startExec', ...HAND_OVER]],
+    ['no proxy', none('w1'), [...cleared, 'createContainer', 'startContainer', ...HAND_OVER]],
   ] as const) {
     const s = fakeSandbox();
     await s.provider.create(s0);
     const volume = what === 'persistent' ? 'cap-ws.proj' : 'cap-w1-workspace';
     t.ok(s.engine.sandboxUserVolumes.has(volume), `${what}: ${volume} is the sandbox user's`);
-    const calls = s.engine.calls.filter((c) => c.target === 'cap-w1').map((c) => c.method).filter((m) => ['createContainer', 'giveWorkspaceToSandboxUser', 'startContainer', 'startExec'].includes(m));
-    t.same(calls, order, `${what}: in that order`);
+    t.same(callsOf(s, 'w1', SEEN), order, `${what}: in that order, through a container of its own, removed after`);
+    t.notOk(s.engine.containers.has('cap-w1.handover'), `${what}: no hand-over container left`);
   }
+});
+
+t.test('the hand-over container holds the workspace volume alone, of the sandbox\'s image, with no network, never started', async (t) => {
+  const s = fakeSandbox();
+  let seen: unknown;
+  const original = s.engine.giveWorkspaceToSandboxUser.bind(s.engine);
+  s.engine.giveWorkspaceToSandboxUser = async (name: string) => {
+    seen = structuredClone(s.engine.containers.get(name));
+    return original(name);
+  };
+  await s.provider.create(spec('w8'));
+  const helper = seen as { state: string; body: { Image: string; HostConfig: { NetworkMode: string; Mounts: unknown[]; ReadonlyRootfs: boolean; CapDrop: string[] } } };
+  t.equal(helper.body.Image, IMAGES.sandbox, 'the sandbox\'s own image');
+  t.same(helper.body.HostConfig.Mounts, [{ Type: 'volume', Source: 'cap-w8-workspace', Target: '/workspace', VolumeOptions: { NoCopy: true } }]);
+  t.same([helper.body.HostConfig.NetworkMode, helper.body.HostConfig.ReadonlyRootfs, helper.body.HostConfig.CapDrop], ['none', true, ['ALL']]);
+  t.not(helper.state, 'running', 'never started');
+});
+
+t.test('a hand-over container left behind is removed and made again; destroy removes one too', async (t) => {
+  const s = fakeSandbox();
+  const leftover = { Image: 'capybara-sandbox-egress:latest', HostConfig: { Mounts: [{ Type: 'volume', Source: 'cap-w9-workspace', Target: '/workspace' }] } };
+  await s.provider.create(spec('w9'));
+  // A rebuild's hand-over meets one left by a controller that died in between.
+  await s.provider.suspend({ id: 'cap-w9' });
+  await s.engine.removeContainer('cap-w9-egress');
+  await s.engine.removeNetwork('cap-w9-net');
+  await s.engine.createContainer('cap-w9.handover', leftover);
+  s.engine.sandboxUserVolumes.clear();
+  t.equal(await s.provider.resume({ id: 'cap-w9' }), 'running');
+  t.ok(s.engine.sandboxUserVolumes.has('cap-w9-workspace'), 'handed over');
+  t.notOk(s.engine.containers.has('cap-w9.handover'), 'and removed');
+  await s.engine.createContainer('cap-w9.handover', leftover);
+  await s.provider.destroy({ id: 'cap-w9' });
+  t.same([...s.engine.containers.keys()].filter((n) => n.startsWith('cap-w9')), [], 'destroy leaves no hand-over container');
+  t.notOk(s.engine.volumes.has('cap-w9-workspace'), 'nor the workspace it held');
 });
 
 t.test('the hand-over is made while the probe runs, not after it', async (t) => {
   const s = fakeSandbox();
-  const handed = (): boolean => s.engine.count('giveWorkspaceToSandboxUser', 'cap-w4') > 0;
+  const handed = (): boolean => s.engine.count('giveWorkspaceToSandboxUser', 'cap-w4.handover') > 0;
   let handedBeforeProbeEnded = false;
   s.engine.onExec = async (container, request) => {
     const outcome = s.engine.defaultExec(container, request);
@@ -54,8 +104,7 @@ t.test('with a volume driver, the hand-over comes before the start', async (t) =
   s.engine.volumeDrivers.add('quota');
   await s.provider.create(spec('w5'));
   t.ok(s.engine.sandboxUserVolumes.has('cap-w5-workspace'), 'the workspace is the sandbox user\'s');
-  const calls = s.engine.calls.filter((c) => c.target === 'cap-w5').map((c) => c.method).filter((m) => ['createContainer', 'giveWorkspaceToSandboxUser', 'startContainer'].includes(m));
-  t.same(calls, ['createContainer', 'giveWorkspaceToSandboxUser', 'startContainer'], 'a running container\'s plugin volume is never mounted again');
+  t.same(callsOf(s, 'w5', ['createContainer', 'giveWorkspaceToSandboxUser', 'startContainer']), ['createContainer', 'createContainer (hand-over)', 'giveWorkspaceToSandboxUser (hand-over)', 'startContainer'], 'a running container\'s plugin volume is never mounted again');
 });
 
 t.test('a persistent workspace made on a volume plugin keeps the hand-over before the start after the config drops the driver', async (t) => {
@@ -67,14 +116,13 @@ t.test('a persistent workspace made on a volume plugin keeps the hand-over befor
   const later = s.withConfig({ volumeDriver: '' });
   const before = s.engine.calls.length;
   await later.create(persistent('w7'));
-  const calls = s.engine.calls.slice(before).filter((c) => c.target === 'cap-w7').map((c) => c.method).filter((m) => ['giveWorkspaceToSandboxUser', 'startContainer'].includes(m));
-  t.same(calls, ['giveWorkspaceToSandboxUser', 'startContainer'], 'the volume\'s own driver decides, not the config');
+  t.same(callsOf(s, 'w7', ['giveWorkspaceToSandboxUser', 'startContainer'], before), ['giveWorkspaceToSandboxUser (hand-over)', 'startContainer'], 'the volume\'s own driver decides, not the config');
 });
 
 t.test('a hand-over that fails fails the create and leaves nothing behind', async (t) => {
   for (const probe of ['passes', 'fails'] as const) {
     const s = fakeSandbox();
-    s.engine.failOnce('giveWorkspaceToSandboxUser', 'cap-w3', 500, 'no space left on device');
+    s.engine.failOnce('giveWorkspaceToSandboxUser', 'cap-w3.handover', 500, 'no space left on device');
     if (probe === 'fails') s.engine.onExec = (container, request) => (request.cmd.join('\n').includes('/dev/tcp/') ? { exitCode: 137 } : s.engine.defaultExec(container, request));
     const err = await s.provider.create(spec('w3')).catch((e: unknown) => e);
     t.match(String(err), /no space left on device/, `probe ${probe}: the hand-over's error is the create error`);
