@@ -99,17 +99,26 @@ function PullFilter:new()
   return setmetatable({ pending = '' }, PullFilter)
 end
 
+-- HAProxy skips a filter whose Lua context it cannot make for a stream (Lua's memory is full, which
+-- a caller can bring about with bodies of its own): that stream's answer would go out unfiltered.
+-- So the filter says it is there, and haproxy.cfg withholds a pull's 200 answer without it.
 function PullFilter:start_analyze(txn, chn)
-  if chn:is_resp() and txn:get_var('txn.route') == 'image_pull' then filter.register_data_filter(self, chn) end
+  if chn:is_resp() and txn:get_var('txn.route') == 'image_pull' then
+    filter.register_data_filter(self, chn)
+    txn:set_var('txn.pull_filtered', true)
+  end
 end
 
+-- What it returns is how much of the input goes on: all of it, its data replaced by the filtered
+-- lines. The input is more than the data (msg:body()) when the message ends: the end of a chunked
+-- body (dockerd streams a pull chunked) is a block of its own, and one never forwarded holds the
+-- answer open forever, even after dockerd has closed.
 function PullFilter:http_payload(txn, msg)
-  local data = msg:body()
-  if data == nil or #data == 0 then return 0 end
+  local data = msg:body() or ''
   local out
   out, self.pending = pull_answer.feed(self.pending, data)
-  msg:set(out, 0, #data)
-  return #out
+  if #data > 0 then msg:set(out, 0, #data) end
+  return msg:input()
 end
 
 core.register_filter('pull_answer', PullFilter, function(f) return f end)
