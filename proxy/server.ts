@@ -14,7 +14,7 @@ import { clientShare, DEFAULT_LIMITS, MemoryBudget, shareFraction, type ProxyLim
 import type { ClientLookup } from './dns/index.js';
 import { createHttpFront, FirstBytes, Handlers } from './front/index.js';
 import { Inspector } from './inspect/index.js';
-import { Closer, createProxyMetrics, Decisions, F, type Logger } from './record/index.js';
+import { acceptFailures, Closer, createProxyMetrics, Decisions, type Logger } from './record/index.js';
 import { startTransparent, type Transparent, type TransparentOptions } from './transparent/index.js';
 import { defaultConnect, OwnListeners, UpstreamPools, type Connect } from './upstream/index.js';
 
@@ -58,9 +58,6 @@ export interface EgressProxy {
   readonly metrics: Registry;
 }
 
-/** Consecutive accept failures are logged once a second at most (a descriptor shortage repeats on every accept). */
-const ACCEPT_ERROR_LOG_MS = 1_000;
-
 /** What every handler shares, around a policy that `setPolicy` replaces. */
 function contextOf(
   options: EgressProxyOptions,
@@ -78,23 +75,6 @@ function contextOf(
     return outcome;
   };
   return { policy: live.policy, lookup, ownListener: own.has, limits, connect, pools, observer, inspection: live.inspection, inspector: live.inspector };
-}
-
-/**
- * An accept that failed (no descriptor left: EMFILE, ENFILE) ends that one connection, never the
- * process: without a listener the server's 'error' event was an uncaught exception.
- */
-function acceptFailures(log: Logger): (err: NodeJS.ErrnoException) => void {
-  let failures = 0;
-  let loggedAt = 0;
-  return (err) => {
-    failures += 1;
-    const now = Date.now();
-    if (now - loggedAt < ACCEPT_ERROR_LOG_MS) return;
-    loggedAt = now;
-    log.error({ [F.event]: 'accept_failed', [F.error]: err.code ?? err.message, count: failures }, 'a connection could not be accepted; the proxy goes on');
-    failures = 0;
-  };
 }
 
 /** Listens on `host:port`; resolves with the bound address. */

@@ -18,7 +18,7 @@
 import dgram from 'node:dgram';
 import type { Policy, Reason } from '../../policy/index.js';
 import { answerQuery, type DnsVerdict } from './dns-answer.js';
-import { F, logLine, printable, type Logger, type ProxyObserver, LineGate, logSuppressed } from '../record/index.js';
+import { F, handleAcceptFailures, logLine, printable, type Logger, type ProxyObserver, LineGate, logSuppressed } from '../record/index.js';
 import { networkOf, RateLimiter } from '../budget/index.js';
 import { tcpServer } from './dns-tcp.js';
 import { bindBoth, bindUdp, SheddingUdp, udpSocket } from './dns-udp.js';
@@ -202,6 +202,8 @@ export async function startDnsResponder(host: string, port: number, options: Dns
     answerer.close();
     throw err;
   }
+  // Listening now: a failed accept loses that connection, not the process (accept-failures.ts).
+  handleAcceptFailures(tcp.server, options.log, `dns ${host}:${bound}`);
   const rebind = async (): Promise<dgram.Socket> => {
     const socket = udpSocket(answerer.answer);
     await bindUdp(socket, host, bound).catch((err: unknown) => {

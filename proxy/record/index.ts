@@ -1,4 +1,5 @@
 /** What the proxy writes down: its log, metrics, decision lines (capped per client) and the refusals it answers with. */
+export * from './accept-failures.js';
 export * from './decision-recorder.js';
 export * from './decisions.js';
 export * from './line-gate.js';

@@ -15,7 +15,7 @@
 import net from 'node:net';
 import type { Policy } from '../../policy/index.js';
 import { SANDBOX_UDP_SHED_AFTER, startDnsResponder, type DnsHost, type DnsLimits, type DnsResponder } from '../dns/index.js';
-import { F, logLine, type Logger, type ProxyObserver } from '../record/index.js';
+import { F, handleAcceptFailures, logLine, type Logger, type ProxyObserver } from '../record/index.js';
 import type { TransparentEntry } from '../admission/index.js';
 import type { TransparentPort } from './transparent-ports.js';
 
@@ -52,12 +52,14 @@ export interface Transparent {
 
 const ADDRESS_POLL_MS = 20;
 
-function listenTcp(host: string, port: number, onConnection: (socket: net.Socket) => void): Promise<net.Server> {
+function listenTcp(host: string, port: number, log: Logger, onConnection: (socket: net.Socket) => void): Promise<net.Server> {
   const server = net.createServer({ allowHalfOpen: true, noDelay: true }, onConnection);
   return new Promise((resolve, reject) => {
     server.once('error', reject);
     server.listen({ host, port }, () => {
       server.off('error', reject);
+      // A failed accept loses that connection, not the process (accept-failures.ts).
+      handleAcceptFailures(server, log, `transparent ${host}:${port}`);
       resolve(server);
     });
   });
@@ -105,7 +107,7 @@ async function bindAll(options: TransparentOptions, deps: TransparentDeps): Prom
         continue;
       }
       const entry: TransparentEntry = { kind: port.kind, port: port.dialled };
-      const server = await listenTcp(options.listen, port.listen, (socket) => deps.accept(socket, entry));
+      const server = await listenTcp(options.listen, port.listen, deps.log, (socket) => deps.accept(socket, entry));
       servers.push(server);
       bound.push({ ...port, listen: (server.address() as net.AddressInfo).port });
     }
