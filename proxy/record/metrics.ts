@@ -222,8 +222,14 @@ export async function startMetricsServer(endpoint: { readonly host: string; read
   server.requestTimeout = METRICS_TIMEOUT_MS;
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen(endpoint.port, endpoint.host, () => resolve());
+    server.listen(endpoint.port, endpoint.host, () => {
+      server.off('error', reject);
+      resolve();
+    });
   });
+  // A failed accept loses one scrape, never the process (accept-failures.ts): without a listener,
+  // a second accept error was an uncaught exception.
+  server.on('error', () => undefined);
   const a = server.address() as AddressInfo;
   return {
     address: `${a.address}:${a.port}`,
