@@ -45,3 +45,13 @@ t.test('a 204 passes no Content-Length: it has no content', async (t) => {
   const notModified = checkResponseHead(304, 'Not Modified', ['Content-Length', '38']);
   if (notModified.ok) t.same(notModified.headers, ['Content-Length', '38'], 'a 304\'s length is the representation\'s, and kept');
 });
+
+// Only the proxy's own refusals carry X-Egress-Reason (record/refusal.ts): it is how an agent tells
+// a policy block from the server's answer. An upstream that sends one (any server on the
+// allowlist, or one that echoes a header it is asked for, like httpbin's /response-headers) would
+// otherwise make its answer read as a refusal the proxy never made.
+t.test("an upstream's X-Egress-Reason is not passed on, in any case", async (t) => {
+  const head = checkResponseHead(403, 'Forbidden (host_not_allowed: x is not on the allowlist)', ['X-Egress-Reason', 'host_not_allowed', 'x-egress-reason', 'ip_literal', 'Content-Type', 'text/plain']);
+  t.ok(head.ok);
+  if (head.ok) t.same(head.headers, ['Content-Type', 'text/plain']);
+});
