@@ -11,6 +11,11 @@ export type ResponseHead =
   | { readonly ok: false; readonly detail: string };
 
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'http2-settings']);
+/**
+ * The proxy's own refusal marker (record/refusal.ts): only a response the proxy made carries it,
+ * so that an agent can tell a policy block from the server's answer. An upstream's is dropped.
+ */
+const PROXY_OWN = 'x-egress-reason';
 
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 // A field value: visible ASCII, obs-text, space and tab; never CR, LF, NUL or another control.
@@ -47,7 +52,7 @@ export function checkResponseHead(status: number, reason: string, rawHeaders: re
     // A body that arrived chunked is re-framed by the proxy; a Content-Length beside it (which
     // the parser would have refused anyway) must not reach the client, nor one on a 204, which
     // has no content (RFC 9110 §8.6).
-    if (HOP_BY_HOP.has(lower) || named.has(lower) || ((chunked || status === 204) && lower === 'content-length')) continue;
+    if (HOP_BY_HOP.has(lower) || lower === PROXY_OWN || named.has(lower) || ((chunked || status === 204) && lower === 'content-length')) continue;
     headers.push(rawHeaders[i]!, rawHeaders[i + 1]!);
   }
   return { ok: true, headers };
