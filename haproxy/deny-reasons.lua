@@ -17,7 +17,7 @@ return {
   { code = 'body_required', status = 403, what = 'No body on a call that needs one' },
   { code = 'body_too_large', status = 403, what = 'A Content-Length over 32 KiB' },
   { code = 'body_incomplete', status = 403, what = 'A body not wholly buffered by the time it is checked' },
-  { code = 'content_type', status = 403, what = 'A body type other than the call\'s (JSON; a tar for the archive)' },
+  { code = 'content_type', status = 403, what = 'A body type other than the call\'s (JSON; a tar for the archive), or more than one Content-Type (HAProxy reads the last, dockerd the first)' },
   { code = 'network_name_not_allowed', status = 403, what = 'A network named in the path or body that is neither cap-... nor the shared one' },
   -- The body (json-strict.lua, body-check.lua, docker-schema.lua)
   { code = 'body_not_json', status = 403, what = 'Not one JSON value: trailing bytes, comments, NaN, leading zeros' },
