@@ -5,6 +5,7 @@
  * as a well-formed response or not at all. Pure: takes what the HTTP client parsed, returns the
  * fields to write, without hop-by-hop fields (the proxy frames its own response to the client).
  */
+import { EGRESS_SANDBOX_HEADER } from '../../common/index.js';
 
 export type ResponseHead =
   | { readonly ok: true; readonly headers: readonly string[] }
@@ -12,10 +13,12 @@ export type ResponseHead =
 
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'http2-settings']);
 /**
- * The proxy's own refusal marker (record/refusal.ts): only a response the proxy made carries it,
- * so that an agent can tell a policy block from the server's answer. An upstream's is dropped.
+ * The proxy's own markers: its refusal reason (record/refusal.ts), by which an agent tells a
+ * policy block from the server's answer, and the sandbox its health answer names (the
+ * controller's probe reads it). Only a response the proxy made carries them; an upstream's are
+ * dropped.
  */
-const PROXY_OWN = 'x-egress-reason';
+const PROXY_OWN = new Set(['x-egress-reason', EGRESS_SANDBOX_HEADER.toLowerCase()]);
 
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 // A field value: visible ASCII, obs-text, space and tab; never CR, LF, NUL or another control.
@@ -52,7 +55,7 @@ export function checkResponseHead(status: number, reason: string, rawHeaders: re
     // A body that arrived chunked is re-framed by the proxy; a Content-Length beside it (which
     // the parser would have refused anyway) must not reach the client, nor one on a 204, which
     // has no content (RFC 9110 §8.6).
-    if (HOP_BY_HOP.has(lower) || lower === PROXY_OWN || named.has(lower) || ((chunked || status === 204) && lower === 'content-length')) continue;
+    if (HOP_BY_HOP.has(lower) || PROXY_OWN.has(lower) || named.has(lower) || ((chunked || status === 204) && lower === 'content-length')) continue;
     headers.push(rawHeaders[i]!, rawHeaders[i + 1]!);
   }
   return { ok: true, headers };

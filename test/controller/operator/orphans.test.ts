@@ -17,7 +17,15 @@ function resource(name: string, labels: Record<string, string>, createdMs = old)
 }
 
 const live = container('cap-live', 'cap-live');
-const containers = [live, container('cap-live-egress', 'cap-live'), container('cap-gone-egress', 'cap-gone'), container('cap-new-egress', 'cap-new', young)];
+const containers = [
+  live,
+  container('cap-live-egress', 'cap-live'),
+  container('cap-gone-egress', 'cap-gone'),
+  container('cap-new-egress', 'cap-new', young),
+  // Hand-over containers a controller that died left behind (sandbox/workspace-handover.ts).
+  container('cap-live.handover', 'cap-live'),
+  container('cap-gone.handover', 'cap-gone'),
+];
 const networks = [
   resource('cap-live-net', named('cap-live')),
   resource('cap-gone-net', named('cap-gone')),
@@ -38,6 +46,8 @@ const expected: { name: string; orphan: boolean; keep?: string }[] = [
   { name: 'cap-live-egress', orphan: false, keep: 'sandbox_exists' },
   { name: 'cap-live-net', orphan: false, keep: 'sandbox_exists' },
   { name: 'cap-gone-egress', orphan: true },
+  { name: 'cap-live.handover', orphan: false, keep: 'sandbox_exists' },
+  { name: 'cap-gone.handover', orphan: true },
   { name: 'cap-gone-net', orphan: true },
   { name: 'cap-gone-workspace', orphan: true },
   { name: 'cap-ws.project-1', orphan: false, keep: 'persistent_workspace' },
