@@ -99,9 +99,9 @@ export class SandboxRecovery {
   private async doRecover(name: string, view: ContainerView): Promise<void> {
     const names = namesFor(name);
     const tier = meaningOfLabel(view.labels[LABEL_EGRESS]);
-    // The deployment's rules hold at every start, not only at create (start-rules.ts).
-    const refused = startRefusal(name, { image: view.image, tier: view.labels[LABEL_EGRESS], hostConfig: view.hostConfig }, this.deps.config);
-    if (refused !== undefined) throw refused;
+    // A sandbox that runs is repaired whatever the config says now; one this would start again
+    // meets the deployment's rules first (and a rebuild, below, too).
+    if (!view.running || view.paused) this.requireStartAllowed(name, view);
     let network: SandboxNetwork | undefined;
     let networkRebuilt = false;
     if (tier.sandboxNetwork === 'internal') {
@@ -161,6 +161,7 @@ export class SandboxRecovery {
     this.deps.logger.warn({ sandbox: name }, 'recreating the sandbox container on its rebuilt network');
     const target = tier.sandboxNetwork === 'internal' ? network?.id : tier.sandboxNetwork === 'shared' ? await ensureSharedNetwork(this.deps) : 'none';
     if (target === undefined) throw new SandboxError('engine_error', `No network to rebuild ${name} on.`);
+    this.requireStartAllowed(name, view);
     await this.deps.engine.removeContainer(name);
     const dns = tier.egressProxy ? network?.egressAddress : undefined;
     await this.inWorkspaceLane(view, async () => {
@@ -169,6 +170,12 @@ export class SandboxRecovery {
       await handOverWorkspace(this.deps, { name, volume: workspaceVolumeOf(view, name), image: view.image, labels: this.resourceLabels(name, view) });
       await this.deps.engine.startContainer(name);
     });
+  }
+
+  /** The deployment's rules hold at every start, not only at create (start-rules.ts). */
+  private requireStartAllowed(name: string, view: ContainerView): void {
+    const refused = startRefusal(name, { image: view.image, tier: view.labels[LABEL_EGRESS], hostConfig: view.hostConfig }, this.deps.config);
+    if (refused !== undefined) throw refused;
   }
 
   /** Runs `step` in the lane of the sandbox's persistent workspace, if it has one (sandbox-lanes.ts). */

@@ -495,3 +495,15 @@ t.test('a sandbox whose image or caps today\'s config no longer allows is not st
   t.equal(s.engine.containers.get('cap-narrowed')?.state, 'running', 'under the config it was made with, it starts');
   await s.provider.destroy(h);
 });
+
+t.test('a running sandbox is still repaired under a narrowed config: the rules are met at a start', async (t) => {
+  const s = fakeSandbox();
+  const h = await s.provider.create({ id: 'repaired', image: IMAGES.sandbox, limits: { egress: 'allowlist', allowHosts: ['example.com'], memoryMb: 1024 } });
+  await s.engine.removeContainer('cap-repaired-egress');
+  const narrowed = s.withConfig({ maxLimits: { memoryMb: 512 } });
+  t.equal((await narrowed.exec(h, 'true')).exitCode, 0, 'its command runs once its proxy is rebuilt');
+  t.equal(s.engine.containers.get('cap-repaired-egress')?.state, 'running', 'the proxy is back');
+  await narrowed.suspend(h);
+  const err = await narrowed.resume(h).then(() => undefined, (e: unknown) => e);
+  t.ok(isSandboxError(err, 'invalid_spec'), `stopped, it is not started again (${String(err).slice(0, 80)})`);
+});
