@@ -2,8 +2,7 @@
  * Handing a sandbox's workspace volume to the sandbox user (docker/workspace-owner.ts's archive),
  * through a container made for that alone: `cap-<id>.handover`, of the sandbox's own image (on
  * the engine already), never started, with the workspace volume as its one mount point and no
- * network. The archive goes
- * into it, and it is removed at once, whatever happened.
+ * network. The archive goes into it, and it is removed at once, whatever happened.
  *
  * Why not into the sandbox container: for an archive, dockerd mounts every mount point of the
  * container on the host and afterwards detaches each on the path it resolved, following whatever
@@ -41,10 +40,16 @@ export async function handOverWorkspace(deps: BuildDeps, handOver: HandOver): Pr
     await engine.removeContainer(helper);
     await createContainerPullingOnce(deps, helper, handOver.image, body);
   }
+  let handed = false;
   try {
     await engine.giveWorkspaceToSandboxUser(helper);
+    handed = true;
   } finally {
-    await engine.removeContainer(helper);
+    // A removal that fails after a failed hand-over does not hide why the hand-over failed (the
+    // next one, destroy or gc removes the container).
+    await engine.removeContainer(helper).catch((err: unknown) => {
+      if (handed) throw err;
+    });
   }
 }
 
