@@ -14,7 +14,7 @@ import {
   shareFraction,
   memoryLimit,
   MIN_MEMORY_BYTES,
-  MIN_OPEN_FILES,
+  minOpenFiles,
   openFilesFor,
   planDescriptors,
   planMemory,
@@ -25,6 +25,7 @@ import {
   type MemorySource,
   type ProxyLimits,
 } from './budget/index.js';
+import { DNS_LIMITS } from './dns/index.js';
 import type { Logger } from './record/index.js';
 
 const read = (path: string): string => readFileSync(path, 'utf8');
@@ -65,16 +66,27 @@ export function stop(message: string): never {
 
 export interface Plans {
   readonly nofile: number | undefined;
+  /** Descriptors kept for connections besides the clients' and the lookups': the DNS responder's TCP cap in transparent mode. */
+  readonly reserved: number;
   readonly descriptors: DescriptorPlan;
   readonly memory: MemoryPlan;
+}
+
+/** In transparent mode the DNS responder holds up to its TCP cap of connections, a descriptor each. */
+export function dnsReserve(config: Pick<ProxyConfig, 'transparent'>): number {
+  return config.transparent === undefined ? 0 : DNS_LIMITS.maxTcpTotal;
 }
 
 /** What the open-file limit and the memory hold; start-up stops when either is below the least the proxy needs. */
 export function planResources(config: ProxyConfig): Plans {
   const nofile = openFileLimit();
   // No limit to read (not Linux) or "unlimited": everything fits.
-  const descriptors = planDescriptors(nofile ?? Infinity, config.limits.maxConnections);
-  if (descriptors === undefined) stop(`the open-file limit is ${String(nofile)}, and the proxy needs at least ${MIN_OPEN_FILES}; raise it (docker run --ulimit nofile=N, ulimit -n N)`);
+  const reserved = dnsReserve(config);
+  const descriptors = planDescriptors(nofile ?? Infinity, config.limits.maxConnections, reserved);
+  if (descriptors === undefined) {
+    const dns = reserved > 0 ? ` (${reserved} of them for the DNS responder's TCP connections in transparent mode)` : '';
+    stop(`the open-file limit is ${String(nofile)}, and the proxy needs at least ${minOpenFiles(reserved)}${dns}; raise it (docker run --ulimit nofile=N, ulimit -n N)`);
+  }
   // The machine's share: its memory, and no more than V8 lets the heap grow.
   const limit = memoryLimit({ cgroup: cgroupLimit(), flag: config.memoryLimitBytes, machine: os.totalmem(), heap: v8.getHeapStatistics().heap_size_limit });
   // A client's share of the memory is its share of the connections, at most a quarter (a
@@ -84,7 +96,7 @@ export function planResources(config: ProxyConfig): Plans {
   if (memory === undefined) {
     stop(`the memory limit is ${Math.floor(limit.bytes / MIB)} MiB (from ${SOURCE_NAMES[limit.source]}), and the proxy needs at least ${MIN_MEMORY_BYTES / MIB} MiB; raise it (docker run -m, the pod's memory limit, --memory-limit-mb)`);
   }
-  return { nofile, descriptors, memory };
+  return { nofile, reserved, descriptors, memory };
 }
 
 /** Where the memory limit came from, as the log says it. */
@@ -104,7 +116,7 @@ export function plannedLimits(config: ProxyConfig, plans: Plans, log: Logger): P
   const levelFor = (lowered: number): 'info' | 'warn' => (config.limits.maxConnections === DEFAULT_LIMITS.maxConnections && lowered >= FEW_CONNECTIONS ? 'info' : 'warn');
   if (descriptors.maxConnections < limits.maxConnections || descriptors.maxLookupsInFlight < MAX_LOOKUPS_IN_FLIGHT) {
     limits = { ...limits, maxConnections: descriptors.maxConnections };
-    const needed = openFilesFor(config.limits.maxConnections);
+    const needed = openFilesFor(config.limits.maxConnections, plans.reserved);
     log[levelFor(descriptors.maxConnections)](
       { event: 'limits_lowered', openFileLimit: plans.nofile, needed, maxConnections: descriptors.maxConnections, maxLookupsInFlight: descriptors.maxLookupsInFlight, configured: config.limits.maxConnections },
       `the open-file limit holds ${descriptors.maxConnections} connections and ${descriptors.maxLookupsInFlight} DNS lookups in flight; the caps are lowered (raise the limit to ${needed} to keep them)`,

@@ -11,7 +11,10 @@ import https from 'node:https';
 import net from 'node:net';
 import t, { type Test } from 'tap';
 import { EGRESS_ENV } from '../../common/index.js';
+import { minOpenFiles, openFilesFor, planDescriptors } from '../../proxy/budget/fd-budget.js';
+import { DNS_LIMITS } from '../../proxy/dns/index.js';
 import { freePort, listen } from '../support/loopback.js';
+import { rawRequest } from '../support/raw-client.js';
 import { needUnmet, toolMissing } from '../support/needs.js';
 import { EGRESS_BASE_ENV, EGRESS_CLI, plainNode, runEgressCli } from '../support/plain-node.js';
 import { settle } from '../support/settle.js';
@@ -55,8 +58,10 @@ t.test('a transparent port already taken stops the proxy at start', async (t) =>
 });
 
 /** Starts the command; resolves with its log lines once it says it is listening. */
-async function startProxy(t: Test, args: string[], env: Record<string, string>): Promise<Record<string, unknown>[]> {
-  const child = spawn(...plainNode(EGRESS_CLI, args), { env: { ...EGRESS_BASE_ENV, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+async function startProxy(t: Test, args: string[], env: Record<string, string>, nofile?: number): Promise<Record<string, unknown>[]> {
+  const [file, argv] = plainNode(EGRESS_CLI, args);
+  const command: [string, string[]] = nofile === undefined ? [file, argv] : ['prlimit', [`--nofile=${nofile}:${nofile}`, '--', file, ...argv]];
+  const child = spawn(...command, { env: { ...EGRESS_BASE_ENV, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   t.teardown(() => {
     child.kill('SIGKILL');
   });
@@ -113,4 +118,52 @@ t.test('as root, the default ports: 53 (UDP and TCP), 80 and 443', async (t) => 
   const resolver = new dns.Resolver({ timeout: 1_000, tries: 1 });
   resolver.setServers([ADDRESS]);
   t.same(await resolver.resolve4('a.example'), [ADDRESS]);
+});
+
+// The DNS responder's TCP connections hold a descriptor each, up to their cap: the open-file plan
+// keeps that many aside in transparent mode, so that they never take the descriptors the client
+// connections and the lookups were promised.
+t.test('transparent mode keeps descriptors for the DNS responder\'s TCP connections', async (t) => {
+  const reserved = DNS_LIMITS.maxTcpTotal;
+  const tooFew = minOpenFiles(reserved) - 1;
+  const refused = await runEgressCli(['--allow-hosts', 'a.example', '--listen', '127.0.0.1:0', '--transparent-listen', ADDRESS, '--transparent-port-map', `53=${await freePort()}`], {}, tooFew);
+  t.equal(refused.status, 2, `a limit of ${tooFew} stops it at start`);
+  t.match(refused.stderr, `open-file limit is ${tooFew}, and the proxy needs at least ${minOpenFiles(reserved)} (${reserved} of them for the DNS responder's TCP connections in transparent mode)`);
+
+  const nofile = minOpenFiles(reserved) + 16;
+  t.same(planDescriptors(nofile, 16_384, reserved), { maxConnections: 5, maxLookupsInFlight: 5 });
+  // Every port mapped to one of its own: the test beside it binds this address's default ports.
+  const [dnsPort, proxyPort, connectPort, tlsPort] = [await freePort(), await freePort(), await freePort(), await freePort()];
+  const lines = await startProxy(t, ['--allow-hosts', 'a.example', '--listen', `127.0.0.1:${proxyPort}`, '--connect-ports', String(connectPort)], { [T.transparentListen]: ADDRESS, [T.transparentPortMap]: `53=${dnsPort},${connectPort}=${tlsPort}` }, nofile);
+  t.match(lines.find((l) => l.event === 'limits_lowered'), { openFileLimit: nofile, maxConnections: 5, maxLookupsInFlight: 5, needed: openFilesFor(16_384, reserved) });
+
+  // Every DNS connection the responder takes (its cap per client from enough client addresses),
+  // then every client connection: the health check still has its descriptor.
+  const clients = reserved / DNS_LIMITS.maxTcpPerClient;
+  const dnsHeld = await Promise.all(
+    Array.from({ length: reserved }, (_, i) =>
+      new Promise<net.Socket>((resolve, reject) => {
+        const s = net.connect({ host: ADDRESS, port: dnsPort, localAddress: `127.9.${Math.floor(i / DNS_LIMITS.maxTcpPerClient) % clients}.1` }, () => resolve(s));
+        s.once('error', reject);
+      }),
+    ),
+  );
+  t.teardown(() => dnsHeld.forEach((s) => s.destroy()));
+  await new Promise((r) => setTimeout(r, 300));
+  t.equal(dnsHeld.filter((s) => s.destroyed || s.readyState !== 'open').length, 0, `all ${reserved} DNS connections held open`);
+  const held = await Promise.all(
+    Array.from({ length: 5 }, () =>
+      new Promise<net.Socket>((resolve, reject) => {
+        const s = net.connect(proxyPort, '127.0.0.1', () => resolve(s));
+        s.once('error', reject);
+      }),
+    ),
+  );
+  t.teardown(() => held.forEach((s) => s.destroy()));
+  const sixth = await rawRequest(proxyPort, 'CONNECT a.example:443 HTTP/1.1\r\nHost: x\r\n\r\n');
+  t.equal(sixth.reason, 'too_many_connections', 'the sixth client connection refused at the cap');
+  sixth.socket.destroy();
+  const health = await rawRequest(proxyPort, 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
+  t.equal(health.status, 200, 'the health check answers');
+  health.socket.destroy();
 });

@@ -31,12 +31,15 @@ export interface CliRun {
 }
 
 /**
- * Runs the built egress command to its end, with `env` beside PATH only. Never spawnSync: that
+ * Runs the built egress command to its end, with `env` beside PATH only (and under an open-file
+ * limit of `nofile`, when given). Never spawnSync: that
  * would stop this process's event loop for the whole run, and with it every subtest beside it
  * (a proxy it runs, a deadline it measures).
  */
-export function runEgressCli(args: string[], env: Record<string, string> = {}): Promise<CliRun> {
-  const [file, argv] = plainNode(EGRESS_CLI, args);
+export function runEgressCli(args: string[], env: Record<string, string> = {}, nofile?: number): Promise<CliRun> {
+  const [node, nodeArgv] = plainNode(EGRESS_CLI, args);
+  // Under an open-file limit of its own (prlimit), when one is given.
+  const [file, argv] = nofile === undefined ? [node, nodeArgv] : ['prlimit', [`--nofile=${nofile}:${nofile}`, '--', node, ...nodeArgv]];
   return new Promise((resolve) => {
     execFile(file, argv, { encoding: 'utf8', env: { ...EGRESS_BASE_ENV, ...env }, timeout: 30_000 }, (err, stdout, stderr) => {
       const code = err === null ? 0 : typeof err.code === 'number' ? err.code : null;
