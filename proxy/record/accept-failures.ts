@@ -3,8 +3,8 @@
  * or an error the kernel reports for a pending connection): that one connection is lost, never
  * the process. A net.Server without an 'error' listener turns such an accept into an uncaught
  * exception, which ends every client's egress. Every listener the proxy keeps (its port, the
- * transparent TLS and HTTP listeners, each DNS responder's TCP side) gets this listener once it
- * listens.
+ * metrics listener, the transparent TLS and HTTP listeners, each DNS responder's TCP side) gets
+ * this listener once it listens.
  */
 import type net from 'node:net';
 import { F, type Logger } from './log.js';

@@ -9,6 +9,8 @@ import type { AddressInfo } from 'node:net';
 import type * as PromClient from 'prom-client';
 import type { Registry } from 'prom-client';
 import { EGRESS_METRICS, EGRESS_METRICS_PATH, requireCjs, VERSION } from '../../common/index.js';
+import { handleAcceptFailures } from './accept-failures.js';
+import type { Logger } from './log.js';
 import { SandboxSeries, type SandboxOf } from './sandbox-metrics.js';
 
 const { collectDefaultMetrics, Counter, Gauge, Histogram, Registry: RegistryClass } = requireCjs('prom-client') as typeof PromClient;
@@ -205,7 +207,7 @@ export interface MetricsServer {
 export const METRICS_MAX_CONNECTIONS = 16;
 const METRICS_TIMEOUT_MS = 10_000;
 
-export async function startMetricsServer(endpoint: { readonly host: string; readonly port: number }, registry: Registry): Promise<MetricsServer> {
+export async function startMetricsServer(endpoint: { readonly host: string; readonly port: number }, registry: Registry, log: Logger): Promise<MetricsServer> {
   const server = http.createServer((req, res) => {
     if (req.method === 'GET' && req.url === EGRESS_METRICS_PATH) {
       registry.metrics().then(
@@ -227,9 +229,9 @@ export async function startMetricsServer(endpoint: { readonly host: string; read
       resolve();
     });
   });
-  // A failed accept loses one scrape, never the process (accept-failures.ts): without a listener,
-  // a second accept error was an uncaught exception.
-  server.on('error', () => undefined);
+  // A failed accept loses one scrape, never the process, and is logged like the proxy port's
+  // (accept-failures.ts): without a listener, a second accept error was an uncaught exception.
+  handleAcceptFailures(server, log, 'metrics');
   const a = server.address() as AddressInfo;
   return {
     address: `${a.address}:${a.port}`,

@@ -1,8 +1,8 @@
 /**
  * An accept that fails (no descriptor left: EMFILE, ENFILE; or an error the kernel reports for a
  * pending connection) ends that one connection, never the process, on every listener the proxy
- * has: the proxy port (server.ts, acceptFailures) and, in transparent mode, the TLS and HTTP
- * listeners and the DNS responder's TCP server. A net.Server without an 'error' listener turns
+ * has: the proxy port (server.ts, acceptFailures), the metrics listener and, in transparent mode,
+ * the TLS and HTTP listeners and the DNS responder's TCP server. A net.Server without an 'error' listener turns
  * such an accept into an uncaught exception, and the process (every client's egress) ends.
  *
  * The accept error is emitted on each listening server found among the process's handles: the
@@ -14,6 +14,8 @@ import { startTestProxy } from '../support/test-proxy.js';
 import { listen } from '../support/loopback.js';
 import http from 'node:http';
 import { rawRequest } from '../support/raw-client.js';
+import { captureLogs } from '../support/log-capture.js';
+import { createLogger, startMetricsServer } from '../../proxy/record/index.js';
 
 const ADDRESS = '127.0.0.2';
 
@@ -68,4 +70,18 @@ t.test('a failed accept on the proxy port ends no process (the listener it had a
   t.doesNotThrow(() => server!.emit('error', acceptError()));
   const res = await rawRequest(proxy.port, 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
   t.equal(res.status, 200, 'still serving');
+});
+
+t.test('a failed accept on the metrics listener ends no process, and is logged as the others are', async (t) => {
+  const proxy = await startTestProxy({ policy: { allowHosts: ['web.test'], connectPorts: [webPort] } });
+  t.teardown(() => proxy.close());
+  const { logs, sink } = captureLogs();
+  const metrics = await startMetricsServer({ host: '127.0.0.3', port: 0 }, proxy.proxy.metrics, createLogger('info', sink));
+  t.teardown(() => metrics.close());
+  const [server] = serversOn('127.0.0.3');
+  t.ok(server !== undefined, 'the metrics listener found');
+  t.doesNotThrow(() => server!.emit('error', acceptError()));
+  t.match(logs.find((l) => l.event === 'accept_failed'), { listener: 'metrics', error: 'EMFILE', count: 1 }, 'logged, naming the metrics listener');
+  const res = await rawRequest(Number(metrics.address.split(':')[1]), 'GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n', '127.0.0.3');
+  t.equal(res.status, 200, 'still scraped');
 });
