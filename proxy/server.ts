@@ -83,11 +83,12 @@ function listenOn(netServer: net.Server, httpServer: http.Server, host: string, 
     netServer.once('error', reject);
     netServer.listen({ host, port }, () => {
       netServer.off('error', reject);
-      netServer.on('error', acceptFailures(log));
+      const bound = netServer.address() as AddressInfo;
+      netServer.on('error', acceptFailures(log, `proxy ${bound.address}:${bound.port}`));
       // The HTTP server never listens itself (connections are handed to it), but its
       // header-timeout sweep starts on 'listening'.
       httpServer.emit('listening');
-      resolve(netServer.address() as AddressInfo);
+      resolve(bound);
     });
   });
 }

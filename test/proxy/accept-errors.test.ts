@@ -68,6 +68,7 @@ t.test('a failed accept on the proxy port ends no process (the listener it had a
   const server = serversOn('127.0.0.1').find((s) => (s.address() as net.AddressInfo).port === proxy.port);
   t.ok(server !== undefined, 'the proxy port found');
   t.doesNotThrow(() => server!.emit('error', acceptError()));
+  t.match(proxy.logs.find((l) => l.event === 'accept_failed'), { listener: `proxy 127.0.0.1:${proxy.port}` }, 'logged, naming the listener');
   const res = await rawRequest(proxy.port, 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
   t.equal(res.status, 200, 'still serving');
 });
