@@ -80,6 +80,17 @@ export interface Allowlist {
    * between them that the wildcard does not reach across, for the refusal's detail.
    */
   crossing(name: string): { readonly entry: string; readonly suffix: string } | undefined;
+  /**
+   * Whether an allowed name lies below the normalised `name` (`github.com` under an entry
+   * `api.github.com`, `example.com` under `*.example.com`): a name that exists in the allowlist's
+   * view of the DNS tree without being allowed itself.
+   */
+  hasNamesBelow(name: string): boolean;
+}
+
+/** `name`'s proper parents: a.b.example.com → b.example.com, example.com, com. */
+function* parentsOf(name: string): Generator<string> {
+  for (let dot = name.indexOf('.'); dot !== -1; dot = name.indexOf('.', dot + 1)) yield name.slice(dot + 1);
 }
 
 /**
@@ -119,8 +130,21 @@ export function compileAllowlist(patterns: readonly HostPattern[]): Allowlist {
     }
     return undefined;
   };
+  // Built on first use (only transparent mode's DNS answers ask): the names above the entries.
+  let above: Set<string> | undefined;
+  const namesAbove = (): Set<string> => {
+    if (above !== undefined) return above;
+    above = new Set<string>();
+    for (const p of patterns) {
+      // A wildcard's parent has the wildcard's names below it; an exact name, only its parents.
+      if (p.kind !== 'exact') above.add(p.name);
+      for (const parent of parentsOf(p.name)) above.add(parent);
+    }
+    return above;
+  };
   return {
     size: exact.size + suffix.size,
+    hasNamesBelow: (name: string) => namesAbove().has(name),
     match(name: string): HostPattern | undefined {
       const hit = exact.get(name);
       if (hit !== undefined) return hit;

@@ -6,8 +6,8 @@
  *
  * An allowlisted name (the CONNECT matcher, after the CONNECT host-name rules) gets one A record:
  * the proxy's own address on the workload's network, for a few seconds. Any other name gets
- * NXDOMAIN, every query type alike; other types of an allowed name get an empty answer (the
- * networks are IPv4, so no AAAA). Nothing is ever asked of another resolver: the answer depends
+ * NXDOMAIN, every query type alike, but for one with allowed names below it, which gets an empty
+ * answer; so do other types of an allowed name (the networks are IPv4, so no AAAA). Nothing is ever asked of another resolver: the answer depends
  * on the name and the allowlist alone, so a query carries no data out of the workload.
  *
  * Hostile input: a message that is a response (QR=1) is never answered (two responders would
@@ -57,7 +57,7 @@ export type DnsVerdict =
       /** The name asked, as sent (for the decision line), when the message had one question. */
       readonly name?: string;
       readonly qtype?: string;
-      /** Why a name got NXDOMAIN: it is off the allowlist, or not a host name at all. */
+      /** Why a name got NXDOMAIN (or no address): it is off the allowlist, or not a host name at all. */
       readonly refusal?: { readonly reason: Extract<Reason, 'dns_not_allowed' | 'ip_literal' | 'malformed_host' | 'unknown_client'>; readonly detail: string };
       /** The allowlist entry that matched an answered name. */
       readonly rule?: string;
@@ -133,6 +133,10 @@ export function answerQuery(query: Buffer, policy: Policy | undefined, answer: s
   // Report mode answers every name: the connection that follows gets the decision (would_deny).
   if (pattern === undefined && policy.mode !== 'report') {
     const refusal = { reason: 'dns_not_allowed' as const, detail: `${parsed.name} is not on the allowlist` };
+    // A name with allowed names below it gets no address, and no NXDOMAIN either: that says no
+    // name below it exists (RFC 8020), which a caching resolver in the workload may apply to the
+    // allowed names too.
+    if (policy.allowlist.hasNamesBelow(parsed.name)) return reply('empty', respond(query, question, [], RCODE.NOERROR, 0, edns), { ...base, refusal });
     return reply('nxdomain', respond(query, question, [], RCODE.NXDOMAIN, 0, edns), { ...base, refusal });
   }
   const rule = pattern?.entry;

@@ -72,7 +72,6 @@ t.test('other types of an allowed name: an empty answer (no AAAA: the networks a
 t.test('any other name: NXDOMAIN, whatever the type, with the reason', async (t) => {
   const rows = [
     { name: 'not on the list', ask: 'example.com', reason: 'dns_not_allowed' },
-    { name: 'the apex of a wildcard entry', ask: 'wild.test', reason: 'dns_not_allowed' },
     { name: 'a suffix trick', ask: 'evilallowed.test', reason: 'dns_not_allowed' },
     { name: 'an allowed name below an unlisted one', ask: 'allowed.test.evil.com', reason: 'dns_not_allowed' },
     { name: 'a reverse lookup', ask: '2.0.213.10.in-addr.arpa', reason: 'dns_not_allowed' },
@@ -92,6 +91,22 @@ t.test('any other name: NXDOMAIN, whatever the type, with the reason', async (t)
       t.same([r.result, r.decoded.rcode, r.decoded.answers?.length, r.refusal?.reason], ['nxdomain', 'NXDOMAIN', 0, row.reason], `${row.name} (${type})`);
     }
   }
+});
+
+// NXDOMAIN says that no name below exists either (RFC 8020): a caching resolver in the workload
+// may then answer the allowed names below from its cache, NXDOMAIN too.
+t.test('a name with allowed names below it: no address, and no NXDOMAIN, with the reason', async (t) => {
+  const deep = policyOf({ allowHosts: ['api.github.com', '*.wild.test'] });
+  for (const ask of ['github.com', 'GitHub.com', 'com', 'wild.test', 'test']) {
+    for (const type of ['A', 'AAAA', 'TXT'] as const) {
+      const r = answered(answerQuery(query(ask, type), deep, ANSWER, 'udp'));
+      t.same([r.result, r.decoded.rcode, r.decoded.answers?.length, r.refusal?.reason], ['empty', 'NOERROR', 0, 'dns_not_allowed'], `${ask} (${type})`);
+    }
+  }
+  for (const ask of ['x.github.com', 'hub.com', 'api.github.com.evil', 'ild.test']) {
+    t.equal(answered(answerQuery(query(ask), deep, ANSWER, 'udp')).decoded.rcode, 'NXDOMAIN', `${ask}: beside or past the entries, NXDOMAIN`);
+  }
+  t.equal(answered(answerQuery(query('api.github.com'), deep, ANSWER, 'udp')).result, 'answered', 'the entry itself answered');
 });
 
 t.test('report mode: a name off the allowlist is answered (its connection gets the would_deny line); IP literals and malformed names still get NXDOMAIN', async (t) => {
