@@ -124,22 +124,7 @@ export function sandboxContainerBody(plan: SandboxPlan, network: string | undefi
       ...nameServer(TIERS[plan.tier].egressProxy ? egressAddress : undefined),
       // tini as PID 1 reaps orphans, so killed sessions do not pile up zombies.
       Init: true,
-      // Root in the container holds no capabilities: no raw sockets, no chown, no mounts.
-      CapDrop: ['ALL'],
-      // setuid binaries in the image cannot raise privileges.
-      SecurityOpt: ['no-new-privileges'],
-      // Nothing persists outside the volumes and /tmp; binaries cannot be replaced.
-      ReadonlyRootfs: true,
-      // A fork bomb stops at this count instead of exhausting the host.
-      PidsLimit: PIDS_LIMIT,
-      IpcMode: 'private',
-      // On cgroup v1 Docker 20.10 otherwise shares the host's cgroup namespace, so the sandbox
-      // would see the host's cgroup tree (and every other container's path in it).
-      CgroupnsMode: 'private',
-      NanoCpus: plan.limits.nanoCpus,
-      Memory: plan.limits.memoryBytes,
-      // Equal to Memory: no swap, so the memory cap is real.
-      MemorySwap: plan.limits.memoryBytes,
+      ...hardened(PIDS_LIMIT, plan.limits.nanoCpus, plan.limits.memoryBytes),
       Tmpfs: {
         // tmpfs counts against the memory cap; nosuid/nodev so no device or setuid file works.
         '/tmp': `rw,exec,nosuid,nodev,size=${plan.limits.tmpBytes},mode=1777`,
@@ -155,6 +140,31 @@ export function sandboxContainerBody(plan: SandboxPlan, network: string | undefi
       RestartPolicy: { Name: 'no' },
       LogConfig: logConfig(plan.logCaps),
     },
+  };
+}
+
+/**
+ * The hardening every container the controller creates shares, whatever its role (a sandbox, an
+ * egress proxy, a hand-over container), with its own caps: the socket proxy pins each of these.
+ */
+function hardened(pidsLimit: number, nanoCpus: number, memoryBytes: number) {
+  return {
+    // Root in the container holds no capabilities: no raw sockets, no chown, no mounts.
+    CapDrop: ['ALL'],
+    // setuid binaries in the image cannot raise privileges.
+    SecurityOpt: ['no-new-privileges'],
+    // Nothing persists outside the volumes and tmpfs mounts; binaries cannot be replaced.
+    ReadonlyRootfs: true,
+    // A fork bomb stops at this count instead of exhausting the host.
+    PidsLimit: pidsLimit,
+    IpcMode: 'private',
+    // On cgroup v1 Docker 20.10 otherwise shares the host's cgroup namespace, so the container
+    // would see the host's cgroup tree (and every other container's path in it).
+    CgroupnsMode: 'private',
+    NanoCpus: nanoCpus,
+    Memory: memoryBytes,
+    // Equal to Memory: no swap, so the memory cap is real.
+    MemorySwap: memoryBytes,
   };
 }
 
@@ -180,15 +190,7 @@ export function handoverContainerBody(image: string, workspaceVolume: string, la
     Healthcheck: { Test: ['NONE'] },
     HostConfig: {
       NetworkMode: 'none',
-      CapDrop: ['ALL'],
-      SecurityOpt: ['no-new-privileges'],
-      ReadonlyRootfs: true,
-      PidsLimit: HANDOVER_PIDS_LIMIT,
-      IpcMode: 'private',
-      CgroupnsMode: 'private',
-      NanoCpus: 100_000_000,
-      Memory: HANDOVER_MEMORY_BYTES,
-      MemorySwap: HANDOVER_MEMORY_BYTES,
+      ...hardened(HANDOVER_PIDS_LIMIT, 100_000_000, HANDOVER_MEMORY_BYTES),
       RestartPolicy: { Name: 'no' },
       Mounts: [volumeMount(workspaceVolume, WORKSPACE)],
       LogConfig: logConfig(caps),
@@ -276,19 +278,11 @@ export function egressContainerBody(
 export function egressHostConfig(sharedNetwork: string, nanoCpus: number, memoryBytes: number, caps: LogCaps, volume: string | undefined): ContainerCreateBody['HostConfig'] {
   return {
     NetworkMode: sharedNetwork,
-    CapDrop: ['ALL'],
-    SecurityOpt: ['no-new-privileges'],
-    ReadonlyRootfs: true,
-    PidsLimit: EGRESS_PIDS_LIMIT,
-    IpcMode: 'private',
-    CgroupnsMode: 'private',
+    ...hardened(EGRESS_PIDS_LIMIT, nanoCpus, memoryBytes),
     // The proxy joins two networks or more: it must never route a packet from one to another (a
     // namespace inherits forwarding on from the host's). Only the sandbox's missing NET_ADMIN
     // and NET_RAW kept it from sending one through otherwise.
     Sysctls: { 'net.ipv4.ip_forward': '0' },
-    NanoCpus: nanoCpus,
-    Memory: memoryBytes,
-    MemorySwap: memoryBytes,
     Init: true,
     // A proxy whose process dies (the OOM killer, a crash) comes back at once: without it the
     // sandbox has no way out. Not `always`: a stop (suspend) or a kill stays stopped, and the
