@@ -274,11 +274,16 @@ t.test('a client that does not trust the CA fails its handshake; the line says c
   t.match(ok.stdout, /upstream GET \/curl/);
 });
 
-t.test('the hello must name the CONNECT host; a client offering only h2 is refused, since only HTTP/1.1 is read', async (t) => {
+t.test('the hello must name the CONNECT host (a hello with no name is refused too); a client offering only h2 is refused, since only HTTP/1.1 is read', async (t) => {
   const proxy = await setup(t);
   await t.rejects(inspectedClient(proxy.port, 'api.test', { servername: 'plain.test' }), 'another server name fails the handshake');
   await settle(() => decisions(proxy).some((l) => l.reason === 'sni_mismatch'), 'the decision lines');
   t.ok(decisions(proxy).some((l) => l.reason === 'sni_mismatch'), 'logged sni_mismatch');
+  // No server name at all (a client that does not check the name it is shown): never shown the
+  // leaf, so never served a request.
+  await t.rejects(inspectedClient(proxy.port, 'api.test', { servername: '', checkServerIdentity: () => undefined }), 'a hello with no server name fails the handshake');
+  await settle(() => decisions(proxy).some((l) => l.reason === 'sni_missing'), 'the decision lines');
+  t.ok(decisions(proxy).some((l) => l.reason === 'sni_missing' && l.host === 'api.test'), 'logged sni_missing');
   await t.rejects(inspectedClient(proxy.port, 'api.test', { ALPNProtocols: ['h2'] }), 'h2 alone fails the handshake');
   await settle(() => decisions(proxy).some((l) => typeof l.detail === 'string' && l.detail.includes('only http/1.1')), 'the decision lines');
   t.ok(decisions(proxy).some((l) => typeof l.detail === 'string' && l.detail.includes('only http/1.1')), 'logged why');
