@@ -30,10 +30,30 @@ export const INSPECT_CONNECTION_BYTES = 64 * 1024;
 /** TLS alerts by which a client says it refused the certificate it was shown. */
 const CERTIFICATE_ALERTS = /ALERT_(UNKNOWN_CA|BAD_CERTIFICATE|CERTIFICATE_UNKNOWN|UNSUPPORTED_CERTIFICATE|CERTIFICATE_EXPIRED|CERTIFICATE_REVOKED|DECRYPT_ERROR)/;
 
-/** Why a client's handshake failed, as the refusal its line gives. */
-export function handshakeRefusal(host: string, err: NodeJS.ErrnoException, sniRefused: string | undefined): Refusal {
+/**
+ * The context a handshake starts with: no certificate at all. The leaf comes only from the SNI
+ * callback, which checks the name; a hello with no server name never reaches it, finds no
+ * certificate to sign with, and fails with a handshake_failure alert.
+ */
+let unnamed: tls.SecureContext | undefined;
+function noCertificate(): tls.SecureContext {
+  unnamed ??= tls.createSecureContext({});
+  return unnamed;
+}
+
+/** How OpenSSL fails a hello it has no certificate for (TLS 1.3, TLS 1.2). */
+const NO_CERTIFICATE = new Set(['ERR_SSL_NO_SUITABLE_SIGNATURE_ALGORITHM', 'ERR_SSL_NO_SHARED_CIPHER']);
+
+/**
+ * Why a client's handshake failed, as the refusal its line gives; `named` says whether its hello
+ * carried a server name (the SNI callback ran).
+ */
+export function handshakeRefusal(host: string, err: NodeJS.ErrnoException, sniRefused: string | undefined, named = true): Refusal {
   if (sniRefused !== undefined) return { reason: 'sni_mismatch', detail: sniRefused, host };
   const code = err.code ?? '';
+  if (!named && NO_CERTIFICATE.has(code)) {
+    return { reason: 'sni_missing', detail: `the TLS ClientHello carries no server name: an inspected connection's hello must name ${host}`, host };
+  }
   if (CERTIFICATE_ALERTS.test(code)) {
     return {
       reason: 'client_rejected_ca',
@@ -88,11 +108,15 @@ export class Inspector implements InspectStarter {
     // the TLS layer reads it first.
     if (head.length > 0) client.unshift(head);
     let sniRefused: string | undefined;
+    let named = false;
     const secure = new tls.TLSSocket(client, {
       isServer: true,
-      secureContext: context,
+      // The leaf only through the SNI callback, for the one name allowed: a hello without a
+      // server name is refused in the handshake, never shown the leaf.
+      secureContext: noCertificate(),
       ALPNProtocols: ['http/1.1'],
       SNICallback: (servername, callback) => {
+        named = true;
         const name = parseHostName(servername);
         if (name.ok && name.name === decision.host) return callback(null, context);
         sniRefused = `the TLS server name is not ${decision.host}, the host this connection was allowed for`;
@@ -106,7 +130,7 @@ export class Inspector implements InspectStarter {
     }, this.handshakeTimeoutMs);
     const failed = (err: NodeJS.ErrnoException): void => {
       clearTimeout(timer);
-      record.deny(handshakeRefusal(decision.host, err, sniRefused), { [F.decideMs]: start.decideMs });
+      record.deny(handshakeRefusal(decision.host, err, sniRefused, named), { [F.decideMs]: start.decideMs });
       secure.destroy();
     };
     secure.once('error', failed);
