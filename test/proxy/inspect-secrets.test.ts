@@ -36,7 +36,9 @@ const upstream = https.createServer(cert, (req, res) => {
   req.on('error', () => undefined);
   req.on('end', () => {
     entry.complete = true;
-    res.writeHead(200, { 'Content-Length': '3' }).end('ok\n');
+    // TRACE answered as Apache httpd does by default: the request it got, headers and all.
+    const text = req.method === 'TRACE' ? JSON.stringify(req.headers) : 'ok\n';
+    res.writeHead(200, { 'Content-Length': String(text.length) }).end(text);
   });
 });
 const port = await listen(upstream as unknown as net.Server);
@@ -125,5 +127,19 @@ t.test('a placeholder anywhere else is refused secret_wrong_host, and the upstre
   }
   t.notOk(seen.slice(before).some((s) => s.complete), 'no complete request reached the upstream');
   t.notOk(seen.slice(before).some((s) => JSON.stringify(s).includes(GITHUB.value) || JSON.stringify(s).includes(NPM.value)), 'no value reached it');
+  noLeak(t);
+});
+
+t.test('TRACE, whose answer is the request itself, is refused where a secret would go in, and reaches nothing', async (t) => {
+  const before = seen.length;
+  // A server that honours TRACE (Apache httpd's default) would echo the real value back.
+  for (const head of ['TRACE /user HTTP/1.1\r\nHost: HOST\r\n', `TRACE /pkg HTTP/1.1\r\nHost: HOST\r\nX-Api-Key: ${NPM.placeholder}\r\n`]) {
+    const host = head.startsWith('TRACE /user') ? 'api.test' : 'registry.test';
+    const answer = await send(host, head);
+    t.match(answer, /^HTTP\/1\.1 403 .*X-Egress-Reason: method_not_allowed/s, `${host}: ${head.split('\r\n')[0]!}`);
+    t.notOk(answer.includes(GITHUB.value) || answer.includes(NPM.value), 'no value echoed back to the workload');
+  }
+  t.equal(seen.length, before, 'the upstream got neither');
+  t.match(await send('paste.test', 'TRACE /p HTTP/1.1\r\nHost: HOST\r\n'), /^HTTP\/1\.1 200 /, 'a host with no secret gets its TRACE');
   noLeak(t);
 });
