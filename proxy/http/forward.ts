@@ -23,6 +23,13 @@ import { inspectedTarget } from './inspected-target.js';
 import { checkRequestHead } from './request-head.js';
 import { transparentTarget } from './transparent-http.js';
 
+/**
+ * Methods whose answer is the request itself (RFC 9110 §9.3.8; TRACK is IIS's): a server that
+ * honours them (Apache httpd does by default) would hand the sandbox every header the proxy put a
+ * secret in. Never forwarded with a secret.
+ */
+const ECHOING_METHODS = new Set(['TRACE', 'TRACK']);
+
 export function createForwarder(ctx: ProxyContext) {
   /** One plain-HTTP request on `connection`; its one decision line goes through `record`. */
   return async function handleRequest(connection: ClientConnection, req: IncomingMessage, res: ServerResponse, record: DecisionRecorder): Promise<void> {
@@ -71,6 +78,10 @@ export function createForwarder(ctx: ProxyContext) {
     // Before the rules, whose refusals quote the path and headers.
     const secrets = applySecrets(policy.secrets, checked, { target: parsed.path, headers: req.rawHeaders, inspected: trust !== undefined });
     if (!secrets.ok) return deny({ reason: secrets.reason, detail: secrets.detail, host: checked.host, port: checked.port }, { [F.rule]: checked.rule, [F.secrets]: secrets.secrets });
+    if (secrets.injected.length > 0 && ECHOING_METHODS.has(req.method ?? '')) {
+      const detail = `${req.method} asks ${checked.host} to answer with the request itself, which would carry the secrets the proxy puts in; it is not forwarded to a host secrets are bound to`;
+      return deny({ reason: 'method_not_allowed', detail, host: checked.host, port: checked.port }, { [F.rule]: checked.rule, [F.secrets]: secrets.injected });
+    }
     if (secrets.injected.length > 0) record.note({ [F.secrets]: secrets.injected });
     // The entry's method and path rules, before any lookup: a refused request reaches nothing.
     // They read the screened fields: a refusal quotes an override header, never a secret.
