@@ -36,6 +36,20 @@ const upstream = https.createServer(cert, (req, res) => {
   req.on('error', () => undefined);
   req.on('end', () => {
     entry.complete = true;
+    // A server that reflects what it is sent: CORS that echoes the Origin (as the cors package's
+    // `origin: true` does), and a page quoting a header in a long body, written in pieces.
+    if (req.url === '/cors') {
+      res.writeHead(200, { 'Access-Control-Allow-Origin': req.headers.origin ?? '*', 'Content-Length': '3' }).end('ok\n');
+      return;
+    }
+    if (req.url?.startsWith('/quote')) {
+      const quoted = Buffer.from(`${'x'.repeat(20_000)} you sent ${String(req.headers.authorization ?? req.headers['x-api-key'])} ${'y'.repeat(100)}`);
+      const cut = 20_000 + 12 + Number(new URL(req.url, 'http://x').searchParams.get('at') ?? 0);
+      res.writeHead(200, { 'Content-Length': String(quoted.length) });
+      res.write(quoted.subarray(0, cut));
+      setTimeout(() => res.end(quoted.subarray(cut)), 50);
+      return;
+    }
     // TRACE answered as Apache httpd does by default: the request it got, headers and all.
     const text = req.method === 'TRACE' ? JSON.stringify(req.headers) : 'ok\n';
     res.writeHead(200, { 'Content-Length': String(text.length) }).end(text);
@@ -141,5 +155,21 @@ t.test('TRACE, whose answer is the request itself, is refused where a secret wou
   }
   t.equal(seen.length, before, 'the upstream got neither');
   t.match(await send('paste.test', 'TRACE /p HTTP/1.1\r\nHost: HOST\r\n'), /^HTTP\/1\.1 200 /, 'a host with no secret gets its TRACE');
+  noLeak(t);
+});
+
+t.test('a response that reflects a secret the proxy put in never hands it to the workload: its head is refused, its body cut before the value', async (t) => {
+  const cors = await send('registry.test', `GET /cors HTTP/1.1\r\nHost: HOST\r\nOrigin: https://${NPM.placeholder}\r\n`);
+  t.notOk(cors.includes(NPM.value), 'the value echoed in a response field does not reach the workload');
+  t.match(cors, /^HTTP\/1\.1 502 .*X-Egress-Reason: bad_upstream_response/s, 'refused as a bad upstream response');
+  // The value whole in one piece, and split across two pieces at several places.
+  for (const at of [-30, 5, 20, 39]) {
+    const quote = await send('api.test', `GET /quote?at=${at} HTTP/1.1\r\nHost: HOST\r\n`);
+    t.notOk(quote.includes(GITHUB.value), `split at ${at}: the value quoted in a body does not reach the workload`);
+    // Whatever of the body went out before the value, no piece of the value went with it.
+    t.notOk(quote.includes('Bearer ghp_'), `split at ${at}: not even its start`);
+  }
+  const line = proxy.logs.filter((l) => l.event === 'decision' && l.via === 'inspect').at(-1);
+  t.match(line, { secrets: [`GITHUB_TOKEN ${fingerprint(GITHUB.value)}`] }, 'the line names the secret by fingerprint');
   noLeak(t);
 });
