@@ -12,12 +12,12 @@ import type { Allowed, SecretSet } from '../../policy/index.js';
 import type { ClientConnection, ProxyContext } from '../admission/index.js';
 import { READ_AHEAD_BYTES, type Held } from '../budget/index.js';
 import { destinationOf, F, ms, refuseResponse, type DecisionRecorder, type Refusal } from '../record/index.js';
-import { scannedBody } from '../secrets/index.js';
+import { scannedBody, type ValueWatch } from '../secrets/index.js';
 import type { UpstreamTrust } from '../upstream/index.js';
 import { HTTP_PORT, HTTPS_PORT } from './authority.js';
 import type { BodyFraming } from './request-head.js';
 import { checkResponseHead } from './response-head.js';
-import { dialAttempts, ExchangeError, failureDetail, latin1, secretsOf, upstreamReason } from './upstream-failure.js';
+import { dialAttempts, ExchangeError, failureDetail, latin1, secretsField, upstreamReason } from './upstream-failure.js';
 
 export interface Forwarding {
   readonly decision: Allowed;
@@ -31,6 +31,8 @@ export interface Forwarding {
   readonly trust?: UpstreamTrust | undefined;
   /** The policy's secrets: a body that carries one of their placeholders is cut and refused. */
   readonly secrets?: SecretSet | undefined;
+  /** Watches the response for the values put into the request: one there is refused, or cut before it. */
+  readonly watch?: ValueWatch | undefined;
 }
 
 export class Exchange {
@@ -89,10 +91,7 @@ export class Exchange {
   // The response is done, or the client went away before it was complete: then the upstream
   // exchange is stopped too.
   private clientGone(): void {
-    if (this.ending) {
-      this.ended();
-      return;
-    }
+    if (this.ending) return this.ended();
     if (this.over()) return;
     this.allowLine(this.idled ? 'idle_timeout' : 'client_closed');
     this.abort?.();
@@ -155,10 +154,10 @@ export class Exchange {
     if (!this.res.headersSent) {
       this.connection.counted.read = this.connection.socket.bytesRead;
       const refusal: Refusal = { reason, detail: failureDetail(err), host: decision.host, port: decision.port };
-      record.deny(refusal, { [F.addresses]: decision.addresses, [F.dialed]: dialAttempts(err), [F.decideMs]: this.f.decideMs, [F.secrets]: secretsOf(err) });
+      record.deny(refusal, { [F.addresses]: decision.addresses, [F.dialed]: dialAttempts(err), [F.decideMs]: this.f.decideMs, ...secretsField(err) });
       refuseResponse(this.res, refusal);
     } else {
-      this.f.record.note({ [F.secrets]: secretsOf(err) });
+      this.f.record.note(secretsField(err));
       this.allowLine(reason);
       this.res.destroy();
     }
@@ -206,10 +205,15 @@ export class Exchange {
       this.res.writeHead(status, reason, fields);
       return true;
     } catch (err) {
-      this.abort?.(err as Error);
-      this.fail(err as Error);
-      return false;
+      return this.cut(err as Error);
     }
+  }
+
+  /** Stops the exchange upstream and ends it: refused if nothing went out yet, else cut here. */
+  private cut(err: Error): false {
+    this.abort?.(err);
+    this.fail(err);
+    return false;
   }
 
   // Complete once the client has it all: a client that stops reading the last bytes is still cut
@@ -218,7 +222,8 @@ export class Exchange {
     if (this.over() || !this.flushHead()) return;
     this.ending = true;
     this.res.once('finish', this.ended);
-    this.res.end();
+    // What the watch held back (no value whole): the body's last bytes.
+    this.res.end(this.f.watch?.end());
   }
 
   // A client past its share loses its oldest stalled responses and tunnels first.
@@ -231,11 +236,7 @@ export class Exchange {
   private readonly startHeadDeadline = (): void => {
     if (this.over()) return;
     const { idleTimeoutMs } = this.ctx.limits;
-    this.headDeadline = setTimeout(() => {
-      const err = new ExchangeError('upstream_timeout', `no final response head within ${idleTimeoutMs} ms`);
-      this.abort?.(err);
-      this.fail(err);
-    }, idleTimeoutMs);
+    this.headDeadline = setTimeout(() => this.cut(new ExchangeError('upstream_timeout', `no final response head within ${idleTimeoutMs} ms`)), idleTimeoutMs);
   };
 
   /** The final head, checked; 1xx are not passed on. */
@@ -244,12 +245,9 @@ export class Exchange {
     if (status >= 100 && status < 200) return true;
     clearTimeout(this.headDeadline);
     const checked = checkResponseHead(status, statusText, latin1(rawHeaders));
-    if (!checked.ok) {
-      const err = new ExchangeError('bad_upstream_response', checked.detail);
-      this.abort?.(err);
-      this.fail(err);
-      return false;
-    }
+    if (!checked.ok) return this.cut(new ExchangeError('bad_upstream_response', checked.detail));
+    const reflected = this.f.watch?.head(statusText, checked.headers);
+    if (reflected !== undefined) return this.cut(reflected);
     this.head = { status, reason: statusText, fields: checked.headers as string[] };
     // Answered before the request body has all arrived: nothing will read the rest of it, so no
     // next request on this connection can be parsed. The connection closes after this response.
@@ -264,10 +262,13 @@ export class Exchange {
     return true;
   }
 
-  private onData(chunk: Buffer): boolean {
+  private onData(data: Buffer): boolean {
     const { res } = this;
-    if (this.over() || res.destroyed || !this.flushHead()) return false;
-    if (res.write(chunk)) return true;
+    if (this.over() || res.destroyed) return false;
+    const chunk = this.f.watch === undefined ? data : this.f.watch.body(data);
+    if (chunk instanceof Error) return this.cut(chunk);
+    if (!this.flushHead()) return false;
+    if (chunk.length === 0 || res.write(chunk)) return true;
     // The client reads slower than the upstream sends: undici pauses until the client drains,
     // and what the pause leaves held is charged to the client meanwhile (memory-budget.ts).
     this.awaitingClient = true;

@@ -14,9 +14,10 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { EGRESS_HEALTH_PATH } from '../../common/index.js';
-import { applySecrets, checkRequest, checkTarget, resolveTarget, screenTarget } from '../../policy/index.js';
+import { applySecrets, checkRequest, checkTarget, resolveTarget, screenTarget, secretLabel, type SecretSet } from '../../policy/index.js';
 import { sandboxHealthField, type ClientConnection, type ProxyContext } from '../admission/index.js';
 import { destinationOf, F, ms, refuseResponse, revokedWhileDeciding, type DecisionRecorder, type LineFields, type Refusal } from '../record/index.js';
+import { ValueWatch } from '../secrets/index.js';
 import { HTTP_PORT, HTTPS_PORT, parseAbsoluteUrl } from './authority.js';
 import { Exchange } from './exchange.js';
 import { inspectedTarget } from './inspected-target.js';
@@ -29,6 +30,18 @@ import { transparentTarget } from './transparent-http.js';
  * secret in. Never forwarded with a secret.
  */
 const ECHOING_METHODS = new Set(['TRACE', 'TRACK']);
+
+/**
+ * What the secrets put into a request (`injected`, by label) ask of it: a refusal when its method
+ * would have them echoed back, else a watch on the response for their values (none if none went in).
+ */
+function secretsSent(set: SecretSet | undefined, method: string, host: string, injected: readonly string[]): { readonly refused: string } | { readonly watch: ValueWatch | undefined } {
+  if (injected.length === 0 || set === undefined) return { watch: undefined };
+  if (ECHOING_METHODS.has(method)) {
+    return { refused: `${method} asks ${host} to answer with the request itself, which would carry the secrets the proxy puts in; it is not forwarded to a host secrets are bound to` };
+  }
+  return { watch: new ValueWatch([...set.byName.values()].filter((s) => injected.includes(secretLabel(s)))) };
+}
 
 export function createForwarder(ctx: ProxyContext) {
   /** One plain-HTTP request on `connection`; its one decision line goes through `record`. */
@@ -78,10 +91,8 @@ export function createForwarder(ctx: ProxyContext) {
     // Before the rules, whose refusals quote the path and headers.
     const secrets = applySecrets(policy.secrets, checked, { target: parsed.path, headers: req.rawHeaders, inspected: trust !== undefined });
     if (!secrets.ok) return deny({ reason: secrets.reason, detail: secrets.detail, host: checked.host, port: checked.port }, { [F.rule]: checked.rule, [F.secrets]: secrets.secrets });
-    if (secrets.injected.length > 0 && ECHOING_METHODS.has(req.method ?? '')) {
-      const detail = `${req.method} asks ${checked.host} to answer with the request itself, which would carry the secrets the proxy puts in; it is not forwarded to a host secrets are bound to`;
-      return deny({ reason: 'method_not_allowed', detail, host: checked.host, port: checked.port }, { [F.rule]: checked.rule, [F.secrets]: secrets.injected });
-    }
+    const sent = secretsSent(policy.secrets, req.method ?? '', checked.host, secrets.injected);
+    if ('refused' in sent) return deny({ reason: 'method_not_allowed', detail: sent.refused, host: checked.host, port: checked.port }, { [F.rule]: checked.rule, [F.secrets]: secrets.injected });
     if (secrets.injected.length > 0) record.note({ [F.secrets]: secrets.injected });
     // The entry's method and path rules, before any lookup: a refused request reaches nothing.
     // They read the screened fields: a refusal quotes an override header, never a secret.
@@ -108,6 +119,6 @@ export function createForwarder(ctx: ProxyContext) {
       record.allow(destinationOf(decision), { [F.decideMs]: decideMs, [F.error]: 'client_closed' });
       return;
     }
-    new Exchange(ctx, connection, req, res, { decision, path: ruled.target, headers: head.headers, framing: head.framing, started, decideMs, record, trust, secrets: policy.secrets }).start();
+    new Exchange(ctx, connection, req, res, { decision, path: ruled.target, headers: head.headers, framing: head.framing, started, decideMs, record, trust, secrets: policy.secrets, watch: sent.watch }).start();
   };
 }

@@ -1,6 +1,7 @@
 /** How an exchange's upstream failures are named: the reason a refusal gives, and its detail. */
 import { CodedError, isCodedError } from '../../common/index.js';
 import type { Reason } from '../../policy/index.js';
+import { F, type LineFields } from '../record/index.js';
 import { isDialError } from '../upstream/index.js';
 
 /** A failure of the exchange that the forwarder finds itself (undici reports the others). */
@@ -8,7 +9,9 @@ export class ExchangeError extends CodedError<'upstream_timeout' | 'bad_upstream
 
 /** An upstream failure, as the reason a refusal gives for it. */
 export function upstreamReason(err: Error): Reason {
-  if (isDialError(err) || isCodedError(err, 'ExchangeError') || isCodedError(err, 'UpstreamTlsError') || isCodedError(err, 'PlaceholderInBody')) return err.code as Reason;
+  if (isDialError(err) || isCodedError(err, 'ExchangeError') || isCodedError(err, 'UpstreamTlsError') || isCodedError(err, 'PlaceholderInBody') || isCodedError(err, 'SecretReflected')) {
+    return err.code as Reason;
+  }
   // undici's own error codes, and the socket's.
   const code = (err as NodeJS.ErrnoException).code;
   if (code === 'UND_ERR_HEADERS_TIMEOUT') return 'upstream_timeout';
@@ -28,9 +31,18 @@ export function failureDetail(err: Error): string {
   return code ? `${err.message} (${code})` : err.message;
 }
 
-/** The secrets whose placeholder was found in a body (`NAME sha256:...`), for the line. */
+/** The secrets whose placeholder was found in a body, or whose value in a response (`NAME sha256:...`), for the line. */
 export function secretsOf(err: Error): readonly string[] | undefined {
-  return isCodedError(err, 'PlaceholderInBody') ? (err as unknown as { secrets: readonly string[] }).secrets : undefined;
+  return isCodedError(err, 'PlaceholderInBody') || isCodedError(err, 'SecretReflected') ? (err as unknown as { secrets: readonly string[] }).secrets : undefined;
+}
+
+/**
+ * The line's field of the secrets a failure names (secretsOf), or nothing: a line whose failure
+ * names none keeps the secrets noted when they went into the request.
+ */
+export function secretsField(err: Error): LineFields {
+  const secrets = secretsOf(err);
+  return secrets === undefined ? {} : { [F.secrets]: secrets };
 }
 
 /** The addresses a failed dial tried, for the line. */
