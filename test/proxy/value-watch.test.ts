@@ -1,0 +1,88 @@
+/**
+ * The response watch (proxy/secrets/value-watch.ts): a value put into a request, anywhere in its
+ * response's body and across any split of its reads, is found before any byte of it passes; a
+ * body without one passes byte for byte; a head with one is refused; what it holds back between
+ * reads is at most the longest value less one byte.
+ */
+import fc from 'fast-check';
+import t from 'tap';
+import { holds } from '../support/property.js';
+import type { LoadedSecret } from '../../policy/index.js';
+import { SecretReflected, ValueWatch } from '../../proxy/secrets/index.js';
+
+const LONG: LoadedSecret = { name: 'GITHUB_TOKEN', value: 'ghp_REALrealREALrealREALrealREALreal1234', placeholder: 'ghp_placeholderPlaceholderPlaceholder0', fingerprint: 'sha256:0123456789ab' };
+const SHORT: LoadedSecret = { name: 'NPM_TOKEN', value: 'npm_shortREAL', placeholder: undefined, fingerprint: 'sha256:111111111111' };
+
+/** The body read by read, as the watch passes it: what went out, and the failure if any. */
+function run(reads: readonly Buffer[]): { passed: Buffer; error: SecretReflected | undefined } {
+  const watch = new ValueWatch([LONG, SHORT]);
+  const out: Buffer[] = [];
+  for (const read of reads) {
+    const step = watch.body(read);
+    if (step instanceof SecretReflected) return { passed: Buffer.concat(out), error: step };
+    out.push(step);
+  }
+  out.push(watch.end() ?? Buffer.alloc(0));
+  return { passed: Buffer.concat(out), error: undefined };
+}
+
+function splits(body: Buffer, cuts: readonly number[]): Buffer[] {
+  const at = [...new Set(cuts.map((c) => c % (body.length + 1)))].sort((a, b) => a - b);
+  const parts: Buffer[] = [];
+  let from = 0;
+  for (const c of [...at, body.length]) {
+    if (c > from) parts.push(body.subarray(from, c));
+    from = Math.max(from, c);
+  }
+  return parts;
+}
+
+t.test('a head with a value in a field or the reason phrase is refused, naming the secret by fingerprint only', async (t) => {
+  const watch = new ValueWatch([LONG]);
+  const err = watch.head('OK', ['Access-Control-Allow-Origin', `https://${LONG.value}`]);
+  t.type(err, SecretReflected);
+  t.equal(err?.code, 'bad_upstream_response');
+  t.same(err?.secrets, ['GITHUB_TOKEN sha256:0123456789ab']);
+  t.notOk(err?.message.includes(LONG.value), 'the value is not in the message');
+  t.type(watch.head(`OK ${LONG.value}`, []), SecretReflected, 'the reason phrase too');
+  t.equal(watch.head('OK', ['Content-Type', 'text/plain', 'X-Id', LONG.placeholder!]), undefined, 'a placeholder is no value');
+});
+
+t.test('property: any split of a body with a value fails, and no byte of the value passes', async (t) => {
+  await holds(
+    t,
+    fc.property(fc.string({ maxLength: 200 }), fc.string({ maxLength: 200 }), fc.array(fc.nat(500), { maxLength: 40 }), fc.boolean(), (before, after, cuts, short) => {
+      fc.pre(!before.includes('ghp_') && !before.includes('npm_'));
+      const value = short ? SHORT.value : LONG.value;
+      const body = Buffer.from(`${before}${value}${after}`);
+      const { passed, error } = run(splits(body, cuts));
+      return error !== undefined && Buffer.from(before).subarray(0, passed.length).equals(passed);
+    }),
+    300,
+  );
+});
+
+t.test('property: a body without a value passes byte for byte', async (t) => {
+  await holds(
+    t,
+    fc.property(fc.uint8Array({ maxLength: 3000 }), fc.array(fc.nat(3000), { maxLength: 30 }), (bytes, cuts) => {
+      const body = Buffer.from(bytes);
+      fc.pre(!body.includes(LONG.value) && !body.includes(SHORT.value));
+      const { passed, error } = run(splits(body, cuts));
+      return error === undefined && passed.equals(body);
+    }),
+    300,
+  );
+});
+
+t.test('what is held back between reads is at most the longest value less one byte', async (t) => {
+  const watch = new ValueWatch([LONG, SHORT]);
+  let passed = 0;
+  for (let i = 0; i < 50; i += 1) {
+    const step = watch.body(Buffer.alloc(10_000, 0x61));
+    if (!(step instanceof SecretReflected)) passed += step.length;
+  }
+  t.equal(500_000 - passed, LONG.value.length - 1);
+  t.equal(watch.end()?.length, LONG.value.length - 1);
+  t.equal(watch.end(), undefined, 'nothing after the end');
+});
