@@ -233,3 +233,85 @@ t.test('an image whose symlinks nest the controller\'s targets: its sandbox rece
   t.same(readdirSync(target), [], 'the host directory is as it was');
 });
 
+
+/**
+ * The racer for dockerd's own network files: swaps each of `names` (in its volume at /a) between a
+ * regular file and a symlink to `hostFile`, as fast as it can.
+ */
+function networkFileRacerScript(hostFile: string, names: readonly string[]): string {
+  return [
+    "const fs = require('fs');",
+    'const mv = (a, b) => { try { fs.renameSync(a, b); } catch {} };',
+    `const [target, names] = ${JSON.stringify([hostFile, names])};`,
+    'for (;;) for (const n of names) {',
+    "  const [p, f, l] = ['/a/' + n, '/a/.f-' + n, '/a/.l-' + n];",
+    "  try { fs.lstatSync(f); } catch { fs.writeFileSync(f, 'x'); }",
+    '  try { fs.lstatSync(l); } catch { fs.symlinkSync(target, l); }',
+    '  for (let i = 0; i < 50; i++) { mv(f, p); mv(p, f); mv(l, p); mv(p, l); }',
+    '}',
+  ].join(' ');
+}
+
+t.test('a one-volume container that has run receives no archive: dockerd would mount its network files too', async (t) => {
+  const env = await dockerTest(t, [SOCKET_PROXY_IMAGE, TEST_LOCAL_IMAGE]);
+  if (!env) return;
+  // A container that has run has /etc/resolv.conf, /etc/hosts and /etc/hostname of dockerd's, and
+  // for an archive call dockerd bind-mounts those on the host too, after the volume, resolving
+  // each through it when the image's symlinks lead there: with `/workspace -> /etc`, the one
+  // volume is mounted over the container's /etc, and a racer sharing it has dockerd bind-mount
+  // the container's resolv.conf over a host file of its choice (a review won in 39 archive calls).
+  const image = `registry.example/capybara-test/workspace-etc-${env.runId}:1`;
+  const context = mkdtempSync(join(tmpdir(), 'cap-workspace-etc-'));
+  writeFileSync(join(context, 'Dockerfile'), `FROM ${TEST_LOCAL_IMAGE}\nRUN ln -s /etc /workspace\n`);
+  execFileSync('docker', ['build', '-q', '-t', image, context], { stdio: 'pipe' });
+  t.teardown(() => {
+    execFileSync('docker', ['rmi', '-f', image], { stdio: 'pipe' });
+    rmSync(context, { recursive: true, force: true });
+  });
+  const proxy = await startSocketProxy(t, env, { registries: 'registry.example' });
+  const call = (req: RawCase) => send(proxy.socketPath, req);
+  const hostDir = `/run/cap-${env.runId}-host`;
+  const hostFile = join(hostDir, 'resolv.conf');
+  mkdirSync(hostDir, { recursive: true });
+  chmodSync(hostDir, 0o700);
+  writeFileSync(hostFile, 'the host\'s own\n');
+  t.teardown(() => {
+    while (mountedAt(hostFile)) execFileSync('umount', ['-l', hostFile]);
+    rmSync(hostDir, { recursive: true, force: true });
+  });
+  t.equal((await call(json('POST', '/v1.41/volumes/create', { Name: env.name('w'), Labels: env.labels }))).status, 201);
+  const racer = await call(
+    json('POST', `/v1.41/containers/create?name=${env.name('racer')}`, {
+      Image: TEST_LOCAL_IMAGE,
+      User: '0',
+      Cmd: ['/usr/bin/node', '-e', networkFileRacerScript(hostFile, ['resolv.conf', 'hosts', 'hostname'])],
+      Labels: env.labels,
+      HostConfig: hardened([volume(env.name('w'), '/a')]),
+    }),
+  );
+  t.equal(racer.status, 201, 'the racer shares the workspace volume');
+  t.equal((await call(json('POST', `/v1.41/containers/${env.name('racer')}/start`))).status, 204);
+  // The hand-over container's own shape, of the image: then started, as a caller can ask.
+  const handover = `${env.name('victim')}.handover`;
+  const made = await call(
+    json('POST', `/v1.41/containers/create?name=${handover}`, { Image: image, Cmd: ['true'], Labels: env.labels, HostConfig: hardened([volume(env.name('w'), '/workspace')]) }),
+  );
+  t.equal(made.status, 201, `a one-volume container of the image is made (${made.headers['x-socket-proxy-deny'] ?? ''})`);
+  const started = await call(json('POST', `/v1.41/containers/${handover}/start`));
+  t.same([started.status, started.headers['x-socket-proxy-deny']], [403, 'route_not_allowed'], 'a hand-over container is never started through the proxy');
+  const restarted = await call(json('POST', `/v1.41/containers/${handover}/restart?t=1`));
+  t.same([restarted.status, restarted.headers['x-socket-proxy-deny']], [403, 'route_not_allowed'], 'nor restarted');
+  // One started all the same (directly on the engine, or before this rule), and one of another name.
+  if (started.status !== 204) await env.docker.getContainer(handover).start();
+  const other = env.name('other');
+  t.equal((await call(json('POST', `/v1.41/containers/create?name=${other}`, { Image: image, Cmd: ['true'], Labels: env.labels, HostConfig: hardened([volume(env.name('w'), '/workspace')]) }))).status, 201);
+  const fresh = await call(archiveCall(other, workspaceArchive()));
+  t.same([fresh.status, fresh.headers['x-socket-proxy-deny']], [403, 'archive_container_not_handover'], 'a never-started container of another name receives no workspace archive (the proxy would start it)');
+  await new Promise((r) => setTimeout(r, 500));
+  const archive = workspaceArchive();
+  const first = await call(archiveCall(handover, archive));
+  t.same([first.status, first.headers['x-socket-proxy-deny']], [403, 'archive_container_started'], 'the archive into the hand-over container that has run is refused');
+  for (let i = 0; i < RACE_ATTEMPTS && !mountedAt(hostFile); i++) await call(archiveCall(handover, archive));
+  t.notOk(mountedAt(hostFile), `no network file is mounted over the host file ${hostFile}`);
+  t.equal(readFileSync(hostFile, 'utf8'), 'the host\'s own\n', 'the host file is as it was');
+});
