@@ -14,8 +14,18 @@
 -- (ReadonlyRootfs is pinned): nothing can swap a symlink into it. The controller puts archives
 -- only into such containers (a sandbox's workspace through a hand-over container of its own,
 -- a registration into an egress proxy). The request then names the container by the id judged,
--- so no container made under the same name meanwhile receives it. Pure (no HAProxy API), so the
--- standalone lua5.4 tests judge answers too.
+-- so no container made under the same name meanwhile receives it.
+--
+-- dockerd's own network files are mount points too, which inspect's Mounts does not list: once a
+-- container has run (ResolvConfPath, HostnamePath, HostsPath set at its first start), dockerd also
+-- bind-mounts its resolv.conf, hostname and hosts at /etc/... for every archive call, after the
+-- volume, resolving each path through the volume wherever the image's symlinks lead it there
+-- (`/workspace -> /etc`), and mount(2) follows a symlink a racer sharing the volume swapped in:
+-- the container's resolv.conf over any host file (a review won in 39 calls). So the workspace
+-- archive goes only into a container that never ran, and to keep it so until dockerd takes the
+-- archive (a start after this answer would hold the container until the archive call waits its
+-- turn), only into one named `<name>.handover`, which routes.map never lets start or restart.
+-- Pure (no HAProxy API), so the standalone lua5.4 tests judge answers too.
 
 local json = require('json-strict')
 local schema = require('docker-schema')
@@ -27,6 +37,8 @@ M.NOT_FOUND = 'container_not_found'            -- answered 404, the way dockerd 
 M.MOUNT = 'archive_mount_not_allowed'          -- a mount point other than the one volume where the archive goes
 M.NO_VOLUME = 'archive_target_not_volume'      -- no volume where the archive goes
 M.FAILED = 'archive_proof_failed'              -- dockerd did not answer as expected: refused
+M.STARTED = 'archive_container_started'        -- a workspace archive into a container that has run
+M.NOT_HANDOVER = 'archive_container_not_handover' -- a workspace archive into a container not named *.handover
 
 -- Where each archive route puts its archive (routes.map fixes the path query of both).
 M.DESTINATIONS = {
@@ -43,6 +55,9 @@ function M.path(name)
 end
 
 local member = json.member
+
+-- Where dockerd keeps a container's network files: empty until its first start.
+local NETWORK_FILES = { 'ResolvConfPath', 'HostnamePath', 'HostsPath' }
 
 local function quoted(path)
   return (path:sub(1, 64):gsub('[^A-Za-z0-9_./%-]', '?'))
@@ -76,6 +91,14 @@ function M.judge(name, route, status, body)
   end
   if offender ~= nil then return M.MOUNT .. ':' .. quoted(offender) end
   if not received then return M.NO_VOLUME .. ':' .. destination end
+  if route == 'container_archive' then
+    if not name:find('%.handover$') then return M.NOT_HANDOVER end
+    for _, key in ipairs(NETWORK_FILES) do
+      local path = member(container, key)
+      if type(path) ~= 'string' then return M.FAILED end
+      if path ~= '' then return M.STARTED end
+    end
+  end
   return M.OK, id
 end
 

@@ -40,12 +40,16 @@ const volume = (destination: string, name = 'cap-s1-workspace'): string =>
 const tmpfs = (destination: string): string => `{"Type":"tmpfs","Source":"","Destination":"${destination}","Mode":"","RW":true,"Propagation":""}`;
 const bind = (destination: string): string => `{"Type":"bind","Source":"/etc","Destination":"${destination}","Mode":"","RW":false,"Propagation":"rprivate"}`;
 
+/** dockerd's network files of a container that never ran: none (set at its first start). */
+const NEVER_STARTED = '"ResolvConfPath":"","HostnamePath":"","HostsPath":""';
+const files = (dir = `/var/lib/docker/containers/${ID}`): string => `"ResolvConfPath":"${dir}/resolv.conf","HostnamePath":"${dir}/hostname","HostsPath":"${dir}/hosts"`;
+
 /** An inspect answer as dockerd gives one (the parts that matter, and a few that do not). */
-function inspect(mounts: readonly string[], more: { id?: string; name?: string; networks?: number; image?: string } = {}): string {
+function inspect(mounts: readonly string[], more: { id?: string; name?: string; networks?: number; image?: string; files?: string } = {}): string {
   const networks = Array.from({ length: more.networks ?? 1 }, (_, i) => `"cap-s${i}-net":{"IPAMConfig":null,"Links":null,"Aliases":["s"],"NetworkID":"${ID}","EndpointID":"${ID}","Gateway":"","IPAddress":"10.213.${i >> 8}.${i & 255}","IPPrefixLen":28,"MacAddress":"02:42:0a:d5:00:02","DriverOpts":null}`);
   return (
     `{"Id":"${more.id ?? ID}","Created":"2026-12-04T00:00:00Z","Path":"/usr/bin/tini","Args":["--","sleep"],"State":{"Status":"created","Running":false},` +
-    `"Name":"${more.name ?? `/${NAME}`}","HostConfig":{"Tmpfs":{"/tmp":"rw,exec,nosuid,nodev,size=1048576,mode=1777"},"Mounts":[]},` +
+    `"Name":"${more.name ?? `/${NAME}`}",${more.files ?? NEVER_STARTED},"HostConfig":{"Tmpfs":{"/tmp":"rw,exec,nosuid,nodev,size=1048576,mode=1777"},"Mounts":[]},` +
     `"Mounts":[${mounts.join(',')}],"Config":{"Env":["HOME=/workspace","NOTE=Privileged \\u00e9"],"Image":"${more.image ?? 'capybara-sandbox:latest'}","Labels":{"dev.capybara.sandbox":"1"}},` +
     `"NetworkSettings":{"Networks":{${networks.join(',')}}}}`
   );
@@ -56,7 +60,42 @@ t.test('an archive goes on only into a container whose one mount point is a volu
   if (missing !== undefined) return needUnmet(t, missing);
   const rows: Row[] = [
     { name: 'a hand-over container as the controller makes it: the workspace alone', container: 'cap-s1.handover', body: inspect([volume('/workspace')], { name: '/cap-s1.handover', image: 'capybara-sandbox-egress:latest' }), verdict: `ok ${ID}` },
-    { name: 'of any image: with one mount point, its symlinks have nothing to nest', body: inspect([volume('/workspace')], { image: 'registry.example/team/sandbox:1' }), verdict: `ok ${ID}` },
+    { name: 'of any image: with one mount point, its symlinks have nothing to nest', container: 'cap-s1.handover', body: inspect([volume('/workspace')], { name: '/cap-s1.handover', image: 'registry.example/team/sandbox:1' }), verdict: `ok ${ID}` },
+    {
+      name: 'a hand-over container that has run: dockerd would mount its resolv.conf, hosts and hostname too, through the volume where the image\'s symlinks lead them',
+      container: 'cap-s1.handover',
+      body: inspect([volume('/workspace')], { name: '/cap-s1.handover', files: files() }),
+      verdict: 'archive_container_started',
+    },
+    {
+      name: 'one network file alone is enough',
+      container: 'cap-s1.handover',
+      body: inspect([volume('/workspace')], { name: '/cap-s1.handover', files: files().replace(/"(HostnamePath|HostsPath)":"[^"]*"/g, '"$1":""') }),
+      verdict: 'archive_container_started',
+    },
+    {
+      name: 'a network file path missing from the answer',
+      container: 'cap-s1.handover',
+      body: inspect([volume('/workspace')], { name: '/cap-s1.handover', files: '"ResolvConfPath":"","HostnamePath":""' }),
+      verdict: 'archive_proof_failed',
+    },
+    {
+      name: 'a network file path that is not a string',
+      container: 'cap-s1.handover',
+      body: inspect([volume('/workspace')], { name: '/cap-s1.handover', files: '"ResolvConfPath":null,"HostnamePath":"","HostsPath":""' }),
+      verdict: 'archive_proof_failed',
+    },
+    {
+      name: 'a never-started container of another name: the workspace goes only into a hand-over container, which the proxy never starts',
+      body: inspect([volume('/workspace')]),
+      verdict: 'archive_container_not_handover',
+    },
+    {
+      name: 'a name that merely holds ".handover"',
+      container: 'cap-s1.handover-x',
+      body: inspect([volume('/workspace')], { name: '/cap-s1.handover-x' }),
+      verdict: 'archive_container_not_handover',
+    },
     {
       name: 'a sandbox as the controller makes it (three mount points, which an image\'s /opt -> /workspace/o would nest)',
       body: inspect([volume('/workspace'), volume('/skills', 'cap-s1-skills'), volume('/opt/capybara/skills', 'cap-s1-skills')]),
