@@ -14,8 +14,9 @@
 import { execFileSync } from 'node:child_process';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import t, { type Test } from 'tap';
+import { registrationArchive, TENANTS_DIR } from '../../common/index.js';
 import { dockerTest, SOCKET_PROXY_IMAGE, startSocketProxy, TEST_LOCAL_IMAGE } from '../support/docker.js';
 import { fileNeeds } from '../support/needs.js';
 import { HAPROXY_DIR } from './lua-checker.js';
@@ -312,6 +313,65 @@ t.test('a one-volume container that has run receives no archive: dockerd would m
   const first = await call(archiveCall(handover, archive));
   t.same([first.status, first.headers['x-socket-proxy-deny']], [403, 'archive_container_started'], 'the archive into the hand-over container that has run is refused');
   for (let i = 0; i < RACE_ATTEMPTS && !mountedAt(hostFile); i++) await call(archiveCall(handover, archive));
+  t.notOk(mountedAt(hostFile), `no network file is mounted over the host file ${hostFile}`);
+  t.equal(readFileSync(hostFile, 'utf8'), 'the host\'s own\n', 'the host file is as it was');
+});
+
+t.test('a registration goes only into an egress container of a listed image: a running one\'s network files are mounted too', async (t) => {
+  const env = await dockerTest(t, [SOCKET_PROXY_IMAGE, TEST_LOCAL_IMAGE]);
+  if (!env) return;
+  // A registration goes into a running egress container, whose resolv.conf, hostname and hosts
+  // dockerd bind-mounts on the host for the call too. With an image whose registration directory
+  // is `-> /etc` (from a listed registry), the volume is mounted over its /etc and a racer sharing
+  // it had dockerd mount the container's hosts file over a host file (a review won in 67 calls).
+  const image = `registry.example/capybara-test/tenants-etc-${env.runId}:1`;
+  const context = mkdtempSync(join(tmpdir(), 'cap-tenants-etc-'));
+  writeFileSync(join(context, 'Dockerfile'), `FROM ${TEST_LOCAL_IMAGE}\nRUN rm -rf ${TENANTS_DIR} && mkdir -p ${dirname(TENANTS_DIR)} && ln -s /etc ${TENANTS_DIR}\n`);
+  execFileSync('docker', ['build', '-q', '-t', image, context], { stdio: 'pipe' });
+  t.teardown(() => {
+    execFileSync('docker', ['rmi', '-f', image], { stdio: 'pipe' });
+    rmSync(context, { recursive: true, force: true });
+  });
+  const proxy = await startSocketProxy(t, env, { registries: 'registry.example' });
+  const call = (req: RawCase) => send(proxy.socketPath, req);
+  const hostDir = `/run/cap-${env.runId}-host`;
+  const hostFile = join(hostDir, 'hosts');
+  mkdirSync(hostDir, { recursive: true });
+  chmodSync(hostDir, 0o700);
+  writeFileSync(hostFile, 'the host\'s own\n');
+  t.teardown(() => {
+    while (mountedAt(hostFile)) execFileSync('umount', ['-l', hostFile]);
+    rmSync(hostDir, { recursive: true, force: true });
+  });
+  t.equal((await call(json('POST', '/v1.41/volumes/create', { Name: env.name('p'), Labels: env.labels }))).status, 201);
+  const racer = await call(
+    json('POST', `/v1.41/containers/create?name=${env.name('racer')}`, {
+      Image: TEST_LOCAL_IMAGE,
+      User: '0',
+      Cmd: ['/usr/bin/node', '-e', networkFileRacerScript(hostFile, ['resolv.conf', 'hosts', 'hostname'])],
+      Labels: env.labels,
+      HostConfig: hardened([volume(env.name('p'), '/a')]),
+    }),
+  );
+  t.equal(racer.status, 201, 'the racer shares the registration volume');
+  t.equal((await call(json('POST', `/v1.41/containers/${env.name('racer')}/start`))).status, 204);
+  const egress = env.name('x-egress');
+  const made = await call(
+    json('POST', `/v1.41/containers/create?name=${egress}`, { Image: image, Cmd: ['sleep', '600'], Labels: env.labels, HostConfig: hardened([volume(env.name('p'), TENANTS_DIR)]) }),
+  );
+  t.equal(made.status, 201, `an egress-named container of the registry's image, its one mount the registration volume (${made.headers['x-socket-proxy-deny'] ?? ''})`);
+  t.equal((await call(json('POST', `/v1.41/containers/${egress}/start`))).status, 204, 'it runs, as an egress proxy does');
+  const archive = registrationArchive('s1', { version: 1, vacant: true }, 1_767_225_600);
+  const put = (): RawCase => {
+    const path = `/v1.41/containers/${egress}/archive?path=${encodeURIComponent(TENANTS_DIR)}`;
+    return {
+      method: 'PUT', path, headers: {}, body: null,
+      raw: `PUT ${path} HTTP/1.1\r\nHost: docker\r\nConnection: close\r\nContent-Type: application/x-tar\r\nContent-Length: ${archive.length}\r\n\r\n${archive.toString('latin1')}`,
+    };
+  };
+  const first = await call(put());
+  t.same([first.status, first.headers['x-socket-proxy-deny']], [403, `archive_image_not_listed:${image}`], 'the registration is refused for the container\'s image');
+  for (let i = 0; i < RACE_ATTEMPTS && !mountedAt(hostFile); i++) await call(put());
   t.notOk(mountedAt(hostFile), `no network file is mounted over the host file ${hostFile}`);
   t.equal(readFileSync(hostFile, 'utf8'), 'the host\'s own\n', 'the host file is as it was');
 });
