@@ -25,6 +25,9 @@
 -- archive goes only into a container that never ran, and to keep it so until dockerd takes the
 -- archive (a start after this answer would hold the container until the archive call waits its
 -- turn), only into one named `<name>.handover`, which routes.map never lets start or restart.
+-- A registration goes into a running egress proxy, network files and all: there the image is what
+-- keeps /etc out of the registration volume, so only a container of an image the operator listed
+-- exactly (SOCKET_PROXY_IMAGES, never merely one from a listed registry) receives it.
 -- Pure (no HAProxy API), so the standalone lua5.4 tests judge answers too.
 
 local json = require('json-strict')
@@ -39,6 +42,7 @@ M.NO_VOLUME = 'archive_target_not_volume'      -- no volume where the archive go
 M.FAILED = 'archive_proof_failed'              -- dockerd did not answer as expected: refused
 M.STARTED = 'archive_container_started'        -- a workspace archive into a container that has run
 M.NOT_HANDOVER = 'archive_container_not_handover' -- a workspace archive into a container not named *.handover
+M.IMAGE = 'archive_image_not_listed'           -- a registration into a container of an image not listed exactly
 
 -- Where each archive route puts its archive (routes.map fixes the path query of both).
 M.DESTINATIONS = {
@@ -64,8 +68,8 @@ local function quoted(path)
 end
 
 -- The verdict on dockerd's answer (status, body) to M.path(name), for an archive to `route`;
--- with ok, the container's full id.
-function M.judge(name, route, status, body)
+-- with ok, the container's full id. settings: proxy-settings.lua's (the listed images).
+function M.judge(name, route, status, body, settings)
   local destination = M.DESTINATIONS[route]
   if destination == nil or type(name) ~= 'string' then return M.FAILED end
   if status == 404 then return M.NOT_FOUND end
@@ -98,6 +102,12 @@ function M.judge(name, route, status, body)
       if type(path) ~= 'string' then return M.FAILED end
       if path ~= '' then return M.STARTED end
     end
+  else
+    local config = member(container, 'Config')
+    if type(config) ~= 'table' or config.tag ~= 'object' then return M.FAILED end
+    local image = member(config, 'Image')
+    if type(image) ~= 'string' or type(settings) ~= 'table' or type(settings.images) ~= 'table' then return M.FAILED end
+    if not settings.images[image] then return M.IMAGE .. ':' .. (image:sub(1, 128):gsub('[^A-Za-z0-9_./:@%-]', '?')) end
   end
   return M.OK, id
 end

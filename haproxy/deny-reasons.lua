@@ -64,6 +64,7 @@ return {
   { code = 'archive_mount_not_allowed', status = 403, what = 'An archive into a container with a mount point other than its one volume where the archive goes (dockerd mounts them all on the host for the call)' },
   { code = 'archive_container_started', status = 403, what = 'A workspace archive into a container that has run (dockerd mounts its resolv.conf, hostname and hosts on the host for the call too)' },
   { code = 'archive_container_not_handover', status = 403, what = 'A workspace archive into a container not named cap-....handover (the one kind the proxy never starts)' },
+  { code = 'archive_image_not_listed', status = 403, what = 'A registration into a container of an image not listed exactly in SOCKET_PROXY_IMAGES (dockerd mounts a running container\'s network files too, where its image\'s symlinks lead them)' },
   { code = 'archive_target_not_volume', status = 403, what = 'An archive into a container with no volume where the archive goes' },
   { code = 'container_not_found', status = 404, what = 'An archive into a container that does not exist (as dockerd answers)' },
   { code = 'archive_proof_failed', status = 403, what = 'dockerd could not be asked which mounts the container of an archive has' },

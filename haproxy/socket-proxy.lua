@@ -13,7 +13,8 @@
 --                       "ok" or the reason (network-proof.lua judges the answers);
 --   lua.prove_archive   asks dockerd for the container an archive is put into and sets
 --                       txn.archive_verdict to "ok" or the reason (archive-proof.lua judges the
---                       answer); with "ok", the request's path names the container by that id;
+--                       answer, a registration's container by its image too); with "ok", the
+--                       request's path names the container by that id;
 --   filter pull-answer  on a pull's 200 stream, passes progress lines and replaces every other
 --                       line by a fixed error line (pull-answer.lua).
 -- haproxy.cfg sets each verdict to a refusal before calling its action: HAProxy continues with the
@@ -78,7 +79,7 @@ core.register_action('prove_archive', { 'http-req' }, function(txn)
   local answer = core.httpclient():get({
     url = 'http://docker' .. archive.path(name), dst = 'unix@' .. settings.docker_socket, timeout = PROOF_TIMEOUT_MS,
   })
-  local verdict, id = archive.judge(name, route, answer and answer.status, answer and answer.body)
+  local verdict, id = archive.judge(name, route, answer and answer.status, answer and answer.body, settings)
   if verdict == archive.OK then
     -- The container judged, by its id: not whichever holds the name by the time dockerd reads it.
     -- A rewrite that fails (it says so, it does not raise) leaves the verdict a refusal.
