@@ -106,10 +106,18 @@ export class SandboxLifecycle {
         }
         await engine.startContainer(names.container);
       });
+      // Otherwise beside the network and the container's create and start, as soon as the volumes
+      // exist (the hand-over container is of its own, and the archive holds no lock of the
+      // sandbox's container); a persistent workspace only once no other sandbox is found using it,
+      // with the probe.
+      const alongside = plan.persistentWorkspace === undefined;
+      steps.run(async () => {
+        if ((await volumes) || !alongside) return;
+        steps.proceed();
+        await handOver();
+      });
       await steps.settled();
-      // Otherwise the workspace goes to the sandbox user once the container runs (with a proxy,
-      // while its probe runs), and always before the create returns.
-      const later = (await volumes) ? undefined : handOver;
+      const later = (await volumes) || alongside ? undefined : handOver;
       // Both containers are up and the proxy holds its leg on the internal network.
       if (meaning.egressProxy) await waitForEgress(this.deps, names, await registered, later);
       else await later?.();
