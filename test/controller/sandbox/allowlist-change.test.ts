@@ -6,6 +6,9 @@
  * change, and closing what it no longer allows, is docker-live-allowlist.test.ts.
  */
 import t from 'tap';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { isSandboxError } from '../../../controller/index.js';
 import { changedList } from '../../../controller/sandbox/allowlist-change.js';
 import { IMAGES } from '../../../common/index.js';
@@ -116,4 +119,22 @@ t.test('a proxy rebuilt by recovery keeps the changed list', async (t) => {
   t.equal(await s.provider.resume(h), 'running');
   t.same(s.engine.registration(NAME)?.policy.allowHosts, ['pypi.org', 'crates.io'], 'the volume\'s list, not the label\'s');
   t.same(await s.provider.changeAllowHosts(h, { allow: ['deb.debian.org'] }), ['pypi.org', 'crates.io', 'deb.debian.org'], 'and changes on');
+});
+
+t.test('a host the deployment inspects, or binds a secret to, is never allowed live past its inspection', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'cap-state-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const s = fakeSandbox({
+    stateDir: join(dir, 'state'),
+    inspectHosts: ['*.npmjs.org', 'pkg.go.dev'],
+    secrets: [{ name: 'GITHUB_TOKEN', hosts: ['api.github.com'], header: 'Authorization', format: 'Bearer {}' }],
+  });
+  // Not inspected: its proxy reads a registration, whose entries are plain tunnels.
+  const h = await s.provider.create(spec());
+  for (const host of ['*.npmjs.org', 'pkg.go.dev', 'api.github.com']) {
+    const err = await s.provider.changeAllowHosts(h, { allow: ['crates.io', host] }).catch((e: unknown) => e);
+    t.ok(isSandboxError(err, 'invalid_spec') && (err as Error).message.includes(host), `${host}: refused, named (${String(err)})`);
+  }
+  t.same(s.engine.registration(NAME)?.policy.allowHosts, ['deb.debian.org', 'pypi.org'], 'nothing written: a plain tunnel there would pass uninspected');
+  t.same(await s.provider.changeAllowHosts(h, { allow: ['registry.npmjs.org'] }), ['deb.debian.org', 'pypi.org', 'registry.npmjs.org'], 'an entry a create would not inspect either is allowed');
 });
