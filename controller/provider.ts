@@ -150,6 +150,6 @@ export function createDockerSandbox(
       return lanes.run(workspaceLane(volume), () => lifecycle.destroyWorkspace(volume));
     },
     egressUsage: async (h) => readSandboxEgressUsage(engine, handleName(h), parsed.network),
-    changeAllowHosts: async (h, change) => changeAllowHosts({ engine, lanes, sharedNetwork: parsed.network, ensureRunning: (name) => recovery.ensureRunning(name) }, handleName(h), change),
+    changeAllowHosts: async (h, change) => changeAllowHosts({ engine, lanes, sharedNetwork: parsed.network, config: parsed, ensureRunning: (name) => recovery.ensureRunning(name) }, handleName(h), change),
   } satisfies DockerSandboxProvider);
 }

@@ -6,7 +6,7 @@
  * are checked as at create; an invalid change changes nothing.
  */
 import { DEFAULT_CONNECT_PORTS, type PolicyFile } from '../../policy/index.js';
-import { LABEL_EGRESS, SandboxError, checkAllowlistChange, meaningOfLabel, type AllowlistChange } from '../spec/index.js';
+import { LABEL_EGRESS, SandboxError, checkAllowlistChange, inspectedEntries, meaningOfLabel, type AllowlistChange, type DeploymentConfig } from '../spec/index.js';
 import type { SandboxEngine } from '../docker/index.js';
 import { EGRESS_USER, readRegistration, seatOfSandbox, writeRegistration } from './egress-policy.js';
 import type { SandboxLanes } from './sandbox-lanes.js';
@@ -19,6 +19,8 @@ export interface AllowlistDeps {
   readonly lanes: SandboxLanes;
   /** The deployment's shared network: the shards of its shared egress are named after it. */
   readonly sharedNetwork: string;
+  /** The deployment's inspected hosts and secrets: a host they name is never allowed live. */
+  readonly config: Pick<DeploymentConfig, 'inspectHosts' | 'secrets'>;
   /** Brings the sandbox (and its proxy) up, as before a command. */
   ensureRunning(name: string): Promise<void>;
 }
@@ -51,6 +53,12 @@ export async function changeAllowHosts(deps: AllowlistDeps, name: string, change
   const checked = checkAllowlistChange(change);
   const overlap = (checked.allow ?? []).filter((h) => (checked.deny ?? []).includes(h));
   if (overlap.length > 0) throw new SandboxError('invalid_spec', `The allowlist change was refused: ${overlap.join(', ')} is both allowed and denied; name each host once.`);
+  // A registration's entries are plain tunnels: an entry the deployment inspects (or binds a
+  // secret to) allowed so would pass uninspected, where a create with it gets a proxy that reads it.
+  const inspected = inspectedEntries(deps.config, checked.allow ?? []);
+  if (inspected.length > 0) {
+    throw new SandboxError('invalid_spec', `The allowlist change was refused: ${inspected.join(', ')} is inspected by this deployment (inspectHosts or a secret's hosts), which only a proxy made for it at create does; create a sandbox with it in allowHosts.`);
+  }
   await deps.ensureRunning(name);
   return deps.lanes.run(name, async () => {
     const view = await deps.engine.inspectContainer(name);
