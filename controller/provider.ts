@@ -111,6 +111,7 @@ export function createDockerSandbox(
     withRunning,
     withRoom: (name, attempt, failureOf) => commands.withRoom(name, attempt, failureOf),
     maxReadBytes: parsed.maxLimits.readBytes,
+    isolation: parsed.commandIsolation,
   });
 
   return Object.freeze({

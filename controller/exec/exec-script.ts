@@ -392,6 +392,16 @@ err=$(${DD} of="$p" oflag=nonblock 2>&1) || classify "$err"
   return ['bash', '-c', script, 'capybara-write', encodeArg(path)];
 }
 
+/**
+ * A file script as it is run: with isolation, in a Landlock domain of its own, as a command is.
+ * It opens a path the sandbox user may have linked anywhere, and swap between its checks and its
+ * open: outside every domain, a link to /proc/PID/fd/1 or /proc/PID/environ of another command
+ * would be opened for it, which the kernel refuses that command's own processes (review finding).
+ */
+export function isolatedFileCmd(cmd: readonly string[], isolation: CommandIsolation): string[] {
+  return isolation === 'landlock' ? [...LANDLOCK_DOMAIN.split(' '), ...cmd] : [...cmd];
+}
+
 export function statCmd(path: string): string[] {
   const script = `${CLASSIFY}
 out=$(stat -c '%F|%s|%a|%.3Y' -- "$p" 2>&1) || classify "$out"

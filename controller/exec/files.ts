@@ -8,7 +8,7 @@
 import { posix } from 'node:path';
 import { type FileStat, SandboxError } from '../spec/index.js';
 import { type SandboxEngine, SKILLS_WRITABLE_ROOT } from '../docker/index.js';
-import { FILE_EXIT, ROOT_USER, SANDBOX_USER, readFileCmd, statCmd, writeFileCmd } from './exec-script.js';
+import { type CommandIsolation, FILE_EXIT, ROOT_USER, SANDBOX_USER, isolatedFileCmd, readFileCmd, statCmd, writeFileCmd } from './exec-script.js';
 import { startFailure } from './sandbox-full.js';
 import { OutputCapture } from './output-capture.js';
 import type { CommandRunner, WithRunning } from './commands.js';
@@ -25,6 +25,8 @@ export interface FileDeps {
    * refused above this size rather than cut.
    */
   readonly maxReadBytes: number;
+  /** As for commands: each file script runs in a Landlock domain of its own (isolatedFileCmd). */
+  readonly isolation: CommandIsolation;
 }
 
 /** The exit code and stderr of one file script; stdout is data and is collected by the caller. */
@@ -137,7 +139,7 @@ export class FileOps {
     const deadlineMs = fileScriptDeadlineMs(bytes);
     return this.deps.withRunning(name, async () => {
       const run = await this.deps.engine.startExec(name, {
-        cmd,
+        cmd: isolatedFileCmd(cmd, this.deps.isolation),
         user,
         stdin,
         onOutput: (stream, chunk) => {
