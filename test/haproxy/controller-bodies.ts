@@ -20,7 +20,7 @@ import { egressShardBody } from '../../controller/docker/shard-spec.js';
 import { EXEC_START_BODY, execCreateBody } from '../../controller/docker/engine-exec.js';
 import {
   MAX_INLINE_PAYLOAD, ROOT_USER, SANDBOX_USER, commandPayload, encodeArg, execMark, execMarkEnv, killAllCmd, killMarkedCmd, killTaggedCmd,
-  readFileCmd, statCmd, wrapperCmd, writeFileCmd,
+  isolatedFileCmd, readFileCmd, statCmd, wrapperCmd, writeFileCmd,
 } from '../../controller/exec/exec-script.js';
 import type { SandboxSpec } from '../../controller/spec/contract.js';
 
@@ -152,6 +152,9 @@ export function controllerBodies(sharedNetwork: string, extraLabels: Readonly<Re
     { name: 'write file', cmd: writeFileCmd('/workspace/a.txt'), user: SANDBOX_USER, stdin: new Uint8Array([1]) },
     { name: 'write a skill', cmd: writeFileCmd('/opt/capybara/skills/s.md', '/opt/capybara/skills'), user: ROOT_USER, stdin: new Uint8Array([1]) },
     { name: 'stat', cmd: statCmd('/workspace'), user: SANDBOX_USER },
+    // As files.ts runs them with commandIsolation landlock: each in a domain of its own.
+    { name: 'read file, isolated', cmd: isolatedFileCmd(readFileCmd('/workspace/a.txt', 1024), 'landlock'), user: SANDBOX_USER },
+    { name: 'write a skill, isolated', cmd: isolatedFileCmd(writeFileCmd('/opt/capybara/skills/s.md', '/opt/capybara/skills'), 'landlock'), user: ROOT_USER, stdin: new Uint8Array([1]) },
   ];
   for (const s of scripts) {
     out.push({ route: 'exec_create', what: `exec: ${s.name}`, body: execCreateBody({ cmd: s.cmd, user: s.user, env: s.env, stdin: s.stdin }) });
