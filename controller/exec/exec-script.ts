@@ -41,7 +41,8 @@ export const MAX_COMMAND_SCRIPT_BYTES = 131_071;
  * `landlock`: each command starts in a Landlock domain of its own (setpriv), so no process of one
  * command can ptrace another's, read or write its memory (`/proc/PID/mem`, process_vm_*), open its
  * descriptors (`/proc/PID/fd`) or read its environment: the kernel refuses every ptrace access
- * check across domains, and from a domain to the controller's own scripts, which run outside any.
+ * check across domains, and from a domain to the controller's kill scripts, which run outside any
+ * (its file scripts run in domains of their own: isolatedFileCmd).
  * The domain restricts nothing else: it handles only the right to link or rename a file across
  * directories (which any domain would otherwise deny), and grants it under `/`. `off`: one trust
  * domain for uid 1000, for debuggers that attach across commands.
