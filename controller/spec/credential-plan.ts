@@ -62,10 +62,29 @@ export function applicableSecrets(config: Pick<DeploymentConfig, 'secrets'>, all
   return (config.secrets ?? []).filter((s) => s.hosts.some((h) => entries.has(h)));
 }
 
-/** The entries the proxy inspects: those inspectHosts lists as written, and those a secret binds. */
+/**
+ * Whether two allowlist entries (a name, or `*.` and the parent of the names it allows) allow a
+ * name in common: `*.npmjs.org` and `registry.npmjs.org`, `*.a.npmjs.org` and `*.npmjs.org`.
+ */
+export function entriesOverlap(a: string, b: string): boolean {
+  const below = (entry: string): string | undefined => (entry.startsWith('*.') ? entry.slice(2) : undefined);
+  const [x, y] = [a.toLowerCase(), b.toLowerCase()];
+  const [px, py] = [below(x), below(y)];
+  if (px === undefined && py === undefined) return x === y;
+  if (px !== undefined && py !== undefined) return px === py || px.endsWith(`.${py}`) || py.endsWith(`.${px}`);
+  return px === undefined ? x.endsWith(`.${py!}`) : y.endsWith(`.${px}`);
+}
+
+/**
+ * The entries the proxy inspects: every one that allows a name an inspectHosts entry covers,
+ * however the allowlist spells it (`registry.npmjs.org` or `*.github.com` would otherwise reach
+ * a name the deployment inspects through a plain tunnel), and those a secret binds (as written:
+ * a secret is only ever put in for its exact names).
+ */
 export function inspectedEntries(config: Pick<DeploymentConfig, 'inspectHosts' | 'secrets'>, allowHosts: readonly string[]): string[] {
-  const wanted = new Set([...(config.inspectHosts ?? []), ...applicableSecrets(config, allowHosts).flatMap((s) => s.hosts)]);
-  return allowHosts.filter((h) => wanted.has(h));
+  const bound = new Set(applicableSecrets(config, allowHosts).flatMap((s) => s.hosts));
+  const inspect = config.inspectHosts ?? [];
+  return allowHosts.filter((h) => bound.has(h) || inspect.some((p) => entriesOverlap(p, h)));
 }
 
 /** The one-line policy of the proxy: the allowlist, inspected entries as objects with their secrets. */

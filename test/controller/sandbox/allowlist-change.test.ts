@@ -131,10 +131,12 @@ t.test('a host the deployment inspects, or binds a secret to, is never allowed l
   });
   // Not inspected: its proxy reads a registration, whose entries are plain tunnels.
   const h = await s.provider.create(spec());
-  for (const host of ['*.npmjs.org', 'pkg.go.dev', 'api.github.com']) {
+  // Each spelling that reaches an inspected name: the entry itself, a name below a wildcard, a
+  // wildcard over a name.
+  for (const host of ['*.npmjs.org', 'registry.npmjs.org', '*.a.npmjs.org', 'pkg.go.dev', '*.go.dev', 'api.github.com']) {
     const err = await s.provider.changeAllowHosts(h, { allow: ['crates.io', host] }).catch((e: unknown) => e);
     t.ok(isSandboxError(err, 'invalid_spec') && (err as Error).message.includes(host), `${host}: refused, named (${String(err)})`);
   }
   t.same(s.engine.registration(NAME)?.policy.allowHosts, ['deb.debian.org', 'pypi.org'], 'nothing written: a plain tunnel there would pass uninspected');
-  t.same(await s.provider.changeAllowHosts(h, { allow: ['registry.npmjs.org'] }), ['deb.debian.org', 'pypi.org', 'registry.npmjs.org'], 'an entry a create would not inspect either is allowed');
+  t.same(await s.provider.changeAllowHosts(h, { allow: ['npmjs.org', '*.github.com'] }), ['deb.debian.org', 'pypi.org', 'npmjs.org', '*.github.com'], 'entries a create would not inspect either are allowed (a wildcard is no secret host)');
 });

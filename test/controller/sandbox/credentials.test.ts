@@ -14,7 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createDockerSandbox, isSandboxError, type DeploymentConfigInput } from '../../../controller/index.js';
 import { parseDeploymentConfig } from '../../../controller/spec/config.js';
-import { placeholderFor } from '../../../controller/spec/credential-plan.js';
+import { entriesOverlap, placeholderFor } from '../../../controller/spec/credential-plan.js';
 import { loadDeploymentCa, CA_FILE_NAME } from '../../../controller/sandbox/deployment-ca.js';
 import { decodeInline, IMAGES } from '../../../common/index.js';
 import { FakeEngine } from '../../support/fake-engine.js';
@@ -109,13 +109,29 @@ t.test('a sandbox with a secret: the proxy holds the value, the sandbox a placeh
 });
 
 t.test('a sandbox with nothing to inspect is as before: its allowlist registered, no CA, no tmpfs', async (t) => {
-  const s = fake(t, { secrets: SECRETS, inspectHosts: ['api.github.com'] });
+  const s = fake(t, { secrets: SECRETS, inspectHosts: ['api.gitlab.com'] });
   await s.provider.create(spec('p1', ['pypi.org', '*.github.com']));
   const se = envOf(s.engine.containers.get('cap-p1')!.body.Env);
   const ee = envOf(s.engine.containers.get('cap-p1-egress')!.body.Env);
   t.same(registeredHosts(s.engine, 'cap-p1'), ['pypi.org', '*.github.com']);
   t.notOk('EGRESS_ALLOW_HOSTS' in ee || 'EGRESS_POLICY_JSON' in ee || 'EGRESS_CA_INLINE' in ee || 'CAPYBARA_CA_CERT' in se || 'SSL_CERT_FILE' in se || 'GITHUB_TOKEN' in se, 'nothing of the credentials (a wildcard entry is no secret host)');
   t.notOk('/etc/capybara' in ((s.engine.containers.get('cap-p1')!.body.HostConfig?.Tmpfs ?? {}) as Record<string, string>));
+});
+
+t.test('every entry that allows a name inspectHosts covers is inspected, however it is spelled', async (t) => {
+  const s = fake(t, { inspectHosts: ['*.npmjs.org', 'api.github.com'] });
+  await s.provider.create(spec('o1', ['registry.npmjs.org', '*.github.com', 'npmjs.org', 'pypi.org']));
+  const policy = JSON.parse(envOf(s.engine.containers.get('cap-o1-egress')!.body.Env).EGRESS_POLICY_JSON ?? '') as { allowHosts: unknown[] };
+  t.same(policy.allowHosts, [{ host: 'registry.npmjs.org', inspect: true }, { host: '*.github.com', inspect: true }, 'npmjs.org', 'pypi.org'], 'a name below an inspected wildcard, a wildcard over an inspected name; not the wildcard\'s parent, nor another name');
+  const pairs: Array<[string, string, boolean]> = [
+    ['a.example', 'a.example', true], ['a.example', 'b.example', false], ['A.Example', 'a.example', true],
+    ['*.example', 'x.example', true], ['*.example', 'x.y.example', true], ['*.example', 'example', false], ['*.example', 'xexample', false],
+    ['*.example', '*.example', true], ['*.example', '*.y.example', true], ['*.y.example', '*.example', true], ['*.example', '*.other', false], ['*.example', '*.xexample', false],
+  ];
+  for (const [a, b, expected] of pairs) {
+    t.equal(entriesOverlap(a, b), expected, `${a} and ${b}`);
+    t.equal(entriesOverlap(b, a), expected, `${b} and ${a}`);
+  }
 });
 
 t.test('a create whose secret cannot be read is refused, naming the secret and where, never the value; nothing is left', async (t) => {
