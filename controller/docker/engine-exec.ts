@@ -19,7 +19,10 @@ export interface ExecRequest {
 
 export interface ExecRun {
   readonly id: string;
-  /** Resolves when the output stream has ended, with the exit code (null if unknown). */
+  /**
+   * Resolves once the output stream has ended and the engine says the command no longer runs, with
+   * its exit code (null if unknown, or once detached).
+   */
   readonly finished: Promise<number | null>;
   /** Drops the connection; the process keeps running (kill it separately). */
   detach(): void;
@@ -69,8 +72,16 @@ export async function startExec(engine: EngineCaller, container: string, request
   });
   if (request.stdin instanceof Uint8Array) void feedStdin(stream, request.stdin);
   else if (request.stdin !== undefined) void pipeStdin(stream, request.stdin, ended);
-  const finished = ended.then(() => exitCode(engine, id));
-  return { id, finished, detach: () => stream.destroy() };
+  let detached = false;
+  const finished = ended.then(() => exitCode(engine, id, () => detached));
+  return {
+    id,
+    finished,
+    detach: () => {
+      detached = true;
+      stream.destroy();
+    },
+  };
 }
 
 async function feedStdin(stream: Duplex, data: Uint8Array): Promise<void> {
@@ -113,13 +124,23 @@ async function pipeStdin(stream: Duplex, source: AsyncIterable<Uint8Array>, ende
   if (!stream.destroyed) stream.end();
 }
 
-/** The exit code of a finished exec; polls briefly because the stream can end first. */
-async function exitCode(engine: EngineCaller, id: string): Promise<number | null> {
-  for (let attempt = 0; attempt < 20; attempt += 1) {
+/** Between the engine's answers that a command whose output ended still runs, once the first few came. */
+const STILL_RUNNING_POLL_MS = 1_000;
+
+/**
+ * The exit code of an exec whose output ended. The stream usually ends a moment before the engine
+ * says the command ended, so the first answers are asked for quickly. It can also end while the
+ * command runs on: a connection cut on the way (the socket proxy ends one idle for an hour, a
+ * command that is silent that long), whose output after that is lost. Then the engine is asked
+ * again every second until the command ends (its caller's timeout still kills it), the exec or its
+ * container is gone, or the caller detached: never a result while the command still runs.
+ */
+async function exitCode(engine: EngineCaller, id: string, detached: () => boolean): Promise<number | null> {
+  for (let attempt = 0; !detached(); attempt += 1) {
     const data = await engine.optional(engine.call<{ Running?: boolean; ExitCode?: number | null }>('exec inspect', 'GET', `/exec/${id}/json`));
     if (data === undefined) return null;
     if (data.Running !== true) return typeof data.ExitCode === 'number' ? data.ExitCode : null;
-    await new Promise((r) => setTimeout(r, 25 * (attempt + 1)));
+    await new Promise((r) => setTimeout(r, attempt < 20 ? 25 * (attempt + 1) : STILL_RUNNING_POLL_MS));
   }
   return null;
 }
