@@ -29,14 +29,8 @@ function imageNotAllowed(image: string, reason: string, cause: unknown): Sandbox
   );
 }
 
-/**
- * The pulls of one create, by image: its containers of one missing image (the sandbox's and its
- * hand-over container, made side by side) share one pull.
- */
-export type Pulls = Map<string, Promise<void>>;
-
 /** Returns the new container's id. */
-export async function createContainerPullingOnce(deps: BuildDeps, name: string, image: string, body: unknown, pulls: Pulls = new Map()): Promise<string> {
+export async function createContainerPullingOnce(deps: BuildDeps, name: string, image: string, body: unknown): Promise<string> {
   const { engine } = deps;
   try {
     return await engine.createContainer(name, body);
@@ -45,14 +39,9 @@ export async function createContainerPullingOnce(deps: BuildDeps, name: string, 
     if (refused !== undefined) throw imageNotAllowed(image, refused, err);
     // 404 also means a missing network; only a missing image is worth a pull.
     if (engineStatus(err) !== 404 || !/no such image/i.test((err as Error).message)) throw err;
-    let pull = pulls.get(image);
-    if (pull === undefined) {
-      deps.logger.info({ image }, 'image not on the engine, pulling it once');
-      pull = engine.pullImage(image);
-      pulls.set(image, pull);
-    }
+    deps.logger.info({ image }, 'image not on the engine, pulling it once');
     try {
-      await pull;
+      await engine.pullImage(image);
     } catch (pullErr) {
       const pullRefused = imageRefusal(pullErr);
       if (pullRefused !== undefined) throw imageNotAllowed(image, pullRefused, pullErr);

@@ -7,7 +7,7 @@
  */
 import { engineStatus, sandboxContainerBody, volumeBody } from '../docker/index.js';
 import { LABEL_EGRESS_ISOLATION, LABEL_EGRESS_SHARD, SandboxError, egressHostOf, egressShardName, isSandboxError, TIERS, namesFor, usesSharedNetwork, type SandboxPlan } from '../spec/index.js';
-import { createContainerPullingOnce, createEgress, joinShard, waitForEgress, type Pulls } from './build-steps.js';
+import { createContainerPullingOnce, createEgress, joinShard, waitForEgress } from './build-steps.js';
 import type { BuildDeps } from './build-deps.js';
 import { asConflict, concurrentChange } from './concurrent-change.js';
 import { createSandboxNetwork, ensureSharedNetwork, removeSandboxNetworks } from './sandbox-network.js';
@@ -73,8 +73,7 @@ export class SandboxLifecycle {
       const internal = meaning.sandboxNetwork === 'internal' ? steps.run(async () => createSandboxNetwork(this.deps, names, await shardLabels(plan.labels))) : undefined;
       const volumes = steps.run(() => this.createVolumes(plan));
       // Through a container of its own, with the workspace its one mount (workspace-handover.ts).
-      const pulls: Pulls = new Map();
-      const handOver = (): Promise<void> => handOverWorkspace(this.deps, { name: names.name, volume: plan.workspaceVolume, image: plan.image, labels: plan.labels, pulls });
+      const handOver = (): Promise<void> => handOverWorkspace(this.deps, { name: names.name, volume: plan.workspaceVolume, image: plan.image, labels: plan.labels });
       // The lifecycle id of the sandbox's registration (on a shard, or in a proxy of its own that
       // reads one), which the probe waits for.
       const registered =
@@ -95,7 +94,7 @@ export class SandboxLifecycle {
         const [network, own, onPlugin] = await Promise.all([meaning.sandboxNetwork === 'shared' ? shared : internal?.then((n) => n.id), internal, volumes]);
         steps.proceed();
         const body = sandboxContainerBody({ ...plan, containerLabels: await shardLabels(plan.containerLabels) }, network, own?.egressAddress);
-        remember(names.container, await createContainerPullingOnce(this.deps, names.container, plan.image, body, pulls));
+        remember(names.container, await createContainerPullingOnce(this.deps, names.container, plan.image, body));
         steps.proceed();
         await requireWorkspaceFree(this.deps, names.container, plan.persistentWorkspace?.key);
         steps.proceed();

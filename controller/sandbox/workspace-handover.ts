@@ -17,7 +17,7 @@
 import { engineStatus, handoverContainerBody, WORKSPACE, type ContainerView } from '../docker/index.js';
 import { namesFor, SandboxError } from '../spec/index.js';
 import type { BuildDeps } from './build-deps.js';
-import { createContainerPullingOnce, type Pulls } from './build-steps.js';
+import { createContainerPullingOnce } from './build-steps.js';
 
 /** Sandbox `name`'s workspace and image, and the labels of its resources (gc finds a leftover by them). */
 export interface HandOver {
@@ -25,8 +25,6 @@ export interface HandOver {
   readonly volume: string;
   readonly image: string;
   readonly labels: Readonly<Record<string, string>>;
-  /** A create's pulls, which the sandbox's own container shares when its image is missing. */
-  readonly pulls?: Pulls;
 }
 
 /** Gives the sandbox's workspace volume to the sandbox user. */
@@ -35,12 +33,12 @@ export async function handOverWorkspace(deps: BuildDeps, handOver: HandOver): Pr
   const helper = namesFor(handOver.name).handover;
   const body = handoverContainerBody(handOver.image, handOver.volume, handOver.labels, { logMaxSizeMb: config.logMaxSizeMb, logMaxFiles: config.logMaxFiles });
   try {
-    await createContainerPullingOnce(deps, helper, handOver.image, body, handOver.pulls);
+    await createContainerPullingOnce(deps, helper, handOver.image, body);
   } catch (err) {
     // One left behind by an earlier hand-over that never finished: removed, and made again.
     if (engineStatus(err) !== 409) throw err;
     await engine.removeContainer(helper);
-    await createContainerPullingOnce(deps, helper, handOver.image, body, handOver.pulls);
+    await createContainerPullingOnce(deps, helper, handOver.image, body);
   }
   let handed = false;
   try {
