@@ -214,11 +214,9 @@ const PROBE_GRACE_S = 5;
  * client's health check too, and an earlier registration of the same name and subnet has another
  * lifecycle id. One exec, all in bash: no process is forked per attempt (the pause is a `read`
  * timeout on a pipe nobody writes), so waiting costs next to no CPU while the proxy itself
- * starts. `meanwhile` is another call on
- * the sandbox's container, made while the probe runs; both have ended when this returns or throws,
- * and a failure of `meanwhile` is the one thrown.
+ * starts.
  */
-export async function waitForEgress(deps: BuildDeps, names: SandboxNames, lifecycle: string | undefined, meanwhile?: () => Promise<void>): Promise<void> {
+export async function waitForEgress(deps: BuildDeps, names: SandboxNames, lifecycle: string | undefined): Promise<void> {
   const seconds = Math.ceil(EGRESS_READY_TIMEOUT_MS / 1000);
   const authority = `${names.egress}:${EGRESS_PROXY_PORT}`;
   // A checked sandbox name (letters, digits, "_" and "-") and a lifecycle id (a UUID, or one read
@@ -247,10 +245,7 @@ export async function waitForEgress(deps: BuildDeps, names: SandboxNames, lifecy
     user: ROOT_USER,
     onOutput: () => undefined,
   });
-  // Started once the probe's process is: dockerd holds a container's lock through an archive put,
-  // so an exec create sent after one waits for it, while the exec's own run does not.
-  const alongside = meanwhile === undefined ? undefined : Promise.allSettled([Promise.resolve().then(meanwhile)]);
-  // And a deadline of the controller's own, past the probe's: nothing in the sandbox decides how
+  // A deadline of the controller's own, past the probe's: nothing in the sandbox decides how
   // long this waits.
   let late: NodeJS.Timeout | undefined;
   const ended = await Promise.race([
@@ -263,9 +258,6 @@ export async function waitForEgress(deps: BuildDeps, names: SandboxNames, lifecy
     }),
   ]);
   clearTimeout(late);
-  // Its failure first: the probe's may only be a consequence of it.
-  const [done] = (await alongside) ?? [];
-  if (done?.status === 'rejected') throw done.reason;
   if ('err' in ended) throw ended.err;
   const code = ended.exitCode;
   if (code !== 0 && lifecycle !== undefined) {

@@ -98,29 +98,23 @@ export class SandboxLifecycle {
         steps.proceed();
         await requireWorkspaceFree(this.deps, names.container, plan.persistentWorkspace?.key);
         steps.proceed();
-        // A volume plugin is asked to mount and unmount again for an archive put into a running
-        // container, and some unmount it under the container (moby#34665): with one, before the start.
+        // The workspace goes to the sandbox user once this create holds the sandbox's name (a
+        // create racing it on the same id stopped at the container's create) and found no other
+        // sandbox using the workspace. A volume plugin is asked to mount and unmount again for an
+        // archive put into a running container, and some unmount it under the container
+        // (moby#34665): with one, before the start. Otherwise beside the start: the hand-over
+        // container is of its own, and the archive holds no lock of the sandbox's container.
         if (onPlugin) {
           await handOver();
           steps.proceed();
+        } else {
+          steps.run(handOver);
         }
         await engine.startContainer(names.container);
       });
-      // Otherwise beside the network and the container's create and start, as soon as the volumes
-      // exist (the hand-over container is of its own, and the archive holds no lock of the
-      // sandbox's container); a persistent workspace only once no other sandbox is found using it,
-      // with the probe.
-      const alongside = plan.persistentWorkspace === undefined;
-      steps.run(async () => {
-        if ((await volumes) || !alongside) return;
-        steps.proceed();
-        await handOver();
-      });
       await steps.settled();
-      const later = (await volumes) || alongside ? undefined : handOver;
       // Both containers are up and the proxy holds its leg on the internal network.
-      if (meaning.egressProxy) await waitForEgress(this.deps, names, await registered, later);
-      else await later?.();
+      if (meaning.egressProxy) await waitForEgress(this.deps, names, await registered);
       // Built: from now on gc keeps it (a failure here is the create's, and destroys it).
       await engine.removeVolume(names.buildingVolume);
     } catch (err) {

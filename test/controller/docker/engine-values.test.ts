@@ -30,46 +30,44 @@ function callsOf(s: ReturnType<typeof fakeSandbox>, id: string, methods: readonl
 const HAND_OVER = ['createContainer (hand-over)', 'giveWorkspaceToSandboxUser (hand-over)', 'removeContainer (hand-over)'];
 const SEEN = ['createContainer', 'giveWorkspaceToSandboxUser', 'startContainer', 'startExec', 'removeContainer'];
 
-t.test('the workspace volume is handed to the sandbox user before the create returns: beside the start, or with the probe for a persistent one', async (t) => {
+t.test('the workspace volume is handed to the sandbox user before the create returns, once the sandbox\'s container is made', async (t) => {
   const none = (id: string): SandboxSpec => ({ ...spec(id), limits: { egress: 'none' } });
-  // A create first clears what an earlier one of the same id may have left (both containers).
-  const cleared = ['removeContainer', 'removeContainer (hand-over)'];
   const ownOf = (calls: readonly string[]): string[] => calls.filter((c) => !c.endsWith('(hand-over)'));
   const handOverOf = (calls: readonly string[]): string[] => calls.filter((c) => c.endsWith('(hand-over)'));
   for (const [what, s0, own] of [
     ['ephemeral', spec('w1'), ['removeContainer', 'createContainer', 'startContainer', 'startExec']],
+    ['persistent', persistent('w1'), ['removeContainer', 'createContainer', 'startContainer', 'startExec']],
     ['no proxy', none('w1'), ['removeContainer', 'createContainer', 'startContainer']],
   ] as const) {
     const s = fakeSandbox();
     await s.provider.create(s0);
-    t.ok(s.engine.sandboxUserVolumes.has('cap-w1-workspace'), `${what}: cap-w1-workspace is the sandbox user's`);
+    const volume = what === 'persistent' ? 'cap-ws.proj' : 'cap-w1-workspace';
+    t.ok(s.engine.sandboxUserVolumes.has(volume), `${what}: ${volume} is the sandbox user's`);
     const calls = callsOf(s, 'w1', SEEN);
+    // A create first clears what an earlier one of the same id may have left (both containers).
     t.same([ownOf(calls), handOverOf(calls)], [own, ['removeContainer (hand-over)', ...HAND_OVER]], `${what}: through a container of its own, removed after`);
+    t.ok(calls.indexOf('createContainer (hand-over)') > calls.indexOf('createContainer'), `${what}: after the sandbox's container was made (a create racing on the id stops there)`);
     t.notOk(s.engine.containers.has('cap-w1.handover'), `${what}: no hand-over container left`);
   }
-  // A persistent workspace is handed over only once no other sandbox was found using it.
-  const s = fakeSandbox();
-  await s.provider.create(persistent('w1'));
-  t.ok(s.engine.sandboxUserVolumes.has('cap-ws.proj'), 'persistent: cap-ws.proj is the sandbox user\'s');
-  t.same(callsOf(s, 'w1', SEEN), [...cleared, 'createContainer', 'startContainer', 'startExec', ...HAND_OVER], 'persistent: in that order');
-  t.notOk(s.engine.containers.has('cap-w1.handover'), 'persistent: no hand-over container left');
 });
 
-t.test('an ephemeral workspace is handed over while the sandbox starts, not after', async (t) => {
-  const s = fakeSandbox();
-  const handed = (): boolean => s.engine.sandboxUserVolumes.has('cap-w3-workspace');
-  let handedBeforeStartEnded = false;
-  const start = s.engine.startContainer.bind(s.engine);
-  s.engine.startContainer = async (name: string) => {
-    if (name === 'cap-w3') {
-      // The start ends once the hand-over is done, or after half a second.
-      for (let i = 0; i < 50 && !handed(); i++) await sleep(10);
-      handedBeforeStartEnded = handed();
-    }
-    return start(name);
-  };
-  await s.provider.create(spec('w3'));
-  t.ok(handedBeforeStartEnded, 'the archive was in before the sandbox\'s start ended');
+t.test('the workspace is handed over while the sandbox starts, not after', async (t) => {
+  for (const [id, s0] of [['w3', spec('w3')], ['w4', persistent('w4')]] as const) {
+    const s = fakeSandbox();
+    const handed = (): boolean => s.engine.count('giveWorkspaceToSandboxUser', `cap-${id}.handover`) > 0;
+    let handedBeforeStartEnded = false;
+    const start = s.engine.startContainer.bind(s.engine);
+    s.engine.startContainer = async (name: string) => {
+      if (name === `cap-${id}`) {
+        // The start ends once the hand-over has begun, or after half a second.
+        for (let i = 0; i < 50 && !handed(); i++) await sleep(10);
+        handedBeforeStartEnded = handed();
+      }
+      return start(name);
+    };
+    await s.provider.create(s0);
+    t.ok(handedBeforeStartEnded, `${id}: the archive put began before the sandbox's start ended`);
+  }
 });
 
 t.test('the hand-over container holds the workspace volume alone, of the sandbox\'s image, with no network, never started', async (t) => {
@@ -105,22 +103,6 @@ t.test('a hand-over container left behind is removed and made again; destroy rem
   await s.provider.destroy({ id: 'cap-w9' });
   t.same([...s.engine.containers.keys()].filter((n) => n.startsWith('cap-w9')), [], 'destroy leaves no hand-over container');
   t.notOk(s.engine.volumes.has('cap-w9-workspace'), 'nor the workspace it held');
-});
-
-t.test('a persistent workspace is handed over while the probe runs, not after it', async (t) => {
-  const s = fakeSandbox();
-  const handed = (): boolean => s.engine.count('giveWorkspaceToSandboxUser', 'cap-w4.handover') > 0;
-  let handedBeforeProbeEnded = false;
-  s.engine.onExec = async (container, request) => {
-    const outcome = s.engine.defaultExec(container, request);
-    if (!request.cmd.join('\n').includes('/dev/tcp/')) return outcome;
-    // The probe ends once the hand-over has begun, or after half a second.
-    for (let i = 0; i < 50 && !handed(); i++) await sleep(10);
-    handedBeforeProbeEnded = handed();
-    return outcome;
-  };
-  await s.provider.create(persistent('w4'));
-  t.ok(handedBeforeProbeEnded, 'the archive put began before the probe ended');
 });
 
 t.test('with a volume driver, the hand-over comes before the start', async (t) => {
