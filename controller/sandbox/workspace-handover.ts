@@ -32,18 +32,25 @@ export async function handOverWorkspace(deps: BuildDeps, handOver: HandOver): Pr
   const { engine, config } = deps;
   const helper = namesFor(handOver.name).handover;
   const body = handoverContainerBody(handOver.image, handOver.volume, handOver.labels, { logMaxSizeMb: config.logMaxSizeMb, logMaxFiles: config.logMaxFiles });
+  let id: string;
   try {
-    await createContainerPullingOnce(deps, helper, handOver.image, body);
+    id = await createContainerPullingOnce(deps, helper, handOver.image, body);
   } catch (err) {
     // One left behind by an earlier hand-over that never finished: removed, and made again.
     if (engineStatus(err) !== 409) throw err;
     await engine.removeContainer(helper);
-    await createContainerPullingOnce(deps, helper, handOver.image, body);
+    id = await createContainerPullingOnce(deps, helper, handOver.image, body);
   }
   let handed = false;
   try {
     await engine.giveWorkspaceToSandboxUser(helper);
     handed = true;
+  } catch (err) {
+    // Removed or replaced meanwhile: another call (a destroy, a create racing on the same id)
+    // changed the sandbox under this one, which dockerd answers as it happens to (404, 500).
+    const now = await engine.inspectContainer(helper).catch(() => undefined);
+    if (now?.id !== id) throw new SandboxError('conflict', `The hand-over container of ${handOver.name} was removed by another call while the workspace was handed over; retry.`, { cause: err });
+    throw err;
   } finally {
     // A removal that fails after a failed hand-over does not hide why the hand-over failed (the
     // next one, destroy or gc removes the container).

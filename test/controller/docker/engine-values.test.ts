@@ -105,6 +105,20 @@ t.test('a hand-over container left behind is removed and made again; destroy rem
   t.notOk(s.engine.volumes.has('cap-w9-workspace'), 'nor the workspace it held');
 });
 
+t.test('a hand-over container removed under the hand-over (another call destroying the sandbox) is a conflict, nothing left', async (t) => {
+  const s = fakeSandbox();
+  const give = s.engine.giveWorkspaceToSandboxUser.bind(s.engine);
+  s.engine.giveWorkspaceToSandboxUser = async (name: string) => {
+    // Removed while dockerd extracts: it answers as it happens to, here 500.
+    await s.engine.removeContainer(name);
+    await give(name).catch(() => undefined);
+    throw Object.assign(new Error('RWLayer of container is unexpectedly nil'), { statusCode: 500 });
+  };
+  const err = await s.provider.create(spec('w2')).catch((e: unknown) => e);
+  t.ok(isSandboxError(err, 'conflict'), String(err));
+  t.same([...s.engine.containers.keys()].filter((n) => n.startsWith('cap-w2')), [], 'nothing left');
+});
+
 t.test('with a volume driver, the hand-over comes before the start', async (t) => {
   const s = fakeSandbox({ volumeDriver: 'quota' });
   s.engine.volumeDrivers.add('quota');
