@@ -177,6 +177,9 @@ export interface PolicyLoads {
   loaded(ok: boolean): void;
 }
 
+/** How often the event-loop lag is sampled (addProcessMetrics). */
+export const EVENT_LOOP_SAMPLE_MS = 1_000;
+
 /**
  * The process's own metrics, for the one proxy a process runs (the CLI's): prom-client's
  * defaults (`process_*` CPU, memory and descriptors, `nodejs_*` heap, event-loop lag and GC), and
@@ -184,7 +187,10 @@ export interface PolicyLoads {
  * read. A failed reload leaves the old policy in force, which only these gauges show a scraper.
  */
 export function addProcessMetrics(registry: Registry, now: () => number = Date.now): PolicyLoads {
-  collectDefaultMetrics({ register: registry });
+  // The event-loop lag is sampled by a timer: prom-client's default of every 10 ms woke an idle
+  // proxy 100 times a second, about 1% of a CPU each (an engine's per-sandbox proxies add up). Once
+  // a second still catches every stall: a blocked loop delays the pending sample by as long.
+  collectDefaultMetrics({ register: registry, eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS });
   const successful = new Gauge({ name: EGRESS_METRICS.reloadSuccessful, help: 'Whether the last policy load (start, SIGHUP or file change) succeeded: 1, or 0 while the previous policy stays in force', registers: [registry] });
   const tried = new Gauge({ name: EGRESS_METRICS.reloadSeconds, help: 'When the policy was last loaded or a reload was tried (Unix seconds)', registers: [registry] });
   const inForce = new Gauge({ name: EGRESS_METRICS.policySeconds, help: 'When the policy in force was loaded (Unix seconds)', registers: [registry] });
