@@ -14,7 +14,7 @@ import { clientShare, DEFAULT_LIMITS, MemoryBudget, shareFraction, type ProxyLim
 import type { ClientLookup } from './dns/index.js';
 import { createHttpFront, FirstBytes, Handlers } from './front/index.js';
 import { Inspector } from './inspect/index.js';
-import { acceptFailures, Closer, createProxyMetrics, Decisions, type Logger } from './record/index.js';
+import { Closer, createProxyMetrics, Decisions, handleAcceptFailures, type Logger } from './record/index.js';
 import { startTransparent, type Transparent, type TransparentOptions } from './transparent/index.js';
 import { defaultConnect, OwnListeners, UpstreamPools, type Connect } from './upstream/index.js';
 
@@ -84,7 +84,7 @@ function listenOn(netServer: net.Server, httpServer: http.Server, host: string, 
     netServer.listen({ host, port }, () => {
       netServer.off('error', reject);
       const bound = netServer.address() as AddressInfo;
-      netServer.on('error', acceptFailures(log, `proxy ${bound.address}:${bound.port}`));
+      handleAcceptFailures(netServer, log, `proxy ${bound.address}:${bound.port}`);
       // The HTTP server never listens itself (connections are handed to it), but its
       // header-timeout sweep starts on 'listening'.
       httpServer.emit('listening');

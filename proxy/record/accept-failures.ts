@@ -13,7 +13,7 @@ import { F, type Logger } from './log.js';
 const ACCEPT_ERROR_LOG_MS = 1_000;
 
 /** The 'error' listener of a listening server: counts and logs (at most once a second) failed accepts. */
-export function acceptFailures(log: Logger, listener?: string): (err: NodeJS.ErrnoException) => void {
+function acceptFailures(log: Logger, listener: string): (err: NodeJS.ErrnoException) => void {
   let failures = 0;
   let loggedAt = 0;
   return (err) => {
@@ -21,12 +21,12 @@ export function acceptFailures(log: Logger, listener?: string): (err: NodeJS.Err
     const now = Date.now();
     if (now - loggedAt < ACCEPT_ERROR_LOG_MS) return;
     loggedAt = now;
-    log.error({ [F.event]: 'accept_failed', [F.error]: err.code ?? err.message, count: failures, ...(listener === undefined ? {} : { listener }) }, 'a connection could not be accepted; the proxy goes on');
+    log.error({ [F.event]: 'accept_failed', [F.error]: err.code ?? err.message, count: failures, listener }, 'a connection could not be accepted; the proxy goes on');
     failures = 0;
   };
 }
 
-/** Adds the accept-failure listener to `server`, which listens now. */
-export function handleAcceptFailures(server: net.Server, log: Logger, listener?: string): void {
+/** Adds the accept-failure listener to `server`, which listens now; `listener` names it in the log. */
+export function handleAcceptFailures(server: net.Server, log: Logger, listener: string): void {
   server.on('error', acceptFailures(log, listener));
 }

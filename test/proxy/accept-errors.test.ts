@@ -1,7 +1,7 @@
 /**
  * An accept that fails (no descriptor left: EMFILE, ENFILE; or an error the kernel reports for a
  * pending connection) ends that one connection, never the process, on every listener the proxy
- * has: the proxy port (server.ts, acceptFailures), the metrics listener and, in transparent mode,
+ * has: the proxy port (server.ts), the metrics listener and, in transparent mode,
  * the TLS and HTTP listeners and the DNS responder's TCP server. A net.Server without an 'error' listener turns
  * such an accept into an uncaught exception, and the process (every client's egress) ends.
  *
