@@ -253,17 +253,18 @@ function networkFileRacerScript(hostFile: string, names: readonly string[]): str
   ].join(' ');
 }
 
-t.test('a one-volume container that has run receives no archive: dockerd would mount its network files too', async (t) => {
-  const env = await dockerTest(t, [SOCKET_PROXY_IMAGE, TEST_LOCAL_IMAGE]);
-  if (!env) return;
-  // A container that has run has /etc/resolv.conf, /etc/hosts and /etc/hostname of dockerd's, and
-  // for an archive call dockerd bind-mounts those on the host too, after the volume, resolving
-  // each through it when the image's symlinks lead there: with `/workspace -> /etc`, the one
-  // volume is mounted over the container's /etc, and a racer sharing it has dockerd bind-mount
-  // the container's resolv.conf over a host file of its choice (a review won in 39 archive calls).
-  const image = `registry.example/capybara-test/workspace-etc-${env.runId}:1`;
-  const context = mkdtempSync(join(tmpdir(), 'cap-workspace-etc-'));
-  writeFileSync(join(context, 'Dockerfile'), `FROM ${TEST_LOCAL_IMAGE}\nRUN ln -s /etc /workspace\n`);
+type DockerEnv = NonNullable<Awaited<ReturnType<typeof dockerTest>>>;
+
+/**
+ * The stage of a network-file race: an image of a listed registry built with `dockerfileRun`, the
+ * socket proxy, a host file `hostFileName` under /run that nothing may be mounted over, and a
+ * volume `volumeKey` shared by a running racer that swaps dockerd's network files there for
+ * symlinks to that host file.
+ */
+async function networkFileRace(t: Test, env: DockerEnv, stage: { imageName: string; dockerfileRun: string; hostFileName: string; volumeKey: string }): Promise<{ image: string; call: (req: RawCase) => ReturnType<typeof send>; hostFile: string; volume: string }> {
+  const image = `registry.example/capybara-test/${stage.imageName}-${env.runId}:1`;
+  const context = mkdtempSync(join(tmpdir(), `cap-${stage.imageName}-`));
+  writeFileSync(join(context, 'Dockerfile'), `FROM ${TEST_LOCAL_IMAGE}\nRUN ${stage.dockerfileRun}\n`);
   execFileSync('docker', ['build', '-q', '-t', image, context], { stdio: 'pipe' });
   t.teardown(() => {
     execFileSync('docker', ['rmi', '-f', image], { stdio: 'pipe' });
@@ -272,7 +273,7 @@ t.test('a one-volume container that has run receives no archive: dockerd would m
   const proxy = await startSocketProxy(t, env, { registries: 'registry.example' });
   const call = (req: RawCase) => send(proxy.socketPath, req);
   const hostDir = `/run/cap-${env.runId}-host`;
-  const hostFile = join(hostDir, 'resolv.conf');
+  const hostFile = join(hostDir, stage.hostFileName);
   mkdirSync(hostDir, { recursive: true });
   chmodSync(hostDir, 0o700);
   writeFileSync(hostFile, 'the host\'s own\n');
@@ -280,22 +281,35 @@ t.test('a one-volume container that has run receives no archive: dockerd would m
     while (mountedAt(hostFile)) execFileSync('umount', ['-l', hostFile]);
     rmSync(hostDir, { recursive: true, force: true });
   });
-  t.equal((await call(json('POST', '/v1.41/volumes/create', { Name: env.name('w'), Labels: env.labels }))).status, 201);
+  const shared = env.name(stage.volumeKey);
+  t.equal((await call(json('POST', '/v1.41/volumes/create', { Name: shared, Labels: env.labels }))).status, 201);
   const racer = await call(
     json('POST', `/v1.41/containers/create?name=${env.name('racer')}`, {
       Image: TEST_LOCAL_IMAGE,
       User: '0',
       Cmd: ['/usr/bin/node', '-e', networkFileRacerScript(hostFile, ['resolv.conf', 'hosts', 'hostname'])],
       Labels: env.labels,
-      HostConfig: hardened([volume(env.name('w'), '/a')]),
+      HostConfig: hardened([volume(shared, '/a')]),
     }),
   );
-  t.equal(racer.status, 201, 'the racer shares the workspace volume');
+  t.equal(racer.status, 201, 'the racer shares the volume');
   t.equal((await call(json('POST', `/v1.41/containers/${env.name('racer')}/start`))).status, 204);
+  return { image, call, hostFile, volume: shared };
+}
+
+t.test('a one-volume container that has run receives no archive: dockerd would mount its network files too', async (t) => {
+  const env = await dockerTest(t, [SOCKET_PROXY_IMAGE, TEST_LOCAL_IMAGE]);
+  if (!env) return;
+  // A container that has run has /etc/resolv.conf, /etc/hosts and /etc/hostname of dockerd's, and
+  // for an archive call dockerd bind-mounts those on the host too, after the volume, resolving
+  // each through it when the image's symlinks lead there: with `/workspace -> /etc`, the one
+  // volume is mounted over the container's /etc, and a racer sharing it has dockerd bind-mount
+  // the container's resolv.conf over a host file of its choice (a review won in 39 archive calls).
+  const { image, call, hostFile, volume: shared } = await networkFileRace(t, env, { imageName: 'workspace-etc', dockerfileRun: 'ln -s /etc /workspace', hostFileName: 'resolv.conf', volumeKey: 'w' });
   // The hand-over container's own shape, of the image: then started, as a caller can ask.
   const handover = `${env.name('victim')}.handover`;
   const made = await call(
-    json('POST', `/v1.41/containers/create?name=${handover}`, { Image: image, Cmd: ['true'], Labels: env.labels, HostConfig: hardened([volume(env.name('w'), '/workspace')]) }),
+    json('POST', `/v1.41/containers/create?name=${handover}`, { Image: image, Cmd: ['true'], Labels: env.labels, HostConfig: hardened([volume(shared, '/workspace')]) }),
   );
   t.equal(made.status, 201, `a one-volume container of the image is made (${made.headers['x-socket-proxy-deny'] ?? ''})`);
   const started = await call(json('POST', `/v1.41/containers/${handover}/start`));
@@ -305,7 +319,7 @@ t.test('a one-volume container that has run receives no archive: dockerd would m
   // One started all the same (directly on the engine, or before this rule), and one of another name.
   if (started.status !== 204) await env.docker.getContainer(handover).start();
   const other = env.name('other');
-  t.equal((await call(json('POST', `/v1.41/containers/create?name=${other}`, { Image: image, Cmd: ['true'], Labels: env.labels, HostConfig: hardened([volume(env.name('w'), '/workspace')]) }))).status, 201);
+  t.equal((await call(json('POST', `/v1.41/containers/create?name=${other}`, { Image: image, Cmd: ['true'], Labels: env.labels, HostConfig: hardened([volume(shared, '/workspace')]) }))).status, 201);
   const fresh = await call(archiveCall(other, workspaceArchive()));
   t.same([fresh.status, fresh.headers['x-socket-proxy-deny']], [403, 'archive_container_not_handover'], 'a never-started container of another name receives no workspace archive (the proxy would start it)');
   await new Promise((r) => setTimeout(r, 500));
@@ -324,40 +338,15 @@ t.test('a registration goes only into an egress container of a listed image: a r
   // dockerd bind-mounts on the host for the call too. With an image whose registration directory
   // is `-> /etc` (from a listed registry), the volume is mounted over its /etc and a racer sharing
   // it had dockerd mount the container's hosts file over a host file (a review won in 67 calls).
-  const image = `registry.example/capybara-test/tenants-etc-${env.runId}:1`;
-  const context = mkdtempSync(join(tmpdir(), 'cap-tenants-etc-'));
-  writeFileSync(join(context, 'Dockerfile'), `FROM ${TEST_LOCAL_IMAGE}\nRUN rm -rf ${TENANTS_DIR} && mkdir -p ${dirname(TENANTS_DIR)} && ln -s /etc ${TENANTS_DIR}\n`);
-  execFileSync('docker', ['build', '-q', '-t', image, context], { stdio: 'pipe' });
-  t.teardown(() => {
-    execFileSync('docker', ['rmi', '-f', image], { stdio: 'pipe' });
-    rmSync(context, { recursive: true, force: true });
+  const { image, call, hostFile, volume: shared } = await networkFileRace(t, env, {
+    imageName: 'tenants-etc',
+    dockerfileRun: `rm -rf ${TENANTS_DIR} && mkdir -p ${dirname(TENANTS_DIR)} && ln -s /etc ${TENANTS_DIR}`,
+    hostFileName: 'hosts',
+    volumeKey: 'p',
   });
-  const proxy = await startSocketProxy(t, env, { registries: 'registry.example' });
-  const call = (req: RawCase) => send(proxy.socketPath, req);
-  const hostDir = `/run/cap-${env.runId}-host`;
-  const hostFile = join(hostDir, 'hosts');
-  mkdirSync(hostDir, { recursive: true });
-  chmodSync(hostDir, 0o700);
-  writeFileSync(hostFile, 'the host\'s own\n');
-  t.teardown(() => {
-    while (mountedAt(hostFile)) execFileSync('umount', ['-l', hostFile]);
-    rmSync(hostDir, { recursive: true, force: true });
-  });
-  t.equal((await call(json('POST', '/v1.41/volumes/create', { Name: env.name('p'), Labels: env.labels }))).status, 201);
-  const racer = await call(
-    json('POST', `/v1.41/containers/create?name=${env.name('racer')}`, {
-      Image: TEST_LOCAL_IMAGE,
-      User: '0',
-      Cmd: ['/usr/bin/node', '-e', networkFileRacerScript(hostFile, ['resolv.conf', 'hosts', 'hostname'])],
-      Labels: env.labels,
-      HostConfig: hardened([volume(env.name('p'), '/a')]),
-    }),
-  );
-  t.equal(racer.status, 201, 'the racer shares the registration volume');
-  t.equal((await call(json('POST', `/v1.41/containers/${env.name('racer')}/start`))).status, 204);
   const egress = env.name('x-egress');
   const made = await call(
-    json('POST', `/v1.41/containers/create?name=${egress}`, { Image: image, Cmd: ['sleep', '600'], Labels: env.labels, HostConfig: hardened([volume(env.name('p'), TENANTS_DIR)]) }),
+    json('POST', `/v1.41/containers/create?name=${egress}`, { Image: image, Cmd: ['sleep', '600'], Labels: env.labels, HostConfig: hardened([volume(shared, TENANTS_DIR)]) }),
   );
   t.equal(made.status, 201, `an egress-named container of the registry's image, its one mount the registration volume (${made.headers['x-socket-proxy-deny'] ?? ''})`);
   t.equal((await call(json('POST', `/v1.41/containers/${egress}/start`))).status, 204, 'it runs, as an egress proxy does');

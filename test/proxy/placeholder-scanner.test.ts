@@ -6,7 +6,7 @@
 import { PassThrough, Readable } from 'node:stream';
 import fc from 'fast-check';
 import t from 'tap';
-import { holds } from '../support/property.js';
+import { holds, splits } from '../support/property.js';
 import { createSecretSet } from '../../policy/index.js';
 import { PlaceholderScanner, scannedBody } from '../../proxy/secrets/index.js';
 
@@ -26,17 +26,6 @@ async function run(chunks: readonly Buffer[]): Promise<{ passed: Buffer; error: 
     Readable.from(chunks, { objectMode: false }).pipe(scanner);
   });
   return { passed: Buffer.concat(out), error };
-}
-
-function splits(body: Buffer, cuts: readonly number[]): Buffer[] {
-  const at = [...new Set(cuts.map((c) => c % (body.length + 1)))].sort((a, b) => a - b);
-  const parts: Buffer[] = [];
-  let from = 0;
-  for (const c of [...at, body.length]) {
-    if (c > from) parts.push(body.subarray(from, c));
-    from = Math.max(from, c);
-  }
-  return parts;
 }
 
 t.test('a placeholder in one chunk fails the stream; nothing of that chunk passes', async (t) => {

@@ -6,7 +6,7 @@
  */
 import fc from 'fast-check';
 import t from 'tap';
-import { holds } from '../support/property.js';
+import { holds, splits } from '../support/property.js';
 import type { LoadedSecret } from '../../policy/index.js';
 import { SecretReflected, ValueWatch } from '../../proxy/secrets/index.js';
 
@@ -24,17 +24,6 @@ function run(reads: readonly Buffer[]): { passed: Buffer; error: SecretReflected
   }
   out.push(watch.end() ?? Buffer.alloc(0));
   return { passed: Buffer.concat(out), error: undefined };
-}
-
-function splits(body: Buffer, cuts: readonly number[]): Buffer[] {
-  const at = [...new Set(cuts.map((c) => c % (body.length + 1)))].sort((a, b) => a - b);
-  const parts: Buffer[] = [];
-  let from = 0;
-  for (const c of [...at, body.length]) {
-    if (c > from) parts.push(body.subarray(from, c));
-    from = Math.max(from, c);
-  }
-  return parts;
 }
 
 t.test('a head with a value in a field or the reason phrase is refused, naming the secret by fingerprint only', async (t) => {
