@@ -48,8 +48,9 @@ export async function handOverWorkspace(deps: BuildDeps, handOver: HandOver): Pr
   } catch (err) {
     // Removed or replaced meanwhile: another call (a destroy, a create racing on the same id)
     // changed the sandbox under this one, which dockerd answers as it happens to (404, 500).
-    const now = await engine.inspectContainer(helper).catch(() => undefined);
-    if (now?.id !== id) throw new SandboxError('conflict', `The hand-over container of ${handOver.name} was removed by another call while the workspace was handed over; retry.`, { cause: err });
+    // An engine that cannot be asked either leaves the hand-over's own error standing.
+    const now = await engine.inspectContainer(helper).catch(() => null);
+    if (now !== null && now?.id !== id) throw new SandboxError('conflict', `The hand-over container of ${handOver.name} was removed by another call while the workspace was handed over; retry.`, { cause: err });
     throw err;
   } finally {
     // A removal that fails after a failed hand-over does not hide why the hand-over failed (the
