@@ -7,8 +7,9 @@
  * An allowlisted name (the CONNECT matcher, after the CONNECT host-name rules) gets one A record:
  * the proxy's own address on the workload's network, for a few seconds. Any other name gets
  * NXDOMAIN, every query type alike, but for one with allowed names below it, which gets an empty
- * answer; so do other types of an allowed name (the networks are IPv4, so no AAAA). Nothing is ever asked of another resolver: the answer depends
- * on the name and the allowlist alone, so a query carries no data out of the workload.
+ * answer; so do other types of an allowed name (the networks are IPv4, so no AAAA). Nothing is
+ * ever asked of another resolver: the answer depends on the name and the allowlist alone, so a
+ * query carries no data out of the workload.
  *
  * Hostile input: a message that is a response (QR=1) is never answered (two responders would
  * bounce it between them; a spoofed source would make this one a reflector), nor one too short
