@@ -10,11 +10,10 @@
  * process alive, where a restart policy would otherwise bring egress back. A fatal error first
  * stops serving (listeners closed, connections ended), so nothing is served while lines drain.
  */
-import type Pino from 'pino';
-import { requireCjs } from '../common/index.js';
+import pino from 'pino';
 import type { Logger } from './record/index.js';
 
-const { streamSym } = (requireCjs('pino') as typeof Pino).symbols;
+const { streamSym } = pino.symbols;
 
 /** Longest an ending process waits for its log lines. */
 export const EXIT_FLUSH_MS = 3_000;

@@ -2,15 +2,15 @@
  * `npm start`: the egress proxy, compiled first only when a source changed since the last build
  * (build.mjs's fingerprint), and saying so, since a first compile takes about a minute.
  *
- * The proxy then runs in this very process (the bundled egress command, build.mjs's
- * EGRESS_BUNDLE, is imported, with the arguments given to npm start), and package.json starts
- * this script with `exec`: npm's signals reach the proxy itself, so stopping `npm start` (Ctrl-C,
- * SIGTERM) stops the proxy, with nothing left listening. A signal during the compile stops the
- * compiler and this process.
+ * The proxy then runs in this very process (the egress command, build.mjs's EGRESS_COMMAND, is
+ * imported, with the arguments given to npm start), and package.json starts this script with
+ * `exec`: npm's signals reach the proxy itself, so stopping `npm start` (Ctrl-C, SIGTERM) stops
+ * the proxy, with nothing left listening. A signal during the compile stops the compiler and
+ * this process.
  */
 import { pathToFileURL } from 'node:url';
 import { join } from 'node:path';
-import { build, EGRESS_BUNDLE, isBuilt, ROOT } from './build.mjs';
+import { build, EGRESS_COMMAND, isBuilt, ROOT } from './build.mjs';
 
 const say = (text) => process.stderr.write(`npm start: ${text}\n`);
 
@@ -34,6 +34,6 @@ if (!isBuilt()) {
   say(`compiled in ${((Date.now() - started) / 1000).toFixed(0)} s`);
 }
 
-const cli = join(ROOT, EGRESS_BUNDLE);
+const cli = join(ROOT, EGRESS_COMMAND);
 process.argv = [process.argv[0], cli, ...process.argv.slice(2)];
 await import(pathToFileURL(cli).href);

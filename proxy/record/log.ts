@@ -4,11 +4,9 @@
  * Request and response bodies are never logged.
  */
 import { performance } from 'node:perf_hooks';
-import type Pino from 'pino';
-import type { DestinationStream, Logger } from 'pino';
-import { requireCjs } from '../../common/index.js';
-
-const pino = requireCjs('pino') as typeof Pino;
+// Imported, not required on first use (common/require-cjs.ts): every proxy logs from its first
+// line, and an import is bundled into the egress command (scripts/build.mjs).
+import pino, { type DestinationStream, type Logger } from 'pino';
 
 /** Field names of the decision and close lines, shared so that every line spells them alike. */
 export const F = {

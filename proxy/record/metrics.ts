@@ -6,14 +6,15 @@
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type * as PromClient from 'prom-client';
-import type { Registry } from 'prom-client';
-import { EGRESS_METRICS, EGRESS_METRICS_PATH, requireCjs, VERSION } from '../../common/index.js';
+// Imported, not required on first use (common/require-cjs.ts): every proxy keeps its metrics from
+// the start, and an import is bundled into the egress command (scripts/build.mjs).
+import promClient, { type Registry } from 'prom-client';
+import { EGRESS_METRICS, EGRESS_METRICS_PATH, VERSION } from '../../common/index.js';
 import { handleAcceptFailures } from './accept-failures.js';
 import type { Logger } from './log.js';
 import { SandboxSeries, type SandboxOf } from './sandbox-metrics.js';
 
-const { collectDefaultMetrics, Counter, Gauge, Histogram, Registry: RegistryClass } = requireCjs('prom-client') as typeof PromClient;
+const { collectDefaultMetrics, Counter, Gauge, Histogram, Registry: RegistryClass } = promClient;
 
 /** What the proxy reports as it works; the metrics below are one implementation. */
 export interface ProxyObserver {

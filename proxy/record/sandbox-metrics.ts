@@ -6,11 +6,10 @@
  * with it, and a late count of one (a request cut as it ended) is dropped: they never pile up,
  * and a later sandbox of the same name starts from nothing.
  */
-import type * as PromClient from 'prom-client';
-import type { Registry } from 'prom-client';
-import { EGRESS_METRICS, requireCjs } from '../../common/index.js';
+import promClient, { type Registry } from 'prom-client';
+import { EGRESS_METRICS } from '../../common/index.js';
 
-const { Counter, Gauge } = requireCjs('prom-client') as typeof PromClient;
+const { Counter, Gauge } = promClient;
 
 /** A shared proxy's client, as its counts are kept: its sandbox and the registration (lifecycle id) it came under. */
 export interface SandboxOf {

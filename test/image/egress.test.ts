@@ -127,6 +127,26 @@ t.test('egress image between an internal client network and an upstream', async 
   t.match(seen.direct, { connected: false }, 'a direct connection to the upstream without the proxy fails');
 });
 
+t.test("the image's command starts from the code cache its own node wrote at build", async (t) => {
+  const env = await dockerTest(t, [IMAGE]);
+  if (!env) return;
+  // The launcher's own loader, asked whether V8 took the cache, on the check of the default policy.
+  const script = "import { runBundle } from '/opt/capybara-egress/dist/proxy/launch/index.js';"
+    + " process.argv = [process.execPath, 'capybara-egress.mjs', 'check', 'policy/default-policy.yaml'];"
+    + " process.stderr.write('fromCache=' + runBundle('/opt/capybara-egress/dist/proxy/capybara-egress.cjs') + '\\n');";
+  const c = await run(env.docker, {
+    name: env.name('egress-code-cache'), Image: IMAGE, Entrypoint: ['sh', '-c'],
+    Cmd: [`stat -c '%U %a' dist/proxy/capybara-egress.cjs.cache && node --input-type=module -e "${script}"`],
+    Labels: env.labels, HostConfig: { NetworkMode: 'none', ReadonlyRootfs: true },
+  });
+  const { StatusCode } = (await c.wait()) as { StatusCode: number };
+  const logs = (await c.logs({ stdout: true, stderr: true })).toString('utf8');
+  t.equal(StatusCode, 0, logs);
+  t.match(logs, /\broot 644\b/, 'the cache is root\'s, and only readable to the proxy user');
+  t.match(logs, /fromCache=true/, "V8 takes it: written by the image's node, for this bundle");
+  t.match(logs, /default-policy\.yaml: valid/, 'the command ran');
+});
+
 async function run(docker: Docker, opts: Docker.ContainerCreateOptions): Promise<Docker.Container> {
   const c = await docker.createContainer(opts);
   await c.start();

@@ -28,6 +28,7 @@ const ROOMS: Rooms = {
     front: ['budget', 'record', 'upstream', 'admission', 'http', 'tunnel', 'transparent'],
     report: ['record'],
     tenants: ['record', 'admission', 'dns'],
+    launch: [],
   },
 };
 

@@ -9,7 +9,7 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import t from 'tap';
-import { builtFingerprint, EGRESS_BUNDLE, fingerprint, isBuilt, ROOT } from '../../scripts/build.mjs';
+import { builtFingerprint, EGRESS_BUNDLE, EGRESS_COMMAND, fingerprint, isBuilt, ROOT } from '../../scripts/build.mjs';
 import { freePort } from '../support/loopback.js';
 import { needUnmet } from '../support/needs.js';
 import { alive, childrenOf } from '../support/processes.js';
@@ -32,6 +32,8 @@ t.test('the fingerprint follows the sources tsconfig.json compiles and the build
   t.notOk(isBuilt(root), 'the fingerprint without the egress bundle is no build');
   mkdirSync(join(root, dirname(EGRESS_BUNDLE)), { recursive: true });
   writeFileSync(join(root, EGRESS_BUNDLE), '');
+  t.notOk(isBuilt(root), 'nor the bundle without its launcher');
+  writeFileSync(join(root, EGRESS_COMMAND), '');
   t.ok(isBuilt(root), 'built from these sources');
 
   writeFileSync(join(root, 'README.md'), 'not compiled\n');
