@@ -66,8 +66,24 @@ function contextOf(
   own: OwnListeners,
   live: { policy: () => Policy; inspection: () => Inspection | undefined; inspector: Inspector },
 ): ProxyContext {
-  const connect = options.connect ?? defaultConnect;
-  const pools = new UpstreamPools({ connect, connectTimeoutMs: limits.connectTimeoutMs, idleTimeoutMs: limits.idleTimeoutMs, maxHeaderBytes: 64 * 1024, maxPools: 1024 });
+  const dial = options.connect ?? defaultConnect;
+  // The descriptor plan gives each client connection one upstream socket (fd-budget.ts), and a
+  // connection has at most one in use (a tunnel, or the request it forwards now); the pools'
+  // idle keep-alive connections come on top. One client cycling its few connections through many
+  // destinations left an idle one per request for seconds, and with them ran the process out of
+  // descriptors: every other client's dials failed. Past the plan's count, idle pooled
+  // connections are closed before another upstream socket is opened.
+  let upstreams = 0;
+  const connect: Connect = (address, port, purpose) => {
+    if (upstreams >= limits.maxConnections) pools.shedIdle(upstreams - limits.maxConnections + 1);
+    const socket = dial(address, port, purpose);
+    upstreams += 1;
+    socket.once('close', () => {
+      upstreams -= 1;
+    });
+    return socket;
+  };
+  const pools: UpstreamPools = new UpstreamPools({ connect, connectTimeoutMs: limits.connectTimeoutMs, idleTimeoutMs: limits.idleTimeoutMs, maxHeaderBytes: 64 * 1024, maxPools: 1024 });
   const lookup: ClientLookup = async (name, client) => {
     const t = performance.now();
     const outcome = await options.lookup(name, client);

@@ -62,6 +62,25 @@ export class UpstreamPools {
     return pool;
   }
 
+  /**
+   * Closes pools that hold idle keep-alive connections, least recently used first, until about
+   * `wanted` idle connections are closing (or no pool has one): their requests in flight finish,
+   * their idle connections close at once. Returns how many idle connections it closed.
+   */
+  shedIdle(wanted: number): number {
+    let shed = 0;
+    for (const [key, pool] of this.pools) {
+      if (shed >= wanted) break;
+      const { free } = pool.stats;
+      if (free === 0) continue;
+      this.pools.delete(key);
+      if (this.newest === key) this.newest = undefined;
+      pool.close().catch(() => undefined);
+      shed += free;
+    }
+    return shed;
+  }
+
   destroy(): void {
     for (const pool of this.pools.values()) pool.destroy().catch(() => undefined);
     this.pools.clear();
