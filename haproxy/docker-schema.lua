@@ -169,10 +169,13 @@ local NO_NEW_PRIVILEGES = { 'no-new-privileges', 'no-new-privileges:true', 'no-n
 -- "suid" or "dev" are not in the list at all.
 local TMPFS_OPTIONS = { rw = true, ro = true, exec = true, noexec = true, nosuid = true, nodev = true }
 local SIZE_UNIT = { [''] = 1, k = 1024, m = 1024 * 1024, g = 1024 * 1024 * 1024 }
--- A tmpfs size (in bytes) within the ceiling: half the memory ceiling, as the controller sizes
--- /tmp. 0 is no limit at all to the kernel.
-local function tmpfs_size_ok(bytes, settings)
-  return bytes >= 1 and bytes <= settings.max_tmpfs_bytes
+-- A tmpfs size (`count` of `unit`) within the ceiling: half the memory ceiling, as the controller
+-- sizes /tmp. 0 is no limit at all to the kernel. The count is compared with the ceiling in units,
+-- never multiplied: the kernel shifts it by the unit modulo 2^64 (memparse), and Lua's integers
+-- wrap the same way, so 17179869185g would read as 1 GiB to both and a count with a leading zero
+-- as two different sizes (below).
+local function tmpfs_size_ok(count, unit, settings)
+  return count >= 1 and count <= settings.max_tmpfs_bytes // SIZE_UNIT[unit]
 end
 local function tmpfs_options(v, settings)
   if #v > 256 then return false end
@@ -182,7 +185,10 @@ local function tmpfs_options(v, settings)
     if TMPFS_OPTIONS[token] then
       seen[token] = true
     elseif digits ~= nil and #token <= 24 then
-      if not tmpfs_size_ok(tonumber(digits) * SIZE_UNIT[unit], settings) then return false, 'limit_above_ceiling:Tmpfs' end
+      -- Plain decimal only: the kernel reads the count as strtoull with base 0, so a leading zero
+      -- makes it octal (size=005654066747146247g: 7 GiB read in decimal, 6.9 EiB to the kernel).
+      if #digits > 1 and digits:sub(1, 1) == '0' then return false end
+      if not tmpfs_size_ok(tonumber(digits), unit, settings) then return false, 'limit_above_ceiling:Tmpfs' end
     elseif not token:find('^mode=[0-7][0-7][0-7][0-7]?$') then
       return false
     end

@@ -189,6 +189,13 @@ t.test('limits: at most the ceilings, the controller\'s own by default', async (
     { name: 'a tmpfs of half the memory ceiling', route: 'container_create', body: body(256, MIB * 256, ',"Tmpfs":{"/tmp":"nosuid,nodev,size=8g"}'), verdict: 'ok' },
     { name: 'a tmpfs above it', route: 'container_create', body: body(256, MIB * 256, ',"Tmpfs":{"/tmp":"nosuid,nodev,size=8193m"}'), verdict: 'limit_above_ceiling:Tmpfs' },
     { name: 'a tmpfs of size 0 (no limit to the kernel)', route: 'container_create', body: body(256, MIB * 256, ',"Tmpfs":{"/tmp":"nosuid,nodev,size=0"}'), verdict: 'limit_above_ceiling:Tmpfs' },
+    // The kernel reads size= as memparse() does: strtoull with base 0 (a leading 0 is octal), then
+    // shifted by the unit modulo 2^64. Through the real HAProxy to dockerd the first of these made a
+    // /tmp of 6.9 EiB (df) that the check had read as 7 GiB.
+    { name: 'a tmpfs size with a leading zero that wraps past 2^64 (7 GiB in decimal, 7 EiB in octal)', route: 'container_create', body: body(256, MIB * 256, ',"Tmpfs":{"/tmp":"nosuid,nodev,size=005654066747146247g"}'), verdict: 'bad_value:Tmpfs' },
+    { name: 'a tmpfs size with a leading zero (octal to the kernel)', route: 'container_create', body: body(256, MIB * 256, ',"Tmpfs":{"/tmp":"nosuid,nodev,size=0100000000"}'), verdict: 'bad_value:Tmpfs' },
+    { name: 'a tmpfs size whose product with its unit wraps past 2^64 (2^34 + 1 GiB)', route: 'container_create', body: body(256, MIB * 256, ',"Tmpfs":{"/tmp":"nosuid,nodev,size=17179869185g"}'), verdict: 'limit_above_ceiling:Tmpfs' },
+    { name: 'a tmpfs size past 2^63 in its digits alone', route: 'container_create', body: body(256, MIB * 256, ',"Tmpfs":{"/tmp":"nosuid,nodev,size=9999999999999999999"}'), verdict: 'limit_above_ceiling:Tmpfs' },
     { name: 'a tmpfs mount at the ceiling', route: 'container_create', body: body(256, MIB * 256, `,"Mounts":[{"Type":"tmpfs","Target":"/t","TmpfsOptions":{"SizeBytes":${8192 * MIB}}}]`), verdict: 'ok' },
     { name: 'a tmpfs mount above it', route: 'container_create', body: body(256, MIB * 256, `,"Mounts":[{"Type":"tmpfs","Target":"/t","TmpfsOptions":{"SizeBytes":${8192 * MIB + 1}}}]`), verdict: 'limit_above_ceiling:Mounts.TmpfsOptions.SizeBytes' },
     { name: 'lower ceilings: at them', route: 'container_create', body: body(256, 512 * MIB, ',"NanoCpus":500000000,"Tmpfs":{"/tmp":"nosuid,nodev,size=256m"}'), verdict: 'ok', settings: small },

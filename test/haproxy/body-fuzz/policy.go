@@ -88,6 +88,10 @@ func tmpfsSize(opts string) (int64, bool) {
 		case strings.HasSuffix(v, "g"):
 			unit, v = 1<<30, v[:len(v)-1]
 		}
+		// The kernel reads a leading zero as octal (memparse: strtoull, base 0): refused.
+		if len(v) > 1 && v[0] == '0' {
+			return 0, false
+		}
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 1 || n > (1<<62)/unit {
 			return 0, false
