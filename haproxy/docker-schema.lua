@@ -86,9 +86,16 @@ local function mount_target(v)
   return false, 'mount_target_not_allowed:' .. v:sub(1, 64):gsub('[^A-Za-z0-9_./%-]', '?')
 end
 -- A working directory: a clean absolute path outside /proc, /sys and /dev (a directory there, such
--- as /proc/self/fd/N, is a descriptor runc may still hold: CVE-2024-21626).
+-- as /proc/self/fd/N, is a descriptor runc may still hold: CVE-2024-21626). Clean as dockerd
+-- stores it (filepath.Clean): no "//", "/./" or trailing "/", so that "//proc/self/fd/7" cannot
+-- pass as a path outside /proc and reach runc as /proc/self/fd/7.
 local function working_dir(v)
   if not abs_path(v) then return false end
+  if v ~= '/' then
+    for segment in (v:sub(2) .. '/'):gmatch('([^/]*)/') do
+      if segment == '' or segment == '.' then return false end
+    end
+  end
   for _, denied in ipairs(S.MOUNT_TARGET_DENIED) do
     if v == denied or v:sub(1, #denied + 1) == denied .. '/' then return false end
   end

@@ -95,6 +95,13 @@ t.test('nothing mounted inside a volume (its content is the caller\'s: a symlink
     { name: 'one volume at /etc (dockerd mounts its hosts and resolv.conf files inside it)', route: 'container_create', body: mount(vol('/etc')), verdict: 'mount_target_not_allowed:/etc' },
     { name: 'a working directory under /proc (a descriptor runc may hold: CVE-2024-21626)', route: 'container_create', body: create('').replace('"HostConfig"', '"WorkingDir":"/proc/self/fd/7","HostConfig"'), verdict: 'bad_value:WorkingDir' },
     { name: 'a working directory elsewhere', route: 'container_create', body: create('').replace('"HostConfig"', '"WorkingDir":"/workspace","HostConfig"'), verdict: 'ok' },
+    // dockerd cleans the working directory (filepath.Clean) before runc changes into it: through
+    // the real HAProxy, "//proc/self/fd/7" passed and the container's WorkingDir was /proc/self/fd/7.
+    { name: 'a working directory under /proc behind a double slash', route: 'container_create', body: create('').replace('"HostConfig"', '"WorkingDir":"//proc/self/fd/7","HostConfig"'), verdict: 'bad_value:WorkingDir' },
+    { name: 'a working directory under /proc behind a dot segment', route: 'container_create', body: create('').replace('"HostConfig"', '"WorkingDir":"/./proc/self/fd/7","HostConfig"'), verdict: 'bad_value:WorkingDir' },
+    { name: 'a working directory of /sys behind a double slash', route: 'container_create', body: create('').replace('"HostConfig"', '"WorkingDir":"//sys/fs/cgroup","HostConfig"'), verdict: 'bad_value:WorkingDir' },
+    { name: 'a working directory with a trailing slash', route: 'container_create', body: create('').replace('"HostConfig"', '"WorkingDir":"/workspace/","HostConfig"'), verdict: 'bad_value:WorkingDir' },
+    { name: 'the root as the working directory', route: 'container_create', body: create('').replace('"HostConfig"', '"WorkingDir":"/","HostConfig"'), verdict: 'ok' },
     { name: 'a volume inside a tmpfs (the controller\'s skills under /opt/capybara)', route: 'container_create', body: create(`,"Mounts":[${vol('/opt/capybara/skills')}],"Tmpfs":{"/opt/capybara":"nosuid,nodev"}`), verdict: 'ok' },
     { name: 'a tmpfs inside a tmpfs', route: 'container_create', body: create(`,"Mounts":[${tmp('/t/u')}],"Tmpfs":{"/t":"nosuid,nodev"}`), verdict: 'ok' },
   ];

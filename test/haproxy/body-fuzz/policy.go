@@ -248,6 +248,11 @@ func policy(route string, d *decoded, s settings) error {
 		if len(c.Volumes) > 0 {
 			return fmt.Errorf("anonymous volumes %v", c.Volumes)
 		}
+		// A clean working directory outside /proc, /sys and /dev: dockerd cleans it, so "//proc/x"
+		// is /proc/x to runc (CVE-2024-21626).
+		if c.WorkingDir != "" && c.WorkingDir != "/" && !mountTargetOK(c.WorkingDir) {
+			return fmt.Errorf("WorkingDir %q", c.WorkingDir)
+		}
 		if err := onlyFields(hc, "NetworkMode", "CapDrop", "SecurityOpt", "ReadonlyRootfs", "PidsLimit", "Memory", "MemorySwap",
 			"CgroupnsMode", "IpcMode", "NanoCPUs", "Init", "RestartPolicy", "Tmpfs", "Mounts", "Runtime", "Privileged",
 			"OomScoreAdj", "LogConfig", "DNS", "Sysctls"); err != nil {
