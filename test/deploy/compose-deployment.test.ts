@@ -14,11 +14,20 @@ import { dockerTest, SOCKET_PROXY_IMAGE, TEST_LABEL } from '../support/docker.js
 import { composeProject } from './compose-cli.js';
 import { IMAGES as PRODUCT_IMAGES } from '../../common/index.js';
 import { fileNeeds } from '../support/needs.js';
+import { networkInterfaces } from 'node:os';
 
 await fileNeeds(t, 'engine');
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const IMAGES = [PRODUCT_IMAGES.sandbox, PRODUCT_IMAGES.egress, SOCKET_PROXY_IMAGE, PRODUCT_IMAGES.cli];
+
+/** Whether dotted-decimal `address` lies in the IPv4 CIDR block `subnet`. */
+function inSubnet(address: string, subnet: string): boolean {
+  const toInt = (a: string): number => a.split('.').reduce((n, o) => n * 256 + Number(o), 0);
+  const [base, bits] = subnet.split('/');
+  const size = 2 ** (32 - Number(bits));
+  return Math.floor(toInt(address) / size) === Math.floor(toInt(base as string) / size);
+}
 
 async function healthOf(docker: Docker, id: string): Promise<string> {
   const info = await docker.getContainer(id).inspect();
@@ -53,6 +62,16 @@ t.test('the compose deployment starts and serves sandboxes', async (t) => {
     const info = await env.docker.getContainer(await project.id('socket-proxy')).inspect();
     t.same(Object.keys(info.NetworkSettings.Networks), [`${project.name}_sandbox-control`]);
     t.same(info.HostConfig.PortBindings ?? {}, {});
+    // Nor is it reachable from the host: an internal bridge keeps its gateway address on the host
+    // unless inhibit_ipv4 is set, and through it any local user (uid 65534 in a review) drove the
+    // Docker API through the proxy. No interface of the host has an address in its subnet.
+    const net = await env.docker.getNetwork(`${project.name}_sandbox-control`).inspect() as { IPAM?: { Config?: Array<{ Subnet?: string }> } };
+    const subnets = (net.IPAM?.Config ?? []).map((c) => c.Subnet).filter((s): s is string => typeof s === 'string' && s.includes('.'));
+    t.ok(subnets.length > 0, 'the control network has an IPv4 subnet');
+    const host = Object.values(networkInterfaces()).flat().filter((a) => a !== undefined && a.family === 'IPv4').map((a) => a!.address);
+    for (const subnet of subnets) {
+      t.same(host.filter((a) => inSubnet(a, subnet)), [], `no host address in ${subnet}`);
+    }
   });
 
   await t.test('the CLI in the host container runs a command in an allowlist sandbox', async (t) => {

@@ -28,7 +28,7 @@ interface Service {
 const compose = parse(readFileSync(fileURLToPath(new URL('../../deploy/compose.yaml', import.meta.url)), 'utf8')) as {
   name?: string;
   services: Record<string, Service>;
-  networks: Record<string, { internal?: boolean } | null>;
+  networks: Record<string, { internal?: boolean; driver_opts?: Record<string, string> } | null>;
 };
 const networksOf = (s: Service): string[] => (Array.isArray(s.networks) ? s.networks : Object.keys(s.networks ?? {}));
 const proxy = compose.services['socket-proxy'] as Service;
@@ -45,6 +45,11 @@ t.test('the proxy is only on internal networks, shared with the app', async (t) 
   const nets = networksOf(proxy);
   t.ok(nets.length > 0);
   for (const net of nets) t.equal(compose.networks[net]?.internal, true, `${net} is internal: true`);
+  // An internal bridge still has its gateway address on the host, through which any local user
+  // reached the listener: none on the proxy's networks.
+  for (const net of nets) {
+    t.equal(compose.networks[net]?.driver_opts?.['com.docker.network.bridge.inhibit_ipv4'], 'true', `${net} has no host address`);
+  }
   t.ok(nets.every((n) => networksOf(app).includes(n)), 'the app joins the proxy network');
 });
 
