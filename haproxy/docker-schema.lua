@@ -72,6 +72,27 @@ S.VOLUME_TARGETS = {
   ['/opt/capybara/skills'] = true,
   ['/var/lib/capybara-egress/tenants'] = true,
 }
+-- Where the images' own symlinks to directories lead, and the symlinks themselves (Debian's merged
+-- /usr: /bin, /sbin, /lib* -> usr/...; /var/run -> /run, /var/lock -> /run/lock; openssl's
+-- /usr/lib/ssl/certs and private -> /etc/ssl/...; /var/spool/mail -> /var/mail: every symlink to a
+-- directory in the project's images, `find / -xdev -type l`): a path through one of these
+-- reaches a volume at or below its target whatever the text says. runc makes every mount point by
+-- path (os.MkdirAll, or an O_CREAT open for a file, on a path resolved first: CVE-2024-45310 in the
+-- runc 1.1.5 here), so a tmpfs at /var/run/a/b with a volume at /run is made inside the volume,
+-- where a container sharing it swaps a directory for a symlink meanwhile, and the mount point is
+-- created on the host (a review won that within 23 starts). A volume at or below one of these is
+-- therefore a container's only mount point besides runc's own under /proc, /sys, /dev and /etc:
+-- no tmpfs, and no Init (runc binds docker-init at /sbin/docker-init).
+S.IMAGE_SYMLINKED = {
+  '/usr', '/run', '/bin', '/sbin', '/lib', '/lib32', '/lib64', '/libx32', '/var/run', '/var/lock',
+  '/etc/ssl', '/var/mail', '/var/spool/mail',
+}
+local function image_symlinked(target)
+  for _, p in ipairs(S.IMAGE_SYMLINKED) do
+    if target == p or target:sub(1, #p + 1) == p .. '/' then return true end
+  end
+  return false
+end
 local function mount_target(v)
   local ok = #v <= 4096 and v:find('^/[A-Za-z0-9_.%-/]*$') ~= nil and v ~= '/' and not v:find('/$')
   if ok then
@@ -337,6 +358,18 @@ local HOST_CONFIG = struct({
         for _, volume in ipairs(volumes) do
           if target:sub(1, #volume + 1) == volume .. '/' then return 'mount_nested:' .. target:sub(1, 64) end
         end
+      end
+    end,
+    -- A volume where the images' own symlinks lead is the only mount runc makes by path (above,
+    -- S.IMAGE_SYMLINKED).
+    function(h)
+      local others = h.Init == true or next(h.Tmpfs or {}) ~= nil
+      for _, m in ipairs(h.Mounts or {}) do
+        if m.Type == 'tmpfs' then others = true end
+      end
+      if not others then return nil end
+      for _, m in ipairs(h.Mounts or {}) do
+        if m.Type == 'volume' and image_symlinked(m.Target) then return 'mount_target_not_allowed:' .. m.Target:sub(1, 64) end
       end
     end,
     -- The text of a path is not where it leads: the image's own symlinks (/var/run -> /run,

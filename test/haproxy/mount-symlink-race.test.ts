@@ -158,21 +158,70 @@ t.test('an archive into a container whose tmpfs mount an image symlink leads int
   const proxy = await startSocketProxy(t, env);
   const call = (req: RawCase) => send(proxy.socketPath, req);
   t.equal((await call(json('POST', '/v1.41/volumes/create', { Name: env.name('a'), Labels: env.labels }))).status, 201);
-  // One volume and a tmpfs mount: admitted at create (the public corpus's A12 has the same shape),
-  // and for an archive call dockerd would unmount /var/run/b on the host through the volume's
-  // content, wherever a symlink there pointed (a review detached a host mount so).
-  const made = await call(
-    json('POST', `/v1.41/containers/create?name=${env.name('t')}`, {
-      Image: TEST_LOCAL_IMAGE,
-      Cmd: ['true'],
-      Labels: env.labels,
-      HostConfig: hardened([volume(env.name('a'), '/run'), { Type: 'tmpfs', Target: '/var/run/b' }]),
-    }),
-  );
-  t.equal(made.status, 201, `the container is made (${made.headers['x-socket-proxy-deny'] ?? ''})`);
+  // One volume and a tmpfs mount the image's /var/run -> /run leads into it: for an archive call
+  // dockerd would unmount /var/run/b on the host through the volume's content, wherever a symlink
+  // there pointed (a review detached a host mount so). The create is refused now (runc makes the
+  // tmpfs mount point inside the volume at every start: the next test), so the container is made
+  // on the engine itself, and the archive proof must still refuse it.
+  const body = {
+    Image: TEST_LOCAL_IMAGE,
+    Cmd: ['true'],
+    Labels: env.labels,
+    HostConfig: hardened([volume(env.name('a'), '/run'), { Type: 'tmpfs', Target: '/var/run/b' }]),
+  };
+  const made = await call(json('POST', `/v1.41/containers/create?name=${env.name('t')}`, body));
+  t.same([made.status, made.headers['x-socket-proxy-deny']], [403, 'mount_target_not_allowed:/run'], 'the create is refused');
+  await env.docker.createContainer({ name: env.name('t'), ...body } as unknown as Parameters<typeof env.docker.createContainer>[0]);
   const res = await call(archiveCall(env.name('t'), workspaceArchive()));
   t.same([res.status, res.headers['x-socket-proxy-deny']], [403, 'archive_mount_not_allowed:/run'], 'the archive is refused for the container\'s mounts');
   t.notOk(res.headers['api-version'], 'dockerd never saw it');
+});
+
+t.test('a tmpfs mount an image symlink leads into a volume is refused, so runc never makes its mount point on the host', async (t) => {
+  const env = await dockerTest(t, [SOCKET_PROXY_IMAGE, TEST_LOCAL_IMAGE]);
+  if (!env) return;
+  const proxy = await startSocketProxy(t, env);
+  const call = (req: RawCase) => send(proxy.socketPath, req);
+  // An empty root-only directory on the host: runc must never create anything in it.
+  const hostDir = `/run/cap-${env.runId}-mkdir`;
+  mkdirSync(hostDir, { recursive: true });
+  chmodSync(hostDir, 0o700);
+  t.teardown(() => rmSync(hostDir, { recursive: true, force: true }));
+  t.equal((await call(json('POST', '/v1.41/volumes/create', { Name: env.name('a'), Labels: env.labels }))).status, 201);
+  // The victim: a volume at /run and a tmpfs at /var/run/p/q. runc 1.1.5 resolves the tmpfs target
+  // (to /run/p/q, inside the volume), then makes it with os.MkdirAll on that path; the racer, which
+  // shares the volume, swaps p for a symlink to hostDir in between (CVE-2024-45310). A review made
+  // runc create a directory on the host so within 23 starts.
+  const victim = await call(
+    json('POST', `/v1.41/containers/create?name=${env.name('victim')}`, {
+      Image: TEST_LOCAL_IMAGE,
+      Cmd: ['true'],
+      Labels: env.labels,
+      HostConfig: { ...hardened([volume(env.name('a'), '/run')]), Tmpfs: { '/var/run/p/q': 'nosuid,nodev,size=1m' } },
+    }),
+  );
+  t.same([victim.status, victim.headers['x-socket-proxy-deny']], [403, 'mount_target_not_allowed:/run'], 'the victim is refused');
+  if (victim.status === 201) {
+    // Admitted again by some change: run the race, and let the host directory judge it.
+    const racer = await call(
+      json('POST', `/v1.41/containers/create?name=${env.name('racer')}`, {
+        Image: TEST_LOCAL_IMAGE,
+        User: '0',
+        Cmd: ['/usr/bin/node', '-e', racerScript(hostDir, '/a/p', 'q')],
+        Labels: env.labels,
+        HostConfig: hardened([volume(env.name('a'), '/a')]),
+      }),
+    );
+    t.equal(racer.status, 201, 'the racer is created');
+    t.equal((await call(json('POST', `/v1.41/containers/${env.name('racer')}/start`))).status, 204, 'the racer runs');
+    const deadline = Date.now() + 120_000;
+    for (let i = 0; i < 400 && Date.now() < deadline && readdirSync(hostDir).length === 0; i++) {
+      await call(json('POST', `/v1.41/containers/${env.name('victim')}/start`));
+      await env.docker.getContainer(env.name('victim')).wait().catch(() => undefined);
+    }
+    await call(json('POST', `/v1.41/containers/${env.name('racer')}/kill`));
+  }
+  t.same(readdirSync(hostDir), [], 'nothing was created in the host directory');
 });
 
 t.test('an image whose symlinks nest the controller\'s targets: its sandbox receives no archive, and a one-volume container of it cannot be raced', async (t) => {

@@ -104,6 +104,21 @@ t.test('nothing mounted inside a volume (its content is the caller\'s: a symlink
     { name: 'the root as the working directory', route: 'container_create', body: create('').replace('"HostConfig"', '"WorkingDir":"/","HostConfig"'), verdict: 'ok' },
     { name: 'a volume inside a tmpfs (the controller\'s skills under /opt/capybara)', route: 'container_create', body: create(`,"Mounts":[${vol('/opt/capybara/skills')}],"Tmpfs":{"/opt/capybara":"nosuid,nodev"}`), verdict: 'ok' },
     { name: 'a tmpfs inside a tmpfs', route: 'container_create', body: create(`,"Mounts":[${tmp('/t/u')}],"Tmpfs":{"/t":"nosuid,nodev"}`), verdict: 'ok' },
+    // The images' own symlinks (/var/run -> /run, /sbin -> usr/sbin) lead a mount that runc makes by
+    // path into a volume whatever the two strings say, and runc 1.1.5 creates the mount point with
+    // os.MkdirAll on a path a racer sharing the volume can swap (CVE-2024-45310): through the real
+    // HAProxy, a volume at /run and a tmpfs at /var/run/a/b made runc create a directory on the host
+    // within 23 starts. A volume where those symlinks lead is the container's only mount.
+    { name: 'a tmpfs an image symlink leads into a volume (/var/run/a/b into /run)', route: 'container_create', body: create(`,"Mounts":[${vol('/run')}],"Tmpfs":{"/var/run/a/b":"nosuid,nodev"}`), verdict: 'mount_target_not_allowed:/run' },
+    { name: 'a tmpfs mount an image symlink leads into a volume (/lib/x into /usr/lib)', route: 'container_create', body: mount(`${vol('/usr/lib')},${tmp('/lib/x')}`), verdict: 'mount_target_not_allowed:/usr/lib' },
+    { name: 'a volume at a symlink itself (/var/run is /run) with a tmpfs', route: 'container_create', body: mount(`${vol('/var/run')},${tmp('/t')}`), verdict: 'mount_target_not_allowed:/var/run' },
+    { name: 'Init with a volume at /usr (runc binds docker-init at /sbin/docker-init)', route: 'container_create', body: create(`,"Init":true,"Mounts":[${vol('/usr')}]`), verdict: 'mount_target_not_allowed:/usr' },
+    { name: 'a tmpfs openssl\'s symlink leads into a volume (/usr/lib/ssl/certs/a into /etc/ssl)', route: 'container_create', body: create(`,"Mounts":[${vol('/etc/ssl')}],"Tmpfs":{"/usr/lib/ssl/certs/a":"nosuid,nodev"}`), verdict: 'mount_target_not_allowed:/etc/ssl' },
+    { name: 'a tmpfs mount /var/spool/mail leads into a volume at /var/mail', route: 'container_create', body: mount(`${vol('/var/mail')},${tmp('/var/spool/mail/a')}`), verdict: 'mount_target_not_allowed:/var/mail' },
+    { name: 'a volume at /usr as the only mount', route: 'container_create', body: mount(vol('/usr')), verdict: 'ok' },
+    { name: 'a volume at /usr with Init false', route: 'container_create', body: create(`,"Init":false,"Mounts":[${vol('/usr')}]`), verdict: 'ok' },
+    { name: 'a volume elsewhere with a tmpfs and Init (public corpus A12)', route: 'container_create', body: create(`,"Init":true,"Mounts":[${vol('/work')},${tmp('/tmp')}]`), verdict: 'ok' },
+    { name: 'a volume at a name that only starts like /run', route: 'container_create', body: mount(`${vol('/runner')},${tmp('/tmp')}`), verdict: 'ok' },
   ];
   judge(t, rows);
 });
