@@ -6,7 +6,7 @@
  * a destroy tries again until what it removes stays removed.
  */
 import { engineStatus, sandboxContainerBody, volumeBody } from '../docker/index.js';
-import { LABEL_EGRESS_ISOLATION, LABEL_EGRESS_SHARD, SandboxError, egressHostOf, egressShardName, isSandboxError, TIERS, namesFor, usesSharedNetwork, type SandboxPlan } from '../spec/index.js';
+import { LABEL_EGRESS_ISOLATION, LABEL_EGRESS_SHARD, LABEL_SANDBOX, SandboxError, egressHostOf, egressShardName, isSandboxError, TIERS, namesFor, usesSharedNetwork, type SandboxPlan } from '../spec/index.js';
 import { createContainerPullingOnce, createEgress, joinShard, waitForEgress } from './build-steps.js';
 import type { BuildDeps } from './build-deps.js';
 import { asConflict, concurrentChange } from './concurrent-change.js';
@@ -96,6 +96,8 @@ export class SandboxLifecycle {
         const body = sandboxContainerBody({ ...plan, containerLabels: await shardLabels(plan.containerLabels) }, network, own?.egressAddress);
         remember(names.container, await createContainerPullingOnce(this.deps, names.container, plan.image, body));
         steps.proceed();
+        await this.requireOwnLabels(names.container, plan.image, body.Labels);
+        steps.proceed();
         await requireWorkspaceFree(this.deps, names.container, plan.persistentWorkspace?.key);
         steps.proceed();
         // The workspace goes to the sandbox user once this create holds the sandbox's name (a
@@ -132,6 +134,25 @@ export class SandboxLifecycle {
       }
       throw asConflict(err, names.name, 'create');
     }
+  }
+
+  /**
+   * dockerd merges the image's labels into the container's, for every key the create body does
+   * not set: an image carrying a label of the controller's (`dev.capybara.sandbox.workspace=KEY`,
+   * `dev.capybara.sandbox.egress-isolation=shared`, ...) would put it on the sandbox, and
+   * everything that reads the container's labels would believe it (another sandbox's persistent
+   * workspace reported in use by this one, a shard sought for a sandbox with a proxy of its own).
+   * The container as made must carry no controller label but the body's; else the create is refused.
+   */
+  private async requireOwnLabels(container: string, image: string, own: Readonly<Record<string, string>>): Promise<void> {
+    const view = await this.deps.engine.inspectContainer(container);
+    if (view === undefined) return;
+    const foreign = Object.keys(view.labels).filter((k) => (k === LABEL_SANDBOX || k.startsWith(`${LABEL_SANDBOX}.`)) && own[k] !== view.labels[k]);
+    if (foreign.length === 0) return;
+    throw new SandboxError(
+      'invalid_spec',
+      `The sandbox spec was refused: spec.image ${JSON.stringify(image)} carries labels that are the controller's own (${foreign.map((k) => JSON.stringify(k)).join(', ')}), which dockerd would put on the sandbox's container; use an image without them.`,
+    );
   }
 
   /**
