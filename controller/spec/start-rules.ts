@@ -6,9 +6,11 @@
  * engine stored for the container.
  *
  * What is checked is what create checks and a stopped container still carries: its egress tier
- * (open egress needs allowOpenEgress), its image (allowedImages), and its CPU and memory caps
- * (maxLimits). A running sandbox is not stopped by a config change; it meets the rules at its
- * next start.
+ * (open egress needs allowOpenEgress), its image (allowedImages), its CPU and memory caps
+ * (maxLimits), and its runtime: where the deployment now runs sandboxes under gVisor (`runsc`), a
+ * sandbox made under runc is not started again on the host kernel (a resume or a command
+ * brought it back under runc, and a rebuild copied runc). A running sandbox is not stopped by a
+ * config change; it meets the rules at its next start.
  */
 import type { DeploymentConfig } from './config.js';
 import { SandboxError } from './errors.js';
@@ -29,12 +31,20 @@ export interface StoredSandbox {
 const positive = (value: unknown): number => (typeof value === 'number' && Number.isFinite(value) && value > 0 ? value : 0);
 
 /** Why sandbox `name` may not be started again under `config`, or undefined when it may. */
-export function startRefusal(name: string, stored: StoredSandbox, config: Pick<DeploymentConfig, 'allowOpenEgress' | 'allowedImages' | 'maxLimits'>): SandboxError | undefined {
+export function startRefusal(name: string, stored: StoredSandbox, config: Pick<DeploymentConfig, 'allowOpenEgress' | 'allowedImages' | 'maxLimits' | 'runtime'>): SandboxError | undefined {
   const destroy = `Destroy it (capybara-sandbox destroy ${name}) and create it again`;
   if (meaningOfLabel(stored.tier).needsAllowOpenEgress && !config.allowOpenEgress) {
     return new SandboxError(
       'open_egress_disabled',
       `Sandbox ${name} has open egress, which this deployment does not allow: it is not started again. ${destroy} with another egress tier, or set extensionConfig."sandbox-docker".allowOpenEgress in a trusted environment.`,
+    );
+  }
+  // runc is what Docker runs a container without a runtime of its own under.
+  const runtime = typeof stored.hostConfig.Runtime === 'string' && stored.hostConfig.Runtime !== '' ? stored.hostConfig.Runtime : 'runc';
+  if (config.runtime === 'runsc' && runtime !== 'runsc') {
+    return new SandboxError(
+      'invalid_spec',
+      `Sandbox ${name} was created under the runtime ${JSON.stringify(runtime)}, and this deployment runs sandboxes under gVisor (runtime "runsc"): it is not started again on the host's kernel. ${destroy} (it is made under runsc).`,
     );
   }
   const { allowedImages, maxLimits } = config;

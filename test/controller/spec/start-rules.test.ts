@@ -1,6 +1,6 @@
 /**
  * The rules a stopped sandbox meets again at its next start (controller/spec/start-rules.ts), from
- * what the engine stored for it: its tier, image, and CPU and memory caps against the deployment's
+ * what the engine stored for it: its tier, image, CPU and memory caps and runtime against the deployment's
  * config now.
  */
 import t from 'tap';
@@ -45,4 +45,17 @@ t.test('open egress needs allowOpenEgress now, as at create', async (t) => {
   t.ok(isSandboxError(startRefusal('cap-a', stored({ tier: 'open' }), closed), 'open_egress_disabled'));
   const open = parseDeploymentConfig({ endpoint: 'tcp://p:1', allowOpenEgress: true });
   t.equal(startRefusal('cap-a', stored({ tier: 'open' }), open), undefined);
+});
+
+t.test('a deployment that runs sandboxes under gVisor does not start one made under runc again', async (t) => {
+  const gvisor = parseDeploymentConfig({ endpoint: 'tcp://p:1', runtime: 'runsc' });
+  for (const runtime of ['runc', undefined, '', 'io.containerd.runc.v2']) {
+    const refused = startRefusal('cap-a', stored({}, { Runtime: runtime }), gvisor);
+    t.ok(isSandboxError(refused, 'invalid_spec'), `Runtime ${JSON.stringify(runtime)}`);
+    t.match(refused?.message, /runs sandboxes under gVisor .*capybara-sandbox destroy cap-a/);
+  }
+  t.equal(startRefusal('cap-a', stored({}, { Runtime: 'runsc' }), gvisor), undefined, 'one made under runsc starts');
+  const runc = parseDeploymentConfig({ endpoint: 'tcp://p:1' });
+  t.equal(startRefusal('cap-a', stored({}, { Runtime: 'runsc' }), runc), undefined, 'runc deployments start either');
+  t.equal(startRefusal('cap-a', stored({}, { Runtime: 'runc' }), runc), undefined);
 });
