@@ -24,7 +24,7 @@ export interface SandboxRow {
   readonly created: string;
   readonly ageSeconds: number;
   readonly image: string;
-  /** running, exited, paused, ..., `detached` (running, off the sandbox's network), `missing` (a tier with a proxy, without it) or `none`. */
+  /** running, exited, paused, ..., `detached` (running, off the sandbox's network), `exposed` (the sandbox on another network too), `missing` (a tier with a proxy, without it) or `none`. */
   readonly egress: string;
   readonly allowHosts: readonly string[];
 }

@@ -74,6 +74,10 @@ export class SandboxRecovery {
     if (!view.running || view.paused) return 'sandbox not running, starting it';
     const meaning = meaningOfLabel(view.labels[LABEL_EGRESS]);
     if (meaning.sandboxNetwork !== 'internal') return undefined;
+    const own = namesFor(name).network;
+    // A leg on any other network (docker network connect) is a way around the proxy, or out of
+    // the internal tier: the command must not run until it is gone.
+    if (view.networks.some((n) => n.name !== own)) return 'sandbox on a network other than its own, recovering it';
     const network = view.networks.find((n) => n.id !== '');
     if (network === undefined) return 'sandbox not on its network, recovering it';
     const host = egressHostOfLabels(view.labels[LABEL_EGRESS], view.labels[LABEL_EGRESS_ISOLATION]);
@@ -109,6 +113,9 @@ export class SandboxRecovery {
       network = found.network;
       networkRebuilt = found.rebuilt;
     }
+    // Off every network but its own before anything else is brought up: a sandbox of an internal
+    // tier has that one network alone (a rebuilt container is made on it alone).
+    if (network !== undefined && !networkRebuilt) await this.leaveOtherNetworks(name, view);
     const host = egressHostOfLabels(view.labels[LABEL_EGRESS], view.labels[LABEL_EGRESS_ISOLATION]);
     // The registration the sandbox is served under, whose lifecycle id the probe waits for: on a
     // shard, or a proxy of its own whose registration recovery kept or wrote again.
@@ -121,6 +128,21 @@ export class SandboxRecovery {
       await this.startContainer(name, view, tier, network);
     }
     if (tier.egressProxy) await waitForKept(this.deps, names, registered);
+  }
+
+  /**
+   * Disconnects the sandbox's container from every network that is not its own (someone ran
+   * `docker network connect`): with such a leg its commands reached past the egress proxy (the
+   * shared network's gateway and everything routed from it), and the check before a command did
+   * not look (review finding). A network the socket proxy will not let it leave fails the
+   * recovery, so no command runs.
+   */
+  private async leaveOtherNetworks(name: string, view: ContainerView): Promise<void> {
+    const own = namesFor(name).network;
+    for (const other of view.networks.filter((n) => n.name !== own)) {
+      this.deps.logger.warn({ sandbox: name, network: other.name }, 'sandbox on a network other than its own, disconnecting it');
+      await this.deps.engine.disconnectNetwork(other.id !== '' ? other.id : other.name, name);
+    }
   }
 
   private async startContainer(name: string, view: ContainerView, tier: TierMeaning, network: SandboxNetwork | undefined): Promise<void> {

@@ -25,3 +25,9 @@ t.test('a tier with a proxy: missing, its state, or detached', async (t) => {
 t.test('a sandbox whose own network is not known (stopped: no network id) is judged by the proxy\'s state', async (t) => {
   t.equal(egressState(sandbox('allowlist', [net('')]), { state: 'running', networks: [shared] }), 'running');
 });
+
+t.test('a running sandbox with a leg on another network besides its own: exposed, whatever its proxy does', async (t) => {
+  // `docker network connect` of the sandbox to the shared network: its traffic need not pass the proxy.
+  t.equal(egressState(sandbox('allowlist', [net('n1'), shared]), { state: 'running', networks: [net('n1'), shared] }), 'exposed');
+  t.equal(egressState(sandbox('allowlist', [shared, net('n1')]), { state: 'running', networks: [net('n1'), shared] }), 'exposed', 'listed first or not');
+});
