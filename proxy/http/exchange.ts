@@ -107,7 +107,9 @@ export class Exchange {
     const ownPort = trust === undefined ? HTTP_PORT : HTTPS_PORT;
     const headers = [...this.f.headers, 'host', decision.port === ownPort ? decision.host : `${decision.host}:${decision.port}`];
     if (framing.kind === 'length') headers.push('content-length', String(framing.length));
-    const pool = this.ctx.pools.forTarget(decision.host, decision.port, decision.addresses, trust);
+    // On a shared proxy each sandbox registration has pools of its own (upstream-pools.ts).
+    const { sandbox, lifecycle = '' } = this.connection.identity;
+    const pool = this.ctx.pools.forTarget(decision.host, decision.port, decision.addresses, trust, sandbox && `${sandbox}/${lifecycle}`);
     try {
       pool.dispatch(
         {

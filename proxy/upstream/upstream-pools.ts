@@ -39,10 +39,13 @@ export class UpstreamPools {
 
   /**
    * The pool for one pinned destination, created on first use: plain HTTP, or TLS verified for
-   * `host` against `trust` when one is given.
+   * `host` against `trust` when one is given. `owner` (a shared proxy's sandbox registration)
+   * gets pools of its own: an upstream connection carries only one owner's requests, so a server
+   * that reads one request's body as a second request (a CL.0 desync) cannot answer another
+   * sandbox's request with it, nor append that sandbox's request to one it was sent.
    */
-  forTarget(host: string, port: number, addresses: readonly string[], trust?: UpstreamTrust): Pool {
-    const key = `${trust === undefined ? 'http' : `https${this.trustId(trust)}`}|${host}|${port}|${addresses.join(',')}`;
+  forTarget(host: string, port: number, addresses: readonly string[], trust?: UpstreamTrust, owner?: string): Pool {
+    const key = `${trust === undefined ? 'http' : `https${this.trustId(trust)}`}|${host}|${port}|${addresses.join(',')}${owner === undefined ? '' : `|${owner}`}`;
     let pool = this.pools.get(key);
     if (pool !== undefined) {
       // Moved to the end (most recently used) only when it is not there already.

@@ -1,0 +1,90 @@
+/**
+ * A shared proxy's plain-HTTP forwarding keeps each sandbox on upstream connections of its own.
+ * The pools were keyed by destination alone, so two sandboxes allowed the same host shared keep-
+ * alive connections to it; against a server that reads a request's body as the next request (a
+ * CL.0 desync: an endpoint that ignores Content-Length, found in real servers and CDNs), one
+ * sandbox could put a request of its own on the shared connection and another sandbox's next
+ * request got its answer (or was appended to it). On loopback, each /28 of 127.0.0.0/8 a sandbox
+ * network, as in tenants.test.ts.
+ */
+import t from 'tap';
+import net from 'node:net';
+import { mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createEgressProxy, createLogger, createLookup } from '../../proxy/index.js';
+import { openTenants } from '../../proxy/tenants/index.js';
+import { policyOf } from '../support/test-proxy.js';
+import { rawRequest } from '../support/raw-client.js';
+import { listen } from '../support/loopback.js';
+import { settle } from '../support/settle.js';
+import { captureLogs } from '../support/log-capture.js';
+
+const A = { subnet: '127.0.1.0/28', proxy: '127.0.1.1', client: '127.0.1.5' };
+const B = { subnet: '127.0.2.0/28', proxy: '127.0.2.1', client: '127.0.2.5' };
+
+t.test('a request one sandbox smuggles to a desyncing server never answers another sandbox', async (t) => {
+  // A sequential HTTP/1.1 server that ignores every request body (CL.0): the body is read as the
+  // next request on the connection. /slow answers after a while, as a real endpoint might.
+  const seen: { port: number; path: string }[] = [];
+  const server = net.createServer((socket) => {
+    socket.on('error', () => socket.destroy());
+    let text = '';
+    let answered = Promise.resolve();
+    socket.on('data', (chunk: Buffer) => {
+      text += chunk.toString('latin1');
+      for (let end = text.indexOf('\r\n\r\n'); end !== -1; end = text.indexOf('\r\n\r\n')) {
+        const path = /^[A-Z]+ (\S+)/.exec(text)?.[1] ?? '?';
+        text = text.slice(end + 4);
+        seen.push({ port: socket.remotePort ?? 0, path });
+        answered = answered
+          .then(() => new Promise((r) => setTimeout(r, path === '/slow' ? 1_000 : 0)))
+          .then(() => {
+            const body = `answer to ${path}`;
+            socket.write(`HTTP/1.1 200 OK\r\nContent-Length: ${body.length}\r\n\r\n${body}`);
+          });
+      }
+    });
+  });
+  const upstream = await listen(server);
+  const dir = mkdtempSync(join(tmpdir(), 'tenant-pools-'));
+  const register = (slot: string, sandbox: string, net: typeof A): void => {
+    const text = JSON.stringify({ version: 1, sandbox, lifecycle: `life-${sandbox}-0001`, subnet: net.subnet, address: net.proxy, policy: { allowHosts: ['shared.test'], connectPorts: [upstream] } });
+    writeFileSync(join(dir, `.${slot}.part`), text);
+    renameSync(join(dir, `.${slot}.part`), join(dir, `${slot}.json`));
+  };
+  register('slot-a', 'cap-a', A);
+  register('slot-b', 'cap-b', B);
+  const { logs, sink } = captureLogs();
+  const logger = createLogger('debug', sink);
+  const shared = openTenants(dir, { tunnelDefault: 'opaque', testHosts: { 'shared.test': '127.0.0.1' } }, logger);
+  const proxy = createEgressProxy({ policy: policyOf({ allowHosts: [] }), lookup: createLookup({ servers: [], timeoutMs: 500 }), logger, identities: shared.tenants });
+  const { port } = await proxy.listen('0.0.0.0', 0);
+  t.teardown(async () => {
+    shared.stop();
+    await proxy.close();
+    server.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  await settle(() => logs.filter((l) => l.event === 'tenant_registered').length >= 2, 'both registrations');
+
+  // Sandbox A: a POST whose body is a request of its own, which this server reads as one.
+  const smuggled = 'GET /slow HTTP/1.1\r\nHost: shared.test\r\n\r\n';
+  const a = await rawRequest(port, `POST http://shared.test:${upstream}/a HTTP/1.1\r\nHost: shared.test:${upstream}\r\nContent-Length: ${smuggled.length}\r\n\r\n${smuggled}`, A.proxy, 5_000, A.client);
+  t.equal(a.body, 'answer to /a');
+  await settle(() => seen.some((s) => s.path === '/slow'), 'the server read the smuggled request');
+  // Sandbox B, while the smuggled request's answer is still due.
+  const b = await rawRequest(port, `GET http://shared.test:${upstream}/b HTTP/1.1\r\nHost: shared.test:${upstream}\r\n\r\n`, B.proxy, 5_000, B.client);
+  a.socket.destroy();
+  b.socket.destroy();
+  t.equal(b.status, 200);
+  t.equal(b.body, 'answer to /b', "b gets its own answer, never the one to a's smuggled request");
+  const portOf = (path: string): number | undefined => seen.find((s) => s.path === path)?.port;
+  t.not(portOf('/b'), portOf('/a'), "b's request went on an upstream connection a never used");
+
+  // One sandbox still reuses its own upstream connections.
+  const again = await rawRequest(port, `GET http://shared.test:${upstream}/b2 HTTP/1.1\r\nHost: shared.test:${upstream}\r\n\r\n`, B.proxy, 5_000, B.client);
+  again.socket.destroy();
+  t.equal(again.body, 'answer to /b2');
+  t.equal(portOf('/b2'), portOf('/b'), "b's next request reuses b's connection");
+});
