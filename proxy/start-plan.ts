@@ -72,7 +72,10 @@ export interface Plans {
   readonly memory: MemoryPlan;
 }
 
-/** In transparent mode the DNS responder holds up to its TCP cap of connections, a descriptor each. */
+/**
+ * In transparent mode the DNS responder holds up to its TCP cap of connections, a descriptor each;
+ * a shared proxy's responders, one per sandbox, hold that cap together (dns-tcp.ts TcpSlots).
+ */
 export function dnsReserve(config: Pick<ProxyConfig, 'transparent'>): number {
   return config.transparent === undefined ? 0 : DNS_LIMITS.maxTcpTotal;
 }

@@ -20,7 +20,7 @@ import type { Policy, Reason } from '../../policy/index.js';
 import { answerQuery, type DnsVerdict } from './dns-answer.js';
 import { F, handleAcceptFailures, logLine, printable, type Logger, type ProxyObserver, LineGate, logSuppressed } from '../record/index.js';
 import { networkOf, RateLimiter } from '../budget/index.js';
-import { tcpServer } from './dns-tcp.js';
+import { tcpServer, type TcpSlots } from './dns-tcp.js';
 import { bindBoth, bindUdp, SheddingUdp, udpSocket } from './dns-udp.js';
 
 /** What one client, and every client together, may make the responder do. */
@@ -86,6 +86,8 @@ export interface DnsResponderOptions {
   readonly log: Logger;
   /** Tests shorten deadlines and caps. */
   readonly limits?: Partial<DnsLimits>;
+  /** The TCP connections this responder may hold, shared with others of the process (a shared proxy's); else its own maxTcpTotal. */
+  readonly tcpSlots?: TcpSlots;
 }
 
 export interface DnsResponder {
@@ -191,7 +193,7 @@ export async function startDnsResponder(host: string, port: number, options: Dns
     serves: (clientIp) => options.policy(clientIp) !== undefined,
     refused: () => options.observer.dnsQuery('tcp_refused'),
     answer: (query, clientIp, client) => answerer.answer(query, clientIp, client, 'tcp'),
-  });
+  }, options.tcpSlots);
   let bound: number;
   let udp: dgram.Socket;
   try {

@@ -22,6 +22,33 @@ export interface TcpLimits {
   readonly maxTcpBacklog: number;
 }
 
+/**
+ * The TCP connections every responder of one process holds together, within one cap: a shared
+ * proxy runs a responder per sandbox, and the open-file plan keeps descriptors for one cap of them
+ * (start-plan.ts dnsReserve), not one per sandbox (review finding: about 17 sandboxes holding
+ * their 16 connections each went past it).
+ */
+export class TcpSlots {
+  private held = 0;
+
+  constructor(readonly max: number) {}
+
+  /** Takes a slot, or says there is none. */
+  take(): boolean {
+    if (this.held >= this.max) return false;
+    this.held += 1;
+    return true;
+  }
+
+  release(): void {
+    this.held -= 1;
+  }
+
+  get open(): number {
+    return this.held;
+  }
+}
+
 /** What the server asks of its responder: whom it serves, what it counts, and each answer. */
 export interface TcpClients {
   /** Whether the responder serves this client (a stranger takes none of its clients' connections, nor of their rate). */
@@ -32,8 +59,12 @@ export interface TcpClients {
   answer(query: Buffer, clientIp: string, client: string): Buffer | undefined;
 }
 
-/** The TCP server: connections within their caps (per client, in all, and new ones a second), each served by serveTcp. */
-export function tcpServer(limits: TcpLimits, clients: TcpClients): { server: net.Server; sockets: Set<net.Socket> } {
+/**
+ * The TCP server: connections within their caps (per client, in all, and new ones a second), each
+ * served by serveTcp. `slots`: the cap in all, shared with the process's other responders, or
+ * this one's own.
+ */
+export function tcpServer(limits: TcpLimits, clients: TcpClients, slots = new TcpSlots(limits.maxTcpTotal)): { server: net.Server; sockets: Set<net.Socket> } {
   const perClient = new Map<string, number>();
   const opened = new RateLimiter(limits.tcpConnectionsPerSecond, limits.tcpConnectionBurst, limits.maxClients);
   const sockets = new Set<net.Socket>();
@@ -42,7 +73,7 @@ export function tcpServer(limits: TcpLimits, clients: TcpClients): { server: net
     const clientIp = canonicalAddress(remote) ?? remote;
     const fromClient = perClient.get(clientIp) ?? 0;
     socket.on('error', () => socket.destroy());
-    if (!clients.serves(clientIp) || sockets.size >= limits.maxTcpTotal || fromClient >= limits.maxTcpPerClient || !opened.takeFor(clientIp)) {
+    if (!clients.serves(clientIp) || fromClient >= limits.maxTcpPerClient || !opened.takeFor(clientIp) || !slots.take()) {
       clients.refused();
       socket.destroy();
       return;
@@ -50,6 +81,7 @@ export function tcpServer(limits: TcpLimits, clients: TcpClients): { server: net
     perClient.set(clientIp, fromClient + 1);
     sockets.add(socket);
     socket.once('close', () => {
+      slots.release();
       sockets.delete(socket);
       const left = (perClient.get(clientIp) ?? 1) - 1;
       if (left === 0) perClient.delete(clientIp);

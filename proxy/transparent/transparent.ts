@@ -14,7 +14,7 @@
  */
 import net from 'node:net';
 import type { Policy } from '../../policy/index.js';
-import { SANDBOX_UDP_SHED_AFTER, startDnsResponder, type DnsHost, type DnsLimits, type DnsResponder } from '../dns/index.js';
+import { DNS_LIMITS, SANDBOX_UDP_SHED_AFTER, startDnsResponder, TcpSlots, type DnsHost, type DnsLimits, type DnsResponder } from '../dns/index.js';
 import { F, handleAcceptFailures, logLine, type Logger, type ProxyObserver } from '../record/index.js';
 import type { TransparentEntry } from '../admission/index.js';
 import type { TransparentPort } from './transparent-ports.js';
@@ -88,9 +88,11 @@ async function bindAll(options: TransparentOptions, deps: TransparentDeps): Prom
   try {
     for (const port of options.ports) {
       if (port.kind === 'dns' && options.dnsHost !== undefined) {
-        // Each serves one sandbox: a UDP flood is shed at the kernel (dns-udp.ts).
+        // Each serves one sandbox: a UDP flood is shed at the kernel (dns-udp.ts). Their TCP
+        // connections are held within one cap together, the one the open-file plan keeps.
         const limits = { udpShedAfter: SANDBOX_UDP_SHED_AFTER, ...options.dnsLimits };
-        responders.push(options.dnsHost.serve((address, policy, log) => startDnsResponder(address, port.listen, { policy, answer: address, observer: deps.observer, log, limits })));
+        const tcpSlots = new TcpSlots(limits.maxTcpTotal ?? DNS_LIMITS.maxTcpTotal);
+        responders.push(options.dnsHost.serve((address, policy, log) => startDnsResponder(address, port.listen, { policy, answer: address, observer: deps.observer, log, limits, tcpSlots })));
         bound.push(port);
         continue;
       }

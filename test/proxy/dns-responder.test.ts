@@ -12,6 +12,7 @@ import net from 'node:net';
 import t, { type Test } from 'tap';
 import dnsPacket from 'dns-packet';
 import { startDnsResponder, type DnsLimits, type DnsResponder } from '../../proxy/dns/dns-responder.js';
+import { TcpSlots } from '../../proxy/dns/dns-tcp.js';
 import { createLogger } from '../../proxy/record/log.js';
 import { createProxyMetrics } from '../../proxy/record/metrics.js';
 import { toolMissing, needUnmet } from '../support/needs.js';
@@ -312,3 +313,29 @@ t.test('TCP: pipelined queries answered in order; bad lengths, caps and idle con
     for (const s of held) s.destroy();
   });
 });
+
+t.test("responders sharing their TCP slots (a shared proxy's, one per sandbox) hold the cap together", async (t) => {
+  const slots = new TcpSlots(3);
+  const { sink } = captureLogs();
+  const metrics = createProxyMetrics(() => 0);
+  const open = async (): Promise<DnsResponder> => {
+    const r = await startDnsResponder('127.0.0.1', 0, { policy: () => policy, answer: ANSWER, observer: metrics.observer, log: createLogger('silent', sink), tcpSlots: slots });
+    t.teardown(() => r.close());
+    return r;
+  };
+  const [a, b] = [await open(), await open()];
+  const held = await Promise.all([tcpConnect(a.port), tcpConnect(a.port), tcpConnect(b.port)]);
+  held[0]?.write(framed(query('allowed.test')));
+  t.equal((await tcpAnswers(held[0] as net.Socket, 1)).answers.length, 1, 'a held connection is answered');
+  const fourth = await tcpConnect(b.port);
+  t.ok((await tcpAnswers(fourth, 1, 1_000)).closed, 'the fourth, to the other responder, is closed at once: the cap is theirs together');
+  t.equal(slots.open, 3);
+  held[1]?.destroy();
+  const deadline = Date.now() + 2_000;
+  while (slots.open > 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+  const fifth = await tcpConnect(b.port);
+  fifth.write(framed(query('allowed.test')));
+  t.equal((await tcpAnswers(fifth, 1)).answers.length, 1, 'a slot one responder freed serves the other');
+  for (const s of [...held, fifth]) s.destroy();
+});
+

@@ -97,3 +97,44 @@ t.test('a client of sandbox B flooding A\'s DNS address takes nothing of A\'s', 
   t.ok(await closedWithin(B.client, 1_000), 'B\'s TCP connection to A\'s responder is closed at once');
   t.notOk(await closedWithin(A.client, 300), 'A\'s own is kept');
 });
+
+t.test("the sandboxes' DNS responders hold their TCP connections within one cap together, the one the open-file plan keeps", async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'rt-tenants-'));
+  const put = (slot: string, body: object): void => {
+    writeFileSync(join(dir, `.${slot}.part`), JSON.stringify(body));
+    renameSync(join(dir, `.${slot}.part`), join(dir, `${slot}.json`));
+  };
+  const { sink } = captureLogs();
+  const logger = createLogger('debug', sink);
+  put('slot-a', { version: 1, sandbox: 'cap-a', lifecycle: 'life-a-0001', subnet: A.subnet, address: A.proxy, policy: { allowHosts: ['a.test'] } });
+  put('slot-b', { version: 1, sandbox: 'cap-b', lifecycle: 'life-b-0001', subnet: B.subnet, address: B.proxy, policy: { allowHosts: ['b.test'] } });
+  const shared = openTenants(dir, { tunnelDefault: 'opaque' }, logger);
+  const proxy = createEgressProxy({ policy: policyOf({ allowHosts: [] }), lookup: createLookup({ servers: [], timeoutMs: 500 }), logger, identities: shared.tenants });
+  await proxy.listen('127.0.0.1', 0);
+  const held: net.Socket[] = [];
+  t.teardown(async () => {
+    for (const s of held) s.destroy();
+    shared.stop();
+    await proxy.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  const dnsPort = await freePort();
+  await proxy.listenTransparent({ listen: '0.0.0.0', answer: '0.0.0.0', ports: [{ kind: 'dns', dialled: 53, listen: dnsPort }], dnsHost: shared.tenants, dnsLimits: { maxTcpTotal: 3, maxTcpPerClient: 2 } });
+  const deadline = Date.now() + 3_000;
+  while ((await ask(B.proxy, dnsPort, B.client, 'b.test')) !== 'NOERROR' && Date.now() < deadline);
+  /** A connection from `from` to `to`'s responder: whether it is still open after `ms`. */
+  const kept = (to: string, from: string, ms: number): Promise<boolean> =>
+    new Promise((resolve) => {
+      const socket = net.connect({ host: to, port: dnsPort, localAddress: from });
+      held.push(socket);
+      socket.on('error', () => undefined);
+      const timer = setTimeout(() => resolve(true), ms);
+      socket.once('close', () => {
+        clearTimeout(timer);
+        resolve(false);
+      });
+    });
+  t.same([await kept(A.proxy, A.client, 300), await kept(A.proxy, A.client, 300)], [true, true], "A's client holds its two");
+  t.ok(await kept(B.proxy, B.client, 300), "B's client holds one");
+  t.notOk(await kept(B.proxy, B.client, 1_000), "B's second is closed, within B's own cap of two: the three are A's and B's together");
+});
