@@ -30,7 +30,9 @@ local tenant = require('tenant-archive')
 local pull_answer = require('pull-answer')
 local settings = require('proxy-settings').from_env(os.getenv)
 
--- Deadline of one question to dockerd: it answers a listing in milliseconds.
+-- Deadline of one question to dockerd: it answers a listing in milliseconds. HAProxy's httpclient
+-- takes it as a server timeout, an idle one: an answer that kept moving could outlast it, which
+-- dockerd's answers to the proofs' questions (one object's inspect) never do.
 local PROOF_TIMEOUT_MS = 5000
 
 core.register_action('check_body', { 'http-req' }, function(txn)
