@@ -35,12 +35,12 @@ const ECHOING_METHODS = new Set(['TRACE', 'TRACK']);
  * What the secrets put into a request (`injected`, by label) ask of it: a refusal when its method
  * would have them echoed back, else a watch on the response for their values (none if none went in).
  */
-function secretsSent(set: SecretSet | undefined, method: string, host: string, injected: readonly string[]): { readonly refused: string } | { readonly watch: ValueWatch | undefined } {
+function secretsSent(set: SecretSet | undefined, method: string, host: string, injected: readonly string[], headers: readonly string[]): { readonly refused: string } | { readonly watch: ValueWatch | undefined } {
   if (injected.length === 0 || set === undefined) return { watch: undefined };
   if (ECHOING_METHODS.has(method)) {
     return { refused: `${method} asks ${host} to answer with the request itself, which would carry the secrets the proxy puts in; it is not forwarded to a host secrets are bound to` };
   }
-  return { watch: new ValueWatch([...set.byName.values()].filter((s) => injected.includes(secretLabel(s)))) };
+  return { watch: new ValueWatch([...set.byName.values()].filter((s) => injected.includes(secretLabel(s))), headers) };
 }
 
 export function createForwarder(ctx: ProxyContext) {
@@ -91,7 +91,7 @@ export function createForwarder(ctx: ProxyContext) {
     // Before the rules, whose refusals quote the path and headers.
     const secrets = applySecrets(policy.secrets, checked, { target: parsed.path, headers: req.rawHeaders, inspected: trust !== undefined });
     if (!secrets.ok) return deny({ reason: secrets.reason, detail: secrets.detail, host: checked.host, port: checked.port }, { [F.rule]: checked.rule, [F.secrets]: secrets.secrets });
-    const sent = secretsSent(policy.secrets, req.method ?? '', checked.host, secrets.injected);
+    const sent = secretsSent(policy.secrets, req.method ?? '', checked.host, secrets.injected, secrets.headers);
     if ('refused' in sent) return deny({ reason: 'method_not_allowed', detail: sent.refused, host: checked.host, port: checked.port }, { [F.rule]: checked.rule, [F.secrets]: secrets.injected });
     if (secrets.injected.length > 0) record.note({ [F.secrets]: secrets.injected });
     // The entry's method and path rules, before any lookup: a refused request reaches nothing.

@@ -7,7 +7,8 @@
  * no piece of a value straddling two reads reaches the client before the value is found whole, and
  * on a value the response is cut there.
  *
- * It sees the raw bytes only: a value the host encodes (base64, escapes, compressed) passes.
+ * It sees the raw bytes, and the Basic credentials the proxy itself encoded a value into, as they
+ * went out: a value the host encodes (base64, escapes) passes.
  */
 import { CodedError } from '../../common/index.js';
 import { secretLabel, type LoadedSecret } from '../../policy/index.js';
@@ -22,20 +23,38 @@ export class SecretReflected extends CodedError<'bad_upstream_response'> {
   }
 }
 
+/** Basic credentials as a field value carries them (policy/secrets.ts swaps a value inside such). */
+const BASIC = /^\s*basic\s+([A-Za-z0-9+/_=-]+)\s*$/i;
+
 export class ValueWatch {
   private readonly needles: readonly { readonly secret: LoadedSecret; readonly bytes: Buffer }[];
   private readonly keep: number;
   private tail: Buffer = Buffer.alloc(0);
 
-  constructor(secrets: readonly LoadedSecret[]) {
-    this.needles = secrets.map((secret) => ({ secret, bytes: Buffer.from(secret.value, 'latin1') }));
+  /**
+   * `sent` is the request's fields as they went upstream (a flat name/value list): a value the
+   * proxy swapped into Basic credentials went out base64-encoded, in whatever field the sandbox
+   * chose, and a host that reflects that field hands back the encoding, so the encoded
+   * credentials are watched for as well as the value.
+   */
+  constructor(secrets: readonly LoadedSecret[], sent: readonly string[] = []) {
+    const needles = secrets.map((secret) => ({ secret, bytes: Buffer.from(secret.value, 'latin1') }));
+    for (let i = 1; i < sent.length; i += 2) {
+      const encoded = BASIC.exec(sent[i]!)?.[1];
+      if (encoded === undefined) continue;
+      const credentials = Buffer.from(encoded, 'base64').toString('latin1');
+      for (const secret of secrets) {
+        if (credentials.includes(secret.value)) needles.push({ secret, bytes: Buffer.from(encoded, 'latin1') });
+      }
+    }
+    this.needles = needles;
     this.keep = Math.max(0, ...this.needles.map((n) => n.bytes.length - 1));
   }
 
   /** Whether a response head (its reason phrase and field values, as they arrived) holds a value. */
   head(reason: string, fields: readonly string[]): SecretReflected | undefined {
     const texts = [reason, ...fields];
-    const found = this.needles.find(({ secret }) => texts.some((text) => text.includes(secret.value)));
+    const found = this.needles.find(({ bytes }) => texts.some((text) => text.includes(bytes.toString('latin1'))));
     return found === undefined ? undefined : new SecretReflected(found.secret, 'head');
   }
 

@@ -158,6 +158,22 @@ t.test('TRACE, whose answer is the request itself, is refused where a secret wou
   noLeak(t);
 });
 
+t.test('a response that reflects Basic credentials the proxy put a value into never hands back their encoding', async (t) => {
+  // The value swapped inside Basic credentials goes out base64-encoded, in whatever field the
+  // sandbox put them: a host that reflects the field would hand back the value, base64-encoded.
+  const sent = (prefix: string): string => Buffer.from(`${prefix}${NPM.placeholder}`).toString('base64');
+  const encoded = (prefix: string): string => Buffer.from(`${prefix}${NPM.value}`).toString('base64');
+  const cors = await send('registry.test', `GET /cors HTTP/1.1\r\nHost: HOST\r\nOrigin: Basic ${sent('')}\r\n`);
+  t.notOk(cors.includes(encoded('')), 'the encoded value echoed in a response field does not reach the workload');
+  t.match(cors, /^HTTP\/1\.1 502 .*X-Egress-Reason: bad_upstream_response/s, 'refused as a bad upstream response');
+  for (const at of [-30, 5, 40]) {
+    const quote = await send('registry.test', `GET /quote?at=${at} HTTP/1.1\r\nHost: HOST\r\nAuthorization: Basic ${sent('x-access-token:')}\r\n`);
+    t.notOk(quote.includes(encoded('x-access-token:')), `split at ${at}: the encoded credentials quoted in a body do not reach the workload`);
+    t.notOk(quote.includes(`you sent Basic ${encoded('x-access-token:').slice(0, 8)}`), `split at ${at}: not even their start`);
+  }
+  noLeak(t);
+});
+
 t.test('a response that reflects a secret the proxy put in never hands it to the workload: its head is refused, its body cut before the value', async (t) => {
   const cors = await send('registry.test', `GET /cors HTTP/1.1\r\nHost: HOST\r\nOrigin: https://${NPM.placeholder}\r\n`);
   t.notOk(cors.includes(NPM.value), 'the value echoed in a response field does not reach the workload');
