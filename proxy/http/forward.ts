@@ -43,6 +43,21 @@ function secretsSent(set: SecretSet | undefined, method: string, host: string, i
   return { watch: new ValueWatch([...set.byName.values()].filter((s) => injected.includes(secretLabel(s))), headers) };
 }
 
+/**
+ * The fields of a request a secret went into, asking for the response uncompressed: the value
+ * watch reads the bytes as they come, and a workload that asked a reflecting host for gzip
+ * (`Accept-Encoding`) would get the value back compressed, past it. Every Accept-Encoding the
+ * sandbox sent is dropped, in any case, and `identity` alone asked for.
+ */
+function uncompressed(headers: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < headers.length; i += 2) {
+    if (headers[i]!.toLowerCase() !== 'accept-encoding') out.push(headers[i]!, headers[i + 1]!);
+  }
+  out.push('accept-encoding', 'identity');
+  return out;
+}
+
 export function createForwarder(ctx: ProxyContext) {
   /** One plain-HTTP request on `connection`; its one decision line goes through `record`. */
   return async function handleRequest(connection: ClientConnection, req: IncomingMessage, res: ServerResponse, record: DecisionRecorder): Promise<void> {
@@ -119,6 +134,7 @@ export function createForwarder(ctx: ProxyContext) {
       record.allow(destinationOf(decision), { [F.decideMs]: decideMs, [F.error]: 'client_closed' });
       return;
     }
-    new Exchange(ctx, connection, req, res, { decision, path: ruled.target, headers: head.headers, framing: head.framing, started, decideMs, record, trust, secrets: policy.secrets, watch: sent.watch }).start();
+    const headers = sent.watch === undefined ? head.headers : uncompressed(head.headers);
+    new Exchange(ctx, connection, req, res, { decision, path: ruled.target, headers, framing: head.framing, started, decideMs, record, trust, secrets: policy.secrets, watch: sent.watch }).start();
   };
 }

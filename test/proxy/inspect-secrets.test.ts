@@ -8,6 +8,7 @@
 import https from 'node:https';
 import net from 'node:net';
 import tls from 'node:tls';
+import zlib from 'node:zlib';
 import t, { type Test } from 'tap';
 import type { PolicyInput } from '../../policy/index.js';
 import { fingerprint, loadSecrets } from '../../proxy/secrets/index.js';
@@ -38,6 +39,14 @@ const upstream = https.createServer(cert, (req, res) => {
     entry.complete = true;
     // A server that reflects what it is sent: CORS that echoes the Origin (as the cors package's
     // `origin: true` does), and a page quoting a header in a long body, written in pieces.
+    // An echo that compresses when asked to, as compression middleware does.
+    if (req.url === '/gzip') {
+      const text = Buffer.from(`you sent ${String(req.headers.authorization)}`);
+      const gzip = String(req.headers['accept-encoding'] ?? '').includes('gzip');
+      const body = gzip ? zlib.gzipSync(text) : text;
+      res.writeHead(200, { 'Content-Length': String(body.length), ...(gzip ? { 'Content-Encoding': 'gzip' } : {}) }).end(body);
+      return;
+    }
     if (req.url === '/cors') {
       res.writeHead(200, { 'Access-Control-Allow-Origin': req.headers.origin ?? '*', 'Content-Length': '3' }).end('ok\n');
       return;
@@ -155,6 +164,22 @@ t.test('TRACE, whose answer is the request itself, is refused where a secret wou
   }
   t.equal(seen.length, before, 'the upstream got neither');
   t.match(await send('paste.test', 'TRACE /p HTTP/1.1\r\nHost: HOST\r\n'), /^HTTP\/1\.1 200 /, 'a host with no secret gets its TRACE');
+  noLeak(t);
+});
+
+t.test('a request a secret went into asks for an uncompressed response, so a reflected value is seen and cut', async (t) => {
+  const before = seen.length;
+  for (const asked of ['Accept-Encoding: gzip\r\n', 'accept-encoding: identity\r\nACCEPT-ENCODING: gzip, deflate, br\r\n']) {
+    const answer = await send('api.test', `GET /gzip HTTP/1.1\r\nHost: HOST\r\n${asked}`);
+    const split = answer.indexOf('\r\n\r\n');
+    t.notMatch(answer.slice(0, split), /content-encoding/i, 'not compressed');
+    t.notOk(answer.includes(GITHUB.value), 'the value does not reach the workload');
+    t.match(answer, /^HTTP\/1\.1 502 .*X-Egress-Reason: bad_upstream_response/s, 'the plain echo is refused');
+  }
+  t.same(seen.slice(before).map((s) => s.headers['accept-encoding']), ['identity', 'identity'], 'the upstream was asked for identity alone');
+  const clean = seen.length;
+  await send('paste.test', 'GET /p HTTP/1.1\r\nHost: HOST\r\nAccept-Encoding: gzip\r\n');
+  t.equal(seen[clean]!.headers['accept-encoding'], 'gzip', 'a request without a secret keeps its Accept-Encoding');
   noLeak(t);
 });
 
