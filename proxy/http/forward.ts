@@ -35,12 +35,16 @@ const ECHOING_METHODS = new Set(['TRACE', 'TRACK']);
  * What the secrets put into a request (`injected`, by label) ask of it: a refusal when its method
  * would have them echoed back, else a watch on the response for their values (none if none went in).
  */
-function secretsSent(set: SecretSet | undefined, method: string, host: string, injected: readonly string[], headers: readonly string[]): { readonly refused: string } | { readonly watch: ValueWatch | undefined } {
+function secretsSent(set: SecretSet | undefined, method: string, host: string, injected: readonly string[], headers: readonly string[]): { readonly refused: string; readonly reason: 'method_not_allowed' | 'bad_request' } | { readonly watch: ValueWatch | undefined } {
   if (injected.length === 0 || set === undefined) return { watch: undefined };
   if (ECHOING_METHODS.has(method)) {
-    return { refused: `${method} asks ${host} to answer with the request itself, which would carry the secrets the proxy puts in; it is not forwarded to a host secrets are bound to` };
+    return { refused: `${method} asks ${host} to answer with the request itself, which would carry the secrets the proxy puts in; it is not forwarded to a host secrets are bound to`, reason: 'method_not_allowed' };
   }
-  return { watch: new ValueWatch([...set.byName.values()].filter((s) => injected.includes(secretLabel(s))), headers) };
+  const watch = new ValueWatch([...set.byName.values()].filter((s) => injected.includes(secretLabel(s))), headers);
+  if (watch.encoded > ValueWatch.MAX_ENCODED_CREDENTIALS) {
+    return { refused: `more than ${ValueWatch.MAX_ENCODED_CREDENTIALS} fields carry Basic credentials a secret goes into; each is watched for in the response, so a request may carry at most ${ValueWatch.MAX_ENCODED_CREDENTIALS}`, reason: 'bad_request' };
+  }
+  return { watch };
 }
 
 /**
@@ -107,7 +111,7 @@ export function createForwarder(ctx: ProxyContext) {
     const secrets = applySecrets(policy.secrets, checked, { target: parsed.path, headers: req.rawHeaders, inspected: trust !== undefined });
     if (!secrets.ok) return deny({ reason: secrets.reason, detail: secrets.detail, host: checked.host, port: checked.port }, { [F.rule]: checked.rule, [F.secrets]: secrets.secrets });
     const sent = secretsSent(policy.secrets, req.method ?? '', checked.host, secrets.injected, secrets.headers);
-    if ('refused' in sent) return deny({ reason: 'method_not_allowed', detail: sent.refused, host: checked.host, port: checked.port }, { [F.rule]: checked.rule, [F.secrets]: secrets.injected });
+    if ('refused' in sent) return deny({ reason: sent.reason, detail: sent.refused, host: checked.host, port: checked.port }, { [F.rule]: checked.rule, [F.secrets]: secrets.injected });
     if (secrets.injected.length > 0) record.note({ [F.secrets]: secrets.injected });
     // The entry's method and path rules, before any lookup: a refused request reaches nothing.
     // They read the screened fields: a refusal quotes an override header, never a secret.

@@ -29,6 +29,13 @@ const BASIC = /^\s*basic\s+([A-Za-z0-9+/_=-]+)\s*$/i;
 export class ValueWatch {
   private readonly needles: readonly { readonly secret: LoadedSecret; readonly bytes: Buffer }[];
   private readonly keep: number;
+  /**
+   * How many encoded credentials are watched for besides the values: each is searched for in
+   * every read of the body, so a request with more than MAX_ENCODED_CREDENTIALS is refused
+   * (forward.ts) rather than have the proxy scan its response hundreds of times over.
+   */
+  encoded = 0;
+  static readonly MAX_ENCODED_CREDENTIALS = 4;
   private tail: Buffer = Buffer.alloc(0);
 
   /**
@@ -44,7 +51,9 @@ export class ValueWatch {
       if (encoded === undefined) continue;
       const credentials = Buffer.from(encoded, 'base64').toString('latin1');
       for (const secret of secrets) {
-        if (credentials.includes(secret.value)) needles.push({ secret, bytes: Buffer.from(encoded, 'latin1') });
+        if (!credentials.includes(secret.value) || needles.some((n) => n.bytes.toString('latin1') === encoded)) continue;
+        needles.push({ secret, bytes: Buffer.from(encoded, 'latin1') });
+        this.encoded += 1;
       }
     }
     this.needles = needles;

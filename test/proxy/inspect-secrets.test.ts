@@ -196,6 +196,12 @@ t.test('a response that reflects Basic credentials the proxy put a value into ne
     t.notOk(quote.includes(encoded('x-access-token:')), `split at ${at}: the encoded credentials quoted in a body do not reach the workload`);
     t.notOk(quote.includes(`you sent Basic ${encoded('x-access-token:').slice(0, 8)}`), `split at ${at}: not even their start`);
   }
+  // Each encoding is searched for in every read of the body: a request may carry a few, not hundreds.
+  const before = seen.length;
+  const many = Array.from({ length: 5 }, (_, i) => `X-C${i}: Basic ${sent(`u${i}:`)}\r\n`).join('');
+  t.match(await send('registry.test', `GET /pkg HTTP/1.1\r\nHost: HOST\r\n${many}`), /^HTTP\/1\.1 400 .*X-Egress-Reason: bad_request/s, 'five encoded credentials are refused');
+  t.equal(seen.length, before, 'and reach nothing');
+  t.match(await send('registry.test', `GET /pkg HTTP/1.1\r\nHost: HOST\r\n${many.split('\r\n').slice(0, 4).join('\r\n')}\r\n`), /^HTTP\/1\.1 200 /, 'four pass');
   noLeak(t);
 });
 
