@@ -42,7 +42,7 @@ function secretsSent(set: SecretSet | undefined, method: string, host: string, i
   }
   const watch = new ValueWatch([...set.byName.values()].filter((s) => injected.includes(secretLabel(s))), headers);
   if (watch.encoded > ValueWatch.MAX_ENCODED_CREDENTIALS) {
-    return { refused: `more than ${ValueWatch.MAX_ENCODED_CREDENTIALS} fields carry Basic credentials a secret goes into; each is watched for in the response, so a request may carry at most ${ValueWatch.MAX_ENCODED_CREDENTIALS}`, reason: 'bad_request' };
+    return { refused: `the Basic credentials a secret goes into would be watched for in the response in more than ${ValueWatch.MAX_ENCODED_CREDENTIALS} encodings (a short value, in credentials that differ): send it in fewer fields`, reason: 'bad_request' };
   }
   return { watch };
 }

@@ -26,6 +26,26 @@ export class SecretReflected extends CodedError<'bad_upstream_response'> {
 /** Basic credentials as a field value carries them (policy/secrets.ts swaps a value inside such). */
 const BASIC = /^\s*basic\s+([A-Za-z0-9+/_=-]+)\s*$/i;
 
+/** Shortest encoded core watched for alone; a shorter one is watched for in the whole credentials. */
+const MIN_CORE_CHARS = 8;
+
+/**
+ * What of `credentials`' canonical base64 (as the proxy writes it) encodes `value`, at each place
+ * the value is: the characters that encode its whole triples, which read the same whatever the
+ * sandbox put before and after it. A host that quotes the field only in part (cut to a length)
+ * still hands back these, when they are not the whole credentials.
+ */
+function encodedCores(credentials: string, value: string): string[] {
+  const canonical = Buffer.from(credentials, 'latin1').toString('base64');
+  const cores: string[] = [];
+  for (let at = credentials.indexOf(value); at !== -1; at = credentials.indexOf(value, at + 1)) {
+    const start = Math.ceil(at / 3);
+    const end = Math.floor((at + value.length) / 3);
+    cores.push((end - start) * 4 >= MIN_CORE_CHARS ? canonical.slice(start * 4, end * 4) : canonical);
+  }
+  return cores;
+}
+
 export class ValueWatch {
   private readonly needles: readonly { readonly secret: LoadedSecret; readonly bytes: Buffer }[];
   private readonly keep: number;
@@ -51,9 +71,11 @@ export class ValueWatch {
       if (encoded === undefined) continue;
       const credentials = Buffer.from(encoded, 'base64').toString('latin1');
       for (const secret of secrets) {
-        if (!credentials.includes(secret.value) || needles.some((n) => n.bytes.toString('latin1') === encoded)) continue;
-        needles.push({ secret, bytes: Buffer.from(encoded, 'latin1') });
-        this.encoded += 1;
+        for (const text of encodedCores(credentials, secret.value)) {
+          if (needles.some((n) => n.bytes.toString('latin1') === text)) continue;
+          needles.push({ secret, bytes: Buffer.from(text, 'latin1') });
+          this.encoded += 1;
+        }
       }
     }
     this.needles = needles;

@@ -75,3 +75,22 @@ t.test('what is held back between reads is at most the longest value less one by
   t.equal(watch.end()?.length, LONG.value.length - 1);
   t.equal(watch.end(), undefined, 'nothing after the end');
 });
+
+t.test('Basic credentials a value was swapped into are watched for as the value\'s encoding, however cut around it', async (t) => {
+  const basic = (text: string): string => `Basic ${Buffer.from(text, 'latin1').toString('base64')}`;
+  const sent = ['X-Request-Id', basic(`abc${LONG.value}${'x'.repeat(60)}`)];
+  const watch = new ValueWatch([LONG], sent);
+  // A quote of the field cut after the value: not the whole credentials, but the value's triples.
+  const cut = Buffer.from(`quoted: ${sent[1]!.slice(0, 70)}`);
+  t.type(watch.head('OK', ['X-Echo', cut.toString('latin1')]), SecretReflected, 'in a head');
+  t.type(watch.body(cut), SecretReflected, 'in a body');
+  t.notOk(watch.head('OK', ['X-Echo', basic('abc')]), 'credentials without the value are not');
+  // Three alignments at most for a value: twenty prefixes are three encodings.
+  const twenty = new ValueWatch([LONG], Array.from({ length: 20 }, (_, i) => ['X', basic(`${'u'.repeat(i)}:${LONG.value}`)]).flat());
+  t.equal(twenty.encoded, 3);
+  // A value too short for a core of its own is watched for in the whole credentials, each one.
+  const tiny: LoadedSecret = { ...SHORT, value: 'abcd' };
+  const five = new ValueWatch([tiny], Array.from({ length: 5 }, (_, i) => ['X', basic(`u${i}:abcd`)]).flat());
+  t.equal(five.encoded, 5);
+  t.ok(five.encoded > ValueWatch.MAX_ENCODED_CREDENTIALS, 'past the most a request may carry (forward.ts refuses it)');
+});
