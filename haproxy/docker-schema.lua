@@ -422,6 +422,21 @@ S.routes.container_create = struct({
   }, { prefix = 'NetworkingConfig.' }) },
 }, {
   rules = {
+    -- S.IMAGE_SYMLINKED names the symlinks of the images the operator listed by name (the project's
+    -- own; a listed image must have no others). An image that is merely from a listed registry
+    -- (anyone's who can push there) can have any, and runc makes every mount point by path
+    -- (CVE-2024-45310) through them and through a volume's content, which a container sharing the
+    -- volume swaps meanwhile: `/opt -> /workspace/o` put a tmpfs at /opt/p/q inside the workspace
+    -- volume and runc created a directory in a root-only host directory within 10 starts;
+    -- `/workspace -> /etc` put the volume alone over /etc, where runc makes dockerd's resolv.conf,
+    -- and it created that file on the host within 6 (a review, through the proxy). So only a
+    -- container of an image listed by name has a volume.
+    function(c, s)
+      if s.images[c.Image] then return nil end
+      for _, m in ipairs(c.HostConfig.Mounts or {}) do
+        if m.Type == 'volume' then return 'mount_image_not_listed:' .. m.Target:sub(1, 64) end
+      end
+    end,
     function(c)
       local endpoints = c.NetworkingConfig and c.NetworkingConfig.EndpointsConfig
       if endpoints == nil then return nil end

@@ -14,6 +14,8 @@ import { checkBodies, luaMissing, settingsError, type CheckSettings } from './lu
 import { WORKSPACE_OWNER_ARCHIVE } from '../../controller/docker/workspace-owner.js';
 
 const PROFILE = '"CapDrop":["ALL"],"SecurityOpt":["no-new-privileges"],"ReadonlyRootfs":true,"PidsLimit":256,"Memory":268435456,"MemorySwap":268435456,"CgroupnsMode":"private"';
+const REGISTRY: CheckSettings = { images: 'img', registries: 'registry.example.com' };
+const REGISTRY_IMAGE = 'registry.example.com/team/sandbox:1';
 const create = (hostConfig: string, image = 'img'): string => `{"Image":${JSON.stringify(image)},"HostConfig":{${PROFILE},"NetworkMode":"none"${hostConfig}}}`;
 const limits = (more: string): string => `{"Image":"img","HostConfig":{"CapDrop":["ALL"],"SecurityOpt":["no-new-privileges"],"ReadonlyRootfs":true,"CgroupnsMode":"private","NetworkMode":"none",${more}}}`;
 const mount = (m: string): string => create(`,"Mounts":[${m}]`);
@@ -119,6 +121,15 @@ t.test('nothing mounted inside a volume (its content is the caller\'s: a symlink
     { name: 'a volume at /usr with Init false', route: 'container_create', body: create(`,"Init":false,"Mounts":[${vol('/usr')}]`), verdict: 'ok' },
     { name: 'a volume elsewhere with a tmpfs and Init (public corpus A12)', route: 'container_create', body: create(`,"Init":true,"Mounts":[${vol('/work')},${tmp('/tmp')}]`), verdict: 'ok' },
     { name: 'a volume at a name that only starts like /run', route: 'container_create', body: mount(`${vol('/runner')},${tmp('/tmp')}`), verdict: 'ok' },
+    // An image merely from a listed registry can have any symlink (/opt -> /workspace/o, /workspace
+    // -> /etc), through which runc makes mount points in a volume: no volume at all.
+    { name: 'a registry\'s image: a volume and a tmpfs', route: 'container_create', body: create(`,"Mounts":[${vol('/workspace')}],"Tmpfs":{"/opt/p/q":"nosuid,nodev"}`, REGISTRY_IMAGE), verdict: 'mount_image_not_listed:/workspace', settings: REGISTRY },
+    { name: 'a registry\'s image: a volume and a tmpfs mount', route: 'container_create', body: create(`,"Mounts":[${vol('/work')},${tmp('/tmp')}]`, REGISTRY_IMAGE), verdict: 'mount_image_not_listed:/work', settings: REGISTRY },
+    { name: 'a registry\'s image: a volume and Init', route: 'container_create', body: create(`,"Init":true,"Mounts":[${vol('/workspace')}]`, REGISTRY_IMAGE), verdict: 'mount_image_not_listed:/workspace', settings: REGISTRY },
+    { name: 'a registry\'s image: the controller\'s two volumes', route: 'container_create', body: create(`,"Mounts":[${vol('/workspace')},${vol('/skills', 'cap-u')}]`, REGISTRY_IMAGE), verdict: 'mount_image_not_listed:/workspace', settings: REGISTRY },
+    { name: 'a registry\'s image: a volume alone (/workspace -> /etc lays it over /etc)', route: 'container_create', body: create(`,"Init":false,"Mounts":[${vol('/workspace')}]`, REGISTRY_IMAGE), verdict: 'mount_image_not_listed:/workspace', settings: REGISTRY },
+    { name: 'a registry\'s image: tmpfs and Init without a volume', route: 'container_create', body: create(`,"Init":true,"Mounts":[${tmp('/scratch')}],"Tmpfs":{"/tmp":"nosuid,nodev"}`, REGISTRY_IMAGE), verdict: 'ok', settings: REGISTRY },
+    { name: 'a listed image: a volume, a tmpfs and Init', route: 'container_create', body: create(`,"Init":true,"Mounts":[${vol('/workspace')}],"Tmpfs":{"/tmp":"nosuid,nodev"}`), verdict: 'ok', settings: REGISTRY },
   ];
   judge(t, rows);
 });
