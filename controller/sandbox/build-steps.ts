@@ -21,6 +21,15 @@ const EGRESS_PROBE_PAUSE_S = 0.02;
 
 /** What to do about an image the socket proxy does not admit. */
 function imageNotAllowed(image: string, reason: string, cause: unknown): SandboxError {
+  // A container with a volume (every sandbox, for its workspace; a proxy, for its policy) runs
+  // only an image listed by name: its symlinks decide where the volume lands (SECURITY.md).
+  if (reason.startsWith('mount_image_not_listed')) {
+    return new SandboxError(
+      'image_unavailable',
+      `The Docker socket proxy does not let a container with a volume run ${image} (${reason}): only an image listed by name in the proxy's SOCKET_PROXY_IMAGES may (capybara-sandbox up lists the deployment's images); a registry in SOCKET_PROXY_REGISTRIES is not enough. List it by name once you know it has no directory symlinks beyond Debian's own.`,
+      { cause },
+    );
+  }
   return new SandboxError(
     'image_unavailable',
     `The Docker socket proxy does not let the engine run or pull ${image} (${reason}): add it to the proxy's SOCKET_PROXY_IMAGES (capybara-sandbox up does for the deployment's images), ` +

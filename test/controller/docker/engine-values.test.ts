@@ -232,4 +232,15 @@ t.test('an image the socket proxy refuses: image_unavailable, naming the setting
     t.match((err as Error).message, new RegExp(`${reason}.*SOCKET_PROXY_IMAGES.*SOCKET_PROXY_REGISTRIES`, 's'));
     t.equal(s.engine.count('pullImage'), 0, `${reason}: no pull is tried`);
   }
+  // An image of a listed registry, refused for its volume: listing the registry again is no answer.
+  const s = fakeSandbox();
+  s.engine.beforeCall((call) => {
+    if (call.method === 'createContainer' && call.target === 'cap-i2') {
+      throw new EngineStatusError('engine_refused', 403, 'The socket proxy refused create of container cap-i2 (403): denied by the Docker socket proxy: mount_image_not_listed:/workspace', undefined, true);
+    }
+  });
+  const err = await s.provider.create(spec('i2')).catch((e: unknown) => e);
+  t.ok(isSandboxError(err, 'image_unavailable'), String(err));
+  t.match((err as Error).message, /mount_image_not_listed:\/workspace.*listed by name in the proxy's SOCKET_PROXY_IMAGES.*SOCKET_PROXY_REGISTRIES is not enough/s);
+  t.equal(s.engine.count('pullImage'), 0, 'no pull is tried');
 });
