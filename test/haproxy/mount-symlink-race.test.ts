@@ -483,7 +483,13 @@ t.test('a registration goes only into an egress container of a listed image: a r
   const egress = env.name('x-egress');
   // An egress-named container of the registry's image, its one mount the registration volume.
   await madeAnyway(t, env, call, egress, { Image: image, Cmd: ['sleep', '600'], Labels: env.labels, HostConfig: hardened([volume(shared, TENANTS_DIR)]) });
-  t.equal((await call(json('POST', `/v1.41/containers/${egress}/start`))).status, 204, 'it runs, as an egress proxy does');
+  // Through the proxy, again while runc refuses a path the racer swapped in (startedPastRacer).
+  let start = await call(json('POST', `/v1.41/containers/${egress}/start`));
+  for (let i = 0; i < 50 && start.status === 500 && /possibly malicious path/.test(start.body.toString('utf8')); i++) {
+    await new Promise((r) => setTimeout(r, 20));
+    start = await call(json('POST', `/v1.41/containers/${egress}/start`));
+  }
+  t.equal(start.status, 204, 'it runs, as an egress proxy does');
   const archive = registrationArchive('s1', { version: 1, vacant: true }, 1_767_225_600);
   const put = (): RawCase => {
     const path = `/v1.41/containers/${egress}/archive?path=${encodeURIComponent(TENANTS_DIR)}`;
