@@ -13,6 +13,7 @@ import { type DeploymentConfig, type SandboxHandle, type SandboxProvider, isSand
 import { type DockerEngine, engineStatus, imageRefusal, parseEndpoint } from '../docker/index.js';
 import { ISOLATION_PROBE, probeCommand, readProbeOutput } from './isolation-probe.js';
 import type { SandboxRow } from './inventory.js';
+import { escapeText } from './decision-format.js';
 
 export const DOCTOR_CHECKS = {
   engine_reachable: 'The endpoint answers (over mTLS when tlsCertDir is set).',
@@ -238,11 +239,23 @@ function runtimeFix(config: DeploymentConfig, err: unknown): string {
   return 'Check the engine logs (journalctl -u docker) and the images.';
 }
 
+/**
+ * A check as it is shown: its detail and fix as printable ASCII (decision-format.ts escapeText).
+ * Details quote what the throwaway sandbox's commands wrote (the probe's stderr, what ls found,
+ * curl's answer), which are the image's own programs, and engine error messages: a hostile image
+ * (doctor --image) wrote terminal controls and forged whole check lines with a newline.
+ */
+function shown(c: DoctorCheck): DoctorCheck {
+  const plain = (text: string): string => escapeText(text, Number.POSITIVE_INFINITY);
+  return { ...c, detail: plain(c.detail), ...(c.fix === undefined ? {} : { fix: plain(c.fix) }) };
+}
+
 export async function runDoctor(o: DoctorOptions): Promise<DoctorCheck[]> {
   const done: DoctorCheck[] = [];
   const checks = {
     push(...finished: DoctorCheck[]): void {
-      for (const c of finished) {
+      for (const found of finished) {
+        const c = shown(found);
         done.push(c);
         o.onCheck?.(c);
       }
