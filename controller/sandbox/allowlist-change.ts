@@ -9,6 +9,7 @@ import { DEFAULT_CONNECT_PORTS, type PolicyFile } from '../../policy/index.js';
 import { LABEL_EGRESS, SandboxError, checkAllowlistChange, inspectedEntries, meaningOfLabel, type AllowlistChange, type DeploymentConfig } from '../spec/index.js';
 import type { SandboxEngine } from '../docker/index.js';
 import { EGRESS_USER, readRegistration, seatOfSandbox, writeRegistration } from './egress-policy.js';
+import type { EgressSeat } from './shards.js';
 import type { SandboxLanes } from './sandbox-lanes.js';
 
 /** The most entries an allowlist may hold after a change (the registration must fit the socket proxy's body cap). */
@@ -94,7 +95,32 @@ export async function changeAllowHosts(deps: AllowlistDeps, name: string, change
       address: held.address,
       policy: { allowHosts: next, ...(held.policy.mode === 'report' ? { mode: 'report' as const } : {}) },
     };
+    // Fenced on the container and the lifecycle id read: a destroy and a create of the same id in
+    // another controller process (the lane is this process's only) can land between the read and
+    // the write, on the same subnet, and the shard would take the earlier sandbox's lifecycle id
+    // and list, written then, as a later registration: the new sandbox's.
+    await fence(deps.engine, name, view.id, seat, held.lifecycle);
     await writeRegistration(deps.engine, seat, registration, name);
+    // Made again while the write was under way: the slot it overwrote is made vacant (the new
+    // sandbox is refused until the check before its next command writes its own registration),
+    // unless a later write replaced this one already.
+    const after = await deps.engine.inspectContainer(name);
+    if (after?.id !== view.id) {
+      const now = await readRegistration(deps.engine, seat, EGRESS_USER).catch(() => undefined);
+      if (now?.lifecycle === held.lifecycle) await writeRegistration(deps.engine, seat, { version: 1, vacant: true }, name);
+      throw changedMeanwhile(name);
+    }
     return next;
   });
+}
+
+function changedMeanwhile(name: string): SandboxError {
+  return new SandboxError('conflict', `The allowlist of ${name} was not changed: the sandbox was destroyed or made again by another call while the change ran; retry.`);
+}
+
+/** Throws unless sandbox `name` is still the container `id`, and `seat` still holds the registration of `lifecycle`. */
+async function fence(engine: SandboxEngine, name: string, id: string, seat: EgressSeat, lifecycle: string): Promise<void> {
+  const now = await readRegistration(engine, seat, EGRESS_USER);
+  if (now === undefined || now.sandbox !== name || now.lifecycle !== lifecycle) throw changedMeanwhile(name);
+  if ((await engine.inspectContainer(name))?.id !== id) throw changedMeanwhile(name);
 }
