@@ -168,7 +168,14 @@ async function adoptRegistration(deps: BuildDeps, names: SandboxNames, pending: 
  * once the egress container runs (a `cat` needs a running container): until then a stale
  * registration matches no client of the network, and nothing is let through.
  */
-export async function keepRegistration(deps: BuildDeps, plan: Pick<EgressPlan, 'names' | 'allowHosts'>, seat: EgressSeat, target: RegistrationTarget): Promise<string> {
+export async function keepRegistration(
+  deps: BuildDeps,
+  plan: Pick<EgressPlan, 'names' | 'allowHosts'>,
+  seat: EgressSeat,
+  target: RegistrationTarget,
+  /** Whether the sandbox is still the one whose labels `plan` is from (the same container). */
+  same?: () => Promise<boolean>,
+): Promise<string> {
   // A read that fails is the rebuild's error (retried by the next recovery): falling back to the
   // label's list would allow again what a live deny dropped. Meanwhile the proxy serves the
   // registration as it is.
@@ -178,8 +185,24 @@ export async function keepRegistration(deps: BuildDeps, plan: Pick<EgressPlan, '
   // Its mode too: a `run --report` sandbox stays in report mode, whichever controller writes it.
   const mode = held?.sandbox === plan.names.name ? (held.policy.mode ?? 'enforce') : deps.egressMode;
   const registration = egressRegistration(plan.names, target, allowHosts, mode);
+  // Fenced on the sandbox read: a destroy and a create of the same id in another controller
+  // process can land meanwhile, on the same subnet, and the earlier sandbox's list written then
+  // would be the new one's (the check before a command, by name, subnet and address, keeps it).
+  if (same !== undefined && !(await same())) throw changedDuringRecovery(plan.names.name);
   await writeRegistration(deps.engine, seat, registration, plan.names.name);
+  if (same !== undefined && !(await same())) {
+    // Made again while the write was under way: the slot it overwrote is made vacant (the new
+    // sandbox is refused until the check before its next command writes its own), unless a
+    // later write replaced this one already.
+    const now = await readRegistration(deps.engine, seat, EGRESS_USER).catch(() => undefined);
+    if (now?.lifecycle === registration.lifecycle) await writeRegistration(deps.engine, seat, { version: 1, vacant: true }, plan.names.name);
+    throw changedDuringRecovery(plan.names.name);
+  }
   return registration.lifecycle;
+}
+
+function changedDuringRecovery(name: string): SandboxError {
+  return new SandboxError('conflict', `${name} was destroyed or made again by another call while this recovery ran; retry.`);
 }
 
 /**

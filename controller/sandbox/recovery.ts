@@ -247,7 +247,12 @@ export class SandboxRecovery {
     if (running === undefined || target === undefined || !readsRegistrations(running)) return undefined;
     const allowHosts = decodeAllowHosts(view.labels[LABEL_ALLOW_HOSTS] ?? '');
     const seat = ownSeat(names);
-    return { lifecycle: await keepRegistration(this.deps, { names, allowHosts }, seat, target), seat, target };
+    return { lifecycle: await keepRegistration(this.deps, { names, allowHosts }, seat, target, this.sameContainer(name, view)), seat, target };
+  }
+
+  /** Whether sandbox `name` is still the container `view` (not destroyed, nor made again). */
+  private sameContainer(name: string, view: ContainerView): () => Promise<boolean> {
+    return async () => (await this.deps.engine.inspectContainer(name))?.id === view.id;
   }
 
   /**
@@ -265,7 +270,7 @@ export class SandboxRecovery {
     const names = namesFor(name);
     const allowHosts = decodeAllowHosts(view.labels[LABEL_ALLOW_HOSTS] ?? '');
     const seat = { container: shard.name, slot: subnetSlot(target.subnet) };
-    const lifecycle = await keepRegistration(this.deps, { names, allowHosts }, seat, target);
+    const lifecycle = await keepRegistration(this.deps, { names, allowHosts }, seat, target, this.sameContainer(name, view));
     await connectShard(this.deps, shard.name, names, network);
     return { lifecycle, seat, target };
   }
