@@ -35,6 +35,31 @@ export function changedList(current: readonly string[], change: { allow?: readon
 }
 
 /**
+ * Whether entry `entry` allows every name `denied` names: `*.example.com` covers `a.example.com`
+ * and `*.a.example.com` (and itself); an exact name covers only itself.
+ */
+function covers(entry: string, denied: string): boolean {
+  const [e, d] = [entry.toLowerCase(), denied.toLowerCase()];
+  if (!e.startsWith('*.')) return e === d;
+  const parent = e.slice(2);
+  const names = d.startsWith('*.') ? d.slice(2) : d;
+  return names.endsWith(`.${parent}`) || (d.startsWith('*.') && names === parent);
+}
+
+/**
+ * Each denied entry the list after the change still allows whole, with the entry that does: a
+ * deny of `a.example.com` under `*.example.com` dropped nothing, and the host stayed reachable
+ * while the change said done. Names below a denied wildcard that the list names on their own
+ * (`api.example.com` when `*.example.com` is denied) are kept: they were allowed one by one.
+ */
+export function deniedButAllowed(next: readonly string[], deny: readonly string[]): Array<{ readonly denied: string; readonly by: string }> {
+  return deny.flatMap((denied) => {
+    const by = next.find((entry) => covers(entry, denied));
+    return by === undefined ? [] : [{ denied, by }];
+  });
+}
+
+/**
  * What in a registration's policy the controller did not write: it writes plain host names, the
  * default ports and a mode. Entries with rules (a tunnel mode, methods, paths), other ports or
  * anything else came from elsewhere, and a change written back as plain names would drop them
@@ -86,6 +111,13 @@ export async function changeAllowHosts(deps: AllowlistDeps, name: string, change
     }
     const current = held.policy.allowHosts.filter((e): e is string => typeof e === 'string');
     const next = changedList(current, checked);
+    const still = deniedButAllowed(next, checked.deny ?? []);
+    if (still.length > 0) {
+      throw new SandboxError(
+        'invalid_spec',
+        `The allowlist change was refused, and nothing changed: ${still.map((s) => `${s.denied} would still be allowed by the entry ${s.by}`).join('; ')}. Deny that entry (and allow the names to keep), or the host stays reachable.`,
+      );
+    }
     if (next.length > MAX_ALLOW_HOSTS) throw new SandboxError('invalid_spec', `The allowlist change was refused: ${name} would have ${next.length} entries, over ${MAX_ALLOW_HOSTS}.`);
     const registration = {
       version: 1 as const,

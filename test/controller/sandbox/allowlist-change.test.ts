@@ -10,7 +10,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { isSandboxError } from '../../../controller/index.js';
-import { changedList } from '../../../controller/sandbox/allowlist-change.js';
+import { changedList, deniedButAllowed } from '../../../controller/sandbox/allowlist-change.js';
 import { IMAGES } from '../../../common/index.js';
 import { fakeSandbox } from '../../support/fake-sandbox.js';
 
@@ -21,6 +21,25 @@ t.test('the list after a change: the old order, new entries after, dropped ones 
   t.same(changedList(['a.test', 'b.test'], { allow: ['c.test', 'a.test', 'c.test'] }), ['a.test', 'b.test', 'c.test']);
   t.same(changedList(['a.test', 'b.test'], { deny: ['a.test', 'z.test'] }), ['b.test']);
   t.same(changedList(['a.test'], { deny: ['a.test'] }), [], 'everything dropped: nothing is reached');
+});
+
+t.test('a deny that an entry left in the list still allows whole is named, never taken as done', async (t) => {
+  t.same(deniedButAllowed(['*.example.com'], ['a.example.com']), [{ denied: 'a.example.com', by: '*.example.com' }], 'a name under a wildcard');
+  t.same(deniedButAllowed(['*.example.com'], ['*.a.example.com']), [{ denied: '*.a.example.com', by: '*.example.com' }], 'a deeper wildcard under a wildcard');
+  t.same(deniedButAllowed(['*.Example.com'], ['A.example.com']), [{ denied: 'A.example.com', by: '*.Example.com' }], 'in any case');
+  t.same(deniedButAllowed(['api.example.com', '*.a.example.com'], ['*.example.com']), [], 'names allowed one by one under a denied wildcard are kept');
+  t.same(deniedButAllowed(['*.example.com'], ['example.com', 'z.test']), [], 'the wildcard does not allow its parent; a name nothing allows');
+  t.same(deniedButAllowed(['*.example.com'], ['*.example.com']), [{ denied: '*.example.com', by: '*.example.com' }], 'a wildcard still in the list');
+});
+
+t.test('a deny of a name a wildcard entry allows is refused, the list unchanged', async (t) => {
+  const s = fakeSandbox();
+  const h = await s.provider.create({ ...spec(), limits: { egress: 'allowlist' as const, allowHosts: ['*.npmjs.org', 'pypi.org'] } });
+  const err = await s.provider.changeAllowHosts(h, { deny: ['registry.npmjs.org', 'pypi.org'] }).catch((e: unknown) => e);
+  t.ok(isSandboxError(err, 'invalid_spec'), String(err));
+  t.match((err as Error).message, /registry\.npmjs\.org would still be allowed by the entry \*\.npmjs\.org.*Deny that entry/);
+  t.same(s.engine.registration(NAME)?.policy.allowHosts, ['*.npmjs.org', 'pypi.org'], 'nothing changed, pypi.org included');
+  t.same(await s.provider.changeAllowHosts(h, { deny: ['*.npmjs.org'] }), ['pypi.org'], 'denying the wildcard itself drops it');
 });
 
 t.test('allow and deny rewrite the registration, the lifecycle id kept', async (t) => {
