@@ -10,11 +10,11 @@
 import t from 'tap';
 import pino from 'pino';
 import { createDockerSandbox, type SandboxHandle } from '../../../controller/index.js';
-import { DockerEngine } from '../../../controller/docker/index.js';
 import { SandboxLanes } from '../../../controller/sandbox/index.js';
 import { changeAllowHosts } from '../../../controller/sandbox/allowlist-change.js';
 import { sandboxTestEnv, SANDBOX_IMAGE, UPSTREAM_HOST } from '../../support/sandbox-env.js';
 import { fileNeeds } from '../../support/needs.js';
+import { heldRegistrationWrites } from '../../support/held-registration.js';
 
 await fileNeeds(t, 'engine');
 
@@ -36,17 +36,7 @@ t.test('a live change that read the earlier sandbox never writes over the one ma
   t.equal(await status(first, `http://${UPSTREAM_HOST}/`), '200');
 
   // The other process: its registration write held until the sandbox was made again.
-  const engine = new DockerEngine({ endpoint: s.proxy.endpoint });
-  const put = engine.putRegistration.bind(engine);
-  let reached!: () => void;
-  const atWrite = new Promise<void>((r) => (reached = r));
-  let release!: () => void;
-  const released = new Promise<void>((r) => (release = r));
-  engine.putRegistration = async (container, archive) => {
-    reached();
-    await released;
-    return put(container, archive);
-  };
+  const { engine, atWrite, release } = heldRegistrationWrites(s.proxy.endpoint);
   const change = changeAllowHosts(
     { engine, lanes: new SandboxLanes(), sharedNetwork: s.sharedNetwork, config: {}, ensureRunning: async () => undefined },
     first.id,

@@ -13,6 +13,7 @@ import { registrationArchive } from '../../../common/index.js';
 import { DockerEngine } from '../../../controller/docker/index.js';
 import { sandboxTestEnv, SANDBOX_IMAGE, UPSTREAM_HOST } from '../../support/sandbox-env.js';
 import { fileNeeds } from '../../support/needs.js';
+import { heldRegistrationWrites } from '../../support/held-registration.js';
 
 await fileNeeds(t, 'engine');
 const SECOND_HOST = 'second.capybara.test';
@@ -35,17 +36,7 @@ t.test('a recovery that read the earlier sandbox never writes over the one made 
   const subnet = (await s.env.docker.getNetwork(`${first.id}-net`).inspect()).IPAM?.Config?.[0]?.Subnet ?? '';
   await new DockerEngine({ endpoint: s.proxy.endpoint }).putRegistration(shard, registrationArchive(subnet.replace('/', '_'), { version: 1, vacant: true }));
 
-  const engine = new DockerEngine({ endpoint: s.proxy.endpoint });
-  const put = engine.putRegistration.bind(engine);
-  let reached!: () => void;
-  const atWrite = new Promise<void>((r) => (reached = r));
-  let release!: () => void;
-  const released = new Promise<void>((r) => (release = r));
-  engine.putRegistration = async (container, archive) => {
-    reached();
-    await released;
-    return put(container, archive);
-  };
+  const { engine, atWrite, release } = heldRegistrationWrites(s.proxy.endpoint);
   const other = controller(engine);
   const resumed = other.resume(first).then((r) => `resumed ${r}`, (err: Error & { code?: string }) => `refused ${err.code ?? ''}: ${err.message}`);
   await atWrite;
