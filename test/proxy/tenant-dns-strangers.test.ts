@@ -5,7 +5,7 @@
  * rates, not the count past which A's UDP socket is shed, not its TCP connections. (Before, B's
  * flood counted toward A's shedding, and A's own clients lost UDP DNS.)
  */
-import t from 'tap';
+import t, { type Test } from 'tap';
 import dgram from 'node:dgram';
 import net from 'node:net';
 import dnsPacket from 'dns-packet';
@@ -37,7 +37,8 @@ function ask(to: string, port: number, from: string, name: string, ms = 400): Pr
   });
 }
 
-t.test('a client of sandbox B flooding A\'s DNS address takes nothing of A\'s', async (t) => {
+/** A shared proxy serving sandboxes A and B (one registration each), and a free port for its DNS. */
+async function sharedProxy(t: Test): Promise<{ proxy: ReturnType<typeof createEgressProxy>; shared: ReturnType<typeof openTenants>; logs: Record<string, unknown>[]; dnsPort: number }> {
   const dir = mkdtempSync(join(tmpdir(), 'rt-tenants-'));
   const put = (slot: string, body: object): void => {
     writeFileSync(join(dir, `.${slot}.part`), JSON.stringify(body));
@@ -55,7 +56,11 @@ t.test('a client of sandbox B flooding A\'s DNS address takes nothing of A\'s', 
     await proxy.close();
     rmSync(dir, { recursive: true, force: true });
   });
-  const dnsPort = await freePort();
+  return { proxy, shared, logs, dnsPort: await freePort() };
+}
+
+t.test('a client of sandbox B flooding A\'s DNS address takes nothing of A\'s', async (t) => {
+  const { proxy, shared, logs, dnsPort } = await sharedProxy(t);
   // Default limits: a shared proxy's responders shed at SANDBOX_UDP_SHED_AFTER (2,000).
   await proxy.listenTransparent({ listen: '0.0.0.0', answer: '0.0.0.0', ports: [{ kind: 'dns', dialled: 53, listen: dnsPort }], dnsHost: shared.tenants });
   let first: string | undefined;
@@ -99,26 +104,11 @@ t.test('a client of sandbox B flooding A\'s DNS address takes nothing of A\'s', 
 });
 
 t.test("the sandboxes' DNS responders hold their TCP connections within one cap together, the one the open-file plan keeps", async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'rt-tenants-'));
-  const put = (slot: string, body: object): void => {
-    writeFileSync(join(dir, `.${slot}.part`), JSON.stringify(body));
-    renameSync(join(dir, `.${slot}.part`), join(dir, `${slot}.json`));
-  };
-  const { sink } = captureLogs();
-  const logger = createLogger('debug', sink);
-  put('slot-a', { version: 1, sandbox: 'cap-a', lifecycle: 'life-a-0001', subnet: A.subnet, address: A.proxy, policy: { allowHosts: ['a.test'] } });
-  put('slot-b', { version: 1, sandbox: 'cap-b', lifecycle: 'life-b-0001', subnet: B.subnet, address: B.proxy, policy: { allowHosts: ['b.test'] } });
-  const shared = openTenants(dir, { tunnelDefault: 'opaque' }, logger);
-  const proxy = createEgressProxy({ policy: policyOf({ allowHosts: [] }), lookup: createLookup({ servers: [], timeoutMs: 500 }), logger, identities: shared.tenants });
-  await proxy.listen('127.0.0.1', 0);
+  const { proxy, shared, dnsPort } = await sharedProxy(t);
   const held: net.Socket[] = [];
-  t.teardown(async () => {
+  t.teardown(() => {
     for (const s of held) s.destroy();
-    shared.stop();
-    await proxy.close();
-    rmSync(dir, { recursive: true, force: true });
   });
-  const dnsPort = await freePort();
   await proxy.listenTransparent({ listen: '0.0.0.0', answer: '0.0.0.0', ports: [{ kind: 'dns', dialled: 53, listen: dnsPort }], dnsHost: shared.tenants, dnsLimits: { maxTcpTotal: 3, maxTcpPerClient: 2 } });
   const deadline = Date.now() + 3_000;
   while ((await ask(B.proxy, dnsPort, B.client, 'b.test')) !== 'NOERROR' && Date.now() < deadline);
