@@ -48,15 +48,19 @@ function secretsSent(set: SecretSet | undefined, method: string, host: string, i
 }
 
 /**
- * The fields of a request a secret went into, asking for the response uncompressed: the value
- * watch reads the bytes as they come, and a workload that asked a reflecting host for gzip
- * (`Accept-Encoding`) would get the value back compressed, past it. Every Accept-Encoding the
- * sandbox sent is dropped, in any case, and `identity` alone asked for.
+ * Fields a request a secret went into never carries to its host, as the value watch needs the
+ * response whole and plain. `Accept-Encoding`: a workload that asked a reflecting host for gzip
+ * would get the value back compressed, past the watch; `identity` alone is asked for instead.
+ * `Range` (and `If-Range`, its condition): byte ranges of a reflected answer, each asked for in a
+ * request of its own, would bring the value back in pieces, and the watch reads one response.
  */
-function uncompressed(headers: readonly string[]): string[] {
+const UNWATCHABLE = new Set(['accept-encoding', 'range', 'if-range']);
+
+/** The fields of a request a secret went into, without UNWATCHABLE ones (in any case), asking for identity. */
+function watchable(headers: readonly string[]): string[] {
   const out: string[] = [];
   for (let i = 0; i < headers.length; i += 2) {
-    if (headers[i]!.toLowerCase() !== 'accept-encoding') out.push(headers[i]!, headers[i + 1]!);
+    if (!UNWATCHABLE.has(headers[i]!.toLowerCase())) out.push(headers[i]!, headers[i + 1]!);
   }
   out.push('accept-encoding', 'identity');
   return out;
@@ -138,7 +142,7 @@ export function createForwarder(ctx: ProxyContext) {
       record.allow(destinationOf(decision), { [F.decideMs]: decideMs, [F.error]: 'client_closed' });
       return;
     }
-    const headers = sent.watch === undefined ? head.headers : uncompressed(head.headers);
+    const headers = sent.watch === undefined ? head.headers : watchable(head.headers);
     new Exchange(ctx, connection, req, res, { decision, path: ruled.target, headers, framing: head.framing, started, decideMs, record, trust, secrets: policy.secrets, watch: sent.watch }).start();
   };
 }

@@ -47,6 +47,18 @@ const upstream = https.createServer(cert, (req, res) => {
       res.writeHead(200, { 'Content-Length': String(body.length), ...(gzip ? { 'Content-Encoding': 'gzip' } : {}) }).end(body);
       return;
     }
+    // An echo that honours Range, as a static or caching layer in front of one does.
+    if (req.url === '/range') {
+      const text = Buffer.from(`you sent ${String(req.headers.authorization)}`);
+      const range = /^bytes=(\d+)-(\d+)$/.exec(String(req.headers.range ?? ''));
+      if (range === null) {
+        res.writeHead(200, { 'Content-Length': String(text.length) }).end(text);
+        return;
+      }
+      const part = text.subarray(Number(range[1]), Number(range[2]) + 1);
+      res.writeHead(206, { 'Content-Range': `bytes ${range[1]!}-${Number(range[1]) + part.length - 1}/${text.length}`, 'Content-Length': String(part.length) }).end(part);
+      return;
+    }
     // An echo that quotes a field cut to 80 characters, as a log or an error page might.
     if (req.url === '/cut') {
       const text = `you sent ${String(req.headers['x-request-id']).slice(0, 80)}`;
@@ -186,6 +198,23 @@ t.test('a request a secret went into asks for an uncompressed response, so a ref
   const clean = seen.length;
   await send('paste.test', 'GET /p HTTP/1.1\r\nHost: HOST\r\nAccept-Encoding: gzip\r\n');
   t.equal(seen[clean]!.headers['accept-encoding'], 'gzip', 'a request without a secret keeps its Accept-Encoding');
+  noLeak(t);
+});
+
+t.test('a request a secret went into asks for the whole response, so a reflected value cannot come back in byte ranges', async (t) => {
+  const before = seen.length;
+  // Each range alone holds part of the value, which a watch of one response cannot know.
+  const pieces: string[] = [];
+  for (const range of ['bytes=0-25', 'bytes=26-200']) {
+    const answer = await send('api.test', `GET /range HTTP/1.1\r\nHost: HOST\r\nRange: ${range}\r\nIf-Range: "v1"\r\n`);
+    pieces.push(answer.slice(answer.indexOf('\r\n\r\n') + 4));
+    t.match(answer, /^HTTP\/1\.1 502 .*X-Egress-Reason: bad_upstream_response/s, `${range}: the whole echo came back, and was refused`);
+  }
+  t.notOk(pieces.join('').includes(GITHUB.value.slice(8)), 'no piece of the value reached the workload');
+  t.same(seen.slice(before).map((s) => [s.headers.range, s.headers['if-range']]), [[undefined, undefined], [undefined, undefined]], 'the upstream got neither Range nor If-Range');
+  const clean = seen.length;
+  await send('paste.test', 'GET /p HTTP/1.1\r\nHost: HOST\r\nRange: bytes=0-1\r\n');
+  t.equal(seen[clean]!.headers.range, 'bytes=0-1', 'a request without a secret keeps its Range');
   noLeak(t);
 });
 
