@@ -9,6 +9,7 @@
  * logs, so every string shown is escaped to printable ASCII (a control character would reach the
  * operator's terminal raw) and cut to a length, and a field of an unexpected type is shown as `?`.
  */
+import { asciiJson } from './render.js';
 
 /** The record kinds shown, by their `event` field (proxy/record/log.ts spells them). */
 export const SHOWN_EVENTS = ['decision', 'tunnel_closed', 'decision_lines_suppressed'] as const;
@@ -134,11 +135,9 @@ export function formatRecord(record: LogRecord): string {
 
 /**
  * A record's line for `--json`: the line as the proxy wrote it when it is printable ASCII (what
- * the proxy writes), else the record serialized again with every other character as a `\uXXXX`
- * escape (JSON lets U+009B or U+2028 stand raw in a string): the same JSON value, and nothing a
- * terminal acts on.
+ * the proxy writes), else the record serialized again by asciiJson: the same JSON value.
  */
 export function jsonLine(line: string, record: LogRecord): string {
   if (/^[\x20-\x7e]*$/.test(line)) return line;
-  return JSON.stringify(record).replace(/[^\x20-\x7e]/g, (ch) => `\\u${ch.charCodeAt(0).toString(16).padStart(4, '0')}`);
+  return asciiJson(record);
 }

@@ -11,6 +11,7 @@ import { StringDecoder } from 'node:string_decoder';
 import { constants } from 'node:os';
 import type { ExecOptions, ExecResult } from '../spec/index.js';
 import { usageError } from './args.js';
+import { asciiJson } from './render.js';
 
 /** The CLI's own streams, where the bytes of a command go as they are (cli.ts: process.std*). */
 export interface ExecTerminal {
@@ -150,7 +151,7 @@ function report(r: ExecResult, args: ExecCommandArgs, io: ExecCommandIo, stopped
     return EXIT_READER_GONE;
   }
   if (args.json) {
-    io.stdout(`${JSON.stringify({ ...r }, null, 2)}\n`);
+    io.stdout(`${asciiJson({ ...r }, 2)}\n`);
   } else {
     // Streamed: the result holds no output, unless the command never began.
     io.stdout(r.stdout);

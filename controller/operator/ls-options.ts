@@ -7,7 +7,7 @@
  */
 import { SandboxError } from '../spec/index.js';
 import type { SandboxRow } from './inventory.js';
-import { age, table } from './render.js';
+import { age, asciiJson, table } from './render.js';
 
 export const LS_FORMATS = ['table', 'json'] as const;
 export type LsFormat = (typeof LS_FORMATS)[number];
@@ -76,6 +76,6 @@ function filterRows(rows: readonly SandboxRow[], o: LsOptions): SandboxRow[] {
 export function lsOutput(all: readonly SandboxRow[], o: LsOptions, json: boolean): string {
   const rows = filterRows(all, o);
   if (o.quiet) return rows.map((r) => `${r.name}\n`).join('');
-  if (o.format === 'json' || (o.format === undefined && json)) return `${JSON.stringify(rows, null, 2)}\n`;
+  if (o.format === 'json' || (o.format === undefined && json)) return `${asciiJson(rows, 2)}\n`;
   return table(['NAME', 'STATE', 'TIER', 'AGE', 'IMAGE', 'EGRESS'], rows.map((r) => [r.name, r.state, r.tier, age(r.ageSeconds), r.image, r.egress]));
 }

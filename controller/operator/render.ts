@@ -1,4 +1,14 @@
-/** Human output of the operator CLI: plain aligned tables and durations. */
+/** Output of the operator CLI: plain aligned tables and durations, and JSON a terminal cannot act on. */
+
+/**
+ * `value` as JSON with every character outside printable ASCII as a `\uXXXX` escape: the same
+ * JSON value, and nothing a terminal acts on. JSON.stringify escapes C0 controls only, and lets
+ * DEL, the C1 controls (U+009B is CSI to a terminal that reads 8-bit controls) and U+2028 stand
+ * raw in a string; a sandbox's command output, a label or an allowlist entry can carry them.
+ */
+export function asciiJson(value: unknown, indent?: number): string {
+  return JSON.stringify(value, null, indent).replace(/[^\x20-\x7e\n]/g, (ch) => `\\u${ch.charCodeAt(0).toString(16).padStart(4, '0')}`);
+}
 
 export function table(headers: readonly string[], rows: ReadonlyArray<readonly string[]>): string {
   const widths = headers.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));

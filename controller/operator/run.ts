@@ -20,7 +20,7 @@ import { labelFilters, readInventory, sandboxRows } from './inventory.js';
 import { inspectSandbox } from './sandbox-detail.js';
 import { collectGarbage } from './gc.js';
 import { runDoctor, type DoctorCheck } from './doctor.js';
-import { age, table } from './render.js';
+import { age, asciiJson, table } from './render.js';
 import type { SocketProxySettings } from './socket-proxy-spec.js';
 import { proxyAnswers, requirePrivateSocketPath, socketProxyDown, socketProxyUp, type UpResult } from './socket-proxy-service.js';
 import { createSandbox, ensureSandbox } from './sandbox-commands.js';
@@ -42,7 +42,7 @@ export interface OperatorIo {
 }
 
 function print(io: OperatorIo, args: OperatorArgs, json: unknown, human: string): void {
-  io.stdout(args.json ? `${JSON.stringify(json, null, 2)}\n` : human);
+  io.stdout(args.json ? `${asciiJson(json, 2)}\n` : human);
 }
 
 function execArgs(args: OperatorArgs, config: DeploymentConfig): ExecCommandArgs {

@@ -116,6 +116,12 @@ t.test('streamed output goes out as bytes, or as whole characters', async (t) =>
     return { ...OK, stdout: 'x' };
   }, { ...PLAIN, json: true }, json.io);
   t.equal(JSON.parse(json.out.stdout).stdout, 'x');
+  // A command's output is the sandbox's: with --json a terminal must not act on any of it.
+  const raw = 'a\u009b31mb\u2028c\u007fd\u001b[2Je€\ud800';
+  const escaped = texts();
+  await runExecCommand(async () => ({ ...OK, stdout: raw, stderr: raw }), { ...PLAIN, json: true }, escaped.io);
+  t.match(escaped.out.stdout, /^[\x20-\x7e\n]*$/, '--json: printable ASCII only');
+  t.same([JSON.parse(escaped.out.stdout).stdout, JSON.parse(escaped.out.stdout).stderr], [raw, raw], '--json: the same output, escaped');
 });
 
 t.test('exit codes and notes', async (t) => {
