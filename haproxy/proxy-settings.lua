@@ -2,6 +2,8 @@
 -- a bad value raises an error there, and HAProxy refuses to start (never a proxy that guesses).
 -- Pure (the environment comes in as a function), so the standalone lua5.4 tests read it too.
 --
+--   SOCKET_PROXY_BIND             where HAProxy listens (haproxy.cfg): unix@/path, or address:port on a
+--                                 network only the controller is on; required, no default
 --   SOCKET_PROXY_SHARED_NETWORK   the one network not named "cap-..." callers may use; starts "cap"
 --   SOCKET_PROXY_VOLUME_DRIVERS   comma list of volume plugin names allowed besides "local"; empty
 --                                 or unset: none. To dockerd a driver name is a path (its plugin
@@ -83,6 +85,16 @@ local function with_default_tags(images)
     if parsed.tag == nil and parsed.digest == nil then out[ref .. ':latest'] = true end
   end
   return out
+end
+
+-- SOCKET_PROXY_BIND is set. It has no default: an address every interface listens on would let
+-- anything on the proxy container's networks (every container on the default bridge, for a bare
+-- `docker run`) make the controller's calls: exec as root in every sandbox, any workspace.
+function M.require_bind(getenv)
+  local bind = getenv('SOCKET_PROXY_BIND')
+  if bind == nil or bind == '' then
+    error('SOCKET_PROXY_BIND must be set: unix@/run/<dir>/docker.sock (what capybara-sandbox up uses), or address:port on a network only the controller is on (deploy/compose.yaml); there is no default, since whatever can reach the proxy holds the controller\'s whole power over the engine', 0)
+  end
 end
 
 function M.from_env(getenv)

@@ -28,6 +28,7 @@ local image_ref = require('image-ref')
 local owner = require('workspace-owner')
 local tenant = require('tenant-archive')
 local pull_answer = require('pull-answer')
+require('proxy-settings').require_bind(os.getenv)
 local settings = require('proxy-settings').from_env(os.getenv)
 
 -- Deadline of one question to dockerd: it answers a listing in milliseconds. HAProxy's httpclient

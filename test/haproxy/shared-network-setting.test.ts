@@ -2,7 +2,8 @@
  * The socket proxy (capybara-sandbox-proxy:latest) does not start without a usable shared network
  * name: an empty SOCKET_PROXY_SHARED_NETWORK, or one that does not start with "cap" (which could
  * read as a network ID), stops HAProxy at start with a message naming the setting. Nor with a
- * SOCKET_PROXY_VOLUME_DRIVERS entry that is not a plain plugin name (haproxy/proxy-settings.lua).
+ * SOCKET_PROXY_VOLUME_DRIVERS entry that is not a plain plugin name (haproxy/proxy-settings.lua),
+ * nor without a SOCKET_PROXY_BIND of the operator's (the image has no default listen address).
  */
 import t from 'tap';
 import { dockerTest, SOCKET_PROXY_IMAGE, type DockerTestEnv } from '../support/docker.js';
@@ -26,13 +27,35 @@ t.test('SOCKET_PROXY_SHARED_NETWORK is required and must start with cap', async 
   }
 });
 
-/** HAProxy's config check in the image with these variables: a proxy that would start exits 0. */
-async function configCheck(env: DockerTestEnv, name: string, vars: string[]): Promise<{ starts: boolean; logs: string }> {
+/** A listen address for a config check, which binds nothing. */
+const BIND = 'SOCKET_PROXY_BIND=unix@/run/proxy/docker.sock';
+
+t.test('SOCKET_PROXY_BIND is required: the image listens nowhere by default', async (t) => {
+  const env = await dockerTest(t, [SOCKET_PROXY_IMAGE]);
+  if (!env) return;
+  const rows = [
+    { name: 'unset', vars: [], starts: false },
+    { name: 'empty', vars: ['SOCKET_PROXY_BIND='], starts: false },
+    { name: 'a unix socket', vars: [BIND], starts: true },
+    { name: 'an address the operator chose', vars: ['SOCKET_PROXY_BIND=0.0.0.0:2375'], starts: true },
+  ];
+  for (const [i, row] of rows.entries()) {
+    const { starts, logs } = await configCheck(env, `bind-${i}`, row.vars, false);
+    t.equal(starts, row.starts, `${row.name}: ${row.starts ? 'starts' : 'refused at start'}`);
+    if (!row.starts) t.match(logs, /SOCKET_PROXY_BIND must be set/, `${row.name}: the message names the setting`);
+  }
+});
+
+/**
+ * HAProxy's config check in the image with these variables (and a listen address, unless `bind`
+ * is false): a proxy that would start exits 0.
+ */
+async function configCheck(env: DockerTestEnv, name: string, vars: string[], bind = true): Promise<{ starts: boolean; logs: string }> {
   const c = await env.docker.createContainer({
     name: env.name(name),
     Image: SOCKET_PROXY_IMAGE,
     Cmd: ['haproxy', '-c', '-f', '/etc/haproxy/haproxy.cfg'],
-    Env: vars,
+    Env: bind ? [BIND, ...vars] : vars,
     Labels: env.labels,
     HostConfig: { NetworkMode: 'none', CapDrop: ['ALL'], ReadonlyRootfs: true },
   });
