@@ -215,7 +215,19 @@ export async function joinShard(deps: BuildDeps, plan: Pick<EgressPlan, 'names' 
   const target = registrable(network);
   if (target === undefined) throw new SandboxError('engine_error', `The network of ${plan.names.name} has no subnet of its own: a shard of the shared egress cannot serve it.`);
   const registration = egressRegistration(plan.names, target, plan.allowHosts, deps.egressMode);
-  await writeRegistration(deps.engine, { container: shard, slot: subnetSlot(target.subnet) }, registration, plan.names.name);
+  const seat = { container: shard, slot: subnetSlot(target.subnet) };
+  await writeRegistration(deps.engine, seat, registration, plan.names.name);
+  // Fenced on the network: a destroy in another controller process can remove it while the write
+  // is under way, and a later sandbox be given its subnet, so its slot, and register there first.
+  // The network still there after the write means no other sandbox had the subnet before it
+  // landed. Gone, the slot it overwrote is made vacant (that sandbox is refused until the check
+  // before its next command writes its own), unless a later write replaced this one already;
+  // the create's cleanup finds no network of this name, so it would not.
+  if ((await deps.engine.inspectNetwork(network.id)) === undefined) {
+    const now = await readRegistration(deps.engine, seat, EGRESS_USER).catch(() => undefined);
+    if (now?.lifecycle === registration.lifecycle) await writeRegistration(deps.engine, seat, { version: 1, vacant: true }, plan.names.name);
+    throw new SandboxError('conflict', `The network of ${plan.names.name} was removed by another call while its registration was written; retry.`);
+  }
   proceed();
   await connectShard(deps, shard, plan.names, network);
   return registration.lifecycle;

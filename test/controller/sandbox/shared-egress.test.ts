@@ -207,3 +207,42 @@ t.test('commands asking at once share one read; a read that fails counts as held
   t.equal(reads() - before, 2, 'and it is not read again within the period');
   t.same(unreadable, ['cap-a'], 'told once');
 });
+
+t.test('a create whose shard registration lands after another process destroyed its network and gave the subnet to another sandbox never leaves its list in force for the sandbox that got the subnet', async (t) => {
+  // One subnet in the pool: the next sandbox gets the one the destroyed sandbox had.
+  const s = fakeSandbox({ egressIsolation: 'shared', addressPool: '10.213.0.0/28', subnetPrefix: 28 });
+  const other = s.withConfig({});
+  // The create of a in this process reaches its registration write, which waits while another
+  // controller process destroys a and creates b.
+  const put = s.engine.putRegistration.bind(s.engine);
+  let reached!: () => void;
+  const atWrite = new Promise<void>((r) => (reached = r));
+  let release!: () => void;
+  const released = new Promise<void>((r) => (release = r));
+  let held = false;
+  s.engine.putRegistration = async (container, archive) => {
+    if (!held && archive.includes('"sandbox":"cap-a"')) {
+      held = true;
+      reached();
+      await released;
+    }
+    return put(container, archive);
+  };
+  const creating = s.provider.create(spec('a', ['pypi.org'])).then(
+    () => 'created',
+    (err: unknown) => (err as { code?: string }).code,
+  );
+  await atWrite;
+  const subnet = subnetOf(s, 'cap-a');
+  await other.destroy({ id: 'cap-a' });
+  await other.create(spec('b', ['crates.io']));
+  t.equal(subnetOf(s, 'cap-b'), subnet, 'b has the subnet a had');
+  t.match(registrationOf(s, SHARD, 'cap-b'), { sandbox: 'cap-b', policy: { allowHosts: ['crates.io'] } }, 'b registered');
+  release();
+  t.equal(await creating, 'conflict', 'the create of a fails, saying why');
+  // Before, a's registration stayed in the slot: the shard served b's network a's list, until
+  // the check before one of b's commands read it.
+  t.notMatch(registrationOf(s, SHARD, 'cap-b'), { sandbox: 'cap-a' }, 'b is never served under a\'s registration');
+  await s.withConfig({}).exec({ id: 'cap-b' }, 'true');
+  t.match(registrationOf(s, SHARD, 'cap-b'), { sandbox: 'cap-b', policy: { allowHosts: ['crates.io'] } }, 'b\'s own again before its next command');
+});
