@@ -72,11 +72,14 @@ export class Admission {
   private readonly probes = new Set<Socket>();
   private readonly probing = new Set<string>();
   private readonly rates: RateLimiter | undefined;
+  /** The same rate for clients no identity holds, by address (a table of its own: a sandbox may be named like an address). */
+  private readonly strangerRates: RateLimiter | undefined;
   private readonly rateAnswers = new RateLimiter(RATE_ANSWERS_PER_SECOND, RATE_ANSWERS_PER_SECOND * 2, RATE_KEYS);
 
   constructor(private readonly deps: AdmissionDeps) {
     const rate = deps.identities.connectionRate;
     this.rates = rate === undefined ? undefined : new RateLimiter(rate.perSecond, rate.burst, RATE_KEYS);
+    this.strangerRates = rate === undefined ? undefined : new RateLimiter(rate.perSecond, rate.burst, RATE_KEYS);
   }
 
   /** Connections counted against the limits now. */
@@ -94,6 +97,11 @@ export class Admission {
     socket.on('error', () => socket.destroy());
     const identity = this.deps.identities.identify(socket, clientIp);
     if (isRefusal(identity)) {
+      // A shared proxy's client of no registration (a sandbox whose slot is vacant or refused,
+      // fail closed) is held to the connection rate too, by its address: each refusal is read
+      // and answered, so its churn would otherwise spend the event loop every sandbox shares.
+      // Past the rate it is closed unread; it would be refused anyway.
+      if (this.strangerRates !== undefined && !this.strangerRates.takeFor(clientIp)) return void socket.destroy();
       // Its first read is still looked at: the container's health check comes from loopback.
       this.overLimits(socket, clientIp, entry, identity);
       return;

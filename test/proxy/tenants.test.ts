@@ -551,6 +551,31 @@ t.test('a sandbox opening connections faster than its rate: a few told 429, the 
   other.socket.destroy();
 });
 
+t.test('a client of no registered network opening connections faster than the rate: told unknown_client within it, the rest closed unread', async (t) => {
+  // A sandbox whose slot is vacant or refused (a lost registration, fail closed) is such a client
+  // until a recovery writes its registration again.
+  const s = await setup(t, {}, { perSecond: 2, burst: 5 });
+  s.register('slot-a', 'cap-a', 'life-a-0001', A.subnet, ['a.test']);
+  await settle(() => s.logs.some((l) => l.event === 'tenant_registered'), 'the registration');
+  const C = { proxy: '127.0.3.1', client: '127.0.3.5' };
+  const outcomes: string[] = [];
+  const began = Date.now();
+  for (let k = 0; k < 40; k++) {
+    const r = await connect(s, C, 'a.test').catch(() => undefined);
+    outcomes.push(r === undefined || r.status === 0 ? 'closed' : r.reason ?? String(r.status));
+    r?.socket.destroy();
+  }
+  const seconds = (Date.now() - began) / 1000;
+  const told = outcomes.filter((o) => o === 'unknown_client').length;
+  t.same(outcomes.filter((o) => o !== 'unknown_client' && o !== 'closed'), [], 'never served');
+  // Before, every one was read and answered: an unregistered network's churn spent the event
+  // loop every sandbox shares, which the rate keeps a registered sandbox from doing.
+  t.ok(told >= 5 && told <= 5 + Math.ceil(2 * seconds), `its burst and rate told why (${told} in ${seconds} s)`);
+  const other = await connect(s, A, 'a.test');
+  t.equal(other.status, 200, 'a registered sandbox is served meanwhile');
+  other.socket.destroy();
+});
+
 t.test('a registration rewritten as Docker writes it (removed, then created) never ends for a moment', async (t) => {
   const s = await setup(t);
   s.register('slot-a', 'cap-a', 'life-a-0001', A.subnet, ['a.test']);
