@@ -76,6 +76,9 @@ export async function shardSeatOf(engine: SandboxEngine, networkId: string, shar
 export async function leaveShard(engine: SandboxEngine, network: Pick<NetworkView, 'id' | 'labels'>, sharedNetwork: string): Promise<void> {
   const seat = shardSeatOfNetwork(network, sharedNetwork);
   if (seat === undefined) return;
+  // A network gone already was left by whoever removed it (this runs before every removal), and
+  // its subnet may be another sandbox's now: its registration, in the same slot, would be ended.
+  if ((await engine.inspectNetwork(network.id)) === undefined) return;
   try {
     await engine.putRegistration(seat.container, vacantArchive(seat.slot));
   } catch (err) {

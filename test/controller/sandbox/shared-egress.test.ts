@@ -246,3 +246,38 @@ t.test('a create whose shard registration lands after another process destroyed 
   await s.withConfig({}).exec({ id: 'cap-b' }, 'true');
   t.match(registrationOf(s, SHARD, 'cap-b'), { sandbox: 'cap-b', policy: { allowHosts: ['crates.io'] } }, 'b\'s own again before its next command');
 });
+
+t.test('a destroy that read a network another process then removed, its subnet given to another sandbox, leaves that sandbox registered', async (t) => {
+  // One subnet in the pool: the next sandbox gets the one the destroyed sandbox had.
+  const s = fakeSandbox({ egressIsolation: 'shared', addressPool: '10.213.0.0/28', subnetPrefix: 28 });
+  const other = s.withConfig({});
+  await s.provider.create(spec('a', ['pypi.org']));
+  // This process's destroy of a, once it has listed a's networks, waits at its next call while
+  // another controller process destroys a and creates b.
+  let listed = false;
+  let reached!: () => void;
+  const atHold = new Promise<void>((r) => (reached = r));
+  let release!: () => void;
+  const released = new Promise<void>((r) => (release = r));
+  let held = false;
+  s.engine.beforeCall(async (call) => {
+    if (call.method === 'listNetworks') listed = true;
+    else if (listed && !held && (call.method === 'inspectNetwork' || call.method === 'putRegistration')) {
+      held = true;
+      reached();
+      await released;
+    }
+  });
+  const destroying = s.provider.destroy({ id: 'cap-a' }).catch(() => undefined);
+  await atHold;
+  const subnet = subnetOf(s, 'cap-a');
+  await other.destroy({ id: 'cap-a' });
+  await other.create(spec('b', ['crates.io']));
+  t.equal(subnetOf(s, 'cap-b'), subnet, 'b has the subnet a had');
+  release();
+  await destroying;
+  // Before, the late write made b's slot vacant: the shard refused b everything until the check
+  // before one of its commands wrote it again.
+  t.match(registrationOf(s, SHARD, 'cap-b'), { sandbox: 'cap-b', policy: { allowHosts: ['crates.io'] } }, 'b keeps its registration');
+  t.same(leftOver(s, 'cap-a'), [], 'nothing of a left');
+});
