@@ -9,8 +9,10 @@
  * sandbox or lifecycle id than the registration in force is a later registration, and leaves the
  * slot serving nobody. A file that does not say whose it is (its envelope does not parse, as when
  * it is read half written) is taken for an update of the registration in force. A file removed, or
- * made `{"version": 1, "vacant": true}`, ends its slot's registration. A symbolic link, a file
- * over MAX_FILE_BYTES and more than MAX_SLOTS files are refused.
+ * made `{"version": 1, "vacant": true}`, ends its slot's registration. A symbolic link and a file
+ * over MAX_FILE_BYTES are refused. A scan reads at most MAX_SLOTS files: past that (a shard's
+ * volume keeps a vacant file for every subnet it ever served), the slots holding a registration
+ * and the files the kernel reported changed first, then the rest in turns.
  */
 import { closeSync, constants, fstatSync, openSync, readdirSync, readSync, watch, type FSWatcher } from 'node:fs';
 import { join } from 'node:path';
@@ -72,6 +74,11 @@ export class SlotDirectory {
   private watcher: FSWatcher | undefined;
   private timer: NodeJS.Timeout | undefined;
   private pending: NodeJS.Immediate | undefined;
+  /** File names the kernel reported changed since the last scan (at most MAX_SLOTS). */
+  private readonly noticed = new Set<string>();
+  /** Where the next scan past MAX_SLOTS files goes on reading the rest. */
+  private turn = 0;
+  private directoryProblem: string | undefined;
 
   constructor(
     readonly dir: string,
@@ -84,7 +91,10 @@ export class SlotDirectory {
   start(): Tenant[] {
     const tenants = this.scan(true);
     try {
-      this.watcher = watch(this.dir, { persistent: false }, () => this.soon());
+      this.watcher = watch(this.dir, { persistent: false }, (_event, name) => {
+        if (name !== null && this.noticed.size < MAX_SLOTS) this.noticed.add(String(name));
+        this.soon();
+      });
       this.watcher.on('error', () => undefined);
     } catch {
       // Polling alone still finds every change.
@@ -128,10 +138,8 @@ export class SlotDirectory {
       return m === null ? [] : [[m[1] as string, n] as const];
     });
     files.sort((a, b) => (a[0] < b[0] ? -1 : 1));
-    if (files.length > MAX_SLOTS) this.problem('(directory)', `${files.length} registrations, over ${MAX_SLOTS}: the first ${MAX_SLOTS} by name are read`, undefined);
-    const seen = new Set<string>();
-    for (const [slot, name] of files.slice(0, MAX_SLOTS)) {
-      seen.add(slot);
+    const seen = new Set(files.map(([slot]) => slot));
+    for (const [slot, name] of this.toRead(files)) {
       const state = this.slots.get(slot);
       if (state?.missingSince !== undefined) this.slots.set(slot, { ...state, missingSince: undefined });
       this.readOne(slot, join(this.dir, name));
@@ -147,6 +155,29 @@ export class SlotDirectory {
       } else if (now - state.missingSince >= MISSING_GRACE_MS) this.slots.delete(slot);
     }
     return this.current();
+  }
+
+  /**
+   * The files a scan reads: all of them up to MAX_SLOTS. Past it, the slots holding a registration
+   * (a change to one must end or change it at once), then the files the kernel reported, then the
+   * rest from where the last scan stopped, so that every file is read within a few scans. Reading
+   * only the first MAX_SLOTS by name ended the registration of a slot that sorted after them, and
+   * never served a later one there; a file not read in a scan keeps its slot as it was.
+   */
+  private toRead(files: ReadonlyArray<readonly [string, string]>): ReadonlyArray<readonly [string, string]> {
+    const noticed = new Set(this.noticed);
+    this.noticed.clear();
+    if (files.length <= MAX_SLOTS) return files;
+    // Logged when the count changes, not at every scan.
+    const detail = `${files.length} registrations, over ${MAX_SLOTS}: a scan reads the ${MAX_SLOTS} registered or changed first, the rest in turns`;
+    if (detail !== this.directoryProblem) this.problem('(directory)', detail, undefined);
+    this.directoryProblem = detail;
+    const first = files.filter(([slot, name]) => this.slots.get(slot)?.tenant !== undefined || noticed.has(name)).slice(0, MAX_SLOTS);
+    const rest = files.filter(([slot, name]) => this.slots.get(slot)?.tenant === undefined && !noticed.has(name));
+    const room = MAX_SLOTS - first.length;
+    const from = this.turn % Math.max(1, rest.length);
+    this.turn = from + room;
+    return [...first, ...rest.slice(from, from + room), ...rest.slice(0, Math.max(0, from + room - rest.length))];
   }
 
   private readOne(slot: string, path: string): void {

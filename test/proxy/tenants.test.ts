@@ -15,7 +15,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { createEgressProxy, createLogger, createLookup, type EgressProxy } from '../../proxy/index.js';
-import { openTenants } from '../../proxy/tenants/index.js';
+import { MAX_SLOTS, openTenants } from '../../proxy/tenants/index.js';
 import type { AllowEntry } from '../../policy/index.js';
 import { captureHello } from '../support/tls-hello.js';
 import { policyOf } from '../support/test-proxy.js';
@@ -349,6 +349,23 @@ t.test('vacant, removed, invalid and linked files fail closed', async (t) => {
   symlinkSync(join(s.dir, 'real.txt'), join(s.dir, 'slot-l.json'));
   await settle(() => s.logs.some((l) => l.event === 'tenant_refused' && String(l.detail).includes('symbolic link')), 'the link is refused');
   t.equal((await connect(s, A, 'a.test')).reason, 'unknown_client', 'a registration behind a symbolic link is never read');
+});
+
+t.test('more files than MAX_SLOTS: a registration in force, or written later, whatever its name, is still served', async (t) => {
+  // A shard's volume keeps a vacant file for every subnet its sandboxes ever had (nothing deletes
+  // one), so with an address pool of more than MAX_SLOTS subnets (a /16 in /29s holds 8,192) the
+  // files pass MAX_SLOTS in time. Before, only the first MAX_SLOTS by name were read: a sandbox
+  // whose slot sorted after them lost its registration, and a new one was never served.
+  const s = await setup(t);
+  s.register('slot-a', 'cap-a', 'life-a-0001', A.subnet, ['a.test']);
+  await settle(() => s.logs.some((l) => l.event === 'tenant_registered'), 'the registration');
+  for (let k = 0; k <= MAX_SLOTS; k++) writeFileSync(join(s.dir, `10.213.${k >> 8}.${k & 255}_29.json`), '{"version":1,"vacant":true}\n');
+  await settle(() => s.logs.some((l) => l.event === 'tenant_refused' && String(l.detail).includes(`over ${MAX_SLOTS}`)), 'the directory past MAX_SLOTS');
+  await new Promise((r) => setTimeout(r, 1_500));
+  t.equal((await connect(s, A, 'a.test')).status, 200, 'the registration in force stays');
+  s.register('slot-b', 'cap-b', 'life-b-0001', B.subnet, ['a.test']);
+  await settle(() => s.logs.some((l) => l.event === 'tenant_registered' && l.sandbox === 'cap-b'), 'a later registration is read', 10_000);
+  t.equal((await connect(s, B, 'a.test')).status, 200, 'and served');
 });
 
 t.test('the connection share is the sandbox\'s, whatever addresses it uses', async (t) => {
