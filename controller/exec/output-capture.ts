@@ -1,7 +1,10 @@
 /**
  * Collects one output stream of a command up to a byte cap. Bytes past the cap are read and
  * dropped (so the command never blocks on a full pipe); the kept bytes are cut back to a whole
- * UTF-8 character so the text never ends in a broken sequence.
+ * UTF-8 character so the text never ends in a broken sequence. The kept bytes are copied into one
+ * buffer, never held as the chunks they came in: the command chooses how its output is framed
+ * (dockerd writes a frame per read of its pipe, a byte each for a command that writes a byte at a
+ * time), and a view kept per frame cost some 175 times the byte it held.
  */
 
 /** Length of the longest prefix of `buf` that does not end inside a UTF-8 sequence. */
@@ -17,25 +20,24 @@ export function utf8SafeLength(buf: Uint8Array): number {
   return end;
 }
 
+/** The first buffer of a capture; it doubles from there, up to the cap. */
+const FIRST_BUFFER_BYTES = 4096;
+
 export class OutputCapture {
-  private readonly chunks: Buffer[] = [];
+  private buffer = Buffer.alloc(0);
   private kept = 0;
   private dropped = false;
 
   constructor(private readonly maxBytes: number) {}
 
   push(chunk: Buffer): void {
-    const room = this.maxBytes - this.kept;
-    if (chunk.length <= room) {
-      this.chunks.push(chunk);
-      this.kept += chunk.length;
-      return;
+    const take = Math.min(chunk.length, this.maxBytes - this.kept);
+    if (take > 0) {
+      this.reserve(this.kept + take);
+      chunk.copy(this.buffer, this.kept, 0, take);
+      this.kept += take;
     }
-    if (room > 0) {
-      this.chunks.push(chunk.subarray(0, room));
-      this.kept += room;
-    }
-    this.dropped = true;
+    if (take < chunk.length) this.dropped = true;
   }
 
   get truncated(): boolean {
@@ -43,13 +45,21 @@ export class OutputCapture {
   }
 
   bytes(): Buffer {
-    const all = Buffer.concat(this.chunks, this.kept);
+    const all = this.bytesRaw();
     return this.dropped ? all.subarray(0, utf8SafeLength(all)) : all;
   }
 
   /** The kept bytes without the UTF-8 cut (for binary data). */
   bytesRaw(): Buffer {
-    return Buffer.concat(this.chunks, this.kept);
+    return this.buffer.subarray(0, this.kept);
+  }
+
+  /** Room for `size` bytes: the buffer doubled (at most to the cap), so a copy is rare. */
+  private reserve(size: number): void {
+    if (size <= this.buffer.length) return;
+    const next = Buffer.alloc(Math.min(this.maxBytes, Math.max(size, this.buffer.length * 2, FIRST_BUFFER_BYTES)));
+    this.buffer.copy(next, 0, 0, this.kept);
+    this.buffer = next;
   }
 
   text(): string {
