@@ -5,7 +5,7 @@
 import type { Duplex } from 'node:stream';
 import { SandboxError } from '../spec/index.js';
 import type { EngineCaller } from './engine-call.js';
-import { StreamDemux } from './stream-demux.js';
+import { StreamDemux, type FrameSink } from './stream-demux.js';
 
 export interface ExecRequest {
   readonly cmd: readonly string[];
@@ -14,7 +14,8 @@ export interface ExecRequest {
   readonly env?: readonly string[] | undefined;
   /** Bytes, or a stream of chunks written as they come; either ends with a half-close. */
   readonly stdin?: Uint8Array | AsyncIterable<Uint8Array> | undefined;
-  readonly onOutput: (stream: 'stdout' | 'stderr', chunk: Buffer) => void;
+  /** May return a promise: the connection is not read until it settles (FrameSink). */
+  readonly onOutput: FrameSink;
 }
 
 export interface ExecRun {
@@ -60,7 +61,13 @@ export async function startExec(engine: EngineCaller, container: string, request
   const ended = new Promise<void>((resolve, reject) => {
     stream.on('data', (chunk: Buffer) => {
       try {
-        demux.push(chunk);
+        // A sink that waits (a slow reader of streamed output) holds the connection, and through
+        // it the command's pipe: nothing a command writes piles up in this process or the sink's.
+        const waits = demux.push(chunk);
+        if (waits.length > 0) {
+          stream.pause();
+          void Promise.allSettled(waits).then(() => stream.resume());
+        }
       } catch (err) {
         stream.destroy();
         reject(new SandboxError('engine_error', `Exec output from ${container} was malformed.`, { cause: err }));

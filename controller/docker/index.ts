@@ -7,6 +7,7 @@ export { DockerEngine, EngineStatusError, engineStatus, imageRefusal, isEngineSt
 export type { ContainerSummary, ExecRun, LogRead, LogRequest, ResourceSummary } from './engine.js';
 export type { ContainerNetwork, ContainerView, NetworkView, SandboxEngine } from './sandbox-engine.js';
 export { parseEndpoint } from './endpoint.js';
+export { sinkWait } from './stream-demux.js';
 export { SKILLS_WRITABLE_ROOT, WORKSPACE, egressContainerBody, handoverContainerBody, sandboxBodyFromInspect, sandboxContainerBody } from './container-spec.js';
 export type { EgressMode, EgressPlan } from './container-spec.js';
 export { internalNetworkBody, sandboxNetworkProblem, sharedNetworkBody, sharedNetworkProblem } from './network-spec.js';

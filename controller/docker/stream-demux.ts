@@ -5,7 +5,16 @@
  * (slow for 20 MB files) and cannot report a malformed stream.
  */
 
-export type FrameSink = (stream: 'stdout' | 'stderr', payload: Buffer) => void;
+/**
+ * A sink that returns a promise (a thenable) asks for no more frames until it settles
+ * (StreamDemux.push); any other value is ignored.
+ */
+export type FrameSink = (stream: 'stdout' | 'stderr', payload: Buffer) => unknown;
+
+/** The promise a sink returned, if it returned one. */
+export function sinkWait(value: unknown): Promise<unknown> | undefined {
+  return typeof (value as { then?: unknown } | null | undefined)?.then === 'function' ? Promise.resolve(value) : undefined;
+}
 
 export class StreamDemux {
   private pending: Buffer[] = [];
@@ -15,12 +24,15 @@ export class StreamDemux {
 
   constructor(private readonly sink: FrameSink) {}
 
-  push(chunk: Buffer): void {
+  /** Passes on the frames of `chunk`; returns what the sink asked to wait for, if anything. */
+  push(chunk: Buffer): Promise<unknown>[] {
+    const waits: Promise<unknown>[] = [];
     let offset = 0;
     while (offset < chunk.length) {
       if (this.frameLeft > 0) {
         const take = Math.min(this.frameLeft, chunk.length - offset);
-        this.emit(chunk.subarray(offset, offset + take));
+        const wait = this.emit(chunk.subarray(offset, offset + take));
+        if (wait !== undefined) waits.push(wait);
         this.frameLeft -= take;
         offset += take;
         continue;
@@ -31,7 +43,7 @@ export class StreamDemux {
       this.pending.push(chunk.subarray(offset, offset + take));
       this.pendingBytes += take;
       offset += take;
-      if (this.pendingBytes < 8) return;
+      if (this.pendingBytes < 8) return waits;
       const header = Buffer.concat(this.pending, 8);
       this.pending = [];
       this.pendingBytes = 0;
@@ -40,6 +52,7 @@ export class StreamDemux {
       this.frameType = type;
       this.frameLeft = header.readUInt32BE(4);
     }
+    return waits;
   }
 
   /** True when the stream ended on a frame boundary. */
@@ -47,8 +60,8 @@ export class StreamDemux {
     return this.frameLeft === 0 && this.pendingBytes === 0;
   }
 
-  private emit(payload: Buffer): void {
+  private emit(payload: Buffer): Promise<unknown> | undefined {
     // Type 0 (stdin echo) does not occur without a TTY; treat it as stdout like Docker does.
-    this.sink(this.frameType === 2 ? 'stderr' : 'stdout', payload);
+    return sinkWait(this.sink(this.frameType === 2 ? 'stderr' : 'stdout', payload));
   }
 }

@@ -235,26 +235,41 @@ export class CommandRunner {
     // apart, never in the result.
     const preStart = new OutputCapture(PRE_START_BYTES);
     let started = false;
+    // Settled once the command is to be killed: from then on no wait of the caller's holds the
+    // connection, whose end the kill waits for (a reader that never drains would otherwise turn
+    // every timeout and abort into a restart of the container).
+    let stopWaiting: () => void = () => undefined;
+    const stopped = new Promise<void>((resolve) => (stopWaiting = resolve));
+    // One chunk of output to where it goes; what a caller's onOutput waits for, if anything.
+    const take = (stream: 'stdout' | 'stderr', chunk: Buffer): Promise<unknown> | void => {
+      if (stream === 'stdout') return stdout.push(chunk);
+      if (!started) {
+        const at = chunk.indexOf(STARTED_BYTE);
+        if (at < 0) return preStart.push(chunk);
+        preStart.push(chunk.subarray(0, at));
+        started = true;
+        settleStart(true);
+        // The command's stdout may have come first (Docker reads the two pipes apart).
+        const waits = [
+          stdout instanceof StreamedOutput ? stdout.release() : undefined,
+          stderr instanceof StreamedOutput ? stderr.release() : undefined,
+          stderr.push(chunk.subarray(at + 1)),
+        ].filter((w) => w !== undefined);
+        return waits.length === 0 ? undefined : Promise.all(waits);
+      }
+      return stderr.push(chunk);
+    };
     const run = await this.deps.withRunning(name, () =>
       this.deps.engine.startExec(name, {
         cmd: wrapperCmd(backstop, payload, this.deps.isolation, options.tty !== undefined),
         env: execMarkEnv(mark),
         user: SANDBOX_USER,
         stdin,
+        // A caller's wait (a slow reader) is passed back: the exec's connection is not read until
+        // it settles (engine-exec.ts), or until the kill.
         onOutput: (stream, chunk) => {
-          if (stream === 'stdout') return stdout.push(chunk);
-          if (!started) {
-            const at = chunk.indexOf(STARTED_BYTE);
-            if (at < 0) return preStart.push(chunk);
-            preStart.push(chunk.subarray(0, at));
-            started = true;
-            settleStart(true);
-            // The command's stdout may have come first (Docker reads the two pipes apart).
-            if (stdout instanceof StreamedOutput) stdout.release();
-            if (stderr instanceof StreamedOutput) stderr.release();
-            chunk = chunk.subarray(at + 1);
-          }
-          stderr.push(chunk);
+          const wait = take(stream, chunk);
+          return wait instanceof Promise ? Promise.race([wait, stopped]) : undefined;
         },
       }),
     );
@@ -275,6 +290,7 @@ export class CommandRunner {
       if (onAbort !== undefined) options.signal?.removeEventListener('abort', onAbort);
     }
     const killed = outcome === 'timeout' || outcome === 'abort';
+    if (killed) stopWaiting();
     const late = outcome === 'timeout' && !started ? lateStartFailure(options.timeoutMs, preStart.text()) : undefined;
     if (late?.kind === 'full') {
       // The wrapper found no room to fork and the time is spent: a kill would need room too (and

@@ -4,6 +4,7 @@
  * (kept for the result, or passed on to the caller's onOutput as it arrives).
  */
 import type { OutputSink } from '../spec/index.js';
+import { sinkWait } from '../docker/index.js';
 import { OutputCapture, StreamedOutput } from './output-capture.js';
 
 /** The caller's stdin for the engine: a string as UTF-8 bytes; bytes and streams as they are. */
@@ -38,15 +39,17 @@ export function execStdin(
 /**
  * Where one output stream of a command goes: kept for the result, or passed on to the caller's
  * onOutput as it arrives (held until the command began). A sink that throws loses that chunk
- * only: the command and its result are the controller's, not the sink's.
+ * only: the command and its result are the controller's, not the sink's. A sink's promise is
+ * passed back (a wait for the exec's connection, engine-exec.ts), whatever it settles to.
  */
 export function outputStream(stream: 'stdout' | 'stderr', maxBytes: number, sink: OutputSink | undefined): OutputCapture | StreamedOutput {
   if (sink === undefined) return new OutputCapture(maxBytes);
   return new StreamedOutput(maxBytes, (chunk) => {
     try {
-      sink(stream, chunk);
+      return sinkWait(sink(stream, chunk))?.catch(() => undefined);
     } catch {
       // See above.
+      return undefined;
     }
   });
 }

@@ -7,6 +7,8 @@
  * time), and a view kept per frame cost some 175 times the byte it held.
  */
 
+import { sinkWait } from '../docker/index.js';
+
 /** Length of the longest prefix of `buf` that does not end inside a UTF-8 sequence. */
 export function utf8SafeLength(buf: Uint8Array): number {
   const end = buf.length;
@@ -79,20 +81,23 @@ export class StreamedOutput {
   private readonly held: OutputCapture;
   private released = false;
 
-  constructor(maxHeldBytes: number, private readonly sink: (chunk: Buffer) => void) {
+  /** `sink` may return a promise: the chunk is not all taken yet (a slow reader); see push. */
+  constructor(maxHeldBytes: number, private readonly sink: (chunk: Buffer) => unknown) {
     this.held = new OutputCapture(maxHeldBytes);
   }
 
-  push(chunk: Buffer): void {
-    if (this.released) this.pass(chunk);
-    else this.held.push(chunk);
+  /** Returns the sink's promise, if it gave one: read no more output until it settles. */
+  push(chunk: Buffer): Promise<unknown> | undefined {
+    if (this.released) return this.pass(chunk);
+    this.held.push(chunk);
+    return undefined;
   }
 
-  /** The command began: pass on what was held, and everything from now on. */
-  release(): void {
-    if (this.released) return;
+  /** The command began: pass on what was held, and everything from now on. As push, returns the sink's wait. */
+  release(): Promise<unknown> | undefined {
+    if (this.released) return undefined;
     this.released = true;
-    this.pass(this.held.bytesRaw());
+    return this.pass(this.held.bytesRaw());
   }
 
   get truncated(): boolean {
@@ -104,7 +109,7 @@ export class StreamedOutput {
     return this.released ? '' : this.held.text();
   }
 
-  private pass(chunk: Buffer): void {
-    if (chunk.length > 0) this.sink(chunk);
+  private pass(chunk: Buffer): Promise<unknown> | undefined {
+    return chunk.length > 0 ? sinkWait(this.sink(chunk)) : undefined;
   }
 }

@@ -20,11 +20,15 @@ export interface ExecTerminal {
   readonly stderr: WritableEnd;
 }
 
-/** Where output goes; `on('error')` where a write can fail (EPIPE, EIO: the reader went away). */
+/**
+ * Where output goes; `on('error')` where a write can fail (EPIPE, EIO: the reader went away), and
+ * `once('drain')` where a write can be held back (false: a pipe whose reader is slower).
+ */
 interface WritableEnd {
   write(chunk: Uint8Array): unknown;
   on?(event: 'error', listener: (err: NodeJS.ErrnoException) => void): unknown;
-  off?(event: 'error', listener: (err: NodeJS.ErrnoException) => void): unknown;
+  off?(event: 'error' | 'drain' | 'close', listener: (err?: NodeJS.ErrnoException) => void): unknown;
+  once?(event: 'drain' | 'error' | 'close', listener: () => void): unknown;
 }
 
 export interface ExecCommandArgs {
@@ -73,16 +77,38 @@ function rawTerminal(args: ExecCommandArgs, terminal: ExecTerminal | undefined):
   return args.interactive && args.tty && terminal?.stdin.isTTY === true && typeof terminal.stdin.setRawMode === 'function';
 }
 
-/** Where streamed output goes: the CLI's streams as bytes, or the io's text (UTF-8 kept whole across chunks). */
-function outputWriter(io: ExecCommandIo, readerGone: () => boolean): (stream: 'stdout' | 'stderr', chunk: Uint8Array) => void {
+/**
+ * Where streamed output goes: the CLI's streams as bytes, or the io's text (UTF-8 kept whole across
+ * chunks). A write held back (Node writes a pipe asynchronously, and queues what its reader has
+ * not taken) is waited for before more output is read: a command writing faster than `exec NAME
+ * -- cmd | reader` reads would otherwise pile all of its output up in this process.
+ */
+function outputWriter(io: ExecCommandIo, readerGone: () => boolean): (stream: 'stdout' | 'stderr', chunk: Uint8Array) => Promise<void> | undefined {
   const terminal = io.terminal;
   if (terminal !== undefined) {
+    // One wait per stream at a time: the frames of one read of the exec's connection share it.
+    const waiting: { stdout?: Promise<void> | undefined; stderr?: Promise<void> | undefined } = {};
     return (stream, chunk) => {
-      if (!readerGone()) terminal[stream].write(chunk);
+      const end = terminal[stream];
+      if (readerGone() || end.write(chunk) !== false || end.once === undefined) return waiting[stream];
+      // An error or a close is an end of the wait too (the error handler kills the command).
+      waiting[stream] ??= new Promise<void>((resolve) => {
+        const events = ['drain', 'error', 'close'] as const;
+        const done = (): void => {
+          for (const event of events) end.off?.(event, done);
+          waiting[stream] = undefined;
+          resolve();
+        };
+        for (const event of events) end.once?.(event, done);
+      });
+      return waiting[stream];
     };
   }
   const decoders = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') };
-  return (stream, chunk) => io[stream](decoders[stream].write(Buffer.from(chunk)));
+  return (stream, chunk) => {
+    io[stream](decoders[stream].write(Buffer.from(chunk)));
+    return undefined;
+  };
 }
 
 /**

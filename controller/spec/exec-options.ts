@@ -16,8 +16,12 @@ const DEFAULT_TAG = 'default';
 /** Per output stream, when the caller names no cap (exec/output-capture.ts keeps that many bytes). */
 const DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024;
 
-/** Receives a command's output as it arrives (ExecOptions.onOutput). */
-export type OutputSink = (stream: 'stdout' | 'stderr', chunk: Uint8Array) => void;
+/**
+ * Receives a command's output as it arrives (ExecOptions.onOutput). A sink that cannot take more
+ * at once (a slow pipe) returns a promise: no more of the command's output is read until it
+ * settles, so the command waits on its full pipe instead of its output piling up in the caller.
+ */
+export type OutputSink = (stream: 'stdout' | 'stderr', chunk: Uint8Array) => unknown;
 
 function isAsyncIterable(v: unknown): v is AsyncIterable<Uint8Array> {
   return typeof v === 'object' && v !== null && typeof (v as { [Symbol.asyncIterator]?: unknown })[Symbol.asyncIterator] === 'function';
