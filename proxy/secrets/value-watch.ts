@@ -7,6 +7,11 @@
  * no piece of a value straddling two reads reaches the client before the value is found whole, and
  * on a value the response is cut there.
  *
+ * A host that quotes only part of what it is sent (a field cut to a length, a display of its
+ * last characters) would hand back all of a value but a byte, with the sandbox placing the value
+ * where the cut falls: each text watched for is also watched for by its first and last quarter
+ * (`ends`), so such a piece passes only when it holds less than that of either end.
+ *
  * It sees the raw bytes, and the Basic credentials the proxy itself encoded a value into, as they
  * went out: a value the host encodes (base64, escapes) passes.
  */
@@ -18,7 +23,7 @@ export class SecretReflected extends CodedError<'bad_upstream_response'> {
   readonly secrets: readonly string[];
 
   constructor(secret: LoadedSecret, where: string) {
-    super('bad_upstream_response', `the response ${where} holds the value of secret ${secretLabel(secret)}, which the proxy put into the request: a host that reflects what it is sent would hand it to the workload`);
+    super('bad_upstream_response', `the response ${where} holds the value of secret ${secretLabel(secret)}, or its first or last characters, which the proxy put into the request: a host that reflects what it is sent would hand it to the workload`);
     this.secrets = [secretLabel(secret)];
   }
 }
@@ -28,6 +33,23 @@ const BASIC = /^\s*basic\s+([A-Za-z0-9+/_=-]+)\s*$/i;
 
 /** Shortest encoded core watched for alone; a shorter one is watched for in the whole credentials. */
 const MIN_CORE_CHARS = 8;
+
+/**
+ * Shortest end of a text watched for alone: a few characters of a value (a vendor prefix such as
+ * `ghp_`, the last four a page shows) turn up in responses that hold no value.
+ */
+const MIN_END_CHARS = 8;
+
+/**
+ * A text's first and last quarter (at least MIN_END_CHARS), watched for beside it: a piece of
+ * the text cut at one end holds the other end whole, unless it is under a quarter of the text.
+ * Its middle alone is reached only by a cut at both ends, which the sandbox cannot ask of the
+ * host (forward.ts drops Range).
+ */
+function ends(text: string): string[] {
+  const length = Math.max(MIN_END_CHARS, Math.ceil(text.length / 4));
+  return length >= text.length ? [] : [text.slice(0, length), text.slice(-length)];
+}
 
 /**
  * What of `credentials`' canonical base64 (as the proxy writes it) encodes `value`, at each place
@@ -65,20 +87,22 @@ export class ValueWatch {
    * credentials are watched for as well as the value.
    */
   constructor(secrets: readonly LoadedSecret[], sent: readonly string[] = []) {
-    const needles = secrets.map((secret) => ({ secret, bytes: Buffer.from(secret.value, 'latin1') }));
+    const texts = secrets.map((secret) => ({ secret, text: secret.value }));
     for (let i = 1; i < sent.length; i += 2) {
       const encoded = BASIC.exec(sent[i]!)?.[1];
       if (encoded === undefined) continue;
       const credentials = Buffer.from(encoded, 'base64').toString('latin1');
       for (const secret of secrets) {
         for (const text of encodedCores(credentials, secret.value)) {
-          if (needles.some((n) => n.bytes.toString('latin1') === text)) continue;
-          needles.push({ secret, bytes: Buffer.from(text, 'latin1') });
+          if (texts.some((n) => n.text === text)) continue;
+          texts.push({ secret, text });
           this.encoded += 1;
         }
       }
     }
-    this.needles = needles;
+    const needles = new Map<string, LoadedSecret>();
+    for (const { secret, text } of texts) for (const needle of [text, ...ends(text)]) if (!needles.has(needle)) needles.set(needle, secret);
+    this.needles = [...needles].map(([text, secret]) => ({ secret, bytes: Buffer.from(text, 'latin1') }));
     this.keep = Math.max(0, ...this.needles.map((n) => n.bytes.length - 1));
   }
 

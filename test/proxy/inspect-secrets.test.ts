@@ -65,6 +65,12 @@ const upstream = https.createServer(cert, (req, res) => {
       res.writeHead(200, { 'Content-Length': String(text.length) }).end(text);
       return;
     }
+    // One that quotes only the field's last 30 characters, as a masked display might.
+    if (req.url === '/last') {
+      const text = `key ending ...${String(req.headers['x-request-id']).slice(-30)}`;
+      res.writeHead(200, { 'Content-Length': String(text.length) }).end(text);
+      return;
+    }
     if (req.url === '/cors') {
       res.writeHead(200, { 'Access-Control-Allow-Origin': req.headers.origin ?? '*', 'Content-Length': '3' }).end('ok\n');
       return;
@@ -215,6 +221,21 @@ t.test('a request a secret went into asks for the whole response, so a reflected
   const clean = seen.length;
   await send('paste.test', 'GET /p HTTP/1.1\r\nHost: HOST\r\nRange: bytes=0-1\r\n');
   t.equal(seen[clean]!.headers.range, 'bytes=0-1', 'a request without a secret keeps its Range');
+  noLeak(t);
+});
+
+t.test('an echo cut short never hands back most of a value: a piece holding its first or last bytes is refused', async (t) => {
+  // The value's first 38 characters, its last 29: each alone is no value whole, and the two
+  // together are all of it.
+  const first = await send('registry.test', `GET /cut HTTP/1.1\r\nHost: HOST\r\nX-Request-Id: ${'p'.repeat(80 - (NPM.value.length - 1))}${NPM.placeholder}\r\n`);
+  t.notOk(first.includes(NPM.value.slice(0, 12)), 'the value\'s start is not handed back');
+  t.match(first, /^HTTP\/1\.1 502 .*X-Egress-Reason: bad_upstream_response/s, 'refused as a bad upstream response');
+  const last = await send('registry.test', `GET /last HTTP/1.1\r\nHost: HOST\r\nX-Request-Id: ${NPM.placeholder}p\r\n`);
+  t.notOk(last.includes(NPM.value.slice(-12)), 'the value\'s end is not handed back');
+  t.match(last, /^HTTP\/1\.1 502 .*X-Egress-Reason: bad_upstream_response/s, 'refused as a bad upstream response');
+  // A few characters of an end (a display of the last four, say) still pass.
+  const four = await send('registry.test', `GET /last HTTP/1.1\r\nHost: HOST\r\nX-Request-Id: ${NPM.placeholder}${'p'.repeat(26)}\r\n`);
+  t.match(four, /^HTTP\/1\.1 200 .*key ending \.\.\.[a-zA-Z]{4}p{26}$/s, 'the last four characters pass');
   noLeak(t);
 });
 

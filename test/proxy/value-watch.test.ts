@@ -94,3 +94,22 @@ t.test('Basic credentials a value was swapped into are watched for as the value\
   t.equal(five.encoded, 5);
   t.ok(five.encoded > ValueWatch.MAX_ENCODED_CREDENTIALS, 'past the most a request may carry (forward.ts refuses it)');
 });
+
+t.test('property: a piece of a value cut at one end fails once it holds a quarter of the other end, and none of it passes', async (t) => {
+  // An echo cut to a length, or showing only the last characters: the sandbox places the value
+  // where the cut falls, so that the piece is all of it but a byte.
+  const quarter = Math.max(8, Math.ceil(LONG.value.length / 4));
+  await holds(
+    t,
+    fc.property(fc.integer({ min: quarter, max: LONG.value.length }), fc.boolean(), fc.string({ maxLength: 100 }), fc.array(fc.nat(200), { maxLength: 20 }), (length, atStart, before, cuts) => {
+      fc.pre(!before.includes('ghp_') && !before.includes('1234'));
+      const piece = atStart ? LONG.value.slice(0, length) : LONG.value.slice(-length);
+      const { passed, error } = run(splits(Buffer.from(`${before}${piece}`), cuts));
+      return error !== undefined && Buffer.from(before).subarray(0, passed.length).equals(passed);
+    }),
+    300,
+  );
+  const watch = new ValueWatch([LONG]);
+  t.notOk(watch.head('OK', ['X-Last', LONG.value.slice(-(quarter - 1)), 'X-First', LONG.value.slice(0, quarter - 1)]), 'less than a quarter of either end passes');
+  t.type(watch.head('OK', ['X-Cut', LONG.value.slice(0, -1)]), SecretReflected, 'all but the last byte is refused in a head');
+});
