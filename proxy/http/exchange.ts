@@ -107,9 +107,9 @@ export class Exchange {
     const ownPort = trust === undefined ? HTTP_PORT : HTTPS_PORT;
     const headers = [...this.f.headers, 'host', decision.port === ownPort ? decision.host : `${decision.host}:${decision.port}`];
     if (framing.kind === 'length') headers.push('content-length', String(framing.length));
-    // On a shared proxy each sandbox registration has pools of its own (upstream-pools.ts).
+    // Pools of its own for each sandbox registration of a shared proxy, and for requests a secret went into (upstream-pools.ts).
     const { sandbox, lifecycle = '' } = this.connection.identity;
-    const pool = this.ctx.pools.forTarget(decision.host, decision.port, decision.addresses, trust, sandbox && `${sandbox}/${lifecycle}`);
+    const pool = this.ctx.pools.forTarget(decision.host, decision.port, decision.addresses, trust, sandbox && `${sandbox}/${lifecycle}`, this.f.watch !== undefined);
     try {
       pool.dispatch(
         {

@@ -43,16 +43,22 @@ export class UpstreamPools {
    * gets pools of its own: an upstream connection carries only one owner's requests, so a server
    * that reads one request's body as a second request (a CL.0 desync) cannot answer another
    * sandbox's request with it, nor append that sandbox's request to one it was sent.
+   *
+   * `alone`: the pool of requests a secret went into, which keeps no connection alive, so that
+   * each is opened for one request and closed after it. On a connection other requests used, a
+   * request of the sandbox's own planted in a body the server did not read (CL.0) would swallow
+   * the secret's request, and an echo of it would answer the request after, which the proxy
+   * watches for no value.
    */
-  forTarget(host: string, port: number, addresses: readonly string[], trust?: UpstreamTrust, owner?: string): Pool {
-    const key = `${trust === undefined ? 'http' : `https${this.trustId(trust)}`}|${host}|${port}|${addresses.join(',')}${owner === undefined ? '' : `|${owner}`}`;
+  forTarget(host: string, port: number, addresses: readonly string[], trust?: UpstreamTrust, owner?: string, alone = false): Pool {
+    const key = `${trust === undefined ? 'http' : `https${this.trustId(trust)}`}|${host}|${port}|${addresses.join(',')}${owner === undefined ? '' : `|${owner}`}${alone ? '|alone' : ''}`;
     let pool = this.pools.get(key);
     if (pool !== undefined) {
       // Moved to the end (most recently used) only when it is not there already.
       if (key === this.newest) return pool;
       this.pools.delete(key);
     } else {
-      pool = this.create(host, port, addresses, trust);
+      pool = this.create(host, port, addresses, trust, alone);
       if (this.pools.size >= this.options.maxPools) {
         const [oldestKey, oldest] = this.pools.entries().next().value as [string, Pool];
         this.pools.delete(oldestKey);
@@ -99,7 +105,7 @@ export class UpstreamPools {
     return id;
   }
 
-  private create(host: string, port: number, addresses: readonly string[], trust: UpstreamTrust | undefined): Pool {
+  private create(host: string, port: number, addresses: readonly string[], trust: UpstreamTrust | undefined, alone: boolean): Pool {
     const { connect, connectTimeoutMs, idleTimeoutMs, maxHeaderBytes } = this.options;
     this.PoolClass ??= (requireCjs('undici') as typeof Undici).Pool;
     const open = async () => {
@@ -118,7 +124,8 @@ export class UpstreamPools {
       maxHeaderSize: maxHeaderBytes,
       // A body shorter or longer than its Content-Length is an error, never a second message.
       strictContentLength: true,
-      pipelining: 1,
+      // 0: no keep-alive, one request per connection (`alone`).
+      pipelining: alone ? 0 : 1,
       // An idle upstream connection holds a descriptor the open-file budget does not count
       // (fd-budget.ts): an upstream's Keep-Alive hint cannot stretch it past undici's 4 s default.
       keepAliveMaxTimeout: 4_000,
