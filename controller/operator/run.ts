@@ -86,7 +86,7 @@ async function dispatch(args: OperatorArgs, loaded: OperatorConfig, io: Operator
   if (socketDir !== undefined) requirePrivateSocketPath(socketDir);
   const now = io.now ?? Date.now;
   // With --json every stderr line is a JSON object, the progress lines included.
-  const progress = (line: string): void => io.stderr(args.json ? `${JSON.stringify({ progress: line })}\n` : `capybara-sandbox: ${line}\n`);
+  const progress = (line: string): void => io.stderr(args.json ? `${asciiJson({ progress: line })}\n` : `capybara-sandbox: ${line}\n`);
   const logger = pino({ name: 'capybara-sandbox', level: 'warn' }, pino.destination(2));
   const engine = new DockerEngine({ endpoint: config.endpoint, tlsCertDir: config.tlsCertDir, logger });
   const testHosts = args.command === 'create' || args.command === 'run' ? egressTestHostsFromEnv(env) : undefined;
@@ -235,7 +235,7 @@ export async function runOperator(argv: readonly string[], io: OperatorIo): Prom
     // Nothing was configured and nothing answers on the socket of up: say how to start it.
     const hint = proxyOnDemand && code === 'engine_unavailable' ? ' Start the socket proxy first: capybara-sandbox up (create and run do it themselves).' : '';
     const message = `${(err as Error).message}${hint}`;
-    io.stderr(jsonErrors ? `${JSON.stringify({ error: { code, message } })}\n` : `capybara-sandbox: ${code}: ${message}\n`);
+    io.stderr(jsonErrors ? `${asciiJson({ error: { code, message } })}\n` : `capybara-sandbox: ${code}: ${message}\n`);
     return isSandboxError(err, 'invalid_config') ? 2 : 1;
   }
 }
