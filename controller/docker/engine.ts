@@ -14,7 +14,7 @@ import {
   containerNetworks, containersOnNetwork, listContainers, listNetworks, listVolumes, networkView, type ContainerSummary, type RawNetwork, type RawNetworkSettings, type ResourceSummary,
 } from './engine-listing.js';
 import { networkConnectBody, networkDisconnectBody } from './network-spec.js';
-import { pullReference } from './image-reference.js';
+import { imagePathPart, pullReference } from './image-reference.js';
 import { WORKSPACE } from './container-spec.js';
 import { TENANTS_DIR } from '../../common/index.js';
 import { WORKSPACE_OWNER_ARCHIVE } from './workspace-owner.js';
@@ -163,7 +163,7 @@ export class DockerEngine implements SandboxEngine {
   }
 
   async imageExists(image: string): Promise<boolean> {
-    return (await this.optional(this.call(`inspect of image ${image}`, 'GET', `/images/${image}/json`))) !== undefined;
+    return (await this.optional(this.call(`inspect of image ${image}`, 'GET', `/images/${imagePathPart(image)}/json`))) !== undefined;
   }
 
   async pullImage(image: string): Promise<void> {

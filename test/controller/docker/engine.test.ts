@@ -110,6 +110,19 @@ t.test('request shapes: query and body exactly as meant', async (t) => {
   t.same((await engine.inspectContainer('cap-x'))?.paused, true);
 });
 
+t.test('an image reference goes into an engine path only as one', async (t) => {
+  const { endpoint, seen } = await fakeEngine(t);
+  const engine = new DockerEngine({ endpoint });
+  t.equal(await engine.imageExists('registry.example.com:5000/team/img:1'), true);
+  t.equal(seen.at(-1)?.url, '/images/registry.example.com:5000/team/img:1/json');
+  const before = seen.length;
+  // `x/get?` would be the export route (the image as a tarball), the rest other requests.
+  for (const image of ['x/get?', 'x#', 'a/../../containers/json', 'a b', 'x%2fget', '/x', '']) {
+    t.equal(await codeOf(engine.imageExists(image)), 'invalid_spec', JSON.stringify(image));
+  }
+  t.equal(seen.length, before, 'none was sent');
+});
+
 t.test('exec streams output and stdin, then reads the exit code', async (t) => {
   const { endpoint, seen } = await fakeEngine(t);
   const engine = new DockerEngine({ endpoint });
