@@ -10,7 +10,7 @@ import type { Allowed, WouldDeny } from '../../policy/index.js';
 import { F, logLine, type LineLevel, type LineValue, type Logger } from './log.js';
 import type { ProxyObserver } from './metrics.js';
 import type { SandboxOf } from './sandbox-metrics.js';
-import type { Refusal } from './refusal.js';
+import { boundedDetail, type Refusal } from './refusal.js';
 
 export type LineFields = Readonly<Record<string, LineValue>>;
 
@@ -117,7 +117,7 @@ export class DecisionRecorder {
     if (!this.log.isLevelEnabled(this.level)) return;
     logLine(
       this.log,
-      { [F.event]: 'decision', [F.decision]: 'deny', [F.method]: this.method, [F.reason]: refusal.reason, [F.detail]: refusal.detail, [F.host]: refusal.host, [F.port]: refusal.port, ...this.noted, ...fields },
+      { [F.event]: 'decision', [F.decision]: 'deny', [F.method]: this.method, [F.reason]: refusal.reason, [F.detail]: boundedDetail(refusal.detail), [F.host]: refusal.host, [F.port]: refusal.port, ...this.noted, ...fields },
       this.level,
     );
   }

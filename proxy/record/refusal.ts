@@ -43,12 +43,24 @@ function isFailure(reason: Reason): boolean {
   return REASONS[reason].status >= 500;
 }
 
+/**
+ * The longest detail a refusal's body and decision line carry. Details quote what a peer sent
+ * (Node's words on an upstream certificate list every name it holds, which the upstream chooses),
+ * and one refusal must not cost a line or a body of that peer's size.
+ */
+export const DETAIL_MAX = 1024;
+
+/** `detail`, cut to DETAIL_MAX characters with `...`. */
+export function boundedDetail(detail: string): string {
+  return detail.length > DETAIL_MAX ? `${detail.slice(0, DETAIL_MAX - 3)}...` : detail;
+}
+
 function refusalBody(refusal: Refusal): string {
   const target = refusal.host === undefined ? '' : ` ${refusal.host}${refusal.port === undefined ? '' : `:${refusal.port}`}`;
   const verb = isFailure(refusal.reason) ? 'egress failed' : 'egress denied';
   // Control characters never reach the body: details are built from validated names only, but
   // a stray CR or LF here would split the response.
-  const detail = refusal.detail.replace(/[\x00-\x1f\x7f]/g, ' ');
+  const detail = boundedDetail(refusal.detail).replace(/[\x00-\x1f\x7f]/g, ' ');
   // The hint was checked as printable ASCII where it was configured (config-values.ts).
   return `${verb}${target}: ${refusal.reason}: ${detail}; ${refusal.advice ?? REASONS[refusal.reason].advice}\n`;
 }
