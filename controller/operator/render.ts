@@ -6,6 +6,15 @@
  * DEL, the C1 controls (U+009B is CSI to a terminal that reads 8-bit controls) and U+2028 stand
  * raw in a string; a sandbox's command output, a label or an allowlist entry can carry them.
  */
+/**
+ * `text` for a terminal: every control character but the newline and the tab (C0, DEL, C1, and
+ * U+2028/U+2029) as a `\uXXXX` escape. An error's message can quote what a sandbox wrote (with
+ * `commandIsolation: off`, output a leftover process wrote before a command began).
+ */
+export function terminalText(text: string): string {
+  return text.replace(/[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]/g, (ch) => `\\u${ch.charCodeAt(0).toString(16).padStart(4, '0')}`);
+}
+
 export function asciiJson(value: unknown, indent?: number): string {
   return JSON.stringify(value, null, indent).replace(/[^\x20-\x7e\n]/g, (ch) => `\\u${ch.charCodeAt(0).toString(16).padStart(4, '0')}`);
 }

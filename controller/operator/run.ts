@@ -20,7 +20,7 @@ import { labelFilters, readInventory, sandboxRows } from './inventory.js';
 import { inspectSandbox } from './sandbox-detail.js';
 import { collectGarbage } from './gc.js';
 import { runDoctor, type DoctorCheck } from './doctor.js';
-import { age, asciiJson, table } from './render.js';
+import { age, asciiJson, table, terminalText } from './render.js';
 import type { SocketProxySettings } from './socket-proxy-spec.js';
 import { proxyAnswers, requirePrivateSocketPath, socketProxyDown, socketProxyUp, type UpResult } from './socket-proxy-service.js';
 import { createSandbox, ensureSandbox } from './sandbox-commands.js';
@@ -235,7 +235,7 @@ export async function runOperator(argv: readonly string[], io: OperatorIo): Prom
     // Nothing was configured and nothing answers on the socket of up: say how to start it.
     const hint = proxyOnDemand && code === 'engine_unavailable' ? ' Start the socket proxy first: capybara-sandbox up (create and run do it themselves).' : '';
     const message = `${(err as Error).message}${hint}`;
-    io.stderr(jsonErrors ? `${asciiJson({ error: { code, message } })}\n` : `capybara-sandbox: ${code}: ${message}\n`);
+    io.stderr(jsonErrors ? `${asciiJson({ error: { code, message } })}\n` : `capybara-sandbox: ${code}: ${terminalText(message)}\n`);
     return isSandboxError(err, 'invalid_config') ? 2 : 1;
   }
 }

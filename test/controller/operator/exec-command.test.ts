@@ -6,6 +6,7 @@
  */
 import t from 'tap';
 import { execOptions, runExecCommand, type ExecCommandArgs, type ExecTerminal } from '../../../controller/operator/exec-command.js';
+import { runOperator } from '../../../controller/operator/run.js';
 import { isSandboxError } from '../../../controller/spec/errors.js';
 import type { ExecOptions, ExecResult } from '../../../controller/spec/index.js';
 
@@ -219,4 +220,14 @@ t.test('a signal before the reader went away is reported as the signal', async (
   }), PLAIN, { ...io, terminal: term });
   t.equal(code, 143);
   t.match(out.stderr, /SIGTERM came/);
+});
+
+t.test('an error line for a person shows no terminal control a message quotes', async (t) => {
+  let stderr = '';
+  // A name the CLI quotes back: JSON.stringify lets U+009B (CSI) stand raw.
+  const code = await runOperator(['inspect', 'cap-\u009b2J\u2028x'], { stdout: () => undefined, stderr: (s) => (stderr += s) });
+  t.equal(code, 2);
+  t.match(stderr, /^capybara-sandbox: invalid_config: Sandbox name /);
+  t.match(stderr, /\\u009b2J\\u2028x/, 'shown as escapes');
+  t.notMatch(stderr, /[\u0080-\u009f\u2028\u2029]/, 'none raw');
 });
