@@ -52,6 +52,8 @@ export interface OperatorArgs {
   /** exec, run: -i passes the CLI's stdin to the command; -t gives the command a terminal. */
   readonly interactive: boolean;
   readonly tty: boolean;
+  /** exec, run: every process the sandbox user left running is ended before the command starts. */
+  readonly fresh: boolean;
   /** logs: -f/--follow, and --denied (refusals only). */
   readonly logs: { readonly follow: boolean; readonly denied: boolean };
   /** ls: -q, --format, --filter. */
@@ -157,6 +159,7 @@ const OPTIONS = {
   all: { type: 'boolean' },
   interactive: { type: 'boolean', short: 'i' },
   tty: { type: 'boolean', short: 't' },
+  fresh: { type: 'boolean' },
   'socket-dir': { type: 'string' },
   'proxy-name': { type: 'string' },
   'proxy-image': { type: 'string' },
@@ -181,6 +184,7 @@ const COMMAND_OPTIONS: Partial<Record<OptionName, readonly OperatorCommand[]>> =
   all: ['down'],
   interactive: ['exec', 'run'],
   tty: ['exec', 'run'],
+  fresh: ['exec', 'run'],
   ...Object.fromEntries(SANDBOX_OPTIONS.map((o) => [o, ['create', 'run']])),
 };
 
@@ -302,6 +306,7 @@ export function parseOperatorArgs(argv: readonly string[]): OperatorArgs {
     force: values.force === true,
     interactive: values.interactive === true,
     tty: values.tty === true,
+    fresh: values.fresh === true,
     logs: { follow: values.follow === true, denied: values.denied === true },
     ls: parseLsOptions({ quiet: values.quiet === true, json: values.json === true, format: values.format, filters: values.filter ?? [] }),
     all: values.all === true,

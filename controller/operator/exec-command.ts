@@ -35,6 +35,8 @@ export interface ExecCommandArgs {
   readonly json: boolean;
   readonly interactive: boolean;
   readonly tty: boolean;
+  /** End what the sandbox user left running first (ExecOptions.fresh). */
+  readonly fresh?: boolean;
   readonly timeoutMs: number | undefined;
   /**
    * Per stream: the deployment's outputBytes ceiling, for what the controller holds (output that
@@ -62,6 +64,7 @@ export function execOptions(args: ExecCommandArgs, terminal: ExecTerminal | unde
   if (args.interactive && terminal === undefined) throw usageError('-i needs the CLI\'s own stdin, which this caller did not give');
   const opts: ExecOptions = { signal, ...(args.timeoutMs === undefined ? {} : { timeoutMs: args.timeoutMs }) };
   if (args.interactive && terminal !== undefined) opts.stdin = terminal.stdin;
+  if (args.fresh === true) opts.fresh = true;
   if (args.tty) {
     const out = terminal?.stdout;
     const sized = out?.isTTY === true && typeof out.rows === 'number' && typeof out.columns === 'number' && out.rows > 0 && out.columns > 0;

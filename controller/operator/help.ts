@@ -32,6 +32,7 @@ const COMMAND_ARG = [
 const TIMEOUT = ['--timeout 10m', 'kill the command after this long (30s, 10m, 2h) and exit 124'] as const;
 const STREAMS: ReadonlyArray<readonly [string, string]> = [
   ['-i, --interactive', 'pass this stdin to the command (its end closes the command\'s stdin); without it the command\'s stdin is empty'],
+  ['--fresh', 'end every process the sandbox user left running (other commands\' too) before the command starts, so none can read what -i sends or write into its output'],
   ['-t, --tty', 'run the command on a terminal (stdout and stderr one stream, CRLF line ends), sized as this one; with -i on a terminal, raw mode here so that keys (Ctrl-C, Ctrl-D) go to the command. Given even when stdin is not a terminal, as docker exec -t does'],
 ];
 

@@ -46,7 +46,7 @@ function print(io: OperatorIo, args: OperatorArgs, json: unknown, human: string)
 }
 
 function execArgs(args: OperatorArgs, config: DeploymentConfig): ExecCommandArgs {
-  return { json: args.json, interactive: args.interactive, tty: args.tty, timeoutMs: args.timeoutMs, maxOutputBytes: config.maxLimits.outputBytes };
+  return { json: args.json, interactive: args.interactive, tty: args.tty, fresh: args.fresh, timeoutMs: args.timeoutMs, maxOutputBytes: config.maxLimits.outputBytes };
 }
 
 /**

@@ -57,6 +57,7 @@ t.test('the exec options of a command line', async (t) => {
     { name: '-i -t typed at a terminal: echo', args: { tty: true, interactive: true }, term: terminal({ stdinTty: true, stdoutTty: true }), want: { maxOutputBytes: 1000, tty: { echo: true, rows: 30, cols: 100 } }, stdin: true },
     { name: '-i -t piped: no echo', args: { tty: true, interactive: true }, term: terminal(), want: { maxOutputBytes: 1000, tty: { echo: false } }, stdin: true },
     { name: '-i alone', args: { interactive: true }, term: terminal({ stdinTty: true }), want: { maxOutputBytes: 1000 }, stdin: true },
+    { name: '--fresh', args: { fresh: true }, term: terminal(), want: { maxOutputBytes: 1000, fresh: true }, stdin: false },
   ];
   for (const row of rows) {
     const { stdin, signal: s, ...rest } = execOptions({ ...PLAIN, ...row.args }, row.term, signal);
