@@ -68,7 +68,10 @@ export async function createContainerPullingOnce(deps: BuildDeps, name: string, 
  * step of a create. Nothing can reach the proxy meanwhile but what the shared network allows (no
  * inter-container traffic), and the sandbox is only ever on its internal network. `proceed` is asked before each call (step-group.ts); `made`
  * is told the proxy container's id. Resolves to the registration the proxy reads its policy
- * from (kept when `rebuilding`, else new), when it reads one.
+ * from (kept when `rebuilding`, else new), when it reads one. `rebuilding` (a recovery) tells
+ * whether the sandbox is still the container it read, which fences the registration it keeps or
+ * writes (keepRegistration): another process can destroy the sandbox and make it again meanwhile,
+ * and its proxy has the same name.
  */
 export async function createEgress(
   deps: BuildDeps,
@@ -77,7 +80,7 @@ export async function createEgress(
   internalNetwork: Promise<SandboxNetwork>,
   proceed: () => void = () => undefined,
   made: (name: string, id: string) => void = () => undefined,
-  rebuilding = false,
+  rebuilding?: { readonly same: () => Promise<boolean> },
 ): Promise<KeptRegistration | undefined> {
   // Its transparent listeners bind the fixed address, so the body waits for the network.
   const network = await internalNetwork;
@@ -96,7 +99,7 @@ export async function createEgress(
   // exists, so before the sandbox can send it anything (until then it holds no registration and
   // refuses every client); the probe waits until the proxy names it.
   const seat = ownSeat(plan.names);
-  const lifecycle = target === undefined ? undefined : rebuilding ? await keepRegistration(deps, plan, seat, target) : await writeNew(deps, plan, seat, target);
+  const lifecycle = target === undefined ? undefined : rebuilding !== undefined ? await keepRegistration(deps, plan, seat, target, rebuilding.same) : await writeNew(deps, plan, seat, target);
   proceed();
   await connectEgress(deps, plan.names.egress, network);
   return lifecycle === undefined || target === undefined ? undefined : { lifecycle, seat, target };

@@ -298,7 +298,7 @@ export class SandboxRecovery {
       egressNanoCpus: egressNanoCpus(this.deps.config),
     };
     try {
-      return await createEgress(this.deps, plan, shared, Promise.resolve(network), undefined, undefined, true);
+      return await createEgress(this.deps, plan, shared, Promise.resolve(network), undefined, undefined, { same: this.sameContainer(name, view) });
     } catch (err) {
       // The name in use: a concurrent recovery created it first, and writes its registration
       // (waitForKept waits for the one at the seat). Any other error, a 409 of the registration's
