@@ -235,11 +235,31 @@ export class CommandRunner {
     // apart, never in the result.
     const preStart = new OutputCapture(PRE_START_BYTES);
     let started = false;
-    // Settled once the command is to be killed: from then on no wait of the caller's holds the
-    // connection, whose end the kill waits for (a reader that never drains would otherwise turn
-    // every timeout and abort into a restart of the container).
-    let stopWaiting: () => void = () => undefined;
-    const stopped = new Promise<void>((resolve) => (stopWaiting = resolve));
+    // Every wait is let go of once the command is to be killed: from then on none of the caller's
+    // holds the connection, whose end the kill waits for (a reader that never drains would
+    // otherwise turn every timeout and abort into a restart of the container). Each is also let go
+    // of once it settles: a race against one promise that settles only at a
+    // kill would leave a reaction on it per chunk, kept while the command runs (an async onOutput
+    // returns a promise for every frame, and a command writing a byte at a time gets a frame per
+    // byte: hundreds of bytes of heap each, with no cap).
+    const waiting = new Set<() => void>();
+    let stopping = false;
+    const stopWaiting = (): void => {
+      stopping = true;
+      for (const letGo of waiting) letGo();
+      waiting.clear();
+    };
+    const untilStopped = (wait: Promise<unknown>): Promise<void> | undefined => {
+      if (stopping) return undefined;
+      return new Promise<void>((resolve) => {
+        const done = (): void => {
+          waiting.delete(done);
+          resolve();
+        };
+        waiting.add(done);
+        wait.then(done, done);
+      });
+    };
     // One chunk of output to where it goes; what a caller's onOutput waits for, if anything.
     const take = (stream: 'stdout' | 'stderr', chunk: Buffer): Promise<unknown> | void => {
       if (stream === 'stdout') return stdout.push(chunk);
@@ -269,7 +289,7 @@ export class CommandRunner {
         // it settles (engine-exec.ts), or until the kill.
         onOutput: (stream, chunk) => {
           const wait = take(stream, chunk);
-          return wait instanceof Promise ? Promise.race([wait, stopped]) : undefined;
+          return wait instanceof Promise ? untilStopped(wait) : undefined;
         },
       }),
     );
