@@ -310,7 +310,11 @@ export class CommandRunner {
       if (onAbort !== undefined) options.signal?.removeEventListener('abort', onAbort);
     }
     const killed = outcome === 'timeout' || outcome === 'abort';
-    if (killed) stopWaiting();
+    if (killed) {
+      if (stdout instanceof StreamedOutput) stdout.stop();
+      if (stderr instanceof StreamedOutput) stderr.stop();
+      stopWaiting();
+    }
     const late = outcome === 'timeout' && !started ? lateStartFailure(options.timeoutMs, preStart.text()) : undefined;
     if (late?.kind === 'full') {
       // The wrapper found no room to fork and the time is spent: a kill would need room too (and

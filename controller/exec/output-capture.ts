@@ -75,11 +75,16 @@ export class OutputCapture {
  * the error that names a failed start, and passed on at the release; a command that never began
  * passes nothing on. After the release everything is passed on, with no cap: nothing of it is
  * held, so the cap has no memory to protect, and output cut silently in the middle (an archive
- * written to a file) would pass for the whole. `truncated` says the held part lost bytes.
+ * written to a file) would pass for the whole. `truncated` says the held part lost bytes, or
+ * output after a kill was dropped (stop).
  */
 export class StreamedOutput {
   private readonly held: OutputCapture;
   private released = false;
+  /** The sink's wait, until it settles. */
+  private waiting: Promise<unknown> | undefined;
+  private stopped = false;
+  private dropped = false;
 
   /** `sink` may return a promise: the chunk is not all taken yet (a slow reader); see push. */
   constructor(maxHeldBytes: number, private readonly sink: (chunk: Buffer) => unknown) {
@@ -100,8 +105,20 @@ export class StreamedOutput {
     return this.pass(this.held.bytesRaw());
   }
 
+  /**
+   * The command is being killed, and its connection is read on whatever the sink waits for (the
+   * kill waits for the output to end): from now on a chunk that comes while the sink still waits
+   * is dropped. Passed on, a command that outlives the kill for a while (a kill slow to scan a
+   * busy sandbox, a process only the container's restart ends) would pile its output up in a sink
+   * that asked to wait, at the connection's pace: the CLI's queue for a reader that never drains.
+   */
+  stop(): void {
+    this.stopped = true;
+  }
+
+  /** The held part lost bytes, or output was dropped after a kill (stop). */
   get truncated(): boolean {
-    return this.held.truncated;
+    return this.held.truncated || this.dropped;
   }
 
   /** What was held and never passed on (a command that did not begin), else nothing. */
@@ -110,6 +127,19 @@ export class StreamedOutput {
   }
 
   private pass(chunk: Buffer): Promise<unknown> | undefined {
-    return chunk.length > 0 ? sinkWait(this.sink(chunk)) : undefined;
+    if (chunk.length === 0) return undefined;
+    if (this.stopped && this.waiting !== undefined) {
+      this.dropped = true;
+      return undefined;
+    }
+    const wait = sinkWait(this.sink(chunk));
+    if (wait !== undefined) {
+      this.waiting = wait;
+      const settled = (): void => {
+        if (this.waiting === wait) this.waiting = undefined;
+      };
+      wait.then(settled, settled);
+    }
+    return wait;
   }
 }

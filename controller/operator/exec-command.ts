@@ -185,7 +185,9 @@ function report(r: ExecResult, args: ExecCommandArgs, io: ExecCommandIo, stopped
     // Streamed: the result holds no output, unless the command never began.
     io.stdout(r.stdout);
     io.stderr(r.stderr);
-    if (r.truncated) io.stderr(`capybara-sandbox: output that came before the command began, past ${args.maxOutputBytes} bytes (per stream, the deployment's maxLimits.outputBytes), was dropped\n`);
+    // After a kill, output the reader had not taken is dropped too (StreamedOutput.stop).
+    const after = r.timedOut || r.aborted ? ' or after the kill while the reader had not taken what came before it' : '';
+    if (r.truncated) io.stderr(`capybara-sandbox: output that came before the command began, past ${args.maxOutputBytes} bytes (per stream, the deployment's maxLimits.outputBytes)${after}, was dropped\n`);
     if (r.timedOut) io.stderr('capybara-sandbox: the command timed out and was killed\n');
     if (r.aborted) io.stderr(`capybara-sandbox: ${stoppedBy ?? 'a signal'} came; the command was killed\n`);
   }

@@ -173,3 +173,58 @@ t.test('a wait that never settles holds the output only until the kill', async (
   t.equal(restarts, 0, 'the kill ended the command: no restart of the container');
   t.ok(Date.now() - started < 4_000, 'at once, not after the kill\'s wait for the output to end');
 });
+
+t.test('output after the kill that the caller cannot take is read and dropped, not piled up in its sink', async (t) => {
+  // A command that outlives its kill for a while (a kill script slow to scan a busy sandbox's
+  // /proc, or a process that left both the command's session and its mark, which only the
+  // restart ends) goes on writing: its output was passed to a sink that had asked to wait, at the
+  // connection's pace, and the CLI queued all of it (review finding).
+  const CHUNK = Buffer.alloc(64 * 1024, 0x79);
+  const CHUNKS = 1_000;
+  let killStarted: () => void = () => undefined;
+  const killing = new Promise<void>((resolve) => (killStarted = resolve));
+  const engine = {
+    async startExec(_container: string, request: ExecRequest): Promise<ExecRun> {
+      if (request.env?.some((e) => e.startsWith(`${EXEC_MARK_VAR}=`)) !== true) {
+        killStarted();
+        request.onOutput('stdout', Buffer.from(`${KILL_OK_MARKER}\n`));
+        return { id: 'kill', finished: Promise.resolve(0), detach: () => undefined };
+      }
+      request.onOutput('stderr', Buffer.from([STARTED_BYTE]));
+      const first = request.onOutput('stdout', CHUNK);
+      // As the exec's connection does: the next read once the sink's wait settled (or the kill).
+      const finished = (async () => {
+        await first;
+        await killing;
+        for (let i = 0; i < CHUNKS; i++) await request.onOutput('stdout', CHUNK);
+        return null;
+      })();
+      return { id: 'command', finished, detach: () => undefined };
+    },
+    async inspectContainer() {
+      return { running: true, status: 'running' };
+    },
+  } as unknown as SandboxEngine;
+  const runner = new CommandRunner({
+    engine,
+    withRunning: (_name, fn) => fn(),
+    restart: async () => undefined,
+    logger: pino({ level: 'silent' }),
+    ceilings: { execTimeoutMs: 60_000, outputBytes: 1024 },
+    isolation: 'landlock',
+  });
+  const keepAlive = setInterval(() => undefined, 1_000);
+  t.teardown(() => clearInterval(keepAlive));
+  let passed = 0;
+  // A reader that never drains: every write is held back.
+  const r = await runner.exec('cap-x', 'yes', {
+    timeoutMs: 50,
+    onOutput: (_stream: 'stdout' | 'stderr', chunk: Uint8Array) => {
+      passed += chunk.length;
+      return new Promise(() => undefined);
+    },
+  });
+  t.ok(r.timedOut, 'the timeout came');
+  t.ok(passed <= 2 * CHUNK.length, `${(passed / 1e6).toFixed(1)} MB passed to a sink that took none of it`);
+  t.ok(r.truncated, 'the result says output was dropped');
+});
