@@ -53,8 +53,10 @@ function secretsSent(set: SecretSet | undefined, method: string, host: string, i
  * would get the value back compressed, past the watch; `identity` alone is asked for instead.
  * `Range` (and `If-Range`, its condition): byte ranges of a reflected answer, each asked for in a
  * request of its own, would bring the value back in pieces, and the watch reads one response.
+ * `Request-Range`: Range's spelling in the Netscape-era draft, which Apache httpd still honours
+ * when a request has no Range.
  */
-const UNWATCHABLE = new Set(['accept-encoding', 'range', 'if-range']);
+const UNWATCHABLE = new Set(['accept-encoding', 'range', 'if-range', 'request-range']);
 
 /** The fields of a request a secret went into, without UNWATCHABLE ones (in any case), asking for identity. */
 function watchable(headers: readonly string[]): string[] {
