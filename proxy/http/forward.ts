@@ -54,9 +54,12 @@ function secretsSent(set: SecretSet | undefined, method: string, host: string, i
  * `Range` (and `If-Range`, its condition): byte ranges of a reflected answer, each asked for in a
  * request of its own, would bring the value back in pieces, and the watch reads one response.
  * `Request-Range`: Range's spelling in the Netscape-era draft, which Apache httpd still honours
- * when a request has no Range.
+ * when a request has no Range. `If-None-Match` and `If-Match`: a 304 or a 412 says whether a
+ * guessed ETag, a hash of the body as Express makes it, is the body's: with a host that quotes a
+ * field cut short, a guess at the next character of a value a request (the response's own
+ * digests are dropped for the same reason, value-watch.ts).
  */
-const UNWATCHABLE = new Set(['accept-encoding', 'range', 'if-range', 'request-range']);
+const UNWATCHABLE = new Set(['accept-encoding', 'range', 'if-range', 'request-range', 'if-none-match', 'if-match']);
 
 /** The fields of a request a secret went into, without UNWATCHABLE ones (in any case), asking for identity. */
 function watchable(headers: readonly string[]): string[] {

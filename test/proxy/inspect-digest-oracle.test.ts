@@ -41,6 +41,11 @@ const upstream = https.createServer(cert, (req, res) => {
   req.resume();
   req.on('end', () => {
     const body = page(String(req.headers['x-request-id']));
+    // Conditional as Express's req.fresh is: 304 when If-None-Match names the body's ETag.
+    if (req.headers['if-none-match'] === digest(body)) {
+      res.writeHead(304, { ETag: digest(body) }).end();
+      return;
+    }
     res.writeHead(200, { 'Content-Length': String(body.length), ETag: digest(body), 'Repr-Digest': `sha-256=:${digest(body).slice(1, -1)}:` });
     res.write(body.slice(0, PAD.length));
     setTimeout(() => res.end(body.slice(PAD.length)), 30);
@@ -63,13 +68,13 @@ t.teardown(() => proxy.close());
 proxy.proxy.setPolicy(loadSecrets(policyOf(input), { NPM_TOKEN: NPM.value, EGRESS_PLACEHOLDER_NPM_TOKEN: NPM.placeholder }, () => ''));
 
 /** The response's head to one request with `field` as X-Request-Id, on a new inspected connection. */
-async function headFor(field: string): Promise<string> {
+async function headFor(field: string, extra = ''): Promise<string> {
   const socket = net.connect(proxy.port, '127.0.0.1');
   socket.write(`CONNECT registry.test:${port} HTTP/1.1\r\nHost: registry.test:${port}\r\n\r\n`);
   await readUntil(socket, '\r\n\r\n', 3_000);
   const secure = tls.connect({ socket, servername: 'registry.test', ca: leaves.caCertificatePem });
   await new Promise((r) => secure.once('secureConnect', r));
-  secure.write(`GET /page HTTP/1.1\r\nHost: registry.test:${port}\r\nX-Request-Id: ${field}\r\nConnection: close\r\n\r\n`);
+  secure.write(`GET /page HTTP/1.1\r\nHost: registry.test:${port}\r\nX-Request-Id: ${field}\r\n${extra}Connection: close\r\n\r\n`);
   const text = await readUntil(secure, undefined, 5_000).catch(() => '');
   secure.destroy();
   return text.split('\r\n\r\n')[0] ?? '';
@@ -91,4 +96,24 @@ t.test('a response to a request a secret went into carries no digest of its body
   const head = await headFor(`${'p'.repeat(CUT)}${NPM.placeholder}`);
   t.match(head, /^HTTP\/1\.1 200 /, 'the page is passed on');
   t.notMatch(head, /^(etag|repr-digest|content-digest|digest|content-md5):/im, 'no field that hashes the body');
+});
+
+t.test('a request a secret went into asks nothing conditional on a digest of the body', async (t) => {
+  // The same oracle without the field: If-None-Match names the digest of a guessed body, and a
+  // 304 says the guess was right, a character at a time.
+  let known = '';
+  for (let k = 1; k <= 12; k++) {
+    const field = `${'p'.repeat(CUT - k)}${NPM.placeholder}`;
+    let next: string | undefined;
+    for (const c of ALPHABET) {
+      const head = await headFor(field, `If-None-Match: ${digest(page(`${'p'.repeat(CUT - k)}${known}${c}`))}\r\n`);
+      if (/^HTTP\/1\.1 304 /.test(head)) {
+        next = c;
+        break;
+      }
+    }
+    if (next === undefined) break;
+    known += next;
+  }
+  t.equal(known, '', `no character is confirmed by a 304 (${known.length} were)`);
 });
