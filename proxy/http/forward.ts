@@ -56,8 +56,8 @@ function secretsSent(set: SecretSet | undefined, method: string, host: string, i
  * `Request-Range`: Range's spelling in the Netscape-era draft, which Apache httpd still honours
  * when a request has no Range. `If-None-Match` and `If-Match`: a 304 or a 412 says whether a
  * guessed ETag, a hash of the body as Express makes it, is the body's: with a host that quotes a
- * field cut short, a guess at the next character of a value a request (the response's own
- * digests are dropped for the same reason, value-watch.ts).
+ * field cut short, that answers a guess at each next character of a value, one request each (the
+ * response's own digests are dropped for the same reason, value-watch.ts).
  */
 const UNWATCHABLE = new Set(['accept-encoding', 'range', 'if-range', 'request-range', 'if-none-match', 'if-match']);
 
