@@ -140,7 +140,9 @@ check_value = function(spec, v, name, settings, deferred)
 end
 
 -- The body of `route` (a routes.map name) read as Docker will read it, or nil and the reason;
--- then the network ids it names (each still to be proven a sandbox network: network-proof.lua).
+-- then the network ids it names (each still to be proven a sandbox network: network-proof.lua)
+-- and the image of a container create with a volume (still to be proven to declare no volume of
+-- its own: image-proof.lua).
 -- settings: proxy-settings.lua's (shared network, volume drivers, images, registries, ceilings).
 function M.parse_checked(route, body, settings)
   local spec = schema.routes[route]
@@ -154,18 +156,18 @@ function M.parse_checked(route, body, settings)
     check_value(spec, tree, '', call, deferred)
     for _, judge in ipairs(deferred) do judge() end
   end)
-  if ok then return tree, call.network_ids end
+  if ok then return tree, call.network_ids, call.image_to_prove end
   if type(err) == 'table' and type(err.reason) == 'string' then return nil, err.reason end
   error(err, 0)
 end
 
--- nil when the body may pass (once the network ids in the second result are proven), else the
--- deny reason.
+-- nil when the body may pass (once the network ids in the second result and the image in the
+-- third are proven), else the deny reason.
 function M.check(route, body, settings)
-  local ok, tree, extra = pcall(M.parse_checked, route, body, settings)
+  local ok, tree, extra, image = pcall(M.parse_checked, route, body, settings)
   if not ok then return M.REASONS.check_failed end
   if tree == nil then return extra end
-  return nil, extra
+  return nil, extra, image
 end
 
 return M

@@ -57,7 +57,8 @@ return {
   { code = 'archive_not_allowed', status = 403, what = 'An archive other than the controller\'s workspace-owner archive' },
   { code = 'registration_invalid', status = 403, what = 'A registration archive other than one the controller writes (tenant-archive.lua): the detail names the header field, the length, the padding or the content member' },
   { code = 'body_check_failed', status = 403, what = 'The body check itself failed (an error, its time or its memory ran out)' },
-  -- Images, network ids and the containers of archives (image-ref.lua, network-proof.lua, archive-proof.lua)
+  -- Images, network ids, the images of volumes' containers and the containers of archives (image-ref.lua,
+  -- network-proof.lua, image-proof.lua, archive-proof.lua)
   { code = 'image_check_failed', status = 403, what = 'The image check itself failed' },
   { code = 'network_not_allowed', status = 403, what = 'A network id that names a network other than cap-... or the shared one' },
   { code = 'network_not_found', status = 404, what = 'A network id that names no network (as dockerd answers)' },
@@ -68,6 +69,9 @@ return {
   { code = 'archive_image_not_listed', status = 403, what = 'A registration into a container of an image not listed exactly in SOCKET_PROXY_IMAGES (dockerd mounts a running container\'s network files too, where its image\'s symlinks lead them)' },
   { code = 'archive_target_not_volume', status = 403, what = 'An archive into a container with no volume where the archive goes' },
   { code = 'container_not_found', status = 404, what = 'An archive into a container that does not exist (as dockerd answers)' },
+  { code = 'mount_image_volume', status = 403, what = 'A volume in a container of an image that declares volumes of its own (dockerd makes them whatever the body says; runc makes their mount points by path, through the body\'s volumes)' },
+  { code = 'image_not_found', status = 404, what = 'A container create with a volume, of an image that does not exist (as dockerd answers)' },
+  { code = 'image_proof_failed', status = 403, what = 'dockerd could not be asked which volumes the image of a container create with a volume declares' },
   { code = 'archive_proof_failed', status = 403, what = 'dockerd could not be asked which mounts the container of an archive has' },
   -- Slots (haproxy.cfg)
   { code = 'too_many_long_calls', status = 429, what = 'Every slot of the kind (wait, removal, stream) is taken; retry later' },

@@ -1,8 +1,9 @@
 -- HAProxy's side of the body check, the image check, the network and archive proofs and the pull answer
 -- (haproxy.cfg loads this file): reads the settings once at load (an invalid one stops HAProxy
--- there), and registers four actions and a filter.
---   lua.check_body      sets txn.body_verdict to "ok" or to the deny reason, and txn.body_net_ids
---                       to the network ids the body names (comma-separated), which must be proven;
+-- there), and registers five actions and a filter.
+--   lua.check_body      sets txn.body_verdict to "ok" or to the deny reason, txn.body_net_ids
+--                       to the network ids the body names (comma-separated), which must be proven,
+--                       and txn.body_image to the image of a container create with a volume;
 --                       an archive (route container_archive) must be workspace-owner.lua's,
 --                       a registration (route tenant_register) one tenant-archive.lua admits;
 --   lua.check_image     sets txn.image_verdict to "ok" or the reason for the image a pull names
@@ -11,6 +12,8 @@
 --   lua.prove_networks  asks dockerd (over DOCKER_SOCKET) what each network id of the request
 --                       names (the path's, txn.net, and the body's) and sets txn.proof_verdict to
 --                       "ok" or the reason (network-proof.lua judges the answers);
+--   lua.prove_image     asks dockerd for txn.body_image and sets txn.image_proof_verdict to "ok"
+--                       (it declares no volume of its own) or the reason (image-proof.lua);
 --   lua.prove_archive   asks dockerd for the container an archive is put into and sets
 --                       txn.archive_verdict to "ok" or the reason (archive-proof.lua judges the
 --                       answer, a registration's container by its image too); with "ok", the
@@ -24,6 +27,7 @@
 local check = require('body-check')
 local proof = require('network-proof')
 local archive = require('archive-proof')
+local image_proof = require('image-proof')
 local image_ref = require('image-ref')
 local owner = require('workspace-owner')
 local tenant = require('tenant-archive')
@@ -46,8 +50,9 @@ core.register_action('check_body', { 'http-req' }, function(txn)
     txn:set_var('txn.body_verdict', tenant.check(txn.f:req_body()) or 'ok')
     return
   end
-  local reason, ids = check.check(route, txn.f:req_body(), settings)
+  local reason, ids, image = check.check(route, txn.f:req_body(), settings)
   if reason == nil and ids ~= nil and #ids > 0 then txn:set_var('txn.body_net_ids', table.concat(ids, ',')) end
+  if reason == nil and image ~= nil then txn:set_var('txn.body_image', image) end
   txn:set_var('txn.body_verdict', reason or 'ok')
 end, 0)
 
@@ -73,6 +78,16 @@ core.register_action('prove_networks', { 'http-req' }, function(txn)
     end
   end
   txn:set_var('txn.proof_verdict', proof.OK)
+end, 0)
+
+core.register_action('prove_image', { 'http-req' }, function(txn)
+  local ref = txn:get_var('txn.body_image')
+  local answer = core.httpclient():get({
+    url = 'http://docker' .. image_proof.path(ref), dst = 'unix@' .. settings.docker_socket, timeout = PROOF_TIMEOUT_MS,
+  })
+  local verdict = image_proof.judge(answer and answer.status, answer and answer.body)
+  if verdict ~= image_proof.OK then txn:set_var('txn.proof_missing', ref) end
+  txn:set_var('txn.image_proof_verdict', verdict)
 end, 0)
 
 core.register_action('prove_archive', { 'http-req' }, function(txn)

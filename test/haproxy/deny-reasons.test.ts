@@ -22,7 +22,7 @@ interface Entry {
 }
 
 /** The modules that give reasons (socket-proxy.lua only passes them on, under HAProxy's names). */
-const REASON_MODULES = ['body-check.lua', 'docker-schema.lua', 'image-ref.lua', 'network-proof.lua', 'archive-proof.lua', 'workspace-owner.lua', 'tenant-archive.lua', 'json-strict.lua'];
+const REASON_MODULES = ['body-check.lua', 'docker-schema.lua', 'image-ref.lua', 'network-proof.lua', 'image-proof.lua', 'archive-proof.lua', 'workspace-owner.lua', 'tenant-archive.lua', 'json-strict.lua'];
 
 function lua(code: string): string {
   const run = spawnSync('lua5.4', ['-e', `package.path = ${JSON.stringify(`${HAPROXY_DIR}/?.lua;`)} .. package.path\n${code}`], {

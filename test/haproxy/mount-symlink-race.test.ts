@@ -504,3 +504,56 @@ t.test('a registration goes only into an egress container of a listed image: a r
   t.notOk(mountedAt(hostFile), `no network file is mounted over the host file ${hostFile}`);
   t.equal(readFileSync(hostFile, 'utf8'), 'the host\'s own\n', 'the host file is as it was');
 });
+
+t.test('a volume the image itself declares inside the request\'s volume is refused, so runc never makes its mount point on the host', async (t) => {
+  const env = await dockerTest(t, [SOCKET_PROXY_IMAGE, TEST_LOCAL_IMAGE]);
+  if (!env) return;
+  // An image listed by name that declares a volume (VOLUME /w/p/q, as many stock images do for
+  // their data): dockerd makes that anonymous volume at create whatever the request says, and runc
+  // mounts it at start, after the request's volume at /w, by path through that volume's content
+  // (CVE-2024-45310 in the runc here: os.MkdirAll on a path resolved a moment before). The
+  // request's own mounts pass every text rule: one volume, nothing nested in it as written.
+  const image = `capybara-test-volume-${env.runId}:1`;
+  const context = mkdtempSync(join(tmpdir(), 'cap-imgvol-'));
+  writeFileSync(join(context, 'Dockerfile'), `FROM ${TEST_LOCAL_IMAGE}\nUSER 0\nRUN mkdir -p /w/p/q\nVOLUME /w/p/q\n`);
+  execFileSync('docker', ['build', '-q', '-t', image, context], { stdio: 'pipe' });
+  t.teardown(() => {
+    execFileSync('docker', ['rmi', '-f', image], { stdio: 'pipe' });
+    rmSync(context, { recursive: true, force: true });
+  });
+  const proxy = await startSocketProxy(t, env, { images: [TEST_LOCAL_IMAGE, image] });
+  const call = (req: RawCase) => send(proxy.socketPath, req);
+  // An empty root-only directory on the host: runc must never create anything in it.
+  const hostDir = `/run/cap-${env.runId}-imgvol`;
+  mkdirSync(hostDir, { recursive: true });
+  chmodSync(hostDir, 0o700);
+  t.teardown(() => rmSync(hostDir, { recursive: true, force: true }));
+  t.equal((await call(json('POST', '/v1.41/volumes/create', { Name: env.name('w'), Labels: env.labels }))).status, 201);
+  const victim = await call(
+    json('POST', `/v1.41/containers/create?name=${env.name('victim')}`, {
+      Image: image, Cmd: ['true'], Labels: env.labels, HostConfig: hardened([volume(env.name('w'), '/w')]),
+    }),
+  );
+  t.same([victim.status, victim.headers['x-socket-proxy-deny']], [403, 'mount_image_volume:/w/p/q'], 'the victim is refused: its image declares a volume');
+  if (victim.status === 201) {
+    t.teardown(() => env.docker.getContainer(env.name('victim')).remove({ force: true, v: true }).catch(() => undefined));
+    const racer = await call(
+      json('POST', `/v1.41/containers/create?name=${env.name('racer')}`, {
+        Image: TEST_LOCAL_IMAGE,
+        User: '0',
+        Cmd: ['/usr/bin/node', '-e', racerScript(hostDir, '/a/p', 'q')],
+        Labels: env.labels,
+        HostConfig: hardened([volume(env.name('w'), '/a')]),
+      }),
+    );
+    t.equal(racer.status, 201, 'the racer is created');
+    t.equal((await call(json('POST', `/v1.41/containers/${env.name('racer')}/start`))).status, 204, 'the racer runs');
+    const deadline = Date.now() + 120_000;
+    for (let i = 0; i < 400 && Date.now() < deadline && readdirSync(hostDir).length === 0; i++) {
+      await call(json('POST', `/v1.41/containers/${env.name('victim')}/start`));
+      await env.docker.getContainer(env.name('victim')).wait().catch(() => undefined);
+    }
+    await call(json('POST', `/v1.41/containers/${env.name('racer')}/kill`));
+  }
+  t.same(readdirSync(hostDir), [], 'nothing was created in the host directory');
+});
