@@ -45,7 +45,7 @@ export function isEngineStatusError(err: unknown): err is EngineStatusError {
 /** The socket proxy's refusal of an image (its X-Socket-Proxy-Deny reason), if that is what `err` is. */
 export function imageRefusal(err: unknown): string | undefined {
   if (!isEngineStatusError(err) || !err.byProxy) return undefined;
-  return /\b(image_not_allowed|registry_not_allowed:\S+|mount_image_not_listed:\S+)/.exec(err.message)?.[1];
+  return /\b(image_not_allowed|registry_not_allowed:\S+|mount_image_not_listed:\S+|mount_image_volume:\S+)/.exec(err.message)?.[1];
 }
 
 /** Docker's own answer ({"message": ...}), as opposed to the socket proxy's plain-text refusal. */

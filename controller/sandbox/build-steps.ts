@@ -23,6 +23,13 @@ const EGRESS_PROBE_PAUSE_S = 0.02;
 function imageNotAllowed(image: string, reason: string, cause: unknown): SandboxError {
   // A container with a volume (every sandbox, for its workspace; a proxy, for its policy) runs
   // only an image listed by name: its symlinks decide where the volume lands (SECURITY.md).
+  if (reason.startsWith('mount_image_volume')) {
+    return new SandboxError(
+      'image_unavailable',
+      `The Docker socket proxy does not let a container with a volume run ${image} (${reason}): the image declares a VOLUME of its own, which dockerd would mount beside the sandbox's volumes by a path their content can redirect. Use an image without VOLUME lines (rebuild it FROM the same base without them).`,
+      { cause },
+    );
+  }
   if (reason.startsWith('mount_image_not_listed')) {
     return new SandboxError(
       'image_unavailable',

@@ -243,4 +243,15 @@ t.test('an image the socket proxy refuses: image_unavailable, naming the setting
   t.ok(isSandboxError(err, 'image_unavailable'), String(err));
   t.match((err as Error).message, /mount_image_not_listed:\/workspace.*listed by name in the proxy's SOCKET_PROXY_IMAGES.*SOCKET_PROXY_REGISTRIES is not enough/s);
   t.equal(s.engine.count('pullImage'), 0, 'no pull is tried');
+  // An image that declares a VOLUME: what to do about the image, and no pull.
+  const v = fakeSandbox();
+  v.engine.beforeCall((call) => {
+    if (call.method === 'createContainer' && call.target === 'cap-i3') {
+      throw new EngineStatusError('engine_refused', 403, 'The socket proxy refused create of container cap-i3 (403): denied by the Docker socket proxy: mount_image_volume:/data', undefined, true);
+    }
+  });
+  const volumeErr = await v.provider.create(spec('i3')).catch((e: unknown) => e);
+  t.ok(isSandboxError(volumeErr, 'image_unavailable'), String(volumeErr));
+  t.match((volumeErr as Error).message, /mount_image_volume:\/data.*declares a VOLUME of its own.*without VOLUME lines/s);
+  t.equal(v.engine.count('pullImage'), 0, 'no pull is tried');
 });
