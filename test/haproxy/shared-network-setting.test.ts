@@ -44,6 +44,9 @@ t.test('SOCKET_PROXY_BIND is required: the image listens nowhere by default', as
     t.equal(starts, row.starts, `${row.name}: ${row.starts ? 'starts' : 'refused at start'}`);
     if (!row.starts) t.match(logs, /SOCKET_PROXY_BIND must be set/, `${row.name}: the message names the setting`);
   }
+  // Nor does it declare a port: `docker run -P` publishes every declared one on the host.
+  const image = await env.docker.getImage(SOCKET_PROXY_IMAGE).inspect();
+  t.same(image.Config.ExposedPorts ?? {}, {}, 'no port declared');
 });
 
 /**
