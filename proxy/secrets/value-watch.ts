@@ -13,7 +13,10 @@
  * (`ends`), so such a piece passes only when it holds less than that of either end.
  *
  * It sees the raw bytes, and the Basic credentials the proxy itself encoded a value into, as they
- * went out: a value the host encodes (base64, escapes) passes.
+ * went out: a value the host encodes (base64, escapes) passes. It reads them in any case (ASCII
+ * letters folded): a host that quotes a field upper- or lower-cased (body-parser's 415 names the
+ * charset it could not decode upper-cased) hands back a hex value whole, and any other value but
+ * its letters' case.
  */
 import { CodedError } from '../../common/index.js';
 import { secretLabel, type LoadedSecret } from '../../policy/index.js';
@@ -77,8 +80,17 @@ function encodedCores(credentials: string, value: string): string[] {
   return cores;
 }
 
+/**
+ * `text` (one character a byte, Latin-1) lower-cased. Latin-1 letters fold within Latin-1, one
+ * character for one, so no byte turns into an ASCII one that a value (printable ASCII) holds.
+ */
+function folded(text: string): string {
+  return text.toLowerCase();
+}
+
 export class ValueWatch {
-  private readonly needles: readonly { readonly secret: LoadedSecret; readonly bytes: Buffer }[];
+  /** Lower-cased: matched against the text lower-cased (`folded`). */
+  private readonly needles: readonly { readonly secret: LoadedSecret; readonly text: string }[];
   private readonly keep: number;
   /**
    * How many encoded credentials are watched for besides the values: each is searched for in
@@ -111,14 +123,14 @@ export class ValueWatch {
     }
     const needles = new Map<string, LoadedSecret>();
     for (const { secret, text } of texts) for (const needle of [text, ...ends(text)]) if (!needles.has(needle)) needles.set(needle, secret);
-    this.needles = [...needles].map(([text, secret]) => ({ secret, bytes: Buffer.from(text, 'latin1') }));
-    this.keep = Math.max(0, ...this.needles.map((n) => n.bytes.length - 1));
+    this.needles = [...needles].map(([text, secret]) => ({ secret, text: folded(text) }));
+    this.keep = Math.max(0, ...this.needles.map((n) => n.text.length - 1));
   }
 
   /** Whether a response head (its reason phrase and field values, as they arrived) holds a value. */
   head(reason: string, fields: readonly string[]): SecretReflected | undefined {
-    const texts = [reason, ...fields];
-    const found = this.needles.find(({ bytes }) => texts.some((text) => text.includes(bytes.toString('latin1'))));
+    const texts = [reason, ...fields].map(folded);
+    const found = this.needles.find((needle) => texts.some((text) => text.includes(needle.text)));
     return found === undefined ? undefined : new SecretReflected(found.secret, 'head');
   }
 
@@ -132,7 +144,8 @@ export class ValueWatch {
   /** The next read of the body: what may go to the client now (maybe nothing), or the value it completes. */
   body(chunk: Buffer): Buffer | SecretReflected {
     const window = this.tail.length === 0 ? chunk : Buffer.concat([this.tail, chunk]);
-    for (const { secret, bytes } of this.needles) if (window.includes(bytes)) return new SecretReflected(secret, 'body');
+    const text = folded(window.toString('latin1'));
+    for (const needle of this.needles) if (text.includes(needle.text)) return new SecretReflected(needle.secret, 'body');
     const cut = Math.max(0, window.length - this.keep);
     // A copy: a slice would hold the whole read's memory until the next one.
     this.tail = Buffer.from(window.subarray(cut));

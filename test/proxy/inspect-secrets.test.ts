@@ -72,6 +72,15 @@ const upstream = https.createServer(cert, (req, res) => {
       res.writeHead(200, { 'Content-Length': String(text.length) }).end(text);
       return;
     }
+    // A JSON API behind body-parser: a charset it cannot decode is refused 415 with
+    // `unsupported charset "X"`, the parameter upper-cased, and the API's error handler sends
+    // that message back, as many do.
+    if (req.url === '/json') {
+      const charset = /;\s*charset=([^;\s]+)/i.exec(String(req.headers['content-type'] ?? ''))?.[1]?.toLowerCase() ?? 'utf-8';
+      const text = charset.startsWith('utf-') ? '{}' : JSON.stringify({ error: `unsupported charset "${charset.toUpperCase()}"` });
+      res.writeHead(charset.startsWith('utf-') ? 200 : 415, { 'Content-Type': 'application/json', 'Content-Length': String(text.length) }).end(text);
+      return;
+    }
     if (req.url === '/cors') {
       res.writeHead(200, { 'Access-Control-Allow-Origin': req.headers.origin ?? '*', 'Content-Length': '3' }).end('ok\n');
       return;
@@ -247,6 +256,19 @@ t.test('an echo cut short never hands back most of a value: a piece holding its 
   // A few characters of an end (a display of the last four, say) still pass.
   const four = await send('registry.test', `GET /last HTTP/1.1\r\nHost: HOST\r\nX-Request-Id: ${NPM.placeholder}${'p'.repeat(26)}\r\n`);
   t.match(four, /^HTTP\/1\.1 200 .*key ending \.\.\.[a-zA-Z]{4}p{26}$/s, 'the last four characters pass');
+  noLeak(t);
+});
+
+t.test('an echo in another case never hands back a value: a case-insensitive value, or a hex one, reads the same', async (t) => {
+  // body-parser upper-cases the charset it quotes: a lower-case hex key comes back whole, and
+  // a mixed-case one with only its letters' case lost.
+  const answer = await send('registry.test', `POST /json HTTP/1.1\r\nHost: HOST\r\nContent-Type: application/json; charset=${NPM.placeholder}\r\n`, '{}');
+  t.notOk(answer.toLowerCase().includes(NPM.value.toLowerCase().slice(0, 12)), 'the value, upper-cased, does not reach the workload');
+  t.match(answer, /^HTTP\/1\.1 502 .*X-Egress-Reason: bad_upstream_response/s, 'refused as a bad upstream response');
+  // Its first characters alone, in another case, in a field: refused too.
+  const cors = await send('registry.test', `GET /cors HTTP/1.1\r\nHost: HOST\r\nOrigin: https://${NPM.placeholder}\r\n`);
+  t.match(cors, /^HTTP\/1\.1 502 /, 'the echo as sent is refused still');
+  t.match(await send('registry.test', 'POST /json HTTP/1.1\r\nHost: HOST\r\nContent-Type: application/json; charset=latin-9\r\n', '{}'), /^HTTP\/1\.1 415 .*LATIN-9/s, 'an echo without a value passes');
   noLeak(t);
 });
 

@@ -37,6 +37,13 @@ t.test('a head with a value in a field or the reason phrase is refused, naming t
   t.equal(watch.head('OK', ['Content-Type', 'text/plain', 'X-Id', LONG.placeholder!]), undefined, 'a placeholder is no value');
 });
 
+t.test('a value in another case is a value: in a field, and in a body across reads', async (t) => {
+  const watch = new ValueWatch([LONG]);
+  t.type(watch.head('Unsupported', ['X-Error', `unsupported charset "${LONG.value.toUpperCase()}"`]), SecretReflected, 'upper-cased in a field');
+  const { error } = run([Buffer.from(`x ${LONG.value.toLowerCase().slice(0, 20)}`), Buffer.from(`${LONG.value.toLowerCase().slice(20)} y`)]);
+  t.type(error, SecretReflected, 'lower-cased in a body, split across two reads');
+});
+
 t.test('property: any split of a body with a value fails, and no byte of the value passes', async (t) => {
   await holds(
     t,
