@@ -3,7 +3,7 @@
  * that reflects what it is sent (CORS echoing the Origin, an API echoing a request id, an error
  * page quoting a header) would otherwise hand the real value to the sandbox, which put its
  * placeholder in any header it liked. The head is refused whole when a field or the reason phrase
- * holds a value; the body is passed on with the last (longest value - 1) bytes held back, so that
+ * holds a value; the body is passed on with the last (4 x longest value - 1) bytes held back, so that
  * no piece of a value straddling two reads reaches the client before the value is found whole, and
  * on a value the response is cut there.
  *
@@ -16,7 +16,10 @@
  * went out: a value the host encodes (base64, escapes) passes. It reads them in any case (ASCII
  * letters folded): a host that quotes a field upper- or lower-cased (body-parser's 415 names the
  * charset it could not decode upper-cased) hands back a hex value whole, and any other value but
- * its letters' case.
+ * its letters' case. And it reads a body without its zero bytes: a host that writes in the charset
+ * a request asks for (ASP.NET Core's JSON by Accept-Charset, Spring's Jackson by Accept's charset
+ * parameter) hands back an ASCII value in UTF-16 or UTF-32 as its characters with zero bytes
+ * between them; so the body is held back by four bytes a character.
  */
 import { CodedError } from '../../common/index.js';
 import { secretLabel, type LoadedSecret } from '../../policy/index.js';
@@ -88,6 +91,9 @@ function folded(text: string): string {
   return text.toLowerCase();
 }
 
+/** Bytes a character of a value takes at most in a body: UTF-32's four. */
+const WIDEST = 4;
+
 export class ValueWatch {
   /** Lower-cased: matched against the text lower-cased (`folded`). */
   private readonly needles: readonly { readonly secret: LoadedSecret; readonly text: string }[];
@@ -124,7 +130,7 @@ export class ValueWatch {
     const needles = new Map<string, LoadedSecret>();
     for (const { secret, text } of texts) for (const needle of [text, ...ends(text)]) if (!needles.has(needle)) needles.set(needle, secret);
     this.needles = [...needles].map(([text, secret]) => ({ secret, text: folded(text) }));
-    this.keep = Math.max(0, ...this.needles.map((n) => n.text.length - 1));
+    this.keep = Math.max(0, ...this.needles.map((n) => WIDEST * n.text.length - 1));
   }
 
   /** Whether a response head (its reason phrase and field values, as they arrived) holds a value. */
@@ -144,7 +150,8 @@ export class ValueWatch {
   /** The next read of the body: what may go to the client now (maybe nothing), or the value it completes. */
   body(chunk: Buffer): Buffer | SecretReflected {
     const window = this.tail.length === 0 ? chunk : Buffer.concat([this.tail, chunk]);
-    const text = folded(window.toString('latin1'));
+    // UTF-16 and UTF-32 write an ASCII character as its byte and zero bytes: without them, the value.
+    const text = folded(window.toString('latin1')).replaceAll('\0', '');
     for (const needle of this.needles) if (text.includes(needle.text)) return new SecretReflected(needle.secret, 'body');
     const cut = Math.max(0, window.length - this.keep);
     // A copy: a slice would hold the whole read's memory until the next one.

@@ -81,6 +81,18 @@ const upstream = https.createServer(cert, (req, res) => {
       res.writeHead(charset.startsWith('utf-') ? 200 : 415, { 'Content-Type': 'application/json', 'Content-Length': String(text.length) }).end(text);
       return;
     }
+    // An echo written in the charset the request asks for, as ASP.NET Core's JSON formatter
+    // does by Accept-Charset (UTF-8 or UTF-16) and Spring's Jackson converter by Accept's charset
+    // parameter (UTF-16 and UTF-32, either byte order).
+    if (req.url === '/wide') {
+      const asked = /charset=([\w-]+)/i.exec(String(req.headers.accept ?? ''))?.[1] ?? String(req.headers['accept-charset'] ?? 'utf-8');
+      const text = Buffer.from(JSON.stringify({ id: req.headers['x-request-id'] }), 'latin1');
+      const width = /32/.test(asked) ? 4 : /16|unicode/i.test(asked) ? 2 : 1;
+      const body = Buffer.alloc(text.length * width);
+      for (let i = 0; i < text.length; i += 1) body[i * width + (/be$/i.test(asked) ? width - 1 : 0)] = text[i]!;
+      res.writeHead(200, { 'Content-Type': `application/json; charset=${asked}`, 'Content-Length': String(body.length) }).end(body);
+      return;
+    }
     if (req.url === '/cors') {
       res.writeHead(200, { 'Access-Control-Allow-Origin': req.headers.origin ?? '*', 'Content-Length': '3' }).end('ok\n');
       return;
@@ -269,6 +281,18 @@ t.test('an echo in another case never hands back a value: a case-insensitive val
   const cors = await send('registry.test', `GET /cors HTTP/1.1\r\nHost: HOST\r\nOrigin: https://${NPM.placeholder}\r\n`);
   t.match(cors, /^HTTP\/1\.1 502 /, 'the echo as sent is refused still');
   t.match(await send('registry.test', 'POST /json HTTP/1.1\r\nHost: HOST\r\nContent-Type: application/json; charset=latin-9\r\n', '{}'), /^HTTP\/1\.1 415 .*LATIN-9/s, 'an echo without a value passes');
+  noLeak(t);
+});
+
+t.test('an echo in UTF-16 or UTF-32 never hands back a value: its characters with zero bytes between them are read as the value', async (t) => {
+  for (const asked of ['Accept-Charset: utf-16', 'Accept: application/json; charset=UTF-16BE', 'Accept: application/json; charset=UTF-32BE', 'Accept: application/json; charset=UTF-32LE']) {
+    const answer = await send('registry.test', `GET /wide HTTP/1.1\r\nHost: HOST\r\n${asked}\r\nX-Request-Id: ${NPM.placeholder}\r\n`);
+    t.notOk(answer.replace(/\0/g, '').includes(NPM.value.slice(0, 12)), `${asked}: the value does not reach the workload`);
+    t.match(answer, /^HTTP\/1\.1 502 .*X-Egress-Reason: bad_upstream_response/s, `${asked}: refused as a bad upstream response`);
+  }
+  const clean = await send('registry.test', `GET /wide HTTP/1.1\r\nHost: HOST\r\nAccept-Charset: utf-16\r\nX-Request-Id: ${'n'.repeat(40)}\r\n`);
+  t.match(clean, /^HTTP\/1\.1 200 /, 'a wide echo without a value passes');
+  t.ok(clean.endsWith(Buffer.from(JSON.stringify({ id: 'n'.repeat(40) }), 'utf16le').toString('latin1')), 'byte for byte');
   noLeak(t);
 });
 
