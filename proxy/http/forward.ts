@@ -57,15 +57,21 @@ function secretsSent(set: SecretSet | undefined, method: string, host: string, i
  * when a request has no Range. `If-None-Match` and `If-Match`: a 304 or a 412 says whether a
  * guessed ETag, a hash of the body as Express makes it, is the body's: with a host that quotes a
  * field cut short, that answers a guess at each next character of a value, one request each (the
- * response's own digests are dropped for the same reason, value-watch.ts).
+ * response's own digests are dropped for the same reason, value-watch.ts). `Accept-Charset`, and
+ * an `Accept` that names a charset: a host that writes in the charset asked for (Spring's String
+ * converter, any charset Java has) would write the value in EBCDIC, past the watch, which reads
+ * ASCII and UTF-16/32 only. All of such an `Accept` goes, not its parameter alone: a parser that
+ * reads its quoting otherwise than the proxy's would still find a charset in what was left.
  */
-const UNWATCHABLE = new Set(['accept-encoding', 'range', 'if-range', 'request-range', 'if-none-match', 'if-match']);
+const UNWATCHABLE = new Set(['accept-encoding', 'range', 'if-range', 'request-range', 'if-none-match', 'if-match', 'accept-charset']);
 
 /** The fields of a request a secret went into, without UNWATCHABLE ones (in any case), asking for identity. */
 function watchable(headers: readonly string[]): string[] {
   const out: string[] = [];
   for (let i = 0; i < headers.length; i += 2) {
-    if (!UNWATCHABLE.has(headers[i]!.toLowerCase())) out.push(headers[i]!, headers[i + 1]!);
+    const name = headers[i]!.toLowerCase();
+    if (UNWATCHABLE.has(name) || (name === 'accept' && /charset/i.test(headers[i + 1]!))) continue;
+    out.push(headers[i]!, headers[i + 1]!);
   }
   out.push('accept-encoding', 'identity');
   return out;

@@ -21,6 +21,19 @@ import { policyOf, startTestProxy } from '../support/test-proxy.js';
 const GITHUB = { value: 'ghp_REALrealREALrealREALrealREALreal1234', placeholder: 'ghp_PLACEHOLDERplaceholderPLACEHOLDER00' };
 const NPM = { value: 'npm_REALnpmREALnpmREALnpmREALnpmREALnp', placeholder: 'npm_placeholderPLACEHOLDERplaceholder0' };
 
+/** One character in IBM037 (EBCDIC): letters, digits, `_` and `=`, what the tests send. */
+function ebcdic(c: string): number {
+  const at = (from: string, base: number): number => base + c.charCodeAt(0) - from.charCodeAt(0);
+  if (c >= 'a' && c <= 'i') return at('a', 0x81);
+  if (c >= 'j' && c <= 'r') return at('j', 0x91);
+  if (c >= 's' && c <= 'z') return at('s', 0xa2);
+  if (c >= 'A' && c <= 'I') return at('A', 0xc1);
+  if (c >= 'J' && c <= 'R') return at('J', 0xd1);
+  if (c >= 'S' && c <= 'Z') return at('S', 0xe2);
+  if (c >= '0' && c <= '9') return at('0', 0xf0);
+  return c === '_' ? 0x6d : 0x7e;
+}
+
 const cert = selfSignedCert(['api.test', 'registry.test', 'paste.test']);
 interface Seen {
   host: string;
@@ -91,6 +104,15 @@ const upstream = https.createServer(cert, (req, res) => {
       const body = Buffer.alloc(text.length * width);
       for (let i = 0; i < text.length; i += 1) body[i * width + (/be$/i.test(asked) ? width - 1 : 0)] = text[i]!;
       res.writeHead(200, { 'Content-Type': `application/json; charset=${asked}`, 'Content-Length': String(body.length) }).end(body);
+      return;
+    }
+    // The same echo in EBCDIC (IBM037), which Spring's String converter writes when Accept asks
+    // for it (any charset Java has) and an old Apache or IIS might by Accept-Charset.
+    if (req.url === '/ebcdic') {
+      const asked = /charset="?([\w-]+)/i.exec(String(req.headers.accept ?? ''))?.[1] ?? String(req.headers['accept-charset'] ?? 'utf-8');
+      const text = `id=${String(req.headers['x-request-id'])}`;
+      const body = /ibm037/i.test(asked) ? Buffer.from([...text].map(ebcdic)) : Buffer.from(text);
+      res.writeHead(200, { 'Content-Type': `text/plain; charset=${asked}`, 'Content-Length': String(body.length) }).end(body);
       return;
     }
     if (req.url === '/cors') {
@@ -293,6 +315,22 @@ t.test('an echo in UTF-16 or UTF-32 never hands back a value: its characters wit
   const clean = await send('registry.test', `GET /wide HTTP/1.1\r\nHost: HOST\r\nAccept-Charset: utf-16\r\nX-Request-Id: ${'n'.repeat(40)}\r\n`);
   t.match(clean, /^HTTP\/1\.1 200 /, 'a wide echo without a value passes');
   t.ok(clean.endsWith(Buffer.from(JSON.stringify({ id: 'n'.repeat(40) }), 'utf16le').toString('latin1')), 'byte for byte');
+  noLeak(t);
+});
+
+t.test('a request a secret went into names no charset, so a host that writes in the one asked for writes the value as it is', async (t) => {
+  const before = seen.length;
+  for (const asked of ['Accept-Charset: IBM037', 'Accept: text/plain; charset=IBM037', 'Accept: text/plain;q=0.9;CHARSET="ibm037"']) {
+    const answer = await send('registry.test', `GET /ebcdic HTTP/1.1\r\nHost: HOST\r\n${asked}\r\nX-Request-Id: ${NPM.placeholder}\r\n`);
+    t.notOk(answer.includes(Buffer.from([...NPM.value.slice(0, 12)].map(ebcdic)).toString('latin1')), `${asked}: the value in EBCDIC does not reach the workload`);
+    t.match(answer, /^HTTP\/1\.1 502 .*X-Egress-Reason: bad_upstream_response/s, `${asked}: the echo, as it is, refused`);
+  }
+  t.same(seen.slice(before).map((s) => [s.headers['accept-charset'], s.headers.accept]), [[undefined, undefined], [undefined, undefined], [undefined, undefined]], 'the upstream got no charset to write in');
+  const clean = seen.length;
+  await send('paste.test', 'GET /p HTTP/1.1\r\nHost: HOST\r\nAccept-Charset: IBM037\r\nAccept: text/plain; charset=IBM037\r\n');
+  t.same([seen[clean]!.headers['accept-charset'], seen[clean]!.headers.accept], ['IBM037', 'text/plain; charset=IBM037'], 'a request without a secret keeps them');
+  await send('registry.test', `GET /p HTTP/1.1\r\nHost: HOST\r\nAccept: application/json\r\nX-Request-Id: ${NPM.placeholder}\r\n`);
+  t.equal(seen.at(-1)!.headers.accept, 'application/json', 'an Accept without a charset is kept');
   noLeak(t);
 });
 
