@@ -189,11 +189,14 @@ class Answerer {
 export async function startDnsResponder(host: string, port: number, options: DnsResponderOptions): Promise<DnsResponder> {
   const limits: DnsLimits = { ...DNS_LIMITS, ...options.limits };
   const answerer = new Answerer(options, limits);
+  // Slots shared with other responders (a shared proxy's, one per sandbox): this sandbox holds at
+  // most one client's cap of them, whatever its addresses (a sixteenth by default).
+  const tcpShare = options.tcpSlots === undefined ? Infinity : limits.maxTcpPerClient;
   const tcp = tcpServer(limits, {
     serves: (clientIp) => options.policy(clientIp) !== undefined,
     refused: () => options.observer.dnsQuery('tcp_refused'),
     answer: (query, clientIp, client) => answerer.answer(query, clientIp, client, 'tcp'),
-  }, options.tcpSlots);
+  }, options.tcpSlots, tcpShare);
   let bound: number;
   let udp: dgram.Socket;
   try {

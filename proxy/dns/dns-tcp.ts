@@ -62,9 +62,10 @@ export interface TcpClients {
 /**
  * The TCP server: connections within their caps (per client, in all, and new ones a second), each
  * served by serveTcp. `slots`: the cap in all, shared with the process's other responders, or
- * this one's own.
+ * this one's own. `share`: the most this responder holds of them, whatever its clients' addresses
+ * (a shared proxy's responder serves one sandbox, and a share is per sandbox).
  */
-export function tcpServer(limits: TcpLimits, clients: TcpClients, slots = new TcpSlots(limits.maxTcpTotal)): { server: net.Server; sockets: Set<net.Socket> } {
+export function tcpServer(limits: TcpLimits, clients: TcpClients, slots = new TcpSlots(limits.maxTcpTotal), share = Infinity): { server: net.Server; sockets: Set<net.Socket> } {
   const perClient = new Map<string, number>();
   const opened = new RateLimiter(limits.tcpConnectionsPerSecond, limits.tcpConnectionBurst, limits.maxClients);
   const sockets = new Set<net.Socket>();
@@ -73,7 +74,10 @@ export function tcpServer(limits: TcpLimits, clients: TcpClients, slots = new Tc
     const clientIp = canonicalAddress(remote) ?? remote;
     const fromClient = perClient.get(clientIp) ?? 0;
     socket.on('error', () => socket.destroy());
-    if (!clients.serves(clientIp) || fromClient >= limits.maxTcpPerClient || !opened.takeFor(clientIp) || !slots.take()) {
+    // The responder's own share before the shared slots: a sandbox with several addresses in its
+    // subnet (review finding: two of them held every slot of a cap of four) takes one share, not
+    // one per address, and leaves the other sandboxes theirs.
+    if (!clients.serves(clientIp) || fromClient >= limits.maxTcpPerClient || sockets.size >= share || !opened.takeFor(clientIp) || !slots.take()) {
       clients.refused();
       socket.destroy();
       return;
