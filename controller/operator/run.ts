@@ -41,8 +41,13 @@ export interface OperatorIo {
   readonly terminal?: ExecTerminal;
 }
 
+/**
+ * Human output escaped for a terminal (render.ts terminalText): gc and down --all print what the
+ * labels of anything listed say, and dockerd merges an image's labels into its container's, so
+ * an image's author chose those bytes.
+ */
 function print(io: OperatorIo, args: OperatorArgs, json: unknown, human: string): void {
-  io.stdout(args.json ? `${asciiJson(json, 2)}\n` : human);
+  io.stdout(args.json ? `${asciiJson(json, 2)}\n` : terminalText(human));
 }
 
 function execArgs(args: OperatorArgs, config: DeploymentConfig): ExecCommandArgs {
@@ -86,7 +91,7 @@ async function dispatch(args: OperatorArgs, loaded: OperatorConfig, io: Operator
   if (socketDir !== undefined) requirePrivateSocketPath(socketDir);
   const now = io.now ?? Date.now;
   // With --json every stderr line is a JSON object, the progress lines included.
-  const progress = (line: string): void => io.stderr(args.json ? `${asciiJson({ progress: line })}\n` : `capybara-sandbox: ${line}\n`);
+  const progress = (line: string): void => io.stderr(args.json ? `${asciiJson({ progress: line })}\n` : `capybara-sandbox: ${terminalText(line)}\n`);
   const logger = pino({ name: 'capybara-sandbox', level: 'warn' }, pino.destination(2));
   const engine = new DockerEngine({ endpoint: config.endpoint, tlsCertDir: config.tlsCertDir, logger });
   const testHosts = args.command === 'create' || args.command === 'run' ? egressTestHostsFromEnv(env) : undefined;
@@ -152,7 +157,8 @@ async function dispatch(args: OperatorArgs, loaded: OperatorConfig, io: Operator
       }
     }
     case 'ls': {
-      io.stdout(lsOutput(sandboxRows(await readInventory(engine, args.labels, 'ls', args.ls.labels), now()), args.ls, args.json));
+      // Its TIER is a label too (print above).
+      io.stdout(terminalText(lsOutput(sandboxRows(await readInventory(engine, args.labels, 'ls', args.ls.labels), now()), args.ls, args.json)));
       return 0;
     }
     case 'inspect': {
