@@ -3,11 +3,12 @@
  * networks), then networks, then volumes. Just before each removal the sandbox container is
  * looked up again by name, so a sandbox created since the listing keeps its resources; for a
  * half-built sandbox, its `-building` volume instead, so a create that finished since keeps them.
- * Volumes are removed unforced: one still in use stays and is reported. A network a shard of the
+ * Volumes are removed unforced (one still in use stays and is reported), and only while the
+ * volume of that name is the one listed: it is removed by name, which a create reuses. A network a shard of the
  * shared egress serves is left by the shard first (its registration vacant, its leg taken off).
  */
 import { type DockerEngine, engineStatus } from '../docker/index.js';
-import { namesFor } from '../spec/index.js';
+import { LABEL_NAME, LABEL_SANDBOX, namesFor } from '../spec/index.js';
 import { leaveShard } from '../sandbox/index.js';
 import { readInventory } from './inventory.js';
 import { decideOrphans, type ResourceDecision } from './orphans.js';
@@ -17,7 +18,7 @@ export interface GcResult {
   readonly name: string;
   readonly sandbox: string | undefined;
   readonly ageSeconds: number;
-  readonly action: 'would_remove' | 'removed' | 'kept_sandbox_reappeared' | 'kept_create_finished' | 'failed';
+  readonly action: 'would_remove' | 'removed' | 'kept_sandbox_reappeared' | 'kept_create_finished' | 'kept_volume_remade' | 'failed';
   /** Its sandbox was left half-built by a create that never finished (orphans.ts). */
   readonly halfBuilt?: true;
   readonly detail?: string;
@@ -37,6 +38,18 @@ const ORDER = { container: 0, network: 1, volume: 2 } as const;
 /** Removal order: containers, networks, volumes, and a half-built sandbox's marker last of all. */
 function rank(d: ResourceDecision): number {
   return d.halfBuilt === true && d.sandbox !== undefined && d.name === namesFor(d.sandbox).buildingVolume ? 3 : ORDER[d.kind];
+}
+
+/**
+ * Whether the volume of that name is still the one listed. A volume is removed by name, and a
+ * create of the same sandbox name makes its volumes again under the same names (its destroy of
+ * the stale instance took the old ones) before its container exists to keep them: removed then,
+ * dockerd made the volume again for the container by itself, without labels or size.
+ */
+async function volumeUnchanged(engine: DockerEngine, listed: { readonly name: string; readonly createdMs: number; readonly sandbox: string | undefined }): Promise<boolean> {
+  const filters = [`${LABEL_SANDBOX}=1`, ...(listed.sandbox === undefined ? [] : [`${LABEL_NAME}=${listed.sandbox}`])];
+  const now = (await engine.listVolumes(filters)).find((v) => v.name === listed.name);
+  return now !== undefined && now.createdMs === listed.createdMs;
 }
 
 export async function collectGarbage(engine: DockerEngine, options: GcOptions): Promise<GcResult[]> {
@@ -60,6 +73,11 @@ export async function collectGarbage(engine: DockerEngine, options: GcOptions): 
       }
     } else if (orphan.sandbox !== undefined && (await engine.inspectContainer(orphan.sandbox)) !== undefined) {
       results.push({ ...row, action: 'kept_sandbox_reappeared' });
+      continue;
+    }
+    const listedVolume = orphan.kind === 'volume' ? inventory.volumes.find((v) => v.name === orphan.name) : undefined;
+    if (listedVolume !== undefined && !(await volumeUnchanged(engine, { ...listedVolume, sandbox: orphan.sandbox }))) {
+      results.push({ ...row, action: 'kept_volume_remade' });
       continue;
     }
     try {
