@@ -25,6 +25,14 @@ export interface DockerSandboxProvider extends SandboxProvider {
    * policy from its environment (secrets, inspected hosts, or made before live allowlists).
    */
   changeAllowHosts(h: SandboxHandle, change: AllowlistChange): Promise<string[]>;
+  /**
+   * With `warmSlots` (and `egressIsolation: shared`): makes warm networks until that many are
+   * ready, and resolves with the number ready (fewer when one could not be made; the log says
+   * why). Creates refill the pool themselves; this only has it full before the first one.
+   */
+  warmUp(): Promise<number>;
+  /** Removes the warm networks ready now (a controller about to stop); creates after it make their own until warmUp. */
+  drainWarm(): Promise<void>;
 }
 
 /** Only for code that calls `createDockerSandbox` directly; plugin config cannot set these. */
@@ -152,5 +160,7 @@ export function createDockerSandbox(
     },
     egressUsage: async (h) => readSandboxEgressUsage(engine, handleName(h), parsed.network),
     changeAllowHosts: async (h, change) => changeAllowHosts({ engine, lanes, sharedNetwork: parsed.network, config: parsed, ensureRunning: (name) => recovery.ensureRunning(name) }, handleName(h), change),
+    warmUp: async () => lifecycle.warm.fill(),
+    drainWarm: async () => lifecycle.warm.drain(),
   } satisfies DockerSandboxProvider);
 }

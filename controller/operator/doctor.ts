@@ -9,7 +9,7 @@ import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { type DeploymentConfig, type SandboxHandle, type SandboxProvider, isSandboxError } from '../spec/index.js';
+import { type DeploymentConfig, type SandboxHandle, type SandboxProvider, isSandboxError, sandboxNetworkName } from '../spec/index.js';
 import { type DockerEngine, engineStatus, imageRefusal, parseEndpoint } from '../docker/index.js';
 import { ISOLATION_PROBE, probeCommand, readProbeOutput } from './isolation-probe.js';
 import type { SandboxRow } from './inventory.js';
@@ -138,7 +138,9 @@ async function proxyTarget(endpoint: string): Promise<string | undefined> {
 }
 
 async function checkIsolation(o: DoctorOptions, h: SandboxHandle): Promise<DoctorCheck> {
-  const network = await o.engine.inspectNetwork(`${h.id}-net`);
+  // The network the throwaway sandbox is on: its own, or a warm network it was made on.
+  const sandbox = await o.engine.inspectContainer(h.id);
+  const network = await o.engine.inspectNetwork(sandboxNetworkName(h.id, sandbox?.labels ?? {}));
   const members = new Set(network?.members.map((m) => m.ipv4) ?? []);
   // A gateway is phantom only on an internal bridge without a host address that no member holds.
   const phantom = network !== undefined && network.internal && network.options['com.docker.network.bridge.inhibit_ipv4'] === 'true'

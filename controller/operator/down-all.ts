@@ -8,7 +8,7 @@
  * are never removed here: they hold the user's work and outlive sandboxes by design.
  */
 import { type DockerEngine, engineStatus } from '../docker/index.js';
-import { LABEL_NAME, LABEL_SHARED_NETWORK, LABEL_WORKSPACE_KEY, type SandboxProvider } from '../spec/index.js';
+import { LABEL_NAME, LABEL_SHARED_NETWORK, LABEL_WARM, LABEL_WORKSPACE_KEY, type SandboxProvider } from '../spec/index.js';
 import { shardOfLabels } from '../sandbox/index.js';
 import { readInventory } from './inventory.js';
 import type { DownResult } from './socket-proxy-service.js';
@@ -77,6 +77,11 @@ async function removeShards(deps: DownAllDeps): Promise<void> {
     await deps.engine.removeVolume(shard.name);
     deps.progress(`egress shard ${shard.name} removed`);
   }
+  // The warm networks no sandbox was made on (those of the sandboxes went with them): with the
+  // shards gone nothing is on them.
+  const warm = inv.networks.filter((n) => n.labels[LABEL_WARM] !== undefined && n.labels[LABEL_NAME] === undefined);
+  for (const network of warm) await deps.engine.removeNetwork(network.id);
+  if (warm.length > 0) deps.progress(`${warm.length} warm network(s) removed`);
 }
 
 export async function destroyAllSandboxes(deps: DownAllDeps): Promise<DownAllResult> {

@@ -6,13 +6,18 @@
  * period. The grace period is what keeps gc off another controller replica's create in
  * progress, which makes the volumes, network and egress proxy before the sandbox container.
  *
+ * A warm network (sandbox/warm-networks.ts) names no sandbox: it is kept while a container was made
+ * on it, and while it may still wait in the pool of the process that made it; after STALE_WARM_MS
+ * no process hands it out, and it is an orphan.
+ *
  * Half-built: a sandbox whose create never finished (its controller was killed), so that its
  * `-building` volume (names.ts buildingVolume) is still there, older than the grace period. Its
  * container, running or not, goes with the rest; nobody holds a handle to it, since the create
  * that made it never returned one.
  */
 import type { ContainerSummary, ResourceSummary } from '../docker/index.js';
-import { LABEL_NAME, LABEL_WORKSPACE_KEY, namesFor } from '../spec/index.js';
+import { LABEL_NAME, LABEL_WARM, LABEL_WARM_NETWORK, LABEL_WORKSPACE_KEY, namesFor } from '../spec/index.js';
+import { STALE_WARM_MS } from '../sandbox/index.js';
 import { isSandboxContainer, type Inventory } from './inventory.js';
 
 export const KEEP_REASONS = {
@@ -20,6 +25,8 @@ export const KEEP_REASONS = {
   sandbox_exists: 'Its sandbox container exists.',
   persistent_workspace: 'A persistent workspace (cap-ws.*) is only removed by destroyWorkspace.',
   no_sandbox_name: 'It names no sandbox (for example the shared network).',
+  warm_network_in_use: 'A warm network a sandbox container was made on.',
+  warm_network_waiting: 'A warm network that may still wait for a create in the controller process that made it (for 30 minutes).',
   too_young: 'Younger than --min-age: a create may still be in progress.',
   age_unknown: 'The engine did not report when it was created.',
 } as const;
@@ -45,6 +52,7 @@ function decide(
   resource: ContainerSummary | ResourceSummary,
   liveSandboxes: ReadonlySet<string>,
   halfBuilt: ReadonlySet<string>,
+  warmInUse: ReadonlySet<string>,
   nowMs: number,
   minAgeMs: number,
 ): ResourceDecision {
@@ -56,6 +64,12 @@ function decide(
   if (sandbox !== undefined && halfBuilt.has(sandbox)) return persistent ? keep('persistent_workspace') : { ...base, orphan: true, halfBuilt: true };
   if (kind === 'container' && isSandboxContainer(resource as ContainerSummary)) return keep('sandbox_container');
   if (persistent) return keep('persistent_workspace');
+  if (kind === 'network' && sandbox === undefined && resource.labels[LABEL_WARM] !== undefined) {
+    if (warmInUse.has(resource.name)) return keep('warm_network_in_use');
+    if (ageMs < 0) return keep('age_unknown');
+    if (ageMs < Math.max(minAgeMs, STALE_WARM_MS)) return keep('warm_network_waiting');
+    return { ...base, orphan: true };
+  }
   if (sandbox === undefined || sandbox === '') return keep('no_sandbox_name');
   if (liveSandboxes.has(sandbox)) return keep('sandbox_exists');
   if (ageMs < 0) return keep('age_unknown');
@@ -80,9 +94,7 @@ function halfBuiltSandboxes(inventory: Inventory, nowMs: number, minAgeMs: numbe
 export function decideOrphans(inventory: Inventory, nowMs: number, minAgeMs: number): ResourceDecision[] {
   const liveSandboxes = new Set(inventory.allContainers.filter(isSandboxContainer).map((c) => c.name));
   const halfBuilt = halfBuiltSandboxes(inventory, nowMs, minAgeMs);
-  return [
-    ...inventory.containers.map((c) => decide('container', c, liveSandboxes, halfBuilt, nowMs, minAgeMs)),
-    ...inventory.networks.map((n) => decide('network', n, liveSandboxes, halfBuilt, nowMs, minAgeMs)),
-    ...inventory.volumes.map((v) => decide('volume', v, liveSandboxes, halfBuilt, nowMs, minAgeMs)),
-  ];
+  const warmInUse = new Set(inventory.allContainers.map((c) => c.labels[LABEL_WARM_NETWORK]).filter((n) => n !== undefined));
+  const decideOne = (kind: ResourceKind) => (r: ContainerSummary | ResourceSummary) => decide(kind, r, liveSandboxes, halfBuilt, warmInUse, nowMs, minAgeMs);
+  return [...inventory.containers.map(decideOne('container')), ...inventory.networks.map(decideOne('network')), ...inventory.volumes.map(decideOne('volume'))];
 }

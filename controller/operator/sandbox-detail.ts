@@ -3,7 +3,7 @@
  * works through the socket proxy too.
  */
 import { type ContainerView, type DockerEngine, engineStatus } from '../docker/index.js';
-import { SandboxError, LABEL_ALLOW_HOSTS, LABEL_EGRESS, checkSandboxName, meaningOfLabel, namesFor } from '../spec/index.js';
+import { SandboxError, LABEL_ALLOW_HOSTS, LABEL_EGRESS, checkSandboxName, meaningOfLabel, namesFor, sandboxNetworkName } from '../spec/index.js';
 import { decodeAllowHosts } from '../../common/index.js';
 import { egressState } from './egress-state.js';
 import { EGRESS_USER, readRegistration, seatOfSandbox, type EgressSeat } from '../sandbox/index.js';
@@ -46,7 +46,7 @@ export async function inspectSandbox(engine: DockerEngine, rawName: string, shar
     allowHosts: (await liveAllowHosts(engine, name, seat, proxy)) ?? decodeAllowHosts(view.labels[LABEL_ALLOW_HOSTS] ?? ''),
     runtime: String(view.hostConfig.Runtime ?? ''),
     egress,
-    ...(meaning.sandboxNetwork === 'internal' ? await networkOf(engine, view, names.network) : { network: 'none', subnet: '-' }),
+    ...(meaning.sandboxNetwork === 'internal' ? await networkOf(engine, view, sandboxNetworkName(names.name, view.labels)) : { network: 'none', subnet: '-' }),
     // Once each: the skills volume is mounted twice (read-only at /skills, writable for root).
     volumes: [...new Set(mounts.filter((m) => m.Type === 'volume' && typeof m.Source === 'string').map((m) => m.Source as string))],
     limits: { nanoCpus: view.hostConfig.NanoCpus, memory: view.hostConfig.Memory, pidsLimit: view.hostConfig.PidsLimit },

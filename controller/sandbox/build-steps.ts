@@ -142,15 +142,15 @@ export interface KeptRegistration {
  * the probe fails and the seat holds the sandbox's registration under another lifecycle id (the
  * other process's), that one is waited for instead.
  */
-export async function waitForKept(deps: BuildDeps, names: SandboxNames, found: KeptRegistration | undefined): Promise<void> {
+export async function waitForKept(deps: BuildDeps, names: SandboxNames, found: KeptRegistration | undefined, host = names.egress): Promise<void> {
   const kept = found !== undefined && found.lifecycle === undefined ? await adoptRegistration(deps, names, found) : found;
   try {
-    await waitForEgress(deps, names, kept?.lifecycle);
+    await waitForEgress(deps, names, kept?.lifecycle, host);
   } catch (err) {
     if (kept === undefined || !isSandboxError(err, 'egress_unavailable')) throw err;
     const now = await readRegistration(deps.engine, kept.seat, EGRESS_USER);
     if (now === undefined || now.lifecycle === kept.lifecycle || !holdsRegistration(now, names.name, kept.target)) throw err;
-    await waitForEgress(deps, names, now.lifecycle);
+    await waitForEgress(deps, names, now.lifecycle, host);
   }
 }
 
@@ -222,6 +222,18 @@ function changedDuringRecovery(name: string): SandboxError {
  * it can send nothing anywhere.
  */
 export async function joinShard(deps: BuildDeps, plan: Pick<EgressPlan, 'names' | 'allowHosts'>, shard: string, network: SandboxNetwork, proceed: () => void): Promise<string> {
+  const lifecycle = await registerOnShard(deps, plan, shard, network);
+  proceed();
+  await connectShard(deps, shard, network, plan.names.egress);
+  return lifecycle;
+}
+
+/**
+ * The sandbox's registration put into the shard's volume, under its network's subnet; its
+ * lifecycle id. On a warm network (warm-networks.ts) the shard's leg is there already, and this is
+ * all the sandbox's joining takes.
+ */
+export async function registerOnShard(deps: BuildDeps, plan: Pick<EgressPlan, 'names' | 'allowHosts'>, shard: string, network: SandboxNetwork): Promise<string> {
   const target = registrable(network);
   if (target === undefined) throw new SandboxError('engine_error', `The network of ${plan.names.name} has no subnet of its own: a shard of the shared egress cannot serve it.`);
   const registration = egressRegistration(plan.names, target, plan.allowHosts, deps.egressMode);
@@ -238,8 +250,6 @@ export async function joinShard(deps: BuildDeps, plan: Pick<EgressPlan, 'names' 
     if (now?.lifecycle === registration.lifecycle) await writeRegistration(deps.engine, seat, { version: 1, vacant: true }, plan.names.name);
     throw new SandboxError('conflict', `The network of ${plan.names.name} was removed by another call while its registration was written; retry.`);
   }
-  proceed();
-  await connectShard(deps, shard, plan.names, network);
   return registration.lifecycle;
 }
 
@@ -259,9 +269,10 @@ export async function connectEgress(deps: BuildDeps, egress: string, network: Sa
 const PROBE_GRACE_S = 5;
 
 /**
- * Waits until the egress proxy answers its health endpoint, asked from inside the sandbox by
- * the name the sandbox's proxy variables use: that proves the proxy process serves HTTP and
- * that the sandbox reaches it through its internal network. With a registration (`lifecycle`: the
+ * Waits until the egress proxy answers its health endpoint, asked from inside the sandbox at
+ * `host`, what the sandbox's proxy variables name (its proxy's name, or on a warm network its
+ * address): that proves the proxy process serves HTTP and that the sandbox reaches it through its
+ * internal network. With a registration (`lifecycle`: the
  * id of the one this sandbox must be served under, on a shard or in a proxy of its own) the answer
  * must also name this sandbox and that registration (EGRESS_SANDBOX_HEADER), which it does only
  * once the proxy serves it to the network the probe comes from: it answers an unregistered
@@ -270,9 +281,11 @@ const PROBE_GRACE_S = 5;
  * timeout on a pipe nobody writes), so waiting costs next to no CPU while the proxy itself
  * starts.
  */
-export async function waitForEgress(deps: BuildDeps, names: SandboxNames, lifecycle: string | undefined): Promise<void> {
+export async function waitForEgress(deps: BuildDeps, names: SandboxNames, lifecycle: string | undefined, host = names.egress): Promise<void> {
   const seconds = Math.ceil(EGRESS_READY_TIMEOUT_MS / 1000);
-  const authority = `${names.egress}:${EGRESS_PROXY_PORT}`;
+  // The proxy's name, or on a warm network its address: a checked name or an IPv4 address, nothing to quote.
+  if (!/^[A-Za-z0-9_.-]+$/.test(host)) throw new SandboxError('engine_error', `The egress proxy of ${names.name} cannot be probed at ${JSON.stringify(host)}.`);
+  const authority = `${host}:${EGRESS_PROXY_PORT}`;
   // A checked sandbox name (letters, digits, "_" and "-") and a lifecycle id (a UUID, or one read
   // back from a registration the proxy's schema admitted: letters, digits and "-"): nothing to quote.
   const expected = lifecycle === undefined ? undefined : `${EGRESS_SANDBOX_HEADER}: ${sandboxHealthValue(names.name, lifecycle)}`;
@@ -284,7 +297,7 @@ export async function waitForEgress(deps: BuildDeps, names: SandboxNames, lifecy
     'exec 2>/dev/null 4<> <(:)',
     // A sandbox that trusts the deployment CA: its root idle process writes ca.pem last (docker/ca-trust.ts).
     `[ -z "\${${CA_CERT_ENV}-}" ] || until [ -s ${CA_FILE} ]; do read -r -t ${EGRESS_PROBE_PAUSE_S} -u 4 || :; done`,
-    `until exec 3<>/dev/tcp/${names.egress}/${EGRESS_PROXY_PORT} &&`,
+    `until exec 3<>/dev/tcp/${host}/${EGRESS_PROXY_PORT} &&`,
     `  printf 'GET ${EGRESS_HEALTH_PATH} HTTP/1.1\\r\\nHost: ${authority}\\r\\nConnection: close\\r\\n\\r\\n' >&3 &&`,
     `  read -r -t 2 -u 3 status && [[ $status == 'HTTP/1.1 200 '* ]]${registered}`,
     `do exec 3>&-; read -r -t ${EGRESS_PROBE_PAUSE_S} -u 4 || :; done`,

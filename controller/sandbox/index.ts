@@ -12,4 +12,5 @@ export { CredentialSource } from './credential-source.js';
 export { changeAllowHosts, MAX_ALLOW_HOSTS } from './allowlist-change.js';
 export { EGRESS_USER, readRegistration, seatOfSandbox } from './egress-policy.js';
 export { leaveShard, shardOfLabels } from './shards.js';
+export { STALE_WARM_MS } from './warm-networks.js';
 export type { EgressSeat } from './shards.js';

@@ -5,13 +5,16 @@
  * sandbox at the same moment: what that explains ends as `conflict` (concurrent-change.ts), and
  * a destroy tries again until what it removes stays removed.
  */
-import { engineStatus, sandboxContainerBody, volumeBody } from '../docker/index.js';
-import { LABEL_EGRESS_ISOLATION, LABEL_EGRESS_SHARD, LABEL_SANDBOX, SandboxError, egressHostOf, egressShardName, isSandboxError, TIERS, namesFor, usesSharedNetwork, type SandboxPlan } from '../spec/index.js';
-import { createContainerPullingOnce, createEgress, joinShard, waitForEgress } from './build-steps.js';
+import { engineStatus, sandboxContainerBody, volumeBody, type NetworkView } from '../docker/index.js';
+import {
+  LABEL_EGRESS_ISOLATION, LABEL_EGRESS_SHARD, LABEL_SANDBOX, SandboxError, egressHostOf, egressShardName, isSandboxError, TIERS, namesFor, onWarmNetwork, usesSharedNetwork, type SandboxPlan,
+} from '../spec/index.js';
+import { createContainerPullingOnce, createEgress, joinShard, registerOnShard, waitForEgress } from './build-steps.js';
 import type { BuildDeps } from './build-deps.js';
 import { asConflict, concurrentChange } from './concurrent-change.js';
-import { createSandboxNetwork, ensureSharedNetwork, removeSandboxNetworks } from './sandbox-network.js';
+import { createSandboxNetwork, ensureSharedNetwork, ownWarmNetwork, removeSandboxNetworks } from './sandbox-network.js';
 import { ShardClaims } from './shards.js';
+import { WarmNetworks } from './warm-networks.js';
 import { StepGroup } from './step-group.js';
 import { requireWorkspaceFree } from './workspace-holder.js';
 import { handOverWorkspace } from './workspace-handover.js';
@@ -33,8 +36,12 @@ const DESTROY_ROUNDS = 3;
 export class SandboxLifecycle {
   /** This process's creates joining a shard now: counted in the shard's room. */
   private readonly shardClaims = new ShardClaims();
+  /** The warm networks this process keeps ready for shard sandboxes (`warmSlots`). */
+  readonly warm: WarmNetworks;
 
-  constructor(private readonly deps: BuildDeps) {}
+  constructor(private readonly deps: BuildDeps) {
+    this.warm = new WarmNetworks(deps, this.shardClaims);
+  }
 
   async create(request: SandboxPlan): Promise<void> {
     const { engine } = this.deps;
@@ -42,9 +49,12 @@ export class SandboxLifecycle {
     const meaning = TIERS[tier];
     const host = egressHostOf(meaning, this.deps.config.egressIsolation, request.credentials !== undefined || this.deps.egressMode === 'report');
     // Recorded on the container: recovery, `allow` and the operator find its proxy by it.
-    const plan: SandboxPlan = host === 'shard' ? { ...request, containerLabels: { ...request.containerLabels, [LABEL_EGRESS_ISOLATION]: 'shared' } } : request;
+    const shardPlan: SandboxPlan = host === 'shard' ? { ...request, containerLabels: { ...request.containerLabels, [LABEL_EGRESS_ISOLATION]: 'shared' } } : request;
     // A stale instance (the host may have died before recording the handle) is replaced.
     await this.destroy(names.name);
+    // A shard sandbox takes a warm network when one is ready: made, and joined by its shard.
+    const warm = host === 'shard' && meaning.sandboxNetwork === 'internal' ? this.warm.take() : undefined;
+    const plan = warm === undefined ? shardPlan : onWarmNetwork(shardPlan, warm.name, warm.network.egressAddress);
     const steps = new StepGroup();
     // The shard place this create holds until its leg is connected, given back however it ends.
     const giveBack: Array<() => void> = [];
@@ -60,17 +70,20 @@ export class SandboxLifecycle {
       // A shard sandbox's shard, chosen (and started, when new) first: its number is a label of
       // the network and the container, so that a destroy and a recovery find it.
       const claim =
-        host === 'shard' && shared !== undefined
+        host === 'shard' && shared !== undefined && warm === undefined
           ? steps.run(async () => {
               const claimed = await this.shardClaims.claim(this.deps, await shared);
               giveBack.push(claimed.release);
               return claimed;
             })
           : undefined;
-      const shard = claim?.then((c) => c.index);
+      const shard = warm === undefined ? claim?.then((c) => c.index) : Promise.resolve(warm.shard);
       const shardLabels = async (labels: Readonly<Record<string, string>>): Promise<Record<string, string>> =>
         shard === undefined ? { ...labels } : { ...labels, [LABEL_EGRESS_SHARD]: String(await shard) };
-      const internal = meaning.sandboxNetwork === 'internal' ? steps.run(async () => createSandboxNetwork(this.deps, names, await shardLabels(plan.labels))) : undefined;
+      const internal =
+        warm !== undefined ? Promise.resolve(warm.network)
+        : meaning.sandboxNetwork === 'internal' ? steps.run(async () => createSandboxNetwork(this.deps, names, await shardLabels(plan.labels)))
+        : undefined;
       const volumes = steps.run(() => this.createVolumes(plan));
       // Through a container of its own, with the workspace its one mount (workspace-handover.ts).
       const handOver = (): Promise<void> => handOverWorkspace(this.deps, { name: names.name, volume: plan.workspaceVolume, image: plan.image, labels: plan.labels });
@@ -82,6 +95,7 @@ export class SandboxLifecycle {
               const sharedId = await shared;
               steps.proceed();
               if (host === 'own') return (await createEgress(this.deps, plan, sharedId, internal, steps.proceed, remember))?.lifecycle;
+              if (warm !== undefined) return registerOnShard(this.deps, plan, egressShardName(this.deps.config.network, warm.shard), warm.network);
               if (claim === undefined) return undefined;
               const { index, release } = await claim;
               // Counted by the shard's legs from now on.
@@ -116,7 +130,7 @@ export class SandboxLifecycle {
       });
       await steps.settled();
       // Both containers are up and the proxy holds its leg on the internal network.
-      if (meaning.egressProxy) await waitForEgress(this.deps, names, await registered);
+      if (meaning.egressProxy) await waitForEgress(this.deps, names, await registered, warm?.network.egressAddress);
       // Built: from now on gc keeps it (a failure here is the create's, and destroys it).
       await engine.removeVolume(names.buildingVolume);
     } catch (err) {
@@ -125,6 +139,10 @@ export class SandboxLifecycle {
       // are explained by another call that replaced or removed what this create made.
       const probeFailed = isSandboxError(err, 'egress_unavailable');
       const replaced = await this.replacedMeanwhile(made, probeFailed ? CHANGE_SHOWS_MS : 0);
+      // Never handed out again: its registration ended and its leg taken away while the network is
+      // still there (after its removal, another create could register the subnet), then removed
+      // unless the sandbox runs on it, which the destroy below removes first and it after.
+      if (warm !== undefined) await this.warm.discard(warm);
       // Every step has finished (settled), so the cleanup finds all they made.
       await this.destroy(names.name).catch((cleanupErr: unknown) => {
         this.deps.logger.warn({ sandbox: names.name, err: cleanupErr }, 'cleanup after failed create did not finish');
@@ -201,18 +219,32 @@ export class SandboxLifecycle {
   private async removeAll(name: string): Promise<void> {
     const { engine } = this.deps;
     const names = namesFor(name);
+    const warm = await this.warmNetworkOf(names.container);
     // Networks and volumes can only go once no container uses them (a hand-over container left
     // behind by a controller that died holds the workspace too).
     await Promise.all([engine.removeContainer(names.container), engine.removeContainer(names.egress), engine.removeContainer(names.handover)]);
     // Every network of its name with its labels (a create race can have made two); ephemeral
     // volumes only: a persistent workspace is named cap-ws.<key> and stays.
     await Promise.all([
-      removeSandboxNetworks(this.deps, names),
+      removeSandboxNetworks(this.deps, names, warm),
       engine.removeVolume(names.workspaceVolume),
       engine.removeVolume(names.skillsVolume),
       engine.removeVolume(names.buildingVolume),
       engine.removeVolume(names.egressPolicyVolume),
     ]);
+  }
+
+  /**
+   * The warm network the sandbox container was made on, read before the container goes: its
+   * label, believed only when the container is on that network (an image's labels are merged into
+   * the container's, and a create that refused such an image still cleans up).
+   */
+  private async warmNetworkOf(container: string): Promise<NetworkView | undefined> {
+    const view = await this.deps.engine.inspectContainer(container);
+    if (view === undefined) return undefined;
+    const warm = await ownWarmNetwork(this.deps, view.labels);
+    const mode = view.hostConfig.NetworkMode;
+    return warm !== undefined && (mode === warm.id || mode === warm.name) ? warm : undefined;
   }
 
   async destroyWorkspace(volume: string): Promise<void> {

@@ -11,8 +11,8 @@
 import { decodeAllowHosts } from '../../common/index.js';
 import { type ContainerView, carriesCa, engineStatus, sandboxBodyFromInspect, type EgressPlan } from '../docker/index.js';
 import {
-  SandboxError, egressHostOfLabels, startRefusal, egressNanoCpus, LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_EGRESS_ISOLATION, LABEL_NAME, LABEL_WORKSPACE_KEY, meaningOfLabel, namesFor, persistentWorkspaceVolume,
-  type TierMeaning,
+  SandboxError, egressHostOfLabels, startRefusal, egressNanoCpus, LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_EGRESS_ISOLATION, LABEL_NAME, LABEL_WARM_NETWORK, LABEL_WORKSPACE_KEY, isWarmNetworkName,
+  meaningOfLabel, namesFor, persistentWorkspaceVolume, sandboxNetworkName, withEgressProxyEnv, type TierMeaning,
 } from '../spec/index.js';
 import { connectEgress, createEgress, keepRegistration, waitForKept, type KeptRegistration } from './build-steps.js';
 import { ownSeat, readsRegistrations, registrable } from './egress-policy.js';
@@ -74,7 +74,7 @@ export class SandboxRecovery {
     if (!view.running || view.paused) return 'sandbox not running, starting it';
     const meaning = meaningOfLabel(view.labels[LABEL_EGRESS]);
     if (meaning.sandboxNetwork !== 'internal') return undefined;
-    const own = namesFor(name).network;
+    const own = sandboxNetworkName(name, view.labels);
     // A leg on any other network (docker network connect) is a way around the proxy, or out of
     // the internal tier: the command must not run until it is gone.
     if (view.networks.some((n) => n.name !== own)) return 'sandbox on a network other than its own, recovering it';
@@ -127,7 +127,7 @@ export class SandboxRecovery {
     } else {
       await this.startContainer(name, view, tier, network);
     }
-    if (tier.egressProxy) await waitForKept(this.deps, names, registered);
+    if (tier.egressProxy) await waitForKept(this.deps, names, registered, proxyHost(name, view, network));
   }
 
   /**
@@ -138,7 +138,7 @@ export class SandboxRecovery {
    * recovery, so no command runs.
    */
   private async leaveOtherNetworks(name: string, view: ContainerView): Promise<void> {
-    const own = namesFor(name).network;
+    const own = sandboxNetworkName(name, view.labels);
     for (const other of view.networks.filter((n) => n.name !== own)) {
       this.deps.logger.warn({ sandbox: name, network: other.name }, 'sandbox on a network other than its own, disconnecting it');
       await this.deps.engine.disconnectNetwork(other.id !== '' ? other.id : other.name, name);
@@ -186,8 +186,11 @@ export class SandboxRecovery {
     this.requireStartAllowed(name, view);
     await this.deps.engine.removeContainer(name);
     const dns = tier.egressProxy ? network?.egressAddress : undefined;
+    // On a warm network made again, the proxy's address moved with the subnet.
+    const host = proxyHost(name, view, network);
+    const made = host === namesFor(name).egress ? view : { ...view, env: withEgressProxyEnv(view.env, host) };
     await this.inWorkspaceLane(view, async () => {
-      await this.deps.engine.createContainer(name, sandboxBodyFromInspect(view, this.deps.config, target, dns));
+      await this.deps.engine.createContainer(name, sandboxBodyFromInspect(made, this.deps.config, target, dns));
       await requireWorkspaceFree(this.deps, name, view.labels[LABEL_WORKSPACE_KEY]);
       await handOverWorkspace(this.deps, { name, volume: workspaceVolumeOf(view, name), image: view.image, labels: this.resourceLabels(name, view) });
       await this.deps.engine.startContainer(name);
@@ -271,7 +274,8 @@ export class SandboxRecovery {
     const allowHosts = decodeAllowHosts(view.labels[LABEL_ALLOW_HOSTS] ?? '');
     const seat = { container: shard.name, slot: subnetSlot(target.subnet) };
     const lifecycle = await keepRegistration(this.deps, { names, allowHosts }, seat, target, this.sameContainer(name, view));
-    await connectShard(this.deps, shard.name, names, network);
+    // A warm network's leg has no alias: its sandbox names the proxy by address.
+    await connectShard(this.deps, shard.name, network, isWarmNetworkName(view.labels[LABEL_WARM_NETWORK]) ? undefined : names.egress);
     return { lifecycle, seat, target };
   }
 
@@ -308,6 +312,15 @@ export class SandboxRecovery {
       return plan.credentials !== undefined || target === undefined ? undefined : { lifecycle: undefined, seat: ownSeat(names), target };
     }
   }
+}
+
+/**
+ * What the sandbox's proxy variables name: its proxy's name, or on a warm network (which a shard
+ * joined under no alias) the proxy's address there.
+ */
+function proxyHost(name: string, view: ContainerView, network: SandboxNetwork | undefined): string {
+  const address = network?.egressAddress;
+  return isWarmNetworkName(view.labels[LABEL_WARM_NETWORK]) && address !== undefined ? address : namesFor(name).egress;
 }
 
 /** NAME=value pairs of a container's environment, for the secrets' placeholders it holds. */

@@ -9,7 +9,7 @@
  * tried until the engine takes one (it refuses a subnet that overlaps another network's).
  */
 import {
-  LABEL_NAME, LABEL_SANDBOX, LABEL_SHARED_NETWORK, LABEL_SUBNET, SandboxError, isSandboxError, parseAddressPool, sandboxSubnet, subnetAddresses, subnetSlots,
+  LABEL_NAME, LABEL_SANDBOX, LABEL_SHARED_NETWORK, LABEL_SUBNET, LABEL_WARM, LABEL_WARM_NETWORK, SandboxError, isSandboxError, isWarmNetworkName, parseAddressPool, sandboxSubnet, subnetAddresses, subnetSlots,
   type SandboxNames,
 } from '../spec/index.js';
 import {
@@ -63,6 +63,23 @@ export async function ownSandboxNetworks(deps: BuildDeps, names: SandboxNames): 
 }
 
 /**
+ * The warm network a sandbox container's labels name (warm-networks.ts), when it exists and is one
+ * the controller made (its labels): a sandbox made on a warm network is on it, not on one named
+ * after it. Labels of another deployment's controller (extra labels) do not match.
+ */
+export async function ownWarmNetwork(deps: BuildDeps, containerLabels: Readonly<Record<string, string>>): Promise<NetworkView | undefined> {
+  const name = containerLabels[LABEL_WARM_NETWORK];
+  if (!isWarmNetworkName(name)) return undefined;
+  const view = await deps.engine.inspectNetwork(name).catch((err: unknown) => {
+    // Two of one name only come from a concurrent create, which never makes a warm network.
+    if (dockerSays(err, 400, /ambiguous/)) return undefined;
+    throw err;
+  });
+  if (view === undefined || view.name !== name || view.labels[LABEL_WARM] === undefined) return undefined;
+  return Object.entries(deps.extraLabels).every(([k, v]) => view.labels[k] === v) ? view : undefined;
+}
+
+/**
  * Keeps the oldest of the networks of one name and removes the others, unless something runs on
  * one (Docker refuses, and it stays: every call names its network by id, so it harms nothing).
  * Every process that finds them keeps the same one.
@@ -87,31 +104,44 @@ async function keepOldest(deps: BuildDeps, networks: readonly NetworkView[]): Pr
  * running elsewhere): `conflict`.
  */
 export async function createSandboxNetwork(deps: BuildDeps, names: SandboxNames, labels: Readonly<Record<string, string>>): Promise<SandboxNetwork> {
+  let made: SandboxNetwork;
+  try {
+    made = await createOnAddressPool(deps, names.network, labels);
+  } catch (err) {
+    if (engineStatus(err) === 409) throw await nameTaken(deps, names, err);
+    throw err;
+  }
+  const own = await ownSandboxNetworks(deps, names);
+  if (own.length <= 1) return made;
+  return sandboxNetworkOf(await keepOldest(deps, own));
+}
+
+/**
+ * Creates internal network `name` on the first free subnet of its candidates from the address
+ * pool; a refusal of the name (409) is thrown as dockerd gave it.
+ */
+export async function createOnAddressPool(deps: BuildDeps, name: string, labels: Readonly<Record<string, string>>): Promise<SandboxNetwork> {
   const { engine, config } = deps;
   const pool = parseAddressPool(config.addressPool, config.subnetPrefix);
   let tries = 0;
-  for (const slot of subnetSlots(pool, names.network)) {
+  for (const slot of subnetSlots(pool, name)) {
     if (tries === MAX_SUBNET_TRIES) break;
     tries += 1;
     const addresses = sandboxSubnet(pool, slot);
-    let id: string;
     try {
-      id = await engine.createNetwork(internalNetworkBody(names.network, labels, addresses));
+      const id = await engine.createNetwork(internalNetworkBody(name, labels, addresses));
+      return { id, egressAddress: addresses.egressAddress, subnet: addresses.subnet };
     } catch (err) {
       // Taken by another network: the next candidate.
       // "Pool overlaps with other one on this address space" (IPAM), "... conflicts with network
       // ...: networks have overlapping IPv4" (the bridge driver, a create that lost a race).
       if (dockerSays(err, 403, /overlap/i)) continue;
-      if (engineStatus(err) === 409) throw await nameTaken(deps, names, err);
       throw err;
     }
-    const own = await ownSandboxNetworks(deps, names);
-    if (own.length <= 1) return { id, egressAddress: addresses.egressAddress, subnet: addresses.subnet };
-    return sandboxNetworkOf(await keepOldest(deps, own));
   }
   throw new SandboxError(
     'address_pool_exhausted',
-    `No /${pool.subnetPrefix} subnet of the address pool ${config.addressPool} was free for ${names.network} (${tries} tried): the pool is full or another network overlaps it. ` +
+    `No /${pool.subnetPrefix} subnet of the address pool ${config.addressPool} was free for ${name} (${tries} tried): the pool is full or another network overlaps it. ` +
       'Destroy unused sandboxes (capybara-sandbox gc removes orphans), or give extensionConfig."sandbox-docker".addressPool a larger or another private block.',
   );
 }
@@ -140,6 +170,7 @@ export async function findOrRecreateSandboxNetwork(
   labels: Readonly<Record<string, string>>,
 ): Promise<{ readonly network: SandboxNetwork; readonly rebuilt: boolean }> {
   const ref = view.hostConfig.NetworkMode;
+  if (isWarmNetworkName(view.labels[LABEL_WARM_NETWORK])) return findOrRecreateWarmNetwork(deps, view, labels);
   const own = await ownSandboxNetworks(deps, names);
   const current = own.find((n) => n.id === ref || n.name === ref);
   if (current !== undefined) return { network: sandboxNetworkOf(current), rebuilt: false };
@@ -158,13 +189,40 @@ export async function findOrRecreateSandboxNetwork(
 }
 
 /**
- * Removes every network of the sandbox's name that carries its labels (duplicates included),
- * each after its registration with a shard of the shared egress has ended (shards.ts).
+ * A sandbox made on a warm network: that network when it still exists, else one made again under
+ * its name, with the sandbox's labels (gc then treats it as any sandbox network), on a subnet of
+ * the pool; the container is then made again on it, its proxy variables naming the proxy's
+ * address there (recovery.ts).
  */
-export async function removeSandboxNetworks(deps: BuildDeps, names: SandboxNames): Promise<void> {
+async function findOrRecreateWarmNetwork(
+  deps: BuildDeps,
+  view: ContainerView,
+  labels: Readonly<Record<string, string>>,
+): Promise<{ readonly network: SandboxNetwork; readonly rebuilt: boolean }> {
+  const found = await ownWarmNetwork(deps, view.labels);
+  if (found !== undefined) return { network: sandboxNetworkOf(found), rebuilt: found.id !== view.hostConfig.NetworkMode && found.name !== view.hostConfig.NetworkMode };
+  const name = view.labels[LABEL_WARM_NETWORK]!;
+  deps.logger.warn({ network: name }, 'warm network missing, recreating it');
+  try {
+    return { network: await createOnAddressPool(deps, name, { ...labels, [LABEL_WARM]: 'recovered' }), rebuilt: true };
+  } catch (err) {
+    // A concurrent recovery made it first: use that one.
+    if (engineStatus(err) !== 409) throw err;
+    const made = await ownWarmNetwork(deps, view.labels);
+    if (made === undefined) throw err;
+    return { network: sandboxNetworkOf(made), rebuilt: true };
+  }
+}
+
+/**
+ * Removes every network of the sandbox's name that carries its labels (duplicates included), and
+ * the warm network `warm` it was made on, if any, each after its registration with a shard of the
+ * shared egress has ended (shards.ts).
+ */
+export async function removeSandboxNetworks(deps: BuildDeps, names: SandboxNames, warm?: NetworkView): Promise<void> {
   const own = await ownSandboxNetworks(deps, names);
   await Promise.all(
-    own.map(async (n) => {
+    [...own, ...(warm === undefined ? [] : [warm])].map(async (n) => {
       await leaveShard(deps.engine, n, deps.config.network);
       await deps.engine.removeNetwork(n.id);
     }),

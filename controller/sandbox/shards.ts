@@ -13,7 +13,7 @@
  * sandbox has no capability to forge an address, and no route to another sandbox's network.
  */
 import { registrationArchive, TENANTS_DIR } from '../../common/index.js';
-import { LABEL_EGRESS_SHARD, LABEL_SUBNET, SandboxError, egressNanoCpus, egressShardName, MAX_EGRESS_SHARDS, type SandboxNames } from '../spec/index.js';
+import { LABEL_EGRESS_SHARD, LABEL_SUBNET, SandboxError, egressNanoCpus, egressShardName, MAX_EGRESS_SHARDS } from '../spec/index.js';
 import { egressShardBody, engineStatus, volumeBody, type ContainerView, type NetworkView, type SandboxEngine } from '../docker/index.js';
 import type { BuildDeps } from './build-deps.js';
 import { dockerSays } from './concurrent-change.js';
@@ -34,7 +34,7 @@ export function subnetSlot(subnet: string): string {
   return slot;
 }
 
-function vacantArchive(slot: string): Buffer {
+export function vacantArchive(slot: string): Buffer {
   return registrationArchive(slot, { version: 1, vacant: true });
 }
 
@@ -181,13 +181,15 @@ export async function ensureShard(deps: BuildDeps, k: number, sharedNetwork: str
 }
 
 /**
- * Gives the shard its leg on the sandbox's network at the proxy's fixed address, answering there
- * to the name the sandbox's proxy variables use. Already connected is as good as done.
+ * Gives the shard its leg on a sandbox network at the proxy's fixed address, answering there to
+ * `alias`, the name the sandbox's proxy variables use (`cap-<id>-egress`; none on a warm slot,
+ * joined before its sandbox is known: those variables name the address). Already connected is as
+ * good as done.
  */
-export async function connectShard(deps: BuildDeps, shard: string, names: SandboxNames, network: { readonly id: string; readonly egressAddress: string | undefined }): Promise<void> {
-  if (network.egressAddress === undefined) throw new SandboxError('engine_error', `The network of ${names.name} has no subnet of its own: a shard cannot serve it.`);
+export async function connectShard(deps: BuildDeps, shard: string, network: { readonly id: string; readonly egressAddress: string | undefined }, alias: string | undefined): Promise<void> {
+  if (network.egressAddress === undefined) throw new SandboxError('engine_error', `The network ${network.id.slice(0, 12)} has no subnet of its own: a shard cannot serve it.`);
   try {
-    await deps.engine.connectNetwork(network.id, shard, network.egressAddress, names.egress);
+    await deps.engine.connectNetwork(network.id, shard, network.egressAddress, alias);
   } catch (err) {
     if (!dockerSays(err, 403, /already exists/)) throw err;
   }

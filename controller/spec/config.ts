@@ -144,6 +144,14 @@ export const deploymentConfigSchema = z
       .default(250)
       .describe('With egressIsolation shared: the sandboxes one shard of the egress serves before a new shard starts (at most 1,000: a container holds one network leg per sandbox). Concurrent creates can pass it by a few.')
       .meta({ title: 'Egress shard size', 'x-ui': { label: { en: 'Egress shard size', zh: '出站分片容量' } } }),
+    warmSlots: z
+      .number()
+      .int()
+      .min(0)
+      .max(64)
+      .default(0)
+      .describe('With egressIsolation shared: sandbox networks each controller process keeps made and joined by a shard, ready for the next creates (a create takes one and skips making its network and the shard\'s leg; the pool refills in the background). Each is a network and a shard leg while it waits, and serves one sandbox; destroy removes it. 0: none.')
+      .meta({ title: 'Warm network slots', 'x-ui': { label: { en: 'Warm network slots', zh: '预热网络槽位' } } }),
     allowOpenEgress: z
       .boolean()
       .default(false)

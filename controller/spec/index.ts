@@ -18,6 +18,8 @@ export {
   LABEL_NAME,
   LABEL_SANDBOX,
   LABEL_SHARED_NETWORK,
+  LABEL_WARM,
+  LABEL_WARM_NETWORK,
   LABEL_SUBNET,
   LABEL_WORKSPACE_KEY,
   SANDBOX_TAG_RE,
@@ -27,12 +29,15 @@ export {
   EGRESS_SHARD_PREFIX,
   egressShardName,
   MAX_EGRESS_SHARDS,
+  isWarmNetworkName,
   namesFor,
   persistentWorkspaceVolume,
+  sandboxNetworkName,
+  warmNetworkName,
 } from './names.js';
 export type { SandboxNames } from './names.js';
 export { PIDS_LIMIT } from './limits.js';
-export { egressNanoCpus, planSandbox, withAllowHosts, withCredentials } from './sandbox-plan.js';
+export { egressNanoCpus, egressProxyEnv, onWarmNetwork, planSandbox, withAllowHosts, withCredentials, withEgressProxyEnv } from './sandbox-plan.js';
 export { startRefusal } from './start-rules.js';
 export type { SandboxPlan } from './sandbox-plan.js';
 export { parseAddressPool, sandboxSubnet, subnetAddresses, subnetSlots } from './address-pool.js';

@@ -25,6 +25,36 @@ export const LABEL_SHARED_NETWORK = 'dev.capybara.sandbox.shared-network';
 export const LABEL_EGRESS_ISOLATION = 'dev.capybara.sandbox.egress-isolation';
 /** On a shard of the shared egress: its number. */
 export const LABEL_EGRESS_SHARD = 'dev.capybara.sandbox.egress-shard';
+/**
+ * On a warm network (a warm slot, sandbox/warm-networks.ts): the token of the controller process
+ * that made it, the only one that hands it to a sandbox.
+ */
+export const LABEL_WARM = 'dev.capybara.sandbox.warm';
+/** On a sandbox container made on a warm network: that network's name, its own from then on. */
+export const LABEL_WARM_NETWORK = 'dev.capybara.sandbox.warm-network';
+
+/**
+ * A warm network: `cap-warm.<token>.<n>`, made before the sandbox it will serve is known, so
+ * named after no sandbox. The dots keep it apart from every sandbox's own names.
+ */
+const WARM_NETWORK_RE = /^cap-warm\.[0-9a-f]{8}\.[0-9]{1,9}$/;
+export function warmNetworkName(token: string, n: number): string {
+  const name = `cap-warm.${token}.${n}`;
+  if (!WARM_NETWORK_RE.test(name)) throw new SandboxError('engine_error', `No warm network can be named ${JSON.stringify(name)}.`);
+  return name;
+}
+export function isWarmNetworkName(name: string | undefined): name is string {
+  return name !== undefined && WARM_NETWORK_RE.test(name);
+}
+
+/**
+ * The network a sandbox is on: the warm network it was made on (its container's label), else the
+ * one named after it.
+ */
+export function sandboxNetworkName(name: string, containerLabels: Readonly<Record<string, string>>): string {
+  const warm = containerLabels[LABEL_WARM_NETWORK];
+  return isWarmNetworkName(warm) ? warm : namesFor(name).network;
+}
 
 /**
  * The shards of a deployment's shared egress: `cap-egress.<k>.<shared network>`, container and

@@ -11,6 +11,7 @@ import { dockerLimits, type DockerLimits } from './limits.js';
 import {
   LABEL_ALLOW_HOSTS,
   LABEL_EGRESS,
+  LABEL_WARM_NETWORK,
   LABEL_WORKSPACE_KEY,
   LABEL_SANDBOX,
   namesFor,
@@ -112,17 +113,7 @@ export function planSandbox(input: unknown, config: DeploymentConfig, options: P
   const containerLabels: Record<string, string> = { ...labels, [LABEL_EGRESS]: tier };
 
   const env: Record<string, string> = { ...spec.env };
-  if (meaning.egressProxy) {
-    const proxy = `http://${names.egress}:${EGRESS_PROXY_PORT}`;
-    Object.assign(env, {
-      HTTP_PROXY: proxy,
-      HTTPS_PROXY: proxy,
-      http_proxy: proxy,
-      https_proxy: proxy,
-      NO_PROXY: 'localhost,127.0.0.1,::1',
-      no_proxy: 'localhost,127.0.0.1,::1',
-    });
-  }
+  if (meaning.egressProxy) Object.assign(env, egressProxyEnv(names.egress));
 
   let workspaceVolume = names.workspaceVolume;
   let persistentWorkspace: SandboxPlan['persistentWorkspace'];
@@ -186,4 +177,35 @@ export function withAllowHosts(plan: SandboxPlan, allowHosts: readonly string[])
 export function withCredentials(plan: SandboxPlan, credentials: SandboxCredentials | undefined): SandboxPlan {
   if (credentials === undefined) return plan;
   return { ...plan, credentials, env: { ...plan.env, ...credentials.sandboxEnv } };
+}
+
+/**
+ * The proxy variables of a sandbox whose egress proxy is at `host`: its name (`cap-<id>-egress`,
+ * the sandbox's own proxy or a shard's alias on its network), or on a warm network, which a shard
+ * joined before the sandbox was known and so under no alias, its address there.
+ */
+export function egressProxyEnv(host: string): Record<string, string> {
+  const proxy = `http://${host}:${EGRESS_PROXY_PORT}`;
+  return {
+    HTTP_PROXY: proxy,
+    HTTPS_PROXY: proxy,
+    http_proxy: proxy,
+    https_proxy: proxy,
+    NO_PROXY: 'localhost,127.0.0.1,::1',
+    no_proxy: 'localhost,127.0.0.1,::1',
+  };
+}
+
+/** The plan of a sandbox made on a warm network: recorded on its container, its proxy variables at `egressAddress`. */
+export function onWarmNetwork(plan: SandboxPlan, network: string, egressAddress: string): SandboxPlan {
+  return { ...plan, env: { ...plan.env, ...egressProxyEnv(egressAddress) }, containerLabels: { ...plan.containerLabels, [LABEL_WARM_NETWORK]: network } };
+}
+
+/** A container's environment (`NAME=value`) with its proxy variables at `host` instead. */
+export function withEgressProxyEnv(env: readonly string[], host: string): string[] {
+  const proxy = egressProxyEnv(host);
+  return env.map((e) => {
+    const name = e.slice(0, e.indexOf('='));
+    return name in proxy ? `${name}=${proxy[name]!}` : e;
+  });
 }

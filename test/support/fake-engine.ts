@@ -604,7 +604,7 @@ export class FakeEngine implements SandboxEngine {
     });
   }
 
-  /** A running, unpaused container `to` (its name, or its alias there) on a network that `from` is attached to as well. */
+  /** A running, unpaused container `to` (its name, its alias there, or its address there) on a network that `from` is attached to as well. */
   reachable(from: string, to: string): boolean {
     return this.reached(from, to) !== undefined;
   }
@@ -614,7 +614,7 @@ export class FakeEngine implements SandboxEngine {
     if (a === undefined) return undefined;
     const ids = new Set(a.attached.map((x) => x.id).filter((id) => id !== undefined && this.networkById(id) !== undefined));
     return [...this.containers.values()].find(
-      (b) => b.state === 'running' && b.attached.some((x) => x.id !== undefined && ids.has(x.id) && (b.name === to || x.alias === to)),
+      (b) => b.state === 'running' && b.attached.some((x) => x.id !== undefined && ids.has(x.id) && (b.name === to || x.alias === to || x.ipv4 === to)),
     );
   }
 }

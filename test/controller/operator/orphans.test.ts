@@ -17,8 +17,11 @@ function resource(name: string, labels: Record<string, string>, createdMs = old)
 }
 
 const live = container('cap-live', 'cap-live');
+const warm = (name: string, createdMs = old): ResourceSummary => resource(name, { 'dev.capybara.sandbox': '1', 'dev.capybara.sandbox.warm': '0a1b2c3d' }, createdMs);
 const containers = [
   live,
+  // A sandbox made on a warm network records it (sandbox/warm-networks.ts).
+  { ...container('cap-onwarm', 'cap-onwarm'), labels: { ...named('cap-onwarm'), 'dev.capybara.sandbox.warm-network': 'cap-warm.0a1b2c3d.0' } },
   container('cap-live-egress', 'cap-live'),
   container('cap-gone-egress', 'cap-gone'),
   container('cap-new-egress', 'cap-new', young),
@@ -31,6 +34,10 @@ const networks = [
   resource('cap-gone-net', named('cap-gone')),
   resource('capybara-sandbox', { 'dev.capybara.sandbox': '1' }),
   resource('cap-noage-net', named('cap-noage'), 0),
+  warm('cap-warm.0a1b2c3d.0'),
+  // Past --min-age but inside the half hour its process may still hand it out.
+  warm('cap-warm.0a1b2c3d.1', NOW - 20 * 60_000),
+  warm('cap-warm.0a1b2c3d.2'),
 ];
 const volumes = [
   resource('cap-gone-workspace', named('cap-gone')),
@@ -55,6 +62,9 @@ const expected: { name: string; orphan: boolean; keep?: string }[] = [
   { name: 'cap-new-egress', orphan: false, keep: 'too_young' },
   { name: 'cap-new-skills', orphan: false, keep: 'too_young' },
   { name: 'cap-noage-net', orphan: false, keep: 'age_unknown' },
+  { name: 'cap-warm.0a1b2c3d.0', orphan: false, keep: 'warm_network_in_use' },
+  { name: 'cap-warm.0a1b2c3d.1', orphan: false, keep: 'warm_network_waiting' },
+  { name: 'cap-warm.0a1b2c3d.2', orphan: true },
 ];
 for (const e of expected) {
   t.test(e.name, async (t) => {

@@ -54,15 +54,22 @@ async function phantomGateway(t: Test, s: SandboxTestEnv, network: string): Prom
   return gateway;
 }
 
-for (const isolation of ['sandbox', 'shared'] as const) t.test(`isolation of the none, internal and allowlist tiers (egressIsolation ${isolation})`, async (t) => {
+// `warm`: shared, with the allowlist sandboxes made on warm networks (warmSlots).
+for (const isolation of ['sandbox', 'shared', 'warm'] as const) t.test(`isolation of the none, internal and allowlist tiers (egressIsolation ${isolation})`, async (t) => {
   const s = await sandboxTestEnv(t);
   if (!s) return;
   const { env } = s;
   // The same tests on both: a proxy of its own per allowlist sandbox, or a shard serving them all.
   const provider = isolation === 'sandbox'
     ? s.provider
-    : createDockerSandbox({ endpoint: s.proxy.endpoint, network: s.sharedNetwork, egressIsolation: 'shared' }, { labels: env.labels, egressTestHosts: { [UPSTREAM_HOST]: s.upstreamIp } });
+    : createDockerSandbox(
+      { endpoint: s.proxy.endpoint, network: s.sharedNetwork, egressIsolation: 'shared', warmSlots: isolation === 'warm' ? 2 : 0 },
+      { labels: env.labels, egressTestHosts: { [UPSTREAM_HOST]: s.upstreamIp } },
+    );
+  if (isolation === 'warm') t.equal(await provider.warmUp(), 2, 'two warm networks ready');
   const egressOf = (id: string): string => (isolation === 'sandbox' ? `${id}-egress` : `cap-egress.0.${s.sharedNetwork}`);
+  // A sandbox's own network, or the warm network it was made on.
+  const netOf = async (id: string): Promise<string> => (await s.inspect(id)).Config.Labels['dev.capybara.sandbox.warm-network'] ?? `${id}-net`;
   const base = { image: SANDBOX_IMAGE };
   const started = Date.now();
   const [allow, other, none, internal] = await Promise.all([
@@ -73,7 +80,8 @@ for (const isolation of ['sandbox', 'shared'] as const) t.test(`isolation of the
   ]);
   t.comment(`4 sandboxes created concurrently in ${Date.now() - started} ms`);
 
-  const otherIp = await ipOf(s, other.id, `${other.id}-net`);
+  if (isolation === 'warm') t.match([await netOf(allow.id), await netOf(other.id)], [/^cap-warm\./, /^cap-warm\./], 'both allowlist sandboxes on warm networks');
+  const otherIp = await ipOf(s, other.id, await netOf(other.id));
   const otherEgressIp = await ipOf(s, egressOf(other.id), s.sharedNetwork);
   const ownEgressShared = await ipOf(s, egressOf(allow.id), s.sharedNetwork);
   const sharedGateway = (await env.docker.getNetwork(s.sharedNetwork).inspect()).IPAM?.Config?.[0]?.Gateway ?? '';
@@ -89,7 +97,7 @@ for (const isolation of ['sandbox', 'shared'] as const) t.test(`isolation of the
 
   for (const [tier, h] of [['allowlist', allow], ['none', none], ['internal', internal]] as const) {
     await t.test(`${tier}: metadata, host, other sandboxes and the upstream are unreachable`, async (t) => {
-      const gateways = tier === 'none' ? [] : [await phantomGateway(t, s, `${h.id}-net`)];
+      const gateways = tier === 'none' ? [] : [await phantomGateway(t, s, await netOf(h.id))];
       await probe(t, provider, h, gateways, outside);
       const sock = await provider.exec(h, 'ls /var/run/docker.sock /run/docker.sock 2>/dev/null; echo "DOCKER_HOST=${DOCKER_HOST:-}"');
       t.equal(sock.stdout, 'DOCKER_HOST=\n', 'no engine socket inside');
@@ -97,7 +105,7 @@ for (const isolation of ['sandbox', 'shared'] as const) t.test(`isolation of the
   }
 
   await t.test('allowlist: only the proxy is reachable, and it applies the allowlist', async (t) => {
-    const members = Object.values((await env.docker.getNetwork(`${allow.id}-net`).inspect()).Containers ?? {})
+    const members = Object.values((await env.docker.getNetwork(await netOf(allow.id)).inspect()).Containers ?? {})
       .map((c) => (c as { Name: string }).Name).sort();
     t.same(members, [allow.id, egressOf(allow.id)].sort());
     const ok = await provider.exec(allow, `curl -sS -m 10 http://${UPSTREAM_HOST}/`);
@@ -116,7 +124,7 @@ for (const isolation of ['sandbox', 'shared'] as const) t.test(`isolation of the
   await t.test('allowlist: its egress proxy routes nothing from the sandbox onward, even given a route', async (t) => {
     // The route the sandbox's missing NET_ADMIN keeps it from adding, added from the host: the
     // test upstream's address (the shared network's gateway, on the host) via the proxy's leg.
-    const egressOnNet = await ipOf(s, egressOf(allow.id), `${allow.id}-net`);
+    const egressOnNet = await ipOf(s, egressOf(allow.id), await netOf(allow.id));
     const sandboxPid = String((await s.inspect(allow.id)).State.Pid);
     const egressPid = String((await s.inspect(egressOf(allow.id))).State.Pid);
     const inNs = (pid: string, ...args: string[]) => execFileSync('nsenter', ['-t', pid, '-n', ...args], { encoding: 'utf8' }).trim();

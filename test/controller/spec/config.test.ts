@@ -21,6 +21,7 @@ t.test('defaults are applied and the result is frozen', async (t) => {
     allowOpenEgress: false,
     egressIsolation: 'sandbox',
     egressShardSize: 250,
+    warmSlots: 0,
     logMaxSizeMb: 10,
     logMaxFiles: 3,
     addressPool: '10.213.0.0/16',

@@ -1,0 +1,143 @@
+/**
+ * Warm network slots (`warmSlots`, controller/sandbox/warm-networks.ts) on the in-memory engine:
+ * a pool made ahead, each network joined by its shard under no alias with a vacant registration;
+ * a create that takes one registers on it before its container starts and makes no network and no
+ * leg of its own, its proxy variables naming the proxy's address; the pool refills; destroy ends
+ * the registration, takes the leg away and removes the network (never handed out again); a failed
+ * create discards what it took; recovery finds the sandbox on it, and makes it again when it is
+ * gone. The real engine: docker-warm-networks.test.ts.
+ */
+import t from 'tap';
+import { TENANTS_DIR, IMAGES } from '../../../common/index.js';
+import { fakeSandbox, leftOver, type FakeSandbox } from '../../support/fake-sandbox.js';
+
+const SHARD = 'cap-egress.0.capybara-sandbox';
+const spec = (id: string, allowHosts: string[] = ['pypi.org']) => ({ id, image: IMAGES.sandbox, limits: { egress: 'allowlist' as const, allowHosts } });
+
+function warmNetworks(s: FakeSandbox): string[] {
+  return s.engine.networkNames().filter((n) => n.startsWith('cap-warm.')).sort();
+}
+
+function registrationAt(s: FakeSandbox, subnet: string): unknown {
+  const file = s.engine.fileIn(SHARD, `${TENANTS_DIR}/${subnet.replace('/', '_')}.json`);
+  return file === undefined ? undefined : JSON.parse(file.toString('utf8'));
+}
+
+async function networkOf(s: FakeSandbox, name: string): Promise<{ name: string; subnet: string }> {
+  const view = await s.engine.inspectContainer(name);
+  const network = await s.engine.inspectNetwork(String(view?.hostConfig.NetworkMode));
+  return { name: network?.name ?? '', subnet: network?.labels['dev.capybara.sandbox.subnet'] ?? '' };
+}
+
+t.test('a pool of warm networks, each joined by a shard under no alias, its registration vacant', async (t) => {
+  const s = fakeSandbox({ egressIsolation: 'shared', warmSlots: 2 });
+  t.equal(await s.provider.warmUp(), 2);
+  const warm = warmNetworks(s);
+  t.equal(warm.length, 2);
+  t.match(warm[0], /^cap-warm\.[0-9a-f]{8}\.[0-9]+$/);
+  for (const name of warm) {
+    const view = await s.engine.inspectNetwork(name);
+    t.match(view, { internal: true, labels: { 'dev.capybara.sandbox': '1', 'dev.capybara.sandbox.egress-shard': '0', 'dev.capybara.test': 'fake' } }, `${name}: internal, labelled`);
+    t.same(registrationAt(s, view?.labels['dev.capybara.sandbox.subnet'] ?? ''), { version: 1, vacant: true }, `${name}: its registration vacant`);
+    const leg = (await s.engine.inspectContainer(SHARD))?.networks.find((n) => n.name === name);
+    t.ok(leg !== undefined, `${name}: the shard's leg`);
+  }
+  t.equal(await s.provider.warmUp(), 2, 'full: nothing more is made');
+  t.equal(warmNetworks(s).length, 2);
+});
+
+t.test('a create takes a warm network: no network or leg of its own, registered before its start, the proxy at its address', async (t) => {
+  const s = fakeSandbox({ egressIsolation: 'shared', warmSlots: 1 });
+  await s.provider.warmUp();
+  const [warm] = warmNetworks(s);
+  const before = s.engine.calls.length;
+  const a = await s.provider.create(spec('a', ['pypi.org']));
+  const calls = s.engine.calls.slice(before).map((c) => `${c.method}:${c.target}`);
+  const made = calls.filter((c) => c.startsWith('createNetwork:') || c.startsWith('connectNetwork:'));
+  const network = await networkOf(s, 'cap-a');
+  t.equal(network.name, warm, 'on the warm network');
+  t.notOk(s.engine.networkNames().includes('cap-a-net'), 'no network of its own');
+  // The refill makes and joins the next warm network meanwhile, and nothing else is.
+  const creates = made.filter((c) => c.startsWith('createNetwork:'));
+  t.ok(creates.every((c) => c.startsWith('createNetwork:cap-warm.')), `no network made for it (${made.join(' ')})`);
+  t.equal(made.length, 2 * creates.length, 'no leg but the refill\'s');
+  t.ok(calls.indexOf(`putRegistration:${SHARD}`) < calls.indexOf('startContainer:cap-a'), 'its registration before its start');
+  t.match(registrationAt(s, network.subnet), { sandbox: 'cap-a', policy: { allowHosts: ['pypi.org'] } });
+  const view = await s.engine.inspectContainer('cap-a');
+  const address = (await s.engine.inspectContainer(SHARD))?.networks.find((n) => n.name === warm)?.ipv4 ?? '';
+  t.match(address, /^10\./, 'the shard\'s fixed address there');
+  t.ok(view?.env.includes(`HTTPS_PROXY=http://${address}:3128`), 'its proxy variables name that address');
+  t.equal(view?.labels['dev.capybara.sandbox.warm-network'], warm, 'the container records the network');
+  t.ok(s.engine.reachable('cap-a', address), 'a reaches its proxy there');
+  t.notOk(s.engine.reachable('cap-a', 'cap-a-egress'), 'under no alias');
+
+  // The pool refills behind it.
+  t.equal(await s.provider.warmUp(), 1, 'refilled');
+  const [next] = warmNetworks(s).filter((n) => n !== warm);
+  t.ok(next !== undefined, 'with another network');
+
+  // Live changes reach its registration.
+  t.same(await s.provider.changeAllowHosts(a, { allow: ['crates.io'] }), ['pypi.org', 'crates.io']);
+  t.match(registrationAt(s, network.subnet), { sandbox: 'cap-a', policy: { allowHosts: ['pypi.org', 'crates.io'] } });
+
+  // Destroy: vacant, the leg gone, the network removed; never back in the pool.
+  await s.provider.destroy(a);
+  t.same(registrationAt(s, network.subnet), { version: 1, vacant: true }, 'its registration ended');
+  t.notOk(s.engine.networkNames().includes(warm ?? ''), 'the warm network removed');
+  t.same(leftOver(s, 'cap-a'), [], 'nothing of a left');
+  const order = s.engine.calls.map((c) => `${c.method}:${c.target}`).filter((c) => /putRegistration|disconnectNetwork|removeNetwork/.test(c)).slice(-3);
+  t.match(order, [/^putRegistration:cap-egress/, /^disconnectNetwork:cap-egress/, /^removeNetwork:/], 'policy gone, then leg, then network');
+  const b = await s.provider.create(spec('b'));
+  t.equal((await networkOf(s, 'cap-b')).name, next, 'the next create takes the next one');
+  await s.provider.destroy(b);
+});
+
+t.test('a create that fails discards the warm network it took', async (t) => {
+  const s = fakeSandbox({ egressIsolation: 'shared', warmSlots: 1 });
+  await s.provider.warmUp();
+  const [warm] = warmNetworks(s);
+  s.engine.failOnce('startContainer', 'cap-f', 500, 'the engine failed');
+  await t.rejects(s.provider.create(spec('f')));
+  t.notOk(s.engine.networkNames().includes(warm ?? ''), 'removed, never handed out again');
+  t.same(leftOver(s, 'cap-f'), [], 'nothing of f left');
+  await s.provider.warmUp();
+  const g = await s.provider.create(spec('g'));
+  t.not((await networkOf(s, 'cap-g')).name, warm, 'g gets a new one');
+  await s.provider.destroy(g);
+});
+
+t.test('with the sandbox isolation, or none configured, no warm network is made', async (t) => {
+  for (const config of [{ egressIsolation: 'sandbox' as const, warmSlots: 2 }, { egressIsolation: 'shared' as const }]) {
+    const s = fakeSandbox(config);
+    t.equal(await s.provider.warmUp(), 0);
+    await s.provider.create(spec('a'));
+    t.same(warmNetworks(s), [], JSON.stringify(config));
+    t.ok(s.engine.networkNames().includes('cap-a-net'));
+  }
+});
+
+t.test('recovery: a leg taken away comes back without an alias; a network gone is made again, the proxy variables following the address', async (t) => {
+  const s = fakeSandbox({ egressIsolation: 'shared', warmSlots: 1 });
+  await s.provider.warmUp();
+  const a = await s.provider.create(spec('a'));
+  const { name: warm } = await networkOf(s, 'cap-a');
+  await s.engine.disconnectNetwork(warm, SHARD);
+  t.equal((await s.provider.exec(a, 'true')).exitCode, 0, 'a command runs once the leg is back');
+  const leg = (await s.engine.inspectContainer(SHARD))?.networks.find((n) => n.name === warm);
+  t.ok(leg !== undefined, 'the shard is on it again');
+  t.ok(s.engine.reachable('cap-a', leg?.ipv4 ?? ''), 'at the address a names');
+
+  // The network removed under a stopped sandbox: made again under its name, the container too.
+  await s.provider.suspend(a);
+  await s.engine.disconnectNetwork(warm, SHARD);
+  await s.engine.removeNetwork(warm);
+  t.equal(await s.provider.resume(a), 'running');
+  const again = await networkOf(s, 'cap-a');
+  t.equal(again.name, warm, 'the same name');
+  const address = (await s.engine.inspectContainer(SHARD))?.networks.find((n) => n.name === warm)?.ipv4 ?? '';
+  t.ok((await s.engine.inspectContainer('cap-a'))?.env.includes(`HTTP_PROXY=http://${address}:3128`), 'the proxy variables name the proxy\'s address there');
+  t.ok(s.engine.reachable('cap-a', address));
+  t.match(registrationAt(s, again.subnet), { sandbox: 'cap-a' });
+  await s.provider.destroy(a);
+  t.same(warmNetworks(s).filter((n) => n === warm), [], 'removed with it');
+});
