@@ -1,7 +1,7 @@
 /**
  * Controller benchmark (not a test), everything side by side in one run on one engine:
- *   - create to ready, tiers none and allowlist (a proxy of its own, and on a shard of the shared
- *     egress), against one and two plain `docker run -d`s (an allowlist sandbox with a proxy of its
+ *   - create to ready, tiers none and allowlist (a proxy of its own, on a shard of the shared
+ *     egress, and on a warm network slot the shard joined before), against one and two plain `docker run -d`s (an allowlist sandbox with a proxy of its
  *     own is two containers), in interleaved rounds so that load from other work on the machine
  *     falls on all of them alike; medians, spread and per-round ratios;
  *   - each step of those creates, from the controller's own engine-call log (engine-timeline.ts);
@@ -35,6 +35,8 @@ const labels = { [LABEL]: runId };
 const TARGET_ALLOWLIST_RATIO = 1.5;
 /** Issue 28: a sandbox on a shard costs its own container only. */
 const TARGET_SHARED_RATIO = 1.0;
+/** Issue 28: with a warm network slot ready (warmSlots). */
+const TARGET_WARM_RATIO = 0.6;
 
 async function timed(fn: () => Promise<unknown>): Promise<number> {
   const start = performance.now();
@@ -111,17 +113,26 @@ interface Samples {
   allowlistSteps: StepSpan[][];
   shared: number[];
   sharedSteps: StepSpan[][];
+  warm: number[];
+  warmSteps: StepSpan[][];
 }
 
 /**
  * One round: each measurement once, starting at a different one each round. Round 0 is a warm-up
  * (first creates pay for cold caches in the engine and the socket proxy) and is not recorded.
  */
-async function round(r: number, providers: { own: DockerSandboxProvider; shared: DockerSandboxProvider }, timeline: EngineTimeline, engine: Docker, listenNetwork: string, samples: Samples | undefined): Promise<void> {
+async function round(r: number, providers: { own: DockerSandboxProvider; shared: DockerSandboxProvider; warm: DockerSandboxProvider }, timeline: EngineTimeline, engine: Docker, listenNetwork: string, samples: Samples | undefined): Promise<void> {
   const tag = `r${r}`;
   const provider = providers.own;
   const work: Array<() => Promise<void>> = [
     async () => { const c = await create(providers.shared, timeline, `${tag}-sh`, 'allowlist'); samples?.shared.push(c.ms); samples?.sharedSteps.push(c.steps); },
+    async () => {
+      // The slot ready before the create, as the pool's background refill has it between creates.
+      if ((await providers.warm.warmUp()) !== 1) throw new Error('no warm network slot could be made (the log says why)');
+      const c = await create(providers.warm, timeline, `${tag}-wm`, 'allowlist');
+      samples?.warm.push(c.ms);
+      samples?.warmSteps.push(c.steps);
+    },
     async () => { const c = await create(provider, timeline, tag, 'none'); samples?.none.push(c.ms); samples?.noneSteps.push(c.steps); },
     async () => { const ms = await plainRun(`${tag}-one`, [SANDBOX_IMAGE]); samples?.plainOne.push(ms); },
     async () => { const c = await create(provider, timeline, tag, 'allowlist'); samples?.allowlist.push(c.ms); samples?.allowlistSteps.push(c.steps); },
@@ -147,24 +158,27 @@ async function main(): Promise<void> {
   const timeline = new EngineTimeline();
   const provider = createDockerSandbox({ endpoint: proxy.endpoint, network }, { labels }, { logger: timeline.logger });
   const shared = createDockerSandbox({ endpoint: proxy.endpoint, network, egressIsolation: 'shared' }, { labels }, { logger: timeline.logger });
+  const warm = createDockerSandbox({ endpoint: proxy.endpoint, network, egressIsolation: 'shared', warmSlots: 1 }, { labels }, { logger: timeline.logger });
   const out: string[] = [];
   try {
     await docker('network', 'create', '--label', `${LABEL}=${runId}`, listenNetwork);
-    const samples: Samples = { none: [], plainOne: [], allowlist: [], plainTwo: [], listen: [], bareListen: [], noneSteps: [], allowlistSteps: [], shared: [], sharedSteps: [] };
+    const samples: Samples = { none: [], plainOne: [], allowlist: [], plainTwo: [], listen: [], bareListen: [], noneSteps: [], allowlistSteps: [], shared: [], sharedSteps: [], warm: [], warmSteps: [] };
     // The shard is started by the warm-up round's create; from then on a create joins it.
-    for (let r = 0; r <= rounds; r += 1) await round(r, { own: provider, shared }, timeline, engine, listenNetwork, r === 0 ? undefined : samples);
+    for (let r = 0; r <= rounds; r += 1) await round(r, { own: provider, shared, warm }, timeline, engine, listenNetwork, r === 0 ? undefined : samples);
     const paired = (a: number[], b: number[]) => a.map((v, i) => v / (b[i] ?? NaN));
 
     out.push(`create to ready, ${rounds} interleaved rounds after a warm-up; ms p50 [min-max]; ratios per round`);
     out.push(`  create none:      ${spread(samples.none)}  vs one docker run -d:   ${spread(samples.plainOne)}  ${ratioSpread(paired(samples.none, samples.plainOne))}`);
     out.push(`  create allowlist: ${spread(samples.allowlist)}  vs two docker run -ds: ${spread(samples.plainTwo)}  ${ratioSpread(paired(samples.allowlist, samples.plainTwo))} (target <= ${TARGET_ALLOWLIST_RATIO}; ratio of medians x${(percentile(samples.allowlist, 50) / percentile(samples.plainTwo, 50)).toFixed(2)})`);
     out.push(`  create allowlist, shared egress: ${spread(samples.shared)}  vs two docker run -ds: ${ratioSpread(paired(samples.shared, samples.plainTwo))} (target <= ${TARGET_SHARED_RATIO}; ratio of medians x${(percentile(samples.shared, 50) / percentile(samples.plainTwo, 50)).toFixed(2)}); vs one: ${ratioSpread(paired(samples.shared, samples.plainOne))}`);
+    out.push(`  create allowlist, warm slot: ${spread(samples.warm)}  vs two docker run -ds: ${ratioSpread(paired(samples.warm, samples.plainTwo))} (target <= ${TARGET_WARM_RATIO}; ratio of medians x${(percentile(samples.warm, 50) / percentile(samples.plainTwo, 50)).toFixed(2)}); vs one: ${ratioSpread(paired(samples.warm, samples.plainOne))}`);
     for (const [label, listen] of [['egress image start-to-listening:', samples.listen], ['  the same image, bare Node server:', samples.bareListen]] as const) {
       out.push(`  ${label} docker run -d ${spread(listen.map((s) => s.runMs))}, then it answers after ${spread(listen.map((s) => s.afterRunMs))}, in all ${spread(listen.map((s) => s.runMs + s.afterRunMs))}`);
     }
     out.push(`  egress image in all against two docker run -ds: ${ratioSpread(paired(samples.listen.map((s) => s.runMs + s.afterRunMs), samples.plainTwo))}`);
     out.push('', 'allowlist create, by step (offsets from the start of create):', stepTable(samples.allowlistSteps));
     out.push('', 'allowlist create on a shard, by step:', stepTable(samples.sharedSteps));
+    out.push('', 'allowlist create on a warm slot, by step:', stepTable(samples.warmSteps));
     out.push('', 'none create, by step:', stepTable(samples.noneSteps));
     process.stdout.write(`${out.join('\n')}\n`);
 

@@ -133,7 +133,9 @@ export class SandboxLifecycle {
       if (meaning.egressProxy) await waitForEgress(this.deps, names, await registered, warm?.network.egressAddress);
       // Built: from now on gc keeps it (a failure here is the create's, and destroys it).
       await engine.removeVolume(names.buildingVolume);
+      this.warm.refill();
     } catch (err) {
+      this.warm.refill();
       for (const release of giveBack) release();
       // Asked before the cleanup removes them: a proxy that never answered, a start that failed,
       // are explained by another call that replaced or removed what this create made.

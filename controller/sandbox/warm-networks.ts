@@ -64,15 +64,14 @@ export class WarmNetworks {
   }
 
   /**
-   * A ready warm network, or undefined (none: the create makes its own). Starts the refill either
-   * way. Never the same one twice.
+   * A ready warm network, or undefined (none: the create makes its own). Never the same one
+   * twice. The create refills the pool once it has finished: a refill beside it would compete for
+   * the engine on its critical path (measured: its container's start took longer).
    */
   take(): WarmNetwork | undefined {
     const now = Date.now();
     while (this.ready.length > 0 && now - this.ready[0]!.madeMs > WARM_MAX_AGE_MS) void this.remove(this.ready.shift()!);
-    const taken = this.ready.shift();
-    this.refill();
-    return taken;
+    return this.ready.shift();
   }
 
   /** Makes warm networks, in the background, until `size` are ready or being made. */
