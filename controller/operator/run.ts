@@ -84,7 +84,9 @@ function upLines(r: UpResult, config: DeploymentConfig): string {
 }
 
 async function dispatch(args: OperatorArgs, loaded: OperatorConfig, io: OperatorIo, env: NodeJS.ProcessEnv): Promise<number> {
-  const { config } = loaded;
+  // No warm network slots in a CLI process: it ends after one command, and the networks its pool
+  // would make after a create would wait for nobody (gc removes them only after half an hour).
+  const config = { ...loaded.config, warmSlots: 0 };
   // Every command that talks to the socket of up (or manages it) first makes sure nobody but root
   // could have put another socket there since up made it.
   const socketDir = upSocketDir(args, config);

@@ -19,6 +19,10 @@ import { inspectSandbox } from '../../../controller/operator/sandbox-detail.js';
 import { collectGarbage } from '../../../controller/operator/gc.js';
 import { destroyAllSandboxes } from '../../../controller/operator/down-all.js';
 import { readInventory, sandboxRows } from '../../../controller/operator/inventory.js';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { runOperator } from '../../../controller/operator/index.js';
 import { engineSocketPath } from '../../support/docker.js';
 import { sandboxTestEnv, SANDBOX_IMAGE, UPSTREAM_BODY, UPSTREAM_HOST } from '../../support/sandbox-env.js';
 import { fileNeeds } from '../../support/needs.js';
@@ -94,5 +98,20 @@ t.test('sandboxes made on warm networks', async (t) => {
     const down = await destroyAllSandboxes({ engine: host, provider, sharedNetwork: s.sharedNetwork, labels: s.env.labels, progress: () => undefined });
     t.same(down.destroyed, [b.id]);
     t.same(await warmNetworks(), [], 'no warm network left');
+  });
+
+  await t.test('the CLI keeps no warm network slot, whatever the config says', async (t) => {
+    const dir = mkdtempSync(join(tmpdir(), 'cap-warm-cli-'));
+    t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+    const config = join(dir, 'config.json');
+    writeFileSync(config, JSON.stringify({ endpoint: s.proxy.endpoint, network: s.sharedNetwork, egressIsolation: 'shared', warmSlots: 2 }));
+    const labels = Object.entries(s.env.labels).flatMap(([k, v]) => ['--label', `${k}=${v}`]);
+    let stderr = '';
+    const code = await runOperator(['--config', config, ...labels, 'create', id('cli'), '--allow', UPSTREAM_HOST], { stdout: () => undefined, stderr: (text) => (stderr += text) });
+    t.equal(code, 0, stderr);
+    t.teardown(() => provider.destroy({ id: `cap-${id('cli')}` }));
+    // A refill would have started as the create ended.
+    await new Promise((r) => setTimeout(r, 1_000));
+    t.same(await warmNetworks(), [], 'none made after its create');
   });
 });
