@@ -141,3 +141,17 @@ t.test('recovery: a leg taken away comes back without an alias; a network gone i
   await s.provider.destroy(a);
   t.same(warmNetworks(s).filter((n) => n === warm), [], 'removed with it');
 });
+
+t.test('drainWarm removes the ready ones; creates then make their own until warmUp', async (t) => {
+  const s = fakeSandbox({ egressIsolation: 'shared', warmSlots: 2 });
+  await s.provider.warmUp();
+  await s.provider.drainWarm();
+  t.same(warmNetworks(s), [], 'none left');
+  const legs = (await s.engine.inspectContainer(SHARD))?.networks.filter((n) => n.name.startsWith('cap-warm.'));
+  t.same(legs, [], 'no leg left on the shard');
+  const a = await s.provider.create(spec('a'));
+  t.equal((await networkOf(s, 'cap-a')).name, 'cap-a-net', 'a network of its own');
+  t.same(warmNetworks(s), [], 'and no refill after it');
+  t.equal(await s.provider.warmUp(), 2, 'until warmUp');
+  await s.provider.destroy(a);
+});
