@@ -207,9 +207,11 @@ export class SandboxLifecycle {
   }
 
   async destroy(name: string): Promise<void> {
+    // Read once, while the container still names it: a later round finds the container gone.
+    const warm = await this.warmNetworkOf(namesFor(name).container);
     for (let round = 1; ; round += 1) {
       try {
-        await this.removeAll(name);
+        await this.removeAll(name, warm);
         return;
       } catch (err) {
         if (round === DESTROY_ROUNDS || !concurrentChange(err)) throw asConflict(err, name, 'destroy');
@@ -218,10 +220,10 @@ export class SandboxLifecycle {
     }
   }
 
-  private async removeAll(name: string): Promise<void> {
+  /** `warm`: the warm network the sandbox was made on, if any (warmNetworkOf). */
+  private async removeAll(name: string, warm: NetworkView | undefined): Promise<void> {
     const { engine } = this.deps;
     const names = namesFor(name);
-    const warm = await this.warmNetworkOf(names.container);
     // Networks and volumes can only go once no container uses them (a hand-over container left
     // behind by a controller that died holds the workspace too).
     await Promise.all([engine.removeContainer(names.container), engine.removeContainer(names.egress), engine.removeContainer(names.handover)]);

@@ -155,3 +155,16 @@ t.test('drainWarm removes the ready ones; creates then make their own until warm
   t.equal(await s.provider.warmUp(), 2, 'until warmUp');
   await s.provider.destroy(a);
 });
+
+t.test('a destroy that goes round again still removes the warm network, its container gone by then', async (t) => {
+  const s = fakeSandbox({ egressIsolation: 'shared', warmSlots: 1 });
+  await s.provider.warmUp();
+  const a = await s.provider.create(spec('a'));
+  const { name: warm } = await networkOf(s, 'cap-a');
+  const id = (await s.engine.inspectNetwork(warm))?.id ?? '';
+  // As when another call's container is on it for a moment: the first removal is refused.
+  s.engine.failOnce('removeNetwork', id, 403, `error while removing network: network ${warm} id ${id} has active endpoints`);
+  await s.provider.destroy(a);
+  t.notOk(s.engine.networkNames().includes(warm), 'removed in the next round');
+  t.same(leftOver(s, 'cap-a'), []);
+});
