@@ -170,7 +170,7 @@ export async function findOrRecreateSandboxNetwork(
   labels: Readonly<Record<string, string>>,
 ): Promise<{ readonly network: SandboxNetwork; readonly rebuilt: boolean }> {
   const ref = view.hostConfig.NetworkMode;
-  if (isWarmNetworkName(view.labels[LABEL_WARM_NETWORK])) return findOrRecreateWarmNetwork(deps, view, labels);
+  if (isWarmNetworkName(view.labels[LABEL_WARM_NETWORK])) return findOrRecreateWarmNetwork(deps, names, view, labels);
   const own = await ownSandboxNetworks(deps, names);
   const current = own.find((n) => n.id === ref || n.name === ref);
   if (current !== undefined) return { network: sandboxNetworkOf(current), rebuilt: false };
@@ -193,14 +193,28 @@ export async function findOrRecreateSandboxNetwork(
  * its name, with the sandbox's labels (gc then treats it as any sandbox network), on a subnet of
  * the pool; the container is then made again on it, its proxy variables naming the proxy's
  * address there (recovery.ts).
+ *
+ * The label is believed only for a network the container is on, or one made again for this
+ * sandbox: dockerd merges an image's labels into the container's, so a container made again from
+ * its image tag, or seen by another replica before its create refused the image, can name another
+ * sandbox's warm network. Before a review, recovery made such a sandbox again on that network,
+ * beside the other sandbox, and wrote its own registration into the other's slot (the other
+ * served its list).
  */
 async function findOrRecreateWarmNetwork(
   deps: BuildDeps,
+  names: SandboxNames,
   view: ContainerView,
   labels: Readonly<Record<string, string>>,
 ): Promise<{ readonly network: SandboxNetwork; readonly rebuilt: boolean }> {
   const found = await ownWarmNetwork(deps, view.labels);
-  if (found !== undefined) return { network: sandboxNetworkOf(found), rebuilt: found.id !== view.hostConfig.NetworkMode && found.name !== view.hostConfig.NetworkMode };
+  if (found !== undefined) {
+    const onIt = found.id === view.hostConfig.NetworkMode || found.name === view.hostConfig.NetworkMode;
+    if (!onIt && found.labels[LABEL_NAME] !== names.name) {
+      throw new SandboxError('engine_error', `Sandbox ${names.name} names warm network ${found.name}, which it is not on and which was not made for it (a label of its image?); destroy it and create it again from another image.`);
+    }
+    return { network: sandboxNetworkOf(found), rebuilt: !onIt };
+  }
   const name = view.labels[LABEL_WARM_NETWORK]!;
   deps.logger.warn({ network: name }, 'warm network missing, recreating it');
   try {
@@ -209,7 +223,8 @@ async function findOrRecreateWarmNetwork(
     // A concurrent recovery made it first: use that one.
     if (engineStatus(err) !== 409) throw err;
     const made = await ownWarmNetwork(deps, view.labels);
-    if (made === undefined) throw err;
+    // Made by a concurrent recovery of this sandbox, not a pool's network of the name.
+    if (made === undefined || made.labels[LABEL_NAME] !== names.name) throw err;
     return { network: sandboxNetworkOf(made), rebuilt: true };
   }
 }

@@ -168,3 +168,27 @@ t.test('a destroy that goes round again still removes the warm network, its cont
   t.notOk(s.engine.networkNames().includes(warm), 'removed in the next round');
   t.same(leftOver(s, 'cap-a'), []);
 });
+
+t.test('recovery never moves a sandbox onto a warm network it was not made on (a label from its image)', async (t) => {
+  const s = fakeSandbox({ egressIsolation: 'shared', warmSlots: 1 });
+  await s.provider.warmUp();
+  const a = await s.provider.create(spec('a', ['pypi.org']));
+  const victim = await networkOf(s, 'cap-a');
+  t.match(victim.name, /^cap-warm\./, 'a is on a warm network');
+  // Another replica, with no warm slots: x gets a network of its own.
+  const other = s.withConfig({ warmSlots: 0 });
+  const x = await other.create(spec('x', ['evil.example']));
+  t.equal((await networkOf(s, 'cap-x')).name, 'cap-x-net');
+  // dockerd merges an image's labels into the container's for every key the body does not set: a
+  // container made again from its image tag (a recovery's rebuild), or seen by another replica's
+  // recovery before the create's own label check, carries the image's warm-network label.
+  const container = s.engine.containers.get('cap-x');
+  container!.body.Labels = { ...container!.body.Labels, 'dev.capybara.sandbox.warm-network': victim.name };
+  await other.exec(x, 'true').catch(() => undefined);
+  t.not((await networkOf(s, 'cap-x')).name, victim.name, 'x is not on a\'s network');
+  t.match(registrationAt(s, victim.subnet), { sandbox: 'cap-a', policy: { allowHosts: ['pypi.org'] } }, 'a keeps its own registration');
+  t.ok(s.engine.networkNames().includes(victim.name), 'a\'s network stays');
+  await other.destroy(x);
+  t.ok(s.engine.networkNames().includes(victim.name), 'and stays after x is destroyed');
+  await s.provider.destroy(a);
+});
