@@ -13,7 +13,7 @@ import { createContainerPullingOnce, createEgress, joinShard, registerOnShard, w
 import type { BuildDeps } from './build-deps.js';
 import { asConflict, concurrentChange } from './concurrent-change.js';
 import { createSandboxNetwork, ensureSharedNetwork, ownWarmNetwork, removeSandboxNetworks } from './sandbox-network.js';
-import { ShardClaims } from './shards.js';
+import { connectShard, ensureShard, ShardClaims } from './shards.js';
 import { WarmNetworks } from './warm-networks.js';
 import { StepGroup } from './step-group.js';
 import { requireWorkspaceFree } from './workspace-holder.js';
@@ -95,7 +95,18 @@ export class SandboxLifecycle {
               const sharedId = await shared;
               steps.proceed();
               if (host === 'own') return (await createEgress(this.deps, plan, sharedId, internal, steps.proceed, remember))?.lifecycle;
-              if (warm !== undefined) return registerOnShard(this.deps, plan, egressShardName(this.deps.config.network, warm.shard), warm.network);
+              if (warm !== undefined) {
+                // The shard may have stopped, or been removed (its leg with it), since the network
+                // was made: running and on it again, the registration first, as a recovery does.
+                // Before a review such a create failed egress_unavailable, as did each one on a
+                // warm network made before, until the pool had turned over. Beside the container's
+                // create, so off its critical path when nothing is missing (an inspect, a connect).
+                const shardName = egressShardName(this.deps.config.network, warm.shard);
+                await ensureShard(this.deps, warm.shard, sharedId);
+                const lifecycle = await registerOnShard(this.deps, plan, shardName, warm.network);
+                await connectShard(this.deps, shardName, warm.network, undefined);
+                return lifecycle;
+              }
               if (claim === undefined) return undefined;
               const { index, release } = await claim;
               // Counted by the shard's legs from now on.
