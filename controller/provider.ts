@@ -31,7 +31,7 @@ export interface DockerSandboxProvider extends SandboxProvider {
    * why). Creates refill the pool themselves; this only has it full before the first one.
    */
   warmUp(): Promise<number>;
-  /** Removes the warm networks ready now (a controller about to stop); creates after it make their own until warmUp. */
+  /** Removes the warm networks ready now and those being made (a controller about to stop); creates after it make their own until warmUp. */
   drainWarm(): Promise<void>;
 }
 

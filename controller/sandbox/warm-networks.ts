@@ -99,9 +99,15 @@ export class WarmNetworks {
     return this.ready.length;
   }
 
-  /** Removes every ready warm network (a controller that stops): its leg and registration first. */
+  /**
+   * Removes every ready warm network (a controller that stops): its leg and registration first.
+   * The makes under way (a create's refill) are waited for and go too: before a review they landed
+   * in the pool after the drain, and their networks, legs (counted in their shard's room) and
+   * subnets stayed until a gc half an hour on.
+   */
   async drain(): Promise<void> {
     this.failedMs = Infinity;
+    while (this.filling.size > 0) await Promise.all([...this.filling]);
     await Promise.all(this.ready.splice(0).map((w) => this.remove(w)));
   }
 

@@ -212,3 +212,16 @@ t.test('a warm network whose shard was stopped or removed meanwhile still serves
     await s.provider.destroy(a);
   }
 });
+
+t.test('a drain also removes the warm networks being made when it began', async (t) => {
+  const s = fakeSandbox({ egressIsolation: 'shared', warmSlots: 2 });
+  await s.provider.warmUp();
+  // A create refills the pool behind it, in the background: the controller stops meanwhile.
+  const a = await s.provider.create(spec('a'));
+  await s.provider.drainWarm();
+  // The makes under way (the in-memory engine finishes them within a few ticks).
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  await s.provider.destroy(a);
+  t.same(warmNetworks(s), [], 'no warm network left, nor a leg on the shard');
+  t.same((await s.engine.inspectContainer(SHARD))?.networks.filter((n) => n.name.startsWith('cap-warm.')), []);
+});
