@@ -126,6 +126,15 @@ export class WarmNetworks {
       try {
         // Vacant before the leg exists: an earlier sandbox on this subnet may have left its own.
         await deps.engine.putRegistration(shard, vacantArchive(subnetSlot(subnet)));
+      } catch (err) {
+        // No leg, and nothing of this network's in the slot (every joiner writes its own before
+        // its leg): the network alone goes. Leaving the shard would write the slot again and,
+        // refused as this was, keep the network; before a review each retry of a shard that kept
+        // refusing (a full volume) left one more network and subnet, until gc.
+        await deps.engine.removeNetwork(network.id).catch(() => undefined);
+        throw err;
+      }
+      try {
         await connectShard(deps, shard, network, undefined);
       } catch (err) {
         await this.remove(warm).catch(() => undefined);

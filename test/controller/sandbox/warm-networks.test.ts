@@ -225,3 +225,13 @@ t.test('a drain also removes the warm networks being made when it began', async 
   t.same(warmNetworks(s), [], 'no warm network left, nor a leg on the shard');
   t.same((await s.engine.inspectContainer(SHARD))?.networks.filter((n) => n.name.startsWith('cap-warm.')), []);
 });
+
+t.test('a warm network whose registration could not be written goes, though its shard keeps refusing', async (t) => {
+  const s = fakeSandbox({ egressIsolation: 'shared', warmSlots: 2 });
+  // The shard's volume refuses every write (full, or the engine failing): no make gets further.
+  s.engine.beforeCall((call) => {
+    if (call.method === 'putRegistration' && call.target === SHARD) throw s.engine.status(call, 500, 'no space left on device');
+  });
+  for (let round = 0; round < 3; round += 1) t.equal(await s.provider.warmUp(), 0, `round ${round}: none ready`);
+  t.same(warmNetworks(s), [], 'no network left behind by the failed makes');
+});
