@@ -188,6 +188,9 @@ export async function findOrRecreateSandboxNetwork(
   }
 }
 
+/** The warm label of a warm network a recovery made again for one sandbox (and labelled as its own). */
+const RECOVERED_WARM = 'recovered';
+
 /**
  * A sandbox made on a warm network: that network when it still exists, else one made again under
  * its name, with the sandbox's labels (gc then treats it as any sandbox network), on a subnet of
@@ -218,7 +221,7 @@ async function findOrRecreateWarmNetwork(
   const name = view.labels[LABEL_WARM_NETWORK]!;
   deps.logger.warn({ network: name }, 'warm network missing, recreating it');
   try {
-    return { network: await createOnAddressPool(deps, name, { ...labels, [LABEL_WARM]: 'recovered' }), rebuilt: true };
+    return { network: await createOnAddressPool(deps, name, { ...labels, [LABEL_WARM]: RECOVERED_WARM }), rebuilt: true };
   } catch (err) {
     // A concurrent recovery made it first: use that one.
     if (engineStatus(err) !== 409) throw err;
@@ -232,12 +235,18 @@ async function findOrRecreateWarmNetwork(
 /**
  * Removes every network of the sandbox's name that carries its labels (duplicates included), and
  * the warm network `warm` it was made on, if any, each after its registration with a shard of the
- * shared egress has ended (shards.ts).
+ * shared egress has ended (shards.ts). A warm network a recovery made again for this sandbox (its
+ * labels, findOrRecreateWarmNetwork) goes too, found by them: before a review one whose container
+ * was gone (a rebuild that removed it and failed) outlived the destroy and `down --all`, its leg
+ * and the sandbox's registration with it.
  */
 export async function removeSandboxNetworks(deps: BuildDeps, names: SandboxNames, warm?: NetworkView): Promise<void> {
+  const listed = await deps.engine.listNetworks([`${LABEL_NAME}=${names.name}`]);
+  const remade = listed.filter((n) => isWarmNetworkName(n.name) && n.labels[LABEL_WARM] === RECOVERED_WARM && n.labels[LABEL_SANDBOX] === '1' && n.labels[LABEL_NAME] === names.name);
   const own = await ownSandboxNetworks(deps, names);
+  const all = [...own, ...remade, ...(warm === undefined ? [] : [warm])];
   await Promise.all(
-    [...own, ...(warm === undefined ? [] : [warm])].map(async (n) => {
+    all.filter((n, i) => all.findIndex((m) => m.id === n.id) === i).map(async (n) => {
       await leaveShard(deps.engine, n, deps.config.network);
       await deps.engine.removeNetwork(n.id);
     }),

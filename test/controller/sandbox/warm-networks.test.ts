@@ -235,3 +235,22 @@ t.test('a warm network whose registration could not be written goes, though its 
   for (let round = 0; round < 3; round += 1) t.equal(await s.provider.warmUp(), 0, `round ${round}: none ready`);
   t.same(warmNetworks(s), [], 'no network left behind by the failed makes');
 });
+
+t.test('destroy removes a warm network a recovery made again, its container gone', async (t) => {
+  const s = fakeSandbox({ egressIsolation: 'shared', warmSlots: 1 });
+  await s.provider.warmUp();
+  const a = await s.provider.create(spec('a'));
+  const { name: warm } = await networkOf(s, 'cap-a');
+  await s.provider.suspend(a);
+  await s.engine.disconnectNetwork(warm, SHARD);
+  await s.engine.removeNetwork(warm);
+  t.equal(await s.provider.resume(a), 'running');
+  const again = await networkOf(s, 'cap-a');
+  t.equal(again.name, warm, 'made again under its name');
+  // The container gone (a later rebuild that removed it and could not make it again).
+  await s.engine.removeContainer('cap-a');
+  await s.provider.destroy(a);
+  t.notOk(s.engine.networkNames().includes(warm), 'the network made again goes with the sandbox');
+  t.same(registrationAt(s, again.subnet), { version: 1, vacant: true }, 'its registration ended');
+  t.same((await s.engine.inspectContainer(SHARD))?.networks.filter((n) => n.name === warm), [], 'the shard\'s leg gone');
+});
