@@ -3,7 +3,8 @@
  * controller process makes before the creates that will use them, each already joined by a shard
  * of the shared egress at its fixed proxy address. A create takes one and skips its two slowest
  * engine steps before the sandbox's own container: making its network and the shard's leg on it.
- * It still writes its registration before its container starts, so its policy is in force first.
+ * It writes its registration beside its container's start: until it lands the slot is vacant, so
+ * the sandbox is refused everything, and the create returns only once the shard serves it.
  *
  * - A warm network is `cap-warm.<token>.<n>`, labelled with this process's token: only the process
  *   that made it hands it out (from memory), so two controller processes never give one to two
