@@ -7,8 +7,9 @@
  * progress, which makes the volumes, network and egress proxy before the sandbox container.
  *
  * A warm network (sandbox/warm-networks.ts) names no sandbox: it is kept while a container was made
- * on it, and while it may still wait in the pool of the process that made it; after STALE_WARM_MS
- * no process hands it out, and it is an orphan.
+ * on it (unless each is of a half-built sandbox: it goes with that sandbox), and while it may still
+ * wait in the pool of the process that made it; after STALE_WARM_MS no process hands it out, and
+ * it is an orphan.
  *
  * Half-built: a sandbox whose create never finished (its controller was killed), so that its
  * `-building` volume (names.ts buildingVolume) is still there, older than the grace period. Its
@@ -52,7 +53,7 @@ function decide(
   resource: ContainerSummary | ResourceSummary,
   liveSandboxes: ReadonlySet<string>,
   halfBuilt: ReadonlySet<string>,
-  warmInUse: ReadonlySet<string>,
+  warmInUse: ReadonlyMap<string, string | undefined>,
   nowMs: number,
   minAgeMs: number,
 ): ResourceDecision {
@@ -65,7 +66,11 @@ function decide(
   if (kind === 'container' && isSandboxContainer(resource as ContainerSummary)) return keep('sandbox_container');
   if (persistent) return keep('persistent_workspace');
   if (kind === 'network' && sandbox === undefined && resource.labels[LABEL_WARM] !== undefined) {
-    if (warmInUse.has(resource.name)) return keep('warm_network_in_use');
+    if (warmInUse.has(resource.name)) {
+      // Every container on it half-built: it goes with them, under their marker's check (gc.ts).
+      const half = warmInUse.get(resource.name);
+      return half === undefined ? keep('warm_network_in_use') : { ...base, sandbox: half, orphan: true, halfBuilt: true };
+    }
     if (ageMs < 0) return keep('age_unknown');
     if (ageMs < Math.max(minAgeMs, STALE_WARM_MS)) return keep('warm_network_waiting');
     return { ...base, orphan: true };
@@ -91,10 +96,28 @@ function halfBuiltSandboxes(inventory: Inventory, nowMs: number, minAgeMs: numbe
   return out;
 }
 
+/**
+ * The warm networks a container was made on, each with the half-built sandbox that is its only
+ * user, if so (undefined: some container on it is not one). A network kept for a half-built
+ * sandbox's container, which this gc removes, outlived it with its shard's leg, the sandbox's
+ * registration and a subnet of the pool until another gc.
+ */
+function warmNetworksInUse(inventory: Inventory, halfBuilt: ReadonlySet<string>): Map<string, string | undefined> {
+  const out = new Map<string, string | undefined>();
+  for (const c of inventory.allContainers) {
+    const network = c.labels[LABEL_WARM_NETWORK];
+    if (network === undefined) continue;
+    const sandbox = c.labels[LABEL_NAME];
+    const half = sandbox !== undefined && halfBuilt.has(sandbox) ? sandbox : undefined;
+    out.set(network, out.has(network) && out.get(network) !== half ? undefined : half);
+  }
+  return out;
+}
+
 export function decideOrphans(inventory: Inventory, nowMs: number, minAgeMs: number): ResourceDecision[] {
   const liveSandboxes = new Set(inventory.allContainers.filter(isSandboxContainer).map((c) => c.name));
   const halfBuilt = halfBuiltSandboxes(inventory, nowMs, minAgeMs);
-  const warmInUse = new Set(inventory.allContainers.map((c) => c.labels[LABEL_WARM_NETWORK]).filter((n) => n !== undefined));
+  const warmInUse = warmNetworksInUse(inventory, halfBuilt);
   const decideOne = (kind: ResourceKind) => (r: ContainerSummary | ResourceSummary) => decide(kind, r, liveSandboxes, halfBuilt, warmInUse, nowMs, minAgeMs);
   return [...inventory.containers.map(decideOne('container')), ...inventory.networks.map(decideOne('network')), ...inventory.volumes.map(decideOne('volume'))];
 }

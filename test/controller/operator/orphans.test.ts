@@ -107,3 +107,21 @@ t.test('a sandbox whose create never finished is half-built: all of it goes once
   t.match(by.get('cap-fresh-building'), { orphan: false });
   t.equal(by.get('cap-live-building')?.halfBuilt, undefined);
 });
+
+t.test('a half-built sandbox on a warm network: the network goes with it, checked as its other resources are', async (t) => {
+  // A controller that died mid-create after the sandbox container was made on the warm network it took.
+  const half = { ...container('cap-halfwarm', 'cap-halfwarm'), labels: { ...named('cap-halfwarm'), 'dev.capybara.sandbox.warm-network': 'cap-warm.0a1b2c3d.7' } };
+  const all = [half];
+  const decided = decideOrphans({
+    allContainers: all,
+    containers: all,
+    networks: [warm('cap-warm.0a1b2c3d.7'), warm('cap-warm.0a1b2c3d.8', young)],
+    volumes: [resource('cap-halfwarm-building', named('cap-halfwarm'))],
+  }, NOW, MIN_AGE);
+  const by = new Map(decided.map((d) => [d.name, d]));
+  t.match(by.get('cap-halfwarm'), { orphan: true, halfBuilt: true }, 'its container goes');
+  // Kept as in use, it outlived the container it was kept for, with its shard's leg and the
+  // sandbox's registration, until a later gc.
+  t.match(by.get('cap-warm.0a1b2c3d.7'), { orphan: true, halfBuilt: true, sandbox: 'cap-halfwarm' }, 'its warm network goes in the same run, under its marker\'s check');
+  t.match(by.get('cap-warm.0a1b2c3d.8'), { orphan: false, keep: 'warm_network_waiting' }, 'another warm network still waits');
+});
