@@ -126,11 +126,11 @@ export function createDockerSandbox(
     concurrentExec: true as const,
     async create(spec) {
       const planned = planSandbox(spec, parsed, { extraLabels });
-      checkCreateBodies(planned, egressTestHosts);
+      checkCreateBodies(planned, egressTestHosts, parsed.egressIsolation === 'shared');
       await lanes.run(planned.names.name, async () => {
         // In the lane: a destroy called after this create still comes after it.
         const plan = withCredentials(planned, TIERS[planned.tier].egressProxy ? await credentials.forSandbox(planned.allowHosts) : undefined);
-        if (plan !== planned) checkCreateBodies(plan, egressTestHosts);
+        if (plan !== planned) checkCreateBodies(plan, egressTestHosts, parsed.egressIsolation === 'shared');
         // And in its persistent workspace's lane, if it has one (sandbox-lanes.ts).
         await (plan.persistentWorkspace === undefined ? lifecycle.create(plan) : lanes.run(workspaceLane(plan.workspaceVolume), () => lifecycle.create(plan)));
       });

@@ -6,7 +6,9 @@
  * is refused naming its count and how many of its entries fit, instead of a body-size error
  * part-way through a create.
  */
-import { SandboxError, TIERS, type SandboxPlan, withAllowHosts } from '../spec/index.js';
+import {
+  LABEL_EGRESS_ISOLATION, LABEL_EGRESS_SHARD, MAX_EGRESS_SHARDS, SandboxError, TIERS, onWarmNetwork, type SandboxPlan, withAllowHosts,
+} from '../spec/index.js';
 import { egressContainerBody, sandboxContainerBody } from './container-spec.js';
 import { egressRegistration } from './registration-spec.js';
 import { MAX_BODY_BYTES } from './engine-call.js';
@@ -24,10 +26,21 @@ const LONGEST_ADDRESS = '255.255.255.255';
 const LONGEST_NETWORK = { subnet: '255.255.255.240/28', address: LONGEST_ADDRESS };
 const LONGEST_LIFECYCLE = '0'.repeat(36);
 const TAR_BLOCK = 512;
+/**
+ * What a create adds to a shard sandbox's container (sandbox/lifecycle.ts), at its longest: the
+ * shard's number and the isolation, and on a warm network its name and the proxy variables by
+ * address. Measured without them, a spec.env that just fit went over part-way through a create.
+ */
+const LONGEST_SHARD_LABELS = { [LABEL_EGRESS_ISOLATION]: 'shared', [LABEL_EGRESS_SHARD]: String(MAX_EGRESS_SHARDS - 1) };
+const LONGEST_WARM_NETWORK = 'cap-warm.ffffffff.999999999';
 
-/** The larger of the plan's create bodies, serialised as the engine sends it. */
-function largestBody(plan: SandboxPlan, testHosts: Readonly<Record<string, string>> | undefined): Measured {
-  const bodies: Measured[] = [{ what: 'sandbox container\'s create body', bytes: Buffer.byteLength(JSON.stringify(sandboxContainerBody(plan, NETWORK_ID, LONGEST_ADDRESS))) }];
+/** The larger of the plan's create bodies, serialised as the engine sends it; `shared`: the deployment's egress is sharded. */
+function largestBody(plan: SandboxPlan, testHosts: Readonly<Record<string, string>> | undefined, shared: boolean): Measured {
+  const sandboxBody = (p: SandboxPlan): Measured => ({ what: 'sandbox container\'s create body', bytes: Buffer.byteLength(JSON.stringify(sandboxContainerBody(p, NETWORK_ID, LONGEST_ADDRESS))) });
+  const bodies: Measured[] = [sandboxBody(plan)];
+  if (shared && TIERS[plan.tier].egressProxy && plan.credentials === undefined) {
+    bodies.push(sandboxBody(onWarmNetwork({ ...plan, containerLabels: { ...plan.containerLabels, ...LONGEST_SHARD_LABELS } }, LONGEST_WARM_NETWORK, LONGEST_ADDRESS)));
+  }
   if (TIERS[plan.tier].egressProxy) {
     bodies.push({ what: 'egress proxy\'s create body', bytes: Buffer.byteLength(JSON.stringify(egressContainerBody(plan, NETWORK_ID, testHosts, LONGEST_ADDRESS))) });
     // Its registration (build-steps.ts), as an archive: a header, the content in whole blocks, two end blocks.
@@ -39,10 +52,10 @@ function largestBody(plan: SandboxPlan, testHosts: Readonly<Record<string, strin
   return bodies.reduce((a, b) => (b.bytes > a.bytes ? b : a));
 }
 
-export function checkCreateBodies(plan: SandboxPlan, testHosts: Readonly<Record<string, string>> | undefined): void {
-  const largest = largestBody(plan, testHosts);
+export function checkCreateBodies(plan: SandboxPlan, testHosts: Readonly<Record<string, string>> | undefined, shared = false): void {
+  const largest = largestBody(plan, testHosts, shared);
   if (largest.bytes <= MAX_BODY_BYTES) return;
-  const fits = (count: number): boolean => largestBody(withAllowHosts(plan, plan.allowHosts.slice(0, count)), testHosts).bytes <= MAX_BODY_BYTES;
+  const fits = (count: number): boolean => largestBody(withAllowHosts(plan, plan.allowHosts.slice(0, count)), testHosts, shared).bytes <= MAX_BODY_BYTES;
   const hosts = plan.allowHosts.length;
   if (hosts === 0 || !fits(0)) {
     throw new SandboxError('invalid_spec', `The sandbox spec was refused: the ${largest.what} would be ${largest.bytes} bytes, over the ${MAX_BODY_BYTES} bytes the socket proxy accepts in one body; shorten spec.env.`);

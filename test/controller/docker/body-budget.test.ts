@@ -47,3 +47,33 @@ t.test('an allowlist too long for one body is refused at once, with its count an
   const ok = await s.provider.create(spec(list.slice(0, fit)));
   t.equal(ok.id, 'cap-long', 'the most that fit are accepted, and the create goes through');
 });
+
+t.test('on the shared egress, and on a warm network, the sandbox\'s body the check let through fits', async (t) => {
+  // The labels a create adds for a shard (which one, its isolation) and a warm network (its name)
+  // are on the body it sends: measured without them, a spec.env that just fit went over part-way.
+  const shared = { endpoint: 'unix:///nonexistent/fake-engine.sock', egressIsolation: 'shared' as const };
+  const planned = (env: Record<string, string>) => planSandbox({ ...spec(['pypi.org']), env }, parseDeploymentConfig(shared), { extraLabels: { 'dev.capybara.test': 'fake' } });
+  const measured = (env: Record<string, string>) => JSON.stringify(sandboxContainerBody(planned(env), NETWORK_ID, '255.255.255.255')).length;
+  // The longest spec.env the check lets through.
+  let low = 0;
+  let high = 40_000;
+  while (high - low > 1) {
+    const mid = Math.floor((low + high) / 2);
+    const fits = await fakeSandbox(shared).provider.create({ ...spec(['pypi.org']), env: { FILL: 'x'.repeat(mid) } }).then(() => true, (e: unknown) => !isSandboxError(e, 'invalid_spec'));
+    if (fits) low = mid;
+    else high = mid;
+  }
+  t.ok(measured({ FILL: 'x'.repeat(low) }) <= 32768, `${low} characters pass the check`);
+  for (const warmSlots of [0, 1]) {
+    const s = fakeSandbox({ ...shared, warmSlots });
+    await s.provider.warmUp();
+    let sent = 0;
+    const create = s.engine.createContainer.bind(s.engine);
+    s.engine.createContainer = async (name: string, body: unknown) => {
+      if (name === 'cap-long') sent = Buffer.byteLength(JSON.stringify(body));
+      return create(name, body);
+    };
+    await s.provider.create({ ...spec(['pypi.org']), env: { FILL: 'x'.repeat(low) } });
+    t.ok(sent > 0 && sent <= 32768, `warmSlots ${warmSlots}: the body sent is ${sent} bytes`);
+  }
+});
