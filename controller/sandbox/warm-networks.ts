@@ -46,6 +46,8 @@ export class WarmNetworks {
   private readonly ready: WarmNetwork[] = [];
   /** The makes under way. */
   private readonly filling = new Set<Promise<void>>();
+  /** The removals of aged ones under way. */
+  private readonly removing = new Set<Promise<void>>();
   private failedMs = -Infinity;
 
   constructor(
@@ -71,7 +73,7 @@ export class WarmNetworks {
    */
   take(): WarmNetwork | undefined {
     const now = Date.now();
-    while (this.ready.length > 0 && now - this.ready[0]!.madeMs > WARM_MAX_AGE_MS) void this.remove(this.ready.shift()!);
+    while (this.ready.length > 0 && now - this.ready[0]!.madeMs > WARM_MAX_AGE_MS) this.removeLater(this.ready.shift()!);
     return this.ready.shift();
   }
 
@@ -109,7 +111,13 @@ export class WarmNetworks {
   async drain(): Promise<void> {
     this.failedMs = Infinity;
     while (this.filling.size > 0) await Promise.all([...this.filling]);
-    await Promise.all(this.ready.splice(0).map((w) => this.remove(w)));
+    await Promise.all([...this.ready.splice(0).map((w) => this.remove(w)), ...this.removing]);
+  }
+
+  /** A removal in the background, which a drain still waits for. */
+  private removeLater(warm: WarmNetwork): void {
+    const removal: Promise<void> = this.remove(warm).finally(() => this.removing.delete(removal));
+    this.removing.add(removal);
   }
 
   private async make(): Promise<WarmNetwork> {

@@ -254,3 +254,25 @@ t.test('destroy removes a warm network a recovery made again, its container gone
   t.same(registrationAt(s, again.subnet), { version: 1, vacant: true }, 'its registration ended');
   t.same((await s.engine.inspectContainer(SHARD))?.networks.filter((n) => n.name === warm), [], 'the shard\'s leg gone');
 });
+
+t.test('a warm network that waited too long is not handed out, and a drain waits for its removal', async (t) => {
+  const s = fakeSandbox({ egressIsolation: 'shared', warmSlots: 1 });
+  await s.provider.warmUp();
+  const [aged] = warmNetworks(s);
+  const agedId = (await s.engine.inspectNetwork(aged ?? ''))?.id;
+  // Its removal takes a while, as an engine call can.
+  s.engine.beforeCall(async (call) => {
+    if (call.method === 'removeNetwork' && call.target === agedId) await new Promise((r) => setTimeout(r, 300));
+  });
+  const now = Date.now;
+  Date.now = () => now() + 21 * 60_000;
+  t.teardown(() => {
+    Date.now = now;
+  });
+  const a = await s.provider.create(spec('a'));
+  t.equal((await networkOf(s, 'cap-a')).name, 'cap-a-net', 'past 20 minutes: a network of its own');
+  await s.provider.drainWarm();
+  t.notOk(s.engine.networkNames().includes(aged ?? ''), 'the aged one removed by the time the drain returns');
+  t.same(warmNetworks(s), [], 'none left');
+  await s.provider.destroy(a);
+});
