@@ -250,7 +250,6 @@ export class Exchange {
     if (!checked.ok) return this.cut(new ExchangeError('bad_upstream_response', checked.detail));
     const reflected = this.f.watch?.head(statusText, checked.headers);
     if (reflected !== undefined) return this.cut(reflected);
-    // Without the fields that hash the body, which would hand a value cut from it over (value-watch.ts).
     this.head = { status, reason: statusText, fields: this.f.watch?.passed(checked.headers) ?? (checked.headers as string[]) };
     // Answered before the request body has all arrived: nothing will read the rest of it, so no
     // next request on this connection can be parsed. The connection closes after this response.

@@ -140,7 +140,10 @@ export class ValueWatch {
     return found === undefined ? undefined : new SecretReflected(found.secret, 'head');
   }
 
-  /** The fields of a head that go to the client (`fields`, a flat name/value list): no BODY_DIGESTS. */
+  /**
+   * The fields of a head that go to the client (`fields`, a flat name/value list): no BODY_DIGESTS,
+   * which would hand over a value cut from the body (the head leaves before the body is read).
+   */
   passed(fields: readonly string[]): string[] {
     const out: string[] = [];
     for (let i = 0; i < fields.length; i += 2) if (!BODY_DIGESTS.has(fields[i]!.toLowerCase())) out.push(fields[i]!, fields[i + 1]!);

@@ -12,6 +12,9 @@ import pino from 'pino';
 import { engineSocketPath, TEST_LABEL } from '../../support/docker.js';
 import { DockerEngine } from '../../../controller/docker/index.js';
 import { collectGarbage } from '../../../controller/operator/gc.js';
+import { fileNeeds } from '../../support/needs.js';
+
+await fileNeeds(t, 'engine');
 
 t.test('gc keeps a volume a create made again since the listing', async (t) => {
   const docker = new Docker({ socketPath: engineSocketPath() });

@@ -10,6 +10,9 @@ import Docker from 'dockerode';
 import { engineSocketPath, TEST_LABEL } from '../../support/docker.js';
 import { SANDBOX_IMAGE } from '../../support/sandbox-env.js';
 import { runOperator } from '../../../controller/operator/index.js';
+import { fileNeeds } from '../../support/needs.js';
+
+await fileNeeds(t, 'engine');
 
 async function op(argv: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   let stdout = '';
