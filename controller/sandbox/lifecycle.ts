@@ -98,8 +98,8 @@ export class SandboxLifecycle {
               if (warm !== undefined) {
                 // The shard may have stopped, or been removed (its leg with it), since the network
                 // was made: running and on it again, the registration first, as a recovery does.
-                // Before a review such a create failed egress_unavailable, as did each one on a
-                // warm network made before, until the pool had turned over. Beside the container's
+                // Else this create would fail egress_unavailable, as would each one on a warm
+                // network made before, until the pool had turned over. Beside the container's
                 // create, so off its critical path when nothing is missing (an inspect, a connect).
                 const shardName = egressShardName(this.deps.config.network, warm.shard);
                 await ensureShard(this.deps, warm.shard, sharedId);

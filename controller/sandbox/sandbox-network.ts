@@ -58,7 +58,11 @@ export function sandboxNetworkOf(view: NetworkView): SandboxNetwork {
 
 /** Every network named like the sandbox's that carries its labels, oldest first: one, unless a create race made more. */
 export async function ownSandboxNetworks(deps: BuildDeps, names: SandboxNames): Promise<NetworkView[]> {
-  const listed = await deps.engine.listNetworks([`${LABEL_NAME}=${names.name}`]);
+  return namedFor(await deps.engine.listNetworks([`${LABEL_NAME}=${names.name}`]), names);
+}
+
+/** Of networks listed by the sandbox's name label, those named after it, oldest first. */
+function namedFor(listed: readonly NetworkView[], names: SandboxNames): NetworkView[] {
   return listed.filter((n) => n.name === names.network && n.labels[LABEL_SANDBOX] === '1' && n.labels[LABEL_NAME] === names.name).sort(oldestFirst);
 }
 
@@ -200,9 +204,9 @@ const RECOVERED_WARM = 'recovered';
  * The label is believed only for a network the container is on, or one made again for this
  * sandbox: dockerd merges an image's labels into the container's, so a container made again from
  * its image tag, or seen by another replica before its create refused the image, can name another
- * sandbox's warm network. Before a review, recovery made such a sandbox again on that network,
- * beside the other sandbox, and wrote its own registration into the other's slot (the other
- * served its list).
+ * sandbox's warm network: recovery would make such a sandbox again on that network, beside the
+ * other sandbox, and write its own registration into the other's slot (the other then served its
+ * list).
  */
 async function findOrRecreateWarmNetwork(
   deps: BuildDeps,
@@ -236,15 +240,14 @@ async function findOrRecreateWarmNetwork(
  * Removes every network of the sandbox's name that carries its labels (duplicates included), and
  * the warm network `warm` it was made on, if any, each after its registration with a shard of the
  * shared egress has ended (shards.ts). A warm network a recovery made again for this sandbox (its
- * labels, findOrRecreateWarmNetwork) goes too, found by them: before a review one whose container
- * was gone (a rebuild that removed it and failed) outlived the destroy and `down --all`, its leg
- * and the sandbox's registration with it.
+ * labels, findOrRecreateWarmNetwork) goes too, found by them: when its container is gone (a
+ * rebuild that removed it and failed) nothing else names it, and it would outlive the destroy and
+ * `down --all`, its leg and the sandbox's registration with it. One listing finds both.
  */
 export async function removeSandboxNetworks(deps: BuildDeps, names: SandboxNames, warm?: NetworkView): Promise<void> {
   const listed = await deps.engine.listNetworks([`${LABEL_NAME}=${names.name}`]);
   const remade = listed.filter((n) => isWarmNetworkName(n.name) && n.labels[LABEL_WARM] === RECOVERED_WARM && n.labels[LABEL_SANDBOX] === '1' && n.labels[LABEL_NAME] === names.name);
-  const own = await ownSandboxNetworks(deps, names);
-  const all = [...own, ...remade, ...(warm === undefined ? [] : [warm])];
+  const all = [...namedFor(listed, names), ...remade, ...(warm === undefined ? [] : [warm])];
   await Promise.all(
     all.filter((n, i) => all.findIndex((m) => m.id === n.id) === i).map(async (n) => {
       await leaveShard(deps.engine, n, deps.config.network);

@@ -61,11 +61,6 @@ export class WarmNetworks {
     return this.deps.config.egressIsolation === 'shared' ? this.deps.config.warmSlots : 0;
   }
 
-  /** Ready now (for tests and the bench). */
-  get readyCount(): number {
-    return this.ready.length;
-  }
-
   /**
    * A ready warm network, or undefined (none: the create makes its own). Never the same one
    * twice. The create refills the pool once it has finished: a refill beside it would compete for
@@ -104,19 +99,19 @@ export class WarmNetworks {
 
   /**
    * Removes every ready warm network (a controller that stops): its leg and registration first.
-   * The makes under way (a create's refill) are waited for and go too: before a review they landed
-   * in the pool after the drain, and their networks, legs (counted in their shard's room) and
-   * subnets stayed until a gc half an hour on.
+   * The makes and removals under way (a create's refill, an aged one) are waited for, the made ones
+   * removed too: else their networks, legs (counted in their shard's room) and subnets would stay
+   * until a gc half an hour on.
    */
   async drain(): Promise<void> {
     this.failedMs = Infinity;
     while (this.filling.size > 0) await Promise.all([...this.filling]);
-    await Promise.all([...this.ready.splice(0).map((w) => this.remove(w)), ...this.removing]);
+    await Promise.all([...this.ready.splice(0).map((w) => this.discard(w)), ...this.removing]);
   }
 
   /** A removal in the background, which a drain still waits for. */
   private removeLater(warm: WarmNetwork): void {
-    const removal: Promise<void> = this.remove(warm).finally(() => this.removing.delete(removal));
+    const removal: Promise<void> = this.discard(warm).finally(() => this.removing.delete(removal));
     this.removing.add(removal);
   }
 
@@ -138,15 +133,15 @@ export class WarmNetworks {
       } catch (err) {
         // No leg, and nothing of this network's in the slot (every joiner writes its own before
         // its leg): the network alone goes. Leaving the shard would write the slot again and,
-        // refused as this was, keep the network; before a review each retry of a shard that kept
-        // refusing (a full volume) left one more network and subnet, until gc.
+        // refused as this was, keep the network: each retry against a shard that keeps refusing
+        // (a full volume) would leave one more network and subnet, until gc.
         await deps.engine.removeNetwork(network.id).catch(() => undefined);
         throw err;
       }
       try {
         await connectShard(deps, shard, network, undefined);
       } catch (err) {
-        await this.remove(warm).catch(() => undefined);
+        await this.discard(warm);
         throw err;
       }
       return warm;
@@ -155,12 +150,12 @@ export class WarmNetworks {
     }
   }
 
-  /** A warm network taken by a create that failed: its leg, registration and network removed (a removal that finds them gone is fine). */
-  discard(warm: WarmNetwork): Promise<void> {
-    return this.remove(warm);
-  }
-
-  private async remove(warm: WarmNetwork): Promise<void> {
+  /**
+   * A warm network never handed out again (aged, drained, or taken by a create that failed): its
+   * registration ended, its leg taken away, then the network removed. A removal that finds them
+   * gone is fine; one that fails is logged, never thrown: gc removes what is left.
+   */
+  async discard(warm: WarmNetwork): Promise<void> {
     try {
       const labels = { [LABEL_EGRESS_SHARD]: String(warm.shard), [LABEL_SUBNET]: warm.network.subnet };
       await leaveShard(this.deps.engine, { id: warm.network.id, labels }, this.deps.config.network);
