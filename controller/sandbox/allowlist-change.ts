@@ -8,7 +8,7 @@
 import { DEFAULT_CONNECT_PORTS, type PolicyFile } from '../../policy/index.js';
 import { LABEL_EGRESS, SandboxError, checkAllowlistChange, inspectedEntries, meaningOfLabel, type AllowlistChange, type DeploymentConfig } from '../spec/index.js';
 import type { SandboxEngine } from '../docker/index.js';
-import { EGRESS_USER, readRegistration, seatOfSandbox, writeRegistration } from './egress-policy.js';
+import { EGRESS_USER, readRegistration, seatOfSandbox, vacateIfStill, writeRegistration } from './egress-policy.js';
 import type { EgressSeat } from './shards.js';
 import type { SandboxLanes } from './sandbox-lanes.js';
 
@@ -133,13 +133,10 @@ export async function changeAllowHosts(deps: AllowlistDeps, name: string, change
     // and list, written then, as a later registration: the new sandbox's.
     await fence(deps.engine, name, view.id, seat, held.lifecycle);
     await writeRegistration(deps.engine, seat, registration, name);
-    // Made again while the write was under way: the slot it overwrote is made vacant (the new
-    // sandbox is refused until the check before its next command writes its own registration),
-    // unless a later write replaced this one already.
+    // Made again while the write was under way: the slot it overwrote is vacated.
     const after = await deps.engine.inspectContainer(name);
     if (after?.id !== view.id) {
-      const now = await readRegistration(deps.engine, seat, EGRESS_USER).catch(() => undefined);
-      if (now?.lifecycle === held.lifecycle) await writeRegistration(deps.engine, seat, { version: 1, vacant: true }, name);
+      await vacateIfStill(deps.engine, seat, held.lifecycle, name);
       throw changedMeanwhile(name);
     }
     return next;

@@ -8,7 +8,7 @@
 import { EGRESS_HEALTH_PATH, EGRESS_PROXY_PORT, EGRESS_SANDBOX_HEADER, sandboxHealthValue } from '../../common/index.js';
 import { CA_CERT_ENV, CA_FILE, SandboxError, isSandboxError, type SandboxNames } from '../spec/index.js';
 import { egressContainerBody, egressRegistration, imageRefusal, type EgressPlan, engineStatus, volumeBody } from '../docker/index.js';
-import { EGRESS_USER, holdsRegistration, ownSeat, readRegistration, registrable, writeRegistration } from './egress-policy.js';
+import { EGRESS_USER, holdsRegistration, ownSeat, readRegistration, registrable, vacateIfStill, writeRegistration } from './egress-policy.js';
 import { connectShard, subnetSlot, type EgressSeat } from './shards.js';
 import { ROOT_USER } from '../exec/index.js';
 import type { BuildDeps } from './build-deps.js';
@@ -21,8 +21,6 @@ const EGRESS_PROBE_PAUSE_S = 0.02;
 
 /** What to do about an image the socket proxy does not admit. */
 function imageNotAllowed(image: string, reason: string, cause: unknown): SandboxError {
-  // A container with a volume (every sandbox, for its workspace; a proxy, for its policy) runs
-  // only an image listed by name: its symlinks decide where the volume lands (SECURITY.md).
   if (reason.startsWith('mount_image_volume')) {
     return new SandboxError(
       'image_unavailable',
@@ -30,6 +28,8 @@ function imageNotAllowed(image: string, reason: string, cause: unknown): Sandbox
       { cause },
     );
   }
+  // A container with a volume (every sandbox, for its workspace; a proxy, for its policy) runs
+  // only an image listed by name: its symlinks decide where the volume lands (SECURITY.md).
   if (reason.startsWith('mount_image_not_listed')) {
     return new SandboxError(
       'image_unavailable',
@@ -201,11 +201,8 @@ export async function keepRegistration(
   if (same !== undefined && !(await same())) throw changedDuringRecovery(plan.names.name);
   await writeRegistration(deps.engine, seat, registration, plan.names.name);
   if (same !== undefined && !(await same())) {
-    // Made again while the write was under way: the slot it overwrote is made vacant (the new
-    // sandbox is refused until the check before its next command writes its own), unless a
-    // later write replaced this one already.
-    const now = await readRegistration(deps.engine, seat, EGRESS_USER).catch(() => undefined);
-    if (now?.lifecycle === registration.lifecycle) await writeRegistration(deps.engine, seat, { version: 1, vacant: true }, plan.names.name);
+    // Made again while the write was under way: the slot it overwrote is vacated.
+    await vacateIfStill(deps.engine, seat, registration.lifecycle, plan.names.name);
     throw changedDuringRecovery(plan.names.name);
   }
   return registration.lifecycle;
@@ -242,12 +239,10 @@ export async function registerOnShard(deps: BuildDeps, plan: Pick<EgressPlan, 'n
   // Fenced on the network: a destroy in another controller process can remove it while the write
   // is under way, and a later sandbox be given its subnet, so its slot, and register there first.
   // The network still there after the write means no other sandbox had the subnet before it
-  // landed. Gone, the slot it overwrote is made vacant (that sandbox is refused until the check
-  // before its next command writes its own), unless a later write replaced this one already;
-  // the create's cleanup finds no network of this name, so it would not.
+  // landed. Gone, the slot it overwrote is vacated here: the create's cleanup finds no network of
+  // this name, so it would not.
   if ((await deps.engine.inspectNetwork(network.id)) === undefined) {
-    const now = await readRegistration(deps.engine, seat, EGRESS_USER).catch(() => undefined);
-    if (now?.lifecycle === registration.lifecycle) await writeRegistration(deps.engine, seat, { version: 1, vacant: true }, plan.names.name);
+    await vacateIfStill(deps.engine, seat, registration.lifecycle, plan.names.name);
     throw new SandboxError('conflict', `The network of ${plan.names.name} was removed by another call while its registration was written; retry.`);
   }
   return registration.lifecycle;

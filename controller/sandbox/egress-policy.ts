@@ -94,6 +94,17 @@ export async function readRegistration(engine: SandboxEngine, seat: EgressSeat, 
 }
 
 /**
+ * After a write under `lifecycle` landed where it no longer belonged (the sandbox, or its network,
+ * made again or gone meanwhile): the slot made vacant, so the sandbox now there is refused until
+ * the check before its next command writes its own, unless a later write replaced this one
+ * already. The archive API has no compare-and-swap; this read and write are its nearest.
+ */
+export async function vacateIfStill(engine: SandboxEngine, seat: EgressSeat, lifecycle: string, sandbox: string): Promise<void> {
+  const now = await readRegistration(engine, seat, EGRESS_USER).catch(() => undefined);
+  if (now?.lifecycle === lifecycle) await writeRegistration(engine, seat, { version: 1, vacant: true }, sandbox);
+}
+
+/**
  * Whether `held` is sandbox `name`'s registration for its network as it is now (`target`): a
  * registration of another sandbox, or of an earlier network of the same name, is not.
  */
