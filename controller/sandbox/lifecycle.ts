@@ -144,9 +144,7 @@ export class SandboxLifecycle {
       if (meaning.egressProxy) await waitForEgress(this.deps, names, await registered, warm?.network.egressAddress);
       // Built: from now on gc keeps it (a failure here is the create's, and destroys it).
       await engine.removeVolume(names.buildingVolume);
-      this.warm.refill();
     } catch (err) {
-      this.warm.refill();
       for (const release of giveBack) release();
       // Asked before the cleanup removes them: a proxy that never answered, a start that failed,
       // are explained by another call that replaced or removed what this create made.
@@ -164,6 +162,9 @@ export class SandboxLifecycle {
         throw new SandboxError('conflict', `${names.name} was changed by another call while this create ran (${replaced}); retry.`, { cause: err });
       }
       throw asConflict(err, names.name, 'create');
+    } finally {
+      // Once the create is done, either way: beside it, a refill would compete for the engine.
+      this.warm.refill();
     }
   }
 
