@@ -5,13 +5,12 @@
  * engine whose hijacked connection is a Duplex that records what it was written.
  */
 import t from 'tap';
-import pino from 'pino';
 import { Duplex, PassThrough, Readable } from 'node:stream';
-import { CommandRunner } from '../../../controller/exec/commands.js';
+import type { CommandRunner } from '../../../controller/exec/commands.js';
 import { startExec } from '../../../controller/docker/engine-exec.js';
 import type { EngineCaller } from '../../../controller/docker/engine-call.js';
-import type { SandboxEngine } from '../../../controller/docker/index.js';
 import { EXEC_MARK_VAR, KILL_OK_MARKER, MAX_INLINE_PAYLOAD, STARTED_BYTE, SURVIVORS_MARKER } from '../../../controller/exec/exec-script.js';
+import { standInRunner } from '../../support/stand-in-runner.js';
 
 function frame(type: number, payload: string | Buffer): Buffer {
   const body = Buffer.isBuffer(payload) ? payload : Buffer.from(payload);
@@ -68,18 +67,7 @@ function fake(full: number): Fake {
     },
     async optional<T>(p: Promise<T>): Promise<T> { return p; },
   } as unknown as EngineCaller;
-  const engine = {
-    startExec: (container: string, request: Parameters<typeof startExec>[2]) => startExec(caller, container, request),
-    inspectContainer: async () => ({ running: true, status: 'running' }),
-  } as unknown as SandboxEngine;
-  const runner = new CommandRunner({
-    engine,
-    withRunning: (_name, fn) => fn(),
-    restart: async () => undefined,
-    logger: pino({ level: 'silent' }),
-    ceilings: { execTimeoutMs: 600_000, outputBytes: 16 * 1024 * 1024 },
-    isolation: 'landlock',
-  });
+  const runner = standInRunner((container, request) => startExec(caller, container, request), { execTimeoutMs: 600_000, outputBytes: 16 * 1024 * 1024 });
   return { runner, received };
 }
 

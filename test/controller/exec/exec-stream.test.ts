@@ -6,14 +6,13 @@
  * request is the one the wrapper needs. The wrapper on a real terminal: exec-tty.test.ts.
  */
 import t from 'tap';
-import pino from 'pino';
 import { CommandRunner } from '../../../controller/exec/commands.js';
 import { StreamedOutput } from '../../../controller/exec/output-capture.js';
-import { EXEC_MARK_VAR, KILL_OK_MARKER, MAX_INLINE_PAYLOAD, STARTED_BYTE, SURVIVORS_MARKER } from '../../../controller/exec/exec-script.js';
+import { KILL_OK_MARKER, MAX_INLINE_PAYLOAD, STARTED_BYTE, SURVIVORS_MARKER } from '../../../controller/exec/exec-script.js';
 import type { ExecRequest, ExecRun } from '../../../controller/docker/engine.js';
-import type { SandboxEngine } from '../../../controller/docker/index.js';
 import { isSandboxError } from '../../../controller/spec/errors.js';
 import type { ExecOptions } from '../../../controller/spec/index.js';
+import { isCommand, standInRunner } from '../../support/stand-in-runner.js';
 
 const START = String.fromCharCode(STARTED_BYTE);
 
@@ -30,38 +29,25 @@ interface Stub {
 function stub(steps: readonly Step[], exitCode: number | null): Stub {
   const requests: ExecRequest[] = [];
   let killed = false;
-  const engine = {
-    async startExec(_container: string, request: ExecRequest): Promise<ExecRun> {
-      requests.push(request);
-      if (request.env?.some((e) => e.startsWith(`${EXEC_MARK_VAR}=`)) !== true) {
-        // A kill script or the root survivor check.
-        killed = true;
-        request.onOutput('stdout', Buffer.from(request.cmd[3] === SURVIVORS_MARKER ? `${SURVIVORS_MARKER} 0\n` : `${KILL_OK_MARKER}\n`));
-        return { id: 'kill', finished: Promise.resolve(0), detach: () => undefined };
+  const runner = standInRunner(async (_container: string, request: ExecRequest): Promise<ExecRun> => {
+    requests.push(request);
+    if (!isCommand(request)) {
+      // A kill script or the root survivor check.
+      killed = true;
+      request.onOutput('stdout', Buffer.from(request.cmd[3] === SURVIVORS_MARKER ? `${SURVIVORS_MARKER} 0\n` : `${KILL_OK_MARKER}\n`));
+      return { id: 'kill', finished: Promise.resolve(0), detach: () => undefined };
+    }
+    const finished = (async () => {
+      for (const step of steps) {
+        if (killed) return null;
+        if (typeof step === 'number') await new Promise((resolve) => setTimeout(resolve, step));
+        else if (typeof step === 'function') step();
+        else request.onOutput(step[0], Buffer.from(step[1], 'utf8'));
       }
-      const finished = (async () => {
-        for (const step of steps) {
-          if (killed) return null;
-          if (typeof step === 'number') await new Promise((resolve) => setTimeout(resolve, step));
-          else if (typeof step === 'function') step();
-          else request.onOutput(step[0], Buffer.from(step[1], 'utf8'));
-        }
-        return killed ? null : exitCode;
-      })();
-      return { id: 'command', finished, detach: () => undefined };
-    },
-    async inspectContainer() {
-      return { running: true, status: 'running' };
-    },
-  } as unknown as SandboxEngine;
-  const runner = new CommandRunner({
-    engine,
-    withRunning: (_name, fn) => fn(),
-    restart: async () => undefined,
-    logger: pino({ level: 'silent' }),
-    ceilings: { execTimeoutMs: 600_000, outputBytes: 16 * 1024 * 1024 },
-    isolation: 'landlock',
-  });
+      return killed ? null : exitCode;
+    })();
+    return { id: 'command', finished, detach: () => undefined };
+  }, { execTimeoutMs: 600_000, outputBytes: 16 * 1024 * 1024 });
   return { runner, requests };
 }
 

@@ -9,17 +9,15 @@
  * the exec's connection (paused meanwhile), each with a stand-in for the others.
  */
 import t from 'tap';
-import pino from 'pino';
 import { EventEmitter } from 'node:events';
 import { Duplex } from 'node:stream';
 import { startExec } from '../../../controller/docker/engine-exec.js';
 import type { EngineCaller } from '../../../controller/docker/engine-call.js';
 import type { ExecRequest, ExecRun } from '../../../controller/docker/engine.js';
-import type { SandboxEngine } from '../../../controller/docker/index.js';
-import { CommandRunner } from '../../../controller/exec/commands.js';
-import { EXEC_MARK_VAR, KILL_OK_MARKER, STARTED_BYTE } from '../../../controller/exec/exec-script.js';
+import { KILL_OK_MARKER, STARTED_BYTE } from '../../../controller/exec/exec-script.js';
 import { runExecCommand, type ExecCommandArgs } from '../../../controller/operator/exec-command.js';
 import type { ExecResult } from '../../../controller/spec/index.js';
+import { isCommand, standInRunner } from '../../support/stand-in-runner.js';
 
 function frame(type: 1 | 2, payload: string): Buffer {
   const body = Buffer.from(payload);
@@ -68,27 +66,14 @@ t.test('the exec\'s connection is not read while the sink waits', async (t) => {
 
 t.test('CommandRunner passes the caller\'s wait back to the exec', async (t) => {
   const waits: unknown[] = [];
-  const engine = {
-    async startExec(_container: string, request: ExecRequest): Promise<ExecRun> {
-      if (request.env?.some((e) => e.startsWith(`${EXEC_MARK_VAR}=`)) !== true) throw new Error('no kill expected');
-      waits.push(request.onOutput('stdout', Buffer.from('early')));
-      waits.push(request.onOutput('stderr', Buffer.from([STARTED_BYTE, 0x65])));
-      waits.push(request.onOutput('stdout', Buffer.from('late')));
-      // As the exec's connection does: no more output until the wait settles.
-      await Promise.all(waits);
-      return { id: 'command', finished: Promise.resolve(0), detach: () => undefined };
-    },
-    async inspectContainer() {
-      return { running: true, status: 'running' };
-    },
-  } as unknown as SandboxEngine;
-  const runner = new CommandRunner({
-    engine,
-    withRunning: (_name, fn) => fn(),
-    restart: async () => undefined,
-    logger: pino({ level: 'silent' }),
-    ceilings: { execTimeoutMs: 60_000, outputBytes: 1024 },
-    isolation: 'landlock',
+  const runner = standInRunner(async (_container: string, request: ExecRequest): Promise<ExecRun> => {
+    if (!isCommand(request)) throw new Error('no kill expected');
+    waits.push(request.onOutput('stdout', Buffer.from('early')));
+    waits.push(request.onOutput('stderr', Buffer.from([STARTED_BYTE, 0x65])));
+    waits.push(request.onOutput('stdout', Buffer.from('late')));
+    // As the exec's connection does: no more output until the wait settles.
+    await Promise.all(waits);
+    return { id: 'command', finished: Promise.resolve(0), detach: () => undefined };
   });
   const passed: string[] = [];
   const r = await runner.exec('cap-x', 'true', {
@@ -136,33 +121,20 @@ t.test('the CLI waits for a write held back before it takes more output', async 
 t.test('a wait that never settles holds the output only until the kill', async (t) => {
   let restarts = 0;
   let held: unknown;
-  const engine = {
-    async startExec(_container: string, request: ExecRequest): Promise<ExecRun> {
-      if (request.env?.some((e) => e.startsWith(`${EXEC_MARK_VAR}=`)) !== true) {
-        request.onOutput('stdout', Buffer.from(`${KILL_OK_MARKER}\n`));
-        return { id: 'kill', finished: Promise.resolve(0), detach: () => undefined };
-      }
-      request.onOutput('stderr', Buffer.from([STARTED_BYTE]));
-      held = request.onOutput('stdout', Buffer.from('x'));
-      // As the exec's connection does: its output (and so its end) waits for the sink, or a detach.
-      let detach: () => void = () => undefined;
-      const detached = new Promise<null>((resolve) => (detach = () => resolve(null)));
-      return { id: 'command', finished: Promise.race([Promise.resolve(held).then(() => null), detached]), detach };
-    },
-    async inspectContainer() {
-      return { running: true, status: 'running' };
-    },
-  } as unknown as SandboxEngine;
-  const runner = new CommandRunner({
-    engine,
-    withRunning: (_name, fn) => fn(),
-    restart: async () => {
+  const runner = standInRunner(async (_container: string, request: ExecRequest): Promise<ExecRun> => {
+    if (!isCommand(request)) {
+      request.onOutput('stdout', Buffer.from(`${KILL_OK_MARKER}\n`));
+      return { id: 'kill', finished: Promise.resolve(0), detach: () => undefined };
+    }
+    request.onOutput('stderr', Buffer.from([STARTED_BYTE]));
+    held = request.onOutput('stdout', Buffer.from('x'));
+    // As the exec's connection does: its output (and so its end) waits for the sink, or a detach.
+    let detach: () => void = () => undefined;
+    const detached = new Promise<null>((resolve) => (detach = () => resolve(null)));
+    return { id: 'command', finished: Promise.race([Promise.resolve(held).then(() => null), detached]), detach };
+  }, { restart: async () => {
       restarts += 1;
-    },
-    logger: pino({ level: 'silent' }),
-    ceilings: { execTimeoutMs: 60_000, outputBytes: 1024 },
-    isolation: 'landlock',
-  });
+    } });
   // The kill's waits do not hold the process open (unref'd timers); a test without sockets must.
   const keepAlive = setInterval(() => undefined, 1_000);
   t.teardown(() => clearInterval(keepAlive));
@@ -183,35 +155,22 @@ t.test('output after the kill that the caller cannot take is read and dropped, n
   const CHUNKS = 1_000;
   let killStarted: () => void = () => undefined;
   const killing = new Promise<void>((resolve) => (killStarted = resolve));
-  const engine = {
-    async startExec(_container: string, request: ExecRequest): Promise<ExecRun> {
-      if (request.env?.some((e) => e.startsWith(`${EXEC_MARK_VAR}=`)) !== true) {
-        killStarted();
-        request.onOutput('stdout', Buffer.from(`${KILL_OK_MARKER}\n`));
-        return { id: 'kill', finished: Promise.resolve(0), detach: () => undefined };
-      }
-      request.onOutput('stderr', Buffer.from([STARTED_BYTE]));
-      const first = request.onOutput('stdout', CHUNK);
-      // As the exec's connection does: the next read once the sink's wait settled (or the kill).
-      const finished = (async () => {
-        await first;
-        await killing;
-        for (let i = 0; i < CHUNKS; i++) await request.onOutput('stdout', CHUNK);
-        return null;
-      })();
-      return { id: 'command', finished, detach: () => undefined };
-    },
-    async inspectContainer() {
-      return { running: true, status: 'running' };
-    },
-  } as unknown as SandboxEngine;
-  const runner = new CommandRunner({
-    engine,
-    withRunning: (_name, fn) => fn(),
-    restart: async () => undefined,
-    logger: pino({ level: 'silent' }),
-    ceilings: { execTimeoutMs: 60_000, outputBytes: 1024 },
-    isolation: 'landlock',
+  const runner = standInRunner(async (_container: string, request: ExecRequest): Promise<ExecRun> => {
+    if (!isCommand(request)) {
+      killStarted();
+      request.onOutput('stdout', Buffer.from(`${KILL_OK_MARKER}\n`));
+      return { id: 'kill', finished: Promise.resolve(0), detach: () => undefined };
+    }
+    request.onOutput('stderr', Buffer.from([STARTED_BYTE]));
+    const first = request.onOutput('stdout', CHUNK);
+    // As the exec's connection does: the next read once the sink's wait settled (or the kill).
+    const finished = (async () => {
+      await first;
+      await killing;
+      for (let i = 0; i < CHUNKS; i++) await request.onOutput('stdout', CHUNK);
+      return null;
+    })();
+    return { id: 'command', finished, detach: () => undefined };
   });
   const keepAlive = setInterval(() => undefined, 1_000);
   t.teardown(() => clearInterval(keepAlive));

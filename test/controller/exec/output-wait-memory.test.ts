@@ -7,13 +7,11 @@
  * for as long as its timeout allows (review finding). The waits must cost nothing once settled.
  */
 import t from 'tap';
-import pino from 'pino';
 import v8 from 'node:v8';
 import vm from 'node:vm';
 import type { ExecRequest, ExecRun } from '../../../controller/docker/engine.js';
-import type { SandboxEngine } from '../../../controller/docker/index.js';
-import { CommandRunner } from '../../../controller/exec/commands.js';
-import { EXEC_MARK_VAR, STARTED_BYTE } from '../../../controller/exec/exec-script.js';
+import { STARTED_BYTE } from '../../../controller/exec/exec-script.js';
+import { isCommand, standInRunner } from '../../support/stand-in-runner.js';
 
 v8.setFlagsFromString('--expose-gc');
 const gc = vm.runInNewContext('gc') as () => void;
@@ -28,27 +26,14 @@ function heapUsed(): number {
 t.test('settled waits of a running command hold no memory', async (t) => {
   let grown = Number.NaN;
   let finish: (code: number) => void = () => undefined;
-  const engine = {
-    async startExec(_container: string, request: ExecRequest): Promise<ExecRun> {
-      if (request.env?.some((e) => e.startsWith(`${EXEC_MARK_VAR}=`)) !== true) throw new Error('no kill expected');
-      await request.onOutput('stderr', Buffer.from([STARTED_BYTE]));
-      const before = heapUsed();
-      // As the exec's connection does: each frame once the wait before it settled.
-      for (let i = 0; i < FRAMES; i++) await request.onOutput('stdout', Buffer.from('x'));
-      grown = heapUsed() - before;
-      return { id: 'command', finished: new Promise<number>((resolve) => (finish = resolve)), detach: () => undefined };
-    },
-    async inspectContainer() {
-      return { running: true, status: 'running' };
-    },
-  } as unknown as SandboxEngine;
-  const runner = new CommandRunner({
-    engine,
-    withRunning: (_name, fn) => fn(),
-    restart: async () => undefined,
-    logger: pino({ level: 'silent' }),
-    ceilings: { execTimeoutMs: 60_000, outputBytes: 1024 },
-    isolation: 'landlock',
+  const runner = standInRunner(async (_container: string, request: ExecRequest): Promise<ExecRun> => {
+    if (!isCommand(request)) throw new Error('no kill expected');
+    await request.onOutput('stderr', Buffer.from([STARTED_BYTE]));
+    const before = heapUsed();
+    // As the exec's connection does: each frame once the wait before it settled.
+    for (let i = 0; i < FRAMES; i++) await request.onOutput('stdout', Buffer.from('x'));
+    grown = heapUsed() - before;
+    return { id: 'command', finished: new Promise<number>((resolve) => (finish = resolve)), detach: () => undefined };
   });
   let passed = 0;
   const result = runner.exec('cap-x', 'true', {
