@@ -103,19 +103,18 @@ t.test('a client of sandbox B flooding A\'s DNS address takes nothing of A\'s', 
   t.notOk(await closedWithin(A.client, 300), 'A\'s own is kept');
 });
 
-t.test("the sandboxes' DNS responders hold their TCP connections within one cap together, the one the open-file plan keeps", async (t) => {
-  const { proxy, shared, dnsPort } = await sharedProxy(t);
+/**
+ * Opens TCP connections to a responder on `port`, closed at the test's end: `kept(to, from, ms)`
+ * connects from `from` to `to` and says whether the connection is still open after `ms`.
+ */
+function tcpKept(t: Test, port: number): (to: string, from: string, ms: number) => Promise<boolean> {
   const held: net.Socket[] = [];
   t.teardown(() => {
     for (const s of held) s.destroy();
   });
-  await proxy.listenTransparent({ listen: '0.0.0.0', answer: '0.0.0.0', ports: [{ kind: 'dns', dialled: 53, listen: dnsPort }], dnsHost: shared.tenants, dnsLimits: { maxTcpTotal: 3, maxTcpPerClient: 2 } });
-  const deadline = Date.now() + 3_000;
-  while ((await ask(B.proxy, dnsPort, B.client, 'b.test')) !== 'NOERROR' && Date.now() < deadline);
-  /** A connection from `from` to `to`'s responder: whether it is still open after `ms`. */
-  const kept = (to: string, from: string, ms: number): Promise<boolean> =>
+  return (to, from, ms) =>
     new Promise((resolve) => {
-      const socket = net.connect({ host: to, port: dnsPort, localAddress: from });
+      const socket = net.connect({ host: to, port, localAddress: from });
       held.push(socket);
       socket.on('error', () => undefined);
       const timer = setTimeout(() => resolve(true), ms);
@@ -124,6 +123,14 @@ t.test("the sandboxes' DNS responders hold their TCP connections within one cap 
         resolve(false);
       });
     });
+}
+
+t.test("the sandboxes' DNS responders hold their TCP connections within one cap together, the one the open-file plan keeps", async (t) => {
+  const { proxy, shared, dnsPort } = await sharedProxy(t);
+  await proxy.listenTransparent({ listen: '0.0.0.0', answer: '0.0.0.0', ports: [{ kind: 'dns', dialled: 53, listen: dnsPort }], dnsHost: shared.tenants, dnsLimits: { maxTcpTotal: 3, maxTcpPerClient: 2 } });
+  const deadline = Date.now() + 3_000;
+  while ((await ask(B.proxy, dnsPort, B.client, 'b.test')) !== 'NOERROR' && Date.now() < deadline);
+  const kept = tcpKept(t, dnsPort);
   t.same([await kept(A.proxy, A.client, 300), await kept(A.proxy, A.client, 300)], [true, true], "A's client holds its two");
   t.ok(await kept(B.proxy, B.client, 300), "B's client holds one");
   t.notOk(await kept(B.proxy, B.client, 1_000), "B's second is closed, within B's own cap of two: the three are A's and B's together");
@@ -134,25 +141,11 @@ t.test("one sandbox's clients together hold no more than its share of the shared
   // per-client cap alone let a sandbox with several addresses in its subnet (two containers, or
   // one that adds an address) take every slot, and every other sandbox's DNS over TCP with them.
   const { proxy, shared, dnsPort } = await sharedProxy(t);
-  const held: net.Socket[] = [];
-  t.teardown(() => {
-    for (const s of held) s.destroy();
-  });
   await proxy.listenTransparent({ listen: '0.0.0.0', answer: '0.0.0.0', ports: [{ kind: 'dns', dialled: 53, listen: dnsPort }], dnsHost: shared.tenants, dnsLimits: { maxTcpTotal: 4, maxTcpPerClient: 2 } });
   const deadline = Date.now() + 3_000;
   while ((await ask(A.proxy, dnsPort, A.client, 'a.test')) !== 'NOERROR' && Date.now() < deadline);
   while ((await ask(B.proxy, dnsPort, B.client, 'b.test')) !== 'NOERROR' && Date.now() < deadline);
-  const kept = (to: string, from: string, ms: number): Promise<boolean> =>
-    new Promise((resolve) => {
-      const socket = net.connect({ host: to, port: dnsPort, localAddress: from });
-      held.push(socket);
-      socket.on('error', () => undefined);
-      const timer = setTimeout(() => resolve(true), ms);
-      socket.once('close', () => {
-        clearTimeout(timer);
-        resolve(false);
-      });
-    });
+  const kept = tcpKept(t, dnsPort);
   const others = ['127.0.1.6', '127.0.1.7'];
   t.same([await kept(A.proxy, A.client, 300), await kept(A.proxy, A.client, 300)], [true, true], "A's first client holds its two");
   t.same([await kept(A.proxy, others[0]!, 300), await kept(A.proxy, others[1]!, 300)], [false, false], "A's other addresses get none past A's share");
