@@ -124,6 +124,50 @@ function archiveCall(container: string, archive: Buffer): RawCase {
   };
 }
 
+/** Builds `image` from `dockerfile` (in a context directory named after `prefix`), removed after the test. */
+function builtImage(t: Test, image: string, prefix: string, dockerfile: string): void {
+  const context = mkdtempSync(join(tmpdir(), prefix));
+  writeFileSync(join(context, 'Dockerfile'), dockerfile);
+  execFileSync('docker', ['build', '-q', '-t', image, context], { stdio: 'pipe' });
+  t.teardown(() => {
+    execFileSync('docker', ['rmi', '-f', image], { stdio: 'pipe' });
+    rmSync(context, { recursive: true, force: true });
+  });
+}
+
+/** An empty root-only directory on the host at `path`, removed after the test. */
+function emptyHostDir(t: Test, path: string): string {
+  mkdirSync(path, { recursive: true });
+  chmodSync(path, 0o700);
+  t.teardown(() => rmSync(path, { recursive: true, force: true }));
+  return path;
+}
+
+/**
+ * For a victim the proxy admitted after all: a racer sharing `volume` (at /a) swaps `swapped` for a
+ * symlink to `hostDir` while the victim is started again and again, until something appears in
+ * `hostDir` or 400 starts (two minutes) have passed; the test then judges the host directory.
+ */
+async function raceVictim(t: Test, env: DockerEnv, call: (req: RawCase) => ReturnType<typeof send>, race: { volume: string; hostDir: string; swapped: string }): Promise<void> {
+  const racer = await call(
+    json('POST', `/v1.41/containers/create?name=${env.name('racer')}`, {
+      Image: TEST_LOCAL_IMAGE,
+      User: '0',
+      Cmd: ['/usr/bin/node', '-e', racerScript(race.hostDir, race.swapped, 'q')],
+      Labels: env.labels,
+      HostConfig: hardened([volume(race.volume, '/a')]),
+    }),
+  );
+  t.equal(racer.status, 201, 'the racer is created');
+  t.equal((await call(json('POST', `/v1.41/containers/${env.name('racer')}/start`))).status, 204, 'the racer runs');
+  const deadline = Date.now() + 120_000;
+  for (let i = 0; i < 400 && Date.now() < deadline && readdirSync(race.hostDir).length === 0; i++) {
+    await call(json('POST', `/v1.41/containers/${env.name('victim')}/start`));
+    await env.docker.getContainer(env.name('victim')).wait().catch(() => undefined);
+  }
+  await call(json('POST', `/v1.41/containers/${env.name('racer')}/kill`));
+}
+
 /** A root-only directory on the host with `inner` in it, standing in for /etc/cron.d; removed (and unmounted) after. */
 function hostDirectory(t: Test, runId: string, inner: string): { hostDir: string; target: string } {
   const hostDir = `/run/cap-${runId}-host`;
@@ -213,10 +257,7 @@ t.test('a tmpfs mount an image symlink leads into a volume is refused, so runc n
   const proxy = await startSocketProxy(t, env);
   const call = (req: RawCase) => send(proxy.socketPath, req);
   // An empty root-only directory on the host: runc must never create anything in it.
-  const hostDir = `/run/cap-${env.runId}-mkdir`;
-  mkdirSync(hostDir, { recursive: true });
-  chmodSync(hostDir, 0o700);
-  t.teardown(() => rmSync(hostDir, { recursive: true, force: true }));
+  const hostDir = emptyHostDir(t, `/run/cap-${env.runId}-mkdir`);
   t.equal((await call(json('POST', '/v1.41/volumes/create', { Name: env.name('a'), Labels: env.labels }))).status, 201);
   // The victim: a volume at /run and a tmpfs at /var/run/p/q. runc 1.1.5 resolves the tmpfs target
   // (to /run/p/q, inside the volume), then makes it with os.MkdirAll on that path; the racer, which
@@ -233,23 +274,7 @@ t.test('a tmpfs mount an image symlink leads into a volume is refused, so runc n
   t.same([victim.status, victim.headers['x-socket-proxy-deny']], [403, 'mount_target_not_allowed:/run'], 'the victim is refused');
   if (victim.status === 201) {
     // Admitted again by some change: run the race, and let the host directory judge it.
-    const racer = await call(
-      json('POST', `/v1.41/containers/create?name=${env.name('racer')}`, {
-        Image: TEST_LOCAL_IMAGE,
-        User: '0',
-        Cmd: ['/usr/bin/node', '-e', racerScript(hostDir, '/a/p', 'q')],
-        Labels: env.labels,
-        HostConfig: hardened([volume(env.name('a'), '/a')]),
-      }),
-    );
-    t.equal(racer.status, 201, 'the racer is created');
-    t.equal((await call(json('POST', `/v1.41/containers/${env.name('racer')}/start`))).status, 204, 'the racer runs');
-    const deadline = Date.now() + 120_000;
-    for (let i = 0; i < 400 && Date.now() < deadline && readdirSync(hostDir).length === 0; i++) {
-      await call(json('POST', `/v1.41/containers/${env.name('victim')}/start`));
-      await env.docker.getContainer(env.name('victim')).wait().catch(() => undefined);
-    }
-    await call(json('POST', `/v1.41/containers/${env.name('racer')}/kill`));
+    await raceVictim(t, env, call, { volume: env.name('a'), hostDir, swapped: '/a/p' });
   }
   t.same(readdirSync(hostDir), [], 'nothing was created in the host directory');
 });
@@ -261,20 +286,11 @@ t.test('a tmpfs that the symlink of an image from a listed registry leads into a
   // knows (S.IMAGE_SYMLINKED names the listed images' own). `/opt -> /workspace/o` puts a tmpfs at
   // /opt/p/q inside a volume at /workspace, whatever the two texts say.
   const image = `registry.example/capybara-test/opt-link-${env.runId}:1`;
-  const context = mkdtempSync(join(tmpdir(), 'cap-optlink-'));
-  writeFileSync(join(context, 'Dockerfile'), `FROM ${TEST_LOCAL_IMAGE}\nRUN rm -rf /opt && ln -s /workspace/o /opt\n`);
-  execFileSync('docker', ['build', '-q', '-t', image, context], { stdio: 'pipe' });
-  t.teardown(() => {
-    execFileSync('docker', ['rmi', '-f', image], { stdio: 'pipe' });
-    rmSync(context, { recursive: true, force: true });
-  });
+  builtImage(t, image, 'cap-optlink-', `FROM ${TEST_LOCAL_IMAGE}\nRUN rm -rf /opt && ln -s /workspace/o /opt\n`);
   const proxy = await startSocketProxy(t, env, { registries: 'registry.example' });
   const call = (req: RawCase) => send(proxy.socketPath, req);
   // An empty root-only directory on the host: runc must never create anything in it.
-  const hostDir = `/run/cap-${env.runId}-optlink`;
-  mkdirSync(hostDir, { recursive: true });
-  chmodSync(hostDir, 0o700);
-  t.teardown(() => rmSync(hostDir, { recursive: true, force: true }));
+  const hostDir = emptyHostDir(t, `/run/cap-${env.runId}-optlink`);
   t.equal((await call(json('POST', '/v1.41/volumes/create', { Name: env.name('w'), Labels: env.labels }))).status, 201);
   // The victim: the workspace volume and a tmpfs at /opt/p/q (the sandbox's own shape has /tmp and
   // Init beside its workspace). Without the rule the proxy admitted it, and a racer sharing the
@@ -289,23 +305,7 @@ t.test('a tmpfs that the symlink of an image from a listed registry leads into a
   );
   t.same([victim.status, victim.headers['x-socket-proxy-deny']], [403, 'mount_image_not_listed:/workspace'], 'the victim is refused');
   if (victim.status === 201) {
-    const racer = await call(
-      json('POST', `/v1.41/containers/create?name=${env.name('racer')}`, {
-        Image: TEST_LOCAL_IMAGE,
-        User: '0',
-        Cmd: ['/usr/bin/node', '-e', racerScript(hostDir, '/a/o/p', 'q')],
-        Labels: env.labels,
-        HostConfig: hardened([volume(env.name('w'), '/a')]),
-      }),
-    );
-    t.equal(racer.status, 201, 'the racer is created');
-    t.equal((await call(json('POST', `/v1.41/containers/${env.name('racer')}/start`))).status, 204, 'the racer runs');
-    const deadline = Date.now() + 120_000;
-    for (let i = 0; i < 400 && Date.now() < deadline && readdirSync(hostDir).length === 0; i++) {
-      await call(json('POST', `/v1.41/containers/${env.name('victim')}/start`));
-      await env.docker.getContainer(env.name('victim')).wait().catch(() => undefined);
-    }
-    await call(json('POST', `/v1.41/containers/${env.name('racer')}/kill`));
+    await raceVictim(t, env, call, { volume: env.name('w'), hostDir, swapped: '/a/o/p' });
   }
   t.same(readdirSync(hostDir), [], 'nothing was created in the host directory');
   // Nor with its volume alone: another image of the registry may lay it over /etc (next tests).
@@ -322,13 +322,7 @@ t.test('an image whose symlinks nest the controller\'s targets: its sandbox rece
   // own three volumes then nest, and another container sharing the workspace steers the inner mount
   // (a review won in 3 to 22 archive calls with such an image listed exactly).
   const image = `registry.example/capybara-test/symlinked-${env.runId}:1`;
-  const context = mkdtempSync(join(tmpdir(), 'cap-symlinked-'));
-  writeFileSync(join(context, 'Dockerfile'), `FROM ${TEST_LOCAL_IMAGE}\nRUN rm -rf /opt && ln -s /workspace/o /opt\n`);
-  execFileSync('docker', ['build', '-q', '-t', image, context], { stdio: 'pipe' });
-  t.teardown(() => {
-    execFileSync('docker', ['rmi', '-f', image], { stdio: 'pipe' });
-    rmSync(context, { recursive: true, force: true });
-  });
+  builtImage(t, image, 'cap-symlinked-', `FROM ${TEST_LOCAL_IMAGE}\nRUN rm -rf /opt && ln -s /workspace/o /opt\n`);
   const proxy = await startSocketProxy(t, env, { registries: 'registry.example' });
   const call = (req: RawCase) => send(proxy.socketPath, req);
   const { hostDir, target } = hostDirectory(t, env.runId, 'skills');
@@ -402,13 +396,7 @@ type DockerEnv = NonNullable<Awaited<ReturnType<typeof dockerTest>>>;
  */
 async function networkFileRace(t: Test, env: DockerEnv, stage: { imageName: string; dockerfileRun: string; hostFileName: string; volumeKey: string }): Promise<{ image: string; call: (req: RawCase) => ReturnType<typeof send>; hostFile: string; volume: string }> {
   const image = `registry.example/capybara-test/${stage.imageName}-${env.runId}:1`;
-  const context = mkdtempSync(join(tmpdir(), `cap-${stage.imageName}-`));
-  writeFileSync(join(context, 'Dockerfile'), `FROM ${TEST_LOCAL_IMAGE}\nRUN ${stage.dockerfileRun}\n`);
-  execFileSync('docker', ['build', '-q', '-t', image, context], { stdio: 'pipe' });
-  t.teardown(() => {
-    execFileSync('docker', ['rmi', '-f', image], { stdio: 'pipe' });
-    rmSync(context, { recursive: true, force: true });
-  });
+  builtImage(t, image, `cap-${stage.imageName}-`, `FROM ${TEST_LOCAL_IMAGE}\nRUN ${stage.dockerfileRun}\n`);
   const proxy = await startSocketProxy(t, env, { registries: 'registry.example' });
   const call = (req: RawCase) => send(proxy.socketPath, req);
   const hostDir = `/run/cap-${env.runId}-host`;
@@ -514,20 +502,11 @@ t.test('a volume the image itself declares inside the request\'s volume is refus
   // (CVE-2024-45310 in the runc here: os.MkdirAll on a path resolved a moment before). The
   // request's own mounts pass every text rule: one volume, nothing nested in it as written.
   const image = `capybara-test-volume-${env.runId}:1`;
-  const context = mkdtempSync(join(tmpdir(), 'cap-imgvol-'));
-  writeFileSync(join(context, 'Dockerfile'), `FROM ${TEST_LOCAL_IMAGE}\nUSER 0\nRUN mkdir -p /w/p/q\nVOLUME /w/p/q\n`);
-  execFileSync('docker', ['build', '-q', '-t', image, context], { stdio: 'pipe' });
-  t.teardown(() => {
-    execFileSync('docker', ['rmi', '-f', image], { stdio: 'pipe' });
-    rmSync(context, { recursive: true, force: true });
-  });
+  builtImage(t, image, 'cap-imgvol-', `FROM ${TEST_LOCAL_IMAGE}\nUSER 0\nRUN mkdir -p /w/p/q\nVOLUME /w/p/q\n`);
   const proxy = await startSocketProxy(t, env, { images: [TEST_LOCAL_IMAGE, image] });
   const call = (req: RawCase) => send(proxy.socketPath, req);
   // An empty root-only directory on the host: runc must never create anything in it.
-  const hostDir = `/run/cap-${env.runId}-imgvol`;
-  mkdirSync(hostDir, { recursive: true });
-  chmodSync(hostDir, 0o700);
-  t.teardown(() => rmSync(hostDir, { recursive: true, force: true }));
+  const hostDir = emptyHostDir(t, `/run/cap-${env.runId}-imgvol`);
   t.equal((await call(json('POST', '/v1.41/volumes/create', { Name: env.name('w'), Labels: env.labels }))).status, 201);
   const victim = await call(
     json('POST', `/v1.41/containers/create?name=${env.name('victim')}`, {
@@ -537,23 +516,7 @@ t.test('a volume the image itself declares inside the request\'s volume is refus
   t.same([victim.status, victim.headers['x-socket-proxy-deny']], [403, 'mount_image_volume:/w/p/q'], 'the victim is refused: its image declares a volume');
   if (victim.status === 201) {
     t.teardown(() => env.docker.getContainer(env.name('victim')).remove({ force: true, v: true }).catch(() => undefined));
-    const racer = await call(
-      json('POST', `/v1.41/containers/create?name=${env.name('racer')}`, {
-        Image: TEST_LOCAL_IMAGE,
-        User: '0',
-        Cmd: ['/usr/bin/node', '-e', racerScript(hostDir, '/a/p', 'q')],
-        Labels: env.labels,
-        HostConfig: hardened([volume(env.name('w'), '/a')]),
-      }),
-    );
-    t.equal(racer.status, 201, 'the racer is created');
-    t.equal((await call(json('POST', `/v1.41/containers/${env.name('racer')}/start`))).status, 204, 'the racer runs');
-    const deadline = Date.now() + 120_000;
-    for (let i = 0; i < 400 && Date.now() < deadline && readdirSync(hostDir).length === 0; i++) {
-      await call(json('POST', `/v1.41/containers/${env.name('victim')}/start`));
-      await env.docker.getContainer(env.name('victim')).wait().catch(() => undefined);
-    }
-    await call(json('POST', `/v1.41/containers/${env.name('racer')}/kill`));
+    await raceVictim(t, env, call, { volume: env.name('w'), hostDir, swapped: '/a/p' });
   }
   t.same(readdirSync(hostDir), [], 'nothing was created in the host directory');
 });
