@@ -16,11 +16,16 @@
  *   own engine-call log, engine-timeline.ts): which of them grows with the number of networks;
  * - whether the first sandbox still runs a command and fetches a page transparently (no proxy
  *   settings: its name server is its egress) from a server on the host.
+ * With --warm-slots N (shared only), the controller keeps N warm networks (warm-networks.ts) and
+ * the bench waits for the pool to be full before each batch, outside the creates' time: with N at
+ * least --batch, every create takes one, and the rows say what the slots take off the create
+ * path at each density. Their own making shows in the second table apart: "warm network", and
+ * the legs (a leg's call names the network by id), which are then all the refills'.
  * Then the address space: how many sandbox networks the pool holds, and how many this run took.
  * Needs a local engine (cgroup v1 or v2) and the images from scripts/build-images.sh. Everything
  * it creates is labelled with the run and removed at the end.
  *
- *   npm run bench:density -- [--isolation shared] [--shard-size 250] [--max 1000] [--step 100] [--batch 6] [--reserve-gib 2]
+ *   npm run bench:density -- [--isolation shared] [--shard-size 250] [--warm-slots 0] [--max 1000] [--step 100] [--batch 6] [--reserve-gib 2]
  */
 import { randomBytes } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
@@ -80,6 +85,8 @@ function rssOf(comm: string): number {
 
 /** The engine calls of a create shown per row, by a pattern of their log label. */
 const STEP_KINDS: ReadonlyArray<readonly [string, RegExp]> = [
+  // A warm pool's refills first: they are not on any create's path.
+  ['warm network', /^create of network cap-warm\./],
   ['network create', /^create of network /],
   ['network listing', /^listing of networks/],
   ['container create', /^create of container cap-bench[0-9a-f]+-d\d+$/],
@@ -107,6 +114,7 @@ async function main(): Promise<void> {
     options: {
       isolation: { type: 'string', default: 'shared' },
       'shard-size': { type: 'string', default: '250' },
+      'warm-slots': { type: 'string', default: '0' },
       max: { type: 'string', default: '1000' },
       step: { type: 'string', default: '100' },
       batch: { type: 'string', default: '6' },
@@ -119,6 +127,8 @@ async function main(): Promise<void> {
   const step = Number(values.step);
   const batch = Number(values.batch);
   const shardSize = Number(values['shard-size']);
+  const warmSlots = Number(values['warm-slots']);
+  if (!Number.isInteger(warmSlots) || warmSlots < 0 || (warmSlots > 0 && isolation !== 'shared')) throw new Error('--warm-slots is a whole number, and more than 0 only with --isolation shared');
   const reserve = Number(values['reserve-gib']) * 1024 * MIB;
   if (!Number.isInteger(batch) || batch < 1 || !Number.isInteger(max) || max < batch || !Number.isInteger(step) || step < batch || !(reserve >= 0)) {
     throw new Error('--batch must be a positive integer, --max and --step integers of at least --batch, --reserve-gib a number of GiB');
@@ -137,7 +147,7 @@ async function main(): Promise<void> {
   const upstream = createServer((_req, res) => res.end(UPSTREAM_BODY));
   await new Promise<void>((resolve) => upstream.listen(80, gateway, resolve));
   const provider = createDockerSandbox(
-    { endpoint: proxy.endpoint, network: sharedNetwork, egressIsolation: isolation, egressShardSize: shardSize },
+    { endpoint: proxy.endpoint, network: sharedNetwork, egressIsolation: isolation, egressShardSize: shardSize, warmSlots },
     { labels: { [BENCH_LABEL]: runId }, egressTestHosts: { [UPSTREAM_HOST]: gateway } },
     { logger: timeline.logger },
   );
@@ -158,6 +168,8 @@ async function main(): Promise<void> {
         stopped = `MemAvailable ${(memAvailable() / 1024 / MIB).toFixed(1)} GiB under the --reserve-gib ${values['reserve-gib']}`;
         break;
       }
+      // The pool full before the batch, outside its creates' time.
+      if (warmSlots > 0) await provider.warmUp();
       const ids = Array.from({ length: Math.min(batch, max - live.length) }, (_, i) => `${runId}-d${live.length + i}`);
       const made = await Promise.all(ids.map(async (id) => {
         const t0 = performance.now();
@@ -226,13 +238,13 @@ async function main(): Promise<void> {
     }
     const header = ['sandboxes', 'create p50 ms', 'create p99 ms', 'MemAvailable GiB', 'host MiB/sandbox all-in', 'container MiB/sandbox', 'dockerd+containerd MiB', 'first serves', 'failed'];
     const out = [
-      `allowlist sandboxes (egressIsolation ${isolation}${isolation === 'shared' ? `, egressShardSize ${shardSize}` : ''}), created ${batch} at a time and left running; create p50/p99 over each row's creates; all-in: MemAvailable lost since the start per sandbox; `
+      `allowlist sandboxes (egressIsolation ${isolation}${isolation === 'shared' ? `, egressShardSize ${shardSize}, warmSlots ${warmSlots}` : ''}), created ${batch} at a time and left running; create p50/p99 over each row's creates; all-in: MemAvailable lost since the start per sandbox; `
       + `container: the sandbox + its egress proxy or its share of the shards, rss + mapped files (no page cache), mean over all running`,
       ...markdownTable(header, rows),
       `stopped at ${live.length} sandboxes: ${stopped}; ${((Date.now() - started) / 1000).toFixed(0)} s`,
       '',
       'the engine calls of each row\'s creates, p50 ms (each one of the creates running at once):',
-      ...markdownTable(['sandboxes', ...STEP_KINDS.map(([kind]) => kind)], stepRows),
+      ...markdownTable(['sandboxes', ...STEP_KINDS.map(([kind]) => (kind === 'proxy leg' && warmSlots >= batch ? 'proxy leg (the refills\')' : kind))], stepRows),
     ];
     // The defaults a deployment gets without addressPool or subnetPrefix.
     const { addressPool, subnetPrefix } = parseDeploymentConfig({ endpoint: 'unix:///var/run/docker.sock' });
@@ -246,6 +258,7 @@ async function main(): Promise<void> {
     process.stdout.write(`\n${out.join('\n')}\n`);
   } finally {
     const destroyStarted = Date.now();
+    await provider.drainWarm().catch((err: unknown) => void process.stderr.write(`draining the warm networks failed: ${(err as Error).message}\n`));
     for (let at = 0; at < live.length; at += batch) {
       await Promise.all(live.slice(at, at + batch).map((name) => provider.destroyByName(name).catch((err: unknown) => {
         process.stderr.write(`destroy of ${name} failed: ${(err as Error).message}\n`);
