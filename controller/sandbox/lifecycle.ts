@@ -7,7 +7,7 @@
  */
 import { engineStatus, sandboxContainerBody, volumeBody, type NetworkView } from '../docker/index.js';
 import {
-  LABEL_EGRESS_ISOLATION, LABEL_EGRESS_SHARD, LABEL_SANDBOX, SandboxError, egressHostOf, egressShardName, isSandboxError, TIERS, namesFor, onWarmNetwork, usesSharedNetwork, type SandboxPlan,
+  LABEL_EGRESS_ISOLATION, LABEL_EGRESS_SHARD, SandboxError, egressHostOf, egressShardName, isSandboxError, TIERS, namesFor, onWarmNetwork, usesSharedNetwork, type SandboxPlan,
 } from '../spec/index.js';
 import { createContainerPullingOnce, createEgress, joinShard, registerOnShard, waitForEgress } from './build-steps.js';
 import type { BuildDeps } from './build-deps.js';
@@ -16,6 +16,7 @@ import { createSandboxNetwork, ensureSharedNetwork, ownWarmNetwork, removeSandbo
 import { connectShard, ensureShard, ShardClaims } from './shards.js';
 import { WarmNetworks } from './warm-networks.js';
 import { StepGroup } from './step-group.js';
+import { requireOwnLabels } from './own-labels.js';
 import { requireWorkspaceFree } from './workspace-holder.js';
 import { handOverWorkspace } from './workspace-handover.js';
 
@@ -121,7 +122,7 @@ export class SandboxLifecycle {
         const body = sandboxContainerBody({ ...plan, containerLabels: await shardLabels(plan.containerLabels) }, network, own?.egressAddress);
         remember(names.container, await createContainerPullingOnce(this.deps, names.container, plan.image, body));
         steps.proceed();
-        await this.requireOwnLabels(names.container, plan.image, body.Labels);
+        await requireOwnLabels(this.deps, names.container, plan.image, body.Labels);
         steps.proceed();
         await requireWorkspaceFree(this.deps, names.container, plan.persistentWorkspace?.key);
         steps.proceed();
@@ -166,25 +167,6 @@ export class SandboxLifecycle {
       // Once the create is done, either way: beside it, a refill would compete for the engine.
       this.warm.refill();
     }
-  }
-
-  /**
-   * dockerd merges the image's labels into the container's, for every key the create body does
-   * not set: an image carrying a label of the controller's (`dev.capybara.sandbox.workspace=KEY`,
-   * `dev.capybara.sandbox.egress-isolation=shared`, ...) would put it on the sandbox, and
-   * everything that reads the container's labels would believe it (another sandbox's persistent
-   * workspace reported in use by this one, a shard sought for a sandbox with a proxy of its own).
-   * The container as made must carry no controller label but the body's; else the create is refused.
-   */
-  private async requireOwnLabels(container: string, image: string, own: Readonly<Record<string, string>>): Promise<void> {
-    const view = await this.deps.engine.inspectContainer(container);
-    if (view === undefined) return;
-    const foreign = Object.keys(view.labels).filter((k) => (k === LABEL_SANDBOX || k.startsWith(`${LABEL_SANDBOX}.`)) && own[k] !== view.labels[k]);
-    if (foreign.length === 0) return;
-    throw new SandboxError(
-      'invalid_spec',
-      `The sandbox spec was refused: spec.image ${JSON.stringify(image)} carries labels that are the controller's own (${foreign.map((k) => JSON.stringify(k)).join(', ')}), which dockerd would put on the sandbox's container; use an image without them.`,
-    );
   }
 
   /**

@@ -22,6 +22,7 @@ import type { BuildDeps } from './build-deps.js';
 import { asConflict, dockerSays } from './concurrent-change.js';
 import { ensureSharedNetwork, findOrRecreateSandboxNetwork, type SandboxNetwork } from './sandbox-network.js';
 import { workspaceLane, type SandboxLanes } from './sandbox-lanes.js';
+import { requireOwnLabels } from './own-labels.js';
 import { requireWorkspaceFree } from './workspace-holder.js';
 import { handOverWorkspace, workspaceVolumeOf } from './workspace-handover.js';
 
@@ -190,7 +191,14 @@ export class SandboxRecovery {
     const host = proxyHost(name, view, network);
     const made = host === namesFor(name).egress ? view : { ...view, env: withEgressProxyEnv(view.env, host) };
     await this.inWorkspaceLane(view, async () => {
-      await this.deps.engine.createContainer(name, sandboxBodyFromInspect(made, this.deps.config, target, dns));
+      const body = sandboxBodyFromInspect(made, this.deps.config, target, dns);
+      await this.deps.engine.createContainer(name, body);
+      // The tag may name another image now, one that carries the controller's labels: that
+      // container is not started, and not left for a command to believe its labels.
+      await requireOwnLabels(this.deps, name, view.image, body.Labels).catch(async (err: unknown) => {
+        await this.deps.engine.removeContainer(name);
+        throw err;
+      });
       await requireWorkspaceFree(this.deps, name, view.labels[LABEL_WORKSPACE_KEY]);
       await handOverWorkspace(this.deps, { name, volume: workspaceVolumeOf(view, name), image: view.image, labels: this.resourceLabels(name, view) });
       await this.deps.engine.startContainer(name);

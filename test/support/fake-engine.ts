@@ -144,6 +144,8 @@ export class FakeEngine implements SandboxEngine {
   readonly networks = new Map<string, FakeNetwork>();
   readonly volumes = new Map<string, FakeVolume>();
   readonly images = new Set<string>();
+  /** Labels an image declares: merged into its containers' for every key the create body does not set, as dockerd does. */
+  readonly imageLabels = new Map<string, Record<string, string>>();
   /** Images a pull finds. */
   readonly registry = new Set<string>();
   /** Subnets of network creates under way. */
@@ -283,6 +285,7 @@ export class FakeEngine implements SandboxEngine {
   async createContainer(name: string, rawBody: unknown): Promise<string> {
     const call = await this.enter('createContainer', name);
     const body = structuredClone(rawBody) as CreateBody;
+    body.Labels = { ...this.imageLabels.get(body.Image ?? ''), ...body.Labels };
     const taken = this.containers.get(name);
     if (taken !== undefined) {
       throw this.status(call, 409, `Conflict. The container name "/${name}" is already in use by container "${taken.id}". You have to remove (or rename) that container to be able to reuse that name.`);

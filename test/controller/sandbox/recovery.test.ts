@@ -507,3 +507,26 @@ t.test('a running sandbox is still repaired under a narrowed config: the rules a
   const err = await narrowed.resume(h).then(() => undefined, (e: unknown) => e);
   t.ok(isSandboxError(err, 'invalid_spec'), `stopped, it is not started again (${String(err).slice(0, 80)})`);
 });
+
+t.test('a rebuild whose image tag now declares a controller label is refused, and leaves no container that carries it', async (t) => {
+  const s = await created(internal);
+  await s.engine.stopContainer(NAME, 0);
+  await s.engine.removeNetwork(NET);
+  // The tag re-pointed at an image that claims another sandbox's persistent workspace.
+  s.engine.imageLabels.set(IMAGES.sandbox, { 'dev.capybara.sandbox.workspace': 'victim' });
+  const err = await s.provider.exec({ id: NAME }, 'true').then(() => undefined, (e: unknown) => e);
+  t.ok(isSandboxError(err, 'invalid_spec'), `refused (${String(err)})`);
+  t.match(String(err), /dev\.capybara\.sandbox\.workspace/, 'naming the label');
+  t.equal(s.engine.count('startContainer', NAME), 1, 'never started again (the one start is the create\'s)');
+  const carriers = [...s.engine.containers.values()].filter((c) => c.body.Labels?.['dev.capybara.sandbox.workspace'] === 'victim');
+  t.same(carriers.map((c) => c.name), [], 'no container carries the label');
+});
+
+t.test('the same image at create is refused too, naming the label', async (t) => {
+  const s = fakeSandbox();
+  s.engine.imageLabels.set(IMAGES.sandbox, { 'dev.capybara.sandbox.egress-isolation': 'shared' });
+  const err = await s.provider.create(internal).then(() => undefined, (e: unknown) => e);
+  t.ok(isSandboxError(err, 'invalid_spec'), `refused (${String(err)})`);
+  t.match(String(err), /egress-isolation/);
+  t.equal(state(s, NAME), 'missing', 'nothing left');
+});
