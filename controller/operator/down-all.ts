@@ -4,11 +4,13 @@
  * half-removed; then the shards of the shared egress on the deployment's shared network; then the
  * shared network, when the controller made it and nothing else is on it.
  * A sandbox is known by the name label of anything it left (its container, or only an egress
- * proxy, network or volume of a create that died), so leftovers go too. Persistent workspaces
- * are never removed here: they hold the user's work and outlive sandboxes by design.
+ * proxy, network or volume of a create that died), so leftovers go too. A name label that is no
+ * sandbox name (never the controller's: anyone with the engine, or an image's labels, can set it)
+ * is left alone and named, and blocks nothing else. Persistent workspaces are never removed here:
+ * they hold the user's work and outlive sandboxes by design.
  */
 import { type DockerEngine, engineStatus } from '../docker/index.js';
-import { LABEL_NAME, LABEL_SHARED_NETWORK, LABEL_WARM, LABEL_WORKSPACE_KEY, type SandboxProvider } from '../spec/index.js';
+import { LABEL_NAME, LABEL_SHARED_NETWORK, LABEL_WARM, LABEL_WORKSPACE_KEY, checkSandboxName, type SandboxProvider } from '../spec/index.js';
 import { shardOfLabels } from '../sandbox/index.js';
 import { readInventory } from './inventory.js';
 import type { DownResult } from './socket-proxy-service.js';
@@ -16,6 +18,8 @@ import type { DownResult } from './socket-proxy-service.js';
 export interface DownAllResult {
   readonly destroyed: readonly string[];
   readonly failed: ReadonlyArray<{ readonly name: string; readonly error: string }>;
+  /** Name labels that are no sandbox's name: what carries them is not the controller's, and stays. */
+  readonly leftAlone: readonly string[];
   /** The shared network: removed, absent, or kept (with why). */
   readonly sharedNetwork: { readonly name: string; readonly action: 'removed' | 'absent' | 'kept'; readonly detail?: string };
 }
@@ -30,7 +34,8 @@ export interface DownAllDeps {
   readonly progress: (line: string) => void;
 }
 
-async function sandboxNames(deps: DownAllDeps): Promise<string[]> {
+/** The sandboxes named by the labels of what the deployment's listing finds, and the name labels that name none. */
+async function sandboxNames(deps: DownAllDeps): Promise<{ names: string[]; leftAlone: string[] }> {
   const inv = await readInventory(deps.engine, deps.labels, 'down --all');
   const names = new Set<string>();
   const add = (labels: Readonly<Record<string, string>>): void => {
@@ -41,7 +46,15 @@ async function sandboxNames(deps: DownAllDeps): Promise<string[]> {
   // A persistent workspace volume names the sandbox that made it, which may be gone for good: it
   // names no sandbox to destroy (its holder's container, if any, does).
   for (const v of inv.volumes) if (v.labels[LABEL_WORKSPACE_KEY] === undefined) add(v.labels);
-  return [...names].sort();
+  const valid = (name: string): boolean => {
+    try {
+      return checkSandboxName(name) === name;
+    } catch {
+      return false;
+    }
+  };
+  const all = [...names].sort();
+  return { names: all.filter(valid), leftAlone: all.filter((name) => !valid(name)) };
 }
 
 async function removeSharedNetwork(deps: DownAllDeps): Promise<DownAllResult['sharedNetwork']> {
@@ -85,7 +98,8 @@ async function removeShards(deps: DownAllDeps): Promise<void> {
 }
 
 export async function destroyAllSandboxes(deps: DownAllDeps): Promise<DownAllResult> {
-  const names = await sandboxNames(deps);
+  const { names, leftAlone } = await sandboxNames(deps);
+  if (leftAlone.length > 0) deps.progress(`left alone, not the controller's (its name label is no sandbox name): ${leftAlone.map((n) => JSON.stringify(n)).join(', ')}`);
   deps.progress(names.length === 0 ? 'no sandboxes to destroy' : `destroying ${names.length} sandbox(es): ${names.join(', ')}`);
   const destroyed: string[] = [];
   const failed: Array<{ name: string; error: string }> = [];
@@ -103,7 +117,7 @@ export async function destroyAllSandboxes(deps: DownAllDeps): Promise<DownAllRes
   const sharedNetwork = failed.length === 0
     ? await removeSharedNetwork(deps)
     : { name: deps.sharedNetwork, action: 'kept' as const, detail: 'some sandboxes were not destroyed' };
-  return { destroyed, failed, sharedNetwork };
+  return { destroyed, failed, leftAlone, sharedNetwork };
 }
 
 /** The human output of `down` (with or without --all). */
@@ -112,6 +126,9 @@ export function downLines(proxy: DownResult, all: DownAllResult | undefined): st
   if (all !== undefined) {
     lines.push(`${all.destroyed.length} sandbox(es) destroyed${all.destroyed.length === 0 ? '' : `: ${all.destroyed.join(', ')}`}`);
     for (const f of all.failed) lines.push(`${f.name} was NOT destroyed: ${f.error}; run capybara-sandbox down --all again`);
+    if (all.leftAlone.length > 0) {
+      lines.push(`left alone: what carries the name label ${all.leftAlone.map((n) => JSON.stringify(n)).join(', ')} (no sandbox name, so not the controller's); remove it by hand if it is yours (docker ps -a, docker network ls, docker volume ls, --filter label=dev.capybara.sandbox.name)`);
+    }
     const n = all.sharedNetwork;
     lines.push(`shared network ${n.name}: ${n.action === 'absent' ? 'not present' : n.action}${n.detail === undefined ? '' : ` (${n.detail})`}`);
   }

@@ -2,7 +2,8 @@
  * gc, ls and down --all print what a listing's labels say (a sandbox's name label), and dockerd merges
  * an image's labels into its container's: any container of an image that carries the sandbox
  * labels is listed as a sandbox's leftover, its name label whatever bytes the image's author
- * chose. Printed raw, a terminal control in it reached the root operator's terminal.
+ * chose. Printed raw, a terminal control in it reached the root operator's terminal. Such a name
+ * label, no sandbox name, is not the controller's: down --all leaves what carries it alone.
  */
 import t from 'tap';
 import { randomBytes } from 'node:crypto';
@@ -63,4 +64,9 @@ t.test('gc, ls and down --all escape the label values they print', async (t) => 
 
   const down = await op([...engine, '--network', `cap-tr2-${runId}-net`, '--proxy-name', `tr2-${runId}-proxy`, '--socket-dir', `/run/cap-tr2-${runId}`, 'down', '--all']);
   t.notMatch(down.stdout + down.stderr, /[\x1b\x07\x9b]/, 'no control character reaches the terminal from down --all');
+  // A name label that is no sandbox name is not the controller's: left alone and named, and it
+  // does not fail the rest of down --all (it did: destroy refused the name, and down stopped there).
+  t.equal(down.code, 0, down.stderr);
+  t.match(down.stdout, /^left alone: what carries the name label "cap-tr2-\\u001b\]0;owned/m, 'named as left alone');
+  t.notMatch(down.stdout, /NOT destroyed/, 'not a failed destroy');
 });
