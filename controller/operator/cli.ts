@@ -1,5 +1,6 @@
 #!/usr/bin/env node
 /** Entry of the `capybara-sandbox` bin (see run.ts). */
+import { once } from 'node:events';
 import { runOperator } from './run.js';
 
 /**
@@ -19,7 +20,8 @@ process.stdout.on('error', onWriteError);
 process.stderr.on('error', onWriteError);
 
 const code = await runOperator(process.argv.slice(2), {
-  stdout: (text) => process.stdout.write(text),
+  // A full pipe (logs -f into a paused pager) asks the writer to wait for its drain.
+  stdout: (text) => (process.stdout.write(text) ? undefined : once(process.stdout, 'drain')),
   stderr: (text) => process.stderr.write(text),
   // Only a command that asks (logs -f) takes SIGINT over; for the others it ends the process.
   onInterrupt: (handler) => {

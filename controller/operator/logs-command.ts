@@ -6,7 +6,7 @@
  * and said at the end, never shown. With -f it follows until interrupted (exit 0), across a
  * restart or a suspend of the proxy, and ends with an error when the sandbox goes away.
  */
-import { engineStatus, type DockerEngine, type LogRead, type LogRequest } from '../docker/index.js';
+import { engineStatus, sinkWait, type DockerEngine, type LogRead, type LogRequest } from '../docker/index.js';
 import { LABEL_EGRESS, SandboxError, meaningOfLabel, namesFor } from '../spec/index.js';
 import { formatRecord, isRefusal, jsonLine, parseLogLine } from './decision-format.js';
 import { LineSplitter, MAX_LOG_LINE_BYTES } from './log-lines.js';
@@ -20,7 +20,8 @@ export interface LogsOptions {
 }
 
 export interface LogsIo {
-  readonly stdout: (text: string) => void;
+  /** Writes `text`; a promise back (a full pipe) holds the log's reading until it settles. */
+  readonly stdout: (text: string) => unknown;
   /** A line for the operator, on stderr. */
   readonly note: (line: string) => void;
   /** Calls `handler` on an interrupt (SIGINT) until the returned function is called; -f ends on it. */
@@ -29,9 +30,15 @@ export interface LogsIo {
   readonly pollMs?: number | undefined;
 }
 
-/** Prints the records of one log as they arrive, and counts the lines it skipped. */
-class DecisionPrinter {
+/**
+ * Prints the records of one log as they arrive, and counts the lines it skipped. A write that asks
+ * to wait (its reader is slow: `logs -f | less`, paused) is handed back from `push`, and the log's
+ * stream is paused until it settles: the engine's connection holds what is not read yet, never
+ * this process.
+ */
+export class DecisionPrinter {
   skipped = 0;
+  private waiting: Promise<unknown> | undefined;
   private readonly streams = {
     stdout: new LineSplitter((l) => this.line(l), () => (this.skipped += 1)),
     stderr: new LineSplitter((l) => this.line(l), () => (this.skipped += 1)),
@@ -39,10 +46,16 @@ class DecisionPrinter {
 
   constructor(
     private readonly options: LogsOptions,
-    private readonly stdout: (text: string) => void,
+    private readonly stdout: (text: string) => unknown,
   ) {}
 
-  readonly push = (stream: 'stdout' | 'stderr', chunk: Buffer): void => this.streams[stream].push(chunk);
+  /** Prints the lines `chunk` ends; what the output asked to wait for, if it did. */
+  readonly push = (stream: 'stdout' | 'stderr', chunk: Buffer): Promise<unknown> | undefined => {
+    this.streams[stream].push(chunk);
+    const waiting = this.waiting;
+    this.waiting = undefined;
+    return waiting;
+  };
 
   flush(): void {
     this.streams.stdout.flush();
@@ -54,7 +67,9 @@ class DecisionPrinter {
     if (parsed.kind === 'malformed') this.skipped += 1;
     if (parsed.kind !== 'record') return;
     if (this.options.denied && !isRefusal(parsed.record)) return;
-    this.stdout(`${this.options.json ? jsonLine(text, parsed.record) : formatRecord(parsed.record)}\n`);
+    const written = this.stdout(`${this.options.json ? jsonLine(text, parsed.record) : formatRecord(parsed.record)}\n`);
+    const wait = sinkWait(written);
+    if (wait !== undefined) this.waiting = wait;
   }
 }
 

@@ -30,7 +30,8 @@ import { reportRun } from './run-report.js';
 import { sandboxSpec } from './sandbox-options.js';
 
 export interface OperatorIo {
-  readonly stdout: (text: string) => void;
+  /** Writes `text`; a promise back asks a writer that can wait (logs) to wait for it before more. */
+  readonly stdout: (text: string) => unknown;
   readonly stderr: (text: string) => void;
   readonly now?: () => number;
   /** The environment to read (default process.env). */
@@ -210,7 +211,7 @@ async function dispatch(args: OperatorArgs, loaded: OperatorConfig, io: Operator
       const local = config.endpoint.startsWith('unix://') ? new DockerEngine({ endpoint: localEngineEndpoint(env), logger }) : undefined;
       const listSandboxes = local === undefined ? undefined : async () => sandboxRows(await readInventory(local, args.labels, 'doctor'), now());
       // Each check's line as it finishes (a run takes about 25 s); --json stays one document.
-      const onCheck = args.json ? undefined : (c: DoctorCheck): void => io.stdout(`[${c.status.toUpperCase()}] ${c.check}: ${c.detail}${c.fix === undefined ? '' : `\n       fix: ${c.fix}`}\n`);
+      const onCheck = args.json ? undefined : (c: DoctorCheck): void => void io.stdout(`[${c.status.toUpperCase()}] ${c.check}: ${c.detail}${c.fix === undefined ? '' : `\n       fix: ${c.fix}`}\n`);
       const checks = await runDoctor({ config, engine, provider: provider(), image: args.image, labels: args.labels, listSandboxes, ...(onCheck === undefined ? {} : { onCheck }) });
       if (args.json) print(io, args, checks, '');
       return checks.some((c) => c.status === 'fail') ? 1 : 0;
