@@ -112,10 +112,15 @@ function found(set: SecretSet, forms: readonly string[]): LoadedSecret[] {
   return set.placeholders.filter((s) => forms.some((f) => f.includes(s.placeholder!)));
 }
 
+/**
+ * The detail goes to the workload (the refusal's body and status line) and names each secret by
+ * name alone; the line's `secrets` field has the fingerprints. A fingerprint is an unsalted digest
+ * of the value: a workload that had it could test guesses offline (a password falls to a dictionary).
+ */
 function refusal(secrets: readonly LoadedSecret[], where: string): SecretRefusal {
-  const labels = secrets.map(secretLabel);
-  const which = secrets.length === 1 ? `the placeholder of secret ${labels[0]!}` : `the placeholders of secrets ${labels.join(', ')}`;
-  return { ok: false, reason: 'secret_wrong_host', detail: `${which} ${where}`, secrets: labels };
+  const names = secrets.map((s) => s.name);
+  const which = secrets.length === 1 ? `the placeholder of secret ${names[0]!}` : `the placeholders of secrets ${names.join(', ')}`;
+  return { ok: false, reason: 'secret_wrong_host', detail: `${which} ${where}`, secrets: secrets.map(secretLabel) };
 }
 
 /**

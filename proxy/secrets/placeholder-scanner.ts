@@ -17,7 +17,8 @@ export class PlaceholderInBody extends CodedError<'secret_wrong_host'> {
   readonly secrets: readonly string[];
 
   constructor(secret: LoadedSecret) {
-    super('secret_wrong_host', `the placeholder of secret ${secretLabel(secret)} is in the request body; a placeholder goes only in headers`);
+    // The message goes to the workload: the name alone, never the fingerprint (policy/secrets.ts, refusal).
+    super('secret_wrong_host', `the placeholder of secret ${secret.name} is in the request body; a placeholder goes only in headers`);
     this.secrets = [secretLabel(secret)];
   }
 }

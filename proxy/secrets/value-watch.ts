@@ -29,7 +29,8 @@ export class SecretReflected extends CodedError<'bad_upstream_response'> {
   readonly secrets: readonly string[];
 
   constructor(secret: LoadedSecret, where: string) {
-    super('bad_upstream_response', `the response ${where} holds the value of secret ${secretLabel(secret)}, or its first or last characters, which the proxy put into the request: a host that reflects what it is sent would hand it to the workload`);
+    // The message goes to the workload: the name alone, never the fingerprint (policy/secrets.ts, refusal).
+    super('bad_upstream_response', `the response ${where} holds the value of secret ${secret.name}, or its first or last characters, which the proxy put into the request: a host that reflects what it is sent would hand it to the workload`);
     this.secrets = [secretLabel(secret)];
   }
 }

@@ -30,7 +30,7 @@ async function run(chunks: readonly Buffer[]): Promise<{ passed: Buffer; error: 
 
 t.test('a placeholder in one chunk fails the stream; nothing of that chunk passes', async (t) => {
   const { passed, error } = await run([Buffer.from('{"a":1,'), Buffer.from(`"t":"${PLACEHOLDER}"}`)]);
-  t.match(error?.message, /GITHUB_TOKEN sha256:0123456789ab.*request body/);
+  t.match(error?.message, /GITHUB_TOKEN is in the request body/);
   t.notOk(error?.message.includes(PLACEHOLDER));
   t.equal(passed.toString(), '{"a":1,');
 });
