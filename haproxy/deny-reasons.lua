@@ -41,7 +41,7 @@ return {
   { code = 'nocopy_required', status = 403, what = 'A volume mount without VolumeOptions.NoCopy true' },
   { code = 'mount_target_not_allowed', status = 403, what = 'A mount target that is not a clean absolute path, or is /, /proc, /sys, /dev or below them; a volume at /etc; of a container with several volumes, a volume elsewhere than the controller\'s own targets' },
   { code = 'mount_image_not_listed', status = 403, what = 'A volume in a container of an image not listed by name in SOCKET_PROXY_IMAGES (one merely from a listed registry may have symlinks that lead runc\'s mount points into the volume)' },
-  { code = 'mount_nested', status = 403, what = 'A mount inside a volume\'s target' },
+  { code = 'mount_nested', status = 403, what = 'A mount inside a volume\'s target, or a second one at it' },
   { code = 'image_not_allowed', status = 403, what = 'An image not listed in SOCKET_PROXY_IMAGES, or a text dockerd could read as an image id' },
   { code = 'image_tag_required', status = 403, what = 'A pull of a bare name (every tag of it)' },
   { code = 'registry_not_allowed', status = 403, what = 'An image of a registry not listed in SOCKET_PROXY_REGISTRIES' },

@@ -359,6 +359,16 @@ local HOST_CONFIG = struct({
           if target:sub(1, #volume + 1) == volume .. '/' then return 'mount_nested:' .. target:sub(1, 64) end
         end
       end
+      -- Nor anything at a volume's own target: dockerd 20.10 checks a Tmpfs key against Binds
+      -- only, and runc mounts the tmpfs over the volume, which inspect's Mounts still lists (so
+      -- the archive proof would judge a mount point that is not where the archive lands).
+      for i = 2, #targets do
+        if targets[i] == targets[i - 1] then
+          for _, volume in ipairs(volumes) do
+            if targets[i] == volume then return 'mount_nested:' .. targets[i]:sub(1, 64) end
+          end
+        end
+      end
     end,
     -- A volume where the images' own symlinks lead is the only mount runc makes by path (above,
     -- S.IMAGE_SYMLINKED).

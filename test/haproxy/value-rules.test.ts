@@ -88,6 +88,9 @@ t.test('nothing mounted inside a volume (its content is the caller\'s: a symlink
     { name: 'a tmpfs mount inside a volume', route: 'container_create', body: mount(`${vol('/w')},${tmp('/w/proc')}`), verdict: 'mount_nested:/w/proc' },
     { name: 'a HostConfig.Tmpfs inside a volume', route: 'container_create', body: create(`,"Mounts":[${vol('/w')}],"Tmpfs":{"/w/t":"nosuid,nodev"}`), verdict: 'mount_nested:/w/t' },
     { name: 'the same volume twice, one inside the other', route: 'container_create', body: mount(`${vol('/w')},${vol('/w/w')}`), verdict: 'mount_nested:/w/w' },
+    { name: 'a HostConfig.Tmpfs at a volume\'s own target (mounted over it)', route: 'container_create', body: create(`,"Mounts":[${vol('/w')}],"Tmpfs":{"/w":"nosuid,nodev"}`), verdict: 'mount_nested:/w' },
+    { name: 'a tmpfs mount at a volume\'s own target', route: 'container_create', body: mount(`${vol('/w')},${tmp('/w')}`), verdict: 'mount_nested:/w' },
+    { name: 'two volumes at one target', route: 'container_create', body: mount(`${vol('/w')},${vol('/w', 'cap-u')}`), verdict: 'mount_nested:/w' },
     { name: 'a sibling that starts with the same letters (two volumes: only where the controller puts them)', route: 'container_create', body: mount(`${vol('/w')},${vol('/wx', 'cap-u')}`), verdict: 'mount_target_not_allowed:/w' },
     // The image's own symlinks lead where the text does not: /var/run is /run in every Debian image.
     { name: 'two volumes that an image symlink nests (/var/run -> /run)', route: 'container_create', body: mount(`${vol('/run')},${vol('/var/run/p/q', 'cap-u')}`), verdict: 'mount_target_not_allowed:/run' },

@@ -343,12 +343,20 @@ func policy(route string, d *decoded, s settings) error {
 				return fmt.Errorf("mount type %q", m.Type)
 			}
 		}
-		// Nothing mounted inside a volume: its content is the caller's.
-		for _, target := range targets {
-			for _, v := range volumes {
+		// Nothing mounted inside a volume: its content is the caller's. Nor a second mount at a
+		// volume's own target (a tmpfs over it).
+		for _, v := range volumes {
+			at := 0
+			for _, target := range targets {
 				if strings.HasPrefix(target, v+"/") {
 					return fmt.Errorf("%s mounted inside the volume at %s", target, v)
 				}
+				if target == v {
+					at++
+				}
+			}
+			if at > 1 {
+				return fmt.Errorf("%d mounts at the volume's target %s", at, v)
 			}
 		}
 		// The image's symlinks can nest what the text does not: with several volumes, only where
