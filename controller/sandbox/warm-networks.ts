@@ -81,7 +81,8 @@ export class WarmNetworks {
           this.ready.push(warm);
         },
         (err: unknown) => {
-          this.failedMs = Date.now();
+          // Never lowered: a drain's hold (Infinity) outlasts a make it waited for that failed.
+          this.failedMs = Math.max(this.failedMs, Date.now());
           this.deps.logger.warn({ err }, 'a warm network could not be made; creates make their own networks meanwhile');
         },
       ).finally(() => this.filling.delete(making));
