@@ -14,6 +14,8 @@
  * - dockerd's and containerd's RSS, whose growth per network is the engine's own cost;
  * - in a second table, the p50 of each engine call of that step's creates (from the controller's
  *   own engine-call log, engine-timeline.ts): which of them grows with the number of networks;
+ *   beside them the host's iptables rules and the time of one iptables-save, the table each of
+ *   dockerd's iptables calls reads;
  * - whether the first sandbox still runs a command and fetches a page transparently (no proxy
  *   settings: its name server is its egress) from a server on the host.
  * With --warm-slots N (shared only), the controller keeps N warm networks (warm-networks.ts) and
@@ -27,6 +29,7 @@
  *
  *   npm run bench:density -- [--isolation shared] [--shard-size 250] [--warm-slots 0] [--max 1000] [--step 100] [--batch 6] [--reserve-gib 2]
  */
+import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
@@ -98,6 +101,22 @@ const STEP_KINDS: ReadonlyArray<readonly [string, RegExp]> = [
 
 function stepKind(label: string): string | undefined {
   return STEP_KINDS.find(([, pattern]) => pattern.test(label))?.[0];
+}
+
+/**
+ * The host's iptables rules (dockerd adds some for each network, and runs iptables on each
+ * network create, connect and container start) and how long one iptables-save of them takes: each
+ * of dockerd's iptables calls reads the whole table. Undefined where iptables cannot be read.
+ */
+function iptablesNow(): { rules: string; ms: string } | undefined {
+  try {
+    const t0 = performance.now();
+    const saved = execFileSync('iptables-save', { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'], maxBuffer: 256 * MIB });
+    const ms = performance.now() - t0;
+    return { rules: String(saved.split('\n').filter((l) => l.startsWith('-A ')).length), ms: ms.toFixed(0) };
+  } catch {
+    return undefined;
+  }
 }
 
 const UPSTREAM_HOST = 'upstream.density.test';
@@ -229,10 +248,11 @@ async function main(): Promise<void> {
         String(failed),
       ]);
       const steps = timeline.drain(stepKind);
+      const rules = iptablesNow();
       stepRows.push([String(live.length), ...STEP_KINDS.map(([kind]) => {
         const ms = steps.get(kind);
         return ms === undefined ? '-' : percentile(ms, 50).toFixed(0);
-      })]);
+      }), rules?.rules ?? '-', rules?.ms ?? '-']);
       process.stdout.write(`${rows[rows.length - 1]?.join('\t')}\t| ${stepRows[stepRows.length - 1]?.slice(1).join('\t')}\n`);
       bucket = [];
     }
@@ -244,7 +264,7 @@ async function main(): Promise<void> {
       `stopped at ${live.length} sandboxes: ${stopped}; ${((Date.now() - started) / 1000).toFixed(0)} s`,
       '',
       'the engine calls of each row\'s creates, p50 ms (each one of the creates running at once):',
-      ...markdownTable(['sandboxes', ...STEP_KINDS.map(([kind]) => (kind === 'proxy leg' && warmSlots >= batch ? 'proxy leg (the refills\')' : kind))], stepRows),
+      ...markdownTable(['sandboxes', ...STEP_KINDS.map(([kind]) => (kind === 'proxy leg' && warmSlots >= batch ? 'proxy leg (the refills\')' : kind)), 'iptables rules', 'iptables-save ms'], stepRows),
     ];
     // The defaults a deployment gets without addressPool or subnetPrefix.
     const { addressPool, subnetPrefix } = parseDeploymentConfig({ endpoint: 'unix:///var/run/docker.sock' });
