@@ -88,6 +88,11 @@ export interface DnsResponderOptions {
   readonly limits?: Partial<DnsLimits>;
   /** The TCP connections this responder may hold, shared with others of the process (a shared proxy's); else its own maxTcpTotal. */
   readonly tcpSlots?: TcpSlots;
+  /**
+   * Every client it serves is one client (a shared proxy's responder serves one sandbox): its
+   * query rate and refused-name lines are the sandbox's, whatever addresses it uses.
+   */
+  readonly oneClient?: boolean;
 }
 
 export interface DnsResponder {
@@ -134,8 +139,10 @@ class Answerer {
   readonly answer = (query: Buffer, clientIp: string, client: string, transport: 'udp' | 'tcp'): Buffer | undefined => {
     const { observer, log } = this.options;
     const policy = this.options.policy(clientIp);
+    // A shared proxy's sandbox is one client: its addresses together have one client's share.
+    const who = this.options.oneClient === true ? '' : clientIp;
     // Someone else's client spends a share of its own, never this responder's clients'.
-    if (policy === undefined ? !this.strangers.take('') : !this.queries.takeFor(clientIp) || !this.networks.take(networkOf(clientIp) ?? clientIp) || !this.total.take('')) {
+    if (policy === undefined ? !this.strangers.take('') : !this.queries.takeFor(who) || !this.networks.take(networkOf(clientIp) ?? clientIp) || !this.total.take('')) {
       observer.dnsQuery('rate_limited');
       if (transport === 'udp' && policy !== undefined) this.onUdpOverRate();
       return undefined;
@@ -146,7 +153,7 @@ class Answerer {
     } catch (err) {
       // Fail closed: no answer. Never expected (the codec's errors are caught inside).
       observer.dnsQuery('error');
-      if (this.lines.admit(clientIp, 'internal_error')) log.error({ err, [F.event]: 'dns_failed', [F.client]: client }, 'DNS responder failed; no answer');
+      if (this.lines.admit(who, 'internal_error')) log.error({ err, [F.event]: 'dns_failed', [F.client]: client }, 'DNS responder failed; no answer');
       return undefined;
     }
     if (verdict.kind === 'drop') {
@@ -154,7 +161,7 @@ class Answerer {
       return undefined;
     }
     observer.dnsQuery(verdict.truncated ? 'truncated' : verdict.result);
-    if (verdict.refusal !== undefined) this.refused(verdict, verdict.refusal, clientIp, client);
+    if (verdict.refusal !== undefined) this.refused(verdict, verdict.refusal, who, client);
     return verdict.message;
   };
 
@@ -164,9 +171,9 @@ class Answerer {
     this.report();
   }
 
-  private refused(verdict: DnsVerdict & { kind: 'reply' }, refusal: { readonly reason: Reason; readonly detail: string }, clientIp: string, client: string): void {
+  private refused(verdict: DnsVerdict & { kind: 'reply' }, refusal: { readonly reason: Reason; readonly detail: string }, who: string, client: string): void {
     this.options.observer.decision('deny', refusal.reason);
-    if (!this.lines.admit(clientIp, refusal.reason)) return;
+    if (!this.lines.admit(who, refusal.reason)) return;
     logLine(this.options.log, {
       [F.event]: 'decision',
       [F.decision]: 'deny',

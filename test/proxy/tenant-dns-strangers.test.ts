@@ -151,3 +151,42 @@ t.test("one sandbox's clients together hold no more than its share of the shared
   t.same([await kept(A.proxy, others[0]!, 300), await kept(A.proxy, others[1]!, 300)], [false, false], "A's other addresses get none past A's share");
   t.ok(await kept(B.proxy, B.client, 300), "B's client still holds a connection");
 });
+
+/** Sends `count` queries for `name` from `from` to `to:port` at once; the answers that came within `ms`. */
+function burst(to: string, port: number, from: string, name: string, count: number, ms = 500): Promise<number> {
+  return new Promise((resolve) => {
+    const socket = dgram.createSocket('udp4');
+    let answers = 0;
+    socket.on('message', () => void (answers += 1));
+    socket.on('error', () => undefined);
+    socket.bind(0, from, async () => {
+      // In small batches, so that the kernel's receive buffer drops none.
+      for (let i = 0; i < count; i++) {
+        socket.send(dnsPacket.encode({ id: i, type: 'query', flags: dnsPacket.RECURSION_DESIRED, questions: [{ type: 'A', name, class: 'IN' }] }), port, to);
+        if (i % 10 === 9) await new Promise((r) => setTimeout(r, 2));
+      }
+      setTimeout(() => {
+        socket.close();
+        resolve(answers);
+      }, ms);
+    });
+  });
+}
+
+t.test("one sandbox's addresses together get one client's DNS query rate and refusal lines, not one each", async (t) => {
+  // SECURITY.md: on a shared proxy a client is its sandbox. The responder counted its query rate
+  // (100 a second, burst 200) and its refused-name lines (2 a second, burst 20) by address, so a
+  // sandbox with several addresses in its subnet had each of them several times over.
+  const { proxy, shared, logs, dnsPort } = await sharedProxy(t);
+  await proxy.listenTransparent({ listen: '0.0.0.0', answer: '0.0.0.0', ports: [{ kind: 'dns', dialled: 53, listen: dnsPort }], dnsHost: shared.tenants });
+  const deadline = Date.now() + 3_000;
+  while ((await ask(A.proxy, dnsPort, A.client, 'a.test')) !== 'NOERROR' && Date.now() < deadline);
+  const lines = (): number => logs.filter((l) => l.event === 'decision' && l.method === 'DNS' && String(l.client).startsWith('127.0.1.')).length;
+  const linesBefore = lines();
+  const addresses = ['127.0.1.6', '127.0.1.7', '127.0.1.8', '127.0.1.9'];
+  const answered = await Promise.all(addresses.map((from) => burst(A.proxy, dnsPort, from, 'not-allowed.test', 150)));
+  const total = answered.reduce((a, b) => a + b, 0);
+  t.ok(total <= 240, `four addresses of sandbox A got ${total} answers (${answered.join(', ')}): one client's burst of 200 and its rate meanwhile`);
+  t.ok(lines() - linesBefore <= 24, `and ${lines() - linesBefore} refusal lines: one client's burst of 20`);
+  t.equal(await ask(B.proxy, dnsPort, B.client, 'b.test'), 'NOERROR', 'B is answered');
+});
