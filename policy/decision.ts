@@ -144,12 +144,19 @@ function checkTunnel(target: AllowedTarget): AllowedTarget | Denial {
   return { allowed: false, reason: 'tunnel_not_allowed', detail, host: target.host, port: target.port };
 }
 
+/** A plain-HTTP request as its entry's method and path rules were checked (checkRequest). */
+export interface OpenRequest {
+  readonly method: string;
+  readonly target: string;
+  readonly rawHeaders: readonly string[];
+}
+
 /**
  * What an open connection was allowed to: a tunnel, in the mode it runs in (`opaque` when no
- * ClientHello was checked), or a plain-HTTP request's host and port.
+ * ClientHello was checked), or a plain-HTTP request's host and port and the request itself.
  */
 export type OpenTarget =
-  | { readonly kind: 'http'; readonly host: string; readonly port: number }
+  | { readonly kind: 'http'; readonly host: string; readonly port: number; readonly request?: OpenRequest }
   | { readonly kind: 'tunnel'; readonly host: string; readonly port: number; readonly mode: TunnelMode };
 
 /**
@@ -159,7 +166,13 @@ export type OpenTarget =
  */
 export function recheckTarget(policy: Policy, open: OpenTarget): AllowedTarget | Denial {
   const checked = checkTarget(policy, open.host, open.port);
-  if (!checked.allowed || open.kind === 'http') return checked;
+  if (!checked.allowed) return checked;
+  if (open.kind === 'http') {
+    // Its latest request, against the entry's rules now: a POST streaming its body to a host
+    // narrowed to GET is ended, as a new one would be refused.
+    const ruled = open.request === undefined ? checked : checkRequest(checked, open.request);
+    return ruled.allowed ? checked : ruled;
+  }
   const target = checkTunnel(checked);
   if (!target.allowed || open.mode === 'tls' || target.tunnel === 'opaque') return target;
   const detail = `a tunnel to ${target.host} must now name it in its ClientHello, and this one was opened opaque, its hello never checked`;

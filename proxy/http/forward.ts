@@ -145,7 +145,7 @@ export function createForwarder(ctx: ProxyContext) {
     }
     // The policy changed while the name resolved: a shared proxy's revocation did not see it yet.
     if (connection.policy() !== policy) return deny(revokedWhileDeciding(decision));
-    connection.target = { kind: 'http', host: decision.host, port: decision.port };
+    connection.target = { kind: 'http', host: decision.host, port: decision.port, request: { method: req.method ?? '', target: parsed.path, rawHeaders: secrets.screened } };
     // Marked once the whole decision allowed it: a refusal in every mode (an address) is no would_deny.
     record.wouldDeny(decision.wouldDeny);
     if (req.socket.destroyed) {

@@ -1,0 +1,82 @@
+/**
+ * A shared proxy's live change reaches a plain-HTTP request under way: an entry that gains method
+ * or path rules refusing it ends it, as a new request would be refused and as an open tunnel to
+ * that host is closed (tenants.test.ts). Before, only the host was checked again, so an upload
+ * (a POST streaming its body) to a host narrowed to GET went on for as long as it liked. On
+ * loopback, each /28 of 127.0.0.0/8 a sandbox network, as in tenants.test.ts.
+ */
+import t, { type Test } from 'tap';
+import net from 'node:net';
+import { mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createEgressProxy, createLogger, createLookup } from '../../proxy/index.js';
+import { openTenants } from '../../proxy/tenants/index.js';
+import type { AllowEntry } from '../../policy/index.js';
+import { policyOf } from '../support/test-proxy.js';
+import { listen } from '../support/loopback.js';
+import { settle } from '../support/settle.js';
+import { captureLogs } from '../support/log-capture.js';
+
+const A = { subnet: '127.0.1.0/28', proxy: '127.0.1.1', client: '127.0.1.5' };
+
+async function setup(t: Test) {
+  // An upstream that reads a request's body for as long as it comes, and never answers.
+  let received = 0;
+  const server = net.createServer((socket) => {
+    socket.on('error', () => socket.destroy());
+    socket.on('data', (chunk: Buffer) => void (received += chunk.length));
+  });
+  const upstream = await listen(server);
+  const dir = mkdtempSync(join(tmpdir(), 'tenant-http-revoke-'));
+  const register = (allowHosts: AllowEntry[]): void => {
+    const text = JSON.stringify({ version: 1, sandbox: 'cap-a', lifecycle: 'life-a-0001', subnet: A.subnet, address: A.proxy, policy: { allowHosts, connectPorts: [upstream] } });
+    writeFileSync(join(dir, `.slot-a.part`), text);
+    renameSync(join(dir, `.slot-a.part`), join(dir, `slot-a.json`));
+  };
+  const { logs, sink } = captureLogs();
+  const logger = createLogger('debug', sink);
+  register(['a.test']);
+  const shared = openTenants(dir, { tunnelDefault: 'opaque', testHosts: { 'a.test': '127.0.0.1' } }, logger);
+  const proxy = createEgressProxy({ policy: policyOf({ allowHosts: [] }), lookup: createLookup({ servers: [], timeoutMs: 500 }), logger, identities: shared.tenants });
+  const { port } = await proxy.listen('0.0.0.0', 0);
+  t.teardown(async () => {
+    shared.stop();
+    await proxy.close();
+    server.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  await settle(() => logs.some((l) => l.event === 'tenant_registered'), 'the registration');
+  const registered = (): number => logs.filter((l) => l.event === 'tenant_registered').length;
+  return { port, upstream, logs, register, registered, received: () => received };
+}
+
+const rows: Array<{ name: string; after: AllowEntry[]; closed: boolean }> = [
+  { name: 'the entry gains method rules that refuse the request under way', after: [{ host: 'a.test', methods: ['GET'] }], closed: true },
+  { name: 'the entry gains path rules that refuse it', after: [{ host: 'a.test', paths: ['/other'] }], closed: true },
+  { name: 'the entry gains rules that still allow it: it goes on', after: [{ host: 'a.test', methods: ['POST'], paths: ['/up'] }], closed: false },
+];
+
+for (const row of rows) {
+  t.test(row.name, async (t) => {
+    const s = await setup(t);
+    const client = net.connect({ host: A.proxy, port: s.port, localAddress: A.client });
+    client.on('error', () => undefined);
+    await new Promise((r) => client.once('connect', r));
+    let ended = false;
+    client.once('close', () => void (ended = true));
+    client.on('data', () => undefined);
+    client.write(`POST http://a.test:${s.upstream}/up HTTP/1.1\r\nHost: a.test:${s.upstream}\r\nTransfer-Encoding: chunked\r\n\r\n`);
+    client.write('5\r\nhello\r\n');
+    await settle(() => s.received() > 0, 'the upload reaches the upstream');
+    s.register(row.after);
+    await settle(() => s.registered() >= 2, 'the change');
+    // The recheck runs at once when the list changes; a little longer for the close to arrive.
+    await new Promise((r) => setTimeout(r, 300));
+    if (!ended) client.write('5\r\nworld\r\n');
+    await new Promise((r) => setTimeout(r, 100));
+    t.equal(ended, row.closed, row.closed ? 'the request under way is ended' : 'the request, still allowed, goes on');
+    if (row.closed) t.ok(s.logs.some((l) => l.event === 'revoked' && l.reason === 'policy_revoked' && l.host === 'a.test'), 'the closure has its line');
+    client.destroy();
+  });
+}
