@@ -201,6 +201,7 @@ export async function startDnsResponder(host: string, port: number, options: Dns
   const tcpShare = options.tcpSlots === undefined ? Infinity : limits.maxTcpPerClient;
   const tcp = tcpServer(limits, {
     serves: (clientIp) => options.policy(clientIp) !== undefined,
+    rateKey: (clientIp) => (options.oneClient === true ? '' : clientIp),
     refused: () => options.observer.dnsQuery('tcp_refused'),
     answer: (query, clientIp, client) => answerer.answer(query, clientIp, client, 'tcp'),
   }, options.tcpSlots, tcpShare);

@@ -53,6 +53,8 @@ export class TcpSlots {
 export interface TcpClients {
   /** Whether the responder serves this client (a stranger takes none of its clients' connections, nor of their rate). */
   serves(clientIp: string): boolean;
+  /** What the client's rate of new connections is kept by: its address, or one key for a responder that serves one sandbox. */
+  rateKey(clientIp: string): string;
   /** A connection refused at the caps. */
   refused(): void;
   /** The answer to one query, or none (the connection then ends). */
@@ -77,7 +79,7 @@ export function tcpServer(limits: TcpLimits, clients: TcpClients, slots = new Tc
     // The responder's own share before the shared slots: a sandbox with several addresses in its
     // subnet (review finding: two of them held every slot of a cap of four) takes one share, not
     // one per address, and leaves the other sandboxes theirs.
-    if (!clients.serves(clientIp) || fromClient >= limits.maxTcpPerClient || sockets.size >= share || !opened.takeFor(clientIp) || !slots.take()) {
+    if (!clients.serves(clientIp) || fromClient >= limits.maxTcpPerClient || sockets.size >= share || !opened.takeFor(clients.rateKey(clientIp)) || !slots.take()) {
       clients.refused();
       socket.destroy();
       return;

@@ -190,3 +190,18 @@ t.test("one sandbox's addresses together get one client's DNS query rate and ref
   t.ok(lines() - linesBefore <= 24, `and ${lines() - linesBefore} refusal lines: one client's burst of 20`);
   t.equal(await ask(B.proxy, dnsPort, B.client, 'b.test'), 'NOERROR', 'B is answered');
 });
+
+t.test("one sandbox's addresses together get one client's rate of new DNS TCP connections", async (t) => {
+  // The rate of new connections (past it one is closed unread) was kept by address: a sandbox with
+  // several addresses churned connections at that rate several times over.
+  const { proxy, shared, dnsPort } = await sharedProxy(t);
+  await proxy.listenTransparent({ listen: '0.0.0.0', answer: '0.0.0.0', ports: [{ kind: 'dns', dialled: 53, listen: dnsPort }], dnsHost: shared.tenants, dnsLimits: { tcpConnectionsPerSecond: 0.1, tcpConnectionBurst: 2 } });
+  const deadline = Date.now() + 3_000;
+  while ((await ask(A.proxy, dnsPort, A.client, 'a.test')) !== 'NOERROR' && Date.now() < deadline);
+  while ((await ask(B.proxy, dnsPort, B.client, 'b.test')) !== 'NOERROR' && Date.now() < deadline);
+  const kept = tcpKept(t, dnsPort);
+  const results: boolean[] = [];
+  for (const from of ['127.0.1.6', '127.0.1.7', '127.0.1.8']) for (let i = 0; i < 2; i++) results.push(await kept(A.proxy, from, 200));
+  t.equal(results.filter(Boolean).length, 2, `A's three addresses opened ${results.filter(Boolean).length} connections within A's burst of 2`);
+  t.ok(await kept(B.proxy, B.client, 300), "B's own rate is untouched");
+});
