@@ -299,7 +299,9 @@ export class CommandRunner {
     const stop = new Promise<'timeout' | 'abort'>((resolve) => {
       timer = setTimeout(() => resolve('timeout'), options.timeoutMs);
       onAbort = () => resolve('abort');
-      options.signal?.addEventListener('abort', onAbort, { once: true });
+      // An abort while the exec was being started (or freed before it) fired no event here.
+      if (options.signal?.aborted === true) resolve('abort');
+      else options.signal?.addEventListener('abort', onAbort, { once: true });
     });
     let outcome: number | null | 'timeout' | 'abort';
     try {

@@ -1,0 +1,40 @@
+/**
+ * An abort that comes while the command's exec is being started (the engine's create and start
+ * calls, or a `fresh` kill before them) is not lost: the command is killed once it exists, instead
+ * of running on to its timeout after the caller cancelled it.
+ */
+import t from 'tap';
+import type { ExecRequest, ExecRun } from '../../../controller/docker/engine.js';
+import { KILL_OK_MARKER, STARTED_BYTE } from '../../../controller/exec/exec-script.js';
+import { isCommand, standInRunner } from '../../support/stand-in-runner.js';
+
+const START = Buffer.from([STARTED_BYTE]);
+
+t.test('an abort during the exec\'s start kills the command', async (t) => {
+  const abort = new AbortController();
+  const kills: string[][] = [];
+  let endCommand: (code: number | null) => void = () => undefined;
+  const runner = standInRunner(async (_container: string, request: ExecRequest): Promise<ExecRun> => {
+    if (!isCommand(request)) {
+      kills.push([...request.cmd]);
+      // The kill script ends the command, then says so.
+      endCommand(137);
+      request.onOutput('stdout', Buffer.from(`${KILL_OK_MARKER}\n`));
+      return { id: 'kill', finished: Promise.resolve(0), detach: () => undefined };
+    }
+    // The caller cancels while the engine is still starting the exec.
+    abort.abort();
+    await new Promise((r) => setTimeout(r, 20));
+    request.onOutput('stderr', START);
+    const finished = new Promise<number | null>((resolve) => {
+      endCommand = resolve;
+    });
+    return { id: 'cmd', finished, detach: () => endCommand(null) };
+  });
+  const began = Date.now();
+  const result = await runner.exec('cap-x', 'sleep 1000', { signal: abort.signal, timeoutMs: 30_000 });
+  t.equal(result.aborted, true, 'the result is the abort');
+  t.equal(result.timedOut, false, 'not the timeout');
+  t.equal(kills.length, 1, 'the command was killed');
+  t.ok(Date.now() - began < 10_000, 'at once, not at the timeout');
+});
