@@ -211,6 +211,10 @@ export class CommandRunner {
   }
 
   private async execOnce(name: string, script: string, options: CheckedExecOptions): Promise<Attempt> {
+    // Cancelled while the sandbox was freed for it (fresh, or a full sandbox's kill): never started.
+    if (options.signal?.aborted === true) {
+      return { result: { exitCode: null, stdout: '', stderr: '', truncated: false, timedOut: false, aborted: true }, started: false, preStart: '' };
+    }
     const mark = execMark(options.tag, randomUUID());
     const callerStdin = toCallerStdin(options.stdin);
     let payload = encodeArg(script);

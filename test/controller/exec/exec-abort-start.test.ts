@@ -5,7 +5,7 @@
  */
 import t from 'tap';
 import type { ExecRequest, ExecRun } from '../../../controller/docker/engine.js';
-import { KILL_OK_MARKER, STARTED_BYTE } from '../../../controller/exec/exec-script.js';
+import { KILL_OK_MARKER, STARTED_BYTE, SURVIVORS_MARKER } from '../../../controller/exec/exec-script.js';
 import { isCommand, standInRunner } from '../../support/stand-in-runner.js';
 
 const START = Buffer.from([STARTED_BYTE]);
@@ -37,4 +37,28 @@ t.test('an abort during the exec\'s start kills the command', async (t) => {
   t.equal(result.timedOut, false, 'not the timeout');
   t.equal(kills.length, 1, 'the command was killed');
   t.ok(Date.now() - began < 10_000, 'at once, not at the timeout');
+});
+
+t.test('an abort during fresh\'s kill of everything starts no command', async (t) => {
+  const abort = new AbortController();
+  const commands: string[][] = [];
+  const runner = standInRunner(async (_container: string, request: ExecRequest): Promise<ExecRun> => {
+    if (isCommand(request)) {
+      commands.push([...request.cmd]);
+      request.onOutput('stderr', START);
+      return { id: 'cmd', finished: Promise.resolve(0), detach: () => undefined };
+    }
+    if (request.cmd[3] === 'capybara-killall') {
+      // The caller cancels while the sandbox is being freed for its command.
+      abort.abort();
+      request.onOutput('stdout', Buffer.from(`${KILL_OK_MARKER}\n`));
+    } else {
+      request.onOutput('stdout', Buffer.from(`${SURVIVORS_MARKER} 0\n`));
+    }
+    return { id: 'kill', finished: Promise.resolve(0), detach: () => undefined };
+  });
+  const result = await runner.exec('cap-x', 'rm -rf /workspace/*', { signal: abort.signal, fresh: true });
+  t.equal(result.aborted, true, 'the result is the abort');
+  t.equal(result.exitCode, null);
+  t.same(commands, [], 'the command never started');
 });
