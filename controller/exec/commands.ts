@@ -310,6 +310,13 @@ export class CommandRunner {
     let outcome: number | null | 'timeout' | 'abort';
     try {
       outcome = await Promise.race([run.finished, stop]);
+    } catch (err) {
+      // The engine could not say how the command ended (a failed look at the exec): it may run on,
+      // so it is killed before the error is the caller's, not left to the backstop.
+      stopWaiting();
+      run.detach();
+      await this.deps.withRunning(name, () => this.runKill(name, killMarkedCmd([mark]))).catch(() => undefined);
+      throw err;
     } finally {
       settleStart(started);
       clearTimeout(timer);

@@ -62,3 +62,22 @@ t.test('an abort during fresh\'s kill of everything starts no command', async (t
   t.equal(result.exitCode, null);
   t.same(commands, [], 'the command never started');
 });
+
+t.test('a command whose exit the engine could not report is killed, not left running to its backstop', async (t) => {
+  const kills: string[][] = [];
+  const runner = standInRunner(async (_container: string, request: ExecRequest): Promise<ExecRun> => {
+    if (!isCommand(request)) {
+      kills.push([...request.cmd]);
+      request.onOutput('stdout', Buffer.from(`${KILL_OK_MARKER}\n`));
+      return { id: 'kill', finished: Promise.resolve(0), detach: () => undefined };
+    }
+    request.onOutput('stderr', START);
+    // The command closed its output and runs on; one of the engine's looks at it failed.
+    const finished = new Promise<number | null>((_, reject) => setTimeout(() => reject(new Error('exec inspect failed')), 20));
+    finished.catch(() => undefined);
+    return { id: 'cmd', finished, detach: () => undefined };
+  });
+  const err = await runner.exec('cap-x', 'exec >&- 2>&-; sleep 100000', { timeoutMs: 30_000 }).then(() => undefined, (e: unknown) => e);
+  t.match(String(err), /exec inspect failed/, 'the engine\'s failure is the caller\'s error');
+  t.equal(kills.length, 1, 'and the command was killed');
+});
