@@ -39,18 +39,35 @@ export class SandboxLifecycle {
   private readonly shardClaims = new ShardClaims();
   /** The warm networks this process keeps ready for shard sandboxes (`warmSlots`). */
   readonly warm: WarmNetworks;
+  /** This process's creates under way: the pool refills once none is. */
+  private creating = 0;
 
   constructor(private readonly deps: BuildDeps) {
     this.warm = new WarmNetworks(deps, this.shardClaims);
   }
 
   async create(request: SandboxPlan): Promise<void> {
-    const { engine } = this.deps;
-    const { names, tier } = request;
-    const meaning = TIERS[tier];
+    const meaning = TIERS[request.tier];
     const host = egressHostOf(meaning, this.deps.config.egressIsolation, request.credentials !== undefined || this.deps.egressMode === 'report');
     // Recorded on the container: recovery, `allow` and the operator find its proxy by it.
     const shardPlan: SandboxPlan = host === 'shard' ? { ...request, containerLabels: { ...request.containerLabels, [LABEL_EGRESS_ISOLATION]: 'shared' } } : request;
+    this.creating += 1;
+    try {
+      await this.build(request, shardPlan, host);
+    } finally {
+      // Once no create is under way, either way: a refill beside one competes with it for the
+      // engine, on its critical path (measured: its container's start took longer, up to twice
+      // as long among a thousand networks). Creates that never pause make their own networks
+      // until the first pause, as without slots.
+      this.creating -= 1;
+      if (this.creating === 0) this.warm.refill();
+    }
+  }
+
+  private async build(request: SandboxPlan, shardPlan: SandboxPlan, host: ReturnType<typeof egressHostOf>): Promise<void> {
+    const { engine } = this.deps;
+    const { names } = request;
+    const meaning = TIERS[request.tier];
     // A stale instance (the host may have died before recording the handle) is replaced.
     await this.destroy(names.name);
     // A shard sandbox takes a warm network when one is ready: made, and joined by its shard.
@@ -163,9 +180,6 @@ export class SandboxLifecycle {
         throw new SandboxError('conflict', `${names.name} was changed by another call while this create ran (${replaced}); retry.`, { cause: err });
       }
       throw asConflict(err, names.name, 'create');
-    } finally {
-      // Once the create is done, either way: beside it, a refill would compete for the engine.
-      this.warm.refill();
     }
   }
 

@@ -63,8 +63,9 @@ export class WarmNetworks {
 
   /**
    * A ready warm network, or undefined (none: the create makes its own). Never the same one
-   * twice. The create refills the pool once it has finished: a refill beside it would compete for
-   * the engine on its critical path (measured: its container's start took longer).
+   * twice. The lifecycle refills the pool once none of its creates is under way: a refill beside
+   * one would compete for the engine on its critical path (measured: its container's start took
+   * longer).
    */
   take(): WarmNetwork | undefined {
     const now = Date.now();

@@ -36,3 +36,30 @@ t.test('a make that fails during a drain does not let creates refill the pool af
   await s.provider.destroy(b);
   t.same(warmNetworks(s), [], 'none left');
 });
+
+t.test('the pool refills once no create is under way: never beside another create', async (t) => {
+  const s = fakeSandbox({ egressIsolation: 'shared', warmSlots: 2 });
+  await s.provider.warmUp();
+  // b's start waits until a has finished, and a while after: a's end must not start a refill.
+  let aDone: () => void = () => undefined;
+  const aFinished = new Promise<void>((resolve) => (aDone = resolve));
+  s.engine.beforeCall(async (call) => {
+    if (call.method === 'startContainer' && call.target === 'cap-b') {
+      await aFinished;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  });
+  const refills = (): number => s.engine.calls.filter((c) => c.method === 'createNetwork' && c.target.startsWith('cap-warm.')).length;
+  const made = refills();
+  const b = s.provider.create(spec('b'));
+  const a = await s.provider.create(spec('a'));
+  aDone();
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  t.equal(refills(), made, 'no warm network made while b is still being created');
+  const bHandle = await b;
+  await s.provider.warmUp();
+  t.equal(refills(), made + 2, 'both made once b is done');
+  t.equal(warmNetworks(s).length, 4, 'two taken, two ready');
+  await s.provider.destroy(a);
+  await s.provider.destroy(bHandle);
+});
