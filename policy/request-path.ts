@@ -55,7 +55,9 @@ function escapeProblem(byte: number, next: string): string | undefined {
 
 /**
  * Encoded bytes outside ASCII must be UTF-8 (an overlong `%C0%AE` is "." to some decoders), and
- * none may be a compatibility form of ".", "/", "\" or "%" (a full-width "．" is "." after NFKC).
+ * none may be a compatibility form of ".", "/", "\", "%" or ";" (a full-width "．" is "." after
+ * NFKC; a full-width "；", or U+037E even after NFC, is ";", so `..；x` is `..` to a server that
+ * normalises before dropping parameters, as `..%3Bx` is).
  */
 function nonAsciiProblem(bytes: readonly number[]): string | undefined {
   let text: string;
@@ -65,7 +67,7 @@ function nonAsciiProblem(bytes: readonly number[]): string | undefined {
     return 'percent-encoded bytes that are not UTF-8 (an overlong form can read as "." or "/")';
   }
   for (const char of text) {
-    if (/[./\\%]/.test(char.normalize('NFKC'))) return `an encoded "${char}", which some servers normalise to "${char.normalize('NFKC')}"`;
+    if (/[./\\%;]/.test(char.normalize('NFKC'))) return `an encoded "${char}", which some servers normalise to "${char.normalize('NFKC')}"`;
   }
   return undefined;
 }

@@ -61,6 +61,8 @@ t.test('ambiguous spellings are refused, each with its problem', async (t) => {
     { name: 'a cut UTF-8 sequence', target: '/a%c3/b', problem: /not UTF-8/ },
     { name: 'a full-width dot', target: '/a/%ef%bc%8e%ef%bc%8e/b', problem: /normalise to "\."/ },
     { name: 'a full-width solidus', target: '/a%ef%bc%8fb', problem: /normalise to "\/"/ },
+    { name: 'a full-width semicolon after a dot-dot (NFKC, then Tomcat)', target: '/repos/org/..%ef%bc%9bx/other', problem: /normalise to ";"/ },
+    { name: 'a Greek question mark after a dot-dot (";" even under NFC)', target: '/repos/org/..%cd%be/other', problem: /normalise to ";"/ },
     { name: 'raw non-ASCII', target: '/caf\u00e9', problem: /outside ASCII/ },
     { name: 'a fragment', target: '/a#b', problem: /fragment/ },
     { name: 'not a path', target: 'a/b', problem: /start with "\/"/ },
@@ -113,7 +115,7 @@ function serverViews(path: string): string[] {
 
 // Pieces of segments, joined by "/": plain ones, and each spelling some server reads as "." or "/".
 const PLAIN = ['a', 'b', 'org', 'repos', '%41', '%7e', '%2e', '.a', 'a.', 'x;v=1', '%25', 'caf%c3%a9', '%3a'];
-const HOSTILE = ['.', '..', '...', '%2E%2e', '.%2e', '%2f', '%2F', '%5c', '\\', '', ';x', '..;', '..;x', '..%3bx', '%252e', '%252f', '%c0%ae', '%c0%af', '%ef%bc%8e', '%ef%bc%8f', 'x%00', 'a%2f..', '%', '%zz', '?', '#', '..?', '%2e%2e;'];
+const HOSTILE = ['.', '..', '...', '%2E%2e', '.%2e', '%2f', '%2F', '%5c', '\\', '', ';x', '..;', '..;x', '..%3bx', '%252e', '%252f', '%c0%ae', '%c0%af', '%ef%bc%8e', '%ef%bc%8f', '..%ef%bc%9bx', '..%cd%be', 'x%00', 'a%2f..', '%', '%zz', '?', '#', '..?', '%2e%2e;'];
 const PIECES = [...PLAIN, ...HOSTILE];
 const piece = fc.oneof({ arbitrary: fc.constantFrom(...PLAIN), weight: 4 }, { arbitrary: fc.constantFrom(...HOSTILE), weight: 1 });
 
