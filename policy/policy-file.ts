@@ -155,6 +155,11 @@ export function readStrictText(text: string, source: string): { value: unknown; 
       }),
     );
   }
+  // A %YAML 1.1 directive turns on merge keys ("<<", which may give a key twice, one value
+  // dropped unsaid) and 1.1's readings of yes/no, octal and sexagesimal numbers.
+  if (doc.directives?.yaml.version !== '1.2') {
+    throw new PolicyError(source, [{ path: at(lines, 0), message: `policies are YAML 1.2 (or JSON); drop the %YAML ${doc.directives?.yaml.version ?? ''} directive, under which merge keys ("<<") and yes, no, octal and sexagesimal numbers read otherwise` }]);
+  }
   const aliases = aliasProblems(doc, lines);
   if (aliases.length > 0) throw new PolicyError(source, aliases);
   return { value: doc.toJS() as unknown, doc, lines };

@@ -3,6 +3,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import { parsePolicyText, PolicyError, buildPolicy } from '../../policy/index.js';
+import { readStrictText } from '../../policy/policy-file.js';
 
 t.test('reads YAML and JSON with defaults', async (t) => {
   t.same(parsePolicyText('allowHosts: [a.example]\n', 'p.yaml'), { version: 1, allowHosts: ['a.example'], connectPorts: [443, 80] });
@@ -33,6 +34,19 @@ for (const c of bad) {
     t.match(err.message, c.path);
   });
 }
+
+t.test('a %YAML 1.1 directive is refused: its merge keys would give a key twice, one value dropped unsaid', async (t) => {
+  // Under YAML 1.1 "<<" merges a mapping into its parent; two of them name methods twice, and the
+  // reader keeps one without a word, where a key written twice is an error.
+  const merged = '%YAML 1.1\n---\nallowHosts:\n  - <<: {host: api.example.com, methods: [GET]}\n    <<: {methods: [POST, DELETE]}\n';
+  const err = t.throws(() => parsePolicyText(merged, 'p.yaml')) as PolicyError;
+  t.type(err, PolicyError);
+  t.match(err.message, /line 1, column 1: .*YAML 1\.2/);
+  // The slot files of a shared proxy are read the same way.
+  t.throws(() => readStrictText('%YAML 1.1\n---\n<<: {mode: report}\nallowHosts: [a.example]\n', 'slot.json'), PolicyError);
+  // An explicit 1.2 directive is what the reader assumes anyway.
+  t.same(parsePolicyText('%YAML 1.2\n---\nallowHosts: [a.example]\n', 'p.yaml').allowHosts, ['a.example']);
+});
 
 t.test('bad allowlist entries name the entry and why', async (t) => {
   const built = buildPolicy({ allowHosts: ['good.example', '10.0.0.1', 'a..b'] });
