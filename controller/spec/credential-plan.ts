@@ -138,15 +138,20 @@ const FALLBACK = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789
 const MIN_RANDOM = 16;
 
 /**
- * A placeholder of the value's shape: the same prefix up to and including the first "_" (ghp_,
- * sk_, github_), the same length, the rest drawn with `randomIndex` (a uniform integer below n:
- * crypto.randomInt) from the narrowest alphabet that holds the value's rest. Base64 padding at the
- * end is kept as it is. A value too short to leave 16 random characters is refused: its
- * placeholder could be guessed, or be the value.
+ * A vendor's prefix (ghp_, sk_, github_, whsec_): one to eight lower-case letters and "_". Anything
+ * longer or otherwise before a "_" is part of the secret (a base64url token has "_" anywhere), and
+ * the sandbox holds the placeholder: before a review it kept all of a value up to its first "_".
+ */
+const VENDOR_PREFIX = /^[a-z]{1,8}_/;
+
+/**
+ * A placeholder of the value's shape: the same vendor prefix (above), the same length, the rest
+ * drawn with `randomIndex` (a uniform integer below n: crypto.randomInt) from the narrowest
+ * alphabet that holds the value's rest. Base64 padding at the end is kept as it is. A value too
+ * short to leave 16 random characters is refused: its placeholder could be guessed, or be the value.
  */
 export function placeholderFor(value: string, randomIndex: (n: number) => number): string {
-  const underscore = value.indexOf('_');
-  const prefix = underscore === -1 ? '' : value.slice(0, underscore + 1);
+  const prefix = VENDOR_PREFIX.exec(value)?.[0] ?? '';
   let rest = value.slice(prefix.length);
   const padding = /=*$/.exec(rest)?.[0] ?? '';
   rest = rest.slice(0, rest.length - padding.length);

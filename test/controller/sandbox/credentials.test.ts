@@ -214,6 +214,24 @@ t.test('placeholders have the value\'s shape', async (t) => {
   t.throws(() => placeholderFor('ghp_0123456789', counter), /fewer than 16/);
 });
 
+t.test('a placeholder keeps a vendor prefix (ghp_, sk_, github_), never the secret characters before an "_" further in', async (t) => {
+  // The sandbox holds the placeholder: whatever of the value it copies, the sandbox knows. A
+  // base64url token has "_" anywhere in it, and a password may too.
+  const random = (n: number): number => Math.floor(Math.random() * n);
+  const rows = [
+    { name: 'base64url token with "_" in the middle', value: 'Zk3mQ9xLrT8vWp2N_aB3cD4eF5gH6iJ7kL8m', secret: 'Zk3mQ9xLrT8vWp2N' },
+    { name: 'a password with "_"', value: 'correct-horse-battery_staple0123456789ab', secret: 'correct-horse-battery' },
+    { name: 'upper case before "_"', value: 'MYSECRETVALUE_0123456789abcdefABCDEF', secret: 'MYSECRETVALUE' },
+  ];
+  for (const row of rows) {
+    const all = Array.from({ length: 20 }, () => placeholderFor(row.value, random));
+    t.same(all.filter((p) => p.startsWith(row.secret)), [], `${row.name}: no placeholder begins with the value's secret characters`);
+    t.ok(all.every((p) => p.length === row.value.length), `${row.name}: same length`);
+  }
+  t.match(placeholderFor(`ghp_${'aB3'.repeat(12)}`, random), /^ghp_/, 'a vendor prefix is kept');
+  t.match(placeholderFor(`sk_live_${'aB3'.repeat(8)}`, random), /^sk_/, 'a vendor prefix is kept');
+});
+
 t.test('the deployment CA: made once, 0600 in a 0700 directory, reused; a loose or foreign one refused', async (t) => {
   const dir = stateDir(t);
   const [a, b] = await Promise.all([loadDeploymentCa(dir), loadDeploymentCa(dir)]);
