@@ -11,9 +11,9 @@
  * certificate (a creation or rotation under way) reads again for a moment before it gives up.
  */
 import { constants } from 'node:fs';
-import { link, lstat, mkdir, open, rename, rm } from 'node:fs/promises';
+import { link, lstat, mkdir, open, rename, rm, type FileHandle } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { CodedError, createAuthority, decodeInline, isCodedError, parseAuthority, type Authority } from '../../common/index.js';
 
 export const DEFAULT_CA_DIR = '/var/lib/capybara-egress/ca';
@@ -38,30 +38,42 @@ export async function loadAuthority(source: CaSource, options: { create: boolean
       throw new CaStoreError('ca_invalid', `${source.from}: ${(err as Error).message}`, { cause: err });
     }
   }
-  await safeDirectory(source.dir, source.from, options.create);
-  const found = await readPair(source.dir, source.from);
-  if (found !== undefined) return { authority: found, created: false };
-  if (!options.create) throw new CaStoreError('ca_unreadable', `${source.from}: ${source.dir} holds no CA; make one with \`capybara-egress ca --ca-dir ${source.dir}\``);
-  const made = await createAuthority();
-  const claimed = await writePair(source.dir, made, 'claim').catch((err: NodeJS.ErrnoException) => {
-    throw new CaStoreError('ca_unreadable', `${source.from}: cannot write a new CA into ${source.dir} (${err.code ?? err.message}): make it writable for the proxy's user (a volume, in a container with a read-only root), or give the CA in EGRESS_CA_INLINE`, { cause: err });
-  });
-  if (claimed) return { authority: made, created: true };
-  const theirs = await readPair(source.dir, source.from);
-  if (theirs === undefined) throw new CaStoreError('ca_unreadable', `${source.from}: another process made a CA in ${source.dir} but it cannot be read`);
-  return { authority: theirs, created: false };
+  const opened = await safeDirectory(source.dir, source.from, options.create);
+  try {
+    const found = await readPair(opened.at, source.dir, source.from);
+    if (found !== undefined) return { authority: found, created: false };
+    if (!options.create) throw new CaStoreError('ca_unreadable', `${source.from}: ${source.dir} holds no CA; make one with \`capybara-egress ca --ca-dir ${source.dir}\``);
+    const made = await createAuthority();
+    const claimed = await writePair(opened.at, made, 'claim').catch((err: NodeJS.ErrnoException) => {
+      throw new CaStoreError('ca_unreadable', `${source.from}: cannot write a new CA into ${source.dir} (${err.code ?? err.message}): make it writable for the proxy's user (a volume, in a container with a read-only root), or give the CA in EGRESS_CA_INLINE`, { cause: err });
+    });
+    if (claimed) return { authority: made, created: true };
+    const theirs = await readPair(opened.at, source.dir, source.from);
+    if (theirs === undefined) throw new CaStoreError('ca_unreadable', `${source.from}: another process made a CA in ${source.dir} but it cannot be read`);
+    return { authority: theirs, created: false };
+  } finally {
+    await opened.handle.close();
+  }
 }
 
 /** A new CA in the directory, replacing the old pair (each file by rename, so a reader never sees half a file). */
 export async function rotateAuthority(dir: string, from: string): Promise<Authority> {
-  await safeDirectory(dir, from, true);
-  const made = await createAuthority();
-  await writePair(dir, made, 'replace');
-  return made;
+  const opened = await safeDirectory(dir, from, true);
+  try {
+    const made = await createAuthority();
+    await writePair(opened.at, made, 'replace');
+    return made;
+  } finally {
+    await opened.handle.close();
+  }
 }
 
-/** The directory exists (made 0700 when `create` allows), is a directory and no link, is ours, and is closed to others. */
-async function safeDirectory(dir: string, from: string, create: boolean): Promise<void> {
+/**
+ * The directory exists (made 0700 when `create` allows), is a directory and no link, is ours, and
+ * is closed to others; it is opened, and every later read and write goes through that descriptor
+ * (`at`), so a directory swapped in after the check (by whoever can write its parent) is never used.
+ */
+async function safeDirectory(dir: string, from: string, create: boolean): Promise<{ handle: FileHandle; at: string }> {
   let stat = await lstat(dir).catch((err: NodeJS.ErrnoException) => {
     if (err.code === 'ENOENT') return undefined;
     throw new CaStoreError('ca_unreadable', `${from}: cannot read ${dir} (${err.code ?? err.message}): give a directory owned by the proxy's user, mode 0700`, { cause: err });
@@ -79,14 +91,23 @@ async function safeDirectory(dir: string, from: string, create: boolean): Promis
   if (!stat.isDirectory()) throw new CaStoreError('ca_dir_unsafe', `${from}: ${dir} is not a directory`);
   if (uid !== undefined && stat.uid !== uid) throw new CaStoreError('ca_dir_unsafe', `${from}: ${dir} belongs to uid ${stat.uid}, not to the proxy's user (uid ${uid}): the CA key must be the proxy's alone; ${fix}`);
   if ((stat.mode & 0o077) !== 0) throw new CaStoreError('ca_dir_unsafe', `${from}: ${dir} has mode 0${(stat.mode & 0o777).toString(8)}, open to group or other: the CA key must be the proxy's alone; chmod 700 ${dir}`);
+  const handle = await open(dir, constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW).catch((err: NodeJS.ErrnoException) => {
+    throw new CaStoreError('ca_dir_unsafe', `${from}: ${dir} changed while it was checked (${err.code ?? err.message}); start again`, { cause: err });
+  });
+  const held = await handle.stat();
+  if (held.dev !== stat.dev || held.ino !== stat.ino) {
+    await handle.close();
+    throw new CaStoreError('ca_dir_unsafe', `${from}: ${dir} was replaced while it was checked; start again`);
+  }
+  return { handle, at: process.platform === 'linux' ? `/proc/self/fd/${handle.fd}` : dir };
 }
 
 /** The pair in the directory, undefined when there is none; a key without its certificate is waited for a moment. */
-async function readPair(dir: string, from: string): Promise<Authority | undefined> {
+async function readPair(at: string, dir: string, from: string): Promise<Authority | undefined> {
   const deadline = Date.now() + SETTLE_MS;
   for (;;) {
-    const key = await readPrivate(join(dir, CA_KEY_FILE), from, true);
-    const cert = await readPrivate(join(dir, CA_CERT_FILE), from, false);
+    const key = await readPrivate(at, join(dir, CA_KEY_FILE), from, true);
+    const cert = await readPrivate(at, join(dir, CA_CERT_FILE), from, false);
     if (key === undefined && cert === undefined) return undefined;
     let problem: unknown;
     if (key !== undefined && cert !== undefined) {
@@ -105,11 +126,11 @@ async function readPair(dir: string, from: string): Promise<Authority | undefine
   }
 }
 
-/** A file's text, opened without following a link; a key must be ours and closed to others. Undefined when absent. */
-async function readPrivate(path: string, from: string, secret: boolean): Promise<string | undefined> {
+/** A file's text (`path` in the directory opened at `at`), opened without following a link; a key must be ours and closed to others. Undefined when absent. */
+async function readPrivate(at: string, path: string, from: string, secret: boolean): Promise<string | undefined> {
   let handle;
   try {
-    handle = await open(path, constants.O_RDONLY | constants.O_NOFOLLOW);
+    handle = await open(join(at, basename(path)), constants.O_RDONLY | constants.O_NOFOLLOW);
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'ENOENT') return undefined;

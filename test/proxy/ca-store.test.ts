@@ -5,7 +5,7 @@
  * inline variable instead of a directory; and a policy without inspected entries never touches it.
  */
 import t, { type Test } from 'tap';
-import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, statSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, statSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import tls from 'node:tls';
@@ -197,4 +197,26 @@ t.test('a directory that cannot be made is an error that says what to do', async
   const file = fresh();
   writeFileSync(file, 'x');
   await t.rejects(loadAuthority(dirSource(path.join(file, 'ca'))), { code: 'ca_unreadable', message: /cannot read .*ca \(ENOTDIR\): give a directory owned by the proxy's user, mode 0700/ });
+});
+
+t.test('a directory swapped after its check (a link, or another directory, put in its place) is never read or written through', async (t) => {
+  // Whoever can write the parent can rename the checked directory away and put a link to a
+  // directory of theirs in its place: every read and write after the check must stay in the
+  // directory that was checked. Here the swap lands while the proxy waits for a half pair.
+  const parent = fresh();
+  mkdirSync(parent, { mode: 0o700 });
+  const dir = path.join(parent, 'ca');
+  await loadAuthority(dirSource(dir));
+  unlinkSync(path.join(dir, 'ca.crt'));
+  const theirs = path.join(parent, 'theirs');
+  mkdirSync(theirs, { mode: 0o700 });
+  chmodSync(theirs, 0o755);
+  const planted = await createAuthority();
+  writeFileSync(path.join(theirs, 'ca.key'), planted.keyPem, { mode: 0o600 });
+  writeFileSync(path.join(theirs, 'ca.crt'), planted.certificatePem, { mode: 0o644 });
+  const loading = loadAuthority(dirSource(dir));
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  renameSync(dir, path.join(parent, 'moved'));
+  symlinkSync(theirs, dir);
+  await refused(t, loading, 'ca_invalid', /ca\.crt is missing/);
 });
