@@ -76,6 +76,23 @@ t.test('pods are hardened', async (t) => {
   for (const name of ['capybara-egress', 'capybara-workloads']) t.equal(find('Namespace', name).metadata.labels['pod-security.kubernetes.io/enforce'], 'restricted', `${name}: Pod Security restricted`);
 });
 
+t.test('no pod can take a node\'s CPU, memory or disk: every container has both limits, every emptyDir a size', async (t) => {
+  for (const { doc } of docs.filter((d) => d.doc.kind === 'Deployment' || d.doc.kind === 'Pod')) {
+    const pod = doc.kind === 'Pod' ? doc.spec : doc.spec.template.spec;
+    const name = `${doc.kind} ${doc.metadata.name}`;
+    for (const c of [...(pod.initContainers ?? []), ...pod.containers]) {
+      t.ok(c.resources?.limits?.cpu, `${name}/${c.name}: a CPU limit (a tenant driving it cannot take every core of the node)`);
+      t.ok(c.resources?.limits?.memory, `${name}/${c.name}: a memory limit`);
+    }
+    // An emptyDir without sizeLimit is bounded only by the node's disk (or, in memory, the
+    // container's memory limit): one workload filling its workspace fills the node's disk and
+    // gets every pod there evicted. With a sizeLimit the kubelet evicts that pod alone.
+    for (const v of (pod.volumes ?? []).filter((v: Manifest) => v.emptyDir !== undefined)) {
+      t.ok(v.emptyDir.sizeLimit, `${name}: emptyDir ${v.name} has a sizeLimit`);
+    }
+  }
+});
+
 t.test('workloads have no way out but the proxy, and no pod of theirs is exempt', async (t) => {
   const deployment = find('Deployment', 'capybara-egress');
   const proxyNamespace = deployment.metadata.namespace as string;
