@@ -73,7 +73,10 @@ export function socketProxyBody(s: SocketProxySettings): Record<string, unknown>
       SecurityOpt: ['no-new-privileges'],
       ReadonlyRootfs: true,
       PidsLimit: 256,
-      Memory: 256 * 1024 * 1024,
+      // What haproxy.cfg lets it allocate: maxconn 4,096 connections of two 64 KiB buffers, Lua's
+      // 64 MiB, and room for the rest (test/haproxy/memory-budget.test.ts). Less, and load the
+      // configuration admits gets it OOM-killed, every exec stream with it.
+      Memory: 768 * 1024 * 1024,
       // Comes back with the engine, as the controller expects its endpoint to.
       RestartPolicy: { Name: 'unless-stopped' },
       // HAProxy logs a line per request: capped, like the controller's own containers.
