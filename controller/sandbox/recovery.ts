@@ -161,8 +161,10 @@ export class SandboxRecovery {
           await engine.startContainer(name);
           return true;
         } catch (err) {
-          // The network it was created on is gone (it is bound by id, not by name).
+          // The network it was created on is gone (it is bound by id, not by name); or the
+          // container itself, destroyed by another process, which a rebuild must not undo.
           if (engineStatus(err) !== 404) throw err;
+          await this.requireSame(name, view);
           return false;
         }
       });
@@ -185,6 +187,9 @@ export class SandboxRecovery {
     const target = tier.sandboxNetwork === 'internal' ? network?.id : tier.sandboxNetwork === 'shared' ? await ensureSharedNetwork(this.deps) : 'none';
     if (target === undefined) throw new SandboxError('engine_error', `No network to rebuild ${name} on.`);
     this.requireStartAllowed(name, view);
+    // Still the container read: one destroyed (or made again) by another process since is not
+    // brought back from this inspect data.
+    await this.requireSame(name, view);
     await this.deps.engine.removeContainer(name);
     const dns = tier.egressProxy ? network?.egressAddress : undefined;
     // On a warm network made again, the proxy's address moved with the subnet.
@@ -259,6 +264,12 @@ export class SandboxRecovery {
     const allowHosts = decodeAllowHosts(view.labels[LABEL_ALLOW_HOSTS] ?? '');
     const seat = ownSeat(names);
     return { lifecycle: await keepRegistration(this.deps, { names, allowHosts }, seat, target, this.sameContainer(name, view)), seat, target };
+  }
+
+  /** Throws `conflict` unless sandbox `name` is still the container `view`. */
+  private async requireSame(name: string, view: ContainerView): Promise<void> {
+    if (await this.sameContainer(name, view)()) return;
+    throw new SandboxError('conflict', `${name} was destroyed or made again by another call while this recovery ran; retry.`);
   }
 
   /** Whether sandbox `name` is still the container `view` (not destroyed, nor made again). */
