@@ -110,7 +110,7 @@ export class SandboxRecovery {
     let network: SandboxNetwork | undefined;
     let networkRebuilt = false;
     if (tier.sandboxNetwork === 'internal') {
-      const found = await findOrRecreateSandboxNetwork(this.deps, names, view, this.resourceLabels(name, view));
+      const found = await findOrRecreateSandboxNetwork(this.deps, names, view, this.resourceLabels(name, view), this.sameContainer(name, view));
       network = found.network;
       networkRebuilt = found.rebuilt;
     }

@@ -172,9 +172,11 @@ export async function findOrRecreateSandboxNetwork(
   names: SandboxNames,
   view: ContainerView,
   labels: Readonly<Record<string, string>>,
+  /** Whether the sandbox is still the container `view` (recovery.ts); a network is made only for it. */
+  same: () => Promise<boolean> = async () => true,
 ): Promise<{ readonly network: SandboxNetwork; readonly rebuilt: boolean }> {
   const ref = view.hostConfig.NetworkMode;
-  if (isWarmNetworkName(view.labels[LABEL_WARM_NETWORK])) return findOrRecreateWarmNetwork(deps, names, view, labels);
+  if (isWarmNetworkName(view.labels[LABEL_WARM_NETWORK])) return findOrRecreateWarmNetwork(deps, names, view, labels, same);
   const own = await ownSandboxNetworks(deps, names);
   const current = own.find((n) => n.id === ref || n.name === ref);
   if (current !== undefined) return { network: sandboxNetworkOf(current), rebuilt: false };
@@ -182,7 +184,7 @@ export async function findOrRecreateSandboxNetwork(
   if (own.length > 0) return { network: sandboxNetworkOf(await keepOldest(deps, own)), rebuilt: true };
   deps.logger.warn({ sandbox: names.name }, 'internal network missing, recreating it');
   try {
-    return { network: await createSandboxNetwork(deps, names, labels), rebuilt: true };
+    return { network: await madeForSandbox(deps, names, same, () => createSandboxNetwork(deps, names, labels)), rebuilt: true };
   } catch (err) {
     // A concurrent recovery made it first: use that one.
     if (!isSandboxError(err, 'conflict')) throw err;
@@ -190,6 +192,21 @@ export async function findOrRecreateSandboxNetwork(
     if (made.length === 0) throw err;
     return { network: sandboxNetworkOf(await keepOldest(deps, made)), rebuilt: true };
   }
+}
+
+/**
+ * A network a recovery makes again, only while the sandbox is still the container it read: one
+ * destroyed by another process meanwhile (its destroy found no network to remove) would otherwise
+ * keep the network, and the proxy the recovery then rebuilt on it, after that destroy said done.
+ * Made and then found destroyed, the network is removed again (by id: only this one).
+ */
+async function madeForSandbox(deps: BuildDeps, names: SandboxNames, same: () => Promise<boolean>, make: () => Promise<SandboxNetwork>): Promise<SandboxNetwork> {
+  const gone = (): SandboxError => new SandboxError('conflict', `${names.name} was destroyed or made again by another call while this recovery ran; retry.`);
+  if (!(await same())) throw gone();
+  const network = await make();
+  if (await same()) return network;
+  await deps.engine.removeNetwork(network.id).catch((err: unknown) => deps.logger.warn({ sandbox: names.name, network: network.id, err }, 'a network made again for a sandbox destroyed meanwhile could not be removed'));
+  throw gone();
 }
 
 /** The warm label of a warm network a recovery made again for one sandbox (and labelled as its own). */
@@ -213,6 +230,7 @@ async function findOrRecreateWarmNetwork(
   names: SandboxNames,
   view: ContainerView,
   labels: Readonly<Record<string, string>>,
+  same: () => Promise<boolean>,
 ): Promise<{ readonly network: SandboxNetwork; readonly rebuilt: boolean }> {
   const found = await ownWarmNetwork(deps, view.labels);
   if (found !== undefined) {
@@ -225,7 +243,7 @@ async function findOrRecreateWarmNetwork(
   const name = view.labels[LABEL_WARM_NETWORK]!;
   deps.logger.warn({ network: name }, 'warm network missing, recreating it');
   try {
-    return { network: await createOnAddressPool(deps, name, { ...labels, [LABEL_WARM]: RECOVERED_WARM }), rebuilt: true };
+    return { network: await madeForSandbox(deps, names, same, () => createOnAddressPool(deps, name, { ...labels, [LABEL_WARM]: RECOVERED_WARM })), rebuilt: true };
   } catch (err) {
     // A concurrent recovery made it first: use that one.
     if (engineStatus(err) !== 409) throw err;

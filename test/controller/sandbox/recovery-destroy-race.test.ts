@@ -30,3 +30,25 @@ for (const egress of ['none', 'open', 'internal'] as const) {
     t.same(leftOver(s, NAME), [], 'nothing of the destroyed sandbox is made again');
   });
 }
+
+for (const [egress, at] of [['internal', 'listNetworks'], ['allowlist', 'listNetworks'], ['allowlist', 'createNetwork']] as const) {
+  t.test(`a ${egress} sandbox destroyed by another process at a resume's ${at}: no network is made again, or kept`, async (t) => {
+    const s = fakeSandbox();
+    const other = s.withConfig({});
+    await s.provider.create({ id: ID, image: IMAGES.sandbox, limits: egress === 'allowlist' ? { egress, allowHosts: ['example.com'] } : { egress } });
+    await s.provider.suspend({ id: NAME });
+    // Its network removed while it was stopped, so that the resume makes it again.
+    if (at === 'createNetwork') await s.engine.removeNetwork(s.engine.networkNamed(`${NAME}-net`)?.id ?? '');
+    let armed = true;
+    s.engine.beforeCall(async (call) => {
+      if (armed && call.method === at) {
+        armed = false;
+        await other.destroy({ id: NAME });
+      }
+    });
+    const result = await s.provider.resume({ id: NAME }).then((r) => r, (err: unknown) => err);
+    t.notOk(armed, 'the destroy landed there');
+    t.ok(result === 'gone' || isSandboxError(result, 'conflict') || isSandboxError(result, 'not_found'), `the resume says so: ${String(result)}`);
+    t.same(leftOver(s, NAME), [], 'nothing of the destroyed sandbox is made again');
+  });
+}
