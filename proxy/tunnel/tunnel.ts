@@ -129,11 +129,13 @@ export async function openTunnel(
       connect: ctx.connect,
       purpose: 'tunnel',
       timeoutMs: ctx.limits.connectTimeoutMs,
-      isCancelled: () => client.destroyed,
+      client,
     });
     upstream = result.socket;
     dialed = result.attempts;
   } catch (err) {
+    // Given up with its client, which gets no refusal: its line says it left.
+    if (client.destroyed) return clientGone();
     const attempts = isDialError(err) ? err.attempts : [];
     ctx.observer.connect(ms(dialStarted) / 1000, false);
     return deny(

@@ -42,22 +42,31 @@ function endpoint(address: string, port: number): string {
   return address.includes(':') ? `[${address}]:${port}` : `${address}:${port}`;
 }
 
-function attempt(connect: Connect, address: string, port: number, timeoutMs: number, purpose: DialPurpose): Promise<net.Socket> {
+/** What a dial is for: the client whose close gives it up, at once, mid-attempt too. */
+interface DialFor {
+  readonly client?: net.Socket | undefined;
+}
+
+function attempt(connect: Connect, address: string, port: number, timeoutMs: number, purpose: DialPurpose, dialFor: DialFor): Promise<net.Socket> {
   return new Promise((resolve, reject) => {
     const socket = connect(address, port, purpose);
-    const timer = setTimeout(() => {
-      socket.destroy();
-      reject(new Error(`timed out after ${timeoutMs} ms`));
-    }, timeoutMs);
-    const onError = (err: Error): void => {
+    const { client } = dialFor;
+    const fail = (err: Error): void => {
       clearTimeout(timer);
+      client?.off('close', onClientClose);
       socket.destroy();
       reject(err);
     };
-    socket.once('error', onError);
+    const timer = setTimeout(() => fail(new Error(`timed out after ${timeoutMs} ms`)), timeoutMs);
+    // A dial left running after its client has gone holds a descriptor no connection slot counts.
+    const onClientClose = (): void => fail(new Error('cancelled: the client closed'));
+    client?.once('close', onClientClose);
+    if (client?.destroyed === true) onClientClose();
+    socket.once('error', fail);
     socket.once('connect', () => {
       clearTimeout(timer);
-      socket.off('error', onError);
+      client?.off('close', onClientClose);
+      socket.off('error', fail);
       resolve(socket);
     });
   });
@@ -66,15 +75,15 @@ function attempt(connect: Connect, address: string, port: number, timeoutMs: num
 export async function dialPinned(
   addresses: readonly string[],
   port: number,
-  options: { connect: Connect; purpose: DialPurpose; timeoutMs: number; isCancelled?: () => boolean },
+  options: { connect: Connect; purpose: DialPurpose; timeoutMs: number } & DialFor,
 ): Promise<Dialed> {
   const attempts: string[] = [];
   const failures: string[] = [];
   for (const address of addresses) {
-    if (options.isCancelled?.()) break;
+    if (options.client?.destroyed === true) break;
     attempts.push(endpoint(address, port));
     try {
-      const socket = await attempt(options.connect, address, port, options.timeoutMs, options.purpose);
+      const socket = await attempt(options.connect, address, port, options.timeoutMs, options.purpose, options);
       return { socket, address, attempts };
     } catch (err) {
       failures.push(`${endpoint(address, port)}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);

@@ -115,7 +115,10 @@ const policyInput = {
 const connect: Connect = (address, port) => {
   if (address !== SLOW_ADDRESS) return net.connect({ host: address, port, allowHalfOpen: true });
   const socket = new net.Socket({ allowHalfOpen: true });
-  setTimeout(() => socket.connect(port, '127.0.0.1'), 300);
+  // Unless the dial was given up meanwhile: connect() would bring a destroyed socket back.
+  setTimeout(() => {
+    if (!socket.destroyed) socket.connect(port, '127.0.0.1');
+  }, 300);
   return socket;
 };
 /** A policy whose allowlist fails while matching: the proxy must fail closed, with one line. */
