@@ -197,7 +197,7 @@ export async function socketProxyUp(s: SocketProxySettings, images: readonly str
     if (info.Config.Labels?.[LABEL_OPERATOR] !== OPERATOR_ROLE) {
       throw new SandboxError('invalid_config', `A container named ${s.name} exists and was not started by capybara-sandbox up; remove it or choose another name with --proxy-name.`);
     }
-    const drift = socketProxyDrift({ imageId: info.Image, env: info.Config.Env ?? [], binds: info.HostConfig.Binds ?? [], labels: info.Config.Labels ?? {} }, s, imageId);
+    const drift = socketProxyDrift({ imageId: info.Image, env: info.Config.Env ?? [], binds: info.HostConfig.Binds ?? [], labels: info.Config.Labels ?? {}, memory: info.HostConfig.Memory ?? 0 }, s, imageId);
     if (drift.length > 0) {
       progress(`socket proxy ${s.name}: recreating (${drift.join('; ')})`);
       await container.remove({ force: true });

@@ -73,10 +73,7 @@ export function socketProxyBody(s: SocketProxySettings): Record<string, unknown>
       SecurityOpt: ['no-new-privileges'],
       ReadonlyRootfs: true,
       PidsLimit: 256,
-      // What haproxy.cfg lets it allocate: maxconn 4,096 connections of two 64 KiB buffers, Lua's
-      // 64 MiB, and room for the rest (test/haproxy/memory-budget.test.ts). Less, and load the
-      // configuration admits gets it OOM-killed, every exec stream with it.
-      Memory: 768 * 1024 * 1024,
+      Memory: SOCKET_PROXY_MEMORY_BYTES,
       // Comes back with the engine, as the controller expects its endpoint to.
       RestartPolicy: { Name: 'unless-stopped' },
       // HAProxy logs a line per request: capped, like the controller's own containers.
@@ -85,12 +82,21 @@ export function socketProxyBody(s: SocketProxySettings): Record<string, unknown>
   };
 }
 
+/**
+ * The socket proxy's memory limit: what haproxy.cfg lets it allocate, maxconn 4,096 connections of
+ * two 64 KiB buffers, Lua's 64 MiB, and room for the rest (test/haproxy/memory-budget.test.ts).
+ * Less, and load the configuration admits gets it OOM-killed, every exec stream with it.
+ */
+export const SOCKET_PROXY_MEMORY_BYTES = 768 * 1024 * 1024;
+
 /** What `docker inspect` says about an existing container, as far as the check needs. */
 export interface ExistingProxy {
   readonly imageId: string;
   readonly env: readonly string[];
   readonly binds: readonly string[];
   readonly labels: Readonly<Record<string, string>>;
+  /** HostConfig.Memory, in bytes (0: no limit). */
+  readonly memory: number;
 }
 
 /**
@@ -108,6 +114,7 @@ export function socketProxyDrift(existing: ExistingProxy, s: SocketProxySettings
   for (const [key, value] of Object.entries(socketProxyLabels(s))) {
     if (existing.labels[key] !== value) out.push(`label ${key} is not ${value}`);
   }
+  if (existing.memory !== SOCKET_PROXY_MEMORY_BYTES) out.push(`memory limit is ${existing.memory / 1024 / 1024} MiB, not ${SOCKET_PROXY_MEMORY_BYTES / 1024 / 1024} MiB`);
   return out;
 }
 

@@ -166,7 +166,7 @@ t.test('the socket proxy container', async (t) => {
   t.ok(body.Env.includes('SOCKET_PROXY_REGISTRIES='), 'nothing pulled from a registry');
   t.same(body.Env.filter((e) => e.startsWith('SOCKET_PROXY_MAX_')).sort(), ['SOCKET_PROXY_MAX_CPUS=4', 'SOCKET_PROXY_MAX_MEMORY=16384', 'SOCKET_PROXY_MAX_PIDS=1024'], 'the deployment\'s ceilings');
   t.equal(socketDirOfBinds(body.HostConfig.Binds as string[]), '/run/capybara-sandbox');
-  const same = { imageId: 'sha256:1', env: [...body.Env, 'PATH=/usr/bin'], binds: body.HostConfig.Binds as string[], labels: body.Labels };
+  const same = { imageId: 'sha256:1', env: [...body.Env, 'PATH=/usr/bin'], binds: body.HostConfig.Binds as string[], labels: body.Labels, memory: body.HostConfig.Memory as number };
   const rows = [
     { name: 'unchanged', existing: same, image: 'sha256:1', drift: 0 },
     { name: 'image rebuilt', existing: same, image: 'sha256:2', drift: 1 },
@@ -174,6 +174,7 @@ t.test('the socket proxy container', async (t) => {
     { name: 'another image list', existing: { ...same, env: [...same.env.filter((e) => !e.startsWith('SOCKET_PROXY_IMAGES')), 'SOCKET_PROXY_IMAGES=x'] }, image: 'sha256:1', drift: 1 },
     { name: 'another memory ceiling', existing: { ...same, env: [...same.env.filter((e) => !e.startsWith('SOCKET_PROXY_MAX_MEMORY')), 'SOCKET_PROXY_MAX_MEMORY=1'] }, image: 'sha256:1', drift: 1 },
     { name: 'another volume plugin', existing: { ...same, env: [...same.env.filter((e) => !e.startsWith('SOCKET_PROXY_VOLUME')), 'SOCKET_PROXY_VOLUME_DRIVERS=x'] }, image: 'sha256:1', drift: 1 },
+    { name: 'an older memory limit (256 MiB)', existing: { ...same, memory: 256 * 1024 * 1024 }, image: 'sha256:1', drift: 1 },
     { name: 'another socket directory', existing: { ...same, binds: ['/var/run/docker.sock:/var/run/docker.sock', '/tmp/x:/run/capybara-proxy'] }, image: 'sha256:1', drift: 1 },
   ];
   for (const row of rows) t.equal(socketProxyDrift(row.existing, s, row.image).length, row.drift, row.name);
