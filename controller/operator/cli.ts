@@ -1,6 +1,5 @@
 #!/usr/bin/env node
 /** Entry of the `capybara-sandbox` bin (see run.ts). */
-import { once } from 'node:events';
 import { runOperator } from './run.js';
 
 /**
@@ -20,8 +19,10 @@ process.stdout.on('error', onWriteError);
 process.stderr.on('error', onWriteError);
 
 const code = await runOperator(process.argv.slice(2), {
-  // A full pipe (logs -f into a paused pager) asks the writer to wait for its drain.
-  stdout: (text) => (process.stdout.write(text) ? undefined : once(process.stdout, 'drain')),
+  // A full pipe (logs -f into a paused pager) asks the writer to wait for its drain. Not
+  // events.once: it listens for 'error' too, and a reader gone (EPIPE) would reject it, unhandled,
+  // instead of ending the command quietly (onWriteError).
+  stdout: (text) => (process.stdout.write(text) ? undefined : new Promise<void>((resolve) => process.stdout.once('drain', resolve))),
   stderr: (text) => process.stderr.write(text),
   // Only a command that asks (logs -f) takes SIGINT over; for the others it ends the process.
   onInterrupt: (handler) => {
