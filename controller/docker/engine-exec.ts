@@ -63,11 +63,7 @@ export async function startExec(engine: EngineCaller, container: string, request
       try {
         // A sink that waits (a slow reader of streamed output) holds the connection, and through
         // it the command's pipe: nothing a command writes piles up in this process or the sink's.
-        const waits = demux.push(chunk);
-        if (waits.length > 0) {
-          stream.pause();
-          void Promise.allSettled(waits).then(() => stream.resume());
-        }
+        demux.pushPaced(stream, chunk);
       } catch (err) {
         stream.destroy();
         reject(new SandboxError('engine_error', `Exec output from ${container} was malformed.`, { cause: err }));

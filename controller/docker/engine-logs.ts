@@ -46,13 +46,8 @@ export async function readContainerLogs(engine: EngineCaller, container: string,
   const finished = new Promise<void>((resolve, reject) => {
     stream.on('data', (chunk: Buffer) => {
       try {
-        // A sink that waits (logs into a slow reader) pauses the stream: the engine's connection
-        // holds the rest, never this process.
-        const waits = demux.push(chunk);
-        if (waits.length > 0) {
-          stream.pause();
-          void Promise.allSettled(waits).then(() => stream.resume());
-        }
+        // A sink that waits (logs into a slow reader) pauses the stream.
+        demux.pushPaced(stream, chunk);
       } catch (err) {
         stream.destroy();
         reject(new SandboxError('engine_error', `The log of ${container} was not Docker's framed stream (a container with a TTY?).`, { cause: err }));

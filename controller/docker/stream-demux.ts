@@ -55,6 +55,17 @@ export class StreamDemux {
     return waits;
   }
 
+  /**
+   * Passes on the frames of `chunk` read from `source`; a sink that waits (a slow reader) pauses
+   * `source` until it settles, so the engine's connection holds the rest, never this process.
+   */
+  pushPaced(source: { pause(): unknown; resume(): unknown }, chunk: Buffer): void {
+    const waits = this.push(chunk);
+    if (waits.length === 0) return;
+    source.pause();
+    void Promise.allSettled(waits).then(() => source.resume());
+  }
+
   /** True when the stream ended on a frame boundary. */
   get complete(): boolean {
     return this.frameLeft === 0 && this.pendingBytes === 0;
