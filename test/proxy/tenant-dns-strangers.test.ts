@@ -9,12 +9,12 @@ import t, { type Test } from 'tap';
 import dgram from 'node:dgram';
 import net from 'node:net';
 import dnsPacket from 'dns-packet';
-import { mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createEgressProxy, createLogger, createLookup } from '../../proxy/index.js';
+import { createEgressProxy, createLogger } from '../../proxy/index.js';
 import { openTenants } from '../../proxy/tenants/index.js';
-import { policyOf } from '../support/test-proxy.js';
+import { putSlot, startSharedProxy } from '../support/shared-proxy.js';
 import { freePort } from '../support/loopback.js';
 import { captureLogs } from '../support/log-capture.js';
 
@@ -40,22 +40,11 @@ function ask(to: string, port: number, from: string, name: string, ms = 400): Pr
 /** A shared proxy serving sandboxes A and B (one registration each), and a free port for its DNS. */
 async function sharedProxy(t: Test): Promise<{ proxy: ReturnType<typeof createEgressProxy>; shared: ReturnType<typeof openTenants>; logs: Record<string, unknown>[]; dnsPort: number }> {
   const dir = mkdtempSync(join(tmpdir(), 'rt-tenants-'));
-  const put = (slot: string, body: object): void => {
-    writeFileSync(join(dir, `.${slot}.part`), JSON.stringify(body));
-    renameSync(join(dir, `.${slot}.part`), join(dir, `${slot}.json`));
-  };
   const { logs, sink } = captureLogs();
   const logger = createLogger('debug', sink);
-  put('slot-a', { version: 1, sandbox: 'cap-a', lifecycle: 'life-a-0001', subnet: A.subnet, address: A.proxy, policy: { allowHosts: ['a.test'] } });
-  put('slot-b', { version: 1, sandbox: 'cap-b', lifecycle: 'life-b-0001', subnet: B.subnet, address: B.proxy, policy: { allowHosts: ['b.test'] } });
-  const shared = openTenants(dir, { tunnelDefault: 'opaque' }, logger);
-  const proxy = createEgressProxy({ policy: policyOf({ allowHosts: [] }), lookup: createLookup({ servers: [], timeoutMs: 500 }), logger, identities: shared.tenants });
-  await proxy.listen('127.0.0.1', 0);
-  t.teardown(async () => {
-    shared.stop();
-    await proxy.close();
-    rmSync(dir, { recursive: true, force: true });
-  });
+  putSlot(dir, 'slot-a', { version: 1, sandbox: 'cap-a', lifecycle: 'life-a-0001', subnet: A.subnet, address: A.proxy, policy: { allowHosts: ['a.test'] } });
+  putSlot(dir, 'slot-b', { version: 1, sandbox: 'cap-b', lifecycle: 'life-b-0001', subnet: B.subnet, address: B.proxy, policy: { allowHosts: ['b.test'] } });
+  const { proxy, shared } = await startSharedProxy(t, dir, logger, { host: '127.0.0.1' });
   return { proxy, shared, logs, dnsPort: await freePort() };
 }
 

@@ -7,13 +7,12 @@
  */
 import t, { type Test } from 'tap';
 import net from 'node:net';
-import { mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createEgressProxy, createLogger, createLookup } from '../../proxy/index.js';
-import { openTenants } from '../../proxy/tenants/index.js';
+import { createLogger } from '../../proxy/index.js';
 import type { AllowEntry } from '../../policy/index.js';
-import { policyOf } from '../support/test-proxy.js';
+import { putSlot, startSharedProxy } from '../support/shared-proxy.js';
 import { listen } from '../support/loopback.js';
 import { settle } from '../support/settle.js';
 import { captureLogs } from '../support/log-capture.js';
@@ -29,23 +28,13 @@ async function setup(t: Test) {
   });
   const upstream = await listen(server);
   const dir = mkdtempSync(join(tmpdir(), 'tenant-http-revoke-'));
-  const register = (allowHosts: AllowEntry[]): void => {
-    const text = JSON.stringify({ version: 1, sandbox: 'cap-a', lifecycle: 'life-a-0001', subnet: A.subnet, address: A.proxy, policy: { allowHosts, connectPorts: [upstream] } });
-    writeFileSync(join(dir, `.slot-a.part`), text);
-    renameSync(join(dir, `.slot-a.part`), join(dir, `slot-a.json`));
-  };
+  const register = (allowHosts: AllowEntry[]): void =>
+    putSlot(dir, 'slot-a', { version: 1, sandbox: 'cap-a', lifecycle: 'life-a-0001', subnet: A.subnet, address: A.proxy, policy: { allowHosts, connectPorts: [upstream] } });
   const { logs, sink } = captureLogs();
   const logger = createLogger('debug', sink);
   register(['a.test']);
-  const shared = openTenants(dir, { tunnelDefault: 'opaque', testHosts: { 'a.test': '127.0.0.1' } }, logger);
-  const proxy = createEgressProxy({ policy: policyOf({ allowHosts: [] }), lookup: createLookup({ servers: [], timeoutMs: 500 }), logger, identities: shared.tenants });
-  const { port } = await proxy.listen('0.0.0.0', 0);
-  t.teardown(async () => {
-    shared.stop();
-    await proxy.close();
-    server.close();
-    rmSync(dir, { recursive: true, force: true });
-  });
+  t.teardown(() => server.close());
+  const { port } = await startSharedProxy(t, dir, logger, { testHosts: { 'a.test': '127.0.0.1' } });
   await settle(() => logs.some((l) => l.event === 'tenant_registered'), 'the registration');
   const registered = (): number => logs.filter((l) => l.event === 'tenant_registered').length;
   return { port, upstream, logs, register, registered, received: () => received };

@@ -9,12 +9,11 @@
  */
 import t from 'tap';
 import net from 'node:net';
-import { mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createEgressProxy, createLogger, createLookup } from '../../proxy/index.js';
-import { openTenants } from '../../proxy/tenants/index.js';
-import { policyOf } from '../support/test-proxy.js';
+import { createLogger } from '../../proxy/index.js';
+import { putSlot, startSharedProxy } from '../support/shared-proxy.js';
 import { rawRequest } from '../support/raw-client.js';
 import { listen } from '../support/loopback.js';
 import { settle } from '../support/settle.js';
@@ -48,24 +47,14 @@ t.test('a request one sandbox smuggles to a desyncing server never answers anoth
   });
   const upstream = await listen(server);
   const dir = mkdtempSync(join(tmpdir(), 'tenant-pools-'));
-  const register = (slot: string, sandbox: string, net: typeof A): void => {
-    const text = JSON.stringify({ version: 1, sandbox, lifecycle: `life-${sandbox}-0001`, subnet: net.subnet, address: net.proxy, policy: { allowHosts: ['shared.test'], connectPorts: [upstream] } });
-    writeFileSync(join(dir, `.${slot}.part`), text);
-    renameSync(join(dir, `.${slot}.part`), join(dir, `${slot}.json`));
-  };
+  const register = (slot: string, sandbox: string, net: typeof A): void =>
+    putSlot(dir, slot, { version: 1, sandbox, lifecycle: `life-${sandbox}-0001`, subnet: net.subnet, address: net.proxy, policy: { allowHosts: ['shared.test'], connectPorts: [upstream] } });
   register('slot-a', 'cap-a', A);
   register('slot-b', 'cap-b', B);
   const { logs, sink } = captureLogs();
   const logger = createLogger('debug', sink);
-  const shared = openTenants(dir, { tunnelDefault: 'opaque', testHosts: { 'shared.test': '127.0.0.1' } }, logger);
-  const proxy = createEgressProxy({ policy: policyOf({ allowHosts: [] }), lookup: createLookup({ servers: [], timeoutMs: 500 }), logger, identities: shared.tenants });
-  const { port } = await proxy.listen('0.0.0.0', 0);
-  t.teardown(async () => {
-    shared.stop();
-    await proxy.close();
-    server.close();
-    rmSync(dir, { recursive: true, force: true });
-  });
+  t.teardown(() => server.close());
+  const { port } = await startSharedProxy(t, dir, logger, { testHosts: { 'shared.test': '127.0.0.1' } });
   await settle(() => logs.filter((l) => l.event === 'tenant_registered').length >= 2, 'both registrations');
 
   // Sandbox A: a POST whose body is a request of its own, which this server reads as one.

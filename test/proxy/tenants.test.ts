@@ -10,15 +10,15 @@ import dgram from 'node:dgram';
 import net from 'node:net';
 import tls from 'node:tls';
 import dnsPacket from 'dns-packet';
-import { mkdtempSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { createEgressProxy, createLogger, createLookup, type EgressProxy } from '../../proxy/index.js';
+import { createLogger, type EgressProxy } from '../../proxy/index.js';
 import { MAX_SLOTS, openTenants } from '../../proxy/tenants/index.js';
 import type { AllowEntry } from '../../policy/index.js';
 import { captureHello } from '../support/tls-hello.js';
-import { policyOf } from '../support/test-proxy.js';
+import { putSlot, startSharedProxy } from '../support/shared-proxy.js';
 import { rawRequest, readUntil, type RawResponse } from '../support/raw-client.js';
 import { freePort, listen } from '../support/loopback.js';
 import { settle } from '../support/settle.js';
@@ -49,32 +49,15 @@ async function setup(t: Test, limits: { maxConnections?: number; maxConnectionsP
   });
   const echoPort = await listen(echo);
   const dir = mkdtempSync(join(tmpdir(), 'tenants-'));
-  const write = (slot: string, text: string): void => {
-    // As the Docker API puts a file: whole, then renamed into place.
-    writeFileSync(join(dir, `.${slot}.part`), text);
-    renameSync(join(dir, `.${slot}.part`), join(dir, `${slot}.json`));
-  };
+  const write = (slot: string, text: string): void => putSlot(dir, slot, text);
   const register = (slot: string, sandbox: string, lifecycle: string, subnet: string, allowHosts: AllowEntry[]): void =>
     write(slot, JSON.stringify({ version: 1, sandbox, lifecycle, subnet, address: proxyOf(subnet), policy: { allowHosts, connectPorts: [echoPort] } }));
   const { logs, sink } = captureLogs();
   const logger = createLogger('debug', sink);
   const pins = { 'a.test': '127.0.0.1', 'b.test': '127.0.0.1', 'c.test': '127.0.0.1' };
-  const shared = openTenants(dir, { tunnelDefault: 'opaque', testHosts: pins }, logger, rate);
-  const proxy = createEgressProxy({
-    policy: policyOf({ allowHosts: [] }),
-    lookup: createLookup({ servers: [], timeoutMs: 500 }),
-    logger,
-    limits: { maxConnections: 64, maxConnectionsPerClient: 16, ...limits },
-    identities: shared.tenants,
-  });
-  // Every address of the machine: a connection's local address is its sandbox network's.
-  const { port } = await proxy.listen('0.0.0.0', 0);
-  t.teardown(async () => {
-    shared.stop();
-    await proxy.close();
-    echo.close();
-    rmSync(dir, { recursive: true, force: true });
-  });
+  t.teardown(() => echo.close());
+  // On every address of the machine: a connection's local address is its sandbox network's.
+  const { proxy, shared, port } = await startSharedProxy(t, dir, logger, { testHosts: pins, rate, limits: { maxConnections: 64, maxConnectionsPerClient: 16, ...limits } });
   return { port, echo: echoPort, logs, register, write, dir, proxy, tenants: shared.tenants };
 }
 
