@@ -7,7 +7,7 @@
  * create discards what it took; recovery finds the sandbox on it, and makes it again when it is
  * gone. The real engine: docker-warm-networks.test.ts.
  */
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { TENANTS_DIR, IMAGES } from '../../../common/index.js';
 import { fakeSandbox, leftOver, type FakeSandbox } from '../../support/fake-sandbox.js';
 
@@ -27,6 +27,15 @@ async function networkOf(s: FakeSandbox, name: string): Promise<{ name: string; 
   const view = await s.engine.inspectContainer(name);
   const network = await s.engine.inspectNetwork(String(view?.hostConfig.NetworkMode));
   return { name: network?.name ?? '', subnet: network?.labels['dev.capybara.sandbox.subnet'] ?? '' };
+}
+
+/** Suspends `a`, removes its warm network `warm` (the shard's leg first), resumes it: its network then. */
+async function removedUnderSuspendedSandbox(t: Test, s: FakeSandbox, a: { id: string }, warm: string): Promise<{ name: string; subnet: string }> {
+  await s.provider.suspend(a);
+  await s.engine.disconnectNetwork(warm, SHARD);
+  await s.engine.removeNetwork(warm);
+  t.equal(await s.provider.resume(a), 'running');
+  return networkOf(s, 'cap-a');
 }
 
 t.test('a pool of warm networks, each joined by a shard under no alias, its registration vacant', async (t) => {
@@ -129,11 +138,7 @@ t.test('recovery: a leg taken away comes back without an alias; a network gone i
   t.ok(s.engine.reachable('cap-a', leg?.ipv4 ?? ''), 'at the address a names');
 
   // The network removed under a stopped sandbox: made again under its name, the container too.
-  await s.provider.suspend(a);
-  await s.engine.disconnectNetwork(warm, SHARD);
-  await s.engine.removeNetwork(warm);
-  t.equal(await s.provider.resume(a), 'running');
-  const again = await networkOf(s, 'cap-a');
+  const again = await removedUnderSuspendedSandbox(t, s, a, warm);
   t.equal(again.name, warm, 'the same name');
   const address = (await s.engine.inspectContainer(SHARD))?.networks.find((n) => n.name === warm)?.ipv4 ?? '';
   t.ok((await s.engine.inspectContainer('cap-a'))?.env.includes(`HTTP_PROXY=http://${address}:3128`), 'the proxy variables name the proxy\'s address there');
@@ -241,11 +246,7 @@ t.test('destroy removes a warm network a recovery made again, its container gone
   await s.provider.warmUp();
   const a = await s.provider.create(spec('a'));
   const { name: warm } = await networkOf(s, 'cap-a');
-  await s.provider.suspend(a);
-  await s.engine.disconnectNetwork(warm, SHARD);
-  await s.engine.removeNetwork(warm);
-  t.equal(await s.provider.resume(a), 'running');
-  const again = await networkOf(s, 'cap-a');
+  const again = await removedUnderSuspendedSandbox(t, s, a, warm);
   t.equal(again.name, warm, 'made again under its name');
   // The container gone (a later rebuild that removed it and could not make it again).
   await s.engine.removeContainer('cap-a');
