@@ -63,9 +63,17 @@ async function madeAnyway(t: Test, env: DockerEnv, call: (req: RawCase) => Retur
 }
 
 /**
+ * Whether a start failed only because the racer swapped a path runc was mounting: runc refuses a
+ * path that became a symlink ("possibly malicious path"), or follows a swapped-in symlink to a host
+ * path that does not exist in the container's root ("error mounting ... no such file or directory").
+ */
+const lostToRacer = (message: string): boolean =>
+  /OCI runtime create failed/.test(message) && /possibly malicious path|no such file or directory|not a directory/.test(message);
+
+/**
  * Starts `container` directly on the engine while the racer swaps its network files' paths in the
- * shared volume: runc refuses a start that meets a swapped-in symlink ("possibly malicious path"),
- * so the start is tried again until one falls between two swaps (CI hit the refusal once).
+ * shared volume, trying again until a start falls between two swaps (CI lost a start to each of
+ * the two refusals once).
  */
 async function startedPastRacer(container: Docker.Container): Promise<void> {
   for (let attempt = 1; ; attempt++) {
@@ -73,7 +81,7 @@ async function startedPastRacer(container: Docker.Container): Promise<void> {
       await container.start();
       return;
     } catch (err) {
-      if (attempt >= 50 || !/possibly malicious path/.test((err as Error).message)) throw err;
+      if (attempt >= 50 || !lostToRacer((err as Error).message)) throw err;
       await new Promise((r) => setTimeout(r, 20));
     }
   }
@@ -473,7 +481,7 @@ t.test('a registration goes only into an egress container of a listed image: a r
   await madeAnyway(t, env, call, egress, { Image: image, Cmd: ['sleep', '600'], Labels: env.labels, HostConfig: hardened([volume(shared, TENANTS_DIR)]) });
   // Through the proxy, again while runc refuses a path the racer swapped in (startedPastRacer).
   let start = await call(json('POST', `/v1.41/containers/${egress}/start`));
-  for (let i = 0; i < 50 && start.status === 500 && /possibly malicious path/.test(start.body.toString('utf8')); i++) {
+  for (let i = 0; i < 50 && start.status >= 400 && lostToRacer(start.body.toString('utf8')); i++) {
     await new Promise((r) => setTimeout(r, 20));
     start = await call(json('POST', `/v1.41/containers/${egress}/start`));
   }
