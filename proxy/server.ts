@@ -58,6 +58,9 @@ export interface EgressProxy {
   readonly metrics: Registry;
 }
 
+/** Upstream destinations with keep-alive pools (upstream-pools.ts), in all. */
+const MAX_POOLS = 1024;
+
 /** What every handler shares, around a policy that `setPolicy` replaces. */
 function contextOf(
   options: EgressProxyOptions,
@@ -83,7 +86,9 @@ function contextOf(
     });
     return socket;
   };
-  const pools: UpstreamPools = new UpstreamPools({ connect, connectTimeoutMs: limits.connectTimeoutMs, idleTimeoutMs: limits.idleTimeoutMs, maxHeaderBytes: 64 * 1024, maxPools: 1024 });
+  // A shared proxy's sandbox keeps a sandbox's share of the pools (upstream-pools.ts); a proxy of one tenant, all of them.
+  const maxPoolsPerOwner = options.identities === undefined ? MAX_POOLS : clientShare(MAX_POOLS, Infinity, shareFraction(true));
+  const pools: UpstreamPools = new UpstreamPools({ connect, connectTimeoutMs: limits.connectTimeoutMs, idleTimeoutMs: limits.idleTimeoutMs, maxHeaderBytes: 64 * 1024, maxPools: MAX_POOLS, maxPoolsPerOwner });
   const lookup: ClientLookup = async (name, client) => {
     const t = performance.now();
     const outcome = await options.lookup(name, client);

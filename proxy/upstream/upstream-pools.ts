@@ -25,10 +25,24 @@ export interface PoolOptions {
   readonly maxHeaderBytes: number;
   /** Most destinations kept; the least recently used pool is closed beyond it. */
   readonly maxPools: number;
+  /**
+   * Most of them one owner (a shared proxy's sandbox registration; every request of a proxy of one
+   * tenant is one owner) keeps: past it, the owner's own least recently used pool is closed.
+   */
+  readonly maxPoolsPerOwner: number;
+}
+
+/** A pool and whose it is ('' the one owner of a proxy of one tenant). */
+interface Held {
+  readonly pool: Pool;
+  readonly owner: string;
 }
 
 export class UpstreamPools {
-  private readonly pools = new Map<string, Pool>();
+  /** Every pool, least recently used first. */
+  private readonly pools = new Map<string, Held>();
+  /** Each owner's pool keys, least recently used first. */
+  private readonly byOwner = new Map<string, Set<string>>();
   private newest: string | undefined;
   private PoolClass: PoolClass | undefined;
   /** Each trust store a TLS pool was made with, numbered: a new store (a reload) means new pools. */
@@ -52,23 +66,20 @@ export class UpstreamPools {
    */
   forTarget(host: string, port: number, addresses: readonly string[], trust?: UpstreamTrust, owner?: string, alone = false): Pool {
     const key = `${trust === undefined ? 'http' : `https${this.trustId(trust)}`}|${host}|${port}|${addresses.join(',')}${owner === undefined ? '' : `|${owner}`}${alone ? '|alone' : ''}`;
-    let pool = this.pools.get(key);
-    if (pool !== undefined) {
+    let held = this.pools.get(key);
+    if (held !== undefined) {
       // Moved to the end (most recently used) only when it is not there already.
-      if (key === this.newest) return pool;
-      this.pools.delete(key);
+      if (key === this.newest) return held.pool;
+      this.forget(key, held.owner);
     } else {
-      pool = this.create(host, port, addresses, trust, alone);
-      if (this.pools.size >= this.options.maxPools) {
-        const [oldestKey, oldest] = this.pools.entries().next().value as [string, Pool];
-        this.pools.delete(oldestKey);
-        // Requests in flight on the evicted pool finish; it takes no new ones.
-        oldest.close().catch(() => undefined);
-      }
+      held = { pool: this.create(host, port, addresses, trust, alone), owner: owner ?? '' };
+      this.makeRoom(held.owner);
     }
-    this.pools.set(key, pool);
+    this.pools.set(key, held);
+    const own = this.byOwner.get(held.owner) ?? new Set<string>();
+    this.byOwner.set(held.owner, own.add(key));
     this.newest = key;
-    return pool;
+    return held.pool;
   }
 
   /**
@@ -78,22 +89,50 @@ export class UpstreamPools {
    */
   shedIdle(wanted: number): number {
     let shed = 0;
-    for (const [key, pool] of this.pools) {
+    for (const [key, { pool }] of this.pools) {
       if (shed >= wanted) break;
       const { free } = pool.stats;
       if (free === 0) continue;
-      this.pools.delete(key);
-      if (this.newest === key) this.newest = undefined;
-      pool.close().catch(() => undefined);
+      this.close(key);
       shed += free;
     }
     return shed;
   }
 
   destroy(): void {
-    for (const pool of this.pools.values()) pool.destroy().catch(() => undefined);
+    for (const { pool } of this.pools.values()) pool.destroy().catch(() => undefined);
     this.pools.clear();
+    this.byOwner.clear();
     this.newest = undefined;
+  }
+
+  /**
+   * Room for one more pool of `owner`. An owner at its share closes its own least recently used
+   * pool, never another's: a sandbox cycling through many hosts under a wildcard entry closed
+   * every other sandbox's keep-alive pools, and each of their next requests paid for a new
+   * connection (and handshake). Only an owner within its share, with the process at its cap,
+   * closes the least recently used pool of all.
+   */
+  private makeRoom(owner: string): void {
+    const own = this.byOwner.get(owner);
+    if (own !== undefined && own.size >= this.options.maxPoolsPerOwner) this.close(own.values().next().value as string);
+    else if (this.pools.size >= this.options.maxPools) this.close(this.pools.keys().next().value as string);
+  }
+
+  /** Forgets the pool of `key` and closes it: its requests in flight finish; it takes no new ones. */
+  private close(key: string): void {
+    const held = this.pools.get(key);
+    if (held === undefined) return;
+    this.forget(key, held.owner);
+    held.pool.close().catch(() => undefined);
+  }
+
+  private forget(key: string, owner: string): void {
+    this.pools.delete(key);
+    const own = this.byOwner.get(owner);
+    own?.delete(key);
+    if (own?.size === 0) this.byOwner.delete(owner);
+    if (this.newest === key) this.newest = undefined;
   }
 
   private trustId(trust: UpstreamTrust): number {

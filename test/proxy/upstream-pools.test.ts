@@ -1,0 +1,54 @@
+/**
+ * The keep-alive pools of a shared proxy are a process-wide cap, and each sandbox keeps a share of
+ * it (upstream-pools.ts). They were one least-recently-used list: a sandbox cycling through many
+ * hosts under a wildcard entry made a pool per destination and closed every other sandbox's idle
+ * keep-alive connections, whose next requests each paid for a new connection. Real undici pools,
+ * against a keep-alive server on loopback; each request's upstream connection is known by the port
+ * it came from.
+ */
+import http from 'node:http';
+import t, { type Test } from 'tap';
+import { defaultConnect, UpstreamPools } from '../../proxy/upstream/index.js';
+import { listen } from '../support/loopback.js';
+
+const A = 'cap-a/life-a-0001';
+const B = 'cap-b/life-b-0001';
+
+/** A keep-alive server on loopback, and pools of at most `maxPools`, `maxPoolsPerOwner` each, to it. */
+async function poolsToServer(t: Test, maxPools: number, maxPoolsPerOwner: number) {
+  const server = http.createServer((req, res) => res.writeHead(200, { 'Content-Length': String(req.socket.remotePort).length }).end(String(req.socket.remotePort)));
+  server.keepAliveTimeout = 60_000;
+  const port = await listen(server);
+  const pools = new UpstreamPools({ connect: defaultConnect, connectTimeoutMs: 5_000, idleTimeoutMs: 5_000, maxHeaderBytes: 64 * 1024, maxPools, maxPoolsPerOwner });
+  t.teardown(() => {
+    pools.destroy();
+    server.close();
+  });
+  /** One GET to `host` for `owner`; resolves with the port its upstream connection came from. */
+  return async (host: string, owner: string): Promise<string> => {
+    const { body } = await pools.forTarget(host, port, ['127.0.0.1'], undefined, owner).request({ method: 'GET', path: '/' });
+    return body.text();
+  };
+}
+
+t.test("a sandbox past its share of the pools closes its own, never another sandbox's idle connection", async (t) => {
+  const get = await poolsToServer(t, 16, 4);
+  const first = await get('b.test', B);
+  // Sandbox A asks for more destinations than the whole process keeps pools for.
+  const seen: string[] = [];
+  for (let i = 0; i < 20; i += 1) seen.push(await get(`h${i}.a.test`, A));
+  t.equal(await get('b.test', B), first, "b's next request reuses its idle keep-alive connection");
+  t.not(await get('h0.a.test', A), seen[0], "a's least recently used pool was closed: its connection is a new one");
+  t.equal(await get('h19.a.test', A), seen[19], "a's most recently used pool is kept");
+});
+
+t.test('a sandbox within its share, at the process cap, closes the least recently used pool of all', async (t) => {
+  const get = await poolsToServer(t, 4, 2);
+  const oldest = await get('b1.test', B);
+  await get('b2.test', B);
+  const c = await get('c.test', 'cap-c/life-c-0001');
+  await get('d.test', 'cap-d/life-d-0001');
+  await get('a.test', A);
+  t.not(await get('b1.test', B), oldest, 'the pool used least recently was closed');
+  t.equal(await get('c.test', 'cap-c/life-c-0001'), c, 'a pool used since is kept');
+});
