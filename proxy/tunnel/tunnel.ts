@@ -75,7 +75,11 @@ export async function handleConnect(
   const target = parseConnectTarget(request.target);
   if (!target.ok) return deny(record, connection, { reason: target.reason, detail: target.detail }, {});
   if (request.bodyProblem !== undefined) return deny(record, connection, { reason: 'bad_request', detail: request.bodyProblem }, {});
-  return openTunnel(ctx, connection, { host: target.host, port: target.port, started }, head, record, CONNECT_ENTRY);
+  // `head` keeps the read it came in (up to 64 KiB) held while the host is decided and dialled, a
+  // connect timeout per address when the upstream is slow: charged from here, past the accept's
+  // floor, and the tunnel takes the charge over. Uncharged, a client held that much per CONNECT.
+  if (!connection.memory.grow(head.length)) return deny(record, connection, { reason: 'overloaded', detail: connection.memory.explain(head.length), retryAfter: 1 }, {});
+  return openTunnel(ctx, connection, { host: target.host, port: target.port, started, headCharged: head.length }, head, record, CONNECT_ENTRY);
 }
 
 /**
@@ -90,7 +94,7 @@ export async function openTunnel(
     readonly host: string;
     readonly port: number;
     readonly started: number;
-    /** Bytes of `head` the caller already charged to the connection's memory budget (the hello a transparent listener read). */
+    /** Bytes of `head` the caller already charged to the connection's memory budget (a CONNECT's head, the hello a transparent listener read). */
     readonly headCharged?: number;
   },
   head: Buffer,
