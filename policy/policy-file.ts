@@ -140,9 +140,14 @@ function readDocument(text: string): { doc: Yaml.Document; lines: Yaml.LineCount
   return { doc: yaml.parseDocument(text, { uniqueKeys: false, prettyErrors: false, lineCounter: lines }), lines };
 }
 
+/** The tag of a YAML merge key, in whatever spelling the file gave it (`!!merge`, verbatim, a %TAG handle). */
+const MERGE_TAG = 'tag:yaml.org,2002:merge';
+
 /**
- * Keys given twice in one map (a later one would silently override the earlier), and keys that
- * are not scalars (no policy has one), in one pass over each map.
+ * Keys given twice in one map (a later one would silently override the earlier), merge keys, and
+ * keys that are not scalars (no policy has one), in one pass over each map. The reader merges a
+ * key tagged !!merge under YAML 1.2 too, keeping the map's own value of a key the merged map also
+ * gives: one value dropped unsaid, as under a %YAML 1.1 directive.
  */
 function duplicateKeys(doc: Yaml.Document, lines: Yaml.LineCounter): PolicyProblem[] {
   const problems: PolicyProblem[] = [];
@@ -153,6 +158,10 @@ function duplicateKeys(doc: Yaml.Document, lines: Yaml.LineCounter): PolicyProbl
       for (const pair of map.items) {
         if (!yaml?.isScalar(pair.key)) {
           problems.push({ path: place(pair.key), message: 'a key must be a name, not a collection' });
+          continue;
+        }
+        if (pair.key.tag === MERGE_TAG || typeof pair.key.value === 'symbol') {
+          problems.push({ path: place(pair.key), message: 'a merge key ("<<" tagged !!merge), which drops unsaid the values it gives twice: write each key out' });
           continue;
         }
         const earlier = seen.get(pair.key.value);

@@ -48,6 +48,22 @@ t.test('a %YAML 1.1 directive is refused: its merge keys would give a key twice,
   t.same(parsePolicyText('%YAML 1.2\n---\nallowHosts: [a.example]\n', 'p.yaml').allowHosts, ['a.example']);
 });
 
+t.test('a merge key tagged !!merge is refused in YAML 1.2 too: the reader merges it all the same, one value dropped unsaid', async (t) => {
+  // The reader resolves an explicit !!merge tag (in any spelling of it) under YAML 1.2 as well:
+  // the entry below would read as a.example alone, its host b.example dropped without a word.
+  for (const [name, text] of [
+    ['!!merge', 'allowHosts:\n  - host: a.example\n    !!merge <<: {host: b.example}\n'],
+    ['verbatim tag', 'allowHosts:\n  - host: a.example\n    !<tag:yaml.org,2002:merge> <<: {host: b.example}\n'],
+    ['%TAG handle', '%TAG !y! tag:yaml.org,2002:\n---\nallowHosts:\n  - host: a.example\n    !y!merge <<: {host: b.example}\n'],
+  ] as const) {
+    const err = t.throws(() => parsePolicyText(text, 'p.yaml'), name) as PolicyError;
+    t.type(err, PolicyError, name);
+    t.match(err.message, /merge key/, name);
+  }
+  // A shared proxy's slot files are read the same way.
+  t.throws(() => readStrictText('mode: enforce\n!!merge <<: {mode: report}\nallowHosts: [a.example]\n', 'slot.json'), PolicyError);
+});
+
 t.test('a document of many keys is read in time linear in its size: a reload must not stall the proxy', async (t) => {
   // The YAML reader's own duplicate-key check compares each key with every earlier one of its
   // map: 60,000 keys (650 KB) held the event loop for over three minutes, every connection waiting.
