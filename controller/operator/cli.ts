@@ -1,5 +1,6 @@
 #!/usr/bin/env node
 /** Entry of the `capybara-sandbox` bin (see run.ts). */
+import { drainingWriter } from './drain-wait.js';
 import { runOperator } from './run.js';
 
 /**
@@ -19,10 +20,8 @@ process.stdout.on('error', onWriteError);
 process.stderr.on('error', onWriteError);
 
 const code = await runOperator(process.argv.slice(2), {
-  // A full pipe (logs -f into a paused pager) asks the writer to wait for its drain. Not
-  // events.once: it listens for 'error' too, and a reader gone (EPIPE) would reject it, unhandled,
-  // instead of ending the command quietly (onWriteError).
-  stdout: (text) => (process.stdout.write(text) ? undefined : new Promise<void>((resolve) => process.stdout.once('drain', resolve))),
+  // A full pipe (logs -f into a paused pager) asks the writer to wait for its drain.
+  stdout: drainingWriter(process.stdout),
   stderr: (text) => process.stderr.write(text),
   // Only a command that asks (logs -f) takes SIGINT over; for the others it ends the process.
   onInterrupt: (handler) => {
