@@ -1,9 +1,10 @@
 /**
- * What every part of the project shares: the error base class, the deployment CA, the product images' names and the
+ * What every part of the project shares: the error base class, the deployment CA, the bounded read of a configured file, the product images' names and the
  * interfaces of the egress and socket proxy images.
  */
 export { CodedError, isCodedError } from './coded-error.js';
 export { createAuthority, decodeInline, encodeInline, parseAuthority, randomSerial, x509, type Authority } from './certificate-authority.js';
+export { readRegularFile, RegularFileError } from './regular-file.js';
 export { requireCjs } from './require-cjs.js';
 export { VERSION } from './version.js';
 export { IMAGES } from './images.js';
