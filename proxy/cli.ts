@@ -5,7 +5,6 @@
  * file, re-reads the policy: a valid one applies to new requests, an invalid one is logged and the
  * old policy stays.
  */
-import { readFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { isCodedError, VERSION } from '../common/index.js';
 import type { Policy } from '../policy/index.js';
@@ -21,8 +20,6 @@ import { planTransparentPorts, type TransparentPort } from './transparent/index.
 import { runReport } from './report/index.js';
 import { loadInspection, runCa, type LoadedInspection } from './inspect/index.js';
 import { openTenants } from './tenants/index.js';
-
-const read = (path: string): string => readFileSync(path, 'utf8');
 
 // Every end of the process goes through here: uncaught exceptions included, and once the logger
 // exists, after its lines are written (exit.ts).
@@ -61,7 +58,7 @@ function readStart(readingPolicy: () => void): Start | undefined {
   try {
     // A reload asked for before this read is met by it.
     readingPolicy();
-    policy = loadPolicy(config, read);
+    policy = loadPolicy(config);
   } catch (err) {
     if (config.check === true && isCodedError(err, 'PolicyError')) throw new PolicyCheckError((err as Error).message);
     stop((err as Error).message);
@@ -102,7 +99,7 @@ function reloader(config: ProxyConfig, proxy: EgressProxy, loads: Loads, log: Re
   let queue = Promise.resolve();
   const once = async (why: string): Promise<void> => {
     try {
-      const next = loadPolicy(config, read);
+      const next = loadPolicy(config);
       const nextInspection = await loadInspection(next.inspected, config.ca, config.upstreamCa, inspection);
       if (nextInspection !== undefined && !sameInspection(inspection, nextInspection)) {
         proxy.setInspection(nextInspection);

@@ -6,12 +6,12 @@
  */
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
-import { CodedError, decodeAllowHosts, EGRESS_PROXY_PORT } from '../common/index.js';
+import { CodedError, decodeAllowHosts, EGRESS_PROXY_PORT, isCodedError, readRegularFile } from '../common/index.js';
 import { buildPolicy, parsePolicyText, placeProblems, PolicyError, type AllowEntry, type Policy, type PolicyMode, type PolicyProblem } from '../policy/index.js';
 import { DEFAULT_LIMITS, LimitsSchema, type ProxyLimits } from './budget/index.js';
 import { AnswerAddress, Bool, Count, DnsServers, Endpoint, Ipv4, LogLevel, Mode, OPTIONS, PortList, PortMap, RefusalHint, TEST_HOSTS_ENV, TestHosts, TunnelMode, usage, type OptionName } from './config-values.js';
 import { caSource, type CaSource } from './inspect/index.js';
-import { loadSecrets } from './secrets/index.js';
+import { loadSecrets, type ReadFile } from './secrets/index.js';
 
 export { OPTIONS, TEST_HOSTS_ENV, usage } from './config-values.js';
 
@@ -199,10 +199,27 @@ export function parseConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Pr
 }
 
 /**
+ * The most a policy file may hold: 1 MiB. Thousands of hosts take a few hundred kilobytes; a
+ * larger file is the wrong one (a log, an image, a path to /dev/zero), and read whole, at start
+ * and at every reload, it would take the memory the proxy serves with.
+ */
+export const MAX_POLICY_BYTES = 1024 * 1024;
+
+/** A configured file (the policy, a secret's), read through common/regular-file.ts: never more than `maxBytes`, never a device or FIFO. */
+const readConfigured: ReadFile = (path, maxBytes) => readRegularFile(path, { maxBytes });
+
+/** Why the policy file could not be read, and what to do. */
+function unreadable(err: unknown): string {
+  if (!isCodedError(err, 'RegularFileError')) return `cannot read the file (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`;
+  const fix = err.code === 'file_too_large' ? ', the most a policy may hold (1 MiB): check that it is the policy file, and shorten it (a wildcard covers many hosts)' : '; give the policy file itself';
+  return `cannot read the file: ${err.message}${fix}`;
+}
+
+/**
  * Builds the policy from the configured source. `readFile` is the only I/O, so a reload runs the
  * same code as start-up. Throws PolicyError naming the file (or variable), path and problem.
  */
-export function loadPolicy(config: ProxyConfig, readFile: (path: string) => string): Policy {
+export function loadPolicy(config: ProxyConfig, readFile: ReadFile = readConfigured): Policy {
   const source = config.policySource;
   let allowHosts: readonly AllowEntry[];
   let filePorts: readonly number[] | undefined;
@@ -212,9 +229,9 @@ export function loadPolicy(config: ProxyConfig, readFile: (path: string) => stri
   if (source.kind !== 'list') {
     let text: string;
     try {
-      text = source.kind === 'file' ? readFile(source.path) : source.text;
+      text = source.kind === 'file' ? readFile(source.path, MAX_POLICY_BYTES).toString('utf8') : source.text;
     } catch (err) {
-      throw new PolicyError(sourceName, [{ path: '', message: `cannot read the file (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})` }], { cause: err });
+      throw new PolicyError(sourceName, [{ path: '', message: unreadable(err) }], { cause: err });
     }
     if (source.kind === 'json' && !/^\s*\{/.test(text)) throw new PolicyError(sourceName, [{ path: '', message: 'expected a JSON object ({"allowHosts": [...]}), one line' }]);
     const file = parsePolicyText(text, sourceName);

@@ -6,6 +6,7 @@
  * `env` and `readFile` are the only I/O, passed in, so a test or a reload runs this same code.
  */
 import { createHash } from 'node:crypto';
+import { isCodedError } from '../../common/index.js';
 import { createSecretSet, PolicyError, type LoadedSecret, type PlacedBinding, type Policy, type PolicyProblem, type SecretSource } from '../../policy/index.js';
 
 /** The variable of the egress's environment that holds the placeholder the workload was given for `name`. */
@@ -21,7 +22,15 @@ export function fingerprint(value: string): string {
   return `sha256:${createHash('sha256').update(value, 'utf8').digest('hex').slice(0, 12)}`;
 }
 
-export type ReadFile = (path: string) => string | Buffer;
+/** A file's content; larger than `maxBytes`, refused (the caller phrases the problem). */
+export type ReadFile = (path: string, maxBytes: number) => string | Buffer;
+
+/**
+ * The most a secret's file may hold: 64 KiB. A token or password is under a kilobyte, and the
+ * header that carries it to the upstream far under this; a larger file is the wrong one, and read
+ * whole at every reload it would take the memory the proxy serves with.
+ */
+export const MAX_SECRET_BYTES = 64 * 1024;
 export type Environment = Readonly<Record<string, string | undefined>>;
 
 // Printable ASCII without spaces at either end: what a header value carries unchanged (RFC 9110
@@ -40,8 +49,12 @@ function readValue(source: SecretSource, env: Environment, readFile: ReadFile): 
     if (value === undefined) return { problem: `${describeSource(source)} is not set in the egress's environment` };
   } else {
     try {
-      value = readFile(source.path).toString('utf8').replace(/\r?\n$/, '');
+      value = readFile(source.path, MAX_SECRET_BYTES).toString('utf8').replace(/\r?\n$/, '');
     } catch (err) {
+      if (isCodedError(err, 'RegularFileError')) {
+        const fix = err.code === 'file_too_large' ? ', the most a secret may hold (64 KiB): check that it is the file of the secret\'s value' : '; give the file of the secret\'s value';
+        return { problem: `cannot read ${describeSource(source)}: ${err.message}${fix}` };
+      }
       return { problem: `cannot read ${describeSource(source)} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})` };
     }
   }
