@@ -9,7 +9,8 @@
  */
 import t, { type Test } from 'tap';
 import pino from 'pino';
-import { chmodSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { chmodSync, linkSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createDockerSandbox, isSandboxError, type DeploymentConfigInput } from '../../../controller/index.js';
@@ -18,6 +19,7 @@ import { entriesOverlap, placeholderFor } from '../../../controller/spec/credent
 import { loadDeploymentCa, CA_FILE_NAME } from '../../../controller/sandbox/deployment-ca.js';
 import { decodeInline, IMAGES } from '../../../common/index.js';
 import { FakeEngine } from '../../support/fake-engine.js';
+import { plainNode } from '../../support/plain-node.js';
 
 const TOKEN = `ghp_${'A1b2C3d4E5'.repeat(3)}x9Y8z7`;
 const NPM = `npm_${'Qw3rTy'.repeat(6)}`;
@@ -255,6 +257,37 @@ t.test('the deployment CA: made once, 0600 in a 0700 directory, reused; a loose 
   const link = join(other, '..', 'link');
   symlinkSync(other, link);
   await t.rejects(loadDeploymentCa(link), /is not a directory \(a symlink is refused too\)/);
+});
+
+t.test('the deployment CA file swapped for a symlink after it was checked is never read through the link', async (t) => {
+  // Under /run, root's own with mode 0700 (mkdtemp), never under /tmp: an attacker's file is the
+  // other CA, in a directory beside the state directory.
+  const root = mkdtempSync('/run/cap-ca-swap-');
+  t.teardown(() => rmSync(root, { recursive: true, force: true }));
+  const dir = join(root, 'state');
+  const file = join(dir, CA_FILE_NAME);
+  const ours = (await loadDeploymentCa(dir)).certificatePem;
+  const theirs = (await loadDeploymentCa(join(root, 'other'))).certificatePem;
+  linkSync(file, join(root, 'ours.pem'));
+  // A racer puts the link and our file back in turn, each by rename (the name is never missing).
+  const swap = `const fs = require('node:fs'); const [file, ours, other] = process.argv.slice(1);
+    for (let i = 0; ; i++) { const tmp = file + '.' + i; if (i % 2) fs.symlinkSync(other, tmp); else fs.linkSync(ours, tmp); fs.renameSync(tmp, file); }`;
+  const racer = spawn(...plainNode('-e', [swap, file, join(root, 'ours.pem'), join(root, 'other', CA_FILE_NAME)]), { stdio: 'ignore' });
+  t.teardown(() => racer.kill('SIGKILL'));
+  const seen = { ours: 0, refused: 0, theirs: 0 };
+  const refusals = new Set<string>();
+  for (const end = Date.now() + 3_000; Date.now() < end && seen.theirs === 0; ) {
+    try {
+      seen[(await loadDeploymentCa(dir)).certificatePem === ours ? 'ours' : 'theirs'] += 1;
+    } catch (err) {
+      refusals.add((err as Error).message);
+      seen.refused += 1;
+    }
+  }
+  t.equal(seen.theirs, 0, `the CA behind the link was never read (${seen.ours} reads of ours, ${seen.refused} refusals)`);
+  t.ok(seen.refused > 0 && seen.ours > 0, 'the racer was met both ways');
+  t.same([...refusals], [`stateDir: ${file} is not a file (a symlink is refused too); the deployment CA is kept in a file of the controller's own`]);
+  t.not(theirs, ours);
 });
 
 t.test('the config of credentials', async (t) => {
