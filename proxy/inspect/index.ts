@@ -4,4 +4,4 @@ export { DEFAULT_LEAF_LIFETIME_MS, DEFAULT_MAX_LEAVES, LeafCertificates, type Le
 export { DEFAULT_CA_DIR, loadAuthority, rotateAuthority, type CaSource } from './ca-store.js';
 export { caSource } from './ca-source.js';
 export { runCa } from './ca-command.js';
-export { loadInspection, readUpstreamCa, type LoadedInspection, type UpstreamCaSource } from './inspection-load.js';
+export { loadInspection, MAX_UPSTREAM_CA_BYTES, readUpstreamCa, type LoadedInspection, type UpstreamCaSource } from './inspection-load.js';

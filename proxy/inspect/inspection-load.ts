@@ -5,10 +5,9 @@
  * on every reload, so that a rotated CA is taken on SIGHUP. An unchanged CA keeps its issuer (and
  * the leaves in its cache).
  */
-import { readFileSync } from 'node:fs';
 import { X509Certificate } from 'node:crypto';
 import tls from 'node:tls';
-import { CodedError } from '../../common/index.js';
+import { CodedError, readRegularFile, RegularFileError } from '../../common/index.js';
 import { loadAuthority, type CaSource } from './ca-store.js';
 import type { Inspection } from '../admission/index.js';
 import { LeafCertificates } from './leaf-certificates.js';
@@ -26,8 +25,17 @@ export interface UpstreamCaSource {
 
 export const SYSTEM_CA_BUNDLE = '/etc/ssl/certs/ca-certificates.crt';
 
+/**
+ * The most an upstream CA bundle may hold: the system's is about 220 KiB (some 150 roots), and a
+ * bundle the size of several system ones is not a CA bundle. Read bounded (readRegularFile), so a
+ * device or a FIFO given by mistake is refused at once rather than hanging the start or a reload.
+ */
+export const MAX_UPSTREAM_CA_BYTES = 4 * 1024 * 1024;
+
+const readBundle = (path: string): string => readRegularFile(path, { maxBytes: MAX_UPSTREAM_CA_BYTES }).toString('utf8');
+
 /** The certificates of a PEM bundle, each checked to parse; a file with none is refused. */
-export function readUpstreamCa(source: UpstreamCaSource, readFile: (path: string) => string = (p) => readFileSync(p, 'utf8')): readonly string[] {
+export function readUpstreamCa(source: UpstreamCaSource, readFile: (path: string) => string = readBundle): readonly string[] {
   let text: string;
   if (source.path === undefined) {
     try {
@@ -39,7 +47,8 @@ export function readUpstreamCa(source: UpstreamCaSource, readFile: (path: string
     try {
       text = readFile(source.path);
     } catch (err) {
-      throw new CodedError('upstream_ca_invalid', `${source.from}: cannot read ${source.path} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+      const why = err instanceof RegularFileError ? err.message : ((err as NodeJS.ErrnoException).code ?? (err as Error).message);
+      throw new CodedError('upstream_ca_invalid', `${source.from}: cannot read ${source.path} (${why}); give a PEM bundle of the CA certificates upstreams are verified against`);
     }
   }
   const where = source.path ?? SYSTEM_CA_BUNDLE;

@@ -5,12 +5,13 @@
  * inline variable instead of a directory; and a policy without inspected entries never touches it.
  */
 import t, { type Test } from 'tap';
+import { execFileSync } from 'node:child_process';
 import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, statSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import tls from 'node:tls';
 import { createAuthority, encodeInline } from '../../common/index.js';
-import { caSource, loadAuthority, loadInspection, readUpstreamCa, rotateAuthority, type CaSource } from '../../proxy/inspect/index.js';
+import { caSource, loadAuthority, loadInspection, MAX_UPSTREAM_CA_BYTES, readUpstreamCa, rotateAuthority, type CaSource } from '../../proxy/inspect/index.js';
 
 const root = mkdtempSync(path.join(os.tmpdir(), 'egress-ca-'));
 t.teardown(() => rmSync(root, { recursive: true, force: true }));
@@ -178,6 +179,14 @@ t.test('the upstream roots: a given bundle, else the system bundle, else Node\'s
   writeFileSync(broken, `${ca.certificatePem}-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n`);
   t.throws(() => readUpstreamCa({ path: broken, from: '--upstream-ca' }), { message: /certificate 2 of 2 in .*broken\.pem cannot be read/ });
   t.throws(() => readUpstreamCa({ path: path.join(root, 'absent.pem'), from: '--upstream-ca' }), { message: /cannot read .*absent\.pem \(ENOENT\)/ });
+  // Read bounded: a device, a FIFO or a file past the cap is refused at once, never read whole or waited on.
+  t.throws(() => readUpstreamCa({ path: '/dev/zero', from: '--upstream-ca' }), { code: 'upstream_ca_invalid', message: /cannot read \/dev\/zero \(not a regular file/ });
+  const fifo = path.join(root, 'fifo.pem');
+  execFileSync('mkfifo', [fifo]);
+  t.throws(() => readUpstreamCa({ path: fifo, from: '--upstream-ca' }), { message: /cannot read .*fifo\.pem \(not a regular file/ });
+  const huge = path.join(root, 'huge.pem');
+  writeFileSync(huge, Buffer.alloc(MAX_UPSTREAM_CA_BYTES + 1, 0x41));
+  t.throws(() => readUpstreamCa({ path: huge, from: 'EGRESS_UPSTREAM_CA' }), { message: new RegExp(`^EGRESS_UPSTREAM_CA: cannot read .*huge\\.pem \\(larger than ${MAX_UPSTREAM_CA_BYTES} bytes\\)`) });
   const system = readUpstreamCa({ path: undefined, from: '--upstream-ca' }, () => ca.certificatePem);
   t.same(system, [ca.certificatePem], 'the system bundle when readable');
   const fallback = readUpstreamCa({ path: undefined, from: '--upstream-ca' }, () => {
