@@ -55,10 +55,12 @@ const policy = {
     { host: 'api.test', inspect: true },
     { host: 'rules.test', inspect: true, methods: ['GET'], paths: ['/repos/org/*'] },
     { host: 'stranger.test', inspect: true },
+    // Served by the trusted upstream, whose certificate names api.test and rules.test only.
+    { host: 'impostor.test', inspect: true },
     'plain.test',
   ],
   connectPorts: [port, strangerPort],
-  testHosts: { 'api.test': '127.0.0.1', 'rules.test': '127.0.0.1', 'stranger.test': '127.0.0.1', 'plain.test': '127.0.0.1' },
+  testHosts: { 'api.test': '127.0.0.1', 'rules.test': '127.0.0.1', 'stranger.test': '127.0.0.1', 'impostor.test': '127.0.0.1', 'plain.test': '127.0.0.1' },
 };
 
 async function setup(t: Test): Promise<TestProxy> {
@@ -250,6 +252,20 @@ t.test('an upstream whose certificate does not verify for the name is refused up
   secure.destroy();
   const line = decisions(proxy).find((l) => l.method === 'GET');
   t.match(line, { decision: 'deny', reason: 'upstream_tls_invalid' });
+});
+
+// A hijacked route or a poisoned resolver sends the proxy to a server whose certificate chains to
+// a trusted CA but names another host (any public certificate would do): verifying the chain
+// alone would hand that server the request in clear, and the secrets put into it.
+t.test('an upstream with a trusted certificate for another name is refused upstream_tls_invalid, and gets no request', async (t) => {
+  const proxy = await setup(t);
+  const before = seen.length;
+  const secure = await inspectedClient(proxy.port, 'impostor.test');
+  const answer = await exchange(secure, `GET /leak HTTP/1.1\r\nHost: impostor.test:${port}\r\n\r\n`);
+  secure.destroy();
+  t.match(answer, /^HTTP\/1\.1 502 .*X-Egress-Reason: upstream_tls_invalid/s, 'refused, with the reason');
+  t.equal(seen.length, before, 'the server reached nothing of the request');
+  t.match(decisions(proxy).find((l) => l.method === 'GET'), { decision: 'deny', reason: 'upstream_tls_invalid', host: 'impostor.test' });
 });
 
 t.test('a client that does not trust the CA fails its handshake; the line says client_rejected_ca and how to trust it', async (t) => {
