@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
-import { parsePolicyText, PolicyError, buildPolicy } from '../../policy/index.js';
+import { parsePolicyText, parseSlotFile, PolicyError, buildPolicy } from '../../policy/index.js';
 import { readStrictText } from '../../policy/policy-file.js';
 
 t.test('reads YAML and JSON with defaults', async (t) => {
@@ -193,4 +193,20 @@ t.test('every policy the repository ships, and the README example, loads', async
   }
   const fromEnv = buildPolicy({ allowHosts: (envExample ?? '').split(',') });
   t.ok(fromEnv.ok, `the README's EGRESS_ALLOW_HOSTS example loads${fromEnv.ok ? '' : `: ${JSON.stringify(fromEnv.problems)}`}`);
+});
+
+// Test pins skip DNS and every address check (policy/decision.ts): a file that could set them
+// would let its writer (a registration is any socket-proxy caller's) pin an allowed name to the
+// metadata service. SECURITY.md: they come from the proxy's own environment, never a policy file.
+t.test('testHosts is refused in a policy file and in a registration\'s policy', async (t) => {
+  for (const [name, text] of [
+    ['YAML', 'allowHosts: [a.example]\ntestHosts:\n  a.example: 169.254.169.254\n'],
+    ['JSON', '{"allowHosts":["a.example"],"testHosts":{"a.example":"169.254.169.254"}}'],
+  ] as const) {
+    const err = t.throws(() => parsePolicyText(text, 'p.yaml'), name) as PolicyError;
+    t.type(err, PolicyError, name);
+    t.match(err.message, /testHosts|Unrecognized/, `${name}: the key is named`);
+  }
+  const registration = JSON.stringify({ version: 1, sandbox: 'cap-a', lifecycle: '0f3c9a7e-1', subnet: '10.200.0.0/28', address: '10.200.0.14', policy: { allowHosts: ['a.example'], testHosts: { 'a.example': '169.254.169.254' } } });
+  t.throws(() => parseSlotFile(registration, 'slot-1.json'), PolicyError, 'a registration');
 });
