@@ -10,17 +10,19 @@
  * starting at once, one makes the CA and the other reads it. A reader that finds a key without its
  * certificate (a creation or rotation under way) reads again for a moment before it gives up.
  */
-import { constants } from 'node:fs';
+import { constants, type Stats } from 'node:fs';
 import { link, lstat, mkdir, open, rename, rm, type FileHandle } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
 import { basename, join } from 'node:path';
-import { CodedError, createAuthority, decodeInline, isCodedError, parseAuthority, type Authority } from '../../common/index.js';
+import { CodedError, createAuthority, decodeInline, isCodedError, parseAuthority, readRegularFile, type Authority } from '../../common/index.js';
 
 export const DEFAULT_CA_DIR = '/var/lib/capybara-egress/ca';
 export const CA_CERT_FILE = 'ca.crt';
 export const CA_KEY_FILE = 'ca.key';
 /** How long a reader waits for a pair being written by another process to be whole. */
 const SETTLE_MS = 2_000;
+/** A PEM key or certificate is a few hundred bytes: a larger file is not one. */
+const MAX_CA_FILE_BYTES = 64 * 1024;
 
 /** Where the CA comes from: a directory, or the inline variable; `from` names the flag or variable. */
 export type CaSource = { readonly kind: 'dir'; readonly dir: string; readonly from: string } | { readonly kind: 'inline'; readonly value: string; readonly from: string };
@@ -106,8 +108,8 @@ async function safeDirectory(dir: string, from: string, create: boolean): Promis
 async function readPair(at: string, dir: string, from: string): Promise<Authority | undefined> {
   const deadline = Date.now() + SETTLE_MS;
   for (;;) {
-    const key = await readPrivate(at, join(dir, CA_KEY_FILE), from, true);
-    const cert = await readPrivate(at, join(dir, CA_CERT_FILE), from, false);
+    const key = readPrivate(at, join(dir, CA_KEY_FILE), from, true);
+    const cert = readPrivate(at, join(dir, CA_CERT_FILE), from, false);
     if (key === undefined && cert === undefined) return undefined;
     let problem: unknown;
     if (key !== undefined && cert !== undefined) {
@@ -126,29 +128,30 @@ async function readPair(at: string, dir: string, from: string): Promise<Authorit
   }
 }
 
-/** A file's text (`path` in the directory opened at `at`), opened without following a link; a key must be ours and closed to others. Undefined when absent. */
-async function readPrivate(at: string, path: string, from: string, secret: boolean): Promise<string | undefined> {
-  let handle;
+/**
+ * A file's text (`path` in the directory opened at `at`), opened without following a link and
+ * without blocking (a FIFO put in the directory is refused, not waited on), read bounded from the
+ * descriptor that was checked; a key must be ours and closed to others. Undefined when absent.
+ */
+function readPrivate(at: string, path: string, from: string, secret: boolean): string | undefined {
   try {
-    handle = await open(join(at, basename(path)), constants.O_RDONLY | constants.O_NOFOLLOW);
+    return readRegularFile(join(at, basename(path)), { maxBytes: MAX_CA_FILE_BYTES, noFollow: true, check: (stat) => checkPrivate(stat, path, from, secret) }).toString('utf8');
   } catch (err) {
+    if (isCodedError(err, 'CaStoreError')) throw err;
+    if (isCodedError(err, 'RegularFileError')) throw new CaStoreError('ca_invalid', `${from}: ${path} is larger than ${MAX_CA_FILE_BYTES} bytes, too large for a CA file`, { cause: err });
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'ENOENT') return undefined;
     if (code === 'ELOOP') throw new CaStoreError('ca_dir_unsafe', `${from}: ${path} is a symbolic link; the CA files must be plain files`);
     throw new CaStoreError('ca_unreadable', `${from}: cannot read ${path} (${code ?? (err as Error).message})`, { cause: err });
   }
-  try {
-    const stat = await handle.stat();
-    if (!stat.isFile()) throw new CaStoreError('ca_dir_unsafe', `${from}: ${path} is not a plain file`);
-    const uid = process.getuid?.();
-    if (secret && uid !== undefined && stat.uid !== uid) throw new CaStoreError('ca_dir_unsafe', `${from}: ${path} belongs to uid ${stat.uid}, not to the proxy's user (uid ${uid}); chown ${uid} ${path}`);
-    if (secret && (stat.mode & 0o077) !== 0) throw new CaStoreError('ca_dir_unsafe', `${from}: ${path} has mode 0${(stat.mode & 0o777).toString(8)}, open to group or other; chmod 600 ${path}`);
-    // A PEM pair is a few hundred bytes: a large file is not one.
-    if (stat.size > 64 * 1024) throw new CaStoreError('ca_invalid', `${from}: ${path} is ${stat.size} bytes, too large for a CA file`);
-    return await handle.readFile('utf8');
-  } finally {
-    await handle.close();
-  }
+}
+
+/** Checked on the opened descriptor before a byte is read (a FIFO or device is refused here, so only a too-large file remains a RegularFileError). */
+function checkPrivate(stat: Stats, path: string, from: string, secret: boolean): void {
+  if (!stat.isFile()) throw new CaStoreError('ca_dir_unsafe', `${from}: ${path} is not a plain file`);
+  const uid = process.getuid?.();
+  if (secret && uid !== undefined && stat.uid !== uid) throw new CaStoreError('ca_dir_unsafe', `${from}: ${path} belongs to uid ${stat.uid}, not to the proxy's user (uid ${uid}); chown ${uid} ${path}`);
+  if (secret && (stat.mode & 0o077) !== 0) throw new CaStoreError('ca_dir_unsafe', `${from}: ${path} has mode 0${(stat.mode & 0o777).toString(8)}, open to group or other; chmod 600 ${path}`);
 }
 
 /**

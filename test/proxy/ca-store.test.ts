@@ -6,7 +6,7 @@
  */
 import t, { type Test } from 'tap';
 import { execFileSync } from 'node:child_process';
-import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, statSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, closeSync, constants, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, renameSync, statSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import tls from 'node:tls';
@@ -228,4 +228,27 @@ t.test('a directory swapped after its check (a link, or another directory, put i
   renameSync(dir, path.join(parent, 'moved'));
   symlinkSync(theirs, dir);
   await refused(t, loading, 'ca_invalid', /ca\.crt is missing/);
+});
+
+t.test('a CA file that is a FIFO, or larger than 64 KiB, is refused at once, naming it', async (t) => {
+  // The directory is checked, but its owner (or root) can still leave a FIFO in it: opened
+  // without O_NONBLOCK, a FIFO's open waits for a writer, and the proxy's start with it.
+  const dir = fresh();
+  await loadAuthority(dirSource(dir));
+  const key = path.join(dir, 'ca.key');
+  unlinkSync(key);
+  execFileSync('mkfifo', ['-m', '600', key]);
+  // A blocked open is let go by a writer, so that a failing run still ends (ENXIO: none waits).
+  t.teardown(() => {
+    try {
+      closeSync(openSync(key, constants.O_WRONLY | constants.O_NONBLOCK));
+    } catch {}
+  });
+  const hung = new Promise((_, reject) => setTimeout(() => reject(Object.assign(new Error('still waiting on the FIFO after 3 s'), { code: 'hung' })), 3_000).unref());
+  await refused(t, Promise.race([loadAuthority(dirSource(dir)), hung]), 'ca_dir_unsafe', /--ca-dir: .*ca\.key is not a plain file/);
+
+  const large = fresh();
+  await loadAuthority(dirSource(large));
+  writeFileSync(path.join(large, 'ca.crt'), `${readFileSync(path.join(large, 'ca.crt'), 'utf8')}${'#'.repeat(64 * 1024)}`);
+  await refused(t, loadAuthority(dirSource(large)), 'ca_invalid', /--ca-dir: .*ca\.crt is larger than 65536 bytes, too large for a CA file/);
 });
