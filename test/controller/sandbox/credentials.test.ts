@@ -259,6 +259,38 @@ t.test('the deployment CA: made once, 0600 in a 0700 directory, reused; a loose 
   await t.rejects(loadDeploymentCa(link), /is not a directory \(a symlink is refused too\)/);
 });
 
+t.test('the state directory swapped after it was checked is never read through', async (t) => {
+  // Whoever can write a parent of the state directory can put another directory in its place
+  // between the check and the use. Here the racer turns a parent (a symlink, swapped by rename,
+  // so the path never goes missing) between our state directory and one open to others (0755),
+  // which holds a CA of the controller's own user: that CA must never be read.
+  const root = mkdtempSync('/run/cap-ca-dirswap-');
+  t.teardown(() => rmSync(root, { recursive: true, force: true }));
+  const ours = (await loadDeploymentCa(join(root, 'a', 'state'))).certificatePem;
+  const theirs = (await loadDeploymentCa(join(root, 'b', 'state'))).certificatePem;
+  chmodSync(join(root, 'b', 'state'), 0o755);
+  symlinkSync('a', join(root, 'p'));
+  const swap = `const fs = require('node:fs'); const [p] = process.argv.slice(1);
+    for (let i = 0; ; i++) { const tmp = p + '.' + i; fs.symlinkSync(i % 2 ? 'b' : 'a', tmp); fs.renameSync(tmp, p); }`;
+  const racer = spawn(...plainNode('-e', [swap, join(root, 'p')]), { stdio: 'ignore' });
+  t.teardown(() => racer.kill('SIGKILL'));
+  const dir = join(root, 'p', 'state');
+  const seen = { ours: 0, refused: 0, theirs: 0 };
+  const refusals = new Set<string>();
+  for (const end = Date.now() + 3_000; Date.now() < end && seen.theirs === 0; ) {
+    try {
+      seen[(await loadDeploymentCa(dir)).certificatePem === ours ? 'ours' : 'theirs'] += 1;
+    } catch (err) {
+      refusals.add((err as Error).message);
+      seen.refused += 1;
+    }
+  }
+  t.equal(seen.theirs, 0, `the CA of the directory open to others was never read (${seen.ours} reads of ours, ${seen.refused} refusals)`);
+  t.ok(seen.refused > 0 && seen.ours > 0, 'the racer was met both ways');
+  t.same([...refusals], [`stateDir: ${dir} has mode 0755: group or others could read the deployment CA's key; chmod 700 ${dir}`]);
+  t.not(theirs, ours);
+});
+
 t.test('the deployment CA file swapped for a symlink after it was checked is never read through the link', async (t) => {
   // Under /run, root's own with mode 0700 (mkdtemp), never under /tmp: an attacker's file is the
   // other CA, in a directory beside the state directory.
