@@ -12,6 +12,7 @@
  * (`tunnel: inspect`), or refused, `client_rejected_ca` when the client's TLS stack refused the
  * leaf. Each request inside has its own line.
  */
+import { constants } from 'node:crypto';
 import type { Socket } from 'node:net';
 import tls from 'node:tls';
 import { parseHostName } from '../../policy/index.js';
@@ -34,10 +35,17 @@ const CERTIFICATE_ALERTS = /ALERT_(UNKNOWN_CA|BAD_CERTIFICATE|CERTIFICATE_UNKNOW
  * The context a handshake starts with: no certificate at all. The leaf comes only from the SNI
  * callback, which checks the name; a hello with no server name never reaches it, finds no
  * certificate to sign with, and fails with a handshake_failure alert.
+ *
+ * No session tickets: OpenSSL resumes a session without the certificate step, so without the SNI
+ * callback, and this one context (shared by every inspected connection) holds the ticket keys.
+ * A ticket from a connection for one host would resume on a connection for any other, naming
+ * another host or none. SSL_OP_NO_TICKET turns off TLS 1.2 tickets and TLS 1.3 stateless PSK
+ * tickets; the stateful ones OpenSSL issues instead, like TLS 1.2 session IDs, are looked up in a
+ * session store the proxy never fills (Node.js keeps none without `resumeSession` listeners).
  */
 let unnamed: tls.SecureContext | undefined;
 function noCertificate(): tls.SecureContext {
-  unnamed ??= tls.createSecureContext({});
+  unnamed ??= tls.createSecureContext({ secureOptions: constants.SSL_OP_NO_TICKET });
   return unnamed;
 }
 
