@@ -21,6 +21,15 @@ import { healthAnswer, healthCheckHead } from './health-check.js';
  * must not fail (and get the proxy restarted, with every tunnel) because clients hold every slot.
  */
 const PROBE_SLOTS = 8;
+/**
+ * The addresses of the container's own health check (the image's HEALTHCHECK asks 127.0.0.1),
+ * read past the limits even when every slot is taken: no packet from a network carries a
+ * loopback source, so no other client can hold these. On a shared proxy such a check is a client
+ * of no registered network, read only here, and eight addresses of no registered network (the
+ * shared network's, the host's) that connected and sent nothing held every slot before. Still one
+ * read at a time per address, so this adds at most two reads.
+ */
+const LOCAL_HEALTH = new Set(['127.0.0.1', '::1']);
 /** Clients the new-connection rate table remembers (rate-limit.ts caps and shares it beyond). */
 const RATE_KEYS = 4_096;
 /** Connections over a client's rate answered 429 each second; the rest are closed unread. */
@@ -164,8 +173,8 @@ export class Admission {
 
   /**
    * A connection past the limits: refused with `refusal`, after a look at its first read in one
-   * of the health check's own slots when one is free (the proxy port only: transparent listeners
-   * take no health check).
+   * of the health check's own slots when one is free, or always from a LOCAL_HEALTH address (the
+   * proxy port only: transparent listeners take no health check).
    */
   private overLimits(socket: Socket, clientIp: string, entry: TransparentEntry | undefined, refusal: Refusal, who?: ClientIdentity): void {
     // The line cap and the one health-check read at a time are the sandbox's on a shared proxy,
@@ -182,7 +191,8 @@ export class Admission {
       // A TLS client reads no HTTP answer.
       this.deps.closer.close(socket, entry?.kind === 'tls' ? tlsAlertFor(refusal) : refusalBytes(refusal));
     };
-    if (entry === undefined && this.probes.size < PROBE_SLOTS && !this.probing.has(key)) this.probeHealth(socket, key, refuse, who);
+    const slot = this.probes.size < PROBE_SLOTS || LOCAL_HEALTH.has(clientIp);
+    if (entry === undefined && slot && !this.probing.has(key)) this.probeHealth(socket, key, refuse, who);
     else refuse();
   }
 

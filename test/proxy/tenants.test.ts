@@ -594,3 +594,28 @@ t.test('a registration rewritten as Docker writes it (removed, then created) nev
   t.notOk(s.logs.some((l) => l.event === 'revoked'), 'no revocation');
   open.socket.destroy();
 });
+
+t.test('clients of no registered network holding every health-check slot do not starve the container\'s own check on 127.0.0.1', async (t) => {
+  // The image's HEALTHCHECK asks 127.0.0.1 from inside the egress container: on a shared proxy
+  // that is a client of no registered network, read only in a health-check slot. Before, any
+  // eight addresses of no registered network (the shared network's, the host's) that connected
+  // and sent nothing held every slot, two seconds at a time, and the check was refused.
+  const s = await setup(t);
+  s.register('slot-a', 'cap-a', 'life-a-0001', A.subnet, ['a.test']);
+  await settle(() => s.logs.some((l) => l.event === 'tenant_registered'), 'the registration');
+  const silent = (client: string): Promise<net.Socket> =>
+    new Promise((resolve) => {
+      const socket = net.connect({ port: s.port, host: '127.0.3.1', localAddress: client }, () => resolve(socket));
+      socket.on('error', () => undefined);
+    });
+  const strangers = await Promise.all([2, 3, 4, 5, 6, 7, 8, 9].map((k) => silent(`127.0.3.${k}`)));
+  t.teardown(() => strangers.forEach((socket) => socket.destroy()));
+  // A ninth, accepted after them, finds every slot taken: refused at once, not read.
+  const began = Date.now();
+  const ninth = await rawRequest(s.port, '', '127.0.3.1', 5_000, '127.0.3.10');
+  t.same([ninth.status, ninth.reason], [403, 'unknown_client'], 'a ninth client of no registered network is refused');
+  t.ok(Date.now() - began < 1_500, 'at once: the eight hold every slot');
+  const health = await rawRequest(s.port, 'GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n', '127.0.0.1', 5_000, '127.0.0.1');
+  t.equal(health.status, 200, 'the check from 127.0.0.1 is answered meanwhile');
+  t.notMatch(health.head, /X-Egress-Sandbox/i, 'naming no sandbox');
+});
