@@ -13,7 +13,7 @@ import type { ClientConnection, ProxyContext } from '../admission/index.js';
 import { READ_AHEAD_BYTES, type Held } from '../budget/index.js';
 import { destinationOf, F, ms, refuseResponse, type DecisionRecorder, type Refusal } from '../record/index.js';
 import { scannedBody, type ValueWatch } from '../secrets/index.js';
-import type { UpstreamTrust } from '../upstream/index.js';
+import type { PooledRequest, UpstreamTrust } from '../upstream/index.js';
 import { HTTP_PORT, HTTPS_PORT } from './authority.js';
 import type { BodyFraming } from './request-head.js';
 import { checkResponseHead } from './response-head.js';
@@ -37,7 +37,9 @@ export interface Forwarding {
 
 export class Exchange {
   private readonly writtenAtStart: number;
-  private abort: ((err?: Error) => void) | undefined;
+  /** Stops the exchange upstream: the dial made for it (upstream-pools.ts), from onConnect on the request. */
+  private stop: (err?: Error) => void = () => this.unsent.abort();
+  private readonly unsent = new AbortController();
   /** The response is complete upstream and ended, but not yet all written to the client. */
   private ending = false;
   /** The client does not read what the upstream sends (undici paused meanwhile). */
@@ -94,7 +96,7 @@ export class Exchange {
     if (this.ending) return this.ended();
     if (this.over()) return;
     this.allowLine(this.idled ? 'idle_timeout' : 'client_closed');
-    this.abort?.();
+    this.stop();
   }
 
   /** Whether the exchange's outcome is known: its line is written, or it ends once flushed. */
@@ -111,18 +113,15 @@ export class Exchange {
     const { sandbox, lifecycle = '' } = this.connection.identity;
     const pool = this.ctx.pools.forTarget(decision.host, decision.port, decision.addresses, trust, sandbox && `${sandbox}/${lifecycle}`, this.f.watch !== undefined);
     try {
-      pool.dispatch(
-        {
-          method: this.req.method as Dispatcher.HttpMethod,
-          path: this.f.path,
-          headers,
-          // No body: nothing after the head belongs to this request. Otherwise the client's body
-          // stream, which undici frames with the Content-Length given or as chunked, watched for
-          // placeholders: one fails the stream, and undici aborts the request mid-body.
-          body: framing.kind === 'none' ? null : scannedBody(this.req, this.f.secrets),
-        },
-        this.handler(),
-      );
+      const request: PooledRequest = {
+        method: this.req.method as Dispatcher.HttpMethod, path: this.f.path, headers,
+        // No body: nothing after the head belongs to this request. Otherwise the client's body
+        // stream, which undici frames with the Content-Length given or as chunked, watched for
+        // placeholders: one fails the stream, and undici aborts the request mid-body.
+        body: framing.kind === 'none' ? null : scannedBody(this.req, this.f.secrets),
+        unsent: this.unsent.signal,
+      };
+      pool.dispatch(request, this.handler());
     } catch (err) {
       this.fail(err as Error);
     }
@@ -179,11 +178,11 @@ export class Exchange {
       const { decision } = this.f;
       this.connection.counted.read = socket.bytesRead;
       this.f.record.deny(refusal, { [F.host]: decision.host, [F.port]: decision.port, [F.addresses]: decision.addresses, [F.decideMs]: this.f.decideMs });
-      this.abort?.();
+      this.stop();
       refuseResponse(this.res, refusal);
     } else {
       this.allowLine(refusal.reason);
-      this.abort?.();
+      this.stop();
       this.res.destroy();
     }
   };
@@ -213,7 +212,7 @@ export class Exchange {
 
   /** Stops the exchange upstream and ends it: refused if nothing went out yet, else cut here. */
   private cut(err: Error): false {
-    this.abort?.(err);
+    this.stop(err);
     this.fail(err);
     return false;
   }
@@ -231,7 +230,7 @@ export class Exchange {
   // A client past its share loses its oldest stalled responses and tunnels first.
   private readonly evict = (): void => {
     this.allowLine('overloaded');
-    this.abort?.();
+    this.stop();
     this.connection.socket.destroy();
   };
 
@@ -287,7 +286,7 @@ export class Exchange {
   private handler(): Dispatcher.DispatchHandler {
     return {
       onConnect: (abortRequest) => {
-        this.abort = abortRequest;
+        this.stop = abortRequest;
         // Ended while the connection was being made (a timeout, a parse error): not sent at all.
         if (this.over()) abortRequest();
       },

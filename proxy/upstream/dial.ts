@@ -42,30 +42,41 @@ function endpoint(address: string, port: number): string {
   return address.includes(':') ? `[${address}]:${port}` : `${address}:${port}`;
 }
 
-/** What a dial is for: the client whose close gives it up, at once, mid-attempt too. */
+/**
+ * What a dial is for, whose end gives it up at once, mid-attempt too: a tunnel's client that
+ * closes, or the request a pooled connection is opened for, given up before it had a connection.
+ */
 interface DialFor {
   readonly client?: net.Socket | undefined;
+  readonly cancel?: AbortSignal | undefined;
 }
+
+const gone = ({ client, cancel }: DialFor): boolean => client?.destroyed === true || cancel?.aborted === true;
 
 function attempt(connect: Connect, address: string, port: number, timeoutMs: number, purpose: DialPurpose, dialFor: DialFor): Promise<net.Socket> {
   return new Promise((resolve, reject) => {
     const socket = connect(address, port, purpose);
-    const { client } = dialFor;
+    const { client, cancel } = dialFor;
+    const unwatch = (): void => {
+      client?.off('close', onGone);
+      cancel?.removeEventListener('abort', onGone);
+    };
     const fail = (err: Error): void => {
       clearTimeout(timer);
-      client?.off('close', onClientClose);
+      unwatch();
       socket.destroy();
       reject(err);
     };
     const timer = setTimeout(() => fail(new Error(`timed out after ${timeoutMs} ms`)), timeoutMs);
-    // A dial left running after its client has gone holds a descriptor no connection slot counts.
-    const onClientClose = (): void => fail(new Error('cancelled: the client closed'));
-    client?.once('close', onClientClose);
-    if (client?.destroyed === true) onClientClose();
+    // A dial left running after what it was for has gone holds a descriptor no connection slot counts.
+    const onGone = (): void => fail(new Error('cancelled: what it was for has gone'));
+    client?.once('close', onGone);
+    cancel?.addEventListener('abort', onGone, { once: true });
+    if (gone(dialFor)) onGone();
     socket.once('error', fail);
     socket.once('connect', () => {
       clearTimeout(timer);
-      client?.off('close', onClientClose);
+      unwatch();
       socket.off('error', fail);
       resolve(socket);
     });
@@ -80,7 +91,7 @@ export async function dialPinned(
   const attempts: string[] = [];
   const failures: string[] = [];
   for (const address of addresses) {
-    if (options.client?.destroyed === true) break;
+    if (gone(options)) break;
     attempts.push(endpoint(address, port));
     try {
       const socket = await attempt(options.connect, address, port, options.timeoutMs, options.purpose, options);

@@ -15,8 +15,11 @@ export class UpstreamTlsError extends CodedError<'upstream_tls_invalid'> {}
 /** What the upstream's certificate is verified against: the PEM certificates of the trusted CAs. */
 export type UpstreamTrust = readonly string[];
 
-/** Opens TLS for `servername` over `socket` (connected); resolves once the certificate verified. */
-export function secureUpstream(socket: net.Socket, servername: string, trust: UpstreamTrust, timeoutMs: number): Promise<tls.TLSSocket> {
+/**
+ * Opens TLS for `servername` over `socket` (connected); resolves once the certificate verified.
+ * `cancel` gives the handshake up, and the connection, when what it was for has gone.
+ */
+export function secureUpstream(socket: net.Socket, servername: string, trust: UpstreamTrust, timeoutMs: number, cancel?: AbortSignal): Promise<tls.TLSSocket> {
   return new Promise((resolve, reject) => {
     const secure = tls.connect({
       socket,
@@ -29,13 +32,18 @@ export function secureUpstream(socket: net.Socket, servername: string, trust: Up
     const timer = setTimeout(() => fail(new UpstreamTlsError('upstream_tls_invalid', `the TLS handshake with ${servername} did not finish within ${timeoutMs} ms`)), timeoutMs);
     const fail = (err: Error): void => {
       clearTimeout(timer);
+      cancel?.removeEventListener('abort', onCancel);
       secure.destroy();
       socket.destroy();
       reject(err);
     };
+    const onCancel = (): void => fail(new Error('cancelled: what the connection was for is gone'));
+    cancel?.addEventListener('abort', onCancel, { once: true });
+    if (cancel?.aborted === true) onCancel();
     secure.once('error', (err: NodeJS.ErrnoException) => fail(tlsFailure(servername, err)));
     secure.once('secureConnect', () => {
       clearTimeout(timer);
+      cancel?.removeEventListener('abort', onCancel);
       secure.removeAllListeners('error');
       // Errors after this are the exchange's (undici listens).
       resolve(secure);

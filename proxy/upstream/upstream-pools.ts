@@ -8,13 +8,21 @@
  * undici is loaded on the first plain-HTTP request: it is a fifth of the proxy's resident memory,
  * and a proxy that only ever tunnels (HTTPS) never needs it.
  */
-import type { Pool } from 'undici';
+import type { Client, Dispatcher, Pool } from 'undici';
 import type * as Undici from 'undici';
 import { requireCjs } from '../../common/index.js';
 import { dialPinned, type Connect } from './dial.js';
 import { secureUpstream, type UpstreamTrust } from './tls-dial.js';
 
-type PoolClass = typeof Pool;
+/**
+ * A request sent through a pool. `unsent` aborts when the request is given up before it has a
+ * connection (its client went, its deadline passed): undici cannot take a request back before it
+ * has a connection (it calls `onConnect`, with its abort, only then), so the dial opened for it is
+ * given up instead, which fails the request in undici, and frees the descriptor the dial held.
+ */
+export interface PooledRequest extends Dispatcher.DispatchOptions {
+  readonly unsent: AbortSignal;
+}
 
 export interface PoolOptions {
   readonly connect: Connect;
@@ -44,7 +52,7 @@ export class UpstreamPools {
   /** Each owner's pool keys, least recently used first. */
   private readonly byOwner = new Map<string, Set<string>>();
   private newest: string | undefined;
-  private PoolClass: PoolClass | undefined;
+  private undici: typeof Undici | undefined;
   /** Each trust store a TLS pool was made with, numbered: a new store (a reload) means new pools. */
   private readonly trusts = new WeakMap<UpstreamTrust, number>();
   private nextTrust = 1;
@@ -146,18 +154,33 @@ export class UpstreamPools {
 
   private create(host: string, port: number, addresses: readonly string[], trust: UpstreamTrust | undefined, alone: boolean): Pool {
     const { connect, connectTimeoutMs, idleTimeoutMs, maxHeaderBytes } = this.options;
-    this.PoolClass ??= (requireCjs('undici') as typeof Undici).Pool;
-    const open = async () => {
-      const dialed = await dialPinned(addresses, port, { connect, purpose: 'http', timeoutMs: connectTimeoutMs });
-      return trust === undefined ? dialed.socket : secureUpstream(dialed.socket, host, trust, connectTimeoutMs);
+    const undici = (this.undici ??= requireCjs('undici') as typeof Undici);
+    const open = async (unsent: AbortSignal | undefined) => {
+      const dialed = await dialPinned(addresses, port, { connect, purpose: 'http', timeoutMs: connectTimeoutMs, cancel: unsent });
+      return trust === undefined ? dialed.socket : secureUpstream(dialed.socket, host, trust, connectTimeoutMs, unsent);
     };
-    return new this.PoolClass(`${trust === undefined ? 'http' : 'https'}://${host}:${port}`, {
-      connect: (_options, callback) => {
-        open().then(
-          (socket) => callback(null, socket),
-          (err: Error) => callback(err, null),
-        );
-      },
+    // A pool hands a request only to a connection (an undici Client) that holds none (pipelining
+    // 1, or 0): a connection dials for the one request it was handed last.
+    const connection = (origin: URL, options: object): Client => {
+      let unsent: AbortSignal | undefined;
+      const client = new undici.Client(origin, {
+        ...(options as Client.Options),
+        connect: (_options, callback) => {
+          open(unsent).then(
+            (socket) => callback(null, socket),
+            (err: Error) => callback(err, null),
+          );
+        },
+      });
+      const dispatch = client.dispatch.bind(client);
+      client.dispatch = (request, handler) => {
+        unsent = (request as Partial<PooledRequest>).unsent;
+        return dispatch(request, handler);
+      };
+      return client;
+    };
+    return new undici.Pool(`${trust === undefined ? 'http' : 'https'}://${host}:${port}`, {
+      factory: connection,
       headersTimeout: idleTimeoutMs,
       bodyTimeout: idleTimeoutMs,
       maxHeaderSize: maxHeaderBytes,
