@@ -107,6 +107,9 @@ t.test('egress image between an internal client network and an upstream', async 
   const info = await egress.inspect();
   t.equal(info.Config.User, 'egress', 'runs as the egress user');
   t.ok(info.Config.Env.includes('EGRESS_LISTEN=0.0.0.0:3128'), 'listens on all interfaces through EGRESS_LISTEN');
+  const first = await execOut(egress, ['sh', '-c', 'grep "^Max core file size" /proc/1/limits; readlink /proc/1/exe']);
+  t.match(first, /^Max core file size\s+0\s+0\s+bytes\s*\n/, 'no core file, soft or hard: a crash writes neither the CA key nor a secret anywhere');
+  t.match(first, /\n\/usr\/bin\/node\s*$/, 'node is the container\'s first process (the shell handed over)');
 
   const client = await run(docker, {
     name: env.name('egress-client'), Image: IMAGE, Entrypoint: ['node'], Cmd: ['-e', CLIENT(egressIp, opaqueIp, upstreamIp)],
@@ -146,6 +149,15 @@ t.test("the image's command starts from the code cache its own node wrote at bui
   t.match(logs, /fromCache=true/, "V8 takes it: written by the image's node, for this bundle");
   t.match(logs, /default-policy\.yaml: valid/, 'the command ran');
 });
+
+/** What `cmd` prints, run in `c` with a terminal (one stream, nothing to demultiplex). */
+async function execOut(c: Docker.Container, cmd: string[]): Promise<string> {
+  const exec = await c.exec({ Cmd: cmd, AttachStdout: true, AttachStderr: true, Tty: true });
+  const stream = await exec.start({ hijack: true, stdin: false, Tty: true });
+  const chunks: Buffer[] = [];
+  for await (const chunk of stream) chunks.push(chunk as Buffer);
+  return Buffer.concat(chunks).toString('utf8').replace(/\r\n/g, '\n');
+}
 
 async function run(docker: Docker, opts: Docker.ContainerCreateOptions): Promise<Docker.Container> {
   const c = await docker.createContainer(opts);
