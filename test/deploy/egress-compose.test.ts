@@ -56,6 +56,13 @@ t.test('a workload behind the egress image, with docker-compose', async (t) => {
     t.match(raw, { code: 0, stdout: 'EPERM\n' }, raw.stderr);
   });
 
+  await t.test('the workload has limits and cannot gain privileges', async (t) => {
+    const { HostConfig } = await env.docker.getContainer(await project.id('workload')).inspect();
+    t.equal(HostConfig.PidsLimit, 512, 'pids');
+    t.equal(HostConfig.Memory, 1024 * 1024 * 1024, 'memory');
+    t.ok((HostConfig.SecurityOpt as string[] | undefined)?.some((o) => /^no-new-privileges(:true)?$/.test(o)), `no-new-privileges in ${JSON.stringify(HostConfig.SecurityOpt)}`);
+  });
+
   await t.test('the allowlisted host answers through the proxy', async (t) => {
     const r = await project.exec('workload', 'curl -sS http://deb.debian.org/');
     t.same([r.code, r.stdout], [0, UPSTREAM_TEXT], r.stderr);
