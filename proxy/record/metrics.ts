@@ -9,7 +9,7 @@ import type { AddressInfo } from 'node:net';
 // Imported, not required on first use (common/require-cjs.ts): every proxy keeps its metrics from
 // the start, and an import is bundled into the egress command (scripts/build.mjs).
 import promClient, { type Registry } from 'prom-client';
-import { EGRESS_METRICS, EGRESS_METRICS_PATH, VERSION } from '../../common/index.js';
+import { EGRESS_HEALTH_PATH, EGRESS_METRICS, EGRESS_METRICS_PATH, VERSION } from '../../common/index.js';
 import { handleAcceptFailures } from './accept-failures.js';
 import type { Logger } from './log.js';
 import { SandboxSeries, type SandboxOf } from './sandbox-metrics.js';
@@ -216,6 +216,12 @@ const METRICS_TIMEOUT_MS = 10_000;
 
 export async function startMetricsServer(endpoint: { readonly host: string; readonly port: number }, registry: Registry, log: Logger): Promise<MetricsServer> {
   const server = http.createServer((req, res) => {
+    // The process's liveness, on slots no proxy client can take (a Kubernetes liveness probe asks
+    // here: a proxy port full of clients must make the pod unready, never get it restarted).
+    if ((req.method === 'GET' || req.method === 'HEAD') && req.url === EGRESS_HEALTH_PATH) {
+      res.writeHead(200, { 'Content-Type': 'text/plain', 'Content-Length': 3 }).end('ok\n');
+      return;
+    }
     if (req.method === 'GET' && req.url === EGRESS_METRICS_PATH) {
       registry.metrics().then(
         (text) => res.writeHead(200, { 'Content-Type': registry.contentType }).end(text),

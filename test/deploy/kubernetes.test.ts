@@ -13,7 +13,7 @@
 import t from 'tap';
 import { readdirSync } from 'node:fs';
 import { buildPolicy, parsePolicyText } from '../../policy/index.js';
-import { EGRESS_METRICS_PATH } from '../../common/index.js';
+import { EGRESS_HEALTH_PATH, EGRESS_METRICS_PATH } from '../../common/index.js';
 import { parseConfig } from '../../proxy/config.js';
 import { planTransparentPorts } from '../../proxy/transparent/transparent-ports.js';
 import { unknownFields } from './k8s-strict.js';
@@ -164,6 +164,14 @@ t.test('metrics: a named port, the scrape annotations, reachable only from a scr
     'only a namespace labelled capybara.dev/egress-metrics=scrape reaches it, and only it');
   const workloads = find('NetworkPolicy', 'workloads-only-through-egress').spec;
   t.notOk(workloads.egress.some((r: Manifest) => r.ports.some((p: Manifest) => p.port === port)), 'workloads cannot reach it');
+});
+
+t.test('liveness is asked on the metrics listener, readiness on the proxy port', async (t) => {
+  const container = find('Deployment', 'capybara-egress').spec.template.spec.containers[0];
+  // Clients filling the proxy port (every connection and health-check slot) make the pod unready;
+  // a liveness probe there would get it restarted, every tunnel with it.
+  t.same(container.livenessProbe.httpGet, { path: EGRESS_HEALTH_PATH, port: 'metrics' }, 'liveness: the metrics listener, whose slots no proxy client takes');
+  t.same(container.readinessProbe.httpGet, { path: EGRESS_HEALTH_PATH, port: 'proxy' }, 'readiness: the proxy port itself');
 });
 
 function structuredCloneWith<T>(value: T, edit: (copy: any) => void): T {

@@ -2,11 +2,12 @@
  * The metrics listener keeps to slots of its own (SECURITY.md): at most METRICS_MAX_CONNECTIONS
  * open connections, past which a new one is closed at once, so that whoever reaches the metrics
  * port can hold those slots and nothing more; a scrape gets through again once one is given up.
+ * It answers the health check as well, for a liveness probe no client of the proxy port can starve.
  */
 import net from 'node:net';
 import t from 'tap';
 import { Registry } from 'prom-client';
-import { EGRESS_METRICS_PATH } from '../../common/index.js';
+import { EGRESS_HEALTH_PATH, EGRESS_METRICS_PATH } from '../../common/index.js';
 import { createLogger, METRICS_MAX_CONNECTIONS, startMetricsServer } from '../../proxy/record/index.js';
 import { rawRequest } from '../support/raw-client.js';
 
@@ -50,4 +51,13 @@ t.test('past its slots the metrics listener closes a new connection at once, and
     status = await scrape();
   }
   t.equal(status, 200, 'a scrape gets the freed slot');
+});
+
+t.test('the metrics listener answers the health check too (a Kubernetes liveness probe asks it there)', async (t) => {
+  const get = await rawRequest(port, `GET ${EGRESS_HEALTH_PATH} HTTP/1.1\r\nHost: m\r\nConnection: close\r\n\r\n`);
+  t.same([get.status, get.body], [200, 'ok\n']);
+  const head = await rawRequest(port, `HEAD ${EGRESS_HEALTH_PATH} HTTP/1.1\r\nHost: m\r\nConnection: close\r\n\r\n`);
+  t.equal(head.status, 200, 'HEAD too');
+  const post = await rawRequest(port, `POST ${EGRESS_HEALTH_PATH} HTTP/1.1\r\nHost: m\r\nContent-Length: 0\r\nConnection: close\r\n\r\n`);
+  t.equal(post.status, 404, 'nothing else');
 });
