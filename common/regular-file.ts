@@ -27,7 +27,8 @@ export function readRegularFile(path: string, options: { readonly maxBytes: numb
     const tooLarge = (): RegularFileError => new RegularFileError('file_too_large', `larger than ${options.maxBytes} bytes`);
     if (stat.size > options.maxBytes) throw tooLarge();
     // Read to the end, not to stat.size: a file of /proc says 0 and holds more, and a file may grow.
-    const buf = Buffer.alloc(options.maxBytes + 1);
+    // Not zero-filled (a reload would clear the whole cap each time); only the bytes read are kept.
+    const buf = Buffer.allocUnsafe(options.maxBytes + 1);
     let got = 0;
     while (got < buf.length) {
       const n = readSync(fd, buf, got, buf.length - got, null);
@@ -35,7 +36,7 @@ export function readRegularFile(path: string, options: { readonly maxBytes: numb
       got += n;
     }
     if (got > options.maxBytes) throw tooLarge();
-    return buf.subarray(0, got);
+    return Buffer.from(buf.subarray(0, got));
   } finally {
     closeSync(fd);
   }
