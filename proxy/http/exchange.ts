@@ -13,7 +13,7 @@ import type { ClientConnection, ProxyContext } from '../admission/index.js';
 import { READ_AHEAD_BYTES, type Held } from '../budget/index.js';
 import { destinationOf, F, ms, refuseResponse, type DecisionRecorder, type Refusal } from '../record/index.js';
 import { scannedBody, type ValueWatch } from '../secrets/index.js';
-import type { PooledRequest, UpstreamTrust } from '../upstream/index.js';
+import { Unsent, type PooledRequest, type UpstreamTrust } from '../upstream/index.js';
 import { HTTP_PORT, HTTPS_PORT } from './authority.js';
 import type { BodyFraming } from './request-head.js';
 import { checkResponseHead } from './response-head.js';
@@ -38,8 +38,8 @@ export interface Forwarding {
 export class Exchange {
   private readonly writtenAtStart: number;
   /** Stops the exchange upstream: the dial made for it (upstream-pools.ts), from onConnect on the request. */
-  private stop: (err?: Error) => void = () => this.unsent.abort();
-  private readonly unsent = new AbortController();
+  private stop: (err?: Error) => void = () => this.unsent.giveUp();
+  private readonly unsent = new Unsent();
   /** The response is complete upstream and ended, but not yet all written to the client. */
   private ending = false;
   /** The client does not read what the upstream sends (undici paused meanwhile). */
@@ -119,7 +119,7 @@ export class Exchange {
         // stream, which undici frames with the Content-Length given or as chunked, watched for
         // placeholders: one fails the stream, and undici aborts the request mid-body.
         body: framing.kind === 'none' ? null : scannedBody(this.req, this.f.secrets),
-        unsent: this.unsent.signal,
+        unsent: this.unsent,
       };
       pool.dispatch(request, this.handler());
     } catch (err) {

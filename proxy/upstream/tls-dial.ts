@@ -9,6 +9,7 @@
 import type net from 'node:net';
 import tls from 'node:tls';
 import { CodedError } from '../../common/index.js';
+import type { Unsent } from './dial.js';
 
 export class UpstreamTlsError extends CodedError<'upstream_tls_invalid'> {}
 
@@ -19,7 +20,7 @@ export type UpstreamTrust = readonly string[];
  * Opens TLS for `servername` over `socket` (connected); resolves once the certificate verified.
  * `cancel` gives the handshake up, and the connection, when what it was for has gone.
  */
-export function secureUpstream(socket: net.Socket, servername: string, trust: UpstreamTrust, timeoutMs: number, cancel?: AbortSignal): Promise<tls.TLSSocket> {
+export function secureUpstream(socket: net.Socket, servername: string, trust: UpstreamTrust, timeoutMs: number, cancel?: Unsent): Promise<tls.TLSSocket> {
   return new Promise((resolve, reject) => {
     const secure = tls.connect({
       socket,
@@ -30,20 +31,19 @@ export function secureUpstream(socket: net.Socket, servername: string, trust: Up
       rejectUnauthorized: true,
     });
     const timer = setTimeout(() => fail(new UpstreamTlsError('upstream_tls_invalid', `the TLS handshake with ${servername} did not finish within ${timeoutMs} ms`)), timeoutMs);
+    let unwatch: (() => void) | undefined;
     const fail = (err: Error): void => {
       clearTimeout(timer);
-      cancel?.removeEventListener('abort', onCancel);
+      unwatch?.();
       secure.destroy();
       socket.destroy();
       reject(err);
     };
-    const onCancel = (): void => fail(new Error('cancelled: what the connection was for is gone'));
-    cancel?.addEventListener('abort', onCancel, { once: true });
-    if (cancel?.aborted === true) onCancel();
+    unwatch = cancel?.watch(() => fail(new Error('cancelled: what the connection was for is gone')));
     secure.once('error', (err: NodeJS.ErrnoException) => fail(tlsFailure(servername, err)));
     secure.once('secureConnect', () => {
       clearTimeout(timer);
-      cancel?.removeEventListener('abort', onCancel);
+      unwatch?.();
       secure.removeAllListeners('error');
       // Errors after this are the exchange's (undici listens).
       resolve(secure);

@@ -11,17 +11,17 @@
 import type { Client, Dispatcher, Pool } from 'undici';
 import type * as Undici from 'undici';
 import { requireCjs } from '../../common/index.js';
-import { dialPinned, type Connect } from './dial.js';
+import { dialPinned, type Connect, type Unsent } from './dial.js';
 import { secureUpstream, type UpstreamTrust } from './tls-dial.js';
 
 /**
- * A request sent through a pool. `unsent` aborts when the request is given up before it has a
+ * A request sent through a pool. `unsent` is given up with the request, when that is before it has a
  * connection (its client went, its deadline passed): undici cannot take a request back before it
  * has a connection (it calls `onConnect`, with its abort, only then), so the dial opened for it is
  * given up instead, which fails the request in undici, and frees the descriptor the dial held.
  */
 export interface PooledRequest extends Dispatcher.DispatchOptions {
-  readonly unsent: AbortSignal;
+  readonly unsent: Unsent;
 }
 
 export interface PoolOptions {
@@ -155,14 +155,14 @@ export class UpstreamPools {
   private create(host: string, port: number, addresses: readonly string[], trust: UpstreamTrust | undefined, alone: boolean): Pool {
     const { connect, connectTimeoutMs, idleTimeoutMs, maxHeaderBytes } = this.options;
     const undici = (this.undici ??= requireCjs('undici') as typeof Undici);
-    const open = async (unsent: AbortSignal | undefined) => {
+    const open = async (unsent: Unsent | undefined) => {
       const dialed = await dialPinned(addresses, port, { connect, purpose: 'http', timeoutMs: connectTimeoutMs, cancel: unsent });
       return trust === undefined ? dialed.socket : secureUpstream(dialed.socket, host, trust, connectTimeoutMs, unsent);
     };
     // A pool hands a request only to a connection (an undici Client) that holds none (pipelining
     // 1, or 0): a connection dials for the one request it was handed last.
     const connection = (origin: URL, options: object): Client => {
-      let unsent: AbortSignal | undefined;
+      let unsent: Unsent | undefined;
       const client = new undici.Client(origin, {
         ...(options as Client.Options),
         connect: (_options, callback) => {
