@@ -260,13 +260,27 @@ t.test('the deployment CA: made once, 0600 in a 0700 directory, reused; a loose 
 });
 
 /**
- * Whether a race of loads against a swapping racer goes on: three seconds of tries, and longer (up
- * to 15 s) until the racer has been met both ways, since a loaded machine starts it late; never
- * past a read through the swap.
+ * Loads the deployment CA of `dir` again and again while a racer swaps what it reads: three
+ * seconds, and on (up to 15 s) until the racer has been met both ways, since a loaded machine
+ * starts it late; never past a read through the swap. What each load gave, and the refusals.
  */
-function racing(start: number, seen: { readonly ours: number; readonly refused: number; readonly theirs: number }): boolean {
-  const ms = Date.now() - start;
-  return seen.theirs === 0 && (ms < 3_000 || ((seen.ours === 0 || seen.refused === 0) && ms < 15_000));
+async function raceLoads(dir: string, ours: string): Promise<{ seen: { ours: number; refused: number; theirs: number }; refusals: string[] }> {
+  const seen = { ours: 0, refused: 0, theirs: 0 };
+  const refusals = new Set<string>();
+  const start = Date.now();
+  const racing = (): boolean => {
+    const ms = Date.now() - start;
+    return seen.theirs === 0 && (ms < 3_000 || ((seen.ours === 0 || seen.refused === 0) && ms < 15_000));
+  };
+  while (racing()) {
+    try {
+      seen[(await loadDeploymentCa(dir)).certificatePem === ours ? 'ours' : 'theirs'] += 1;
+    } catch (err) {
+      refusals.add((err as Error).message);
+      seen.refused += 1;
+    }
+  }
+  return { seen, refusals: [...refusals] };
 }
 
 t.test('the state directory swapped after it was checked is never read through', async (t) => {
@@ -285,19 +299,10 @@ t.test('the state directory swapped after it was checked is never read through',
   const racer = spawn(...plainNode('-e', [swap, join(root, 'p')]), { stdio: 'ignore' });
   t.teardown(() => racer.kill('SIGKILL'));
   const dir = join(root, 'p', 'state');
-  const seen = { ours: 0, refused: 0, theirs: 0 };
-  const refusals = new Set<string>();
-  for (const start = Date.now(); racing(start, seen); ) {
-    try {
-      seen[(await loadDeploymentCa(dir)).certificatePem === ours ? 'ours' : 'theirs'] += 1;
-    } catch (err) {
-      refusals.add((err as Error).message);
-      seen.refused += 1;
-    }
-  }
+  const { seen, refusals } = await raceLoads(dir, ours);
   t.equal(seen.theirs, 0, `the CA of the directory open to others was never read (${seen.ours} reads of ours, ${seen.refused} refusals)`);
   t.ok(seen.refused > 0 && seen.ours > 0, 'the racer was met both ways');
-  t.same([...refusals], [`stateDir: ${dir} has mode 0755: group or others could read the deployment CA's key; chmod 700 ${dir}`]);
+  t.same(refusals, [`stateDir: ${dir} has mode 0755: group or others could read the deployment CA's key; chmod 700 ${dir}`]);
   t.not(theirs, ours);
 });
 
@@ -316,19 +321,10 @@ t.test('the deployment CA file swapped for a symlink after it was checked is nev
     for (let i = 0; ; i++) { const tmp = file + '.' + i; if (i % 2) fs.symlinkSync(other, tmp); else fs.linkSync(ours, tmp); fs.renameSync(tmp, file); }`;
   const racer = spawn(...plainNode('-e', [swap, file, join(root, 'ours.pem'), join(root, 'other', CA_FILE_NAME)]), { stdio: 'ignore' });
   t.teardown(() => racer.kill('SIGKILL'));
-  const seen = { ours: 0, refused: 0, theirs: 0 };
-  const refusals = new Set<string>();
-  for (const start = Date.now(); racing(start, seen); ) {
-    try {
-      seen[(await loadDeploymentCa(dir)).certificatePem === ours ? 'ours' : 'theirs'] += 1;
-    } catch (err) {
-      refusals.add((err as Error).message);
-      seen.refused += 1;
-    }
-  }
+  const { seen, refusals } = await raceLoads(dir, ours);
   t.equal(seen.theirs, 0, `the CA behind the link was never read (${seen.ours} reads of ours, ${seen.refused} refusals)`);
   t.ok(seen.refused > 0 && seen.ours > 0, 'the racer was met both ways');
-  t.same([...refusals], [`stateDir: ${file} is not a file (a symlink is refused too); the deployment CA is kept in a file of the controller's own`]);
+  t.same(refusals, [`stateDir: ${file} is not a file (a symlink is refused too); the deployment CA is kept in a file of the controller's own`]);
   t.not(theirs, ours);
 });
 
