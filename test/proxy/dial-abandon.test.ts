@@ -8,26 +8,21 @@
  */
 import net from 'node:net';
 import t from 'tap';
-import type { Connect } from '../../proxy/index.js';
+import { heldDials } from '../support/held-dials.js';
 import { settle } from '../support/settle.js';
 import { startTestProxy } from '../support/test-proxy.js';
 
 /** 127.0.0.9 stands for an address that never accepts: the hook's socket is never connected. */
 const SILENT = '127.0.0.9';
-const dials: net.Socket[] = [];
-const connect: Connect = () => {
-  const socket = new net.Socket({ allowHalfOpen: true });
-  dials.push(socket);
-  return socket;
-};
+const held = heldDials(SILENT);
 
 const proxy = await startTestProxy({
   policy: { allowHosts: ['silent.test'], connectPorts: [443], testHosts: { 'silent.test': SILENT } },
   limits: { connectTimeoutMs: 120_000 },
-  connect,
+  connect: held.connect,
 });
 t.teardown(async () => {
-  for (const s of dials) s.destroy();
+  held.destroy();
   await proxy.close();
 });
 
@@ -37,15 +32,15 @@ t.test('a client that resets while its tunnel is dialled ends the dial', async (
     const client = net.connect(proxy.port, '127.0.0.1');
     client.on('error', () => undefined);
     client.write('CONNECT silent.test:443 HTTP/1.1\r\nHost: silent.test:443\r\n\r\n');
-    const before = dials.length;
-    await settle(() => dials.length > before, 'the dial started');
+    const before = held.sockets.length;
+    await settle(() => held.sockets.length > before, 'the dial started');
     // A reset: the proxy's socket closes (and its slot is freed) at once. A FIN alone is a half-close,
     // which keeps the connection, and its slot, open.
     client.resetAndDestroy();
   }
-  t.equal(dials.length, N, 'one dial per CONNECT');
+  t.equal(held.sockets.length, N, 'one dial per CONNECT');
   // Far inside the 120 s connect timeout: each dial is given up with its client.
-  await settle(() => dials.every((s) => s.destroyed), 'every abandoned dial destroyed', 5_000);
+  await settle(() => held.sockets.every((s) => s.destroyed), 'every abandoned dial destroyed', 5_000);
   t.pass('no dial outlives its client');
 });
 

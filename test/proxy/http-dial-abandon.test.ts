@@ -10,8 +10,8 @@ import http from 'node:http';
 import net from 'node:net';
 import tls from 'node:tls';
 import t from 'tap';
-import { defaultConnect, type Connect } from '../../proxy/index.js';
 import { testLeafIssuer } from '../support/inspect-ca.js';
+import { heldDials } from '../support/held-dials.js';
 import { listen } from '../support/loopback.js';
 import { readUntil } from '../support/raw-client.js';
 import { settle } from '../support/settle.js';
@@ -20,14 +20,8 @@ import { startTestProxy } from '../support/test-proxy.js';
 /** The hook's sockets for these stand for dials still under way: never connected, or when the test says. */
 const SILENT = '127.0.0.9';
 const GATED = '127.0.0.8';
-const dials: { address: string; socket: net.Socket }[] = [];
-const connect: Connect = (address, port, purpose) => {
-  if (address !== SILENT && address !== GATED) return defaultConnect(address, port, purpose);
-  const socket = new net.Socket({ allowHalfOpen: true });
-  dials.push({ address, socket });
-  return socket;
-};
-const dialsTo = (address: string): net.Socket[] => dials.filter((d) => d.address === address).map((d) => d.socket);
+const held = heldDials(SILENT, GATED);
+const dialsTo = held.to;
 
 // What a gated dial reaches once let through.
 const web = http.createServer((req, res) => res.end(`seen ${req.url}\n`));
@@ -52,10 +46,10 @@ const proxy = await startTestProxy({
   },
   limits: { connectTimeoutMs: 120_000 },
   inspection: { leaves, upstreamCa: [leaves.caCertificatePem] },
-  connect,
+  connect: held.connect,
 });
 t.teardown(async () => {
-  for (const { socket } of dials) socket.destroy();
+  held.destroy();
   for (const { socket } of mute) socket.destroy();
   await proxy.close();
   web.close();
