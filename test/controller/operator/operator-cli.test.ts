@@ -187,20 +187,41 @@ t.test('operator commands against the engine and the socket proxy', async (t) =>
     const id = `${env.runId}-half`;
     const name = `cap-${id}`;
     // A controller process whose create waits (an egress image that never answers its health
-    // check: up to 15 s), killed once the sandbox container runs: what SIGKILL mid-create leaves.
+    // check: up to 15 s), killed once every step but that wait has finished: the sandbox container
+    // runs, its workspace was handed over (that container gone), and the egress proxy has its leg
+    // on the sandbox's network (its policy volume made before). Steps run side by side, so the
+    // sandbox can run before the proxy's volume exists: a kill then leaves a request in flight
+    // that dockerd finishes after the listing below. What SIGKILL mid-create leaves.
     const script = `import { createDockerSandbox } from './controller/index.ts';
 const provider = createDockerSandbox({ endpoint: ${JSON.stringify(s.proxy.endpoint)}, network: ${JSON.stringify(s.sharedNetwork)}, egressProxyImage: ${JSON.stringify(SANDBOX_IMAGE)} }, { labels: ${JSON.stringify(env.labels)} });
 await provider.create({ id: ${JSON.stringify(id)}, image: ${JSON.stringify(SANDBOX_IMAGE)}, limits: { egress: 'allowlist', allowHosts: ['half.capybara.test'] } });`;
     const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { cwd: root, stdio: 'ignore' });
     const exited = new Promise((resolve) => child.once('exit', resolve));
     const deadline = Date.now() + 30_000;
-    while ((await env.docker.getContainer(name).inspect().then((i) => i.State.Running, () => false)) !== true) {
-      if (Date.now() > deadline) throw new Error(`${name} did not start within 30 s`);
+    const waiting = async (): Promise<boolean> => {
+      const [running, handingOver, legged] = await Promise.all([
+        env.docker.getContainer(name).inspect().then((i) => i.State.Running, () => false),
+        env.docker.getContainer(`${name}.handover`).inspect().then(() => true, () => false),
+        env.docker.getContainer(`${name}-egress`).inspect().then((i) => `${name}-net` in (i.NetworkSettings.Networks ?? {}), () => false),
+      ]);
+      return running && !handingOver && legged;
+    };
+    while (!(await waiting())) {
+      if (Date.now() > deadline) throw new Error(`${name} did not reach its egress proxy's health check within 30 s`);
       await new Promise((r) => setTimeout(r, 100));
     }
     child.kill('SIGKILL');
     await exited;
-    const left = (await s.labelled(name)).map((n) => n.replace(/^\//, '')).sort();
+    // A request the killed process had sent is still finished by dockerd: listed once two
+    // listings half a second apart agree.
+    const listing = async (): Promise<string[]> => (await s.labelled(name)).map((n) => n.replace(/^\//, '')).sort();
+    let left = await listing();
+    for (;;) {
+      await new Promise((r) => setTimeout(r, 500));
+      const again = await listing();
+      if (JSON.stringify(again) === JSON.stringify(left)) break;
+      left = again;
+    }
     t.ok(left.includes(name) && left.includes(`${name}-building`), `left half-built: ${left.join(' ')}`);
     const dry = await op([...engine, '--json', 'gc', '--dry-run', '--min-age', '0']);
     const planned = (JSON.parse(dry.stdout) as Array<{ action: string; name: string; halfBuilt?: boolean }>);
@@ -209,7 +230,7 @@ await provider.create({ id: ${JSON.stringify(id)}, image: ${JSON.stringify(SANDB
     t.equal(planned.at(-1)?.name, `${name}-building`, 'its marker last');
     const real = await op([...engine, '--json', 'gc', '--min-age', '0']);
     t.equal(real.code, 0, real.stderr);
-    t.same(await s.labelled(name), [], 'all of it gone');
+    t.same(await s.labelled(name), [], `all of it gone: ${real.stdout}`);
     t.equal((await provider.exec(live, 'echo alive')).stdout, 'alive\n', 'a sandbox whose create finished is kept');
   });
 
