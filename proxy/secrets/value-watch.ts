@@ -12,8 +12,9 @@
  * where the cut falls: each text watched for is also watched for by its first and last quarter
  * (`ends`), so such a piece passes only when it holds less than that of either end.
  *
- * It sees the raw bytes, and the Basic credentials the proxy itself encoded a value into, as they
- * went out: a value the host encodes (base64, escapes) passes. It reads them in any case (ASCII
+ * It sees the raw bytes, the Basic credentials the proxy itself encoded a value into, as they
+ * went out, and the credential in a value that is Basic credentials already encoded, as a host
+ * decodes it: a value the host encodes (base64, escapes) passes. It reads them in any case (ASCII
  * letters folded): a host that quotes a field upper- or lower-cased (body-parser's 415 names the
  * charset it could not decode upper-cased) hands back a hex value whole, and any other value but
  * its letters' case. And it reads a body without its zero bytes: a host that writes in the charset
@@ -85,6 +86,23 @@ function encodedCores(credentials: string, value: string): string[] {
 }
 
 /**
+ * What a value that is itself Basic credentials, encoded (an operator's `Basic {}` binding of
+ * `base64(user:token)`), reads as once a host decodes it: the password, or the user when there is
+ * none (an API key sent as the user). A host that quotes what it decoded (the user it found, a
+ * diagnostic page) hands that back in clear. A user name beside a password is no secret, and hosts
+ * quote it for good reasons, so it is not watched for.
+ */
+function decodedCredential(value: string): string | undefined {
+  const bytes = Buffer.from(value, 'base64');
+  if (bytes.toString('base64').replace(/=+$/, '') !== value.replace(/=+$/, '')) return undefined;
+  const text = bytes.toString('latin1');
+  const colon = text.indexOf(':');
+  if (colon === -1 || !/^[\x20-\x7e]+$/.test(text)) return undefined;
+  const secret = colon === text.length - 1 ? text.slice(0, colon) : text.slice(colon + 1);
+  return secret.length >= MIN_END_CHARS ? secret : undefined;
+}
+
+/**
  * `text` (one character a byte, Latin-1) lower-cased. Latin-1 letters fold within Latin-1, one
  * character for one, so no byte turns into an ASCII one that a value (printable ASCII) holds.
  */
@@ -115,7 +133,7 @@ export class ValueWatch {
    * credentials are watched for as well as the value.
    */
   constructor(secrets: readonly LoadedSecret[], sent: readonly string[] = []) {
-    const texts = secrets.map((secret) => ({ secret, text: secret.value }));
+    const texts = secrets.flatMap((secret) => [secret.value, decodedCredential(secret.value)].flatMap((text) => (text === undefined ? [] : [{ secret, text }])));
     for (let i = 1; i < sent.length; i += 2) {
       const encoded = BASIC.exec(sent[i]!)?.[1];
       if (encoded === undefined) continue;
