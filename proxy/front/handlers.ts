@@ -7,7 +7,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { ClientConnection, ProxyContext } from '../admission/index.js';
 import { createForwarder } from '../http/index.js';
-import { F, refuseResponse, type DecisionRecorder, type Decisions, type Logger, type Refusal } from '../record/index.js';
+import { F, logLine, refuseResponse, type DecisionRecorder, type Decisions, type Logger, type Refusal } from '../record/index.js';
 import { handleTransparentTls } from '../transparent/index.js';
 import { handleConnect } from '../tunnel/index.js';
 
@@ -33,6 +33,12 @@ export class Handlers {
   /** The decision line and metric of a refusal the front makes itself (nothing was forwarded). */
   denyLine(connection: ClientConnection, refusal: Refusal, method?: string): void {
     this.recorder(connection, method).deny(refusal);
+  }
+
+  /** The line of `count` pipelined requests `connection` closed with, never started: within its refusal-line cap. */
+  droppedLine(connection: ClientConnection, count: number): void {
+    if (!this.decisions.admitsLine(connection.clientKey, 'requests_dropped')) return;
+    logLine(connection.log, { [F.event]: 'requests_dropped', [F.requests]: count, [F.detail]: 'the connection closed before these pipelined requests were started' });
   }
 
   /** A parsed plain-HTTP request, in its turn. */

@@ -10,7 +10,7 @@ import http from 'node:http';
 import type { Socket } from 'node:net';
 import { connectionOf, MAX_WAITING, Pipeline, type ClientConnection } from '../admission/index.js';
 import { BODY_WAIT_BYTES, requestBytes, type MemoryBudget, type ProxyLimits } from '../budget/index.js';
-import { F, logLine, refuseResponse, type Refusal } from '../record/index.js';
+import { refuseResponse, type Refusal } from '../record/index.js';
 import { connectBodyProblem } from '../tunnel/index.js';
 import { HEAD_TIMEOUT, type Handlers } from './handlers.js';
 
@@ -147,8 +147,7 @@ class HttpEvents {
   private pipelineOf(connection: ClientConnection): Pipeline {
     connection.pipeline ??= new Pipeline(connection.socket, {
       parseError: (refusal) => this.parseFailed(connection, refusal),
-      dropped: (count) =>
-        logLine(connection.log, { [F.event]: 'requests_dropped', [F.requests]: count, [F.detail]: 'the connection closed before these pipelined requests were started' }),
+      dropped: (count) => this.handlers.droppedLine(connection, count),
       overflow: () => this.handlers.denyLine(connection, { reason: 'bad_request', detail: `more than ${MAX_WAITING} pipelined requests waiting for their turn; the connection is cut` }),
     });
     return connection.pipeline;

@@ -48,6 +48,16 @@ export class Decisions {
     return new DecisionRecorder(this.observer, log, method, level, (reason) => this.lines.admit(clientIp, reason), who, allowGate);
   }
 
+  /**
+   * Whether a line about `client`'s requests that is no decision (`requests_dropped`) gets
+   * written: within the client's refusal-line cap, as a refusal's, and counted under `kind` on the
+   * summary past it. One such line per connection, uncapped, let a sandbox write one at its whole
+   * connection rate.
+   */
+  admitsLine(client: string, kind: string): boolean {
+    return this.lines.admit(client, kind);
+  }
+
   /** Stops the interval, with a last summary. */
   close(): void {
     clearInterval(this.reporter);
