@@ -40,6 +40,12 @@ export interface PoolOptions {
   readonly maxPoolsPerOwner: number;
 }
 
+/** An owner's pools with idle connections, least recently used first, and how many they hold. */
+interface IdleOf {
+  total: number;
+  readonly pools: Array<{ readonly key: string; readonly free: number }>;
+}
+
 /** A pool and whose it is ('' the one owner of a proxy of one tenant). */
 interface Held {
   readonly pool: Pool;
@@ -91,18 +97,33 @@ export class UpstreamPools {
   }
 
   /**
-   * Closes pools that hold idle keep-alive connections, least recently used first, until about
-   * `wanted` idle connections are closing (or no pool has one): their requests in flight finish,
-   * their idle connections close at once. Returns how many idle connections it closed.
+   * Closes pools that hold idle keep-alive connections until about `wanted` idle connections are
+   * closing (or no pool has one): always of the owner holding the most idle connections then, its
+   * least recently used pool first. Their requests in flight finish, their idle connections close
+   * at once. Returns how many idle connections it closed. Least recently used of all, as it was,
+   * took from whoever had not sent a request for a few seconds: a sandbox keeping thousands of idle
+   * connections in pools it went on using had every other sandbox's closed instead of its own.
    */
   shedIdle(wanted: number): number {
-    let shed = 0;
-    for (const [key, { pool }] of this.pools) {
-      if (shed >= wanted) break;
+    // Each pool's idle connections, read once (undici counts them over the pool's connections).
+    const idle = new Map<string, IdleOf>();
+    for (const [key, { pool, owner }] of this.pools) {
       const { free } = pool.stats;
       if (free === 0) continue;
-      this.close(key);
-      shed += free;
+      const own = idle.get(owner) ?? { total: 0, pools: [] };
+      own.total += free;
+      own.pools.push({ key, free });
+      idle.set(owner, own);
+    }
+    let shed = 0;
+    while (shed < wanted) {
+      let heaviest: IdleOf | undefined;
+      for (const own of idle.values()) if (own.pools.length > 0 && (heaviest === undefined || own.total > heaviest.total)) heaviest = own;
+      const oldest = heaviest?.pools.shift();
+      if (heaviest === undefined || oldest === undefined) break;
+      this.close(oldest.key);
+      heaviest.total -= oldest.free;
+      shed += oldest.free;
     }
     return shed;
   }

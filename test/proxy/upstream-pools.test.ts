@@ -10,6 +10,7 @@ import http from 'node:http';
 import t, { type Test } from 'tap';
 import { defaultConnect, UpstreamPools } from '../../proxy/upstream/index.js';
 import { listen } from '../support/loopback.js';
+import { settle } from '../support/settle.js';
 
 const A = 'cap-a/life-a-0001';
 const B = 'cap-b/life-b-0001';
@@ -51,4 +52,33 @@ t.test('a sandbox within its share, at the process cap, closes the least recentl
   await get('a.test', A);
   t.not(await get('b1.test', B), oldest, 'the pool used least recently was closed');
   t.equal(await get('c.test', 'cap-c/life-c-0001'), c, 'a pool used since is kept');
+});
+
+t.test('shedding idle connections takes from the owner holding the most of them first, never the least recently used of all', async (t) => {
+  // Answers are held a moment, so that requests sent together each open a connection of their own.
+  const server = http.createServer((req, res) => setTimeout(() => res.writeHead(200, { 'Content-Length': String(req.socket.remotePort).length }).end(String(req.socket.remotePort)), 20));
+  server.keepAliveTimeout = 60_000;
+  const port = await listen(server);
+  const pools = new UpstreamPools({ connect: defaultConnect, connectTimeoutMs: 5_000, idleTimeoutMs: 5_000, maxHeaderBytes: 64 * 1024, maxPools: 64, maxPoolsPerOwner: 16 });
+  t.teardown(() => {
+    pools.destroy();
+    server.close();
+  });
+  const used = new Map<string, ReturnType<UpstreamPools['forTarget']>>();
+  const get = async (host: string, owner: string): Promise<string> => {
+    const pool = pools.forTarget(host, port, ['127.0.0.1'], undefined, owner);
+    used.set(host, pool);
+    const { body } = await pool.request({ method: 'GET', path: '/' });
+    return body.text();
+  };
+  // B's one idle connection is the least recently used; A holds twelve, four in each of three pools.
+  const b = await get('b.test', B);
+  const a = await Promise.all(['h0', 'h1', 'h2'].flatMap((h) => Array.from({ length: 4 }, () => get(`${h}.a.test`, A))));
+  t.equal(new Set(a).size, 12, 'a holds twelve connections');
+  // undici marks a connection free a moment after its response has ended.
+  await settle(() => [...used.values()].reduce((n, pool) => n + pool.stats.free, 0) === 13, 'every connection idle');
+  t.ok(pools.shedIdle(1) >= 1, 'idle connections were shed');
+  t.equal(await get('b.test', B), b, "b's next request reuses its idle keep-alive connection");
+  t.notOk(a.includes(await get('h0.a.test', A)), "a's least recently used pool was closed: its connection is a new one");
+  t.ok(a.includes(await get('h2.a.test', A)), "a's other pools are kept");
 });
