@@ -8,6 +8,7 @@
  * network, as in tenants.test.ts.
  */
 import t from 'tap';
+import http from 'node:http';
 import net from 'node:net';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -76,4 +77,35 @@ t.test('a request one sandbox smuggles to a desyncing server never answers anoth
   again.socket.destroy();
   t.equal(again.body, 'answer to /b2');
   t.equal(portOf('/b2'), portOf('/b'), "b's next request reuses b's connection");
+});
+
+t.test('upstream sockets at the plan: the idle connections shed are those of the sandbox holding the most, not the least recently used', async (t) => {
+  // Each answer names the upstream connection it came on, held a moment so that requests sent
+  // together each open a connection of their own.
+  const server = http.createServer((req, res) => setTimeout(() => res.writeHead(200, { 'Content-Length': String(req.socket.remotePort).length }).end(String(req.socket.remotePort)), 20));
+  server.keepAliveTimeout = 60_000;
+  const upstream = await listen(server);
+  t.teardown(() => server.close());
+  const dir = mkdtempSync(join(tmpdir(), 'tenant-pools-'));
+  const hosts = ['b.test', ...Array.from({ length: 9 }, (_, i) => `a${i}.test`)];
+  for (const [slot, sandbox, net] of [['slot-a', 'cap-a', A], ['slot-b', 'cap-b', B]] as const) {
+    putSlot(dir, slot, { version: 1, sandbox, lifecycle: `life-${sandbox}-0001`, subnet: net.subnet, address: net.proxy, policy: { allowHosts: hosts, connectPorts: [upstream] } });
+  }
+  const { logs, sink } = captureLogs();
+  // The plan holds 16 upstream sockets; a sandbox may open 8 connections (its share's floor).
+  const { port } = await startSharedProxy(t, dir, createLogger('info', sink), { testHosts: Object.fromEntries(hosts.map((h) => [h, '127.0.0.1'])), limits: { maxConnections: 16 } });
+  await settle(() => logs.filter((l) => l.event === 'tenant_registered').length >= 2, 'both registrations');
+  const get = async (from: typeof A, host: string): Promise<string> => {
+    const r = await rawRequest(port, `GET http://${host}:${upstream}/ HTTP/1.1\r\nHost: ${host}:${upstream}\r\n\r\n`, from.proxy, 5_000, from.client);
+    r.socket.destroy();
+    return r.body;
+  };
+  // B's one idle connection is the least recently used; then A leaves eight idle in one pool.
+  const b = await get(B, 'b.test');
+  const a = await Promise.all(Array.from({ length: 8 }, () => get(A, 'a0.test')));
+  t.equal(new Set(a).size, 8, `a holds eight upstream connections (${a.join(' ')})`);
+  // Seven more destinations of A's take the process to its plan of upstream sockets, the eighth past it.
+  for (let i = 1; i <= 8; i += 1) await get(A, `a${i}.test`);
+  t.equal(await get(B, 'b.test'), b, "b's next request reuses its idle keep-alive connection");
+  t.notOk(a.includes(await get(A, 'a0.test')), "a's pool of eight idle connections was closed");
 });
