@@ -95,13 +95,6 @@ export class Tenants implements Identities, DnsHost {
     return tenant !== undefined && tenant.lifecycle === lifecycle ? tenant.policy : NOTHING_ALLOWED;
   }
 
-  /** Connections open now, by sandbox. */
-  openBySandbox(): Map<string, number> {
-    const counts = new Map<string, number>();
-    for (const set of this.open.values()) for (const c of set) counts.set(c.clientKey, (counts.get(c.clientKey) ?? 0) + 1);
-    return counts;
-  }
-
   /** Serves DNS on every registered network's proxy address (transparent mode), until closed. */
   serve(start: DnsStarter): { close(): Promise<void> } {
     const dns = new TenantDns(start, (slot) => this.bySlot.get(slot), this.log);
