@@ -12,7 +12,7 @@ import { checkArgv, loadPolicy, OPTIONS, parseConfig, policySourceName, usage, t
 import { MemoryBudget, shareFraction } from './budget/index.js';
 import { planResources, plannedLimits, StartError, stop } from './start-plan.js';
 import { createLookup, type DnsHost } from './dns/index.js';
-import { addProcessMetrics, checkReport, createLogger, logPolicyWarnings, startMetricsServer, type Logger } from './record/index.js';
+import { addProcessMetrics, checkReport, createLogger, logPolicyWarnings } from './record/index.js';
 import { createEgressProxy, type EgressProxy } from './server.js';
 import { watchPolicyFile } from './policy-watch.js';
 import { installProcessEnd, untilStopped } from './exit.js';
@@ -120,7 +120,7 @@ function reloader(config: ProxyConfig, proxy: EgressProxy, loads: Loads, log: Re
   };
 }
 
-type Metrics = Awaited<ReturnType<typeof startMetricsServer>>;
+type Metrics = Awaited<ReturnType<EgressProxy['listenMetrics']>>;
 
 /** A listener of `flag` that could not start, said with the flag and its environment twin. */
 async function bound<T>(flag: keyof typeof OPTIONS, listening: Promise<T>): Promise<T> {
@@ -137,11 +137,11 @@ async function bound<T>(flag: keyof typeof OPTIONS, listening: Promise<T>): Prom
  * answers serves everything it was configured to). One that cannot start stops the proxy: it
  * never serves without its metrics, its policy watch or its reload signal.
  */
-async function listenAll(proxy: EgressProxy, start: Start, serving: { close(): Promise<void> }[], dnsHost: DnsHost | undefined, log: Logger): Promise<{ address: AddressInfo; metrics: Metrics | undefined }> {
+async function listenAll(proxy: EgressProxy, start: Start, serving: { close(): Promise<void> }[], dnsHost: DnsHost | undefined): Promise<{ address: AddressInfo; metrics: Metrics | undefined }> {
   const { config, transparentPorts } = start;
   let metrics: Metrics | undefined;
   try {
-    metrics = config.metricsListen ? await bound('metrics-listen', startMetricsServer(config.metricsListen, proxy.metrics, log)) : undefined;
+    metrics = config.metricsListen ? await bound('metrics-listen', proxy.listenMetrics(config.metricsListen.host, config.metricsListen.port)) : undefined;
     if (metrics) serving.push(metrics);
     if (config.transparent !== undefined && transparentPorts !== undefined) {
       await bound('transparent-listen', proxy.listenTransparent({ listen: config.transparent.listen, answer: config.transparent.answer, ports: transparentPorts, dnsHost }));
@@ -206,7 +206,7 @@ async function serve(): Promise<number> {
   // Reload is wired before anything listens.
   onHangUp = () => reload('SIGHUP');
   if (hangUpWaiting) reload('SIGHUP');
-  const { address, metrics } = await listenAll(proxy, start, serving, shared?.tenants, log);
+  const { address, metrics } = await listenAll(proxy, start, serving, shared?.tenants);
   const watcher = config.policySource.kind === 'file' ? watchPolicyFile(config.policySource.path, log, reload) : undefined;
   log.info({ event: 'listening', address: `${address.address}:${address.port}`, allowHosts: policy.allowHosts.length, mode: policy.mode, metrics: metrics?.address }, 'egress proxy listening');
   logPolicyWarnings(log, policy, policySourceName(config));

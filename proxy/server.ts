@@ -14,7 +14,7 @@ import { clientShare, DEFAULT_LIMITS, MemoryBudget, shareFraction, type ProxyLim
 import type { ClientLookup } from './dns/index.js';
 import { createHttpFront, FirstBytes, Handlers } from './front/index.js';
 import { Inspector } from './inspect/index.js';
-import { Closer, createProxyMetrics, Decisions, handleAcceptFailures, type Logger } from './record/index.js';
+import { Closer, createProxyMetrics, Decisions, handleAcceptFailures, startMetricsServer, type Logger, type MetricsServer } from './record/index.js';
 import { startTransparent, type Transparent, type TransparentOptions } from './transparent/index.js';
 import { defaultConnect, OwnListeners, UpstreamPools, type Connect } from './upstream/index.js';
 
@@ -47,6 +47,8 @@ export interface EgressProxy {
    * waiting for their address to appear on an interface, if it has not yet).
    */
   listenTransparent(options: TransparentOptions): Promise<Transparent>;
+  /** Serves `metrics` on a listener of their own (record/metrics.ts), which is never dialled either. */
+  listenMetrics(host: string, port: number): Promise<MetricsServer>;
   /** Stops accepting, then closes every open connection and tunnel. */
   close(): Promise<void>;
   /** Replaces the policy for new requests; open tunnels are left alone. */
@@ -173,6 +175,11 @@ export function createEgressProxy(options: EgressProxyOptions): EgressProxy {
         for (const p of started.ports) own.add(options.listen, p.listen);
       }
       return started;
+    },
+    async listenMetrics(host, port) {
+      const server = await startMetricsServer({ host, port }, metrics.registry, log);
+      own.add(server.bound.address, server.bound.port);
+      return server;
     },
     close() {
       closed = true;

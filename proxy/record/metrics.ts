@@ -207,6 +207,7 @@ export function addProcessMetrics(registry: Registry, now: () => number = Date.n
 
 export interface MetricsServer {
   readonly address: string;
+  readonly bound: AddressInfo;
   close(): Promise<void>;
 }
 
@@ -248,6 +249,7 @@ export async function startMetricsServer(endpoint: { readonly host: string; read
   const a = server.address() as AddressInfo;
   return {
     address: `${a.address}:${a.port}`,
+    bound: a,
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
   };
 }

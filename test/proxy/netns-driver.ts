@@ -108,25 +108,31 @@ for (const c of fixture.cases) {
 }
 await proxy.close();
 
-// A proxy on every address of the namespace, whose own port is a connect port: a listed name
-// that resolves to one of its addresses must not make it dial itself.
+// A proxy on every address of the namespace, whose own port and metrics port are connect ports:
+// a listed name that resolves to one of its addresses must not make it dial itself, nor fetch its
+// metrics (every sandbox's counts, on a shared proxy) for a client.
 const SELF_PORT = 3128;
+const METRICS_PORT = 9464;
 const self = await startTestProxy({
-  policy: { allowHosts: ['self.test'], connectPorts: [SELF_PORT] },
+  policy: { allowHosts: ['self.test'], connectPorts: [SELF_PORT, METRICS_PORT] },
   dnsServer: dns.address,
   dnsTimeoutMs: 800,
   listen: { host: '0.0.0.0', port: SELF_PORT },
 });
+const metrics = await self.proxy.listenMetrics('0.0.0.0', METRICS_PORT);
 dns.set('self.test', { answers: [PUBLIC[0]!] });
 for (const [id, request] of [
   ['SELF-CONNECT', `CONNECT self.test:${SELF_PORT} HTTP/1.1\r\nHost: self.test:${SELF_PORT}\r\n\r\n`],
   ['SELF-HTTP', `GET http://self.test:${SELF_PORT}/ HTTP/1.1\r\nHost: self.test:${SELF_PORT}\r\n\r\n`],
+  ['SELF-METRICS-CONNECT', `CONNECT self.test:${METRICS_PORT} HTTP/1.1\r\nHost: self.test:${METRICS_PORT}\r\n\r\n`],
+  ['SELF-METRICS-HTTP', `GET http://self.test:${METRICS_PORT}/metrics HTTP/1.1\r\nHost: self.test:${METRICS_PORT}\r\n\r\n`],
 ] as const) {
   const res = await rawRequest(SELF_PORT, request);
   res.socket.destroy();
   const detail = self.logs.filter((l) => l.event === 'decision').at(-1)?.detail;
   process.stdout.write(`${JSON.stringify({ id, status: res.status, reason: res.reason, detail, dialed: self.dialed.slice(), connections: self.proxy.openConnections })}\n`);
 }
+await metrics.close();
 await self.close();
 await dns.close();
 for (const s of servers) s.close();

@@ -61,10 +61,10 @@ t.test('egress cases in a private network namespace', async (t) => {
       if (c.reason === 'address_not_allowed' || c.reason === 'ip_literal' || c.reason === 'host_not_allowed') t.same(r.dialed, [], 'nothing dialed');
     });
   }
-  for (const id of ['SELF-CONNECT', 'SELF-HTTP']) {
+  for (const [id, port] of [['SELF-CONNECT', 3128], ['SELF-HTTP', 3128], ['SELF-METRICS-CONNECT', 9464], ['SELF-METRICS-HTTP', 9464]] as const) {
     t.test(`${id}: a listed name that resolves to the proxy's own address and port is refused, never dialed`, async (t) => {
       const r = results.get(id);
-      t.match(r, { status: 403, reason: 'address_not_allowed', detail: /the proxy's own address: port 3128 there is one of its listeners/, dialed: [] });
+      t.match(r, { status: 403, reason: 'address_not_allowed', detail: new RegExp(`the proxy's own address: port ${port} there is one of its listeners`), dialed: [] });
     });
   }
 });
