@@ -171,6 +171,10 @@ export function parseConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Pr
   }
   if (from['tenants-dir'] !== undefined) {
     if (sources.length > 0) throw new ConfigError(`both ${from['tenants-dir']} and ${sources[0] ?? ''} are set: a shared proxy decides each sandbox by its registration; drop ${sources[0] ?? ''}`);
+    // Each registration's policy brings its own connectPorts and mode (tenant-policy.ts): ports
+    // narrowed here would be silently ignored, and every sandbox keep 80 open.
+    const perSandbox = from['connect-ports'] ?? from.mode;
+    if (perSandbox !== undefined) throw new ConfigError(`both ${from['tenants-dir']} and ${perSandbox} are set: a shared proxy takes each sandbox's connectPorts and mode from its registration's policy; drop ${perSandbox}, and set them in the registrations`);
     raw['allow-hosts'] = '';
   } else if (sources.length === 0) {
     throw new ConfigError(`no policy: give --policy FILE (${OPTIONS.policy.env}), --policy-json TEXT (${OPTIONS['policy-json'].env}) or --allow-hosts LIST (${OPTIONS['allow-hosts'].env})`);
