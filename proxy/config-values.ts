@@ -150,6 +150,37 @@ export const OPTIONS = {
 
 export type OptionName = keyof typeof OPTIONS;
 
+/** Every variable the proxy reads by a fixed name (a secret's placeholders and values go by the policy). */
+const VARIABLES: readonly string[] = [...Object.values(OPTIONS).map((o) => o.env), EGRESS_ENV.caInline, EGRESS_ENV.testHosts];
+
+/** Edits (insert, delete, substitute) from one name to the other, up to `most` + 1. */
+function editsBetween(a: string, b: string, most: number): number {
+  if (Math.abs(a.length - b.length) > most) return most + 1;
+  let row = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const next = [i];
+    for (let j = 1; j <= b.length; j++) next[j] = Math.min(row[j]! + 1, next[j - 1]! + 1, row[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+    row = next;
+  }
+  return row[b.length]!;
+}
+
+/**
+ * A variable set in `env` whose name is a slip of one the proxy reads (another case, an
+ * underscore more or less, up to two letters wrong: EGRESS_REQUIRE_SNl, EGRESS_DNS_SERVER), with
+ * the one meant. Such a setting would otherwise be ignored without a word, and the proxy run on
+ * the default it was set to change (no SNI requirement, the system resolver).
+ */
+export function misspeltVariable(env: NodeJS.ProcessEnv): { readonly name: string; readonly meant: string } | undefined {
+  const squash = (name: string): string => name.toUpperCase().replace(/[_-]/g, '');
+  for (const name of Object.keys(env)) {
+    if (env[name] === undefined || VARIABLES.includes(name) || name.startsWith('EGRESS_PLACEHOLDER_')) continue;
+    const meant = VARIABLES.find((known) => editsBetween(squash(name), squash(known), 2) <= 2);
+    if (meant !== undefined) return { name, meant };
+  }
+  return undefined;
+}
+
 export const TEST_HOSTS_ENV = EGRESS_ENV.testHosts;
 
 export function usage(): string {

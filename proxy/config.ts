@@ -9,7 +9,7 @@ import { z } from 'zod';
 import { CodedError, decodeAllowHosts, EGRESS_PROXY_PORT, isCodedError, readRegularFile } from '../common/index.js';
 import { buildPolicy, parsePolicyText, placeProblems, PolicyError, type AllowEntry, type Policy, type PolicyMode, type PolicyProblem } from '../policy/index.js';
 import { DEFAULT_LIMITS, LimitsSchema, type ProxyLimits } from './budget/index.js';
-import { AnswerAddress, Bool, Count, DnsServers, Endpoint, Ipv4, LogLevel, Mode, OPTIONS, PortList, PortMap, RefusalHint, TEST_HOSTS_ENV, TestHosts, TunnelMode, usage, type OptionName } from './config-values.js';
+import { AnswerAddress, Bool, Count, DnsServers, Endpoint, Ipv4, LogLevel, misspeltVariable, Mode, OPTIONS, PortList, PortMap, RefusalHint, TEST_HOSTS_ENV, TestHosts, TunnelMode, usage, type OptionName } from './config-values.js';
 import { caSource, type CaSource } from './inspect/index.js';
 import { loadSecrets, type ReadFile } from './secrets/index.js';
 
@@ -147,6 +147,8 @@ export function parseConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Pr
   }
   if (values.help === true) return undefined;
   const check = values.check === true;
+  const slip = misspeltVariable(env);
+  if (slip !== undefined) throw new ConfigError(`${slip.name} is set, and capybara-egress reads no such variable: did you mean ${slip.meant}? Rename it, or unset it`);
 
   const raw: Record<string, string> = {};
   const from: Record<string, string> = {};
