@@ -62,7 +62,12 @@ function fromFile(file: string): Record<string, unknown> {
 function fromEnv(text: string): Record<string, unknown> {
   const all = parseObject(text, `${EXTENSION_CONFIG_ENV}`, `{"${PLUGIN_KEY}": {...}}`);
   const mine = all[PLUGIN_KEY];
-  if (mine === undefined) return {};
+  // A key misspelt ("sandbox_docker") would leave every setting at its default: runc for runsc,
+  // any image for allowedImages, the highest ceilings.
+  if (mine === undefined) {
+    const keys = Object.keys(all).map((k) => JSON.stringify(k)).join(', ') || 'none';
+    throw new SandboxError('invalid_config', `${EXTENSION_CONFIG_ENV} has no "${PLUGIN_KEY}" key (its keys: ${keys}): write this plugin's deployment config under "${PLUGIN_KEY}", give --config FILE, or unset the variable.`);
+  }
   if (typeof mine !== 'object' || mine === null || Array.isArray(mine)) {
     throw new SandboxError('invalid_config', `${EXTENSION_CONFIG_ENV}."${PLUGIN_KEY}" must be a JSON object.`);
   }

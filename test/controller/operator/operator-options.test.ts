@@ -137,8 +137,14 @@ t.test('where the endpoint comes from', async (t) => {
     { name: 'not JSON', env: { CAPYBARA_EXTENSION_CONFIG: '{' } },
     { name: 'plugin key not an object', env: { CAPYBARA_EXTENSION_CONFIG: '{"sandbox-docker": 1}' } },
     { name: 'unknown key', env: { CAPYBARA_EXTENSION_CONFIG: '{"sandbox-docker": {"endpiont": "x"}}' } },
+    { name: 'the plugin key misspelt', env: { CAPYBARA_EXTENSION_CONFIG: '{"sandbox_docker": {"runtime": "runsc", "allowedImages": ["capybara-sandbox:latest"]}}' } },
+    { name: 'no plugin key at all', env: { CAPYBARA_EXTENSION_CONFIG: '{}' } },
   ];
   for (const row of bad) t.equal(codeOf(() => loadOperatorConfig(parseOperatorArgs(['ls']), row.env)), 'invalid_config', row.name);
+  t.throws(() => loadOperatorConfig(parseOperatorArgs(['ls']), { CAPYBARA_EXTENSION_CONFIG: '{"sandbox_docker": {}}' }), {
+    message: 'CAPYBARA_EXTENSION_CONFIG has no "sandbox-docker" key (its keys: "sandbox_docker"): write this plugin\'s deployment config under "sandbox-docker", give --config FILE, or unset the variable.',
+  }, 'the error names the keys it found and what to do');
+  t.equal(loadOperatorConfig(parseOperatorArgs(['ls']), { CAPYBARA_EXTENSION_CONFIG: '' }).config.runtime, 'runc', 'set but empty is unset: the defaults');
 });
 
 t.test('test hosts from the egress image variable', async (t) => {
