@@ -11,6 +11,8 @@ import { DEFAULT_CA_DIR, type CaSource } from './ca-store.js';
 export type CaSourcePick = { readonly ok: true; readonly source: CaSource } | { readonly ok: false; readonly problem: string };
 
 export function caSource(flagDir: string | undefined, env: NodeJS.ProcessEnv): CaSourcePick {
+  // resolve('') is the working directory: the CA key would be kept wherever the proxy was started.
+  if (flagDir === '') return { ok: false, problem: `--ca-dir is empty: give the CA directory, or leave the flag out for the default (${DEFAULT_CA_DIR})` };
   const inline = env[EGRESS_ENV.caInline];
   const envDir = env[EGRESS_ENV.caDir];
   const dir = flagDir !== undefined ? { dir: flagDir, from: '--ca-dir' } : envDir !== undefined && envDir !== '' ? { dir: envDir, from: EGRESS_ENV.caDir } : undefined;

@@ -145,6 +145,8 @@ t.test('the source: inline, else --ca-dir, else EGRESS_CA_DIR, else the default;
   for (const [name, flag, env, expected] of rows) t.same(caSource(flag, env), expected, name);
   t.match(caSource('/d', { EGRESS_CA_INLINE: 'abc' }), { ok: false, problem: /both EGRESS_CA_INLINE and --ca-dir are set/ });
   t.match(caSource(undefined, { EGRESS_CA_INLINE: 'abc', EGRESS_CA_DIR: '/d' }), { ok: false, problem: /both EGRESS_CA_INLINE and EGRESS_CA_DIR/ });
+  // path.resolve('') is the working directory: `--ca-dir=` would keep the CA key wherever the proxy was started.
+  t.same(caSource('', {}), { ok: false, problem: '--ca-dir is empty: give the CA directory, or leave the flag out for the default (/var/lib/capybara-egress/ca)' }, 'an empty flag is refused');
 });
 
 t.test('inspection: none without inspected entries (no directory made), the CA and upstream roots with them', async (t) => {
