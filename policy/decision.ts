@@ -186,15 +186,24 @@ export function recheckTarget(policy: Policy, open: OpenTarget): AllowedTarget |
 export type OwnListener = (address: string, port: number) => boolean;
 
 /**
+ * Addresses a decision keeps of an answer, in order, once every one of them has been checked. A
+ * DNS server answering for an allowed name can send thousands (a 64 KiB answer holds about 4,000
+ * A records, and c-ares takes it whole): kept, each connection held them outside the memory
+ * budget for its life (about 450 KiB), had every one dialled in turn and written into its lines.
+ */
+export const MAX_PINNED_ADDRESSES = 16;
+
+/**
  * Every address must be public unicast, and none one of the proxy's own listeners; one that is
- * not denies the whole request.
+ * not denies the whole request. The first MAX_PINNED_ADDRESSES are pinned.
  */
 export function checkAddresses(target: AllowedTarget, addresses: readonly string[], ownListener?: OwnListener): Decision {
-  const unique = addresses.length < 2 ? addresses : [...new Set(addresses)];
-  if (unique.length === 0) {
+  const all = addresses.length < 2 ? addresses : [...new Set(addresses)];
+  const pinned = all.length > MAX_PINNED_ADDRESSES ? all.slice(0, MAX_PINNED_ADDRESSES) : all;
+  if (pinned.length === 0) {
     return { allowed: false, reason: 'dns_failed', detail: `${target.host} has no A or AAAA record`, host: target.host, port: target.port };
   }
-  for (const address of unique) {
+  for (const address of all) {
     const verdict = classifyAddress(address);
     if (!verdict.public) {
       const via = verdict.via ? ` via ${verdict.via}` : '';
@@ -204,7 +213,7 @@ export function checkAddresses(target: AllowedTarget, addresses: readonly string
         detail: `${target.host} resolves to ${address}, which is ${verdict.addressClass} (${verdict.range}${via})`,
         host: target.host,
         port: target.port,
-        addresses: unique,
+        addresses: pinned,
       };
     }
     if (ownListener?.(address, target.port) === true) {
@@ -214,11 +223,11 @@ export function checkAddresses(target: AllowedTarget, addresses: readonly string
         detail: `${target.host} resolves to ${address}, the proxy's own address: port ${target.port} there is one of its listeners, and a request to it would loop back into the proxy`,
         host: target.host,
         port: target.port,
-        addresses: unique,
+        addresses: pinned,
       };
     }
   }
-  return allowed(target, unique, 'dns');
+  return allowed(target, pinned, 'dns');
 }
 
 /**

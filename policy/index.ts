@@ -25,6 +25,7 @@ export {
   checkTarget,
   checkRequest,
   checkAddresses,
+  MAX_PINNED_ADDRESSES,
   decide,
   recheckTarget,
   resolveTarget,
