@@ -24,6 +24,25 @@ export interface LookupOptions {
 
 const NOT_FOUND = new Set(['ENOTFOUND', 'ENODATA', 'NXDOMAIN', 'ESERVFAIL', 'EREFUSED', 'EBADRESP', 'ECONNREFUSED']);
 
+/**
+ * Most addresses of one family an answer may hold. c-ares takes a 64 KiB answer whole, about
+ * 4,000 A records: held until the other family's answer came (a lying server holds it back to
+ * the deadline), they were a few hundred KiB outside the memory budget for each lookup in flight.
+ * Such an answer is refused as it arrives, the name with it, and dropped at once. No name in use
+ * needs more: a classic 512-byte answer holds 29 A records.
+ */
+export const MAX_ANSWER_ADDRESSES = 128;
+
+/** An answer of one family past MAX_ANSWER_ADDRESSES. */
+class OversizedAnswer extends Error {}
+
+function bounded(name: string, family: 'A' | 'AAAA', query: Promise<string[]>): Promise<string[]> {
+  return query.then((addresses) => {
+    if (addresses.length <= MAX_ANSWER_ADDRESSES) return addresses;
+    throw new OversizedAnswer(`the DNS answer for ${name} holds ${addresses.length} ${family} records, more than the ${MAX_ANSWER_ADDRESSES} the proxy takes`);
+  });
+}
+
 function failed(name: string, err: unknown): LookupOutcome {
   const code = (err as NodeJS.ErrnoException)?.code ?? 'error';
   if (code === 'ETIMEOUT') return { ok: false, reason: 'dns_timeout', detail: `no DNS answer for ${name} in time` };
@@ -102,12 +121,15 @@ export function createLookup(options: LookupOptions): ClientLookup {
   // Without servers of its own the resolver keeps those of /etc/resolv.conf.
   if (servers.length > 0) resolver.setServers([...servers]);
   return limitLookups((name) => {
-    const queries = Promise.allSettled([resolver.resolve4(name), resolver.resolve6(name)]);
+    const queries = Promise.allSettled([bounded(name, 'A', resolver.resolve4(name)), bounded(name, 'AAAA', resolver.resolve6(name))]);
     return { outcome: withDeadline(name, timeoutMs, queries.then((settled) => outcomeOf(name, settled))), queriesDone: queries };
   }, maxInFlight, shareFraction);
 }
 
 function outcomeOf(name: string, [v4, v6]: PromiseSettledResult<string[]>[]): LookupOutcome {
+  // Never the other family's addresses alone: the name is refused.
+  const oversized = [v4, v6].find((r) => r?.status === 'rejected' && r.reason instanceof OversizedAnswer) as PromiseRejectedResult | undefined;
+  if (oversized !== undefined) return { ok: false, reason: 'dns_failed', detail: (oversized.reason as Error).message };
   const addresses = [
     ...(v4?.status === 'fulfilled' ? v4.value : []),
     ...(v6?.status === 'fulfilled' ? v6.value : []),

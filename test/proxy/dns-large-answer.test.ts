@@ -1,22 +1,24 @@
 /**
  * A DNS server that answers for an allowed name may send thousands of addresses: a 64 KiB answer
- * holds about 4,000 A records, and c-ares takes it whole. Every address is still checked (one
- * private among them refuses the request), but a decision keeps only the first few, so that a
- * connection does not hold thousands of strings outside the memory budget for its life (about
- * 450 KiB each), dial each in turn, and write them into every decision line. The DNS server and
- * every dial are on loopback: the public addresses answered are never reached.
+ * holds about 4,000 A records, and c-ares takes it whole. An answer of more than
+ * MAX_ANSWER_ADDRESSES of one family refuses the name as it arrives. Below that, every address is
+ * still checked (one private among them refuses the request), but a decision keeps only the first
+ * few, so that a connection does not hold them all outside the memory budget for its life, dial
+ * each in turn, and write them into every decision line. The DNS server and every dial are on
+ * loopback: the public addresses answered are never reached.
  */
 import net from 'node:net';
 import t from 'tap';
 import { MAX_PINNED_ADDRESSES } from '../../policy/index.js';
+import { MAX_ANSWER_ADDRESSES } from '../../proxy/dns/index.js';
 import { startDnsServer } from '../support/dns-server.js';
 import { freePort, listen } from '../support/loopback.js';
 import { rawRequest, readUntil } from '../support/raw-client.js';
 import { settle } from '../support/settle.js';
 import { startTestProxy } from '../support/test-proxy.js';
 
-/** 4,000 public IPv4 addresses (8.N.0.0 up): one UDP answer of about 64 KiB. */
-const many = (second: number): string[] => Array.from({ length: 4_000 }, (_, i) => `8.${second}.${i >> 8}.${i & 255}`);
+/** `count` public IPv4 addresses (8.N.0.0 up); 4,000 are one UDP answer of about 64 KiB. */
+const many = (second: number, count = MAX_ANSWER_ADDRESSES): string[] => Array.from({ length: count }, (_, i) => `8.${second}.${i >> 8}.${i & 255}`);
 const MANY = many(1);
 
 const echo = net.createServer((s) => {
@@ -29,6 +31,8 @@ const dns = await startDnsServer();
 dns.set('many.dns.test', { answers: MANY });
 dns.set('many-refusing.dns.test', { answers: many(2) });
 dns.set('many-last-private.dns.test', { answers: [...MANY.slice(1), '10.0.0.1'] });
+dns.set('oversized.dns.test', { answers: many(3, 4_000) });
+dns.set('oversized-by-one.dns.test', { answers: many(4, MAX_ANSWER_ADDRESSES + 1) });
 // Every dial goes to loopback: the answer's first address to the echo service, the rest refused.
 const proxy = await startTestProxy({
   policy: { allowHosts: ['*.dns.test'], connectPorts: [443], tunnelDefault: 'opaque' },
@@ -44,7 +48,7 @@ t.teardown(async () => {
 
 const lineFor = (host: string): Record<string, unknown> | undefined => proxy.logs.find((l) => l.event === 'decision' && l.host === host);
 
-t.test('an answer of 4,000 addresses that all refuse: only the first few are dialled, and the line names only those', async (t) => {
+t.test(`an answer of ${MAX_ANSWER_ADDRESSES} addresses that all refuse: only the first few are dialled, and the line names only those`, async (t) => {
   const before = proxy.dialed.length;
   const res = await rawRequest(proxy.port, 'CONNECT many-refusing.dns.test:443 HTTP/1.1\r\n\r\n', '127.0.0.1', 15_000);
   t.equal(res.status, 502);
@@ -68,11 +72,22 @@ t.test('a tunnel pinned to such an answer holds and logs only the addresses kept
   client.destroy();
 });
 
-t.test('every address is still checked: a private one last among 4,000 refuses the request, nothing dialled', async (t) => {
+t.test(`every address is still checked: a private one last among ${MAX_ANSWER_ADDRESSES} refuses the request, nothing dialled`, async (t) => {
   const before = proxy.dialed.length;
   const res = await rawRequest(proxy.port, 'CONNECT many-last-private.dns.test:443 HTTP/1.1\r\n\r\n');
   t.equal(res.status, 403);
   t.equal(res.reason, 'address_not_allowed');
   t.match(res.body, /10\.0\.0\.1/);
   t.equal(proxy.dialed.length, before);
+});
+
+t.test('an answer of more addresses of one family than the proxy takes refuses the name, nothing dialled', async (t) => {
+  for (const [host, count] of [['oversized.dns.test', 4_000], ['oversized-by-one.dns.test', MAX_ANSWER_ADDRESSES + 1]] as const) {
+    const before = proxy.dialed.length;
+    const res = await rawRequest(proxy.port, `CONNECT ${host}:443 HTTP/1.1\r\n\r\n`);
+    t.equal(res.status, 502, host);
+    t.equal(res.reason, 'dns_failed');
+    t.match(res.body, new RegExp(`holds ${count} A records, more than the ${MAX_ANSWER_ADDRESSES} the proxy takes`));
+    t.equal(proxy.dialed.length, before);
+  }
 });
