@@ -38,14 +38,23 @@ t.test('streaming exec through the CLI', async (t) => {
   t.teardown(() => provider.destroy(h));
   const global = ['--endpoint', s.proxy.endpoint, '--network', s.sharedNetwork];
 
-  /** Runs the CLI; `input` is written to its stdin (undefined: the pipe stays open), `signal` sent after `signalAfterMs`. */
-  const cli = (args: string[], opts: { input?: string; close?: boolean; signal?: NodeJS.Signals; signalAfterMs?: number } = {}): Promise<Ran> => new Promise((resolve) => {
+  /**
+   * Runs the CLI; `input` is written to its stdin (undefined: the pipe stays open), `signal` sent
+   * once its stdout holds `signalAt`: the command runs then, whatever a loaded machine made of the
+   * CLI's start (a signal at a fixed delay could come before the CLI took it over).
+   */
+  const cli = (args: string[], opts: { input?: string; close?: boolean; signal?: NodeJS.Signals; signalAt?: string } = {}): Promise<Ran> => new Promise((resolve) => {
     const started = Date.now();
     const child = spawn(process.execPath, [bin, ...global, ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
     const ran: Ran = { code: null, stdout: '', stderr: '', firstOutMs: undefined, firstErrMs: undefined, endMs: 0 };
+    let signalled = false;
     child.stdout.on('data', (d: Buffer) => {
       ran.firstOutMs ??= Date.now() - started;
       ran.stdout += d.toString();
+      if (opts.signal !== undefined && !signalled && ran.stdout.includes(opts.signalAt ?? '')) {
+        signalled = true;
+        child.kill(opts.signal);
+      }
     });
     child.stderr.on('data', (d: Buffer) => {
       ran.firstErrMs ??= Date.now() - started;
@@ -53,7 +62,6 @@ t.test('streaming exec through the CLI', async (t) => {
     });
     if (opts.input !== undefined) child.stdin.write(opts.input);
     if (opts.close === true) child.stdin.end();
-    if (opts.signal !== undefined) setTimeout(() => child.kill(opts.signal), opts.signalAfterMs ?? 0);
     const guard = setTimeout(() => child.kill('SIGKILL'), 60_000);
     child.on('close', (code) => {
       clearTimeout(guard);
@@ -99,14 +107,30 @@ t.test('streaming exec through the CLI', async (t) => {
     const missing = toolMissing('script', ['--version'], 'util-linux (bsdutils)');
     if (missing) return needUnmet(t, missing);
     const line = [process.execPath, bin, ...global, 'exec', '-it', h.id, '--', "'stty size; cat; echo cat-done'"].join(' ');
-    // Typed a moment after the start: "hello", Enter (CR at a raw terminal), then Ctrl-D.
+    // Typed once the command has printed its terminal's size (the CLI's terminal is raw by then;
+    // a fixed delay could type into a terminal still canonical after a slow start): "hello", Enter
+    // (CR at a raw terminal), then, once cat has copied the line, Ctrl-D. script's stdin stays
+    // open until it ends.
     const shell = `stty rows 30 cols 100; ${line}; echo "cli=$?"; stty -a | grep -o -- '-\\?icanon' | head -1`;
-    const typed = spawn('bash', ['-c', `(sleep 3; printf 'hello\\r'; sleep 1; printf '\\004'; sleep 5) | script -qec "${shell.replace(/"/g, '\\"')}" /dev/null`]);
+    const typed = spawn('script', ['-qec', shell, '/dev/null']);
+    typed.stdin.on('error', () => undefined);
     let out = '';
-    typed.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    let typedSteps = 0;
+    typed.stdout.on('data', (d: Buffer) => {
+      out += d.toString();
+      const shown = out.replace(/\r/g, '');
+      if (typedSteps === 0 && /^30 100\n/m.test(shown)) {
+        typedSteps = 1;
+        typed.stdin.write('hello\r');
+      } else if (typedSteps === 1 && /hello\nhello\n/.test(shown)) {
+        typedSteps = 2;
+        typed.stdin.write('\x04');
+      }
+    });
     const guard = setTimeout(() => typed.kill('SIGKILL'), 60_000);
     await new Promise((resolve) => typed.on('close', resolve));
     clearTimeout(guard);
+    typed.stdin.destroy();
     const text = out.replace(/\r/g, '');
     t.match(text, /^30 100\n/m, 'the command\'s terminal has the size of the CLI\'s');
     t.match(text, /hello\nhello\ncat-done\n/, 'echo of what was typed, then cat\'s copy; Ctrl-D ended cat');
@@ -122,7 +146,7 @@ t.test('streaming exec through the CLI', async (t) => {
   });
 
   await t.test('a SIGINT to the CLI kills the command and exits 130', async (t) => {
-    const r = await cli(['exec', '-t', h.id, '--', 'echo up; sleep 30'], { close: true, signal: 'SIGINT', signalAfterMs: 3000 });
+    const r = await cli(['exec', '-t', h.id, '--', 'echo up; sleep 30'], { close: true, signal: 'SIGINT', signalAt: 'up' });
     t.same([r.code, r.stdout], [130, 'up\r\n']);
     t.match(r.stderr, /SIGINT came; the command was killed/);
     t.equal(await sleeps(), '0', 'nothing of it is left');
