@@ -480,27 +480,28 @@ t.test('after all of this the proxy holds no connection', async (t) => {
 });
 
 t.test('the head deadline counts from the accept, whatever path the first bytes take', async (t) => {
-  const slow = await startTestProxy({ policy: { allowHosts: ['a.example'] }, limits: { headerTimeoutMs: 400 } });
+  const slow = await startTestProxy({ policy: { allowHosts: ['a.example'] }, limits: { headerTimeoutMs: 1_000 } });
   t.teardown(() => slow.close());
   // Nothing at all: refused at the deadline.
   const silent = net.connect(slow.port, '127.0.0.1');
   const started = Date.now();
-  const text = await readUntil(silent, undefined, 3_000);
+  const text = await readUntil(silent, undefined, 5_000);
   t.match(text, /^HTTP\/1\.1 408 /);
   t.match(text, /x-egress-reason: header_timeout/i);
-  t.ok(Date.now() - started < 1_500, `answered at the deadline (${Date.now() - started} ms)`);
+  t.ok(Date.now() - started < 2_500, `answered at the deadline (${Date.now() - started} ms)`);
   // A first byte late, then nothing: the deadline is not restarted by the first byte.
-  // Written 300 ms in, the byte leaves 100 ms of the first deadline; a restarted one would give
-  // 400 ms more. The bound sits between, with room for a loaded machine.
+  // Written 700 ms in, the byte leaves 300 ms of the first deadline; a restarted one would give
+  // 1,000 ms more. The bound sits just below that, so a loaded machine has 680 ms of room (with a
+  // 400 ms deadline it had 280, which a stall of this process could take).
   const late = net.connect(slow.port, '127.0.0.1');
   let wroteAt = 0;
   setTimeout(() => {
     late.write('G');
     wroteAt = Date.now();
-  }, 300);
-  const lateText = await readUntil(late, undefined, 3_000);
+  }, 700);
+  const lateText = await readUntil(late, undefined, 5_000);
   t.match(lateText, /^HTTP\/1\.1 408 /);
-  t.ok(wroteAt > 0 && Date.now() - wroteAt < 380, `still at the first deadline (${Date.now() - wroteAt} ms after the byte)`);
+  t.ok(wroteAt > 0 && Date.now() - wroteAt < 980, `still at the first deadline (${Date.now() - wroteAt} ms after the byte)`);
   await settle(() => slow.proxy.openConnections === 0, 'connections to close');
 });
 
