@@ -13,10 +13,10 @@
  */
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync, closeSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import Docker from 'dockerode';
+import { freePort } from './loopback.js';
 
 export interface SecondEngine {
   readonly dir: string;
@@ -45,17 +45,6 @@ export function secondEngineUnsupported(): string | null {
     }
   }
   return null;
-}
-
-function freeLoopbackPort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => (typeof address === 'object' && address !== null ? resolve(address.port) : reject(new Error('no port'))));
-    });
-  });
 }
 
 function exited(child: ChildProcess, ms: number): Promise<boolean> {
@@ -100,7 +89,9 @@ function detachMounts(dir: string): void {
 export async function startSecondEngine(tls: SecondEngineTls, startTimeoutMs = 30_000): Promise<SecondEngine> {
   // Short path: containerd puts unix sockets under it (108-byte limit).
   const dir = mkdtempSync('/tmp/cap-dd-');
-  const port = await freeLoopbackPort();
+  // Below the ephemeral range (freePort): dockerd binds it only seconds later, and a port from
+  // listen(0) could meanwhile be handed to any server another test starts (dockerd then exits).
+  const port = await freePort();
   const socketPath = join(dir, 'docker.sock');
   writeFileSync(join(dir, 'daemon.json'), '{}\n');
   const bridge = `capdd${randomBytes(4).toString('hex')}`;
