@@ -2,7 +2,7 @@
  * Live allowlists on the real engine, through the real socket proxy: an allowlist sandbox's egress
  * proxy reads its allowlist from a registration the controller puts into its volume (the socket
  * proxy's registration route), and `changeAllowHosts` changes it while the sandbox runs:
- * - a host allowed is reached within a second or two of the call (measured, from inside);
+ * - a host allowed is reached within a second or two of the call's return (measured, from inside);
  * - a tunnel open to a host that is then denied is closed; the same tunnel, with no change, stays
  *   open (the upstream, Python's http.server, never closes an idle connection itself);
  * - a restart of the egress proxy keeps the changed list;
@@ -57,12 +57,17 @@ t.test('allow and deny while the sandbox runs', async (t) => {
   const fetch = (host: string): Promise<string> => fetchWith(provider, host);
 
   t.equal(await fetch(SECOND_HOST), '403', 'not on the list yet');
+  // Timed from the call's return, when its write has landed: what follows is the proxy's reading
+  // of it (every half second) and the fetches themselves. The call's own engine calls (an exec
+  // and an archive among them, through the socket proxy) can take a second or more of their own on
+  // a loaded machine, which the proxy has no part in.
   const asked = Date.now();
   t.same(await provider.changeAllowHosts(h, { allow: [SECOND_HOST] }), [UPSTREAM_HOST, SECOND_HOST]);
+  const written = Date.now();
   let got = await fetch(SECOND_HOST);
-  while (got !== '200' && Date.now() - asked < 5_000) got = await fetch(SECOND_HOST);
-  const took = Date.now() - asked;
-  t.equal(got, '200', `reached ${took} ms after the call (the call itself included)`);
+  while (got !== '200' && Date.now() - written < 5_000) got = await fetch(SECOND_HOST);
+  const took = Date.now() - written;
+  t.equal(got, '200', `reached ${took} ms after the call returned (${written - asked} ms in the call)`);
   t.ok(took < 3_000, 'within a second or two');
 
   // A tunnel with no change stays open; the same tunnel is closed when its host is denied.
