@@ -40,7 +40,13 @@ t.test('sandbox image', async (t) => {
     const sink = { write: (b: Buffer) => { chunks.push(b); return true; } } as unknown as NodeJS.WritableStream;
     env.docker.modem.demuxStream(stream, sink, sink);
     await new Promise((resolve) => stream.on('end', resolve));
-    return { out: Buffer.concat(chunks).toString('utf8').trim(), code: (await exec.inspect()).ExitCode };
+    // dockerd can end the output a moment before it has taken the exit from containerd (Running,
+    // no ExitCode yet; engine-exec.ts asks again for the same reason): asked until it has, 10 s at most.
+    let info = await exec.inspect();
+    for (const deadline = Date.now() + 10_000; info.Running && Date.now() < deadline; info = await exec.inspect()) {
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    return { out: Buffer.concat(chunks).toString('utf8').trim(), code: info.ExitCode };
   };
 
   t.match(await box.inspect(), { Config: { User: 'sandbox', WorkingDir: '/workspace' } }, 'image defaults: user and workdir');
