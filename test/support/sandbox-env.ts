@@ -105,9 +105,13 @@ async function startUpstream(env: DockerTestEnv, network: string): Promise<strin
   return gateway;
 }
 
-/** Waits (at most 10 s) until the server in container `name` accepts on address:port. */
+/**
+ * Waits (at most 30 s) until the server in container `name` accepts on address:port. A readiness
+ * wait, not a measure: the transparent test's server makes a git repository before it listens,
+ * a few seconds on a loaded machine.
+ */
 export async function untilListening(name: string, address: string, port: number): Promise<void> {
-  const deadline = Date.now() + 10_000;
+  const deadline = Date.now() + 30_000;
   for (;;) {
     const up = await new Promise<boolean>((resolve) => {
       const socket = connect({ host: address, port, timeout: 500 }, () => {
