@@ -22,7 +22,14 @@ export function asciiJson(value: unknown, indent?: number): string {
   return JSON.stringify(value, null, indent).replace(/[^\x20-\x7e\n]/g, escaped);
 }
 
-export function table(headers: readonly string[], rows: ReadonlyArray<readonly string[]>): string {
+/**
+ * An aligned table, one line per row: every control character in a cell, the newline and the tab
+ * included, is a `\uXXXX` escape. A cell can be a label's value (a name label, gc's SANDBOX),
+ * whatever bytes an image's author chose, and terminalText keeps the newlines between rows: a
+ * newline in a cell printed a row of its own choosing (`removed  volume  cap-ws.x ...`).
+ */
+export function table(headers: readonly string[], raw: ReadonlyArray<readonly string[]>): string {
+  const rows = raw.map((r) => r.map((c) => c.replace(/[\x00-\x1f\x7f-\x9f\u2028\u2029]/g, escaped)));
   const widths = headers.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
   const line = (cells: readonly string[]): string => cells.map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i] ?? 0))).join('  ').trimEnd();
   return [line(headers), ...rows.map(line)].join('\n') + '\n';
