@@ -30,6 +30,24 @@ export interface ExecRun {
 }
 
 /**
+ * The exit code of `run`, or `late` once `ms` passed first: then the connection is dropped (the
+ * process may run on). For a helper exec that a process sharing its user could stop or hold open,
+ * so that nothing in the container decides how long the controller waits.
+ */
+export async function finishedWithin(run: ExecRun, ms: number): Promise<number | null | 'late'> {
+  let late: NodeJS.Timeout | undefined;
+  return Promise.race([
+    run.finished,
+    new Promise<'late'>((resolve) => {
+      late = setTimeout(() => {
+        run.detach();
+        resolve('late');
+      }, ms);
+    }),
+  ]).finally(() => clearTimeout(late));
+}
+
+/**
  * The exec create body: the command, its user, its added environment and which streams are
  * attached (no Privileged).
  */

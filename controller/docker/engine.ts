@@ -21,6 +21,7 @@ import { WORKSPACE_OWNER_ARCHIVE } from './workspace-owner.js';
 import type { ContainerView, NetworkView, SandboxEngine } from './sandbox-engine.js';
 
 export { EngineStatusError, engineStatus, imageRefusal, isEngineStatusError } from './engine-call.js';
+export { finishedWithin } from './engine-exec.js';
 export type { ExecRequest, ExecRun } from './engine-exec.js';
 export type { LogRead, LogRequest } from './engine-logs.js';
 export type { ContainerSummary, ResourceSummary } from './engine-listing.js';

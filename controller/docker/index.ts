@@ -3,7 +3,7 @@
  * id for networks, with deadlines and errors mapped), the endpoint and its TLS diagnosis, and the pure builders of the
  * container, network and volume create bodies.
  */
-export { DockerEngine, EngineStatusError, engineStatus, imageRefusal, isEngineStatusError } from './engine.js';
+export { DockerEngine, EngineStatusError, engineStatus, finishedWithin, imageRefusal, isEngineStatusError } from './engine.js';
 export type { ContainerSummary, ExecRun, LogRead, LogRequest, ResourceSummary } from './engine.js';
 export type { ContainerNetwork, ContainerView, NetworkView, SandboxEngine } from './sandbox-engine.js';
 export { parseEndpoint } from './endpoint.js';

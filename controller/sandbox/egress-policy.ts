@@ -10,7 +10,7 @@
 import { registrationArchive, TENANTS_DIR, type SlotFileValue } from '../../common/index.js';
 import { parseSlotFile, type TenantRegistration } from '../../policy/index.js';
 import { LABEL_EGRESS, LABEL_EGRESS_ISOLATION, SandboxError, egressHostOfLabels, namesFor, type SandboxNames } from '../spec/index.js';
-import type { ContainerView, SandboxEngine } from '../docker/index.js';
+import { finishedWithin, type ContainerView, type SandboxEngine } from '../docker/index.js';
 import type { SandboxNetwork } from './sandbox-network.js';
 import { seatPath, shardSeatOf, type EgressSeat } from './shards.js';
 
@@ -20,6 +20,12 @@ export const EGRESS_USER = 'egress';
 export const EGRESS_SLOT = 'sandbox';
 /** What a read of the registration may print: the socket proxy's body cap, and some. */
 const READ_MAX_BYTES = 64 * 1024;
+/**
+ * How long a read of the registration may take. The `cat` runs as the proxy's own user, whom a
+ * proxy process taken over by what it serves can stop: the check before each command of every
+ * sandbox of a shard, and their lanes (a destroy waits there), would wait on it for good.
+ */
+const READ_DEADLINE_MS = 30_000;
 
 /** The network to register, when it can be: a subnet of its own and the proxy's address on it. */
 export function registrable(network: SandboxNetwork): { subnet: string; address: string } | undefined {
@@ -77,8 +83,9 @@ export async function readRegistration(engine: SandboxEngine, seat: EgressSeat, 
       out.push(chunk);
     },
   });
-  const code = await run.finished;
+  const code = await finishedWithin(run, READ_DEADLINE_MS);
   const path = seatPath(seat);
+  if (code === 'late') throw new SandboxError('engine_error', `The registration ${path} could not be read within ${READ_DEADLINE_MS / 1000} s; retry.`);
   // Only a file that is positively not there is "none": any other failure is an error, never a
   // reason to fall back to an older list.
   if (code === 1 && /No such file or directory/.test(Buffer.concat(err).toString('utf8'))) return undefined;

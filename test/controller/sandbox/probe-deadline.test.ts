@@ -33,3 +33,27 @@ t.test('a resume whose egress probe never ends fails within its deadline, and a 
   t.equal(probeUser, '0:0', 'the probe runs as root, whom the sandbox user cannot signal');
   t.ok(await settledWithin(s.provider.destroy(h), 5_000), 'a destroy after it is not held');
 });
+
+// The registration is read by a `cat` in the egress container as the proxy's own user, whom a
+// proxy process taken over by what it serves could stop: on a shard, every sandbox's resume, the
+// check before each of their commands and a destroy queued behind either waited on it for good.
+t.test('a resume whose registration read never ends fails within its deadline, and a destroy behind it goes on', async (t) => {
+  const s = fakeSandbox();
+  const h = await s.provider.create({ id: 'stuck-read', image: IMAGES.sandbox, limits: { egress: 'allowlist', allowHosts: ['example.com'] } });
+  const normal = s.engine.onExec;
+  let reads = 0;
+  s.engine.onExec = (container, request) => {
+    if (request.cmd[0] === 'cat') {
+      reads += 1;
+      return new Promise(() => undefined);
+    }
+    return normal(container, request);
+  };
+  const started = Date.now();
+  const resumed = await s.provider.resume(h).then(() => undefined, (err: unknown) => err);
+  t.ok(reads > 0, 'the resume read the registration');
+  t.ok(isSandboxError(resumed, 'engine_error'), `resume fails saying the read did not finish (${String(resumed)})`);
+  t.match((resumed as Error).message, /could not be read within 30 s/);
+  t.ok(Date.now() - started < 40_000, `within the read's 30 s (${Date.now() - started} ms)`);
+  t.ok(await settledWithin(s.provider.destroy(h), 5_000), 'a destroy after it is not held');
+});
