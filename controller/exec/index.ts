@@ -5,4 +5,5 @@
 export { CommandRunner } from './commands.js';
 export type { WithRunning } from './commands.js';
 export { FileOps } from './files.js';
+export { OutputCapture } from './output-capture.js';
 export { ROOT_USER, SANDBOX_USER, shellQuote } from './exec-script.js';

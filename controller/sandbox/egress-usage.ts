@@ -5,7 +5,8 @@
  * shared egress counts by sandbox too (`egress_sandbox_*`): a sandbox on one is read from those.
  */
 import { EGRESS_METRICS, EGRESS_METRICS_PATH, EGRESS_METRICS_PORT } from '../../common/index.js';
-import type { SandboxEngine } from '../docker/index.js';
+import { finishedWithin, type SandboxEngine } from '../docker/index.js';
+import { OutputCapture } from '../exec/index.js';
 import { LABEL_EGRESS, LABEL_EGRESS_ISOLATION, SandboxError, egressHostOfLabels, namesFor } from '../spec/index.js';
 import { shardOfLabels } from './shards.js';
 
@@ -23,6 +24,16 @@ export interface EgressUsage {
 
 /** Run with `node -e` inside the egress container: prints the metrics text. */
 const METRICS_SCRIPT = `require('http').get({host:'127.0.0.1',port:${EGRESS_METRICS_PORT},path:'${EGRESS_METRICS_PATH}',timeout:5000},r=>{r.pipe(process.stdout);r.on('end',()=>process.exit(r.statusCode===200?0:1))}).on('error',e=>{process.stderr.write(String(e));process.exit(1)})`;
+
+/**
+ * What a read of the metrics may print, and how long it may take. The text is the proxy's, but the
+ * proxy is what a sandbox talks to, and a process that took it over runs as the user of this
+ * exec: held whole and waited for without end, one such proxy (a shard's, serving sandboxes of
+ * every tenant) could fill the controller's heap or hold the call for good. A shard's series for
+ * all its sandboxes are a few hundred kilobytes.
+ */
+const METRICS_MAX_BYTES = 16 * 1024 * 1024;
+const METRICS_DEADLINE_MS = 30_000;
 
 const SAMPLE = /^([a-z_]+)(?:\{([^}]*)\})? ([0-9.eE+-]+)$/;
 
@@ -96,13 +107,15 @@ export async function readSandboxEgressUsage(engine: SandboxEngine, name: string
 async function readEgressUsage(engine: SandboxEngine, egress: string, sandbox?: string): Promise<EgressUsage | null> {
   const view = await engine.inspectContainer(egress);
   if (view === undefined || !view.running || view.paused) return null;
-  const out: Buffer[] = [];
-  const err: Buffer[] = [];
+  const out = new OutputCapture(METRICS_MAX_BYTES);
+  const err = new OutputCapture(200);
   // The image's own non-root user.
   const run = await engine.startExec(egress, { cmd: ['node', '-e', METRICS_SCRIPT], user: view.user || 'egress', onOutput: (s, c) => (s === 'stdout' ? out : err).push(c) });
-  const code = await run.finished;
+  const code = await finishedWithin(run, METRICS_DEADLINE_MS);
+  if (code === 'late') throw new SandboxError('engine_error', `Reading the egress metrics of ${egress} did not finish within ${METRICS_DEADLINE_MS / 1000} s.`);
   if (code !== 0) {
-    throw new SandboxError('engine_error', `Reading the egress metrics of ${egress} failed (exit ${String(code)}): ${Buffer.concat(err).toString().slice(0, 200)}`);
+    throw new SandboxError('engine_error', `Reading the egress metrics of ${egress} failed (exit ${String(code)}): ${err.text()}`);
   }
-  return parseEgressUsage(Buffer.concat(out).toString(), sandbox);
+  if (out.truncated) throw new SandboxError('engine_error', `The egress metrics of ${egress} are over ${METRICS_MAX_BYTES} bytes: not the proxy's.`);
+  return parseEgressUsage(out.text(), sandbox);
 }
