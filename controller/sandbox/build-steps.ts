@@ -7,7 +7,7 @@
  */
 import { EGRESS_HEALTH_PATH, EGRESS_PROXY_PORT, EGRESS_SANDBOX_HEADER, sandboxHealthValue } from '../../common/index.js';
 import { CA_CERT_ENV, CA_FILE, SandboxError, isSandboxError, type SandboxNames } from '../spec/index.js';
-import { egressContainerBody, egressRegistration, imageRefusal, type EgressPlan, engineStatus, volumeBody } from '../docker/index.js';
+import { egressContainerBody, egressRegistration, finishedWithin, imageRefusal, type EgressPlan, engineStatus, volumeBody } from '../docker/index.js';
 import { EGRESS_USER, holdsRegistration, ownSeat, readRegistration, registrable, vacateIfStill, writeRegistration } from './egress-policy.js';
 import { connectShard, subnetSlot, type EgressSeat } from './shards.js';
 import { ROOT_USER } from '../exec/index.js';
@@ -309,19 +309,8 @@ export async function waitForEgress(deps: BuildDeps, names: SandboxNames, lifecy
   });
   // A deadline of the controller's own, past the probe's: nothing in the sandbox decides how
   // long this waits.
-  let late: NodeJS.Timeout | undefined;
-  const ended = await Promise.race([
-    run.finished.then((exitCode) => ({ exitCode }), (err: unknown) => ({ err })),
-    new Promise<{ exitCode: null }>((resolve) => {
-      late = setTimeout(() => {
-        run.detach();
-        resolve({ exitCode: null });
-      }, (seconds + PROBE_GRACE_S) * 1000);
-    }),
-  ]);
-  clearTimeout(late);
-  if ('err' in ended) throw ended.err;
-  const code = ended.exitCode;
+  const ended = await finishedWithin(run, (seconds + PROBE_GRACE_S) * 1000);
+  const code = ended === 'late' ? null : ended;
   if (code !== 0 && lifecycle !== undefined) {
     throw new SandboxError(
       'egress_unavailable',
