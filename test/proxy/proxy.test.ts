@@ -367,27 +367,37 @@ t.test('a client that never reads stalls only its own tunnel', async (t) => {
 });
 
 t.test('idle tunnels and tunnels past their lifetime are closed', async (t) => {
-  const limited = await startTestProxy({
-    policy: { allowHosts: [{ host: 'echo.test', tunnel: 'opaque' }], connectPorts: [echoPort], testHosts: { 'echo.test': '127.0.0.1' } },
-    limits: { idleTimeoutMs: 300, maxTunnelMs: 1_500 },
-  });
-  t.teardown(() => limited.close());
-  const open = (): Promise<net.Socket> =>
-    rawRequest(limited.port, `CONNECT echo.test:${echoPort} HTTP/1.1\r\nHost: x\r\n\r\n`).then((r) => r.socket);
-  const idle = await open();
+  // Two proxies. The idle tunnel's has a short idle timeout, far below its lifetime. The busy
+  // tunnel's idle timeout is twenty of its writes, so that a pause of the test process or of the
+  // machine (the writer and the proxy share one event loop) cannot make a busy tunnel look idle;
+  // its lifetime is twice that timeout, so a tunnel that the writes did not keep open would close
+  // at the idle timeout, well before the bound below.
+  const policy = { allowHosts: [{ host: 'echo.test', tunnel: 'opaque' as const }], connectPorts: [echoPort], testHosts: { 'echo.test': '127.0.0.1' } };
+  const shortIdle = await startTestProxy({ policy, limits: { idleTimeoutMs: 300, maxTunnelMs: 3_000 } });
+  t.teardown(() => shortIdle.close());
+  const longIdle = await startTestProxy({ policy, limits: { idleTimeoutMs: 2_000, maxTunnelMs: 4_000 } });
+  t.teardown(() => longIdle.close());
+  const open = (proxyPort: number): Promise<net.Socket> =>
+    rawRequest(proxyPort, `CONNECT echo.test:${echoPort} HTTP/1.1\r\nHost: x\r\n\r\n`).then((r) => r.socket);
+  const closedBy = (p: typeof shortIdle): unknown[] => p.logs.filter((l) => l.event === 'tunnel_closed').map((l) => l.closedBy);
+  const idle = await open(shortIdle.port);
   const idleStart = Date.now();
   await readUntil(idle, undefined);
-  t.ok(Date.now() - idleStart < 1_400, 'the idle tunnel was closed by the idle timeout');
-  const busy = await open();
+  t.ok(Date.now() - idleStart < 2_800, `the idle tunnel was closed before its lifetime ended (${Date.now() - idleStart} ms)`);
+  await settle(() => closedBy(shortIdle).length === 1, 'its close line');
+  t.same(closedBy(shortIdle), ['idle_timeout'], 'by the idle timeout');
+  const busy = await open(longIdle.port);
   const busyStart = Date.now();
   const ticker = setInterval(() => busy.write('.'), 100);
   busy.resume();
   await new Promise<void>((resolve) => busy.once('close', () => resolve()));
   clearInterval(ticker);
   const lived = Date.now() - busyStart;
-  t.ok(lived >= 1_300 && lived < 4_000, `a busy tunnel lived until its limit (${lived} ms)`);
-  await settle(() => limited.logs.filter((l) => l.event === 'tunnel_closed').length === 2, 'two close lines');
-  t.same(limited.logs.filter((l) => l.event === 'tunnel_closed').map((l) => l.closedBy), ['idle_timeout', 'max_lifetime']);
+  // The lifetime runs from the CONNECT, a moment before busyStart: the lower bound leaves a second
+  // for that and stays a second above the idle timeout.
+  t.ok(lived >= 3_000 && lived < 8_000, `a busy tunnel lived until its limit (${lived} ms)`);
+  await settle(() => closedBy(longIdle).length === 1, 'its close line');
+  t.same(closedBy(longIdle), ['max_lifetime'], 'by its lifetime');
 });
 
 t.test('a new policy applies to new requests and leaves open tunnels alone', async (t) => {
