@@ -185,10 +185,13 @@ t.test('an allowlist change closes the tunnels it no longer allows and reaches n
   t.same([toA.status, toB.status], [200, 200]);
   const changed = performance.now();
   s.register('slot-a', 'cap-a', 'life-a-0001', A.subnet, ['b.test', 'c.test']);
-  await Promise.race([closed(toA.socket), new Promise((r) => setTimeout(r, 3_000))]);
+  // The change is in force within a poll period (POLL_MS) on a quiet machine; the bound leaves a
+  // loaded one a few seconds more, and is still far below the idle timeout (five minutes here),
+  // which is all that would close a tunnel the change left open.
+  await Promise.race([closed(toA.socket), new Promise((r) => setTimeout(r, 5_000))]);
   const took = performance.now() - changed;
   t.ok(toA.socket.destroyed || toA.socket.readableEnded, `the tunnel to a.test is closed (${Math.round(took)} ms after the change)`);
-  t.ok(took < 1_500, 'within the poll period and some');
+  t.ok(took < 4_000, 'within the poll period and some');
   t.ok(await carries(toB), 'the tunnel to b.test, still allowed, goes on');
   toB.socket.destroy();
   t.equal((await connect(s, A, 'a.test')).reason, 'host_not_allowed', 'a new connection gets the new list');
