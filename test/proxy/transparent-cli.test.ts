@@ -100,12 +100,14 @@ t.test('the command in transparent mode: DNS and TLS on their own address, befor
   t.ok(events.indexOf('transparent_listening') < events.indexOf('listening'), 'the transparent listeners first');
   t.match(lines.find((l) => l.event === 'transparent_listening'), { address: ADDRESS, answer: ADDRESS, ports: [`dns:53=${dnsPort}`, `tls:${upstream}=${tlsPort}`] });
 
-  const resolver = new dns.Resolver({ timeout: 1_000, tries: 1 });
+  // One try, so that a proxy that stays silent fails here (ETIMEOUT, not ENOTFOUND), with a timeout
+  // that the proxy, a process of its own on a loaded machine, still answers within.
+  const resolver = new dns.Resolver({ timeout: 4_000, tries: 1 });
   resolver.setServers([`${ADDRESS}:${dnsPort}`]);
   t.same(await resolver.resolve4('tls.test'), [ADDRESS], 'an allowed name resolves to the proxy');
   const started = Date.now();
   await t.rejects(resolver.resolve4('example.com'), { code: 'ENOTFOUND' }, 'another name does not resolve');
-  t.ok(Date.now() - started < 1_000, 'at once');
+  t.ok(Date.now() - started < 2_500, `at once (${Date.now() - started} ms)`);
   const out = await new Promise<{ code: number; stdout: string; stderr: string }>((resolve) =>
     execFile('curl', ['-sSk', '--max-time', '5', '--connect-to', `tls.test:${upstream}:${ADDRESS}:${tlsPort}`, `https://tls.test:${upstream}/x`], (err, stdout, stderr) => resolve({ code: err ? 1 : 0, stdout, stderr })));
   t.same([out.code, out.stdout], [0, 'hello /x\n'], out.stderr);
@@ -115,7 +117,7 @@ t.test('as root, the default ports: 53 (UDP and TCP), 80 and 443', async (t) => 
   if (process.getuid?.() !== 0) return needUnmet(t, 'binding ports 53, 80 and 443 on the host needs root');
   const lines = await startProxy(t, ['--listen', `127.0.0.1:${await freePort()}`], { [T.allowHosts]: 'a.example', [T.transparentListen]: ADDRESS });
   t.match(lines.find((l) => l.event === 'transparent_listening'), { ports: ['dns:53', 'http:80', 'tls:443'] });
-  const resolver = new dns.Resolver({ timeout: 1_000, tries: 1 });
+  const resolver = new dns.Resolver({ timeout: 4_000, tries: 1 });
   resolver.setServers([ADDRESS]);
   t.same(await resolver.resolve4('a.example'), [ADDRESS]);
 });
