@@ -22,5 +22,7 @@ t.test('silent lookups in flight do not delay another answer', async (t) => {
   t.equal(run.status, 0, `driver exited cleanly: ${run.stderr.slice(-2000)}`);
   const result = JSON.parse(run.stdout.trim().split('\n').pop() ?? '{}') as { ms: number; fast: { ok: boolean; addresses?: string[] } };
   t.same(result.fast, { ok: true, addresses: ['93.184.215.14'] });
-  t.ok(result.ms < 1_000, `answered in ${result.ms?.toFixed(0)} ms behind 24 silent lookups`);
+  // Held up, the answer would wait for a silent lookup's deadline (3 s in the driver) or miss its
+  // own; the bound stays well below that and leaves a loaded machine a second or two.
+  t.ok(result.ms < 2_000, `answered in ${result.ms?.toFixed(0)} ms behind 24 silent lookups`);
 });
