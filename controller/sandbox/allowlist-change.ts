@@ -5,7 +5,7 @@
  * proxy takes it within a second and closes the connections the new list refuses. The entries
  * are checked as at create; an invalid change changes nothing.
  */
-import { DEFAULT_CONNECT_PORTS, type PolicyFile } from '../../policy/index.js';
+import { DEFAULT_CONNECT_PORTS, type PolicyFile, type TenantRegistration } from '../../policy/index.js';
 import { LABEL_EGRESS, SandboxError, checkAllowlistChange, inspectedEntries, meaningOfLabel, type AllowlistChange, type DeploymentConfig } from '../spec/index.js';
 import type { SandboxEngine } from '../docker/index.js';
 import { EGRESS_USER, readRegistration, seatOfSandbox, vacateIfStill, writeRegistration } from './egress-policy.js';
@@ -109,7 +109,7 @@ export async function changeAllowHosts(deps: AllowlistDeps, name: string, change
         `The allowlist of ${name} was not changed: its registration was not written by the controller (${foreign}), and a change would drop that. Destroy the sandbox and create it again with the new list.`,
       );
     }
-    const current = held.policy.allowHosts.filter((e): e is string => typeof e === 'string');
+    const current = hostsOf(held);
     const next = changedList(current, checked);
     const still = deniedButAllowed(next, checked.deny ?? []);
     if (still.length > 0) {
@@ -127,11 +127,13 @@ export async function changeAllowHosts(deps: AllowlistDeps, name: string, change
       address: held.address,
       policy: { allowHosts: next, ...(held.policy.mode === 'report' ? { mode: 'report' as const } : {}) },
     };
-    // Fenced on the container and the lifecycle id read: a destroy and a create of the same id in
-    // another controller process (the lane is this process's only) can land between the read and
-    // the write, on the same subnet, and the shard would take the earlier sandbox's lifecycle id
-    // and list, written then, as a later registration: the new sandbox's.
-    await fence(deps.engine, name, view.id, seat, held.lifecycle);
+    // Fenced on the container, the lifecycle id and the list read: a destroy and a create of the
+    // same id in another controller process (the lane is this process's only) can land between the
+    // read and the write, on the same subnet, and the shard would take the earlier sandbox's
+    // lifecycle id and list, written then, as a later registration: the new sandbox's. A change in
+    // another process keeps the lifecycle id: written from a list read before it, a deny there was
+    // undone here, and both said done.
+    await fence(deps.engine, name, view.id, seat, held, current);
     await writeRegistration(deps.engine, seat, registration, name);
     // Made again while the write was under way: the slot it overwrote is vacated.
     const after = await deps.engine.inspectContainer(name);
@@ -139,6 +141,11 @@ export async function changeAllowHosts(deps: AllowlistDeps, name: string, change
       await vacateIfStill(deps.engine, seat, held.lifecycle, name);
       throw changedMeanwhile(name);
     }
+    // The archive API has no compare-and-swap: another process's change whose fence read came
+    // before this write can land after it, from the list it read. Done only when in force now.
+    const now = await readRegistration(deps.engine, seat, EGRESS_USER);
+    const list = now?.lifecycle === held.lifecycle ? hostsOf(now) : undefined;
+    if (list === undefined || !(checked.allow ?? []).every((h) => list.includes(h)) || deniedButAllowed(list, checked.deny ?? []).length > 0) throw changedAtOnce(name);
     return next;
   });
 }
@@ -147,9 +154,23 @@ function changedMeanwhile(name: string): SandboxError {
   return new SandboxError('conflict', `The allowlist of ${name} was not changed: the sandbox was destroyed or made again by another call while the change ran; retry.`);
 }
 
-/** Throws unless sandbox `name` is still the container `id`, and `seat` still holds the registration of `lifecycle`. */
-async function fence(engine: SandboxEngine, name: string, id: string, seat: EgressSeat, lifecycle: string): Promise<void> {
-  const now = await readRegistration(engine, seat, EGRESS_USER);
-  if (now === undefined || now.sandbox !== name || now.lifecycle !== lifecycle) throw changedMeanwhile(name);
+function changedAtOnce(name: string): SandboxError {
+  return new SandboxError('conflict', `The allowlist of ${name} was changed by another call at the same moment, and this change may not be in force (capybara-sandbox inspect ${name} shows the list); retry.`);
+}
+
+/** A registration's plain host entries, the only ones the controller writes. */
+function hostsOf(registration: TenantRegistration): string[] {
+  return registration.policy.allowHosts.filter((e): e is string => typeof e === 'string');
+}
+
+/**
+ * Throws unless sandbox `name` is still the container `id`, and `seat` still holds its
+ * registration `held` with the list `hosts` read from it. Read last: nearest the write.
+ */
+async function fence(engine: SandboxEngine, name: string, id: string, seat: EgressSeat, held: TenantRegistration, hosts: readonly string[]): Promise<void> {
   if ((await engine.inspectContainer(name))?.id !== id) throw changedMeanwhile(name);
+  const now = await readRegistration(engine, seat, EGRESS_USER);
+  if (now === undefined || now.sandbox !== name || now.lifecycle !== held.lifecycle) throw changedMeanwhile(name);
+  const list = hostsOf(now);
+  if (list.length !== hosts.length || list.some((h, i) => h !== hosts[i]) || now.policy.mode !== held.policy.mode) throw changedAtOnce(name);
 }

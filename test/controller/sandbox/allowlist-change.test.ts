@@ -159,3 +159,86 @@ t.test('a host the deployment inspects, or binds a secret to, is never allowed l
   t.same(s.engine.registration(NAME)?.policy.allowHosts, ['deb.debian.org', 'pypi.org'], 'nothing written: a plain tunnel there would pass uninspected');
   t.same(await s.provider.changeAllowHosts(h, { allow: ['npmjs.org', '*.github.com'] }), ['deb.debian.org', 'pypi.org', 'npmjs.org', '*.github.com'], 'entries a create would not inspect either are allowed (a wildcard is no secret host)');
 });
+
+t.test('two changes at once in two controller processes: a deny is never undone by an allow that read the list before it', async (t) => {
+  const s = fakeSandbox();
+  const other = s.withConfig({});
+  const h = await s.provider.create(spec());
+  // The other process has read the registration lately (the check before a command), so its
+  // change reads it twice: the list, then the fence just before its write.
+  await other.exec(h, 'true');
+  const model = s.engine.onExec;
+  let cats = 0;
+  let reached!: () => void;
+  const atFence = new Promise<void>((r) => (reached = r));
+  let release!: () => void;
+  const released = new Promise<void>((r) => (release = r));
+  s.engine.onExec = async (container, request) => {
+    if (container === 'cap-live-egress' && request.cmd[0] === 'cat' && ++cats === 2) {
+      reached();
+      await released;
+    }
+    return model(container, request);
+  };
+  // The other process (capybara-sandbox allow, say) read the list, and waits at its fence while
+  // this process denies pypi.org.
+  const allowing = other.changeAllowHosts(h, { allow: ['crates.io'] }).then(
+    (list) => list,
+    (err: unknown) => (err as { code?: string }).code,
+  );
+  await atFence;
+  t.same(await s.provider.changeAllowHosts(h, { deny: ['pypi.org'] }), ['deb.debian.org'], 'the deny is done');
+  release();
+  // Before, the fence compared the lifecycle id alone, which a change keeps: the allow wrote the
+  // list it read plus crates.io, pypi.org with it, and both said done.
+  t.equal(await allowing, 'conflict', 'the allow that read the list before the deny is refused');
+  t.same(s.engine.registration(NAME)?.policy.allowHosts, ['deb.debian.org'], 'the deny stays in force');
+});
+
+t.test('an allow whose write lands after a deny in another process, from the list it read before, leaves the deny said not done', async (t) => {
+  const s = fakeSandbox();
+  const other = s.withConfig({});
+  const h = await s.provider.create(spec());
+  // The other process's write (its fence passed before the deny) waits; the deny's read of the
+  // list after its own write waits for that write to land.
+  const put = s.engine.putRegistration.bind(s.engine);
+  let puts = 0;
+  let atOtherWrite!: () => void;
+  const otherWriting = new Promise<void>((r) => (atOtherWrite = r));
+  let releaseOther!: () => void;
+  const otherReleased = new Promise<void>((r) => (releaseOther = r));
+  let denyWrote = false;
+  s.engine.putRegistration = async (container, archive) => {
+    puts += 1;
+    if (puts === 1) {
+      atOtherWrite();
+      await otherReleased;
+    } else if (puts === 2) denyWrote = true;
+    return put(container, archive);
+  };
+  const model = s.engine.onExec;
+  let atReadBack!: () => void;
+  const readingBack = new Promise<void>((r) => (atReadBack = r));
+  let releaseReadBack!: () => void;
+  const readBackReleased = new Promise<void>((r) => (releaseReadBack = r));
+  let heldReadBack = false;
+  s.engine.onExec = async (container, request) => {
+    if (denyWrote && !heldReadBack && request.cmd[0] === 'cat') {
+      heldReadBack = true;
+      atReadBack();
+      await readBackReleased;
+    }
+    return model(container, request);
+  };
+  const outcome = (p: Promise<string[]>) => p.then((list) => list, (err: unknown) => (err as { code?: string }).code);
+  const allowing = outcome(other.changeAllowHosts(h, { allow: ['crates.io'] }));
+  await otherWriting;
+  const denying = outcome(s.provider.changeAllowHosts(h, { deny: ['pypi.org'] }));
+  await readingBack;
+  releaseOther();
+  t.same(await allowing, ['deb.debian.org', 'pypi.org', 'crates.io'], 'the allow is in force');
+  releaseReadBack();
+  // Before, the deny said done while the allow's later write had pypi.org allowed again.
+  t.equal(await denying, 'conflict', 'the deny is said not done: pypi.org is allowed again');
+  t.same(s.engine.registration(NAME)?.policy.allowHosts, ['deb.debian.org', 'pypi.org', 'crates.io']);
+});
