@@ -197,17 +197,37 @@ export class SandboxRecovery {
     const made = host === namesFor(name).egress ? view : { ...view, env: withEgressProxyEnv(view.env, host) };
     await this.inWorkspaceLane(view, async () => {
       const body = sandboxBodyFromInspect(made, this.deps.config, target, dns);
-      await this.deps.engine.createContainer(name, body);
+      const id = await this.deps.engine.createContainer(name, body);
       // The tag may name another image now, one that carries the controller's labels: that
       // container is not started, and not left for a command to believe its labels.
       await requireOwnLabels(this.deps, name, view.image, body.Labels).catch(async (err: unknown) => {
         await this.deps.engine.removeContainer(name);
         throw err;
       });
-      await requireWorkspaceFree(this.deps, name, view.labels[LABEL_WORKSPACE_KEY]);
-      await handOverWorkspace(this.deps, { name, volume: workspaceVolumeOf(view, name), image: view.image, labels: this.resourceLabels(name, view) });
-      await this.deps.engine.startContainer(name);
+      try {
+        await requireWorkspaceFree(this.deps, name, view.labels[LABEL_WORKSPACE_KEY]);
+        await handOverWorkspace(this.deps, { name, volume: workspaceVolumeOf(view, name), image: view.image, labels: this.resourceLabels(name, view) });
+        await this.deps.engine.startContainer(name);
+      } catch (err) {
+        if (network !== undefined) await this.removeIfDestroyed(name, id, network.id);
+        throw err;
+      }
     });
+  }
+
+  /**
+   * After a rebuilt container (`id`) failed to start: when its network is gone, a destroy in
+   * another process ran between its create and its start (a container not started holds no
+   * endpoint, so the destroy removed the network under it) and said done. The container goes:
+   * else it outlived that destroy, a sandbox to `ls`, kept by gc, which the next resume would
+   * bring back. The volumes its create made again go with the next create of the name (its
+   * destroy of a stale instance): which of them that destroy removed, and which hold a
+   * workspace, the engine's answers here cannot tell.
+   */
+  private async removeIfDestroyed(name: string, id: string, networkId: string): Promise<void> {
+    if ((await this.deps.engine.inspectNetwork(networkId)) !== undefined) return;
+    if ((await this.deps.engine.inspectContainer(name))?.id === id) await this.deps.engine.removeContainer(name);
+    throw new SandboxError('conflict', `${name} was destroyed by another call while this recovery ran; retry.`);
   }
 
   /** The deployment's rules hold at every start, not only at create (start-rules.ts). */
