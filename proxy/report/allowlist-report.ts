@@ -5,9 +5,9 @@
  * port (an enforce-mode log: what it would have needed). Refusals that no policy lifts (an IP
  * literal, a private address, a hello naming another host) are summed up in comments, never
  * listed. Everything read is hostile text: each host is checked as the proxy checks a request's,
- * and what is held is capped (hosts, refusals, line length).
+ * and what is held is capped (hosts, refusals, line length, the ports a host's comment names).
  */
-import { buildPolicy, DEFAULT_CONNECT_PORTS, parseHostName, parseHostPattern, parsePolicyText } from '../../policy/index.js';
+import { buildPolicy, DEFAULT_CONNECT_PORTS, isReason, parseHostName, parseHostPattern, parsePolicyText } from '../../policy/index.js';
 import { F } from '../record/index.js';
 
 export const REPORT_LIMITS = Object.freeze({
@@ -27,7 +27,9 @@ interface HostTally {
   /** Requests allowed by an entry (rule), and those let through only by report mode or refused for the allowlist. */
   allowed: number;
   wouldDeny: number;
+  /** The first MAX_PORTS ports seen, for the comment; `otherPorts` counts requests on any other. */
   readonly ports: Set<number>;
+  otherPorts: number;
   readonly rules: Set<string>;
   /** Whether any tunnel to it was opaque (not TLS): its entry needs `tunnel: opaque`. */
   opaque: boolean;
@@ -47,6 +49,11 @@ type Fields = Record<string, unknown>;
 
 /** Rules named in one host's comment. */
 const MAX_RULES = 8;
+/**
+ * Ports named in one host's comment: a run can ask for one name on every port, and a set per
+ * host of up to 65,535 grew with the log (connectPorts gets every port from a set of its own).
+ */
+const MAX_PORTS = 16;
 
 function bump(map: Map<string, number>, key: string): void {
   map.set(key, (map.get(key) ?? 0) + 1);
@@ -55,6 +62,8 @@ function bump(map: Map<string, number>, key: string): void {
 export class AllowlistReport {
   private readonly hosts = new Map<string, HostTally>();
   private readonly refused = new Map<string, Map<string, number>>();
+  /** Every port an entry's request used: the connectPorts to write. */
+  private readonly ports = new Set<number>();
   private lines = 0;
   private decisions = 0;
   private malformed = 0;
@@ -98,7 +107,7 @@ export class AllowlistReport {
     const reason = fields[F.reason];
     const wouldDeny = fields[F.wouldDeny];
     if ((outcome !== 'allow' && outcome !== 'deny') || (outcome === 'deny' && !isCode(reason))) return false;
-    if (wouldDeny !== undefined && !isCode(wouldDeny)) return false;
+    if (wouldDeny !== undefined && wouldDeny !== 'host_not_allowed' && wouldDeny !== 'port_not_allowed') return false;
     this.decisions += 1;
     // A refusal before a host name was read (an IP literal, a bad request line): summed up.
     if (rawHost === undefined && outcome === 'deny') {
@@ -122,7 +131,11 @@ export class AllowlistReport {
     const tally = this.tally(parsed.name);
     if (tally === undefined) return true;
     tally.requests += 1;
-    if (typeof port === 'number') tally.ports.add(port);
+    if (typeof port === 'number') {
+      this.ports.add(port);
+      if (tally.ports.size < MAX_PORTS || tally.ports.has(port)) tally.ports.add(port);
+      else tally.otherPorts += 1;
+    }
     const rule = fields[F.rule];
     if (outcome === 'allow' && wouldDeny === undefined && typeof rule === 'string' && tally.rules.size < MAX_RULES) tally.rules.add(printable(rule));
     if (outcome === 'allow' && wouldDeny === undefined) tally.allowed += 1;
@@ -139,7 +152,7 @@ export class AllowlistReport {
       this.droppedHosts += 1;
       return undefined;
     }
-    tally = { requests: 0, allowed: 0, wouldDeny: 0, ports: new Set(), rules: new Set(), opaque: false, failures: new Map() };
+    tally = { requests: 0, allowed: 0, wouldDeny: 0, ports: new Set(), otherPorts: 0, rules: new Set(), opaque: false, failures: new Map() };
     this.hosts.set(host, tally);
     return tally;
   }
@@ -165,8 +178,7 @@ export class AllowlistReport {
     // A file name is text too: a line break in it would end the comment.
     source = printable(source);
     const names = [...this.hosts.keys()].sort();
-    const ports = new Set<number>();
-    for (const tally of this.hosts.values()) for (const p of tally.ports) ports.add(p);
+    const ports = this.ports;
     const defaults = [...ports].every((p) => DEFAULT_CONNECT_PORTS.includes(p));
     const out = [
       `# allowHosts learned by capybara-egress report from ${source}: ${this.decisions} decision lines, ${names.length} hosts.`,
@@ -192,7 +204,7 @@ export class AllowlistReport {
     const seen = [`${tally.requests} request${tally.requests === 1 ? '' : 's'}`];
     if (tally.wouldDeny > 0) seen.push(`${tally.wouldDeny} would_deny`);
     if (tally.allowed > 0) seen.push(`${tally.allowed} allowed${tally.rules.size > 0 ? ` by ${[...tally.rules].sort().join(', ')}` : ''}`);
-    if (tally.ports.size > 0) seen.push(`port ${[...tally.ports].sort((a, b) => a - b).join(', ')}`);
+    if (tally.ports.size > 0) seen.push(`port ${[...tally.ports].sort((a, b) => a - b).join(', ')}${tally.otherPorts > 0 ? ` (and ${tally.otherPorts} requests on other ports)` : ''}`);
     if (tally.failures.size > 0) seen.push(`then refused: ${summary(tally.failures)}`);
     // JSON strings are YAML: a name such as "true" or "null" stays a string.
     const host = JSON.stringify(name);
@@ -201,9 +213,12 @@ export class AllowlistReport {
   }
 }
 
-/** Reason codes as the proxy writes them; anything else in that field is no decision line of its. */
+/**
+ * Reason codes as the proxy writes them, from the catalog; anything else in that field is no
+ * decision line of its (and a code of any spelling was a new key in a host's tally, without end).
+ */
 function isCode(value: unknown): value is string {
-  return typeof value === 'string' && /^[a-z][a-z_]{0,39}$/.test(value);
+  return typeof value === 'string' && isReason(value);
 }
 
 /** Log text for a comment: printable ASCII only (no line break can end the comment), and short. */

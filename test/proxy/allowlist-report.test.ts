@@ -113,3 +113,22 @@ t.test('caps: hosts held, and lines read; a line cut across reads, or without an
   t.same(read.counts, { lines: 3, decisions: 2, malformed: 1, droppedHosts: 0 }, 'the long line is malformed; the last has no newline');
   t.same([...policyFrom(read.render('x')).allowHosts], ['last.example', 'split.example']);
 });
+
+t.test('what one host holds is capped too: its ports in the comment, and reasons only from the catalog', async (t) => {
+  // A run in report mode can ask for one name on every port (connect_failed lines carry
+  // would_deny and the port): the comment named each, a set per host the log could grow to
+  // 65,535 entries, 10,000 times over.
+  const lines = Array.from({ length: 2000 }, (_, i) =>
+    line({ decision: 'deny', reason: 'connect_failed', host: 'ports.example', port: 1000 + i, would_deny: 'port_not_allowed' }),
+  );
+  // Codes no proxy writes: each was a new key in the host's tally of refusals.
+  for (let i = 0; i < 50; i++) lines.push(line({ decision: 'deny', reason: `made_up_${'x'.repeat(i % 26)}`, host: 'ports.example', port: 443, would_deny: 'host_not_allowed' }));
+  lines.push(line({ decision: 'allow', host: 'odd.example', port: 443, would_deny: 'tunnel_not_allowed' }));
+  const { text, report } = reportOf(lines);
+  t.equal(report.counts.malformed, 51, 'a reason or would_deny outside the catalog: no decision line of the proxy');
+  const entry = text.split('\n').find((l) => l.startsWith('  - "ports.example"'));
+  t.ok(entry !== undefined && entry.length < 300, `the entry's comment stays short (${entry?.length ?? 0} characters)`);
+  t.match(entry, /2000 requests; 2000 would_deny; port 1000, 1001, .*, 1015 \(and 1984 requests on other ports\); then refused: connect_failed x2000$/);
+  t.notMatch(text, /made_up|odd\.example/);
+  t.same([...policyFrom(text).connectPorts].length, 2000, 'connectPorts still lists every port used');
+});

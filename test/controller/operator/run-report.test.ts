@@ -51,7 +51,7 @@ function workload(engine: FakeEngine): void {
     engine.writeLog(EGRESS, '{"level":30,"event":"listening","address":"0.0.0.0:3128"}\n');
     engine.writeLog(EGRESS, decision({ decision: 'allow', method: 'CONNECT', host: 'pypi.org', port: 443, rule: 'pypi.org', tunnel: 'tls' }));
     engine.writeLog(EGRESS, decision({ decision: 'allow', method: 'CONNECT', host: 'files.pythonhosted.org', port: 443, would_deny: 'host_not_allowed', tunnel: 'tls' }));
-    engine.writeLog(EGRESS, decision({ decision: 'deny', reason: 'private_address', method: 'CONNECT', host: 'metadata.internal', port: 80 }));
+    engine.writeLog(EGRESS, decision({ decision: 'deny', reason: 'address_not_allowed', method: 'CONNECT', host: 'metadata.internal', port: 80 }));
     // Hostile text in the log: neither a decision nor a line the report may trust.
     engine.writeLog(EGRESS, 'not json\n{"event":"decision","decision":"allow","host":"evil\\ncomment"}\n', 'stderr');
     // The controller's exec wrapper writes its start byte first (exec-script.ts).
@@ -81,7 +81,7 @@ t.test('run --report: the command, its output on stderr, the policy it needed on
   const file = parsePolicyText(s.out.stdout, 'the report');
   t.same(file.allowHosts, ['files.pythonhosted.org', 'pypi.org'], 'the hosts the run needed, sorted');
   t.equal(file.mode, 'enforce', 'a policy to enforce');
-  t.match(s.out.stdout, /# {3}metadata\.internal: private_address x1/, 'a refusal no policy lifts is only a comment');
+  t.match(s.out.stdout, /# {3}metadata\.internal: address_not_allowed x1/, 'a refusal no policy lifts is only a comment');
   t.match(s.out.stdout, /^# {3}evil\?comment: malformed_host x1$/m, 'a host name with a line break stays inside its comment');
   t.notMatch(s.out.stdout, /^comment/m);
   t.match(s.out.stdout, /sandbox cap-rep1 \(capybara-sandbox run --report\)/);
