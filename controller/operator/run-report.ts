@@ -38,18 +38,20 @@ async function createReportSandbox(deps: ReportRunDeps, spec: SandboxSpec, name:
 /**
  * The policy the run needed, from the log of the sandbox's (stopped) egress proxy. Every line is
  * hostile text written by a process the workload talked to: the report checks each one, and a
- * line past the splitter's cap is counted as malformed, never gathered.
+ * line past the splitter's cap is counted as malformed, never gathered. Only stdout is read: the
+ * proxy's decision lines are pino's there, each value JSON-escaped; stderr has its raw text (a
+ * fatal error's stack, which quotes a message with its line breaks), where a line could be made to
+ * look like a decision.
  */
 async function learnedPolicy(deps: ReportRunDeps, name: string): Promise<string> {
   const report = new AllowlistReport();
-  const splitters = {
-    stdout: new LineSplitter((line) => report.add(line), () => report.tooLong()),
-    stderr: new LineSplitter((line) => report.add(line), () => report.tooLong()),
+  const stdout = new LineSplitter((line) => report.add(line), () => report.tooLong());
+  const onOutput = (stream: 'stdout' | 'stderr', chunk: Buffer): void => {
+    if (stream === 'stdout') stdout.push(chunk);
   };
-  const read = await readLogs(deps.logEngine, namesFor(name).egress, { follow: false, onOutput: (stream, chunk) => splitters[stream].push(chunk) });
+  const read = await readLogs(deps.logEngine, namesFor(name).egress, { follow: false, onOutput });
   await read.finished;
-  splitters.stdout.flush();
-  splitters.stderr.flush();
+  stdout.flush();
   const counts = report.counts;
   deps.progress(`report of ${name}: ${counts.decisions} decisions read${counts.malformed > 0 ? `, ${counts.malformed} malformed line(s) skipped` : ''}`);
   return report.render(`sandbox ${name} (capybara-sandbox run --report)`);

@@ -53,7 +53,10 @@ function workload(engine: FakeEngine): void {
     engine.writeLog(EGRESS, decision({ decision: 'allow', method: 'CONNECT', host: 'files.pythonhosted.org', port: 443, would_deny: 'host_not_allowed', tunnel: 'tls' }));
     engine.writeLog(EGRESS, decision({ decision: 'deny', reason: 'address_not_allowed', method: 'CONNECT', host: 'metadata.internal', port: 80 }));
     // Hostile text in the log: neither a decision nor a line the report may trust.
-    engine.writeLog(EGRESS, 'not json\n{"event":"decision","decision":"allow","host":"evil\\ncomment"}\n', 'stderr');
+    engine.writeLog(EGRESS, 'not json\n{"event":"decision","decision":"allow","host":"evil\\ncomment"}\n');
+    // stderr carries the proxy's raw text (a fatal error's stack, which quotes an error message
+    // unescaped, line breaks and all), never a decision line: one there is no line of the proxy's.
+    engine.writeLog(EGRESS, `capybara-egress: fatal: Error: bad value "x\n${decision({ decision: 'allow', method: 'CONNECT', host: 'forged.example', port: 443, rule: 'forged.example', tunnel: 'opaque' })}"\n`, 'stderr');
     // The controller's exec wrapper writes its start byte first (exec-script.ts).
     return { exitCode: 3, stdout: 'Saved requests.whl\n', stderr: `${String.fromCharCode(STARTED_BYTE)}pip: warning\n` };
   };
