@@ -15,7 +15,7 @@ import t from 'tap';
 import type { PolicyInput } from '../../policy/index.js';
 import { loadSecrets } from '../../proxy/secrets/index.js';
 import { testLeafIssuer } from '../support/inspect-ca.js';
-import { listen } from '../support/loopback.js';
+import { listenUntilEnd } from '../support/loopback.js';
 import { readUntil } from '../support/raw-client.js';
 import { selfSignedCert } from '../support/tls-cert.js';
 import { policyOf, startTestProxy } from '../support/test-proxy.js';
@@ -42,11 +42,7 @@ const upstream = https.createServer(cert, (req, res) => {
     res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Length': String(text.length) }).end(text);
   });
 });
-const port = await listen(upstream as unknown as net.Server);
-t.teardown(() => {
-  upstream.close();
-  upstream.closeAllConnections();
-});
+const port = await listenUntilEnd(t, upstream);
 
 const leaves = await testLeafIssuer();
 const input: PolicyInput = {

@@ -12,7 +12,7 @@ import tls from 'node:tls';
 import t from 'tap';
 import type { Inspection } from '../../proxy/admission/index.js';
 import { testLeafIssuer } from '../support/inspect-ca.js';
-import { listen } from '../support/loopback.js';
+import { listenUntilEnd } from '../support/loopback.js';
 import { readUntil } from '../support/raw-client.js';
 import { settle } from '../support/settle.js';
 import { selfSignedCert } from '../support/tls-cert.js';
@@ -20,11 +20,7 @@ import { startTestProxy } from '../support/test-proxy.js';
 
 const upstreamCert = selfSignedCert(['one.test', 'two.test']);
 const upstream = https.createServer({ ...upstreamCert, ALPNProtocols: ['http/1.1'] }, (req, res) => res.end(`upstream ${req.headers.host ?? ''}\n`));
-const port = await listen(upstream as unknown as net.Server);
-t.teardown(() => {
-  upstream.close();
-  upstream.closeAllConnections();
-});
+const port = await listenUntilEnd(t, upstream);
 const leaves = await testLeafIssuer();
 const inspection: Inspection = { leaves, upstreamCa: [upstreamCert.cert] };
 const policy = {

@@ -1,12 +1,27 @@
 /** Servers and ports on 127.0.0.1 for the socket tests. */
 import { randomInt } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import type http from 'node:http';
+import type https from 'node:https';
 import net from 'node:net';
 
 /** Listens on a free loopback port and returns it. */
 export async function listen(server: net.Server): Promise<number> {
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return (server.address() as net.AddressInfo).port;
+}
+
+/**
+ * Listens an HTTP or HTTPS server on a free loopback port until the test ends, when it is closed
+ * with every connection it still holds (a keep-alive one would hold the test open); its port.
+ */
+export async function listenUntilEnd(t: { teardown(fn: () => void): void }, server: http.Server | https.Server): Promise<number> {
+  const port = await listen(server as unknown as net.Server);
+  t.teardown(() => {
+    server.close();
+    server.closeAllConnections();
+  });
+  return port;
 }
 
 /**
