@@ -43,7 +43,10 @@ export const deploymentConfigSchema = z
     endpoint: z
       .string()
       .regex(ENDPOINT_RE, 'must be tcp://host:port or unix:///path')
-      .refine((e) => !e.startsWith('tcp://') || /:([1-9]\d{0,3}|[1-5]\d{4}|6[0-4]\d{3}|65[0-4]\d\d|655[0-2]\d|6553[0-5])\/?$/.test(e), { message: 'must have a port from 1 to 65535' })
+      .refine((e) => {
+        const port = /^tcp:\/\/.*:(\d+)\/?$/.exec(e)?.[1];
+        return port === undefined || (Number(port) >= 1 && Number(port) <= 65535);
+      }, { message: 'must have a port from 1 to 65535' })
       .describe('Address of the Docker socket proxy: tcp://host:port or unix:///path. The controller never talks to docker.sock directly.')
       .meta({ title: 'Docker proxy endpoint', 'x-ui': { label: { en: 'Docker proxy endpoint', zh: 'Docker 代理地址' } } }),
     runtime: z
