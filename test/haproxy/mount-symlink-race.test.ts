@@ -65,10 +65,12 @@ async function madeAnyway(t: Test, env: DockerEnv, call: (req: RawCase) => Retur
 /**
  * Whether a start failed only because the racer swapped a path runc was mounting: runc refuses a
  * path that became a symlink ("possibly malicious path"), or follows a swapped-in symlink to a host
- * path that does not exist in the container's root ("error mounting ... no such file or directory").
+ * path that does not exist in the container's root ("error mounting ... no such file or directory"),
+ * or its mount (or the propagation change after it, through /proc/self/fd) meets a path swapped
+ * since ("error mounting ... invalid argument", twice in twelve runs here).
  */
 const lostToRacer = (message: string): boolean =>
-  /OCI runtime create failed/.test(message) && /possibly malicious path|no such file or directory|not a directory/.test(message);
+  /OCI runtime create failed/.test(message) && /possibly malicious path|no such file or directory|not a directory|error mounting .* invalid argument/.test(message);
 
 /**
  * Starts `container` directly on the engine while the racer swaps its network files' paths in the

@@ -80,9 +80,15 @@ t.test('a request one sandbox smuggles to a desyncing server never answers anoth
 });
 
 t.test('upstream sockets at the plan: the idle connections shed are those of the sandbox holding the most, not the least recently used', async (t) => {
-  // Each answer names the upstream connection it came on, held a moment so that requests sent
-  // together each open a connection of their own.
-  const server = http.createServer((req, res) => setTimeout(() => res.writeHead(200, { 'Content-Length': String(req.socket.remotePort).length }).end(String(req.socket.remotePort)), 20));
+  // Each answer names the upstream connection it came on. Answers are held until `together`
+  // requests are in, so that requests sent together each open a connection of their own, however
+  // slowly a loaded machine sends them (a 20 ms hold let two of eight share one in CI).
+  let together = 1;
+  const held: (() => void)[] = [];
+  const server = http.createServer((req, res) => {
+    held.push(() => res.writeHead(200, { 'Content-Length': String(req.socket.remotePort).length }).end(String(req.socket.remotePort)));
+    if (held.length >= together) for (const answer of held.splice(0)) answer();
+  });
   server.keepAliveTimeout = 60_000;
   const upstream = await listen(server);
   t.teardown(() => server.close());
@@ -93,16 +99,20 @@ t.test('upstream sockets at the plan: the idle connections shed are those of the
   }
   const { logs, sink } = captureLogs();
   // The plan holds 16 upstream sockets; a sandbox may open 8 connections (its share's floor).
-  const { port } = await startSharedProxy(t, dir, createLogger('info', sink), { testHosts: Object.fromEntries(hosts.map((h) => [h, '127.0.0.1'])), limits: { maxConnections: 16 } });
+  const { proxy, port } = await startSharedProxy(t, dir, createLogger('info', sink), { testHosts: Object.fromEntries(hosts.map((h) => [h, '127.0.0.1'])), limits: { maxConnections: 16 } });
   await settle(() => logs.filter((l) => l.event === 'tenant_registered').length >= 2, 'both registrations');
   const get = async (from: typeof A, host: string): Promise<string> => {
     const r = await rawRequest(port, `GET http://${host}:${upstream}/ HTTP/1.1\r\nHost: ${host}:${upstream}\r\n\r\n`, from.proxy, 5_000, from.client);
     r.socket.destroy();
+    // Its client connection counted closed before the next: eight at once are A's share of them.
+    await settle(() => proxy.openConnections === 0, 'the client connections closed');
     return r.body;
   };
   // B's one idle connection is the least recently used; then A leaves eight idle in one pool.
   const b = await get(B, 'b.test');
+  together = 8;
   const a = await Promise.all(Array.from({ length: 8 }, () => get(A, 'a0.test')));
+  together = 1;
   t.equal(new Set(a).size, 8, `a holds eight upstream connections (${a.join(' ')})`);
   // Seven more destinations of A's take the process to its plan of upstream sockets, the eighth past it.
   for (let i = 1; i <= 8; i += 1) await get(A, `a${i}.test`);
