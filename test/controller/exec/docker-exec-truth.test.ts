@@ -6,11 +6,12 @@
  * docker-exec-isolation.test.ts.
  */
 import t from 'tap';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { rejectsCode } from '../../support/sandbox-asserts.js';
 import { sandboxTestEnv, SANDBOX_IMAGE } from '../../support/sandbox-env.js';
 import { createDockerSandbox } from '../../../controller/index.js';
 import { fileNeeds } from '../../support/needs.js';
+import { settle } from '../../support/settle.js';
 
 await fileNeeds(t, 'engine');
 
@@ -18,10 +19,17 @@ const docker = (...args: string[]) => execFileSync('docker', args, { encoding: '
 
 // Writes until the file system is full (dd stops at ENOSPC), and again a second later from a
 // process of its own: whatever the filling command's own exec freed when it ended (the old
-// wrapper removed its control file from /tmp) is taken too. The test waits for it (FILLED_MS).
+// wrapper removed its control file from /tmp) is taken too. The test waits for it (filled).
 const fill = (dir: string) => `dd if=/dev/zero of=${dir}/.fill bs=64k status=none 2>/dev/null; setsid sh -c 'sleep 1; dd if=/dev/zero of=${dir}/.fill2 bs=4k status=none 2>/dev/null' >/dev/null 2>&1 < /dev/null &`;
-const FILLED_MS = 2500;
-const settle = () => new Promise((resolve) => setTimeout(resolve, FILLED_MS));
+/**
+ * Waits until the second dd of every dir has run and ended (its file there, no dd left), a minute
+ * at most: on a loaded machine its start and its writes can take longer than any fixed wait. The
+ * look is an exec of the engine's own as root, which needs no room in the sandbox and leaves none.
+ */
+async function filled(id: string, ...dirs: string[]): Promise<void> {
+  const check = `${dirs.map((d) => `test -e ${d}/.fill2`).join(' && ')} && ! pgrep -x dd`;
+  await settle(() => spawnSync('docker', ['exec', '-u', '0', id, 'sh', '-c', check]).status === 0, `the second fill of ${dirs.join(' and ')}`, 60_000);
+}
 /** Prints the use of each mount, as the first lines of a command. */
 const usage = (...dirs: string[]) => dirs.map((d) => `df --output=pcent ${d} | tail -1 | tr -d ' '`).join('; ');
 
@@ -34,7 +42,7 @@ t.test('exec truth on the real engine', async (t) => {
     const h = await provider.create({ id: `${env.runId}-tmp`, image: SANDBOX_IMAGE, limits: { egress: 'none', memoryMb: 256 } });
     t.teardown(() => provider.destroy(h));
     await provider.exec(h, fill('/tmp'));
-    await settle();
+    await filled(h.id, '/tmp');
     // The old wrapper wrote its control file in /tmp after the start byte: exit 125, "printf: write error".
     t.same(await provider.exec(h, `${usage('/tmp')}; echo still-runs; echo to-stderr >&2; exit 7`), { exitCode: 7, stdout: '100%\nstill-runs\n', stderr: 'to-stderr\n', truncated: false, timedOut: false, aborted: false }, '/tmp is full, and the command\'s result is its own');
     const big = await provider.exec(h, `x='${'y'.repeat(40_000)}'; echo "\${#x}"`);
@@ -58,7 +66,7 @@ t.test('exec truth on the real engine', async (t) => {
       await provider.destroyWorkspace(key);
     });
     await provider.exec(h, `${fill('/workspace')}\n${fill('/tmp')}`);
-    await settle();
+    await filled(h.id, '/workspace', '/tmp');
     // The root-only place under /skills' writable mount too (nothing of an exec writes there).
     docker('exec', '-u', '0', h.id, 'sh', '-c', 'dd if=/dev/zero of=/opt/capybara/.fill bs=4k 2>/dev/null; true');
     t.match(docker('exec', '-u', '0', h.id, 'df', '--output=pcent', '/opt/capybara'), /100%/);
