@@ -294,16 +294,30 @@ const behind: { name: string; bytes: string; lines: [string, string | undefined]
 ];
 for (const c of behind) {
   t.test(`${c.name} pipelined behind a request whose response is on its way never lands inside it`, async (t) => {
+    // The bytes behind the request go once the response has started reaching the client, and the
+    // rest of the response once the proxy has acted on them (a line), so that they always arrive
+    // while the response is on its way; fixed delays (250 and 600 ms) let a loaded machine send
+    // them before the response started, or after it ended. A proxy that writes no line before the
+    // response ends gets the rest after the wait, and is judged by what it wrote, as before.
+    let rest = (): void => undefined;
     scripts.set('/slow-body', (s) => {
       s.write('HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\n0123456789');
-      setTimeout(() => s.write('abcdefghij'), 600);
+      rest = () => void (s.destroyed || s.write('abcdefghij'));
     });
     const before = decisions().length;
     const socket = net.connect(port, '127.0.0.1');
     socket.on('error', () => undefined);
+    let out = '';
+    let ended = false;
+    socket.on('data', (d: Buffer) => (out += d.toString('latin1')));
+    socket.once('end', () => (ended = true));
+    socket.once('close', () => (ended = true));
     socket.write(`GET http://${hostile}/slow-body HTTP/1.1\r\nHost: ${hostile}\r\n\r\n`);
-    setTimeout(() => socket.write(Buffer.from(c.bytes, 'latin1')), 250);
-    const out = await readUntil(socket, undefined, 5_000);
+    await settle(() => out.includes('0123456789') || ended, 'the response to start');
+    socket.write(Buffer.from(c.bytes, 'latin1'));
+    await settle(() => decisions().length > before || ended, 'the proxy to act on the bytes behind the request').catch(() => undefined);
+    rest();
+    await settle(() => ended, 'the connection to end');
     t.match(out, /^HTTP\/1\.1 200 OK\r\n[^]*\r\n\r\n0123456789/, 'the first response had started');
     t.equal(out.match(/HTTP\/1\.1 \d{3}/g)?.length, 1, 'and no other response head was written');
     t.notMatch(out, /hello|Connection established/);
@@ -323,29 +337,38 @@ t.test('a refused request with garbage behind it: one refusal, one line', async 
   dns.set('slow.test', { answers: ['10.0.0.1'], delayMs: 300 });
   const p = await startTestProxy({ policy: { allowHosts: ['private.test', 'slow.test'] }, dnsServer: dns.address });
   t.teardown(() => p.close());
-  const cases: { name: string; request: string; garbageAfterMs: number | undefined; reason: string; garbage?: string }[] = [
-    { name: 'by policy', request: 'GET http://denied.test/ HTTP/1.1\r\nHost: denied.test\r\n\r\n', garbageAfterMs: undefined, reason: 'host_not_allowed' },
-    { name: 'after its lookup', request: 'GET http://private.test/ HTTP/1.1\r\nHost: private.test\r\n\r\n', garbageAfterMs: 200, reason: 'address_not_allowed' },
-    { name: 'by the garbage, during its lookup', request: 'GET http://slow.test/ HTTP/1.1\r\nHost: slow.test\r\n\r\n', garbageAfterMs: 100, reason: 'bad_request' },
+  // The garbage goes with the request, once the request is refused (its line), or once its lookup
+  // is under way (the question reached the DNS server, which answers 300 ms later). Fixed delays
+  // (200 and 100 ms after the request) let a loaded machine send it before the refusal, or after
+  // the lookup ended.
+  const cases: { name: string; request: string; garbageWhen: 'with' | 'refused' | 'looking'; reason: string; garbage?: string }[] = [
+    { name: 'by policy', request: 'GET http://denied.test/ HTTP/1.1\r\nHost: denied.test\r\n\r\n', garbageWhen: 'with', reason: 'host_not_allowed' },
+    { name: 'after its lookup', request: 'GET http://private.test/ HTTP/1.1\r\nHost: private.test\r\n\r\n', garbageWhen: 'refused', reason: 'address_not_allowed' },
+    { name: 'by the garbage, during its lookup', request: 'GET http://slow.test/ HTTP/1.1\r\nHost: slow.test\r\n\r\n', garbageWhen: 'looking', reason: 'bad_request' },
   ];
   // More than one read of the socket: Node's parser reports each read after its failure again.
   const much = `\x00${'z'.repeat(256 * 1024)}`;
   cases.push(
-    { name: 'by policy, 256 KiB of garbage behind it', request: `GET http://denied.test/ HTTP/1.1\r\nHost: denied.test\r\n\r\n${much}`, garbageAfterMs: undefined, reason: 'host_not_allowed' },
-    { name: 'by 256 KiB of garbage, during its lookup', request: 'GET http://slow.test/ HTTP/1.1\r\nHost: slow.test\r\n\r\n', garbageAfterMs: 100, reason: 'bad_request', garbage: much },
+    { name: 'by policy, 256 KiB of garbage behind it', request: `GET http://denied.test/ HTTP/1.1\r\nHost: denied.test\r\n\r\n${much}`, garbageWhen: 'with', reason: 'host_not_allowed' },
+    { name: 'by 256 KiB of garbage, during its lookup', request: 'GET http://slow.test/ HTTP/1.1\r\nHost: slow.test\r\n\r\n', garbageWhen: 'looking', reason: 'bad_request', garbage: much },
   );
   for (const c of cases) {
     const before = p.logs.filter((l) => l.event === 'decision').length;
+    dns.set('slow.test', { answers: ['10.0.0.1'], delayMs: 300 }); // its question count from 0
     const socket = net.connect(p.port, '127.0.0.1');
     socket.on('error', () => undefined);
     const garbage = c.garbage ?? 'GARBAGE\x01\r\n\r\n';
-    // In one write when no delay is given: the refusal and the parse error in the same tick.
-    if (c.garbageAfterMs === undefined) socket.write(`${c.request}${garbage}`);
+    // Read from the start: the refusal may come before the garbage is sent.
+    const reading = readUntil(socket, undefined);
+    // In one write with the request: the refusal and the parse error in the same tick.
+    if (c.garbageWhen === 'with') socket.write(`${c.request}${garbage}`);
     else {
       socket.write(c.request);
-      setTimeout(() => socket.write(garbage), c.garbageAfterMs);
+      if (c.garbageWhen === 'refused') await settle(() => p.logs.filter((l) => l.event === 'decision').length > before, `${c.name}: the refusal`);
+      else await settle(() => dns.questions('slow.test') > 0, `${c.name}: the lookup`);
+      socket.write(garbage);
     }
-    const out = await readUntil(socket, undefined);
+    const out = await reading;
     t.equal(out.match(/HTTP\/1\.1 \d{3}/g)?.length, 1, `${c.name}: one response`);
     t.match(out, new RegExp(`\\r\\nX-Egress-Reason: ${c.reason}\\r\\n`), `${c.name}: its reason`);
     await new Promise((r) => setTimeout(r, 400));
