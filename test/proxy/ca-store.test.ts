@@ -6,12 +6,13 @@
  */
 import t, { type Test } from 'tap';
 import { execFileSync } from 'node:child_process';
-import { chmodSync, chownSync, closeSync, constants, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, renameSync, statSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, closeSync, constants, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, renameSync, statSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import tls from 'node:tls';
 import { createAuthority, encodeInline } from '../../common/index.js';
 import { caSource, loadAuthority, loadInspection, MAX_UPSTREAM_CA_BYTES, readUpstreamCa, rotateAuthority, type CaSource } from '../../proxy/inspect/index.js';
+import { settle } from '../support/settle.js';
 
 const root = mkdtempSync(path.join(os.tmpdir(), 'egress-ca-'));
 t.teardown(() => rmSync(root, { recursive: true, force: true }));
@@ -226,7 +227,17 @@ t.test('a directory swapped after its check (a link, or another directory, put i
   writeFileSync(path.join(theirs, 'ca.key'), planted.keyPem, { mode: 0o600 });
   writeFileSync(path.join(theirs, 'ca.crt'), planted.certificatePem, { mode: 0o644 });
   const loading = loadAuthority(dirSource(dir));
-  await new Promise((resolve) => setTimeout(resolve, 300));
+  // The swap lands once the checked directory is held open (a descriptor of this process names
+  // it), while the half pair is waited for. After a fixed 300 ms, a loaded machine could swap it
+  // before the check, which refuses the link itself: another case (above).
+  const held = (): boolean => readdirSync('/proc/self/fd').some((fd) => {
+    try {
+      return readlinkSync(`/proc/self/fd/${fd}`) === dir;
+    } catch {
+      return false;
+    }
+  });
+  await settle(held, 'the directory held open');
   renameSync(dir, path.join(parent, 'moved'));
   symlinkSync(theirs, dir);
   await refused(t, loading, 'ca_invalid', /ca\.crt is missing/);
