@@ -14,6 +14,7 @@ import { connectWithOwnBuffer, readInto, type DialPurpose } from '../../proxy/up
 import { listen } from '../support/loopback.js';
 import { prng } from '../support/prng.js';
 import { rawRequest } from '../support/raw-client.js';
+import { settle } from '../support/settle.js';
 import { startTestProxy } from '../support/test-proxy.js';
 
 const MIB = 1024 * 1024;
@@ -101,6 +102,9 @@ t.test('bytes read before the relay takes over come first; a socket nobody reads
     socket.once('error', reject);
   });
   // Nobody reads for a while: the socket must stop at its high-water mark, not read on and drop.
+  // The while counts from the first bytes in: a stall of this process (the sender's too) after the
+  // connect could end a fixed wait before anything arrived.
+  await settle(() => socket.readableLength > 0, 'the first bytes');
   await sleep(200);
   const waiting = socket.readableLength;
   t.ok(waiting > 0 && waiting <= socket.readableHighWaterMark + TUNNEL_READ_BYTES, `no more than its high-water mark and one read wait: ${waiting} bytes`);
