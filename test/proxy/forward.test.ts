@@ -393,7 +393,12 @@ t.test('pipelined requests decided out of order: what follows them still meets t
   });
   t.teardown(() => p.close());
   scripts.set('/pipe-a', (s) => s.end('HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nA\n'));
-  scripts.set('/pipe-b', (s) => setTimeout(() => s.end('HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nB\n'), 800));
+  // B's answer is held until what follows the first response has been acted on (a line), so that it
+  // is still owed then; 800 ms after B's request let a loaded machine answer it before.
+  let answerB = (): void => undefined;
+  scripts.set('/pipe-b', (s) => {
+    answerB = () => void (s.destroyed || s.end('HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nB\n'));
+  });
   scripts.set('/pipe-a-slow', (s) => {
     s.write('HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nA');
     setTimeout(() => s.end('AA\n'), 500);
@@ -431,8 +436,13 @@ t.test('pipelined requests decided out of order: what follows them still meets t
     socket.write(Buffer.from(c.first, 'latin1'));
     const firstOut = await readUntil(socket, 'A', 5_000);
     t.match(firstOut, /^HTTP\/1\.1 200 OK\r\n[^]*\r\n\r\nA/, `${c.name}: the first response came first`);
+    const decided = lines(before).length;
     if (c.then !== undefined) socket.write(Buffer.from(c.then, 'latin1'));
-    const rest = (firstOut.slice(firstOut.indexOf('\r\n\r\nA') + 5) + (await readUntil(socket, undefined, 5_000))).replace(/^\n/, '');
+    const reading = readUntil(socket, undefined, 5_000);
+    // A proxy that writes no line for it gets B's answer after the wait, and is judged as before.
+    if (c.then !== undefined) await settle(() => lines(before).length > decided, `${c.name}: what followed acted on`).catch(() => undefined);
+    answerB();
+    const rest = (firstOut.slice(firstOut.indexOf('\r\n\r\nA') + 5) + (await reading)).replace(/^\n/, '');
     t.match(rest, c.after, `${c.name}: what followed it`);
     t.equal(rest.match(/HTTP\/1\.1 \d{3}/g)?.length ?? 0, c.after.source === '^$' ? 0 : 1, `${c.name}: at most one more response`);
     t.notMatch(rest, /hello|established/i, `${c.name}: no tunnel inside the connection`);
