@@ -16,6 +16,9 @@ export function upstreamReason(err: Error): Reason {
   const code = (err as NodeJS.ErrnoException).code;
   if (code === 'UND_ERR_HEADERS_TIMEOUT') return 'upstream_timeout';
   if (code === 'UND_ERR_SOCKET' || code === 'ECONNRESET' || code === 'EPIPE' || code === 'UND_ERR_CLOSED') return 'upstream_failed';
+  // An inspected upstream's TLS error after the handshake (a fatal alert, a record that does not
+  // decrypt) ends the connection (tls-dial.ts) as a reset would: nothing of HTTP was judged bad.
+  if (code?.startsWith('ERR_SSL_') === true) return 'upstream_failed';
   return 'bad_upstream_response';
 }
 
