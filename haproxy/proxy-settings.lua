@@ -23,6 +23,9 @@
 --                                 Unset ceilings are the controller's defaults (M.DEFAULTS).
 --   DOCKER_SOCKET                 the engine's socket (haproxy.cfg's backend too): where the
 --                                 network proofs ask dockerd what an id names.
+--
+-- Any other SOCKET_PROXY_ variable, or a slip of one of these names, stops the start
+-- (refuse_misspelt): never a proxy on a default its operator meant to change.
 
 local image_ref = require('image-ref')
 
@@ -94,6 +97,64 @@ function M.require_bind(getenv)
   local bind = getenv('SOCKET_PROXY_BIND')
   if bind == nil or bind == '' then
     error('SOCKET_PROXY_BIND must be set: unix@/run/<dir>/docker.sock (what capybara-sandbox up uses), or address:port on a network only the controller is on (deploy/compose.yaml); there is no default, since whatever can reach the proxy holds the controller\'s whole power over the engine', 0)
+  end
+end
+
+-- Every variable the socket proxy reads.
+M.VARIABLES = {
+  'SOCKET_PROXY_BIND', 'SOCKET_PROXY_SHARED_NETWORK', 'SOCKET_PROXY_VOLUME_DRIVERS', 'SOCKET_PROXY_IMAGES',
+  'SOCKET_PROXY_REGISTRIES', 'SOCKET_PROXY_MAX_PIDS', 'SOCKET_PROXY_MAX_MEMORY', 'SOCKET_PROXY_MAX_CPUS', 'DOCKER_SOCKET',
+}
+
+-- The names of the process's environment (/proc/self/environ), or nil where it cannot be read.
+function M.environment_names()
+  local file = io.open('/proc/self/environ', 'rb')
+  if file == nil then return nil end
+  local text = file:read('a') or ''
+  file:close()
+  local names = {}
+  for entry in text:gmatch('([^%z]+)') do names[#names + 1] = entry:match('^([^=]*)=') end
+  return names
+end
+
+-- Edits (insert, delete, replace) from a to b, or most + 1 once past `most`.
+local function edits_between(a, b, most)
+  if math.abs(#a - #b) > most then return most + 1 end
+  local row = {}
+  for j = 0, #b do row[j] = j end
+  for i = 1, #a do
+    local next_row = { [0] = i }
+    for j = 1, #b do
+      local same = a:sub(i, i) == b:sub(j, j) and 0 or 1
+      next_row[j] = math.min(row[j] + 1, next_row[j - 1] + 1, row[j - 1] + same)
+    end
+    row = next_row
+  end
+  return row[#b]
+end
+
+-- A variable of `names` that is not one the proxy reads but was surely meant as one: any other
+-- SOCKET_PROXY_ name, or a slip of a name it reads (another case, an underscore or "-" more or
+-- less, up to two letters wrong). Raises an error naming both. A misspelt SOCKET_PROXY_MAX_PIDS or
+-- SOCKET_PROXY_IMAGES would otherwise leave the proxy on a default looser than the one set.
+function M.refuse_misspelt(names)
+  local known, squashed = {}, {}
+  for _, name in ipairs(M.VARIABLES) do
+    known[name] = true
+    squashed[#squashed + 1] = { name = name, squash = name:upper():gsub('[_-]', '') }
+  end
+  for _, name in ipairs(names or {}) do
+    if not known[name] then
+      local squash = name:upper():gsub('[_-]', '')
+      for _, k in ipairs(squashed) do
+        if edits_between(squash, k.squash, 2) <= 2 then
+          error(name .. ' is set, which the socket proxy does not read: did you mean ' .. k.name .. '? Its setting would be left at its default', 0)
+        end
+      end
+      if squash:find('^SOCKETPROXY') then
+        error(name .. ' is set, which the socket proxy does not read; it reads ' .. table.concat(M.VARIABLES, ', '), 0)
+      end
+    end
   end
 end
 

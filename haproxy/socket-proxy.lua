@@ -32,6 +32,7 @@ local image_ref = require('image-ref')
 local owner = require('workspace-owner')
 local tenant = require('tenant-archive')
 local pull_answer = require('pull-answer')
+require('proxy-settings').refuse_misspelt(require('proxy-settings').environment_names())
 require('proxy-settings').require_bind(os.getenv)
 local settings = require('proxy-settings').from_env(os.getenv)
 

@@ -27,6 +27,8 @@ export interface CheckSettings {
   readonly maxPids?: string;
   readonly maxMemory?: string;
   readonly maxCpus?: string;
+  /** More variables in the environment, as an operator might set them. */
+  readonly extra?: Readonly<Record<string, string>>;
 }
 
 /** The images the unit tests' bodies name: the controller's own, and the rows' short "img". */
@@ -41,6 +43,7 @@ function settingsEnv(s: CheckSettings): NodeJS.ProcessEnv {
     [SOCKET_PROXY_ENV.sharedNetwork]: s.sharedNetwork ?? 'capybara-sandbox',
     [SOCKET_PROXY_ENV.dockerSocket]: '/var/run/docker.sock',
     [SOCKET_PROXY_ENV.images]: s.images ?? TEST_IMAGES,
+    ...s.extra,
   };
   const optional: Array<[string, string | undefined]> = [
     [SOCKET_PROXY_ENV.volumeDrivers, s.volumeDrivers],

@@ -3,7 +3,8 @@
  * name: an empty SOCKET_PROXY_SHARED_NETWORK, or one that does not start with "cap" (which could
  * read as a network ID), stops HAProxy at start with a message naming the setting. Nor with a
  * SOCKET_PROXY_VOLUME_DRIVERS entry that is not a plain plugin name (haproxy/proxy-settings.lua),
- * nor without a SOCKET_PROXY_BIND of the operator's (the image has no default listen address).
+ * nor without a SOCKET_PROXY_BIND of the operator's (the image has no default listen address), nor with
+ * a SOCKET_PROXY_ variable it does not read or a slip of one it does.
  */
 import t from 'tap';
 import { dockerTest, SOCKET_PROXY_IMAGE, type DockerTestEnv } from '../support/docker.js';
@@ -82,5 +83,21 @@ t.test('SOCKET_PROXY_VOLUME_DRIVERS: plugin names only, or HAProxy does not star
     const { starts, logs } = await configCheck(env, `drivers-${i}`, row.value === undefined ? [] : [`SOCKET_PROXY_VOLUME_DRIVERS=${row.value}`]);
     t.equal(starts, row.starts, `${row.name}: ${row.starts ? 'starts' : 'refused at start'}`);
     if (!row.starts) t.match(logs, /SOCKET_PROXY_VOLUME_DRIVERS/, `${row.name}: the message names the setting`);
+  }
+});
+
+t.test('a misspelt setting stops HAProxy rather than leaving its default in force', async (t) => {
+  const env = await dockerTest(t, [SOCKET_PROXY_IMAGE]);
+  if (!env) return;
+  const rows = [
+    { name: 'a ceiling one letter short', vars: ['SOCKET_PROXY_MAX_PID=64'], meant: /did you mean SOCKET_PROXY_MAX_PIDS/ },
+    { name: 'images in lower case', vars: ['socket_proxy_images=capybara-sandbox:latest'], meant: /did you mean SOCKET_PROXY_IMAGES/ },
+    { name: 'a setting the proxy does not have', vars: ['SOCKET_PROXY_ALLOW_ALL=1'], meant: /SOCKET_PROXY_ALLOW_ALL is set, which the socket proxy does not read/ },
+    { name: 'an unrelated variable', vars: ['DOCKER_HOST=unix:///var/run/docker.sock'], meant: undefined },
+  ];
+  for (const [i, row] of rows.entries()) {
+    const { starts, logs } = await configCheck(env, `misspelt-${i}`, row.vars);
+    t.equal(starts, row.meant === undefined, `${row.name}: ${row.meant === undefined ? 'starts' : 'refused at start'}`);
+    if (row.meant !== undefined) t.match(logs, row.meant, `${row.name}: the message names the setting meant`);
   }
 });

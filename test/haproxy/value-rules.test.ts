@@ -9,8 +9,10 @@
  */
 import t from 'tap';
 import type { Test } from 'tap';
+import { spawnSync } from 'node:child_process';
 import { needUnmet } from '../support/needs.js';
-import { checkBodies, luaMissing, settingsError, type CheckSettings } from './lua-checker.js';
+import { checkBodies, HAPROXY_DIR, luaMissing, settingsError, type CheckSettings } from './lua-checker.js';
+import { SOCKET_PROXY_ENV } from '../../common/index.js';
 import { WORKSPACE_OWNER_ARCHIVE } from '../../controller/docker/workspace-owner.js';
 
 const PROFILE = '"CapDrop":["ALL"],"SecurityOpt":["no-new-privileges"],"ReadonlyRootfs":true,"PidsLimit":256,"Memory":268435456,"MemorySwap":268435456,"CgroupnsMode":"private"';
@@ -258,6 +260,16 @@ t.test('the one archive: the controller\'s bytes exactly', async (t) => {
   judge(t, rows);
 });
 
+t.test('the variables the misspelling check knows are exactly those the controller sets', async (t) => {
+  const missing = luaMissing();
+  if (missing !== undefined) return needUnmet(t, missing);
+  const code = `package.path = ${JSON.stringify(`${HAPROXY_DIR}/?.lua;`)} .. package.path
+io.write(table.concat(require('proxy-settings').VARIABLES, ','))`;
+  const run = spawnSync('lua5.4', ['-e', code]);
+  t.equal(run.status, 0, run.stderr.toString('utf8'));
+  t.same(run.stdout.toString('utf8').split(',').sort(), Object.values(SOCKET_PROXY_ENV).sort());
+});
+
 t.test('settings: images, registries and ceilings HAProxy would have to guess about', async (t) => {
   const missing = luaMissing();
   if (missing !== undefined) return needUnmet(t, missing);
@@ -291,6 +303,11 @@ t.test('settings: images, registries and ceilings HAProxy would have to guess ab
     { name: 'memory with a leading zero', settings: { maxMemory: '0512' }, loads: false, names: 'SOCKET_PROXY_MAX_MEMORY' },
     { name: 'CPUs 0', settings: { maxCpus: '0' }, loads: false, names: 'SOCKET_PROXY_MAX_CPUS' },
     { name: 'CPUs not a number', settings: { maxCpus: 'all' }, loads: false, names: 'SOCKET_PROXY_MAX_CPUS' },
+    { name: 'a ceiling misspelt (its default, 1024, would hold)', settings: { extra: { SOCKET_PROXY_MAX_PID: '64' } }, loads: false, names: 'did you mean SOCKET_PROXY_MAX_PIDS' },
+    { name: 'images in lower case', settings: { extra: { socket_proxy_images: 'img' } }, loads: false, names: 'did you mean SOCKET_PROXY_IMAGES' },
+    { name: 'the engine socket cut short', settings: { extra: { DOCKER_SOCK: '/run/docker.sock' } }, loads: false, names: 'did you mean DOCKER_SOCKET' },
+    { name: 'a setting the proxy does not have', settings: { extra: { SOCKET_PROXY_ALLOW_ALL: '1' } }, loads: false, names: 'SOCKET_PROXY_ALLOW_ALL is set, which the socket proxy does not read' },
+    { name: 'an unrelated variable', settings: { extra: { DOCKER_HOST: 'unix:///x', HAPROXY_LOCALPEER: 'x' } }, loads: true },
   ];
   for (const row of rows) {
     const error = settingsError(row.settings);

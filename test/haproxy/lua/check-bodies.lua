@@ -89,6 +89,7 @@ if arg[2] == 'schema' then
   return
 end
 
+require('proxy-settings').refuse_misspelt(require('proxy-settings').environment_names())
 local settings = require('proxy-settings').from_env(os.getenv)
 io.stdout:setvbuf('full')
 while true do
