@@ -184,10 +184,18 @@ export class MemoryBudget {
     return true;
   }
 
-  /** Why `wanted` more bytes for `client` do not fit, for the refusal's detail. */
+  /**
+   * Why `wanted` more bytes for `client` do not fit, for the refusal's detail, which the client
+   * reads: its own share, or that the proxy's budget is full, never how much the other clients
+   * hold. A shared proxy's sandbox can drive itself past its share at will, and a count of every
+   * client's bytes in each refusal let it watch the other sandboxes' traffic; the operator has
+   * that count as a metric.
+   */
   explain(client: string, wanted: number): string {
     const kib = (n: number): string => (Number.isFinite(n) ? String(Math.ceil(n / KIB)) : 'unlimited');
-    return `${kib(wanted)} KiB more do not fit: ${client} holds ${kib(this.usedBy(client))} KiB of its ${kib(this.size.perClientBytes)} KiB share, and all clients ${kib(this.usedBytes)} of ${kib(this.size.totalBytes)} KiB, in bytes not yet decided on`;
+    const mine = `${client} holds ${kib(this.usedBy(client))} KiB of its ${kib(this.size.perClientBytes)} KiB share`;
+    const why = this.usedBy(client) + wanted > this.size.perClientBytes ? mine : `${mine}, and the proxy's ${kib(this.size.totalBytes)} KiB are held`;
+    return `${kib(wanted)} KiB more do not fit: ${why}, in bytes not yet decided on`;
   }
 
   /**

@@ -7,6 +7,7 @@ import type { Test } from 'tap';
 import { renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createEgressProxy, createLookup } from '../../proxy/index.js';
+import type { MemoryBudget } from '../../proxy/budget/index.js';
 import type { Logger } from '../../proxy/record/index.js';
 import { openTenants, type ConnectionRate } from '../../proxy/tenants/index.js';
 import { policyOf } from './test-proxy.js';
@@ -24,6 +25,8 @@ export interface SharedProxyOptions {
   readonly limits?: Parameters<typeof createEgressProxy>[0]['limits'];
   /** Where it listens: 0.0.0.0 (every address of the machine) unless given. */
   readonly host?: string;
+  /** The budget of bytes held before a verdict; none (nothing refused for memory) unless given. */
+  readonly memory?: MemoryBudget;
 }
 
 /** A shared proxy over the slots of `dir`, listening; stopped, and `dir` removed, at the test's end. */
@@ -35,6 +38,7 @@ export async function startSharedProxy(t: Test, dir: string, logger: Logger, opt
     lookup: createLookup({ servers: [], timeoutMs: 500 }),
     logger,
     ...(options.limits === undefined ? {} : { limits: options.limits }),
+    ...(options.memory === undefined ? {} : { memory: options.memory }),
     identities: shared.tenants,
   });
   const { port } = await proxy.listen(options.host ?? '0.0.0.0', 0);
