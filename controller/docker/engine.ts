@@ -18,7 +18,7 @@ import { imagePathPart, pullReference } from './image-reference.js';
 import { WORKSPACE } from './container-spec.js';
 import { TENANTS_DIR } from '../../common/index.js';
 import { WORKSPACE_OWNER_ARCHIVE } from './workspace-owner.js';
-import type { ContainerView, NetworkView, SandboxEngine } from './sandbox-engine.js';
+import type { ContainerView, NetworkView, SandboxEngine, VolumeView } from './sandbox-engine.js';
 
 export { EngineStatusError, engineStatus, imageRefusal, isEngineStatusError } from './engine-call.js';
 export { finishedWithin } from './engine-exec.js';
@@ -124,11 +124,15 @@ export class DockerEngine implements SandboxEngine {
     await this.optional(this.call(`removal of container ${name}`, 'DELETE', `/containers/${name}`, { query: { force: true, v: true } }));
   }
 
-  async volumeDriver(name: string): Promise<string | undefined> {
-    const data = await this.optional(this.call<{ Driver?: unknown }>(`inspect of volume ${name}`, 'GET', `/volumes/${name}`));
+  async inspectVolume(name: string): Promise<VolumeView | undefined> {
+    const data = await this.optional(this.call<{ Driver?: unknown; Options?: unknown }>(`inspect of volume ${name}`, 'GET', `/volumes/${name}`));
     if (data === undefined) return undefined;
+    const options: Record<string, string> = {};
+    if (typeof data.Options === 'object' && data.Options !== null) {
+      for (const [key, value] of Object.entries(data.Options)) if (typeof value === 'string') options[key] = value;
+    }
     // Docker names a volume's driver always; an answer without one is read as a plugin's (the careful reading).
-    return typeof data.Driver === 'string' ? data.Driver : '';
+    return { driver: typeof data.Driver === 'string' ? data.Driver : '', options };
   }
 
   async createVolume(body: { Name: string }): Promise<void> {

@@ -5,7 +5,7 @@
  */
 export { DockerEngine, EngineStatusError, engineStatus, finishedWithin, imageRefusal, isEngineStatusError } from './engine.js';
 export type { ContainerSummary, ExecRun, LogRead, LogRequest, ResourceSummary } from './engine.js';
-export type { ContainerNetwork, ContainerView, NetworkView, SandboxEngine } from './sandbox-engine.js';
+export type { ContainerNetwork, ContainerView, NetworkView, SandboxEngine, VolumeView } from './sandbox-engine.js';
 export { parseEndpoint } from './endpoint.js';
 export { sinkWait } from './stream-demux.js';
 export { SKILLS_WRITABLE_ROOT, WORKSPACE, egressContainerBody, handoverContainerBody, sandboxBodyFromInspect, sandboxContainerBody } from './container-spec.js';

@@ -59,6 +59,14 @@ export interface NetworkView {
   readonly members: ReadonlyArray<{ readonly name: string; readonly ipv4: string }>;
 }
 
+/** A volume as inspect shows it. */
+export interface VolumeView {
+  /** `local`, or a plugin's name. */
+  readonly driver: string;
+  /** The driver options it was created with (`size` for a volume plugin that caps it). */
+  readonly options: Readonly<Record<string, string>>;
+}
+
 export interface SandboxEngine {
   /** undefined when there is no container of that name. */
   inspectContainer(name: string): Promise<ContainerView | undefined>;
@@ -78,8 +86,8 @@ export interface SandboxEngine {
   unpauseContainer(name: string): Promise<void>;
   /** Force-removes a container and its anonymous volumes; a missing one is fine. */
   removeContainer(name: string): Promise<void>;
-  /** The driver of volume `name` (`local`, or a plugin's name); undefined when there is no such volume. */
-  volumeDriver(name: string): Promise<string | undefined>;
+  /** Volume `name` as inspect shows it; undefined when there is no such volume. */
+  inspectVolume(name: string): Promise<VolumeView | undefined>;
   createVolume(body: { Name: string }): Promise<void>;
   /** Unforced: the engine refuses (409) while a container uses the volume; a missing one is fine. */
   removeVolume(name: string): Promise<void>;

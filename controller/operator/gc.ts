@@ -67,7 +67,7 @@ export async function collectGarbage(engine: DockerEngine, options: GcOptions): 
     if (orphan.halfBuilt === true && orphan.sandbox !== undefined) {
       const building = namesFor(orphan.sandbox).buildingVolume;
       // Its own marker is the last thing removed: looked up for the others only.
-      if (orphan.name !== building && (await engine.volumeDriver(building)) === undefined) {
+      if (orphan.name !== building && (await engine.inspectVolume(building)) === undefined) {
         results.push({ ...row, action: 'kept_create_finished' });
         continue;
       }

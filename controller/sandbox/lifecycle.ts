@@ -18,6 +18,7 @@ import { WarmNetworks } from './warm-networks.js';
 import { StepGroup } from './step-group.js';
 import { requireOwnLabels } from './own-labels.js';
 import { requireWorkspaceFree } from './workspace-holder.js';
+import { requireWorkspaceSize } from './workspace-size.js';
 import { handOverWorkspace } from './workspace-handover.js';
 
 const STOP_GRACE_SECONDS = 2;
@@ -277,20 +278,21 @@ export class SandboxLifecycle {
    */
   private async createVolumes(plan: SandboxPlan): Promise<boolean> {
     const { engine } = this.deps;
+    // A persistent workspace that exists already is looked at before anything is made: one that
+    // cannot hold the spec's disk limit fails the create with nothing of its own to undo.
+    const existing = plan.persistentWorkspace === undefined ? undefined : await engine.inspectVolume(plan.workspaceVolume);
+    if (existing !== undefined) requireWorkspaceSize(plan.workspaceVolume, existing, plan.limits.volumeSize);
     const creates: Promise<void>[] = [
       engine.createVolume(volumeBody(plan.names.skillsVolume, plan.labels, undefined, undefined)),
       // Before the sandbox container, which waits for these: see SandboxNames.buildingVolume.
       engine.createVolume(volumeBody(plan.names.buildingVolume, plan.labels, undefined, undefined)),
     ];
-    let driver = plan.volumeDriver;
-    if (plan.persistentWorkspace === undefined) {
-      creates.push(engine.createVolume(volumeBody(plan.workspaceVolume, plan.labels, plan.volumeDriver, plan.limits.volumeSize)));
-    } else {
-      const existing = await engine.volumeDriver(plan.workspaceVolume);
-      if (existing === undefined) creates.push(engine.createVolume(volumeBody(plan.workspaceVolume, plan.persistentWorkspace.labels, plan.volumeDriver, plan.limits.volumeSize)));
-      else driver = existing;
+    if (existing === undefined) {
+      const labels = plan.persistentWorkspace?.labels ?? plan.labels;
+      creates.push(engine.createVolume(volumeBody(plan.workspaceVolume, labels, plan.volumeDriver, plan.limits.volumeSize)));
     }
     await Promise.all(creates);
+    const driver = existing?.driver ?? plan.volumeDriver;
     return driver !== undefined && driver !== 'local';
   }
 }

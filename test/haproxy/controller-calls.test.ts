@@ -100,7 +100,7 @@ t.test('the controller engine layer through the socket proxy', async (t) => {
       await engine.createVolume(volumeBody(names.skillsVolume, plan.labels, undefined, undefined));
       await engine.createVolume(volumeBody(names.egressPolicyVolume, plan.labels, undefined, undefined));
     } },
-    { method: 'volumeDriver', run: async () => t.equal(await engine.volumeDriver(plan.workspaceVolume), 'local') },
+    { method: 'inspectVolume', run: async () => t.equal((await engine.inspectVolume(plan.workspaceVolume))?.driver, 'local') },
     { method: 'createContainer', run: async () => {
       await engine.createContainer(names.container, sandboxContainerBody(plan, ids.sandbox));
       // As build-steps.ts makes it: its policy a registration in its own volume.
@@ -174,7 +174,7 @@ t.test('the controller engine layer through the socket proxy', async (t) => {
     { method: 'removeVolume', run: async () => {
       await engine.removeVolume(plan.workspaceVolume);
       await engine.removeVolume(names.skillsVolume);
-      t.equal(await engine.volumeDriver(plan.workspaceVolume), undefined);
+      t.equal(await engine.inspectVolume(plan.workspaceVolume), undefined);
     } },
     // A container's log is not the controller's to read: the operator's logs reads it from the
     // engine itself, and the proxy refuses it.

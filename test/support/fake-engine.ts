@@ -48,7 +48,7 @@
 import { randomBytes } from 'node:crypto';
 import { EngineStatusError, type ContainerSummary, type ExecRequest, type ExecRun } from '../../controller/docker/engine.js';
 import type { LogRead, LogRequest } from '../../controller/docker/engine-logs.js';
-import type { ContainerView, NetworkView, SandboxEngine } from '../../controller/docker/sandbox-engine.js';
+import type { ContainerView, NetworkView, SandboxEngine, VolumeView } from '../../controller/docker/sandbox-engine.js';
 import { EXEC_MARK_VAR, STARTED_BYTE, SURVIVORS_MARKER } from '../../controller/exec/exec-script.js';
 import { EGRESS_SANDBOX_HEADER, TENANTS_DIR } from '../../common/index.js';
 
@@ -428,10 +428,12 @@ export class FakeEngine implements SandboxEngine {
 
   // --- volumes ------------------------------------------------------------------------------
 
-  async volumeDriver(name: string): Promise<string | undefined> {
-    await this.enter('volumeDriver', name);
+  async inspectVolume(name: string): Promise<VolumeView | undefined> {
+    await this.enter('inspectVolume', name);
     const volume = this.volumes.get(name);
-    return volume === undefined ? undefined : ((volume.body as { Driver?: string }).Driver ?? 'local');
+    if (volume === undefined) return undefined;
+    const body = volume.body as { Driver?: string; DriverOpts?: Record<string, string> };
+    return { driver: body.Driver ?? 'local', options: { ...body.DriverOpts } };
   }
 
   async createVolume(body: { Name: string }): Promise<void> {

@@ -101,7 +101,7 @@ export const ENGINE_SCRIPT: readonly ScriptStep[] = [
   { name: 'create a container', want: 'ok', run: async (e, n) => { await e.createContainer(n.container, body(n)); } },
   { name: 'create it again', want: 'status 409', run: (e, n) => e.createContainer(n.container, body(n)) },
   { name: 'create from a missing image', want: 'status 404', run: (e, n) => e.createContainer(n.missing, body(n, n.missingImage)) },
-  { name: 'the create made the volume its Mounts name, on the local driver', want: 'local', run: (e, n) => e.volumeDriver(n.autoVolume) },
+  { name: 'the create made the volume its Mounts name, on the local driver', want: 'local', run: async (e, n) => (await e.inspectVolume(n.autoVolume))?.driver },
   { name: 'inspect', want: 'created running=false paused=false', run: (e, n) => state(e, n.container) },
   { name: 'unpause a created container', want: 'status 500', run: (e, n) => e.unpauseContainer(n.container) },
   { name: 'exec into a created container', want: 'status 409', run: (e, n) => exec(e, n.container) },

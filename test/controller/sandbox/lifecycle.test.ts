@@ -181,3 +181,37 @@ t.test('a shared network another replica creates meanwhile is used', async (t) =
   t.equal(s.engine.networkNamed(SHARED)?.id, 'other');
   t.ok(s.engine.reachable(NAME, EGRESS));
 });
+
+t.test('a persistent workspace that exists already is used only when it holds the spec\'s diskMb', async (t) => {
+  const withDisk = (key: string, diskMb?: number) => ({
+    id: ID,
+    image: IMAGES.sandbox,
+    limits: { egress: 'none' as const, ...(diskMb === undefined ? {} : { diskMb }) },
+    workspace: { key, durability: 'persistent' as const },
+  });
+  const rows = [
+    { name: 'made with a larger size', made: { driver: 'quota', size: 100_000 }, asked: 100, refused: true },
+    { name: 'made without a size', made: { driver: 'quota', size: undefined }, asked: 100, refused: true },
+    { name: 'made on the local driver, before the deployment had a volume driver', made: { driver: undefined, size: undefined }, asked: 100, refused: true },
+    { name: 'made with the same size', made: { driver: 'quota', size: 100 }, asked: 100, refused: false },
+    { name: 'made with a smaller size', made: { driver: 'quota', size: 50 }, asked: 100, refused: false },
+    { name: 'no diskMb asked', made: { driver: 'quota', size: 100_000 }, asked: undefined, refused: false },
+  ] as const;
+  for (const row of rows) {
+    const s = fakeSandbox({ volumeDriver: 'quota' });
+    s.engine.volumeDrivers.add('quota');
+    // The workspace as an earlier sandbox (or an earlier config) left it.
+    const first = row.made.driver === undefined ? s.withConfig({ volumeDriver: '' }) : s.provider;
+    await first.create(withDisk('proj', row.made.size));
+    await first.destroy({ id: NAME });
+    const err = await s.provider.create(withDisk('proj', row.asked)).then(() => undefined, (e: unknown) => e);
+    if (row.refused) {
+      t.ok(isSandboxError(err, 'limit_not_expressible'), `${row.name}: refused (${String(err)})`);
+      t.match(String(err), /cap-ws\.proj/, `${row.name}: the error names the workspace`);
+      t.same(leftOver(s, NAME), [], `${row.name}: nothing of the sandbox is left`);
+      t.ok(s.engine.volumes.has('cap-ws.proj'), `${row.name}: the workspace is kept`);
+    } else {
+      t.equal(err, undefined, `${row.name}: made`);
+    }
+  }
+});
