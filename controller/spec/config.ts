@@ -45,8 +45,8 @@ export const deploymentConfigSchema = z
       .regex(ENDPOINT_RE, 'must be tcp://host:port or unix:///path')
       .refine((e) => {
         const port = /^tcp:\/\/.*:(\d+)\/?$/.exec(e)?.[1];
-        return port === undefined || (Number(port) >= 1 && Number(port) <= 65535);
-      }, { message: 'must have a port from 1 to 65535' })
+        return port === undefined || (/^[1-9]/.test(port) && Number(port) <= 65535);
+      }, { message: 'must have a port from 1 to 65535, without leading zeros' })
       .describe('Address of the Docker socket proxy: tcp://host:port or unix:///path. The controller never talks to docker.sock directly.')
       .meta({ title: 'Docker proxy endpoint', 'x-ui': { label: { en: 'Docker proxy endpoint', zh: 'Docker 代理地址' } } }),
     runtime: z

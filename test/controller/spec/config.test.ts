@@ -48,6 +48,7 @@ const invalid: { name: string; input: unknown; mentions: string }[] = [
   { name: 'runtime enum', input: { endpoint: 'tcp://a:1', runtime: 'kata' }, mentions: 'runtime' },
   { name: 'an endpoint port above 65535', input: { endpoint: 'tcp://a:99999' }, mentions: 'endpoint' },
   { name: 'an endpoint port 0', input: { endpoint: 'tcp://a:0' }, mentions: 'endpoint' },
+  { name: 'an endpoint port with a leading zero', input: { endpoint: 'tcp://a:02375' }, mentions: 'endpoint' },
   { name: 'non-ASCII image refused', input: { endpoint: 'tcp://a:1', egressProxyImage: 'égress' }, mentions: 'egressProxyImage' },
   { name: 'allowOpenEgress must be boolean', input: { endpoint: 'tcp://a:1', allowOpenEgress: 'yes' }, mentions: 'allowOpenEgress' },
   // To dockerd a volume driver name is the path of its plugin socket under /run/docker/plugins.
