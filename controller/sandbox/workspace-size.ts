@@ -17,13 +17,14 @@ function megabytes(size: string | undefined): number | undefined {
 
 /**
  * Refuses (`limit_not_expressible`) an existing workspace `view` that does not hold `volumeSize`
- * (the plan's `size=`; undefined: no disk limit asked, any workspace serves).
+ * (the plan's `size=`; undefined: no disk limit asked, any workspace serves). A size it cannot
+ * read, on either side, is refused too: only a comparison that holds lets the workspace serve.
  */
 export function requireWorkspaceSize(volume: string, view: VolumeView, volumeSize: string | undefined): void {
+  if (volumeSize === undefined) return;
   const asked = megabytes(volumeSize);
-  if (asked === undefined) return;
   const made = view.driver === 'local' ? undefined : megabytes(view.options.size);
-  if (made !== undefined && made <= asked) return;
+  if (asked !== undefined && made !== undefined && made <= asked) return;
   const how = view.driver === 'local'
     ? 'on the local driver, which has no size limit'
     : view.options.size === undefined
@@ -31,6 +32,6 @@ export function requireWorkspaceSize(volume: string, view: VolumeView, volumeSiz
       : `on ${view.driver} with size=${view.options.size}`;
   throw new SandboxError(
     'limit_not_expressible',
-    `limits.diskMb (${asked}) cannot be enforced on the persistent workspace ${volume}: it was made ${how}, which a later create does not change. Omit diskMb, or remove the workspace (destroyWorkspace) to make it again with this limit.`,
+    `limits.diskMb (size=${volumeSize}) cannot be enforced on the persistent workspace ${volume}: it was made ${how}, which a later create does not change. Omit diskMb, or remove the workspace (destroyWorkspace) to make it again with this limit.`,
   );
 }
