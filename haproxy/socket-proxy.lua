@@ -32,9 +32,10 @@ local image_ref = require('image-ref')
 local owner = require('workspace-owner')
 local tenant = require('tenant-archive')
 local pull_answer = require('pull-answer')
-require('proxy-settings').refuse_misspelt(require('proxy-settings').environment_names())
-require('proxy-settings').require_bind(os.getenv)
-local settings = require('proxy-settings').from_env(os.getenv)
+local proxy_settings = require('proxy-settings')
+proxy_settings.refuse_misspelt(proxy_settings.environment_names())
+proxy_settings.require_bind(os.getenv)
+local settings = proxy_settings.from_env(os.getenv)
 
 -- Deadline of one question to dockerd: it answers a listing in milliseconds. HAProxy's httpclient
 -- takes it as a server timeout, an idle one: an answer that kept moving could outlast it, which
