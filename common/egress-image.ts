@@ -48,6 +48,9 @@ export const EGRESS_ENV = {
   testHosts: 'CAPYBARA_EGRESS_TEST_HOSTS',
 } as const;
 
+/** In a shared proxy's refusal hint (`EGRESS_REFUSAL_HINT`): the name of the sandbox refused. */
+export const EGRESS_HINT_SANDBOX = '{sandbox}';
+
 /** The proxy port: the CLI's default on loopback, and what the image listens on everywhere. */
 export const EGRESS_PROXY_PORT = 3128;
 

@@ -13,6 +13,7 @@ export {
   decodeAllowHosts,
   EGRESS_ENV,
   EGRESS_HEALTH_PATH,
+  EGRESS_HINT_SANDBOX,
   EGRESS_SANDBOX_HEADER,
   sandboxHealthValue,
   EGRESS_METRICS,

@@ -6,7 +6,7 @@
  * address: a connection or query from an address no registration holds is refused, and so is one
  * from the shared network.
  */
-import { EGRESS_ENV, EGRESS_METRICS_PORT, EGRESS_PROXY_PORT, TENANTS_DIR } from '../../common/index.js';
+import { EGRESS_ENV, EGRESS_HINT_SANDBOX, EGRESS_METRICS_PORT, EGRESS_PROXY_PORT, TENANTS_DIR } from '../../common/index.js';
 import { LABEL_EGRESS_SHARD, LABEL_SANDBOX, type LogCaps } from '../spec/index.js';
 import { egressHostConfig, type ContainerCreateBody } from './container-spec.js';
 
@@ -24,7 +24,7 @@ export interface ShardPlan {
 }
 
 /** What a refusal of a host off a sandbox's allowlist advises: the operator changes it in place. */
-const SHARD_REFUSAL_HINT = 'the allowlist is the operator\'s: "capybara-sandbox allow SANDBOX HOST" allows a host, "capybara-sandbox logs SANDBOX" shows the decisions';
+const SHARD_REFUSAL_HINT = `the allowlist is the operator's: "capybara-sandbox allow ${EGRESS_HINT_SANDBOX} HOST" allows a host, "capybara-sandbox logs ${EGRESS_HINT_SANDBOX}" shows the decisions`;
 
 /** The shard's create body; its registrations volume has the shard's name. */
 export function egressShardBody(plan: ShardPlan, sharedNetwork: string, testHosts: Readonly<Record<string, string>> | undefined): ContainerCreateBody {

@@ -189,7 +189,7 @@ export class SlotDirectory {
     try {
       envelope = parseSlotEnvelope(read.text, path);
       const file = parseSlotPolicy(envelope, path);
-      const tenant = file.vacant ? undefined : { slot, sandbox: file.sandbox, lifecycle: file.lifecycle, subnet: file.subnet, address: file.address, policy: tenantPolicy(file.policy, this.settings, path) };
+      const tenant = file.vacant ? undefined : { slot, sandbox: file.sandbox, lifecycle: file.lifecycle, subnet: file.subnet, address: file.address, policy: tenantPolicy(file.policy, this.settings, path, file.sandbox) };
       this.slots.set(slot, { stamp: read.stamp, tenant, problem: undefined });
       logLine(this.log, { [F.event]: 'tenant_registered', slot, ...(tenant ? { [F.sandbox]: tenant.sandbox, subnet: tenant.subnet.text, lifecycle: tenant.lifecycle, allowHosts: tenant.policy.allowHosts.length } : { vacant: true }) });
     } catch (err) {

@@ -4,6 +4,7 @@
  * here yet: they need the deployment CA and per-sandbox values a shared proxy does not load, so a
  * registration asking for them is refused, never served without them.
  */
+import { EGRESS_HINT_SANDBOX } from '../../common/index.js';
 import { buildPolicy, PolicyError, type Policy, type PolicyFile, type PolicyInput, type Subnet } from '../../policy/index.js';
 
 
@@ -19,17 +20,22 @@ export interface Tenant {
   readonly policy: Policy;
 }
 
-/** What the operator sets for every sandbox's policy. */
+/**
+ * What the operator sets for every sandbox's policy. `{sandbox}` (EGRESS_HINT_SANDBOX) in the
+ * refusal hint stands for the name of the sandbox refused: a registration's name is letters,
+ * digits, `_`, `.` and `-`, so the hint stays printable ASCII.
+ */
 export type TenantSettings = Pick<PolicyInput, 'tunnelDefault' | 'requireTls' | 'testHosts' | 'refusalHint'>;
 
-export function tenantPolicy(file: PolicyFile, settings: TenantSettings, source: string): Policy {
+export function tenantPolicy(file: PolicyFile, settings: TenantSettings, source: string, sandbox: string): Policy {
   const unserved = file.allowHosts.flatMap((entry, i) =>
     typeof entry !== 'string' && (entry.inspect === true || entry.secrets !== undefined)
       ? [{ path: `policy.allowHosts[${i}]`, message: 'inspected entries and secrets are not served by a shared egress proxy yet; give this sandbox its own (egressIsolation: sandbox)' }]
       : [],
   );
   if (unserved.length > 0) throw new PolicyError(source, unserved);
-  const built = buildPolicy({ ...settings, allowHosts: file.allowHosts, connectPorts: file.connectPorts, mode: file.mode });
+  const refusalHint = settings.refusalHint?.replaceAll(EGRESS_HINT_SANDBOX, sandbox);
+  const built = buildPolicy({ ...settings, refusalHint, allowHosts: file.allowHosts, connectPorts: file.connectPorts, mode: file.mode });
   if (!built.ok) throw new PolicyError(source, built.problems.map((p) => ({ path: `policy.${p.path}`, message: p.message })));
   return built.policy;
 }

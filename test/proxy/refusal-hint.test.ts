@@ -3,7 +3,8 @@
  * instead of "add the host name to allowHosts", for a proxy whose allowlist its clients' operator
  * changes some other way (the controller's sandboxes). Validated as one line of printable ASCII
  * within a length (it goes into the response body); only the body carries it, never the status
- * line or a header; other reasons keep their own advice; a reload keeps it.
+ * line or a header; other reasons keep their own advice; a reload keeps it. On a shared proxy,
+ * `{sandbox}` in it names the sandbox refused, by its own registration.
  */
 import t from 'tap';
 import { REASONS } from '../../policy/index.js';
@@ -12,6 +13,14 @@ import { listen } from '../support/loopback.js';
 import { rawRequest } from '../support/raw-client.js';
 import { startTestProxy } from '../support/test-proxy.js';
 import net from 'node:net';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createLogger } from '../../proxy/index.js';
+import { captureLogs } from '../support/log-capture.js';
+import { putSlot, startSharedProxy } from '../support/shared-proxy.js';
+import { egressShardBody } from '../../controller/docker/shard-spec.js';
+import { EGRESS_ENV } from '../../common/index.js';
 import { egressRefusalHint } from '../../controller/docker/container-spec.js';
 
 const HINT = 'the allowlist of sandbox cap-demo is set when it is created: see "capybara-sandbox logs cap-demo"';
@@ -76,4 +85,35 @@ t.test('a refusal of a host off the allowlist carries the hint in its body only'
   offPort.socket.destroy();
   t.equal(offPort.reason, 'port_not_allowed');
   t.ok(offPort.body.endsWith(`; ${REASONS.port_not_allowed.advice}\n`), 'another reason keeps its own advice');
+});
+
+t.test('on a shared proxy, {sandbox} in the hint is the name of the sandbox refused', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'hint-'));
+  const hint = 'ask "capybara-sandbox allow {sandbox} HOST"; "capybara-sandbox logs {sandbox}" shows why';
+  const { sink } = captureLogs();
+  const { port } = await startSharedProxy(t, dir, createLogger('debug', sink), { refusalHint: hint });
+  const sandboxes = [
+    { sandbox: 'cap-a', subnet: '127.0.1.0/28', proxy: '127.0.1.1', client: '127.0.1.5' },
+    { sandbox: 'cap-b.x_1', subnet: '127.0.2.0/28', proxy: '127.0.2.1', client: '127.0.2.5' },
+  ];
+  for (const [i, s] of sandboxes.entries()) {
+    putSlot(dir, `slot-${i}`, { version: 1, sandbox: s.sandbox, lifecycle: `life-${i}-0001`, subnet: s.subnet, address: s.proxy, policy: { allowHosts: ['a.test'] } });
+  }
+  for (const s of sandboxes) {
+    let r = await rawRequest(port, 'CONNECT other.test:443 HTTP/1.1\r\nHost: other.test:443\r\n\r\n', s.proxy, 5_000, s.client);
+    // The registration is read as the directory changes: a refusal before it is unknown_client.
+    for (let tries = 0; r.reason === 'unknown_client' && tries < 50; tries++) {
+      r.socket.destroy();
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      r = await rawRequest(port, 'CONNECT other.test:443 HTTP/1.1\r\nHost: other.test:443\r\n\r\n', s.proxy, 5_000, s.client);
+    }
+    r.socket.destroy();
+    t.equal(r.reason, 'host_not_allowed', s.sandbox);
+    t.ok(r.body.endsWith(`; ask "capybara-sandbox allow ${s.sandbox} HOST"; "capybara-sandbox logs ${s.sandbox}" shows why\n`), `${s.sandbox}: its own name, each time: ${r.body}`);
+  }
+  // The hint the controller gives its shards is a template of this kind, and passes the proxy's check.
+  const env = egressShardBody({ name: 'cap-egress.0.n', index: 0, image: 'egress', logCaps: { logMaxSizeMb: 10, logMaxFiles: 3 }, nanoCpus: 1e9, labels: {} }, 'n', undefined).Env ?? [];
+  const shardHint = env.find((e) => e.startsWith(`${EGRESS_ENV.refusalHint}=`))?.slice(EGRESS_ENV.refusalHint.length + 1) ?? '';
+  t.equal(parseConfig([], { EGRESS_TENANTS_DIR: '/t', EGRESS_REFUSAL_HINT: shardHint })?.refusalHint, shardHint);
+  t.match(shardHint, /^the allowlist is the operator's: "capybara-sandbox allow \{sandbox\} HOST" allows a host, "capybara-sandbox logs \{sandbox\}" shows the decisions$/);
 });

@@ -27,11 +27,17 @@ export interface SharedProxyOptions {
   readonly host?: string;
   /** The budget of bytes held before a verdict; none (nothing refused for memory) unless given. */
   readonly memory?: MemoryBudget;
+  /** EGRESS_REFUSAL_HINT, `{sandbox}` and all. */
+  readonly refusalHint?: string;
 }
 
 /** A shared proxy over the slots of `dir`, listening; stopped, and `dir` removed, at the test's end. */
 export async function startSharedProxy(t: Test, dir: string, logger: Logger, options: SharedProxyOptions = {}) {
-  const settings = { tunnelDefault: 'opaque' as const, ...(options.testHosts === undefined ? {} : { testHosts: options.testHosts }) };
+  const settings = {
+    tunnelDefault: 'opaque' as const,
+    ...(options.testHosts === undefined ? {} : { testHosts: options.testHosts }),
+    ...(options.refusalHint === undefined ? {} : { refusalHint: options.refusalHint }),
+  };
   const shared = options.rate === undefined ? openTenants(dir, settings, logger) : openTenants(dir, settings, logger, options.rate);
   const proxy = createEgressProxy({
     policy: policyOf({ allowHosts: [] }),
