@@ -93,6 +93,8 @@ export interface DnsResponderOptions {
    * query rate and refused-name lines are the sandbox's, whatever addresses it uses.
    */
   readonly oneClient?: boolean;
+  /** A shared proxy's responder: the sandbox it serves now, named on the refusal lines of its clients. */
+  readonly sandbox?: () => string | undefined;
 }
 
 export interface DnsResponder {
@@ -139,6 +141,8 @@ class Answerer {
   readonly answer = (query: Buffer, clientIp: string, client: string, transport: 'udp' | 'tcp'): Buffer | undefined => {
     const { observer, log } = this.options;
     const policy = this.options.policy(clientIp);
+    // Read in the same turn as the policy: the registration the client was answered by.
+    const sandbox = policy === undefined ? undefined : this.options.sandbox?.();
     // A shared proxy's sandbox is one client: its addresses together have one client's share.
     const who = this.options.oneClient === true ? '' : clientIp;
     // Someone else's client spends a share of its own, never this responder's clients'.
@@ -161,7 +165,7 @@ class Answerer {
       return undefined;
     }
     observer.dnsQuery(verdict.truncated ? 'truncated' : verdict.result);
-    if (verdict.refusal !== undefined) this.refused(verdict, verdict.refusal, who, client);
+    if (verdict.refusal !== undefined) this.refused(verdict, verdict.refusal, who, client, sandbox);
     return verdict.message;
   };
 
@@ -171,7 +175,7 @@ class Answerer {
     this.report();
   }
 
-  private refused(verdict: DnsVerdict & { kind: 'reply' }, refusal: { readonly reason: Reason; readonly detail: string }, who: string, client: string): void {
+  private refused(verdict: DnsVerdict & { kind: 'reply' }, refusal: { readonly reason: Reason; readonly detail: string }, who: string, client: string, sandbox: string | undefined): void {
     this.options.observer.decision('deny', refusal.reason);
     if (!this.lines.admit(who, refusal.reason)) return;
     logLine(this.options.log, {
@@ -180,6 +184,7 @@ class Answerer {
       [F.reason]: refusal.reason,
       [F.detail]: refusal.detail,
       [F.client]: client,
+      [F.sandbox]: sandbox,
       [F.via]: 'transparent',
       [F.method]: 'DNS',
       [F.host]: printable(Buffer.from(verdict.name ?? '', 'utf8')),
@@ -239,8 +244,11 @@ export async function startDnsResponder(host: string, port: number, options: Dns
   };
 }
 
-/** Starts a responder on `address` (the transparent DNS port), answering allowed names with `address`. */
-export type DnsStarter = (address: string, policy: (clientIp: string) => Policy | undefined, log: Logger) => Promise<DnsResponder>;
+/**
+ * Starts a responder on `address` (the transparent DNS port), answering allowed names with
+ * `address`; `sandbox` is the one its network's registration names now.
+ */
+export type DnsStarter = (address: string, policy: (clientIp: string) => Policy | undefined, log: Logger, sandbox: () => string | undefined) => Promise<DnsResponder>;
 
 /**
  * A shared proxy's DNS: one responder per registered sandbox network, on the proxy's address on

@@ -60,7 +60,7 @@ export class TenantDns {
     void (async () => {
       for (let wait = BIND_RETRY_MIN_MS; !run.stopped; wait = Math.min(wait * 2, BIND_RETRY_MAX_MS)) {
         try {
-          const responder = await this.start(address, (clientIp) => this.policyFor(slot, clientIp), log);
+          const responder = await this.start(address, (clientIp) => this.policyFor(slot, clientIp), log, () => this.current(slot)?.sandbox);
           if (run.stopped) return void (await responder.close());
           run.responder = responder;
           return;

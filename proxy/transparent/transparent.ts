@@ -92,7 +92,7 @@ async function bindAll(options: TransparentOptions, deps: TransparentDeps): Prom
         // connections are held within one cap together, the one the open-file plan keeps.
         const limits = { udpShedAfter: SANDBOX_UDP_SHED_AFTER, ...options.dnsLimits };
         const tcpSlots = new TcpSlots(limits.maxTcpTotal ?? DNS_LIMITS.maxTcpTotal);
-        responders.push(options.dnsHost.serve((address, policy, log) => startDnsResponder(address, port.listen, { policy, answer: address, observer: deps.observer, log, limits, tcpSlots, oneClient: true })));
+        responders.push(options.dnsHost.serve((address, policy, log, sandbox) => startDnsResponder(address, port.listen, { policy, answer: address, observer: deps.observer, log, limits, tcpSlots, oneClient: true, sandbox })));
         bound.push(port);
         continue;
       }

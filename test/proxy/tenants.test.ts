@@ -505,8 +505,11 @@ t.test('transparent mode: each network\'s DNS on its proxy address, answered by 
   t.same(first, { rcode: 'NOERROR', addresses: [A.proxy] }, 'a\'s name, answered with a\'s proxy address');
   t.same(await ask(B.proxy, dnsPort, B.client, 'b.test'), { rcode: 'NOERROR', addresses: [B.proxy] }, 'b\'s, with b\'s');
   t.equal((await ask(B.proxy, dnsPort, B.client, 'a.test'))?.rcode, 'NXDOMAIN', 'a\'s name is not b\'s');
+  t.same(s.logs.filter((l) => l.method === 'DNS' && l.host === 'a.test').map((l) => [l.reason, l.sandbox]), [['dns_not_allowed', 'cap-b']], 'the refused name\'s line names b, the sandbox refused');
   t.equal((await ask(A.proxy, dnsPort, B.client, 'a.test'))?.rcode, 'REFUSED', 'a client of b asking a\'s responder');
-  t.ok(s.logs.some((l) => l.reason === 'unknown_client' && l.method === 'DNS'), 'logged');
+  const stranger = s.logs.filter((l) => l.reason === 'unknown_client' && l.method === 'DNS');
+  t.equal(stranger.length, 1, 'logged');
+  t.equal(stranger[0]?.sandbox, undefined, 'as no sandbox: not as a, whose responder it asked');
 
   // A TLS client of b naming a's host gets b's refusal, as a TLS alert; an unknown client too.
   const hello = (from: string, to: string): Promise<string> =>
