@@ -30,10 +30,18 @@ export type { NetworkView } from './sandbox-engine.js';
 const PULL_TIMEOUT_MS = 10 * 60_000;
 
 /** The sandbox calls (sandbox-engine.ts) and the operator CLI's own: ping, network inspect, image checks, listing. */
-/** State.StartedAt, which Docker sets to year 1 before a first start. */
-function startedOf(text: string | undefined): { startedMs?: number } {
+/**
+ * A time of Docker's (RFC 3339), such as Created or State.StartedAt, which Docker sets to year 1
+ * before a first start: that and garbage are none.
+ */
+function timeOf(text: string | undefined): number | undefined {
   const ms = text === undefined ? NaN : Date.parse(text);
-  return Number.isFinite(ms) && ms > 0 ? { startedMs: ms } : {};
+  return Number.isFinite(ms) && ms > 0 ? ms : undefined;
+}
+
+function startedOf(text: string | undefined): { startedMs?: number } {
+  const ms = timeOf(text);
+  return ms === undefined ? {} : { startedMs: ms };
 }
 
 export class DockerEngine implements SandboxEngine {
@@ -63,6 +71,7 @@ export class DockerEngine implements SandboxEngine {
     const data = await this.optional(
       this.call<{
         Id?: string;
+        Created?: string;
         State?: { Status?: string; Running?: boolean; Paused?: boolean; StartedAt?: string };
         Config?: { Labels?: Record<string, string> | null; Image?: string; User?: string; Cmd?: string[] | null; WorkingDir?: string; Env?: string[] | null };
         HostConfig?: Record<string, unknown>;
@@ -70,12 +79,14 @@ export class DockerEngine implements SandboxEngine {
       }>(`inspect of container ${name}`, 'GET', `/containers/${name}/json`),
     );
     if (data === undefined) return undefined;
+    const createdMs = timeOf(data.Created);
     return {
       id: data.Id ?? '',
       status: data.State?.Status ?? 'unknown',
       running: data.State?.Running === true,
       paused: data.State?.Paused === true,
       ...startedOf(data.State?.StartedAt),
+      ...(createdMs === undefined ? {} : { createdMs }),
       labels: data.Config?.Labels ?? {},
       image: data.Config?.Image ?? '',
       user: data.Config?.User ?? '',

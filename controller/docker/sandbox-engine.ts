@@ -16,6 +16,8 @@ export interface ContainerView {
   readonly paused: boolean;
   /** When it last started, by the engine's clock (absent before a first start). */
   readonly startedMs?: number;
+  /** When it was created, by the engine's clock. */
+  readonly createdMs?: number;
   readonly labels: Readonly<Record<string, string>>;
   readonly image: string;
   readonly user: string;

@@ -5,9 +5,15 @@
  * decision-format.ts; a line that is not a JSON record, or is longer than the cap, is counted
  * and said at the end, never shown. With -f it follows until interrupted (exit 0), across a
  * restart or a suspend of the proxy, and ends with an error when the sandbox goes away.
+ *
+ * A sandbox on a shard of the shared egress has its decisions in the shard's log, among those of
+ * every sandbox the shard serves: only the records that name it are shown (each line of a shared
+ * proxy's connection or DNS answer names its sandbox), from its container's create on, so a
+ * sandbox of the same name before it is not shown either.
  */
 import { engineStatus, sinkWait, type DockerEngine, type LogRead, type LogRequest } from '../docker/index.js';
-import { LABEL_EGRESS, SandboxError, meaningOfLabel, namesFor } from '../spec/index.js';
+import { LABEL_EGRESS, LABEL_EGRESS_ISOLATION, SandboxError, meaningOfLabel, namesFor } from '../spec/index.js';
+import { shardOfLabels } from '../sandbox/index.js';
 import { formatRecord, isRefusal, jsonLine, parseLogLine } from './decision-format.js';
 import { LineSplitter, MAX_LOG_LINE_BYTES } from './log-lines.js';
 
@@ -47,6 +53,8 @@ export class DecisionPrinter {
   constructor(
     private readonly options: LogsOptions,
     private readonly stdout: (text: string) => unknown,
+    /** A shard's log: the records of this sandbox only. */
+    private readonly sandbox?: string,
   ) {}
 
   /** Prints the lines `chunk` ends; what the output asked to wait for, if it did. */
@@ -66,6 +74,7 @@ export class DecisionPrinter {
     const parsed = parseLogLine(text);
     if (parsed.kind === 'malformed') this.skipped += 1;
     if (parsed.kind !== 'record') return;
+    if (this.sandbox !== undefined && parsed.record.sandbox !== this.sandbox) return;
     if (this.options.denied && !isRefusal(parsed.record)) return;
     const written = this.stdout(`${this.options.json ? jsonLine(text, parsed.record) : formatRecord(parsed.record)}\n`);
     const wait = sinkWait(written);
@@ -87,19 +96,30 @@ export async function readLogs(engine: Pick<DockerEngine, 'readLogs'>, egress: s
   }
 }
 
-/** The egress proxy container of sandbox `name`; an error when there is none to read. */
-async function egressOf(engine: DockerEngine, name: string): Promise<string> {
+/**
+ * Where sandbox `name`'s decisions are: its egress proxy container, or the shard that serves it
+ * (then `only` its own records, `sinceMs` from its create); an error when there is none to read.
+ */
+async function egressOf(engine: DockerEngine, name: string, sharedNetwork: string): Promise<{ readonly egress: string; readonly sandboxId: string; readonly only?: string; readonly sinceMs?: number }> {
   const sandbox = await engine.inspectContainer(name);
   if (sandbox === undefined) throw new SandboxError('not_found', `no such sandbox ${name} (capybara-sandbox ls lists them)`);
   const tier = sandbox.labels[LABEL_EGRESS] ?? 'unknown';
   if (!meaningOfLabel(tier).egressProxy) {
     throw new SandboxError('not_found', `sandbox ${name} has egress tier ${tier}, which has no egress proxy: there are no decisions to show`);
   }
+  if (sandbox.labels[LABEL_EGRESS_ISOLATION] === 'shared') {
+    const shard = shardOfLabels(sandbox.labels, sharedNetwork);
+    if (shard === undefined) throw new SandboxError('not_found', `sandbox ${name} is served by the shared egress but does not say which shard; capybara-sandbox doctor checks it`);
+    if ((await engine.inspectContainer(shard.name)) === undefined) {
+      throw new SandboxError('not_found', `the egress shard ${shard.name} serving sandbox ${name} is missing (its log went with it); the sandbox's next command starts it again. Is --network (the deployment's shared network) right?`);
+    }
+    return { egress: shard.name, sandboxId: sandbox.id, only: name, ...(sandbox.createdMs === undefined ? {} : { sinceMs: sandbox.createdMs }) };
+  }
   const egress = namesFor(name).egress;
   if ((await engine.inspectContainer(egress)) === undefined) {
     throw new SandboxError('not_found', `the egress proxy ${egress} of sandbox ${name} is missing (its log went with it); the sandbox's next command starts a new one`);
   }
-  return egress;
+  return { egress, sandboxId: sandbox.id };
 }
 
 /** The proxy runs again (since when, by the engine's clock), or the reader stopped. */
@@ -107,16 +127,18 @@ type Waited = { readonly startedMs: number | undefined } | 'interrupted';
 
 const REREAD_PAUSE_MS = 250;
 
+const goneError = (name: string): SandboxError => new SandboxError('not_found', `sandbox ${name} went away (destroyed) while its log was followed`);
+
 /**
  * After the proxy's log stream ended (it stopped, or restarted): waits until it runs again,
  * and fails once the sandbox or its proxy is gone.
  */
-async function untilRunningAgain(engine: DockerEngine, name: string, egress: string, io: LogsIo, interrupted: () => boolean): Promise<Waited> {
+async function untilRunningAgain(engine: DockerEngine, name: string, sandboxId: string, egress: string, io: LogsIo, interrupted: () => boolean): Promise<Waited> {
   let said = false;
   for (;;) {
     if (interrupted()) return 'interrupted';
     const [sandbox, proxy] = await Promise.all([engine.inspectContainer(name), engine.inspectContainer(egress)]);
-    if (sandbox === undefined) throw new SandboxError('not_found', `sandbox ${name} went away (destroyed) while its log was followed`);
+    if (sandbox === undefined || sandbox.id !== sandboxId) throw goneError(name);
     if (proxy === undefined) throw new SandboxError('not_found', `the egress proxy ${egress} of sandbox ${name} was removed while its log was followed`);
     if (proxy.running) return { startedMs: proxy.startedMs };
     if (!said) io.note(`the egress proxy ${egress} is ${proxy.status} (the sandbox is suspended or stopped); waiting for it to run again (Ctrl-C ends)`);
@@ -125,15 +147,15 @@ async function untilRunningAgain(engine: DockerEngine, name: string, egress: str
   }
 }
 
-export async function runLogs(engine: DockerEngine, name: string, options: LogsOptions, io: LogsIo): Promise<number> {
-  const egress = await egressOf(engine, name);
-  const printer = new DecisionPrinter(options, io.stdout);
+export async function runLogs(engine: DockerEngine, name: string, sharedNetwork: string, options: LogsOptions, io: LogsIo): Promise<number> {
+  const { egress, sandboxId, only, sinceMs: createdMs } = await egressOf(engine, name, sharedNetwork);
+  const printer = new DecisionPrinter(options, io.stdout, only);
   const report = (): void => {
     printer.flush();
     if (printer.skipped > 0) io.note(`${printer.skipped} log line(s) skipped: not a JSON record, or longer than ${MAX_LOG_LINE_BYTES / 1024} KiB`);
   };
   if (!options.follow) {
-    const read = await readLogs(engine, egress, { follow: false, onOutput: printer.push });
+    const read = await readLogs(engine, egress, { follow: false, sinceMs: createdMs, onOutput: printer.push });
     await read.finished;
     report();
     return 0;
@@ -144,8 +166,18 @@ export async function runLogs(engine: DockerEngine, name: string, options: LogsO
     interrupted = true;
     current?.stop();
   });
+  // A shard's log goes on when the sandbox is destroyed (or made again under its name): the
+  // sandbox itself is watched.
+  let gone = false;
+  const watch = only === undefined ? undefined : setInterval(() => {
+    engine.inspectContainer(name).then((view) => {
+      if (view !== undefined && view.id === sandboxId) return;
+      gone = true;
+      current?.stop();
+    }, () => undefined);
+  }, io.pollMs ?? 1_000);
   try {
-    let sinceMs: number | undefined;
+    let sinceMs = createdMs;
     let runStartedMs = (await engine.inspectContainer(egress))?.startedMs;
     while (!interrupted) {
       current = await readLogs(engine, egress, { follow: true, sinceMs, onOutput: printer.push });
@@ -156,9 +188,10 @@ export async function runLogs(engine: DockerEngine, name: string, options: LogsO
       // compared with (this machine's may differ from a remote engine's).
       const endedMs = Date.now();
       printer.flush();
+      if (gone) throw goneError(name);
       // At most a few reads a second, should an engine end the stream of a running proxy at once.
       await new Promise((resolve) => setTimeout(resolve, REREAD_PAUSE_MS));
-      const waited = await untilRunningAgain(engine, name, egress, io, () => interrupted);
+      const waited = await untilRunningAgain(engine, name, sandboxId, egress, io, () => interrupted);
       if (waited === 'interrupted') break;
       // The same run (the engine ended the stream of a running proxy): from where it ended, by
       // this machine's clock, the best there is.
@@ -169,6 +202,7 @@ export async function runLogs(engine: DockerEngine, name: string, options: LogsO
     report();
     return 0;
   } finally {
+    clearInterval(watch);
     stopListening?.();
   }
 }

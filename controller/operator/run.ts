@@ -175,7 +175,7 @@ async function dispatch(args: OperatorArgs, loaded: OperatorConfig, io: Operator
       return 0;
     }
     case 'logs':
-      return runLogs(engine, args.name ?? '', { ...args.logs, json: args.json }, { stdout: io.stdout, note: progress, onInterrupt: io.onInterrupt });
+      return runLogs(engine, args.name ?? '', config.network, { ...args.logs, json: args.json }, { stdout: io.stdout, note: progress, onInterrupt: io.onInterrupt });
     case 'exec': {
       const p = provider();
       return runExecCommand((opts) => p.exec({ id: args.name ?? '' }, args.execCommand ?? '', opts), execArgs(args, config), io);

@@ -3,7 +3,8 @@
  * one shard serves two sandboxes, each on its own internal network, and tells them apart by the
  * network a connection arrives on.
  * - Each sandbox reaches its own allowlist, through its proxy variables and transparently, and
- *   not the other's; its egress usage counts its own requests only.
+ *   not the other's; its egress usage counts its own requests only, and `logs` shows its own
+ *   decisions only, from its create on, and `logs -f` ends when it is destroyed.
  * - A source address of the other sandbox's subnet, put on a sandbox's interface from the host
  *   (the sandbox itself has no capability to), gets nothing: the shard never answers it with the
  *   other sandbox's policy.
@@ -24,6 +25,7 @@ import { EGRESS_PROXY_PORT, registrationArchive } from '../../../common/index.js
 import { DockerEngine } from '../../../controller/docker/index.js';
 import { inspectSandbox } from '../../../controller/operator/sandbox-detail.js';
 import { collectGarbage } from '../../../controller/operator/gc.js';
+import { runOperator } from '../../../controller/operator/index.js';
 import { engineSocketPath } from '../../support/docker.js';
 import { sandboxTestEnv, SANDBOX_IMAGE, UPSTREAM_BODY, UPSTREAM_HOST } from '../../support/sandbox-env.js';
 import { fileNeeds } from '../../support/needs.js';
@@ -66,6 +68,57 @@ t.test('one shard serves many sandboxes, each by its own network', async (t) => 
     const [ua, ub] = await Promise.all([provider.egressUsage(a), provider.egressUsage(b)]);
     t.ok(ua !== null && ua.allowed === 2 && ua.denied === 1 && ua.deniedByReason.host_not_allowed === 1 && ua.bytesDown > UPSTREAM_BODY.length, `a's usage: ${JSON.stringify(ua)}`);
     t.ok(ub !== null && ub.allowed === 1 && ub.denied === 1 && ub.deniedByReason.host_not_allowed === 1, `b's usage: ${JSON.stringify(ub)}`);
+  });
+
+  await t.test('logs of a sandbox on the shard: its own decisions only, from its create on; -f ends when it goes', async (t) => {
+    const op = async (argv: string[]): Promise<{ code: number; stdout: string; stderr: string }> => {
+      let stdout = '';
+      let stderr = '';
+      const code = await runOperator(['--endpoint', `unix://${engineSocketPath()}`, '--network', s.sharedNetwork, ...argv], { stdout: (x) => { stdout += x; }, stderr: (x) => { stderr += x; } });
+      return { code, stdout, stderr };
+    };
+    const records = async (name: string): Promise<Array<Record<string, unknown>>> => {
+      // The shard writes its lines in batches, at least every 250 ms.
+      const deadline = Date.now() + 10_000;
+      for (;;) {
+        const r = await op(['--json', 'logs', name]);
+        t.equal(r.code, 0, r.stderr);
+        const lines = r.stdout.trimEnd().split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as Record<string, unknown>);
+        if (lines.some((l) => l.decision === 'deny') || Date.now() > deadline) return lines;
+        await new Promise((resolve) => setTimeout(resolve, 250));
+      }
+    };
+    const ofA = await records(a.id);
+    t.ok(ofA.length >= 3 && ofA.every((l) => l.sandbox === a.id), `a's records only: ${JSON.stringify(ofA.map((l) => [l.sandbox, l.decision, l.host]))}`);
+    t.ok(ofA.some((l) => l.decision === 'deny' && l.host === SECOND_HOST && l.reason === 'host_not_allowed'), 'a\'s refusal of b\'s host');
+    t.notOk(ofA.some((l) => l.decision === 'allow' && l.host === SECOND_HOST), 'not b\'s allowed request');
+    const ofB = await records(b.id);
+    t.ok(ofB.length >= 2 && ofB.every((l) => l.sandbox === b.id), `b's records only: ${JSON.stringify(ofB.map((l) => [l.sandbox, l.decision, l.host]))}`);
+    t.ok(ofB.some((l) => l.method === 'DNS' && l.host === UPSTREAM_HOST && l.reason === 'dns_not_allowed'), 'b\'s refused name, from the shard\'s DNS');
+    const text = await op(['logs', a.id, '--denied']);
+    t.match(text.stdout, new RegExp(`^\\S+Z  denied   GET ${SECOND_HOST.replace(/\./g, '\\.')}:80  host_not_allowed: `), 'as text too');
+
+    // A sandbox of the same name made again is shown from its own create on; -f ends once it goes.
+    const c1 = await create('c', [UPSTREAM_HOST]);
+    t.equal(await status(c1, `http://${SECOND_HOST}/`), '403');
+    t.ok((await records(c1.id)).some((l) => l.host === SECOND_HOST), 'the first c\'s refusal');
+    await provider.destroy(c1);
+    const c2 = await create('c', [UPSTREAM_HOST]);
+    let destroyed = false;
+    t.teardown(() => (destroyed ? undefined : provider.destroy(c2)));
+    t.same(await op(['--json', 'logs', c2.id]), { code: 0, stdout: '', stderr: '' }, 'nothing of the first c');
+    let followed = '';
+    let followErr = '';
+    const following = runOperator(['--endpoint', `unix://${engineSocketPath()}`, '--network', s.sharedNetwork, 'logs', c2.id, '-f'], { stdout: (x) => { followed += x; }, stderr: (x) => { followErr += x; } });
+    t.equal(await status(c2, `http://${SECOND_HOST}/`), '403');
+    const seen = Date.now() + 10_000;
+    while (!followed.includes(SECOND_HOST) && Date.now() < seen) await new Promise((resolve) => setTimeout(resolve, 100));
+    t.match(followed, new RegExp(`denied   GET ${SECOND_HOST.replace(/\./g, '\\.')}:80`), 'followed');
+    await provider.destroy(c2);
+    destroyed = true;
+    const ended = await Promise.race([following, new Promise<'still following'>((resolve) => setTimeout(() => resolve('still following'), 15_000))]);
+    t.equal(ended, 1, 'ends once the sandbox is gone, though the shard runs on');
+    t.match(followErr, new RegExp(`not_found: sandbox ${c2.id} went away`));
   });
 
   await t.test('a source address of another sandbox\'s subnet gets nothing', async (t) => {
