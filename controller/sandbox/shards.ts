@@ -98,10 +98,14 @@ function legsOf(view: ContainerView, sharedNetwork: { id: string; name: string }
  * started when none has. Its room counts its legs and `joining`, the sandboxes this process is
  * joining to it now (ShardClaims). Creates in other controller processes at the same moment can
  * each see the same room, so a shard can pass its size by the number of them; it never refuses one.
+ * A shard of another image than `egressProxyImage` (made before the deployment changed it) takes
+ * no new sandbox: it serves those it has until they go, and new ones get a shard of the image the
+ * deployment names now.
  */
 export async function claimShard(deps: BuildDeps, sharedNetwork: string, joining: ReadonlyMap<number, number>): Promise<number> {
   for (let k = 0; k < MAX_EGRESS_SHARDS; k += 1) {
     const view = await deps.engine.inspectContainer(egressShardName(deps.config.network, k));
+    if (view !== undefined && view.image !== deps.config.egressProxyImage) continue;
     const taken = (view === undefined ? 0 : legsOf(view, { id: sharedNetwork, name: deps.config.network })) + (joining.get(k) ?? 0);
     if (taken >= deps.config.egressShardSize) continue;
     await ensureShard(deps, k, sharedNetwork, view);

@@ -61,6 +61,23 @@ t.test('two sandboxes share one shard, each registered under its own subnet and 
   await s.provider.destroy(b);
 });
 
+t.test('a shard of another image takes no new sandbox: the next gets a shard of the image configured now', async (t) => {
+  const s = fakeSandbox({ egressIsolation: 'shared' });
+  const a = await s.provider.create(spec('a', ['pypi.org']));
+  const next = 'capybara-sandbox-egress:next';
+  s.engine.images.add(next);
+  const upgraded = s.withConfig({ egressIsolation: 'shared', egressProxyImage: next });
+  const b = await upgraded.create(spec('b', ['crates.io']));
+  const shardOf = async (name: string): Promise<string | undefined> => (await s.engine.inspectContainer(name))?.labels['dev.capybara.sandbox.egress-shard'];
+  t.same([await shardOf('cap-a'), await shardOf('cap-b')], ['0', '1'], 'b on a new shard');
+  t.equal((await s.engine.inspectContainer(SHARD))?.image, IMAGES.egress, 'the old shard keeps its image');
+  t.equal((await s.engine.inspectContainer('cap-egress.1.capybara-sandbox'))?.image, next, 'the new one has the image configured now');
+  t.equal((await upgraded.exec(a, 'true')).exitCode, 0, 'a is still served by the old shard, through the upgraded controller');
+  t.equal((await s.engine.inspectContainer('cap-a'))?.labels['dev.capybara.sandbox.egress-shard'], '0');
+  await upgraded.destroy(a);
+  await upgraded.destroy(b);
+});
+
 t.test('a full shard sends the next sandbox to a new one', async (t) => {
   const s = fakeSandbox({ egressIsolation: 'shared', egressShardSize: 2 });
   for (const id of ['a', 'b', 'c']) await s.provider.create(spec(id));
