@@ -136,9 +136,9 @@ export const deploymentConfigSchema = z
       .describe('How the commands of one sandbox are kept apart. landlock: each command starts in a Landlock domain of its own, so no process of one command can ptrace another command\'s, read or write its memory, open its descriptors or read its environment (the kernel needs Landlock, Linux 5.13+, and the image util-linux 2.40+; a command that cannot be isolated fails exec_failed). off: every command of the sandbox user may do all of that to every other, for debuggers that attach across commands (strace -p, gdb -p); a process one command leaves behind can then forge a later command\'s output unless exec fresh is used.')
       .meta({ title: 'Command isolation', 'x-ui': { label: { en: 'Command isolation', zh: '命令隔离' } } }),
     egressIsolation: z
-      .enum(['sandbox', 'shared'])
-      .default('sandbox')
-      .describe('How allowlist sandboxes get their egress proxy. sandbox: one proxy container per sandbox (its own process and memory; about 28 MiB of host memory each). shared: the shards of one egress service per engine (cap-egress.<k>) serve them all, each sandbox still on its own internal network and told apart by it; an allowlist then changes in place, and a sandbox costs its own container only. A sandbox with inspected hosts or secrets, and run --report, always get a proxy of their own.')
+      .enum(['shared', 'sandbox'])
+      .default('shared')
+      .describe('How allowlist sandboxes get their egress proxy. shared: the shards of one egress service per engine (cap-egress.<k>) serve them all, each sandbox still on its own internal network and told apart by it, so a sandbox costs its own container only. sandbox: one proxy container per sandbox (its own process and memory; about 28 MiB of host memory each), for a deployment that wants one egress process per tenant. A sandbox with inspected hosts or secrets, and run --report, always get a proxy of their own.')
       .meta({ title: 'Egress isolation', 'x-ui': { label: { en: 'Egress isolation', zh: '出站隔离' } } }),
     egressShardSize: z
       .number()

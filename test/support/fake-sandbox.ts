@@ -20,12 +20,17 @@ export interface FakeSandbox {
   withConfig(config: Partial<DeploymentConfigInput>): DockerSandboxProvider;
 }
 
+/**
+ * `egressIsolation: sandbox` unless `config` says otherwise: the suites on the in-memory engine
+ * were written for a proxy of the sandbox's own (its container, its create and its recovery);
+ * those of the shared egress, the deployment default, say `shared`.
+ */
 export function fakeSandbox(config: Partial<DeploymentConfigInput> = {}): FakeSandbox {
   const engine = new FakeEngine([IMAGES.sandbox, IMAGES.egress]);
   const { logs, sink } = captureLogs<FakeSandbox['logs'][number]>();
   const logger = pino({ level: 'debug' }, sink);
   const withConfig = (more: Partial<DeploymentConfigInput>) =>
-    createDockerSandbox({ endpoint: 'unix:///nonexistent/fake-engine.sock', ...config, ...more }, { labels: FAKE_LABELS }, { logger, engine });
+    createDockerSandbox({ endpoint: 'unix:///nonexistent/fake-engine.sock', egressIsolation: 'sandbox', ...config, ...more }, { labels: FAKE_LABELS }, { logger, engine });
   return { engine, provider: withConfig({}), logs, withConfig };
 }
 

@@ -48,7 +48,10 @@ export async function sandboxTestEnv(t: Test, images: (runId: string) => readonl
     Name: sharedNetwork, Driver: 'bridge', Labels: env.labels, CheckDuplicate: true, Options: { 'com.docker.network.bridge.enable_icc': 'false' },
   });
   const upstreamIp = await startUpstream(env, sharedNetwork);
-  const config = { endpoint: proxy.endpoint, network: sharedNetwork };
+  // A proxy of its own per allowlist sandbox: the suites that use `provider` test that container
+  // (its hardening, its rebuild, its log). The shared egress, the deployment default, has suites of
+  // its own (docker-shared-egress, docker-isolation, docker-warm-networks, doctor).
+  const config = { endpoint: proxy.endpoint, network: sharedNetwork, egressIsolation: 'sandbox' as const };
   const testOptions = { labels: env.labels, egressTestHosts: { [UPSTREAM_HOST]: upstreamIp } };
   const { logs, sink } = captureLogs();
   const provider = createDockerSandbox(config, testOptions, { logger: pino({ level: 'warn' }, sink) });

@@ -193,7 +193,7 @@ t.test('operator commands against the engine and the socket proxy', async (t) =>
     // sandbox can run before the proxy's volume exists: a kill then leaves a request in flight
     // that dockerd finishes after the listing below. What SIGKILL mid-create leaves.
     const script = `import { createDockerSandbox } from './controller/index.ts';
-const provider = createDockerSandbox({ endpoint: ${JSON.stringify(s.proxy.endpoint)}, network: ${JSON.stringify(s.sharedNetwork)}, egressProxyImage: ${JSON.stringify(SANDBOX_IMAGE)} }, { labels: ${JSON.stringify(env.labels)} });
+const provider = createDockerSandbox({ endpoint: ${JSON.stringify(s.proxy.endpoint)}, network: ${JSON.stringify(s.sharedNetwork)}, egressIsolation: 'sandbox', egressProxyImage: ${JSON.stringify(SANDBOX_IMAGE)} }, { labels: ${JSON.stringify(env.labels)} });
 await provider.create({ id: ${JSON.stringify(id)}, image: ${JSON.stringify(SANDBOX_IMAGE)}, limits: { egress: 'allowlist', allowHosts: ['half.capybara.test'] } });`;
     const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { cwd: root, stdio: 'ignore' });
     const exited = new Promise((resolve) => child.once('exit', resolve));

@@ -37,7 +37,7 @@ const SECRETS = [
 
 function fake(t: Test, config: Partial<DeploymentConfigInput>, env: NodeJS.ProcessEnv = { GITHUB_TOKEN: TOKEN, NPM_TOKEN: NPM }) {
   const engine = new FakeEngine([IMAGES.sandbox, IMAGES.egress]);
-  const full = { endpoint: 'unix:///nonexistent/fake-engine.sock', stateDir: stateDir(t), ...config };
+  const full = { endpoint: 'unix:///nonexistent/fake-engine.sock', egressIsolation: 'sandbox' as const, stateDir: stateDir(t), ...config };
   const provider = createDockerSandbox(full, { labels: { 'dev.capybara.test': 'fake' } }, { logger: pino({ level: 'silent' }), engine, env });
   return { engine, provider, stateDir: full.stateDir };
 }
@@ -184,7 +184,7 @@ t.test('a rebuilt egress proxy keeps the sandbox\'s placeholder and reads the va
 t.test('a sandbox made without the CA gets a rebuilt proxy that does not inspect, whatever the config says now', async (t) => {
   const engine = new FakeEngine([IMAGES.sandbox, IMAGES.egress]);
   const make = (more: Partial<DeploymentConfigInput>) =>
-    createDockerSandbox({ endpoint: 'unix:///nonexistent/fake-engine.sock', ...more }, { labels: { 'dev.capybara.test': 'fake' } }, { logger: pino({ level: 'silent' }), engine, env: { GITHUB_TOKEN: TOKEN } });
+    createDockerSandbox({ endpoint: 'unix:///nonexistent/fake-engine.sock', egressIsolation: 'sandbox', ...more }, { labels: { 'dev.capybara.test': 'fake' } }, { logger: pino({ level: 'silent' }), engine, env: { GITHUB_TOKEN: TOKEN } });
   const h = await make({}).create(spec('old1', ['api.github.com']));
   await engine.removeContainer('cap-old1-egress');
   await make({ stateDir: stateDir(t), secrets: SECRETS }).exec(h, 'true');

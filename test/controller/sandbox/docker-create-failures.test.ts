@@ -31,7 +31,7 @@ async function failingCreate(s: SandboxTestEnv, config: Partial<DeploymentConfig
       done();
     },
   });
-  const provider = createDockerSandbox({ endpoint: s.proxy.endpoint, network: s.sharedNetwork, ...config }, { labels: s.env.labels }, { logger: pino({ level: 'debug' }, sink) });
+  const provider = createDockerSandbox({ endpoint: s.proxy.endpoint, network: s.sharedNetwork, egressIsolation: 'sandbox', ...config }, { labels: s.env.labels }, { logger: pino({ level: 'debug' }, sink) });
   const err = await provider.create(spec).then(() => undefined, (e: unknown) => e);
   return { err, succeeded };
 }

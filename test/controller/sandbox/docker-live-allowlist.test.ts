@@ -46,7 +46,7 @@ t.test('allow and deny while the sandbox runs', async (t) => {
   const s = await sandboxTestEnv(t);
   if (!s) return;
   const provider = createDockerSandbox(
-    { endpoint: s.proxy.endpoint, network: s.sharedNetwork },
+    { endpoint: s.proxy.endpoint, network: s.sharedNetwork, egressIsolation: 'sandbox' },
     { labels: s.env.labels, egressTestHosts: { [UPSTREAM_HOST]: s.upstreamIp, [SECOND_HOST]: s.upstreamIp } },
     { logger: pino({ level: 'silent' }) },
   );
@@ -123,6 +123,6 @@ t.test('allow and deny while the sandbox runs', async (t) => {
   t.equal(inside(SECOND_HOST), '403', 'the live change went with the lost file');
   await lose();
   t.not(await refusedInside(UPSTREAM_HOST), '200', 'lost again, nothing through');
-  const another = createDockerSandbox({ endpoint: s.proxy.endpoint, network: s.sharedNetwork }, { labels: s.env.labels, egressTestHosts: { [UPSTREAM_HOST]: s.upstreamIp } }, { logger: pino({ level: 'silent' }) });
+  const another = createDockerSandbox({ endpoint: s.proxy.endpoint, network: s.sharedNetwork, egressIsolation: 'sandbox' }, { labels: s.env.labels, egressTestHosts: { [UPSTREAM_HOST]: s.upstreamIp } }, { logger: pino({ level: 'silent' }) });
   t.equal(await fetchWith(another, UPSTREAM_HOST), '200', 'written back by the check before the command');
 });

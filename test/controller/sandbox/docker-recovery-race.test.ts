@@ -60,7 +60,7 @@ t.test('a recovery that rebuilds a missing proxy of the sandbox\'s own never wri
   const s = await sandboxTestEnv(t);
   if (!s) return;
   const controller = (engine?: DockerEngine) => createDockerSandbox(
-    { endpoint: s.proxy.endpoint, network: s.sharedNetwork },
+    { endpoint: s.proxy.endpoint, network: s.sharedNetwork, egressIsolation: 'sandbox' },
     { labels: s.env.labels, egressTestHosts: { [UPSTREAM_HOST]: s.upstreamIp, [SECOND_HOST]: s.upstreamIp } },
     { logger: pino({ level: 'silent' }), ...(engine ? { engine } : {}) },
   );

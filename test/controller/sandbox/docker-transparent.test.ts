@@ -167,7 +167,7 @@ t.test('transparent egress: clients with no proxy settings reach the allowlist, 
   await env.docker.createNetwork({ Name: shared, Driver: 'bridge', Labels: env.labels, CheckDuplicate: true, Options: { 'com.docker.network.bridge.enable_icc': 'false' } });
   const serverIp = await startServer(env, shared, cert);
   const provider = createDockerSandbox(
-    { endpoint: s.proxy.endpoint, network: shared },
+    { endpoint: s.proxy.endpoint, network: shared, egressIsolation: 'sandbox' },
     { labels: env.labels, egressTestHosts: { [TLS_HOST]: serverIp } },
     { logger: pino({ level: 'silent' }) },
   );

@@ -19,7 +19,7 @@ t.test('defaults are applied and the result is frozen', async (t) => {
     sharedWorkspaces: false,
     commandIsolation: 'landlock',
     allowOpenEgress: false,
-    egressIsolation: 'sandbox',
+    egressIsolation: 'shared',
     egressShardSize: 250,
     warmSlots: 0,
     logMaxSizeMb: 10,
