@@ -100,7 +100,7 @@ export async function readLogs(engine: Pick<DockerEngine, 'readLogs'>, egress: s
  * Where sandbox `name`'s decisions are: its egress proxy container, or the shard that serves it
  * (then `only` its own records, `sinceMs` from its create); an error when there is none to read.
  */
-async function egressOf(engine: DockerEngine, name: string, sharedNetwork: string): Promise<{ readonly egress: string; readonly sandboxId: string; readonly only?: string; readonly sinceMs?: number }> {
+async function egressOf(engine: DockerEngine, name: string, sharedNetwork: string): Promise<{ readonly egress: string; readonly only?: string; readonly sinceMs?: number }> {
   const sandbox = await engine.inspectContainer(name);
   if (sandbox === undefined) throw new SandboxError('not_found', `no such sandbox ${name} (capybara-sandbox ls lists them)`);
   const tier = sandbox.labels[LABEL_EGRESS] ?? 'unknown';
@@ -113,13 +113,13 @@ async function egressOf(engine: DockerEngine, name: string, sharedNetwork: strin
     if ((await engine.inspectContainer(shard.name)) === undefined) {
       throw new SandboxError('not_found', `the egress shard ${shard.name} serving sandbox ${name} is missing (its log went with it); the sandbox's next command starts it again. Is --network (the deployment's shared network) right?`);
     }
-    return { egress: shard.name, sandboxId: sandbox.id, only: name, ...(sandbox.createdMs === undefined ? {} : { sinceMs: sandbox.createdMs }) };
+    return { egress: shard.name, only: name, ...(sandbox.createdMs === undefined ? {} : { sinceMs: sandbox.createdMs }) };
   }
   const egress = namesFor(name).egress;
   if ((await engine.inspectContainer(egress)) === undefined) {
     throw new SandboxError('not_found', `the egress proxy ${egress} of sandbox ${name} is missing (its log went with it); the sandbox's next command starts a new one`);
   }
-  return { egress, sandboxId: sandbox.id };
+  return { egress };
 }
 
 /** The proxy runs again (since when, by the engine's clock), or the reader stopped. */
@@ -133,12 +133,12 @@ const goneError = (name: string): SandboxError => new SandboxError('not_found', 
  * After the proxy's log stream ended (it stopped, or restarted): waits until it runs again,
  * and fails once the sandbox or its proxy is gone.
  */
-async function untilRunningAgain(engine: DockerEngine, name: string, sandboxId: string, egress: string, io: LogsIo, interrupted: () => boolean): Promise<Waited> {
+async function untilRunningAgain(engine: DockerEngine, name: string, egress: string, io: LogsIo, interrupted: () => boolean): Promise<Waited> {
   let said = false;
   for (;;) {
     if (interrupted()) return 'interrupted';
     const [sandbox, proxy] = await Promise.all([engine.inspectContainer(name), engine.inspectContainer(egress)]);
-    if (sandbox === undefined || sandbox.id !== sandboxId) throw goneError(name);
+    if (sandbox === undefined) throw goneError(name);
     if (proxy === undefined) throw new SandboxError('not_found', `the egress proxy ${egress} of sandbox ${name} was removed while its log was followed`);
     if (proxy.running) return { startedMs: proxy.startedMs };
     if (!said) io.note(`the egress proxy ${egress} is ${proxy.status} (the sandbox is suspended or stopped); waiting for it to run again (Ctrl-C ends)`);
@@ -148,7 +148,7 @@ async function untilRunningAgain(engine: DockerEngine, name: string, sandboxId: 
 }
 
 export async function runLogs(engine: DockerEngine, name: string, sharedNetwork: string, options: LogsOptions, io: LogsIo): Promise<number> {
-  const { egress, sandboxId, only, sinceMs: createdMs } = await egressOf(engine, name, sharedNetwork);
+  const { egress, only, sinceMs: createdMs } = await egressOf(engine, name, sharedNetwork);
   const printer = new DecisionPrinter(options, io.stdout, only);
   const report = (): void => {
     printer.flush();
@@ -166,12 +166,12 @@ export async function runLogs(engine: DockerEngine, name: string, sharedNetwork:
     interrupted = true;
     current?.stop();
   });
-  // A shard's log goes on when the sandbox is destroyed (or made again under its name): the
-  // sandbox itself is watched.
+  // A shard's log goes on when the sandbox is destroyed: the sandbox itself is looked at, once a
+  // poll period, and its end ends the read as a proxy of its own would by going with it.
   let gone = false;
   const watch = only === undefined ? undefined : setInterval(() => {
     engine.inspectContainer(name).then((view) => {
-      if (view !== undefined && view.id === sandboxId) return;
+      if (view !== undefined) return;
       gone = true;
       current?.stop();
     }, () => undefined);
@@ -191,7 +191,7 @@ export async function runLogs(engine: DockerEngine, name: string, sharedNetwork:
       if (gone) throw goneError(name);
       // At most a few reads a second, should an engine end the stream of a running proxy at once.
       await new Promise((resolve) => setTimeout(resolve, REREAD_PAUSE_MS));
-      const waited = await untilRunningAgain(engine, name, sandboxId, egress, io, () => interrupted);
+      const waited = await untilRunningAgain(engine, name, egress, io, () => interrupted);
       if (waited === 'interrupted') break;
       // The same run (the engine ended the stream of a running proxy): from where it ended, by
       // this machine's clock, the best there is.
