@@ -99,17 +99,31 @@ function legsOf(view: ContainerView, sharedNetwork: { id: string; name: string }
  * joining to it now (ShardClaims). Creates in other controller processes at the same moment can
  * each see the same room, so a shard can pass its size by the number of them; it never refuses one.
  * A shard of another image than `egressProxyImage` (made before the deployment changed it) takes
- * no new sandbox: it serves those it has until they go, and new ones get a shard of the image the
- * deployment names now.
+ * no new sandbox while a place is free for one of the image the deployment names now: it serves
+ * those it has, and new ones get a shard of the current image. Such a shard is not removed once
+ * empty, so when every place holds one, one of them with room takes the sandbox (logged).
  */
 export async function claimShard(deps: BuildDeps, sharedNetwork: string, joining: ReadonlyMap<number, number>): Promise<number> {
+  // Shards of another image with room, by place: taken only when no place is left for one of the
+  // image configured now. Nothing removes such a shard once it is empty, so after enough upgrades
+  // they can hold every place, and skipping them then refused every create as "full".
+  const otherImage: Array<{ readonly k: number; readonly view: ContainerView }> = [];
   for (let k = 0; k < MAX_EGRESS_SHARDS; k += 1) {
     const view = await deps.engine.inspectContainer(egressShardName(deps.config.network, k));
-    if (view !== undefined && view.image !== deps.config.egressProxyImage) continue;
     const taken = (view === undefined ? 0 : legsOf(view, { id: sharedNetwork, name: deps.config.network })) + (joining.get(k) ?? 0);
     if (taken >= deps.config.egressShardSize) continue;
+    if (view !== undefined && view.image !== deps.config.egressProxyImage) {
+      otherImage.push({ k, view });
+      continue;
+    }
     await ensureShard(deps, k, sharedNetwork, view);
     return k;
+  }
+  const fallback = otherImage[0];
+  if (fallback !== undefined) {
+    deps.logger.warn({ shard: egressShardName(deps.config.network, fallback.k), image: fallback.view.image }, 'every place of the shared egress holds a shard; a shard of another image than egressProxyImage takes this sandbox (capybara-sandbox down --all, or destroying its sandboxes and the shard, frees places)');
+    await ensureShard(deps, fallback.k, sharedNetwork, fallback.view);
+    return fallback.k;
   }
   throw new SandboxError(
     'address_pool_exhausted',

@@ -78,6 +78,28 @@ t.test('a shard of another image takes no new sandbox: the next gets a shard of 
   await upgraded.destroy(b);
 });
 
+t.test('shards of another image on every place never refuse a create: the next takes one of them with room', async (t) => {
+  const s = fakeSandbox({ egressIsolation: 'shared' });
+  const a = await s.provider.create(spec('a'));
+  await s.provider.destroy(a);
+  // Shards of the old image on every place (upgrades leave them: nothing removes an empty one).
+  const view = s.engine.containers.get(SHARD);
+  t.ok(view, 'shard 0 was made');
+  for (let k = 1; k < 100; k++) {
+    const name = `cap-egress.${k}.capybara-sandbox`;
+    const body = structuredClone(view!.body);
+    body.Labels = { ...(body.Labels ?? {}), 'dev.capybara.sandbox.egress-shard': String(k) };
+    await s.engine.createContainer(name, body);
+  }
+  const next = 'capybara-sandbox-egress:next';
+  s.engine.images.add(next);
+  const upgraded = s.withConfig({ egressIsolation: 'shared', egressProxyImage: next });
+  const b = await upgraded.create(spec('b'));
+  t.equal((await upgraded.exec(b, 'true')).exitCode, 0, 'b is served');
+  t.equal((await s.engine.inspectContainer('cap-b'))?.labels['dev.capybara.sandbox.egress-shard'], '0', 'on the first shard with room');
+  await upgraded.destroy(b);
+});
+
 t.test('a full shard sends the next sandbox to a new one', async (t) => {
   const s = fakeSandbox({ egressIsolation: 'shared', egressShardSize: 2 });
   for (const id of ['a', 'b', 'c']) await s.provider.create(spec(id));
