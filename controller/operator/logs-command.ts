@@ -59,6 +59,10 @@ export class DecisionPrinter {
 
   /** Prints the lines `chunk` ends; what the output asked to wait for, if it did. */
   readonly push = (stream: 'stdout' | 'stderr', chunk: Buffer): Promise<unknown> | undefined => {
+    // A shard's stderr is raw text (a fatal error's stack quotes messages with their line
+    // breaks), where a co-tenant's text could pass for a record naming another sandbox: only
+    // stdout, pino's records, is read there (as run --report reads its proxy's).
+    if (stream === 'stderr' && this.sandbox !== undefined) return undefined;
     this.streams[stream].push(chunk);
     const waiting = this.waiting;
     this.waiting = undefined;
