@@ -165,7 +165,7 @@ export class ShardClaims {
  * Shard `k` created (with its registrations volume) when missing, and running. A create or start
  * another controller made first is as good as done.
  */
-export async function ensureShard(deps: BuildDeps, k: number, sharedNetwork: string, seen?: ContainerView): Promise<void> {
+export async function ensureShard(deps: BuildDeps, k: number, sharedNetwork: string, seen?: ContainerView, remade = false): Promise<void> {
   const { engine, config } = deps;
   const name = egressShardName(config.network, k);
   let view = seen ?? (await engine.inspectContainer(name));
@@ -194,7 +194,16 @@ export async function ensureShard(deps: BuildDeps, k: number, sharedNetwork: str
     await engine.startContainer(name);
   } catch (err) {
     const now = await engine.inspectContainer(name);
-    if (now?.running !== true) throw err;
+    if (now?.running === true) return;
+    // A stopped container keeps its legs in its settings but holds no endpoint, so `docker network
+    // rm` or `prune` can remove a sandbox network (or the shared one) under it: it then never
+    // starts again ("network ... not found"), and neither its sandboxes nor a create could go on.
+    // Made again from its volume, which keeps every registration; each sandbox's recovery
+    // connects its leg again. This container only: one another call made meanwhile is its own.
+    if (remade || now === undefined || now.id !== view.id || !dockerSays(err, 404, /network/i)) throw err;
+    deps.logger.warn({ shard: name, err }, 'a network of the stopped egress shard is gone, so it cannot start; making it again from its volume');
+    await engine.removeContainer(name);
+    await ensureShard(deps, k, sharedNetwork, undefined, true);
   }
 }
 

@@ -181,6 +181,32 @@ t.test('recovery brings back a missing registration, leg or shard, keeping live 
   t.ok(s.engine.reachable('cap-b', 'cap-b-egress'));
 });
 
+t.test('a shard stopped while a network of its was removed (docker network rm, prune) is made again, not left unable to start', async (t) => {
+  const s = fakeSandbox({ egressIsolation: 'shared' });
+  const a = await s.provider.create(spec('a', ['pypi.org']));
+  const b = await s.provider.create(spec('b', ['crates.io']));
+  await s.provider.changeAllowHosts(b, { allow: ['deb.debian.org'] });
+  await s.provider.suspend(a);
+  await s.engine.stopContainer(SHARD, 0);
+  // A stopped container holds no endpoint: the network goes under its settings.
+  const net = [...s.engine.networks.values()].find((n) => n.name === 'cap-a-net');
+  await s.engine.removeNetwork(String(net?.id));
+  await rejects(s.engine.startContainer(SHARD), /network .* not found/, 'the shard as it is cannot start');
+  await s.provider.exec(b, 'true');
+  t.ok(s.engine.reachable('cap-b', 'cap-b-egress'), 'b\'s command brought a shard back');
+  t.match(registrationOf(s, SHARD, 'cap-b'), { policy: { allowHosts: ['crates.io', 'deb.debian.org'] } }, 'from its volume: the live change kept');
+  t.equal(await s.provider.resume(a), 'running');
+  t.ok(s.engine.reachable('cap-a', 'cap-a-egress'), 'a on a network made again, served');
+  const c = await s.provider.create(spec('c'));
+  t.ok(s.engine.reachable('cap-c', 'cap-c-egress'), 'and creates go on');
+  await s.provider.destroy(c);
+});
+
+async function rejects(p: Promise<unknown>, message: RegExp, what: string): Promise<void> {
+  const err = await p.then(() => undefined, (e: unknown) => e);
+  if (!(err instanceof Error) || !message.test(err.message)) throw new Error(`${what}: ${String(err)}`);
+}
+
 t.test('the check before a command finds a lost registration and writes it again', async (t) => {
   const s = fakeSandbox({ egressIsolation: 'shared' });
   const a = await s.provider.create(spec('a', ['pypi.org']));
