@@ -101,6 +101,13 @@ t.test('a sandbox\'s lifecycle on a shard of the shared egress', async (t) => {
     t.equal(await fetchBody(h), UPSTREAM_BODY, 'paused: unpaused');
     t.equal((await s.inspect(shard)).State.Paused, false);
     docker('kill', shard);
+    // A kill is a manual stop to dockerd, which does not restart the shard then; should one
+    // (another engine version) restart it, the command is let wait for the shard to listen.
+    await new Promise((r) => setTimeout(r, 500));
+    if ((await s.inspect(shard)).State.Running) {
+      const from = Date.now();
+      while ((await fetchBody(h)) !== UPSTREAM_BODY && Date.now() - from < 15_000);
+    }
     t.equal(await fetchBody(h), UPSTREAM_BODY, 'killed: running again');
     // A live change lives in the shard's volume: a shard made again from it keeps the change.
     t.same(await provider.changeAllowHosts(h, { allow: [SECOND_HOST] }), [UPSTREAM_HOST, SECOND_HOST]);
