@@ -11,7 +11,8 @@
  * - Resume after the sandbox's network was removed (with the shard's leg taken off first, or while
  *   the shard was stopped, as `docker network prune` does to a stopped container's networks).
  * - A destroy called while a resume rebuilds waits for it and leaves nothing; destroy leaves
- *   nothing labelled with the sandbox and no leg or registration on the shard, which stays.
+ *   nothing labelled with the sandbox and no leg or registration on the shard (stopped or paused
+ *   meanwhile too), which stays.
  */
 import t from 'tap';
 import pino from 'pino';
@@ -179,6 +180,20 @@ t.test('a sandbox\'s lifecycle on a shard of the shared egress', async (t) => {
     t.same(await networksOf(shard), [`${b.id}-net`, s.sharedNetwork].sort(), 'the shard has no leg left for it');
     t.match(slotText(subnet), /"vacant":true/, 'its registration ended');
     t.equal(await fetchBody(b), UPSTREAM_BODY, 'the other sandbox is still served');
+  });
+
+  await t.test('a destroy while the shard is stopped or paused still ends its registration and takes its leg off', async (t) => {
+    for (const how of ['stop', 'pause'] as const) {
+      const c = await provider.create({ id: `${s.env.runId}-${how}`, image: SANDBOX_IMAGE, limits: { egress: 'allowlist', allowHosts: [UPSTREAM_HOST] } });
+      const subnet = await subnetOf(`${c.id}-net`);
+      if (how === 'stop') docker('stop', '-t', '0', shard);
+      else docker('pause', shard);
+      await provider.destroy(c);
+      t.same(await s.labelled(c.id), [], `${how}: nothing of it left`);
+      t.same(await networksOf(shard), [`${b.id}-net`, s.sharedNetwork].sort(), `${how}: no leg left for it`);
+      t.equal(await fetchBody(b), UPSTREAM_BODY, `${how}: the other sandbox's command brings the shard back`);
+      t.match(slotText(subnet), /"vacant":true/, `${how}: its registration ended`);
+    }
   });
 
   await t.test('destroy leaves nothing labelled, twice; the shard stays', async (t) => {
