@@ -199,7 +199,14 @@ t.test('a shard stopped while a network of its was removed (docker network rm, p
   t.ok(s.engine.reachable('cap-a', 'cap-a-egress'), 'a on a network made again, served');
   const c = await s.provider.create(spec('c'));
   t.ok(s.engine.reachable('cap-c', 'cap-c-egress'), 'and creates go on');
-  await s.provider.destroy(c);
+  // The same met first by a create, which claims the shard.
+  await s.provider.suspend(c);
+  await s.engine.stopContainer(SHARD, 0);
+  await s.engine.removeNetwork(String([...s.engine.networks.values()].find((n) => n.name === 'cap-c-net')?.id));
+  await s.provider.create(spec('d'));
+  t.ok(s.engine.reachable('cap-d', 'cap-d-egress'), 'a create made the shard again');
+  await s.provider.exec(b, 'true');
+  t.ok(s.engine.reachable('cap-b', 'cap-b-egress'), 'and b is served again at its next command');
 });
 
 async function rejects(p: Promise<unknown>, message: RegExp, what: string): Promise<void> {
