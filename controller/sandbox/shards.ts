@@ -199,10 +199,13 @@ export async function ensureShard(deps: BuildDeps, k: number, sharedNetwork: str
     // rm` or `prune` can remove a sandbox network (or the shared one) under it: it then never
     // starts again ("network ... not found"), and neither its sandboxes nor a create could go on.
     // Made again from its volume, which keeps every registration; each sandbox's recovery
-    // connects its leg again. This container only: one another call made meanwhile is its own.
-    if (remade || now === undefined || now.id !== view.id || !dockerSays(err, 404, /network/i)) throw err;
-    deps.logger.warn({ shard: name, err }, 'a network of the stopped egress shard is gone, so it cannot start; making it again from its volume');
-    await engine.removeContainer(name);
+    // connects its leg again. This container only: one that another call (a recovery of another
+    // sandbox on the shard) is making again meanwhile is used once there.
+    if (remade || !dockerSays(err, 404, /\bnetwork \S+ not found/i)) throw err;
+    if (now?.id === view.id) {
+      deps.logger.warn({ shard: name, err }, 'a network of the stopped egress shard is gone, so it cannot start; making it again from its volume');
+      await engine.removeContainer(name);
+    }
     await ensureShard(deps, k, sharedNetwork, undefined, true);
   }
 }
