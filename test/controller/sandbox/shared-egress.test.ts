@@ -207,6 +207,22 @@ t.test('a shard stopped while a network of its was removed (docker network rm, p
   t.ok(s.engine.reachable('cap-d', 'cap-d-egress'), 'a create made the shard again');
   await s.provider.exec(b, 'true');
   t.ok(s.engine.reachable('cap-b', 'cap-b-egress'), 'and b is served again at its next command');
+  // Met by the recoveries of two sandboxes at once: one makes it again, and both go on.
+  await s.provider.suspend(c);
+  await s.engine.stopContainer(SHARD, 0);
+  await s.engine.removeNetwork(String([...s.engine.networks.values()].find((n) => n.name === 'cap-c-net')?.id));
+  // Both starts fail before either recovery makes the shard again.
+  let waiting = 2;
+  let release: () => void = () => undefined;
+  const bothFailed = new Promise<void>((resolve) => { release = resolve; });
+  s.engine.beforeCall(async (call) => {
+    if (call.method !== 'startContainer' || call.target !== SHARD || waiting === 0) return;
+    waiting -= 1;
+    if (waiting === 0) release();
+    await bothFailed;
+  });
+  await Promise.all([s.provider.exec(b, 'true'), s.provider.exec({ id: 'cap-d' }, 'true')]);
+  t.ok(s.engine.reachable('cap-b', 'cap-b-egress') && s.engine.reachable('cap-d', 'cap-d-egress'), 'both served');
 });
 
 async function rejects(p: Promise<unknown>, message: RegExp, what: string): Promise<void> {
