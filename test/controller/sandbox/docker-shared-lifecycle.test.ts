@@ -9,7 +9,8 @@
  *   another sandbox on it gets its leg back at its own next command).
  * - egressUsage is the sandbox's own share of the shard's counts; null while the shard is paused.
  * - Resume after the sandbox's network was removed (with the shard's leg taken off first, or while
- *   the shard was stopped, as `docker network prune` does to a stopped container's networks).
+ *   the shard was stopped, as `docker network prune` does to a stopped container's networks), and
+ *   commands after everything stopped and every sandbox network was removed.
  * - A destroy called while a resume rebuilds waits for it and leaves nothing; destroy leaves
  *   nothing labelled with the sandbox and no leg or registration on the shard (stopped or paused
  *   meanwhile too), which stays.
@@ -167,6 +168,15 @@ t.test('a sandbox\'s lifecycle on a shard of the shared egress', async (t) => {
     t.same(await members(`${name}-net`), [name, shard].sort());
     t.equal(await fetchBody(h), UPSTREAM_BODY);
     t.equal(await status(h, `http://${SECOND_HOST}/`), '403', 'with its policy');
+  });
+
+  await t.test('everything stopped (a host restart) and the sandbox networks pruned: each sandbox comes back at its next command', async (t) => {
+    docker('stop', '-t', '0', name, b.id, shard);
+    docker('network', 'rm', `${name}-net`, `${b.id}-net`);
+    const [bodyA, bodyB] = await Promise.all([fetchBody(h), fetchBody(b)]);
+    t.same([bodyA, bodyB], [UPSTREAM_BODY, UPSTREAM_BODY], 'both served, on networks made again');
+    t.equal((await provider.exec(h, 'cat /workspace/kept')).stdout, 'kept\n', 'files kept');
+    t.same(await networksOf(shard), [`${b.id}-net`, `${name}-net`, s.sharedNetwork].sort());
   });
 
   await t.test('a destroy called while a resume rebuilds waits for it, and leaves nothing', async (t) => {
