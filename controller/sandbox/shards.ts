@@ -161,11 +161,28 @@ export class ShardClaims {
   }
 }
 
+/** Per controller process (its deps): the ensureShard of each shard under way, which calls meanwhile share. */
+const ensuring = new WeakMap<BuildDeps, Map<number, Promise<void>>>();
+
 /**
  * Shard `k` created (with its registrations volume) when missing, and running. A create or start
- * another controller made first is as good as done.
+ * another controller made first is as good as done. The recoveries of a process's sandboxes on one
+ * shard share one call: each making a shard that cannot start again (below) would remove the one
+ * another had just made, or meet it being removed.
  */
-export async function ensureShard(deps: BuildDeps, k: number, sharedNetwork: string, seen?: ContainerView, remade = false): Promise<void> {
+export function ensureShard(deps: BuildDeps, k: number, sharedNetwork: string, seen?: ContainerView): Promise<void> {
+  let mine = ensuring.get(deps);
+  if (mine === undefined) ensuring.set(deps, (mine = new Map()));
+  const under = mine.get(k);
+  if (under !== undefined) return under;
+  const call = ensureShardOnce(deps, k, sharedNetwork, seen).finally(() => {
+    if (mine.get(k) === call) mine.delete(k);
+  });
+  mine.set(k, call);
+  return call;
+}
+
+async function ensureShardOnce(deps: BuildDeps, k: number, sharedNetwork: string, seen?: ContainerView, remade = false): Promise<void> {
   const { engine, config } = deps;
   const name = egressShardName(config.network, k);
   let view = seen ?? (await engine.inspectContainer(name));
@@ -206,7 +223,7 @@ export async function ensureShard(deps: BuildDeps, k: number, sharedNetwork: str
       deps.logger.warn({ shard: name, err }, 'a network of the stopped egress shard is gone, so it cannot start; making it again from its volume');
       await engine.removeContainer(name);
     }
-    await ensureShard(deps, k, sharedNetwork, undefined, true);
+    await ensureShardOnce(deps, k, sharedNetwork, undefined, true);
   }
 }
 
