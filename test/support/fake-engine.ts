@@ -46,7 +46,7 @@
  * call (throw `fake.status(...)`) or change the engine meanwhile (another replica, an operator).
  */
 import { randomBytes } from 'node:crypto';
-import { EngineStatusError, type ContainerSummary, type ExecRequest, type ExecRun } from '../../controller/docker/engine.js';
+import { EngineStatusError, type ContainerSummary, type ResourceSummary, type ExecRequest, type ExecRun } from '../../controller/docker/engine.js';
 import type { LogRead, LogRequest } from '../../controller/docker/engine-logs.js';
 import type { ContainerView, NetworkView, SandboxEngine, VolumeView } from '../../controller/docker/sandbox-engine.js';
 import { EXEC_MARK_VAR, STARTED_BYTE, SURVIVORS_MARKER } from '../../controller/exec/exec-script.js';
@@ -358,6 +358,21 @@ export class FakeEngine implements SandboxEngine {
     }));
   }
 
+  /** Every container carrying each label (`KEY=VALUE`, or `KEY`), stopped ones too: the operator CLI's listing. */
+  async listContainers(labels: readonly string[]): Promise<ContainerSummary[]> {
+    await this.enter('listContainers', labels.join(','));
+    return [...this.containers.values()].filter((c) => carriesLabels(c.body.Labels ?? {}, labels)).map((c) => ({
+      id: c.id, name: c.name, image: c.body.Image ?? '', state: c.state, status: c.state, createdMs: 0, labels: { ...(c.body.Labels ?? {}) },
+      networks: c.attached.map((a) => ({ name: a.name, id: a.id ?? '', ipv4: a.ipv4 ?? '' })),
+    }));
+  }
+
+  /** The names of the containers attached to the network, stopped ones too. */
+  async containersOnNetwork(network: { readonly id: string; readonly name: string }): Promise<string[]> {
+    await this.enter('containersOnNetwork', network.name);
+    return [...this.containers.values()].filter((c) => c.attached.some((a) => a.id === network.id || a.name === network.name)).map((c) => c.name);
+  }
+
   async startContainer(name: string): Promise<void> {
     const call = await this.enter('startContainer', name);
     const c = this.container(call);
@@ -444,6 +459,13 @@ export class FakeEngine implements SandboxEngine {
     }
     if (this.volumes.has(body.Name)) return; // an existing volume is returned as it is
     this.volumes.set(body.Name, { name: body.Name, body: structuredClone(body) });
+  }
+
+  async listVolumes(labels: readonly string[]): Promise<ResourceSummary[]> {
+    await this.enter('listVolumes', labels.join(','));
+    return [...this.volumes.values()]
+      .map((v) => ({ id: v.name, name: v.name, createdMs: 0, labels: { ...((v.body as { Labels?: Record<string, string> }).Labels ?? {}) } }))
+      .filter((v) => carriesLabels(v.labels, labels));
   }
 
   async removeVolume(name: string): Promise<void> {
@@ -622,4 +644,12 @@ export class FakeEngine implements SandboxEngine {
       (b) => b.state === 'running' && b.attached.some((x) => x.id !== undefined && ids.has(x.id) && (b.name === to || x.alias === to || x.ipv4 === to)),
     );
   }
+}
+
+/** Whether `have` carries every filter of a label listing: `KEY=VALUE`, or `KEY` (any value). */
+function carriesLabels(have: Readonly<Record<string, string>>, filters: readonly string[]): boolean {
+  return filters.every((l) => {
+    const at = l.indexOf('=');
+    return at < 0 ? have[l] !== undefined : have[l.slice(0, at)] === l.slice(at + 1);
+  });
 }
