@@ -165,7 +165,7 @@ async function adoptRegistration(deps: BuildDeps, names: SandboxNames, pending: 
   if (now === undefined || !holdsRegistration(now, names.name, pending.target)) {
     throw new SandboxError(
       'egress_unavailable',
-      `The egress proxy of ${names.name}, rebuilt by another call at the same moment, answers without holding this sandbox's registration; \`capybara-sandbox resume ${names.name}\` writes it back.`,
+      `The egress proxy of ${names.name}, rebuilt by another call at the same moment, answers without holding this sandbox's registration; a resume (the provider's, or \`capybara-sandbox exec ${names.name} -- true\`) writes it back.`,
     );
   }
   return { ...pending, lifecycle: now.lifecycle };
@@ -314,7 +314,7 @@ export async function waitForEgress(deps: BuildDeps, names: SandboxNames, lifecy
   if (code !== 0 && lifecycle !== undefined) {
     throw new SandboxError(
       'egress_unavailable',
-      `The egress proxy serving ${names.name} (its own, or a shard of the shared egress) did not answer ${EGRESS_HEALTH_PATH} as this sandbox within ${seconds} s: it is down, or it does not hold the sandbox's registration; \`capybara-sandbox resume ${names.name}\` writes it back, and the proxy's log says why it refused one.`,
+      `The egress proxy serving ${names.name} (its own, or a shard of the shared egress) did not answer ${EGRESS_HEALTH_PATH} as this sandbox within ${seconds} s: it is down, or it does not hold the sandbox's registration; a resume (the provider's, or \`capybara-sandbox exec ${names.name} -- true\`) writes it back, and the proxy's log says why it refused one.`,
     );
   }
   if (code !== 0) {

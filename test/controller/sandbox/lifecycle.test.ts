@@ -101,6 +101,16 @@ t.test('a proxy that never answers fails the create with egress_unavailable, not
   t.same(leftOver(s, NAME), []);
 });
 
+t.test('a shard that never answers as the sandbox: the error names only commands the CLI has', async (t) => {
+  const s = fakeSandbox({ egressIsolation: 'shared' });
+  s.engine.onExec = () => ({ exitCode: 137 });
+  const err = await s.provider.create(spec('allowlist')).catch((e: unknown) => e);
+  t.ok(isSandboxError(err, 'egress_unavailable'), String(err));
+  const named = [...String((err as Error).message).matchAll(/capybara-sandbox ([a-z]+)/g)].map((m) => m[1]);
+  t.ok(named.length > 0, 'it says what to run');
+  for (const command of named) t.ok(['exec', 'run', 'destroy', 'inspect', 'logs', 'doctor'].includes(command ?? ''), `capybara-sandbox ${command} is a command of the CLI`);
+});
+
 t.test('a cleanup that fails too is logged, and the create reports the first cause', async (t) => {
   const s = fakeSandbox();
   s.engine.failOnce('startContainer', NAME, 500, 'first cause');
