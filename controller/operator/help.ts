@@ -181,7 +181,8 @@ tunnels and keep-alive connections to it are closed. Prints the allowlist now in
     summary: 'remove a sandbox, its egress proxy, network and ephemeral volumes',
     usage: 'destroy [-f|--force] NAME',
     description: `Removes the sandbox and its egress proxy, network and ephemeral volumes (a persistent workspace
-stays). A sandbox that does not exist exits 1, "no such sandbox".`,
+stays). A sandbox on a shard of the shared egress leaves the shard (its registration ends, the
+shard stays for the others). A sandbox that does not exist exits 1, "no such sandbox".`,
     arguments: [NAME_ARG],
     options: [['-f, --force', 'a sandbox that does not exist is no error (exit 0, as docker rm -f)']],
     examples: ['capybara-sandbox destroy demo'],

@@ -11,6 +11,7 @@ import { DockerEngine } from '../docker/index.js';
 import { PIDS_LIMIT, SandboxError, isSandboxError, namesFor, type DeploymentConfig } from '../spec/index.js';
 import { IMAGES, VERSION } from '../../common/index.js';
 import { createDockerSandbox } from '../index.js';
+import { shardOfLabels } from '../sandbox/index.js';
 import { parseOperatorArgs, type OperatorArgs } from './args.js';
 import { commandHelp, OPERATOR_HELP } from './help.js';
 import { lsOutput } from './ls-options.js';
@@ -82,6 +83,16 @@ function upLines(r: UpResult, config: DeploymentConfig): string {
     `the plugin's config: extensionConfig."sandbox-docker" = ${JSON.stringify({ endpoint: r.endpoint, network: config.network })}`,
     '',
   ].join('\n');
+}
+
+/**
+ * What destroy says it removed: a sandbox on a shard of the shared egress left the shard (which
+ * stays for the others); one with a proxy of its own took it along; none at all (--force) nothing.
+ */
+export function destroyedLine(name: string, existed: boolean, shard: string | undefined): string {
+  if (!existed) return `no sandbox ${name}: nothing to destroy\n`;
+  if (shard !== undefined) return `destroyed ${name} (container, network, ephemeral volumes; its registration on the egress shard ${shard}, which stays for the other sandboxes)\n`;
+  return `destroyed ${name} (container, egress proxy, network, ephemeral volumes)\n`;
 }
 
 async function dispatch(args: OperatorArgs, loaded: OperatorConfig, io: OperatorIo, env: NodeJS.ProcessEnv): Promise<number> {
@@ -190,11 +201,12 @@ async function dispatch(args: OperatorArgs, loaded: OperatorConfig, io: Operator
     }
     case 'destroy': {
       const name = args.name ?? '';
-      const existed = (await engine.inspectContainer(name)) !== undefined || (await engine.inspectContainer(namesFor(name).egress)) !== undefined;
+      const view = await engine.inspectContainer(name);
+      const existed = view !== undefined || (await engine.inspectContainer(namesFor(name).egress)) !== undefined;
       // Whatever is left of it (a network, volumes) goes either way.
       await provider().destroyByName(name);
       if (!existed && !args.force) throw new SandboxError('not_found', `no such sandbox ${name}: nothing to destroy (--force makes that exit 0, as docker rm -f does)`);
-      print(io, args, { destroyed: name }, `destroyed ${name} (container, egress proxy, network, ephemeral volumes)\n`);
+      print(io, args, { destroyed: name }, destroyedLine(name, existed, view === undefined ? undefined : shardOfLabels(view.labels, config.network)?.name));
       return 0;
     }
     case 'gc': {
