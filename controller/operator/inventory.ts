@@ -6,6 +6,7 @@
 import { type ContainerSummary, type DockerEngine, type ResourceSummary, engineStatus } from '../docker/index.js';
 import { EGRESS_SHARD_PREFIX, SandboxError, LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_EGRESS_ISOLATION, LABEL_EGRESS_SHARD, LABEL_NAME, LABEL_SANDBOX, namesFor } from '../spec/index.js';
 import { decodeAllowHosts } from '../../common/index.js';
+import { shardOfLabels } from '../sandbox/index.js';
 import { egressState } from './egress-state.js';
 
 export interface Inventory {
@@ -65,19 +66,23 @@ export function isSandboxContainer(c: ContainerSummary): boolean {
 /**
  * The shard of the shared egress that serves a sandbox (`egressIsolation: shared`): of the shards
  * of its number (one per deployment's shared network), the one with a leg on the sandbox's
- * network, else any (then `detached`, or its state when the sandbox is not running).
+ * network, else the one of `sharedNetwork` (then `detached`, or its state when the sandbox is not
+ * running), else none (`missing`). Never another deployment's shard of the same number: its state
+ * says nothing of this sandbox's way out.
  */
-function shardServing(all: readonly ContainerSummary[], sandbox: ContainerSummary): ContainerSummary | undefined {
+function shardServing(all: readonly ContainerSummary[], sandbox: ContainerSummary, sharedNetwork: string): ContainerSummary | undefined {
   const shards = all.filter((x) => x.name.startsWith(EGRESS_SHARD_PREFIX) && x.labels[LABEL_EGRESS_SHARD] === sandbox.labels[LABEL_EGRESS_SHARD]);
   const network = sandbox.networks.find((n) => n.id !== '');
-  return shards.find((x) => network !== undefined && x.networks.some((n) => n.id === network.id)) ?? shards[0];
+  const own = shardOfLabels(sandbox.labels, sharedNetwork)?.name;
+  return shards.find((x) => network !== undefined && x.networks.some((n) => n.id === network.id)) ?? shards.find((x) => x.name === own);
 }
 
-export function sandboxRows(inventory: Inventory, nowMs: number): SandboxRow[] {
+/** `sharedNetwork`: the deployment's, after which the shards of its shared egress are named. */
+export function sandboxRows(inventory: Inventory, nowMs: number, sharedNetwork: string): SandboxRow[] {
   const byName = new Map(inventory.allContainers.map((c) => [c.name, c]));
   return inventory.containers.filter(isSandboxContainer).map((c) => {
     const tier = c.labels[LABEL_EGRESS] ?? 'unknown';
-    const proxy = c.labels[LABEL_EGRESS_ISOLATION] === 'shared' ? shardServing(inventory.allContainers, c) : byName.get(namesFor(c.name).egress);
+    const proxy = c.labels[LABEL_EGRESS_ISOLATION] === 'shared' ? shardServing(inventory.allContainers, c, sharedNetwork) : byName.get(namesFor(c.name).egress);
     return {
       name: c.name,
       state: c.state,

@@ -172,7 +172,7 @@ async function dispatch(args: OperatorArgs, loaded: OperatorConfig, io: Operator
     }
     case 'ls': {
       // Its TIER is a label too (print above).
-      io.stdout(terminalText(lsOutput(sandboxRows(await readInventory(engine, args.labels, 'ls', args.ls.labels), now()), args.ls, args.json)));
+      io.stdout(terminalText(lsOutput(sandboxRows(await readInventory(engine, args.labels, 'ls', args.ls.labels), now(), config.network), args.ls, args.json)));
       return 0;
     }
     case 'inspect': {
@@ -221,7 +221,7 @@ async function dispatch(args: OperatorArgs, loaded: OperatorConfig, io: Operator
       // Listing needs the engine itself: the one on this host, when the endpoint is a socket here
       // (the socket proxy of up, or the engine); a tcp endpoint may be another host's engine.
       const local = config.endpoint.startsWith('unix://') ? new DockerEngine({ endpoint: localEngineEndpoint(env), logger }) : undefined;
-      const listSandboxes = local === undefined ? undefined : async () => sandboxRows(await readInventory(local, args.labels, 'doctor'), now());
+      const listSandboxes = local === undefined ? undefined : async () => sandboxRows(await readInventory(local, args.labels, 'doctor'), now(), config.network);
       // Each check's line as it finishes (a run takes about 25 s); --json stays one document.
       const onCheck = args.json ? undefined : (c: DoctorCheck): void => void io.stdout(`[${c.status.toUpperCase()}] ${c.check}: ${c.detail}${c.fix === undefined ? '' : `\n       fix: ${c.fix}`}\n`);
       const checks = await runDoctor({ config, engine, provider: provider(), image: args.image, labels: args.labels, listSandboxes, ...(onCheck === undefined ? {} : { onCheck }) });

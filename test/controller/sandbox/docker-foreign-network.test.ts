@@ -28,13 +28,13 @@ t.test('a leg on another network is shown and taken off before the next command'
 
   await env.docker.getNetwork(sharedNetwork).connect({ Container: h.id });
   const engine = new DockerEngine({ endpoint: `unix://${engineSocketPath()}`, logger: pino({ level: 'silent' }) });
-  const rows = sandboxRows(await readInventory(engine, env.labels, 'ls'), Date.now());
+  const rows = sandboxRows(await readInventory(engine, env.labels, 'ls'), Date.now(), sharedNetwork);
   t.same(rows.map((r) => [r.name, r.egress]), [[h.id, 'exposed']], 'ls says exposed');
 
   const after = await provider.exec(h, direct);
   t.notMatch(after.stdout, UPSTREAM_BODY, 'the next command does not reach past the proxy');
   t.same(Object.keys((await s.inspect(h.id)).NetworkSettings.Networks), [`${h.id}-net`], 'the other leg is gone');
   t.match((await provider.exec(h, `curl -s -m 5 http://${UPSTREAM_HOST}/`)).stdout, UPSTREAM_BODY, 'and the proxy still serves its allowlist');
-  const again = sandboxRows(await readInventory(engine, env.labels, 'ls'), Date.now());
+  const again = sandboxRows(await readInventory(engine, env.labels, 'ls'), Date.now(), sharedNetwork);
   t.same(again.map((r) => r.egress), ['running'], 'ls says running again');
 });

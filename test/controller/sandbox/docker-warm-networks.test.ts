@@ -82,7 +82,7 @@ t.test('sandboxes made on warm networks', async (t) => {
   await t.test('inspect and ls show it on its warm network; gc keeps what waits and what is in use', async (t) => {
     const detail = await inspectSandbox(new DockerEngine({ endpoint: s.proxy.endpoint }), a.id, s.sharedNetwork);
     t.match(detail, { network: /^cap-warm\./, egress: 'running', allowHosts: [UPSTREAM_HOST] });
-    const rows = sandboxRows(await readInventory(host, s.env.labels, 'ls'), Date.now());
+    const rows = sandboxRows(await readInventory(host, s.env.labels, 'ls'), Date.now(), s.sharedNetwork);
     t.match(rows.find((r) => r.name === a.id), { state: 'running', egress: 'running' });
     await provider.warmUp();
     const results = await collectGarbage(host, { dryRun: true, minAgeMs: 0, extraLabels: s.env.labels, nowMs: Date.now() + 60_000, sharedNetwork: s.sharedNetwork });
