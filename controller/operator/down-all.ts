@@ -12,7 +12,7 @@
 import { type DockerEngine, engineStatus } from '../docker/index.js';
 import { LABEL_NAME, LABEL_SHARED_NETWORK, LABEL_WARM, LABEL_WORKSPACE_KEY, checkSandboxName, type SandboxProvider } from '../spec/index.js';
 import { leaveShard, shardOfLabels } from '../sandbox/index.js';
-import { isSandboxContainer, readInventory } from './inventory.js';
+import { readInventory } from './inventory.js';
 import type { DownResult } from './socket-proxy-service.js';
 
 export interface DownAllResult {
@@ -85,21 +85,23 @@ async function removeSharedNetwork(deps: DownAllDeps): Promise<DownAllResult['sh
 async function removeShards(deps: DownAllDeps): Promise<void> {
   const inv = await readInventory(deps.engine, deps.labels, 'down --all');
   const shards = inv.containers.filter((c) => shardOfLabels(c.labels, deps.sharedNetwork)?.name === c.name);
+  // The warm networks no sandbox was made on (those of the sandboxes went with them): with the
+  // shards gone nothing is on them.
+  const warm = inv.networks.filter((n) => n.labels[LABEL_WARM] !== undefined && n.labels[LABEL_NAME] === undefined);
   // A shard carries the labels of the process that made it, not those of every sandbox it serves:
-  // with --label, a sandbox without the label can still be on it, and keeps it.
-  const serving = new Set(inv.allContainers.filter(isSandboxContainer).map((c) => shardOfLabels(c.labels, deps.sharedNetwork)?.name));
+  // with --label, a sandbox (or a warm network) without the label can still be on it, by a leg on
+  // its network, and keeps it.
+  const going = new Set(warm.flatMap((n) => [n.id, n.name]));
   for (const shard of shards) {
-    if (serving.has(shard.name)) {
-      deps.progress(`egress shard ${shard.name} kept: it still serves sandboxes (without every --label)`);
+    const legs = shard.networks.filter((n) => n.name !== deps.sharedNetwork && !going.has(n.name) && !(n.id !== '' && going.has(n.id)));
+    if (legs.length > 0) {
+      deps.progress(`egress shard ${shard.name} kept: it still serves ${legs.map((n) => n.name).join(', ')} (not every --label)`);
       continue;
     }
     await deps.engine.removeContainer(shard.name);
     await deps.engine.removeVolume(shard.name);
     deps.progress(`egress shard ${shard.name} removed`);
   }
-  // The warm networks no sandbox was made on (those of the sandboxes went with them): with the
-  // shards gone nothing is on them.
-  const warm = inv.networks.filter((n) => n.labels[LABEL_WARM] !== undefined && n.labels[LABEL_NAME] === undefined);
   for (const network of warm) {
     // A kept shard is still on it.
     await leaveShard(deps.engine, network, deps.sharedNetwork);

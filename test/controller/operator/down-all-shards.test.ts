@@ -36,3 +36,17 @@ t.test('down --all --label keeps a shard that still serves a sandbox without the
   t.notOk(s.engine.containers.has(SHARD), 'the shard is removed');
   t.notOk(s.engine.volumes.has(SHARD), 'with its volume');
 });
+
+t.test('down --all --label removes its shard though another deployment\'s sandbox has a shard of the same number', async (t) => {
+  const s = fakeSandbox({ egressIsolation: 'shared' });
+  const labelled = (labels: Record<string, string>, network?: string) =>
+    createDockerSandbox({ endpoint: 'unix:///nonexistent/fake-engine.sock', egressIsolation: 'shared', ...(network === undefined ? {} : { network }) }, { labels: { ...FAKE_LABELS, ...labels } }, { logger: pino({ level: 'silent' }), engine: s.engine });
+  const mine = labelled({ dep: 'mine' });
+  await labelled({ dep: 'other' }, 'capother').create(spec('x'));
+  await mine.create(spec('y'));
+  const r = await destroyAllSandboxes({ engine: s.engine as unknown as DockerEngine, provider: mine, sharedNetwork: 'capybara-sandbox', labels: { dep: 'mine' }, progress: () => undefined });
+  t.same(r.destroyed, ['cap-y']);
+  t.notOk(s.engine.containers.has(SHARD), 'its shard serves nobody now, and goes');
+  t.ok(s.engine.containers.has('cap-egress.0.capother'), 'the other deployment\'s shard stays');
+  t.ok(s.engine.reachable('cap-x', 'cap-x-egress'), 'and serves x');
+});
