@@ -83,6 +83,8 @@ export class ClientConnection {
   firstHeadTimer: NodeJS.Timeout | undefined;
   /** A CONNECT or an Upgrade took it out of Node's HTTP handling. */
   takenOver = false;
+  /** Closed by its shared proxy because its sandbox's allowlist no longer allows it (tenants.ts). */
+  revoked = false;
   /**
    * Node's HTTP parser failed on it. The parser stays failed: every later read of the connection
    * (more of the same bytes) is reported again, and is that one failure, refused once.

@@ -137,6 +137,7 @@ export class Tenants implements Identities, DnsHost {
     if (detail === undefined) return;
     const target = connection.target;
     logLine(connection.log, { [F.event]: 'revoked', [F.reason]: 'policy_revoked', [F.detail]: detail, ...(target && { [F.host]: target.host, [F.port]: target.port }) }, 'warn');
+    connection.revoked = true;
     connection.socket.destroy();
   }
 }

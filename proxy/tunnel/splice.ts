@@ -125,6 +125,13 @@ export class Splice {
     upstream.once('close', this.onClose);
     // A full close of one side (both directions done) ends the other once its writes are flushed.
     client.once('close', () => {
+      // Revoked (its sandbox's allowlist no longer allows it): no flush, and no wait for the
+      // upstream's own end, which a server that ignores a half-close never sends.
+      if (this.connection.revoked) {
+        this.closedBy ??= 'policy_revoked';
+        upstream.destroy();
+        return;
+      }
       if (!upstream.destroyed && !upstream.writableEnded) upstream.end();
     });
     upstream.once('close', () => {

@@ -199,6 +199,35 @@ t.test('an allowlist change closes the tunnels it no longer allows and reaches n
   t.ok(s.logs.some((l) => l.event === 'revoked' && l.reason === 'policy_revoked' && l.host === 'a.test' && l.sandbox === 'cap-a'), 'the closure has its line');
 });
 
+t.test('a tunnel an allowlist change closes is closed to its upstream too, and its closing line says why', async (t) => {
+  const s = await setup(t);
+  // An upstream that keeps its side open after the proxy's end (as a server that ignores a half-close).
+  let accepted = 0;
+  const holder = net.createServer({ allowHalfOpen: true }, (socket) => {
+    socket.on('error', () => undefined);
+    socket.resume();
+    accepted += 1;
+  });
+  const holdPort = await listen(holder);
+  t.teardown(() => holder.close());
+  const register = (allowHosts: string[]): void =>
+    s.write('slot-a', JSON.stringify({ version: 1, sandbox: 'cap-a', lifecycle: 'life-a-0001', subnet: A.subnet, address: A.proxy, policy: { allowHosts, connectPorts: [holdPort] } }));
+  register(['a.test']);
+  await settle(() => s.logs.some((l) => l.event === 'tenant_registered'), 'the registration');
+  const open = await rawRequest(s.port, `CONNECT a.test:${holdPort} HTTP/1.1\r\nHost: a.test:${holdPort}\r\n\r\n`, A.proxy, 5_000, A.client);
+  t.equal(open.status, 200);
+  await settle(() => accepted === 1, 'the upstream accepted');
+  register(['b.test']);
+  await Promise.race([closed(open.socket), new Promise((r) => setTimeout(r, 4_000))]);
+  t.ok(open.socket.destroyed || open.socket.readableEnded, 'the client side is closed');
+  // The line is written once both sides are closed: the proxy's upstream socket too, not left
+  // half-open (FIN sent, its end awaited) until the idle timeout, five minutes here.
+  const ended = await settle(() => s.logs.some((l) => l.event === 'tunnel_closed'), 'the tunnel\'s closing line').then(() => true, () => false);
+  t.ok(ended, 'the upstream side is closed too: the tunnel ended');
+  t.match(s.logs.find((l) => l.event === 'tunnel_closed'), { host: 'a.test', sandbox: 'cap-a', closedBy: 'policy_revoked' }, 'its closing line, closed by the change');
+  open.socket.destroy();
+});
+
 t.test('an allowlist change that allows a listed host no tunnel, or no opaque one, closes the tunnels open to it', async (t) => {
   // The sandbox's entries are opaque unless they say otherwise (the setup's tunnel default).
   const rows: Array<{ name: string; after: AllowEntry[]; closed: RegExp | undefined; fresh: string }> = [
