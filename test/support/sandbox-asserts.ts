@@ -24,3 +24,21 @@ export async function untilInSandbox(provider: SandboxProvider, h: SandboxHandle
     if (Date.now() > deadline) throw new Error(`not ready within ${deadlineMs} ms: ${check}`);
   }
 }
+
+/**
+ * `docker stop` and `docker pause` of sandbox `h` behind the controller's back, each undone by its
+ * next call (concurrent calls share one recovery); it holds a file `/workspace/kept` with `kept`.
+ */
+export async function autoStarts(t: Test, provider: SandboxProvider, h: SandboxHandle, docker: (...args: string[]) => string): Promise<void> {
+  docker('stop', '-t', '0', h.id);
+  const both = await Promise.all([provider.exec(h, 'echo back'), provider.stat(h, '/workspace/kept')]);
+  t.equal(both[0].stdout, 'back\n', 'concurrent auto-starts share one recovery');
+  t.match(both[1], { type: 'file' });
+  docker('pause', h.id);
+  t.equal((await provider.exec(h, 'echo unpaused')).stdout, 'unpaused\n');
+  docker('pause', h.id);
+  t.equal(Buffer.from(await provider.readFile(h, '/workspace/kept')).toString(), 'kept\n');
+  docker('stop', '-t', '0', h.id);
+  await provider.killAll(h);
+  t.equal(docker('inspect', '-f', '{{.State.Running}}', h.id), 'true');
+}

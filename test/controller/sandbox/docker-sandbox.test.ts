@@ -7,7 +7,7 @@ import t from 'tap';
 import { execFileSync } from 'node:child_process';
 import { readFileSync, readlinkSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
-import { rejectsCode, untilInSandbox } from '../../support/sandbox-asserts.js';
+import { autoStarts, rejectsCode, untilInSandbox } from '../../support/sandbox-asserts.js';
 import { sandboxTestEnv, SANDBOX_IMAGE, UPSTREAM_BODY, UPSTREAM_HOST } from '../../support/sandbox-env.js';
 import { fileNeeds, needUnmet, platformCannot } from '../../support/needs.js';
 import { createDockerSandbox, type SandboxHandle } from '../../../controller/index.js';
@@ -322,17 +322,7 @@ t.test('sandbox provider on the real engine', async (t) => {
   });
 
   await t.test('auto-start after docker stop and docker pause', async (t) => {
-    docker('stop', '-t', '0', name);
-    const both = await Promise.all([provider.exec(h, 'echo back'), provider.stat(h, '/workspace/kept')]);
-    t.equal(both[0].stdout, 'back\n', 'concurrent auto-starts share one recovery');
-    t.match(both[1], { type: 'file' });
-    docker('pause', name);
-    t.equal((await provider.exec(h, 'echo unpaused')).stdout, 'unpaused\n');
-    docker('pause', name);
-    t.equal(Buffer.from(await provider.readFile(h, '/workspace/kept')).toString(), 'kept\n');
-    docker('stop', '-t', '0', name);
-    await provider.killAll(h);
-    t.equal((await s.inspect(name)).State.Running, true);
+    await autoStarts(t, provider, h, docker);
     // Paused while a command runs: the timeout unpauses before its kill exec instead of hanging.
     const during = provider.exec(h, 'sleep 1010', { timeoutMs: 8000 });
     await untilInSandbox(provider, h, 'pgrep -f "sleep 10[1]0"');

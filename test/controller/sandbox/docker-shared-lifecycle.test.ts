@@ -20,7 +20,7 @@ import pino from 'pino';
 import { execFileSync } from 'node:child_process';
 import { createDockerSandbox, type SandboxHandle } from '../../../controller/index.js';
 import { TENANTS_DIR } from '../../../common/index.js';
-import { rejectsCode, untilInSandbox } from '../../support/sandbox-asserts.js';
+import { autoStarts, rejectsCode, untilInSandbox } from '../../support/sandbox-asserts.js';
 import { captureLogs } from '../../support/log-capture.js';
 import { sandboxTestEnv, SANDBOX_IMAGE, UPSTREAM_BODY, UPSTREAM_HOST } from '../../support/sandbox-env.js';
 import { fileNeeds } from '../../support/needs.js';
@@ -82,17 +82,7 @@ t.test('a sandbox\'s lifecycle on a shard of the shared egress', async (t) => {
   });
 
   await t.test('auto-start after docker stop and docker pause of the sandbox', async (t) => {
-    docker('stop', '-t', '0', name);
-    const both = await Promise.all([provider.exec(h, 'echo back'), provider.stat(h, '/workspace/kept')]);
-    t.equal(both[0].stdout, 'back\n', 'concurrent auto-starts share one recovery');
-    t.match(both[1], { type: 'file' });
-    docker('pause', name);
-    t.equal((await provider.exec(h, 'echo unpaused')).stdout, 'unpaused\n');
-    docker('pause', name);
-    t.equal(Buffer.from(await provider.readFile(h, '/workspace/kept')).toString(), 'kept\n');
-    docker('stop', '-t', '0', name);
-    await provider.killAll(h);
-    t.equal((await s.inspect(name)).State.Running, true);
+    await autoStarts(t, provider, h, docker);
     t.equal(await fetchBody(h), UPSTREAM_BODY, 'the egress works after the auto-start');
   });
 
