@@ -46,6 +46,8 @@ t.test('settled waits of a running command hold no memory', async (t) => {
   finish(0);
   t.equal((await result).exitCode, 0);
   t.equal(passed, FRAMES, 'every frame passed on');
-  // The races cost ~40 MB here; the bound leaves room for the heap's own noise.
-  t.ok(grown < 5 * 1024 * 1024, `the running exec holds ${(grown / 1e6).toFixed(1)} MB after ${FRAMES / 1000}k settled waits`);
+  // The races cost ~140 MB here. What is left after a full collection moves by whole heap pages
+  // whatever the frame count (0.4 to 3.3 MB here over 50k to 800k frames, 6.4 MB once in CI),
+  // so the bound sits well above that noise and well below the leak.
+  t.ok(grown < 30 * 1024 * 1024, `the running exec holds ${(grown / 1e6).toFixed(1)} MB after ${FRAMES / 1000}k settled waits`);
 });
