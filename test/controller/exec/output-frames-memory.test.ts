@@ -47,6 +47,7 @@ t.test('output held by OutputCapture costs about its bytes, however small its fr
   const held = heldBytes() - before;
   t.equal(capture.bytesRaw().length, FRAMES, 'every byte kept');
   t.equal(capture.text(), 'x'.repeat(FRAMES));
-  // 200 KB of output; the bound leaves room for the heap's own noise (the views cost ~20 MB here).
-  t.ok(held < 5 * 1024 * 1024, `the capture holds ${(held / 1e6).toFixed(1)} MB for ${FRAMES / 1000} KB of output`);
+  // 200 KB of output. The views cost 20 to 35 MB; what is left after a full collection moves by
+  // whole heap pages (up to 6.4 MB once in CI, in output-wait-memory), so the bound sits between.
+  t.ok(held < 12 * 1024 * 1024, `the capture holds ${(held / 1e6).toFixed(1)} MB for ${FRAMES / 1000} KB of output`);
 });
