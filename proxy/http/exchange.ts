@@ -1,19 +1,19 @@
 /**
- * One allowed plain-HTTP request forwarded with undici over a pooled connection to the pinned
- * addresses, and its response passed back. The proxy frames the request itself (the checked
+ * One allowed request forwarded over a pooled connection to the pinned addresses (undici for plain
+ * HTTP; the proxy's own HTTP/1.1 client, upstream/h1-pool.ts, inside an inspected connection), and
+ * its response passed back. The proxy frames the request itself (the checked
  * authority as Host, the body by Content-Length or chunked), validates the response head before
  * anything is written, and once a response has started, a failure ends the client connection and
  * never writes a second response. The request's one decision line is written once its outcome is
  * known: refused, complete, or cut (and why).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Dispatcher } from 'undici';
 import type { Allowed, SecretSet } from '../../policy/index.js';
 import type { ClientConnection, ProxyContext } from '../admission/index.js';
 import { READ_AHEAD_BYTES, type Held } from '../budget/index.js';
 import { destinationOf, F, ms, refuseResponse, type DecisionRecorder, type Refusal } from '../record/index.js';
 import { scannedBody, type ValueWatch } from '../secrets/index.js';
-import { Unsent, type PooledRequest, type UpstreamTrust } from '../upstream/index.js';
+import { Unsent, type PooledRequest, type UpstreamHandler, type UpstreamTrust } from '../upstream/index.js';
 import { HTTP_PORT, HTTPS_PORT } from './authority.js';
 import type { BodyFraming } from './request-head.js';
 import { checkResponseHead } from './response-head.js';
@@ -42,7 +42,7 @@ export class Exchange {
   private readonly unsent = new Unsent();
   /** The response is complete upstream and ended, but not yet all written to the client. */
   private ending = false;
-  /** The client does not read what the upstream sends (undici paused meanwhile). */
+  /** The client does not read what the upstream sends (the pool's client paused meanwhile). */
   private awaitingClient = false;
   private idled = false;
   /** The validated head, waiting for the first body byte (or the end). */
@@ -77,8 +77,9 @@ export class Exchange {
     // One listener for the end of the response, whatever ended it (a listener more per request
     // is an allocation more on every request).
     res.once('close', this.closed);
-    // undici restarts its own head timer on every 1xx, so an upstream trickling 1xx could hold the
-    // request forever: the final head has a deadline of its own, from the end of the request body.
+    // An upstream trickling 1xx could hold the request forever (undici restarts its head timer on
+    // every one; the own client's idle timer hears each byte): the final head has a deadline of its
+    // own, from the end of the request body.
     if (this.f.framing.kind === 'none' || req.complete) this.startHeadDeadline();
     else req.once('end', this.startHeadDeadline);
     this.dispatch();
@@ -114,10 +115,10 @@ export class Exchange {
     const pool = this.ctx.pools.forTarget(decision.host, decision.port, decision.addresses, trust, sandbox && `${sandbox}/${lifecycle}`, this.f.watch !== undefined);
     try {
       const request: PooledRequest = {
-        method: this.req.method as Dispatcher.HttpMethod, path: this.f.path, headers,
+        method: this.req.method ?? 'GET', path: this.f.path, headers,
         // No body: nothing after the head belongs to this request. Otherwise the client's body
-        // stream, which undici frames with the Content-Length given or as chunked, watched for
-        // placeholders: one fails the stream, and undici aborts the request mid-body.
+        // stream, which the pool's client frames with the Content-Length given or as chunked,
+        // watched for placeholders: one fails the stream, and the request is aborted mid-body.
         body: framing.kind === 'none' ? null : scannedBody(this.req, this.f.secrets),
         unsent: this.unsent,
       };
@@ -241,7 +242,7 @@ export class Exchange {
   };
 
   /** The final head, checked; 1xx are not passed on. */
-  private onHeaders(status: number, rawHeaders: Buffer[], resume: () => void, statusText: string): boolean {
+  private onHeaders(status: number, rawHeaders: readonly (Buffer | string)[], resume: () => void, statusText: string): boolean {
     // Interim 1xx responses are not passed on; the final one follows.
     if (status >= 100 && status < 200) return true;
     clearTimeout(this.headDeadline);
@@ -270,7 +271,7 @@ export class Exchange {
     if (chunk instanceof Error) return this.cut(chunk);
     if (!this.flushHead()) return false;
     if (chunk.length === 0 || res.write(chunk)) return true;
-    // The client reads slower than the upstream sends: undici pauses until the client drains,
+    // The client reads slower than the upstream sends: the pool's client pauses until it drains,
     // and what the pause leaves held is charged to the client meanwhile (memory-budget.ts).
     this.awaitingClient = true;
     this.held = this.connection.memory.hold(this.connection.socket.writableLength + READ_AHEAD_BYTES, this.evict);
@@ -283,7 +284,7 @@ export class Exchange {
     return false;
   }
 
-  private handler(): Dispatcher.DispatchHandler {
+  private handler(): UpstreamHandler {
     return {
       onConnect: (abortRequest) => {
         this.stop = abortRequest;

@@ -1,4 +1,4 @@
-/** HTTP: CONNECT heads, absolute-form and transparent targets, request and response heads judged, and plain forwarding with undici. */
+/** HTTP: CONNECT heads, absolute-form and transparent targets, request and response heads judged, and forwarding (plain HTTP with undici). */
 export * from './authority.js';
 export * from './connect-head.js';
 export * from './exchange.js';

@@ -4,15 +4,15 @@ import type { Reason } from '../../policy/index.js';
 import { F, type LineFields } from '../record/index.js';
 import { isDialError } from '../upstream/index.js';
 
-/** A failure of the exchange that the forwarder finds itself (undici reports the others). */
+/** A failure of the exchange that the forwarder finds itself (the pool's client reports the others). */
 export class ExchangeError extends CodedError<'upstream_timeout' | 'bad_upstream_response'> {}
 
 /** An upstream failure, as the reason a refusal gives for it. */
 export function upstreamReason(err: Error): Reason {
-  if (isDialError(err) || isCodedError(err, 'ExchangeError') || isCodedError(err, 'UpstreamTlsError') || isCodedError(err, 'PlaceholderInBody') || isCodedError(err, 'SecretReflected')) {
+  if (isDialError(err) || isCodedError(err, 'ExchangeError') || isCodedError(err, 'UpstreamHttpError') || isCodedError(err, 'UpstreamTlsError') || isCodedError(err, 'PlaceholderInBody') || isCodedError(err, 'SecretReflected')) {
     return err.code as Reason;
   }
-  // undici's own error codes, and the socket's.
+  // undici's own error codes (plain HTTP), and the socket's.
   const code = (err as NodeJS.ErrnoException).code;
   if (code === 'UND_ERR_HEADERS_TIMEOUT') return 'upstream_timeout';
   if (code === 'UND_ERR_SOCKET' || code === 'ECONNRESET' || code === 'EPIPE' || code === 'UND_ERR_CLOSED') return 'upstream_failed';
@@ -22,8 +22,9 @@ export function upstreamReason(err: Error): Reason {
   return 'bad_upstream_response';
 }
 
-export function latin1(values: readonly Buffer[]): string[] {
-  return values.map((v) => v.toString('latin1'));
+/** Fields as undici gives them (bytes) or the proxy's own client (strings, a byte a character). */
+export function latin1(values: readonly (Buffer | string)[]): string[] {
+  return values.map((v) => (typeof v === 'string' ? v : v.toString('latin1')));
 }
 
 /** Why a failure is refused, in the words of whoever found it. */

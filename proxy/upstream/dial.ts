@@ -12,7 +12,7 @@ export type DialPurpose = 'tunnel' | 'http';
 /** Opens a TCP connection; injectable so tests can observe or fake the network. */
 export type Connect = (address: string, port: number, purpose: DialPurpose) => net.Socket;
 
-/** A tunnel's upstream reads into a buffer of its own (own-buffer.ts); undici reads its own way. */
+/** A tunnel's upstream reads into a buffer of its own (own-buffer.ts); a pooled HTTP connection reads its own way. */
 export const defaultConnect: Connect = (address, port, purpose) =>
   purpose === 'tunnel' ? connectWithOwnBuffer(address, port) : net.connect({ host: address, port, allowHalfOpen: true, noDelay: true });
 

@@ -46,13 +46,13 @@ export function secureUpstream(socket: net.Socket, servername: string, trust: Up
       clearTimeout(timer);
       unwatch?.();
       secure.off('error', handshakeFailed);
-      // Errors after this are the exchange's (undici listens). But Node reports a TLS error after
-      // the handshake (a fatal alert, such as the certificate_required a TLS 1.3 server that wants
-      // a client certificate sends after the proxy's Finished; a record that does not decrypt) by
-      // an 'error' that leaves the connection open, and undici fails a request in flight only when
-      // its socket closes: the request waited for the head deadline, and an idle connection stayed
-      // in its pool for the next request. So the error closes the connection. Added before
-      // undici's, this listener also leaves the socket never without one.
+      // Errors after this are the exchange's (its pooled connection listens, h1-connection.ts). But
+      // Node reports a TLS error after the handshake (a fatal alert, such as the
+      // certificate_required a TLS 1.3 server that wants a client certificate sends after the
+      // proxy's Finished; a record that does not decrypt) by an 'error' that leaves the connection
+      // open, and a request in flight fails only when its socket closes: it waited for the head
+      // deadline, and an idle connection stayed in its pool for the next request. So the error
+      // closes the connection. Added first, this listener also leaves the socket never without one.
       secure.on('error', () => secure.destroy());
       resolve(secure);
     });

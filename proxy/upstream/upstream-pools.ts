@@ -1,6 +1,6 @@
 /**
- * Keep-alive connection pools for plain-HTTP forwarding, and for the requests of inspected
- * connections over TLS the proxy opens (tls-dial.ts) (undici), one per pinned destination. The
+ * Keep-alive connection pools for plain-HTTP forwarding (undici), and for the requests of inspected
+ * connections over TLS the proxy opens (tls-dial.ts; h1-pool.ts), one per pinned destination. The
  * pool key includes the checked addresses and every connection is opened by the pinned dialer, so
  * a pooled connection is always to an address that was checked for the request that reuses it; a
  * new DNS answer means a new pool.
@@ -12,16 +12,25 @@ import type { Client, Dispatcher, Pool } from 'undici';
 import type * as Undici from 'undici';
 import { requireCjs } from '../../common/index.js';
 import { dialPinned, type Connect, type Unsent } from './dial.js';
+import { H1Pool, type UpstreamPool } from './h1-pool.js';
+import type { PooledRequest } from './h1-request.js';
 import { secureUpstream, type UpstreamTrust } from './tls-dial.js';
 
 /**
- * A request sent through a pool. `unsent` is given up with the request, when that is before it has a
- * connection (its client went, its deadline passed): undici cannot take a request back before it
- * has a connection (it calls `onConnect`, with its abort, only then), so the dial opened for it is
- * given up instead, which fails the request in undici, and frees the descriptor the dial held.
+ * An undici Pool as an UpstreamPool. A request's `unsent` reaches the connection it is handed
+ * (create): undici cannot take a request back before it has a connection (it calls `onConnect`,
+ * with its abort, only then), so the dial opened for it is given up instead, which fails the
+ * request in undici, and frees the descriptor the dial held.
  */
-export interface PooledRequest extends Dispatcher.DispatchOptions {
-  readonly unsent: Unsent;
+function undiciPool(pool: Pool): UpstreamPool {
+  return {
+    dispatch: (request, handler) => void pool.dispatch(request as Dispatcher.DispatchOptions, handler as Dispatcher.DispatchHandler),
+    get stats() {
+      return pool.stats;
+    },
+    close: () => pool.close(),
+    destroy: () => pool.destroy(),
+  };
 }
 
 export interface PoolOptions {
@@ -48,7 +57,7 @@ interface IdleOf {
 
 /** A pool and whose it is ('' the one owner of a proxy of one tenant). */
 interface Held {
-  readonly pool: Pool;
+  readonly pool: UpstreamPool;
   readonly owner: string;
 }
 
@@ -78,7 +87,7 @@ export class UpstreamPools {
    * the secret's request, and an echo of it would answer the request after, which the proxy
    * watches for no value.
    */
-  forTarget(host: string, port: number, addresses: readonly string[], trust?: UpstreamTrust, owner?: string, alone = false): Pool {
+  forTarget(host: string, port: number, addresses: readonly string[], trust?: UpstreamTrust, owner?: string, alone = false): UpstreamPool {
     const key = `${trust === undefined ? 'http' : `https${this.trustId(trust)}`}|${host}|${port}|${addresses.join(',')}${owner === undefined ? '' : `|${owner}`}${alone ? '|alone' : ''}`;
     let held = this.pools.get(key);
     if (held !== undefined) {
@@ -173,13 +182,16 @@ export class UpstreamPools {
     return id;
   }
 
-  private create(host: string, port: number, addresses: readonly string[], trust: UpstreamTrust | undefined, alone: boolean): Pool {
+  private create(host: string, port: number, addresses: readonly string[], trust: UpstreamTrust | undefined, alone: boolean): UpstreamPool {
     const { connect, connectTimeoutMs, idleTimeoutMs, maxHeaderBytes } = this.options;
-    const undici = (this.undici ??= requireCjs('undici') as typeof Undici);
     const open = async (unsent: Unsent | undefined) => {
       const dialed = await dialPinned(addresses, port, { connect, purpose: 'http', timeoutMs: connectTimeoutMs, cancel: unsent });
       return trust === undefined ? dialed.socket : secureUpstream(dialed.socket, host, trust, connectTimeoutMs, unsent);
     };
+    // Inspected: the proxy's own HTTP/1.1 client (h1-pool.ts). An idle connection is kept 4 s at
+    // most, as undici's keepAliveMaxTimeout below keeps it.
+    if (trust !== undefined) return new H1Pool(open, { idleTimeoutMs, maxHeaderBytes, keepAliveMs: alone ? 0 : 4_000 });
+    const undici = (this.undici ??= requireCjs('undici') as typeof Undici);
     // A pool hands a request only to a connection (an undici Client) that holds none (pipelining
     // 1, or 0): a connection dials for the one request it was handed last.
     const connection = (origin: URL, options: object): Client => {
@@ -200,7 +212,7 @@ export class UpstreamPools {
       };
       return client;
     };
-    return new undici.Pool(`${trust === undefined ? 'http' : 'https'}://${host}:${port}`, {
+    return undiciPool(new undici.Pool(`http://${host}:${port}`, {
       factory: connection,
       headersTimeout: idleTimeoutMs,
       bodyTimeout: idleTimeoutMs,
@@ -212,6 +224,6 @@ export class UpstreamPools {
       // An idle upstream connection holds a descriptor the open-file budget does not count
       // (fd-budget.ts): an upstream's Keep-Alive hint cannot stretch it past undici's 4 s default.
       keepAliveMaxTimeout: 4_000,
-    });
+    }));
   }
 }

@@ -8,9 +8,23 @@
  */
 import http from 'node:http';
 import t, { type Test } from 'tap';
-import { defaultConnect, UpstreamPools } from '../../proxy/upstream/index.js';
+import { defaultConnect, Unsent, UpstreamPools, type UpstreamPool } from '../../proxy/upstream/index.js';
 import { listen } from '../support/loopback.js';
 import { settle } from '../support/settle.js';
+
+/** One GET through `pool`; resolves with the response's body. */
+function get(pool: UpstreamPool): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const body: Buffer[] = [];
+    pool.dispatch({ method: 'GET', path: '/', headers: [], body: null, unsent: new Unsent() }, {
+      onConnect: () => undefined,
+      onHeaders: () => true,
+      onData: (chunk) => body.push(chunk) > 0,
+      onComplete: () => resolve(Buffer.concat(body).toString()),
+      onError: reject,
+    });
+  });
+}
 
 const A = 'cap-a/life-a-0001';
 const B = 'cap-b/life-b-0001';
@@ -26,10 +40,7 @@ async function poolsToServer(t: Test, maxPools: number, maxPoolsPerOwner: number
     server.close();
   });
   /** One GET to `host` for `owner`; resolves with the port its upstream connection came from. */
-  return async (host: string, owner: string): Promise<string> => {
-    const { body } = await pools.forTarget(host, port, ['127.0.0.1'], undefined, owner).request({ method: 'GET', path: '/' });
-    return body.text();
-  };
+  return (host: string, owner: string): Promise<string> => get(pools.forTarget(host, port, ['127.0.0.1'], undefined, owner));
 }
 
 t.test("a sandbox past its share of the pools closes its own, never another sandbox's idle connection", async (t) => {
@@ -65,20 +76,19 @@ t.test('shedding idle connections takes from the owner holding the most of them 
     server.close();
   });
   const used = new Map<string, ReturnType<UpstreamPools['forTarget']>>();
-  const get = async (host: string, owner: string): Promise<string> => {
+  const getFor = (host: string, owner: string): Promise<string> => {
     const pool = pools.forTarget(host, port, ['127.0.0.1'], undefined, owner);
     used.set(host, pool);
-    const { body } = await pool.request({ method: 'GET', path: '/' });
-    return body.text();
+    return get(pool);
   };
   // B's one idle connection is the least recently used; A holds twelve, four in each of three pools.
-  const b = await get('b.test', B);
-  const a = await Promise.all(['h0', 'h1', 'h2'].flatMap((h) => Array.from({ length: 4 }, () => get(`${h}.a.test`, A))));
+  const b = await getFor('b.test', B);
+  const a = await Promise.all(['h0', 'h1', 'h2'].flatMap((h) => Array.from({ length: 4 }, () => getFor(`${h}.a.test`, A))));
   t.equal(new Set(a).size, 12, 'a holds twelve connections');
   // undici marks a connection free a moment after its response has ended.
   await settle(() => [...used.values()].reduce((n, pool) => n + pool.stats.free, 0) === 13, 'every connection idle');
   t.ok(pools.shedIdle(1) >= 1, 'idle connections were shed');
-  t.equal(await get('b.test', B), b, "b's next request reuses its idle keep-alive connection");
-  t.notOk(a.includes(await get('h0.a.test', A)), "a's least recently used pool was closed: its connection is a new one");
-  t.ok(a.includes(await get('h2.a.test', A)), "a's other pools are kept");
+  t.equal(await getFor('b.test', B), b, "b's next request reuses its idle keep-alive connection");
+  t.notOk(a.includes(await getFor('h0.a.test', A)), "a's least recently used pool was closed: its connection is a new one");
+  t.ok(a.includes(await getFor('h2.a.test', A)), "a's other pools are kept");
 });

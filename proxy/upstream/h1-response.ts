@@ -1,0 +1,263 @@
+/**
+ * An upstream's HTTP/1.1 responses, read strictly from the bytes of one connection (RFC 9112):
+ * the status line and field lines of each head, then its body as the head frames it. Pure and
+ * incremental: bytes go in by `feed`, events come out by `next`, one at a time, so that a reader
+ * that cannot take more body stops asking and the rest waits here.
+ *
+ * What it refuses, rather than guess (each an `error` event; the connection is then not used
+ * again): a line ended by a bare CR or LF, a folded field line, a field name that is not a token,
+ * a status that is not three digits, 101 (nothing asked to switch protocols), a transfer coding
+ * other than chunked alone, Transfer-Encoding beside Content-Length, a Content-Length that is not
+ * one run of digits (or two fields of it), a chunk-size line or chunk end that is not exact, and a
+ * head or trailer section past `maxHeadBytes`. Interim 1xx heads are read and skipped. A response
+ * with neither framing runs to the close of the connection. Bytes after a complete response are
+ * never part of it: they end `keepAlive`, and the caller closes the connection.
+ */
+
+/** What `next` found in what was fed. */
+export type ResponseEvent =
+  /** The final head: fields alternate names and values, as the bytes arrived (one byte a character). */
+  | { readonly kind: 'head'; readonly status: number; readonly reason: string; readonly fields: readonly string[] }
+  | { readonly kind: 'data'; readonly chunk: Buffer }
+  /** The response is complete; `keepAlive`: the connection may carry another request. */
+  | { readonly kind: 'end'; readonly keepAlive: boolean }
+  | { readonly kind: 'error'; readonly detail: string };
+
+type State =
+  | { readonly at: 'idle' }
+  | { readonly at: 'head' }
+  | { readonly at: 'length'; left: number }
+  | { readonly at: 'chunk-size' }
+  | { readonly at: 'chunk-data'; left: number }
+  | { readonly at: 'chunk-end' }
+  | { readonly at: 'trailers'; used: number }
+  | { readonly at: 'to-close' }
+  | { readonly at: 'failed' };
+
+const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+const STATUS_LINE = /^HTTP\/1\.([01]) ([0-9]{3})(?: (.*))?$/s;
+/** A chunk-size (at most 13 hex digits: under 2^52, exact as a number) and any chunk extensions. */
+const CHUNK_SIZE = /^([0-9A-Fa-f]{1,13})[\t ]*(?:;[\t\x20-\x7e\x80-\xff]*)?$/;
+const LENGTH = /^[0-9]{1,15}$/;
+/** Longest chunk-size line read (with its extensions). */
+const MAX_CHUNK_LINE = 4096;
+/** A step of reading that found no event but can go on. */
+const AGAIN = Symbol('again');
+
+export class ResponseParser {
+  private buffered: Buffer = Buffer.alloc(0);
+  private state: State = { at: 'idle' };
+  private head = false;
+  private keepAlive = true;
+  private closed = false;
+
+  constructor(private readonly maxHeadBytes: number) {}
+
+  /** A request was sent: its response comes next. `head`: the request's method is HEAD (no body). */
+  expect(head: boolean): void {
+    this.head = head;
+    this.keepAlive = true;
+    if (this.state.at === 'idle') this.state = { at: 'head' };
+  }
+
+  /** Whether a response is being read (its head, or its body). */
+  get busy(): boolean {
+    return this.state.at !== 'idle' && this.state.at !== 'failed';
+  }
+
+  feed(bytes: Buffer): void {
+    this.buffered = this.buffered.length === 0 ? bytes : Buffer.concat([this.buffered, bytes]);
+  }
+
+  /** The connection ended (the upstream closed): a body that runs to the close is complete. */
+  close(): void {
+    this.closed = true;
+  }
+
+  /** The next event, or undefined until more bytes (or the close) come. */
+  next(): ResponseEvent | undefined {
+    // A loop, not a call per step: a buffer of a thousand trailer lines or interim heads is read
+    // in one go, without a frame each on the stack.
+    for (;;) {
+      const event = this.step();
+      if (event !== AGAIN) return event;
+    }
+  }
+
+  /** What one step of reading found: an event, nothing yet, or AGAIN (a step was taken without an event). */
+  private step(): ResponseEvent | undefined | typeof AGAIN {
+    const { state } = this;
+    switch (state.at) {
+      case 'idle':
+        return this.buffered.length > 0 ? this.fail('the upstream sent bytes no request asked for') : undefined;
+      case 'failed':
+        return undefined;
+      case 'head':
+        return this.readHead();
+      case 'length': {
+        if (state.left === 0) return this.end();
+        const chunk = this.take(state.left);
+        if (chunk === undefined) return this.closed ? this.fail('the upstream closed before the body was complete (Content-Length)') : undefined;
+        state.left -= chunk.length;
+        return { kind: 'data', chunk };
+      }
+      case 'chunk-size':
+        return this.readChunkSize();
+      case 'chunk-data': {
+        const chunk = this.take(state.left);
+        if (chunk === undefined) return this.closed ? this.fail('the upstream closed inside a chunk') : undefined;
+        state.left -= chunk.length;
+        if (state.left === 0) this.state = { at: 'chunk-end' };
+        return { kind: 'data', chunk };
+      }
+      case 'chunk-end': {
+        if (this.buffered.length < 2) return this.closed ? this.fail('the upstream closed inside a chunk') : undefined;
+        if (this.buffered[0] !== 0x0d || this.buffered[1] !== 0x0a) return this.fail('a chunk is not followed by CRLF');
+        this.buffered = this.buffered.subarray(2);
+        this.state = { at: 'chunk-size' };
+        return AGAIN;
+      }
+      case 'trailers':
+        return this.readTrailers(state);
+      case 'to-close': {
+        const chunk = this.take(Number.MAX_SAFE_INTEGER);
+        if (chunk !== undefined) return { kind: 'data', chunk };
+        return this.closed ? this.end() : undefined;
+      }
+    }
+  }
+
+  private take(most: number): Buffer | undefined {
+    if (this.buffered.length === 0) return undefined;
+    const chunk = this.buffered.length <= most ? this.buffered : this.buffered.subarray(0, most);
+    this.buffered = this.buffered.length <= most ? Buffer.alloc(0) : this.buffered.subarray(most);
+    return chunk;
+  }
+
+  /** One CRLF-ended line, or undefined while it is incomplete; a bare CR or LF fails. */
+  private line(most: number, what: string): string | undefined | ResponseEvent {
+    const lf = this.buffered.indexOf(0x0a);
+    if (lf === -1) {
+      if (this.buffered.length > most) return this.fail(`${what} is longer than ${most} bytes`);
+      return this.closedEarly(what);
+    }
+    if (lf > most) return this.fail(`${what} is longer than ${most} bytes`);
+    if (lf === 0 || this.buffered[lf - 1] !== 0x0d) return this.fail(`${what} ends in a bare LF`);
+    const text = this.buffered.toString('latin1', 0, lf - 1);
+    if (text.includes('\r')) return this.fail(`${what} holds a bare CR`);
+    this.buffered = this.buffered.subarray(lf + 1);
+    return text;
+  }
+
+  private closedEarly(what: string): ResponseEvent | undefined {
+    return this.closed ? this.fail(`the upstream closed before ${what}`) : undefined;
+  }
+
+  private readHead(): ResponseEvent | undefined | typeof AGAIN {
+    const end = this.buffered.indexOf('\r\n\r\n');
+    if (end === -1) {
+      if (this.buffered.length > this.maxHeadBytes) return this.fail(`the response head is larger than ${this.maxHeadBytes} bytes`);
+      const lf = this.buffered.indexOf(0x0a);
+      if (lf !== -1 && (lf === 0 || this.buffered[lf - 1] !== 0x0d)) return this.fail('the response head holds a bare LF');
+      return this.closedEarly('a complete response head');
+    }
+    if (end + 4 > this.maxHeadBytes) return this.fail(`the response head is larger than ${this.maxHeadBytes} bytes`);
+    const text = this.buffered.toString('latin1', 0, end);
+    this.buffered = this.buffered.subarray(end + 4);
+    const lines = text.split('\r\n');
+    for (const line of lines) if (line.includes('\r') || line.includes('\n')) return this.fail('the response head holds a bare CR or LF');
+    const status = STATUS_LINE.exec(lines[0]!);
+    if (status === null) return this.fail('the status line is not HTTP/1.x, a three-digit status and a reason');
+    const code = Number(status[2]);
+    const fields: string[] = [];
+    for (let i = 1; i < lines.length; i++) {
+      const field = fieldOf(lines[i]!);
+      if (typeof field === 'string') return this.fail(field);
+      fields.push(field[0], field[1]);
+    }
+    if (code < 100 || code > 599) return this.fail(`status ${code} is not an HTTP status`);
+    if (code === 101) return this.fail('101 Switching Protocols, which no request asked for');
+    // Interim: skipped; the final head follows.
+    if (code < 200) return AGAIN;
+    const framing = framingOf(fields);
+    if (typeof framing === 'object') return this.fail(framing.bad);
+    if (status[1] === '0' || connectionCloses(fields)) this.keepAlive = false;
+    if (this.head || code === 204 || code === 304) this.state = { at: 'length', left: 0 };
+    else if (framing === 'chunked') this.state = { at: 'chunk-size' };
+    else if (framing === 'close') {
+      this.keepAlive = false;
+      this.state = { at: 'to-close' };
+    } else this.state = { at: 'length', left: framing };
+    return { kind: 'head', status: code, reason: status[3] ?? '', fields };
+  }
+
+  private readChunkSize(): ResponseEvent | undefined | typeof AGAIN {
+    const line = this.line(MAX_CHUNK_LINE, 'a chunk-size line');
+    if (typeof line !== 'string') return line;
+    const size = CHUNK_SIZE.exec(line);
+    if (size === null) return this.fail('a chunk-size line is not hex digits and extensions');
+    const left = parseInt(size[1]!, 16);
+    this.state = left === 0 ? { at: 'trailers', used: 0 } : { at: 'chunk-data', left };
+    return AGAIN;
+  }
+
+  private readTrailers(state: { used: number }): ResponseEvent | undefined | typeof AGAIN {
+    const line = this.line(this.maxHeadBytes - state.used, 'the trailer section');
+    if (typeof line !== 'string') return line;
+    state.used += line.length + 2;
+    if (line === '') return this.end();
+    const field = fieldOf(line);
+    return typeof field === 'string' ? this.fail(`a trailer: ${field}`) : AGAIN;
+  }
+
+  private end(): ResponseEvent {
+    const keepAlive = this.keepAlive && this.buffered.length === 0 && !this.closed;
+    this.state = keepAlive ? { at: 'idle' } : { at: 'failed' };
+    this.buffered = Buffer.alloc(0);
+    return { kind: 'end', keepAlive };
+  }
+
+  private fail(detail: string): ResponseEvent {
+    this.state = { at: 'failed' };
+    this.buffered = Buffer.alloc(0);
+    return { kind: 'error', detail };
+  }
+}
+
+/** A field line's name and value (its whitespace around trimmed), or why it is not one. */
+function fieldOf(line: string): [string, string] | string {
+  if (line.startsWith(' ') || line.startsWith('\t')) return 'a field line is folded (obs-fold)';
+  const colon = line.indexOf(':');
+  const name = colon === -1 ? '' : line.slice(0, colon);
+  if (!TOKEN.test(name)) return 'a field name is not a token';
+  return [name, line.slice(colon + 1).replace(/^[\t ]+|[\t ]+$/g, '')];
+}
+
+/** How a final response's body is framed: its length, chunked, to the close, or why none can be trusted. */
+function framingOf(fields: readonly string[]): number | 'chunked' | 'close' | { readonly bad: string } {
+  let coding: string | undefined;
+  let length: string | undefined;
+  for (let i = 0; i < fields.length; i += 2) {
+    const name = fields[i]!.toLowerCase();
+    if (name === 'transfer-encoding') {
+      if (coding !== undefined) return { bad: 'Transfer-Encoding appears twice' };
+      coding = fields[i + 1]!.toLowerCase();
+    } else if (name === 'content-length') {
+      if (length !== undefined && length !== fields[i + 1]) return { bad: 'two Content-Length fields that differ' };
+      length = fields[i + 1]!;
+    }
+  }
+  if (coding !== undefined) {
+    if (length !== undefined) return { bad: 'Transfer-Encoding beside Content-Length' };
+    return coding === 'chunked' ? 'chunked' : { bad: 'a transfer coding other than chunked alone' };
+  }
+  if (length === undefined) return 'close';
+  return LENGTH.test(length) ? Number(length) : { bad: 'Content-Length is not a number' };
+}
+
+function connectionCloses(fields: readonly string[]): boolean {
+  for (let i = 0; i < fields.length; i += 2) {
+    if (fields[i]!.toLowerCase() === 'connection' && fields[i + 1]!.split(',').some((o) => o.trim().toLowerCase() === 'close')) return true;
+  }
+  return false;
+}

@@ -1,0 +1,71 @@
+/**
+ * Answers a hostile or broken upstream gives (upstream-fuzz.test.ts, h1-fuzz.test.ts): status
+ * lines, fields, framing and chunking, early closes, trailing bytes, second responses, huge or
+ * slow heads and bodies. Half are well-formed, so that passing on is exercised too. The body is
+ * 'x' repeated; bytes after a delimited message say 'evil'.
+ */
+export interface Answer {
+  /** Pieces written in order, with a pause in milliseconds before each. */
+  readonly pieces: { readonly bytes: Buffer; readonly pause: number }[];
+  /** End (FIN), reset, or leave the connection open once written. */
+  readonly finish: 'end' | 'reset' | 'open';
+}
+
+const STATUS = ['200', '200', '200', '204', '304', '404', '599', '000', '099', '100', '101', '103', '600', '999', '2000', '20', '-1', 'abc', '２00'];
+const VERSION = ['HTTP/1.1', 'HTTP/1.1', 'HTTP/1.1', 'HTTP/1.1', 'HTTP/1.1', 'HTTP/1.1', 'HTTP/1.0', 'HTTP/2', 'http/1.1', 'HTTP/1.1 ', 'HTTP/9.9', ''];
+const ODD = ['\x00', '\x01', '\r', '\n', '\x7f', '\x85', '\xff', ' ', '\t', ':', '\r\n '];
+
+export function generate(rnd: () => number): Answer {
+  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rnd() * xs.length)]!;
+  const chance = (p: number): boolean => rnd() < p;
+  const odd = (text: string): string => (chance(0.06) ? text.slice(0, Math.floor(rnd() * (text.length + 1))) + pick(ODD) + text.slice(Math.floor(rnd() * text.length)) : text);
+  const eol = (): string => (chance(0.03) ? '\n' : '\r\n');
+
+  // Half the answers are well-formed (so that passing on is exercised too), half hostile.
+  const hostile = chance(0.5);
+  const nasty = <T>(clean: T, bad: () => T): T => (hostile && chance(0.2) ? bad() : clean);
+  const body = 'x'.repeat(chance(0.1) ? Math.floor(rnd() * 200_000) : Math.floor(rnd() * 64));
+  const status = nasty(pick(['200', '200', '201', '204', '304', '404', '503', '599']), () => pick(STATUS));
+  let head = `${nasty('HTTP/1.1', () => pick(VERSION))} ${status} ${odd(pick(['OK', '', 'Fine Thanks', hostile ? 'Créé' : 'Made']))}${eol()}`;
+  const framing = hostile ? pick(['length', 'chunked', 'close', 'both', 'double-length', 'none']) : pick(['length', 'chunked', 'close']);
+  const length = nasty(String(body.length), () => String(pick([body.length + 5, Math.max(0, body.length - 3), -1, '1e3', `${body.length}, ${body.length}`, ''])));
+  const coding = nasty('chunked', () => pick(['Chunked', 'gzip, chunked', 'chunked, gzip', 'identity', 'chunked\x00']));
+  const fields: string[] = [];
+  if (framing === 'length' || framing === 'both') fields.push(`Content-Length: ${length}`);
+  if (framing === 'double-length') fields.push(`Content-Length: ${body.length}`, `Content-Length: ${body.length + 1}`);
+  if (framing === 'chunked' || framing === 'both') fields.push(`Transfer-Encoding: ${coding}`);
+  for (let i = Math.floor(rnd() * 4); i > 0; i--) {
+    fields.push(odd(pick(['X-A: b', 'Set-Cookie: a=1', 'Connection: close', 'Connection: keep-alive, X-A', 'Keep-Alive: timeout=1', 'Content-Type: text/plain', hostile ? 'X-Folded: a\r\n b' : 'X-B: c', 'Trailer: X-T', `X-Long: ${'v'.repeat(hostile && chance(0.2) ? 70_000 : 200)}`])));
+  }
+  head += fields.map((f) => `${f}${eol()}`).join('') + eol();
+
+  let payload = '';
+  if (framing === 'chunked' || framing === 'both') {
+    for (let at = 0; at < body.length; ) {
+      const size = Math.min(body.length - at, 1 + Math.floor(rnd() * 5000));
+      const sizeText = nasty(size.toString(16), () => pick(['zz', '-1', 'fffffffffffffffff', ' 1', `${size.toString(16)};ext=1`]));
+      payload += `${sizeText}\r\n${body.slice(at, at + size)}${nasty('\r\n', () => '')}`;
+      at += size;
+    }
+    payload += nasty(`0\r\n${chance(0.2) ? 'X-T: 1\r\n' : ''}\r\n`, () => '');
+  } else if (framing !== 'none') {
+    payload = body;
+  }
+  // Bytes after a message that its fields delimit exactly: a second response, or garbage. (A body
+  // without a length or chunking runs to the close, so what follows it is body, legitimately.)
+  const delimited = (framing === 'length' && length === String(body.length)) || (framing === 'chunked' && coding === 'chunked');
+  if (chance(0.15) && delimited) payload += pick(['HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nevil', 'garbage\r\n\r\nevil', '\x00\xffevil']);
+  const bytes = Buffer.from(head + payload, 'latin1');
+
+  // Delivered whole, or cut into pieces with short pauses (a slow upstream), sometimes cut short.
+  const pieces: { bytes: Buffer; pause: number }[] = [];
+  const cut = chance(0.1) ? Math.floor(rnd() * bytes.length) : bytes.length;
+  if (chance(0.7)) pieces.push({ bytes: bytes.subarray(0, cut), pause: 0 });
+  else for (let at = 0; at < cut; ) {
+    const n = 1 + Math.floor(rnd() * 400);
+    pieces.push({ bytes: bytes.subarray(at, at + n), pause: chance(0.1) ? Math.floor(rnd() * 30) : 0 });
+    at += n;
+  }
+  return { pieces, finish: pick(['end', 'end', 'end', 'reset', 'open']) };
+}
+
