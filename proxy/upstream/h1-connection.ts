@@ -263,11 +263,16 @@ export class H1Connection {
     if (flight === undefined || flight.done) return;
     flight.done = true;
     flight.unbody?.();
-    try {
-      flight.handler.onError(err);
-    } catch {
-      // As in complete: nothing of the exchange's may end the process.
-    }
+    // Heard once what the handler wrote before it has gone out: Node's HTTP server sends a
+    // response's head and first bytes together, a tick later, and a client connection cut now
+    // (a body that turned out malformed in the same read) would have had none of them.
+    setImmediate(() => {
+      try {
+        flight.handler.onError(err);
+      } catch {
+        // As in complete: nothing of the exchange's may end the process.
+      }
+    });
   }
 }
 

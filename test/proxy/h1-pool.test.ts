@@ -230,6 +230,28 @@ t.test('an upstream silent past the idle timeout, or closing early, fails the re
   t.same([refused.status, refused.errors.map((e) => (e as NodeJS.ErrnoException).code)], [undefined, ['bad_upstream_response']], 'a malformed head reaches no handler');
 });
 
+t.test('a body malformed in the same read as its first bytes: the error is heard after what the handler wrote has gone out', async (t) => {
+  const server = await serve(t, () => 'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcXX0\r\n\r\n');
+  const order: string[] = [];
+  await new Promise<void>((resolve) => {
+    poolTo(t, server.port).dispatch({ method: 'GET', path: '/', headers: [], body: null, unsent: new Unsent() }, {
+      onConnect: () => undefined,
+      onHeaders: () => true,
+      onData: (chunk) => {
+        order.push(`data ${chunk.toString()}`);
+        process.nextTick(() => order.push('a tick later'));
+        return true;
+      },
+      onComplete: () => t.fail('not complete'),
+      onError: (err) => {
+        order.push(`error ${(err as NodeJS.ErrnoException).code ?? ''}`);
+        resolve();
+      },
+    });
+  });
+  t.same(order, ['data abc', 'a tick later', 'error bad_upstream_response']);
+});
+
 t.test('a handler that throws fails its request; the process goes on, and the connection is not used again', async (t) => {
   const server = await serve(t, () => OK('z'));
   const pool = poolTo(t, server.port);
@@ -265,6 +287,7 @@ t.test('given up: an abort before the response ends it once, and a later abort l
   await new Promise((r) => setTimeout(r, 50));
   abort(new Error('client gone'));
   abort(new Error('again'));
+  await new Promise((r) => setImmediate(r));
   t.same(errors.map((e) => e.message), ['client gone']);
   const next = send(pool);
   abort(new Error('stale'));

@@ -15,8 +15,7 @@ import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import { freePort } from '../support/loopback.js';
 import { prng } from '../support/prng.js';
-import { isReason } from '../../policy/index.js';
-import { generate, type Answer } from '../support/hostile-answers.js';
+import { generate, judge, type Answer } from '../support/hostile-answers.js';
 import { rawRequest, readUntil } from '../support/raw-client.js';
 
 const SEED = Number(process.env.FUZZ_SEED ?? 0x0badf00d);
@@ -74,25 +73,6 @@ t.teardown(() => {
 const lines = (): Record<string, unknown>[] => stdout.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Record<string, unknown>);
 for (const end = Date.now() + 30_000; !stdout.includes('egress proxy listening'); await new Promise((r) => setTimeout(r, 25))) {
   if (Date.now() > end || child.exitCode !== null) throw new Error(`the proxy did not start: ${stderr}`);
-}
-
-/** The first response the client got: status and reason, or why it is not acceptable. */
-function judge(out: string): { ok: boolean; why: string } {
-  if (out === '') return { ok: false, why: 'nothing written: neither a response nor a refusal' };
-  const headEnd = out.indexOf('\r\n\r\n');
-  const head = headEnd === -1 ? out : out.slice(0, headEnd);
-  const m = /^HTTP\/1\.1 ([0-9]{3}) ([\t\x20-\x7e]*)\r\n/.exec(`${head}\r\n`);
-  if (m === null) return { ok: false, why: `not an HTTP/1.1 status line: ${JSON.stringify(head.slice(0, 60))}` };
-  const status = Number(m[1]);
-  if (status < 200 || status > 599) return { ok: false, why: `status ${status} passed on` };
-  for (const line of head.split('\r\n').slice(1)) {
-    if (!/^[!#$%&'*+\-.^_`|~0-9A-Za-z]+: ?[\t\x20-\x7e\x80-\xff]*$/.test(line)) return { ok: false, why: `bad field line ${JSON.stringify(line.slice(0, 60))}` };
-  }
-  const reason = /\r\nx-egress-reason: ([a-z_]+)/i.exec(head)?.[1];
-  if (reason !== undefined && (!isReason(reason) || ![502, 504].includes(status))) return { ok: false, why: `refusal ${status} ${reason}` };
-  if (out.slice(headEnd + 4).includes('evil')) return { ok: false, why: 'bytes after the response were passed on' };
-  if ((out.match(/\r\nHTTP\/1\.[01] \d{3} /g) ?? []).length > 0) return { ok: false, why: 'a second response' };
-  return { ok: true, why: `${status}${reason ? ` ${reason}` : ''}` };
 }
 
 const tunnel = await rawRequest(port, `CONNECT echo.test:${echoPort} HTTP/1.1\r\n\r\n`);

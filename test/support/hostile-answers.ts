@@ -2,8 +2,11 @@
  * Answers a hostile or broken upstream gives (upstream-fuzz.test.ts, h1-fuzz.test.ts): status
  * lines, fields, framing and chunking, early closes, trailing bytes, second responses, huge or
  * slow heads and bodies. Half are well-formed, so that passing on is exercised too. The body is
- * 'x' repeated; bytes after a delimited message say 'evil'.
+ * 'x' repeated; bytes after a delimited message say 'evil'. `judge` says whether what a client got
+ * through the proxy is acceptable: one well-formed response, or a refusal naming its reason.
  */
+import { isReason } from '../../policy/index.js';
+
 export interface Answer {
   /** Pieces written in order, with a pause in milliseconds before each. */
   readonly pieces: { readonly bytes: Buffer; readonly pause: number }[];
@@ -69,3 +72,21 @@ export function generate(rnd: () => number): Answer {
   return { pieces, finish: pick(['end', 'end', 'end', 'reset', 'open']) };
 }
 
+/** The first response the client got: status and reason, or why it is not acceptable. */
+export function judge(out: string): { ok: boolean; why: string } {
+  if (out === '') return { ok: false, why: 'nothing written: neither a response nor a refusal' };
+  const headEnd = out.indexOf('\r\n\r\n');
+  const head = headEnd === -1 ? out : out.slice(0, headEnd);
+  const m = /^HTTP\/1\.1 ([0-9]{3}) ([\t\x20-\x7e]*)\r\n/.exec(`${head}\r\n`);
+  if (m === null) return { ok: false, why: `not an HTTP/1.1 status line: ${JSON.stringify(head.slice(0, 60))}` };
+  const status = Number(m[1]);
+  if (status < 200 || status > 599) return { ok: false, why: `status ${status} passed on` };
+  for (const line of head.split('\r\n').slice(1)) {
+    if (!/^[!#$%&'*+\-.^_`|~0-9A-Za-z]+: ?[\t\x20-\x7e\x80-\xff]*$/.test(line)) return { ok: false, why: `bad field line ${JSON.stringify(line.slice(0, 60))}` };
+  }
+  const reason = /\r\nx-egress-reason: ([a-z_]+)/i.exec(head)?.[1];
+  if (reason !== undefined && (!isReason(reason) || ![502, 504].includes(status))) return { ok: false, why: `refusal ${status} ${reason}` };
+  if (out.slice(headEnd + 4).includes('evil')) return { ok: false, why: 'bytes after the response were passed on' };
+  if ((out.match(/\r\nHTTP\/1\.[01] \d{3} /g) ?? []).length > 0) return { ok: false, why: 'a second response' };
+  return { ok: true, why: `${status}${reason ? ` ${reason}` : ''}` };
+}
