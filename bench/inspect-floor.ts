@@ -4,12 +4,16 @@
  * ends the client's TLS with the certificate it is given, and then, by its mode:
  * - `relay`: opens TLS to the upstream and pipes the plain bytes both ways (TLS at both ends, no
  *   HTTP read);
- * - `http`: hands the connection to Node's HTTP server, and forwards each request through an undici
- *   pool of TLS connections, as the proxy does.
+ * - `lean`: reads each request head and response head by hand (no bodies but by Content-Length),
+ *   over one upstream TLS connection per client connection;
+ * - `half`: hands the connection to Node's HTTP server, and sends each request on an upstream TLS
+ *   connection of its client's, the response read by hand: as the proxy does;
+ * - `http`: Node's HTTP server, each request forwarded through an undici pool of TLS connections,
+ *   as the proxy did before its own client.
  * What these cost per request on a machine is what TLS, and then Node's HTTP server and undici,
  * cost there; the proxy's inspected path is measured against them. Listens on 127.0.0.1 at the
  * port from argv; always connects to 127.0.0.1 at the upstream port given, verified for its name.
- * argv: port upstreamPort keyFile certFile mode
+ * argv: port upstreamPort keyFile certFile relay|lean|half|http
  */
 import { readFileSync } from 'node:fs';
 import http from 'node:http';
@@ -18,8 +22,8 @@ import tls from 'node:tls';
 import { Pool, type Dispatcher } from 'undici';
 
 const [portArg, upstreamArg, keyFile, certFile, mode] = process.argv.slice(2);
-if (certFile === undefined || keyFile === undefined || (mode !== 'relay' && mode !== 'http')) {
-  process.stderr.write('usage: inspect-floor.js port upstreamPort keyFile certFile relay|http\n');
+if (certFile === undefined || keyFile === undefined || (mode !== 'relay' && mode !== 'http' && mode !== 'lean' && mode !== 'half')) {
+  process.stderr.write('usage: inspect-floor.js port upstreamPort keyFile certFile relay|http|lean|half\n');
   process.exit(2);
 }
 const upstreamPort = Number(upstreamArg);
@@ -78,9 +82,111 @@ function forward(host: string, req: http.IncomingMessage, res: http.ServerRespon
   poolFor(host).dispatch({ method: req.method as Dispatcher.HttpMethod, path: req.url ?? '/', headers: ['host', `${host}:${upstreamPort}`], body: null }, handler);
 }
 
+/**
+ * `lean`: one upstream TLS connection per client connection, and each request and response head
+ * read by hand (bodies by Content-Length only; the floor's requests have none).
+ */
+function lean(client: tls.TLSSocket, host: string): void {
+  const upstream = upstreamTls(host);
+  upstream.on('error', () => client.destroy());
+  let pending: Buffer = Buffer.alloc(0);
+  client.on('data', (chunk: Buffer) => {
+    pending = pending.length === 0 ? chunk : Buffer.concat([pending, chunk]);
+    for (;;) {
+      const end = pending.indexOf('\r\n\r\n');
+      if (end < 0) return;
+      const lines = pending.toString('latin1', 0, end).split('\r\n');
+      pending = pending.subarray(end + 4);
+      const [method, target] = (lines[0] ?? '').split(' ');
+      const fields: string[] = [];
+      for (let i = 1; i < lines.length; i++) {
+        const line = lines[i]!;
+        const colon = line.indexOf(':');
+        const name = line.slice(0, colon).toLowerCase();
+        if (name !== 'host' && name !== 'connection') fields.push(`${name}: ${line.slice(colon + 1).trim()}`);
+      }
+      upstream.write(`${method} ${target} HTTP/1.1\r\nhost: ${host}:${upstreamPort}\r\n${fields.map((f) => `${f}\r\n`).join('')}\r\n`);
+    }
+  });
+  let response: Buffer = Buffer.alloc(0);
+  let bodyLeft = 0;
+  upstream.on('data', (chunk: Buffer) => {
+    let data = chunk;
+    while (data.length > 0) {
+      if (bodyLeft > 0) {
+        const part = data.subarray(0, bodyLeft);
+        bodyLeft -= part.length;
+        client.write(part);
+        data = data.subarray(part.length);
+        continue;
+      }
+      response = response.length === 0 ? data : Buffer.concat([response, data]);
+      const end = response.indexOf('\r\n\r\n');
+      if (end < 0) return;
+      const lines = response.toString('latin1', 0, end).split('\r\n');
+      data = response.subarray(end + 4);
+      response = Buffer.alloc(0);
+      let length = 0;
+      const out: string[] = [lines[0]!];
+      for (let i = 1; i < lines.length; i++) {
+        const line = lines[i]!;
+        const colon = line.indexOf(':');
+        const name = line.slice(0, colon).toLowerCase();
+        const value = line.slice(colon + 1).trim();
+        if (name === 'content-length') length = Number(value);
+        if (name !== 'connection' && name !== 'keep-alive') out.push(`${name}: ${value}`);
+      }
+      const bodyNow = data.subarray(0, length);
+      client.write(Buffer.concat([Buffer.from(`${out.join('\r\n')}\r\n\r\n`, 'latin1'), bodyNow]));
+      bodyLeft = length - bodyNow.length;
+      data = data.subarray(bodyNow.length);
+    }
+  });
+}
+
+/** `half`: Node's HTTP server, and each request sent on one upstream connection of its client's, its response read by hand. */
+const upstreams = new WeakMap<net.Socket, { socket: tls.TLSSocket; waiting: http.ServerResponse[] }>();
+function half(host: string, req: http.IncomingMessage, res: http.ServerResponse): void {
+  let up = upstreams.get(req.socket);
+  if (up === undefined) {
+    const socket = upstreamTls(host);
+    const own = { socket, waiting: [] as http.ServerResponse[] };
+    up = own;
+    upstreams.set(req.socket, own);
+    let response: Buffer = Buffer.alloc(0);
+    socket.on('data', (chunk: Buffer) => {
+      response = response.length === 0 ? chunk : Buffer.concat([response, chunk]);
+      for (;;) {
+        const end = response.indexOf('\r\n\r\n');
+        if (end < 0) return;
+        const lines = response.toString('latin1', 0, end).split('\r\n');
+        let length = 0;
+        const fields: string[] = [];
+        for (let i = 1; i < lines.length; i++) {
+          const line = lines[i]!;
+          const colon = line.indexOf(':');
+          const name = line.slice(0, colon).toLowerCase();
+          const value = line.slice(colon + 1).trim();
+          if (name === 'content-length') length = Number(value);
+          if (name !== 'connection' && name !== 'keep-alive') fields.push(name, value);
+        }
+        if (response.length < end + 4 + length) return;
+        const body = response.subarray(end + 4, end + 4 + length);
+        response = response.subarray(end + 4 + length);
+        const [, code, ...reason] = (lines[0] ?? '').split(' ');
+        const out = own.waiting.shift();
+        out?.writeHead(Number(code), reason.join(' '), fields);
+        out?.end(body);
+      }
+    });
+  }
+  up.waiting.push(res);
+  up.socket.write(`${req.method} ${req.url} HTTP/1.1\r\nhost: ${host}:${upstreamPort}\r\n\r\n`);
+}
+
 const front = http.createServer({ noDelay: true });
 const inside = new WeakMap<net.Socket, string>();
-front.on('request', (req, res) => forward(inside.get(req.socket) ?? '', req, res));
+front.on('request', (req, res) => (mode === 'half' ? half : forward)(inside.get(req.socket) ?? '', req, res));
 
 net
   .createServer({ noDelay: true }, (client) => {
@@ -91,7 +197,8 @@ net
       const secure = new tls.TLSSocket(client, { isServer: true, secureContext: context, ALPNProtocols: ['http/1.1'] });
       secure.on('error', () => secure.destroy());
       secure.once('secure', () => {
-        if (mode === 'http') {
+        if (mode === 'lean') return lean(secure, host);
+        if (mode === 'http' || mode === 'half') {
           inside.set(secure, host);
           front.emit('connection', secure);
           return;

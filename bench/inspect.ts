@@ -16,9 +16,10 @@
  * - memory: the proxy's resident memory grown by IDLE connections that made one request and
  *   stay open, per connection, against what the proxy charges an inspected one to its budget.
  * - floors, last, in rounds of their own (nothing above changes for them): the same keep-alive
- *   throughput through bench/inspect-floor.ts, which ends TLS and either relays the bytes or
- *   serves them with Node's HTTP server and an undici pool, with no checks; each round beside a
- *   tunnel through the proxy. Where the proxy's time goes: TLS, Node's HTTP machinery, its own.
+ *   throughput through bench/inspect-floor.ts, which ends TLS and then relays the bytes, reads
+ *   both heads by hand, serves requests with Node's HTTP server and reads the upstream by hand (as
+ *   the proxy does), or uses Node's HTTP server and an undici pool, with no checks; each round
+ *   beside a tunnel through the proxy. Where the proxy's time goes: TLS, HTTP, its own.
  *
  * Both paths run once, unmeasured, before the rounds (the floors too), so that no round measures
  * code still being compiled. With two CPUs or more, the proxy and the floors run on CPU 1 and this
@@ -101,7 +102,7 @@ async function startUpstream(dir: string): Promise<{ server: tls.Server; port: n
 }
 
 /** A floor (bench/inspect-floor.ts) in its own process, listening. */
-async function startFloor(dir: string, upstreamPort: number, mode: 'relay' | 'http'): Promise<{ child: Child; port: number }> {
+async function startFloor(dir: string, upstreamPort: number, mode: 'relay' | 'lean' | 'half' | 'http'): Promise<{ child: Child; port: number }> {
   const script = fileURLToPath(new URL('./inspect-floor.js', import.meta.url));
   const port = await freePort();
   const child = await startChild(`floor-${mode}`, process.execPath, [script, String(port), String(upstreamPort), join(dir, 'up-key.pem'), join(dir, 'up.pem'), mode], { lifetimeSec: 600 });
@@ -261,11 +262,11 @@ async function memoryPerConnection(target: Target, host: string, pid: number, co
  * `floor` is the inspected target with the proxy's port replaced by each floor's.
  */
 async function floorLines(dir: string, tunneled: Target, floor: Target, plan: Plan, pid: number, progress: (text: string) => void): Promise<string[]> {
-  const modes = ['relay', 'http'] as const;
-  const started = { relay: await startFloor(dir, floor.upstreamPort, 'relay'), http: await startFloor(dir, floor.upstreamPort, 'http') };
+  const modes = ['relay', 'lean', 'half', 'http'] as const;
+  const started = { relay: await startFloor(dir, floor.upstreamPort, 'relay'), lean: await startFloor(dir, floor.upstreamPort, 'lean'), half: await startFloor(dir, floor.upstreamPort, 'half'), http: await startFloor(dir, floor.upstreamPort, 'http') };
   const tunnel: number[] = [];
-  const measured = { relay: { rps: [] as number[], cpu: [] as number[] }, http: { rps: [] as number[], cpu: [] as number[] } };
-  await throughput({ ...floor, proxyPort: started.http.port }, INSPECTED, { ...plan, seconds: 1 }, started.http.child.pid); // compiled before its rounds
+  const measured = { relay: { rps: [] as number[], cpu: [] as number[] }, lean: { rps: [] as number[], cpu: [] as number[] }, half: { rps: [] as number[], cpu: [] as number[] }, http: { rps: [] as number[], cpu: [] as number[] } };
+  for (const mode of modes) await throughput({ ...floor, proxyPort: started[mode].port }, INSPECTED, { ...plan, seconds: 1 }, started[mode].child.pid); // compiled before its rounds
   for (let round = 1; round <= plan.rounds; round++) {
     progress(`inspect: floors, round ${round}/${plan.rounds}`);
     tunnel.push((await throughput(tunneled, TUNNELED, plan, pid)).rps);
@@ -281,6 +282,8 @@ async function floorLines(dir: string, tunneled: Target, floor: Target, plan: Pl
   return [
     `  floors, no checks (bench/inspect-floor.ts; median of ${plan.rounds} rounds of their own, ratio to a tunnel through the proxy in the same rounds, req/s ${median(tunnel).toFixed(0)}):`,
     line('TLS ended and opened again, bytes relayed', 'relay'),
+    line('+ HTTP/1.1 heads read by hand, no checks  ', 'lean'),
+    line("+ Node's HTTP server, upstream by hand    ", 'half'),
     line("+ Node's HTTP server and an undici pool   ", 'http'),
   ];
 }
