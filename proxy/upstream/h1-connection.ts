@@ -30,6 +30,8 @@ interface InFlight {
   done: boolean;
   paused: boolean;
   sent: boolean;
+  /** The body waits for the upstream to read what was written of it (a drain). */
+  blocked: boolean;
   headSeen: boolean;
   /** What the upstream's Keep-Alive field allows an idle connection, if it says. */
   keepAliveMs?: number;
@@ -70,7 +72,7 @@ export class H1Connection {
   }
 
   send(request: PooledRequest, handler: UpstreamHandler): void {
-    const flight: InFlight = { handler, done: false, paused: false, sent: false, headSeen: false };
+    const flight: InFlight = { handler, done: false, paused: false, sent: false, blocked: false, headSeen: false };
     this.active = flight;
     this.socket.setTimeout(0);
     try {
@@ -98,7 +100,11 @@ export class H1Connection {
   private sendBody(flight: InFlight, body: NodeJS.ReadableStream, declared: number | undefined): void {
     const { socket } = this;
     let written = 0;
-    const drained = (): void => void body.resume();
+    const drained = (): void => {
+      flight.blocked = false;
+      this.time(flight);
+      body.resume();
+    };
     const data = (chunk: Buffer | string): void => {
       if (flight.done) return;
       const bytes = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
@@ -118,6 +124,9 @@ export class H1Connection {
       if (!more) {
         body.pause();
         socket.once('drain', drained);
+        // An upstream that reads none of the body (and answers nothing) is timed as a silent one.
+        flight.blocked = true;
+        this.time(flight);
       }
     };
     const end = (): void => {
@@ -152,7 +161,16 @@ export class H1Connection {
   /** The request is all written: the upstream's silence is timed from here. */
   private bodySent(flight: InFlight): void {
     flight.sent = true;
-    if (!flight.paused) this.socket.setTimeout(this.options.idleTimeoutMs);
+    this.time(flight);
+  }
+
+  /**
+   * The upstream's silence is timed while its response is awaited or read (the request all sent),
+   * or while the body waits for it to read more: never while the reader is paused, nor while the
+   * body waits for the client.
+   */
+  private time(flight: InFlight): void {
+    this.socket.setTimeout(!flight.paused && (flight.sent || flight.blocked) ? this.options.idleTimeoutMs : 0);
   }
 
   private readonly read = (chunk: Buffer): void => {
@@ -190,7 +208,7 @@ export class H1Connection {
     if (flight === undefined || !flight.paused) return;
     flight.paused = false;
     this.socket.resume();
-    if (flight.sent) this.socket.setTimeout(this.options.idleTimeoutMs);
+    this.time(flight);
     this.pump();
   };
 

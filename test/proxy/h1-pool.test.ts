@@ -293,3 +293,22 @@ t.test('given up: an abort before the response ends it once, and a later abort l
   abort(new Error('stale'));
   t.equal((await next).body, 'late', 'a stale abort does not touch another request');
 });
+
+t.test('an upstream that stops reading the request body and never answers fails it at the idle timeout', async (t) => {
+  // Reads nothing, answers nothing: the proxy's writes back up and the body waits for a drain that never comes.
+  const stalled = net.createServer((socket) => {
+    socket.on('error', () => undefined);
+    socket.pause();
+  });
+  await new Promise<void>((resolve) => stalled.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => stalled.close());
+  const pool = poolTo(t, (stalled.address() as net.AddressInfo).port, { idleTimeoutMs: 300 });
+  const upload = new PassThrough();
+  const waiting = send(pool, { method: 'POST', headers: ['content-length', String(64 * 1024 * 1024)], body: upload });
+  const mb = Buffer.alloc(1024 * 1024, 120);
+  for (let i = 0; i < 64; i++) upload.write(mb);
+  upload.end();
+  const out = await Promise.race([waiting, new Promise<undefined>((r) => setTimeout(r, 5_000, undefined))]);
+  t.same(out?.errors.map((e) => (e as NodeJS.ErrnoException).code), ['upstream_timeout'], 'not held forever');
+  upload.destroy();
+});
