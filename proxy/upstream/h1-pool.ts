@@ -29,6 +29,7 @@ export class H1Pool implements UpstreamPool {
   private readonly idle: H1Connection[] = [];
   private readonly all = new Set<H1Connection>();
   private closing = false;
+  private destroyed = false;
 
   constructor(
     private readonly open: (unsent: Unsent) => Promise<net.Socket>,
@@ -47,7 +48,9 @@ export class H1Pool implements UpstreamPool {
     }
     this.open(request.unsent).then(
       (socket) => {
-        if (this.closing) {
+        // Closed meanwhile, the request is still sent (a request in flight finishes, as in an undici
+        // Pool closed); its connection is not kept (released). Destroyed, it fails.
+        if (this.destroyed) {
           socket.destroy();
           return handler.onError(new UpstreamHttpError('upstream_failed', 'the pool of this destination was closed'));
         }
@@ -67,6 +70,7 @@ export class H1Pool implements UpstreamPool {
 
   destroy(): Promise<void> {
     this.closing = true;
+    this.destroyed = true;
     this.idle.length = 0;
     for (const connection of this.all) connection.destroy();
     return Promise.resolve();

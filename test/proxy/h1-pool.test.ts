@@ -312,3 +312,31 @@ t.test('an upstream that stops reading the request body and never answers fails 
   t.same(out?.errors.map((e) => (e as NodeJS.ErrnoException).code), ['upstream_timeout'], 'not held forever');
   upload.destroy();
 });
+
+t.test('closed while a request dials: the request is still sent and answered; destroyed: it fails', async (t) => {
+  const server = await serve(t, () => OK('dialled'));
+  const slowPool = (): H1Pool => {
+    const pool = new H1Pool(
+      () =>
+        new Promise<net.Socket>((resolve, reject) => {
+          const socket = net.connect(server.port, '127.0.0.1');
+          socket.once('connect', () => setTimeout(() => resolve(socket), 50));
+          socket.once('error', reject);
+        }),
+      { idleTimeoutMs: 5_000, maxHeaderBytes: 16 * 1024, keepAliveMs: 4_000 },
+    );
+    t.teardown(() => pool.destroy());
+    return pool;
+  };
+  const closing = slowPool();
+  const waiting = send(closing);
+  await closing.close();
+  const out = await waiting;
+  t.same([out.body, out.completed, out.errors], ['dialled', 1, []], 'its requests in flight finish (as an undici Pool closed)');
+  t.equal(closing.stats.free, 0, 'and its connection is not kept');
+  const destroyed = slowPool();
+  const failing = send(destroyed);
+  await destroyed.destroy();
+  t.same((await failing).errors.map((e) => (e as NodeJS.ErrnoException).code), ['upstream_failed']);
+  t.equal(server.received.slice(1).join(''), '', 'the destroyed pool sent nothing');
+});
