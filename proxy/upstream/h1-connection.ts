@@ -12,7 +12,7 @@
  */
 import type net from 'node:net';
 import { declaredLength, requestHead, UpstreamHttpError, type PooledRequest, type UpstreamHandler } from './h1-request.js';
-import { ResponseParser } from './h1-response.js';
+import { keepAliveHint, ResponseParser } from './h1-response.js';
 
 export interface ConnectionOptions {
   /** Longest silence of the upstream while a response is awaited or read. */
@@ -21,8 +21,6 @@ export interface ConnectionOptions {
   /** Longest an idle connection is kept for another request; 0: one request per connection. */
   readonly keepAliveMs: number;
 }
-
-const KEEP_ALIVE_TIMEOUT = /(?:^|[,;\s])timeout\s*=\s*(\d{1,6})/i;
 
 interface InFlight {
   readonly handler: UpstreamHandler;
@@ -189,7 +187,9 @@ export class H1Connection {
 
   private readonly closed = (): void => {
     this.peerEnded = true;
-    if (this.active !== undefined) {
+    // Closed by an error (a reset, a TLS record that did not decrypt): a body that runs to the
+    // close is cut, not complete.
+    if (this.active !== undefined && this.error === undefined) {
       this.parser.close();
       this.pump();
     }
@@ -231,8 +231,7 @@ export class H1Connection {
       switch (event.kind) {
         case 'head': {
           flight.headSeen = true;
-          const hint = KEEP_ALIVE_TIMEOUT.exec(fieldValue(event.fields, 'keep-alive') ?? '');
-          if (hint !== null) flight.keepAliveMs = Number(hint[1]) * 1000 - 1000;
+          flight.keepAliveMs = keepAliveHint(event.fields);
           if (!flight.handler.onHeaders(event.status, event.fields, this.resume, event.reason)) this.pause(flight);
           break;
         }
@@ -295,9 +294,3 @@ export class H1Connection {
 }
 
 function ignore(): void {}
-
-/** The value of the first field named `name` (lower case), if any. */
-function fieldValue(fields: readonly string[], name: string): string | undefined {
-  for (let i = 0; i < fields.length; i += 2) if (fields[i]!.toLowerCase() === name) return fields[i + 1];
-  return undefined;
-}

@@ -41,7 +41,7 @@ export class H1Pool implements UpstreamPool {
   }
 
   dispatch(request: PooledRequest, handler: UpstreamHandler): void {
-    if (this.closing) return handler.onError(new UpstreamHttpError('upstream_failed', 'the pool of this destination was closed'));
+    if (this.closing) return heard(handler, new UpstreamHttpError('upstream_failed', 'the pool of this destination was closed'));
     for (let connection = this.idle.pop(); connection !== undefined; connection = this.idle.pop()) {
       if (connection.usable) return connection.send(request, handler);
       connection.destroy();
@@ -52,13 +52,13 @@ export class H1Pool implements UpstreamPool {
         // Pool closed); its connection is not kept (released). Destroyed, it fails.
         if (this.destroyed) {
           socket.destroy();
-          return handler.onError(new UpstreamHttpError('upstream_failed', 'the pool of this destination was closed'));
+          return heard(handler, new UpstreamHttpError('upstream_failed', 'the pool of this destination was closed'));
         }
         const connection = new H1Connection(socket, this.options, this.released);
         this.all.add(connection);
         connection.send(request, handler);
       },
-      (err: Error) => handler.onError(err),
+      (err: Error) => heard(handler, err),
     );
   }
 
@@ -86,4 +86,13 @@ export class H1Pool implements UpstreamPool {
     this.all.delete(connection);
     connection.destroy();
   };
+}
+
+/** Tells `handler` its request failed; what it throws is its own (a rejection here would end the process). */
+function heard(handler: UpstreamHandler, err: Error): void {
+  try {
+    handler.onError(err);
+  } catch {
+    // The exchange's own failure; the request is over.
+  }
 }

@@ -46,6 +46,10 @@ const AGAIN = Symbol('again');
 
 export class ResponseParser {
   private buffered: Buffer = Buffer.alloc(0);
+  /** How many of `buffered`'s first bytes were searched already for what ends a head or a line. */
+  private scanned = 0;
+  /** What `buffered` grows in (its own memory, never the shared pool's), while a head or line arrives in pieces. */
+  private room: Buffer | undefined;
   private state: State = { at: 'idle' };
   private head = false;
   private keepAlive = true;
@@ -65,8 +69,28 @@ export class ResponseParser {
     return this.state.at !== 'idle' && this.state.at !== 'failed';
   }
 
+  /**
+   * More bytes. A head trickling in a byte at a time is neither copied whole nor searched whole
+   * again for each byte: `buffered` grows in room twice its size, and searches go on from `scanned`.
+   */
   feed(bytes: Buffer): void {
-    this.buffered = this.buffered.length === 0 ? bytes : Buffer.concat([this.buffered, bytes]);
+    if (this.buffered.length === 0) {
+      this.buffered = bytes;
+      return;
+    }
+    const used = this.buffered.length + bytes.length;
+    const { room } = this;
+    const start = room !== undefined && this.buffered.buffer === room.buffer ? this.buffered.byteOffset - room.byteOffset : -1;
+    if (room !== undefined && start >= 0 && start + used <= room.length) {
+      bytes.copy(room, start + this.buffered.length);
+      this.buffered = room.subarray(start, start + used);
+      return;
+    }
+    const grown = Buffer.alloc(Math.max(used * 2, 4096));
+    this.buffered.copy(grown, 0);
+    bytes.copy(grown, this.buffered.length);
+    this.room = grown;
+    this.buffered = grown.subarray(0, used);
   }
 
   /** The connection ended (the upstream closed): a body that runs to the close is complete. */
@@ -113,7 +137,7 @@ export class ResponseParser {
       case 'chunk-end': {
         if (this.buffered.length < 2) return this.closed ? this.fail('the upstream closed inside a chunk') : undefined;
         if (this.buffered[0] !== 0x0d || this.buffered[1] !== 0x0a) return this.fail('a chunk is not followed by CRLF');
-        this.buffered = this.buffered.subarray(2);
+        this.consume(2);
         this.state = { at: 'chunk-size' };
         return AGAIN;
       }
@@ -130,23 +154,29 @@ export class ResponseParser {
   private take(most: number): Buffer | undefined {
     if (this.buffered.length === 0) return undefined;
     const chunk = this.buffered.length <= most ? this.buffered : this.buffered.subarray(0, most);
-    this.buffered = this.buffered.length <= most ? Buffer.alloc(0) : this.buffered.subarray(most);
+    this.consume(Math.min(most, this.buffered.length));
     return chunk;
   }
 
   /** One CRLF-ended line, or undefined while it is incomplete; a bare CR or LF fails. */
   private line(most: number, what: string): string | undefined | ResponseEvent {
-    const lf = this.buffered.indexOf(0x0a);
+    const lf = this.buffered.indexOf(0x0a, this.scanned);
     if (lf === -1) {
       if (this.buffered.length > most) return this.fail(`${what} is longer than ${most} bytes`);
+      this.scanned = this.buffered.length;
       return this.closedEarly(what);
     }
     if (lf > most) return this.fail(`${what} is longer than ${most} bytes`);
     if (lf === 0 || this.buffered[lf - 1] !== 0x0d) return this.fail(`${what} ends in a bare LF`);
     const text = this.buffered.toString('latin1', 0, lf - 1);
     if (text.includes('\r')) return this.fail(`${what} holds a bare CR`);
-    this.buffered = this.buffered.subarray(lf + 1);
+    this.consume(lf + 1);
     return text;
+  }
+
+  private consume(bytes: number): void {
+    this.buffered = bytes === this.buffered.length ? Buffer.alloc(0) : this.buffered.subarray(bytes);
+    this.scanned = 0;
   }
 
   private closedEarly(what: string): ResponseEvent | undefined {
@@ -154,16 +184,19 @@ export class ResponseParser {
   }
 
   private readHead(): ResponseEvent | undefined | typeof AGAIN {
-    const end = this.buffered.indexOf('\r\n\r\n');
+    const end = this.buffered.indexOf('\r\n\r\n', Math.max(0, this.scanned - 3));
     if (end === -1) {
       if (this.buffered.length > this.maxHeadBytes) return this.fail(`the response head is larger than ${this.maxHeadBytes} bytes`);
-      const lf = this.buffered.indexOf(0x0a);
-      if (lf !== -1 && (lf === 0 || this.buffered[lf - 1] !== 0x0d)) return this.fail('the response head holds a bare LF');
+      // Every LF that came so far ends a line with CR, or the head is refused now, not at its end.
+      for (let lf = this.buffered.indexOf(0x0a, this.scanned); lf !== -1; lf = this.buffered.indexOf(0x0a, lf + 1)) {
+        if (lf === 0 || this.buffered[lf - 1] !== 0x0d) return this.fail('the response head holds a bare LF');
+      }
+      this.scanned = this.buffered.length;
       return this.closedEarly('a complete response head');
     }
     if (end + 4 > this.maxHeadBytes) return this.fail(`the response head is larger than ${this.maxHeadBytes} bytes`);
     const text = this.buffered.toString('latin1', 0, end);
-    this.buffered = this.buffered.subarray(end + 4);
+    this.consume(end + 4);
     const lines = text.split('\r\n');
     for (const line of lines) if (line.includes('\r') || line.includes('\n')) return this.fail('the response head holds a bare CR or LF');
     const status = STATUS_LINE.exec(lines[0]!);
@@ -213,13 +246,13 @@ export class ResponseParser {
   private end(): ResponseEvent {
     const keepAlive = this.keepAlive && this.buffered.length === 0 && !this.closed;
     this.state = keepAlive ? { at: 'idle' } : { at: 'failed' };
-    this.buffered = Buffer.alloc(0);
+    this.consume(this.buffered.length);
     return { kind: 'end', keepAlive };
   }
 
   private fail(detail: string): ResponseEvent {
     this.state = { at: 'failed' };
-    this.buffered = Buffer.alloc(0);
+    this.consume(this.buffered.length);
     return { kind: 'error', detail };
   }
 }
@@ -260,4 +293,16 @@ function connectionCloses(fields: readonly string[]): boolean {
     if (fields[i]!.toLowerCase() === 'connection' && fields[i + 1]!.split(',').some((o) => o.trim().toLowerCase() === 'close')) return true;
   }
   return false;
+}
+
+const KEEP_ALIVE_TIMEOUT = /(?:^|[,;\s])timeout\s*=\s*(\d{1,6})/i;
+
+/** How long a Keep-Alive field lets the connection idle, a second short of its timeout, if it says. */
+export function keepAliveHint(fields: readonly string[]): number | undefined {
+  for (let i = 0; i < fields.length; i += 2) {
+    if (fields[i]!.toLowerCase() !== 'keep-alive') continue;
+    const hint = KEEP_ALIVE_TIMEOUT.exec(fields[i + 1]!);
+    return hint === null ? undefined : Number(hint[1]) * 1000 - 1000;
+  }
+  return undefined;
 }
