@@ -82,6 +82,14 @@ function forward(host: string, req: http.IncomingMessage, res: http.ServerRespon
   poolFor(host).dispatch({ method: req.method as Dispatcher.HttpMethod, path: req.url ?? '/', headers: ['host', `${host}:${upstreamPort}`], body: null }, handler);
 }
 
+/** The fields of a head's lines (the first is the start line): each name in lower case, and its value. */
+function fieldsOf(lines: readonly string[]): Array<[string, string]> {
+  return lines.slice(1).map((line) => {
+    const colon = line.indexOf(':');
+    return [line.slice(0, colon).toLowerCase(), line.slice(colon + 1).trim()];
+  });
+}
+
 /**
  * `lean`: one upstream TLS connection per client connection, and each request and response head
  * read by hand (bodies by Content-Length only; the floor's requests have none).
@@ -99,12 +107,7 @@ function lean(client: tls.TLSSocket, host: string): void {
       pending = pending.subarray(end + 4);
       const [method, target] = (lines[0] ?? '').split(' ');
       const fields: string[] = [];
-      for (let i = 1; i < lines.length; i++) {
-        const line = lines[i]!;
-        const colon = line.indexOf(':');
-        const name = line.slice(0, colon).toLowerCase();
-        if (name !== 'host' && name !== 'connection') fields.push(`${name}: ${line.slice(colon + 1).trim()}`);
-      }
+      for (const [name, value] of fieldsOf(lines)) if (name !== 'host' && name !== 'connection') fields.push(`${name}: ${value}`);
       upstream.write(`${method} ${target} HTTP/1.1\r\nhost: ${host}:${upstreamPort}\r\n${fields.map((f) => `${f}\r\n`).join('')}\r\n`);
     }
   });
@@ -128,11 +131,7 @@ function lean(client: tls.TLSSocket, host: string): void {
       response = Buffer.alloc(0);
       let length = 0;
       const out: string[] = [lines[0]!];
-      for (let i = 1; i < lines.length; i++) {
-        const line = lines[i]!;
-        const colon = line.indexOf(':');
-        const name = line.slice(0, colon).toLowerCase();
-        const value = line.slice(colon + 1).trim();
+      for (const [name, value] of fieldsOf(lines)) {
         if (name === 'content-length') length = Number(value);
         if (name !== 'connection' && name !== 'keep-alive') out.push(`${name}: ${value}`);
       }
@@ -162,11 +161,7 @@ function half(host: string, req: http.IncomingMessage, res: http.ServerResponse)
         const lines = response.toString('latin1', 0, end).split('\r\n');
         let length = 0;
         const fields: string[] = [];
-        for (let i = 1; i < lines.length; i++) {
-          const line = lines[i]!;
-          const colon = line.indexOf(':');
-          const name = line.slice(0, colon).toLowerCase();
-          const value = line.slice(colon + 1).trim();
+        for (const [name, value] of fieldsOf(lines)) {
           if (name === 'content-length') length = Number(value);
           if (name !== 'connection' && name !== 'keep-alive') fields.push(name, value);
         }

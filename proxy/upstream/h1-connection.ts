@@ -12,7 +12,8 @@
  */
 import type net from 'node:net';
 import { declaredLength, requestHead, UpstreamHttpError, type PooledRequest, type UpstreamHandler } from './h1-request.js';
-import { keepAliveHint, ResponseParser } from './h1-response.js';
+import { keepAliveHint } from './h1-fields.js';
+import { ResponseParser } from './h1-response.js';
 
 export interface ConnectionOptions {
   /** Longest silence of the upstream while a response is awaited or read. */

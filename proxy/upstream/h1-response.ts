@@ -13,6 +13,7 @@
  * with neither framing runs to the close of the connection. Bytes after a complete response are
  * never part of it: they end `keepAlive`, and the caller closes the connection.
  */
+import { connectionCloses, fieldOf, framingOf } from './h1-fields.js';
 
 /** What `next` found in what was fed. */
 export type ResponseEvent =
@@ -34,11 +35,9 @@ type State =
   | { readonly at: 'to-close' }
   | { readonly at: 'failed' };
 
-const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 const STATUS_LINE = /^HTTP\/1\.([01]) ([0-9]{3})(?: (.*))?$/s;
 /** A chunk-size (at most 13 hex digits: under 2^52, exact as a number) and any chunk extensions. */
 const CHUNK_SIZE = /^([0-9A-Fa-f]{1,13})[\t ]*(?:;[\t\x20-\x7e\x80-\xff]*)?$/;
-const LENGTH = /^[0-9]{1,15}$/;
 /** Longest chunk-size line read (with its extensions). */
 const MAX_CHUNK_LINE = 4096;
 /** A step of reading that found no event but can go on. */
@@ -255,54 +254,4 @@ export class ResponseParser {
     this.consume(this.buffered.length);
     return { kind: 'error', detail };
   }
-}
-
-/** A field line's name and value (its whitespace around trimmed), or why it is not one. */
-function fieldOf(line: string): [string, string] | string {
-  if (line.startsWith(' ') || line.startsWith('\t')) return 'a field line is folded (obs-fold)';
-  const colon = line.indexOf(':');
-  const name = colon === -1 ? '' : line.slice(0, colon);
-  if (!TOKEN.test(name)) return 'a field name is not a token';
-  return [name, line.slice(colon + 1).replace(/^[\t ]+|[\t ]+$/g, '')];
-}
-
-/** How a final response's body is framed: its length, chunked, to the close, or why none can be trusted. */
-function framingOf(fields: readonly string[]): number | 'chunked' | 'close' | { readonly bad: string } {
-  let coding: string | undefined;
-  let length: string | undefined;
-  for (let i = 0; i < fields.length; i += 2) {
-    const name = fields[i]!.toLowerCase();
-    if (name === 'transfer-encoding') {
-      if (coding !== undefined) return { bad: 'Transfer-Encoding appears twice' };
-      coding = fields[i + 1]!.toLowerCase();
-    } else if (name === 'content-length') {
-      if (length !== undefined && length !== fields[i + 1]) return { bad: 'two Content-Length fields that differ' };
-      length = fields[i + 1]!;
-    }
-  }
-  if (coding !== undefined) {
-    if (length !== undefined) return { bad: 'Transfer-Encoding beside Content-Length' };
-    return coding === 'chunked' ? 'chunked' : { bad: 'a transfer coding other than chunked alone' };
-  }
-  if (length === undefined) return 'close';
-  return LENGTH.test(length) ? Number(length) : { bad: 'Content-Length is not a number' };
-}
-
-function connectionCloses(fields: readonly string[]): boolean {
-  for (let i = 0; i < fields.length; i += 2) {
-    if (fields[i]!.toLowerCase() === 'connection' && fields[i + 1]!.split(',').some((o) => o.trim().toLowerCase() === 'close')) return true;
-  }
-  return false;
-}
-
-const KEEP_ALIVE_TIMEOUT = /(?:^|[,;\s])timeout\s*=\s*(\d{1,6})/i;
-
-/** How long a Keep-Alive field lets the connection idle, a second short of its timeout, if it says. */
-export function keepAliveHint(fields: readonly string[]): number | undefined {
-  for (let i = 0; i < fields.length; i += 2) {
-    if (fields[i]!.toLowerCase() !== 'keep-alive') continue;
-    const hint = KEEP_ALIVE_TIMEOUT.exec(fields[i + 1]!);
-    return hint === null ? undefined : Number(hint[1]) * 1000 - 1000;
-  }
-  return undefined;
 }

@@ -10,7 +10,8 @@
 import net from 'node:net';
 import t from 'tap';
 import { H1Pool, Unsent } from '../../proxy/upstream/index.js';
-import { generate, type Answer } from '../support/hostile-answers.js';
+import { generate, writeAnswer, type Answer } from '../support/hostile-answers.js';
+import { connected } from '../support/loopback.js';
 import { prng } from '../support/prng.js';
 
 const SEED = Number(process.env.FUZZ_SEED ?? 0x5eed1);
@@ -32,13 +33,7 @@ const server = net.createServer((socket) => {
         socket.write(`HTTP/1.1 200 OK\r\nContent-Length: ${path.length}\r\n\r\n${path}`);
         continue;
       }
-      for (const piece of answer.pieces) {
-        if (piece.pause > 0) await new Promise((r) => setTimeout(r, piece.pause));
-        if (socket.destroyed) return;
-        socket.write(piece.bytes);
-      }
-      if (answer.finish === 'end') socket.end();
-      else if (answer.finish === 'reset') socket.resetAndDestroy();
+      await writeAnswer(socket, answer);
     }
   });
 });
@@ -48,15 +43,7 @@ t.teardown(() => server.close());
 
 /** A pool of one worker's own: the request after a case can only reuse that case's connection. */
 function newPool(): H1Pool {
-  const pool = new H1Pool(
-    () =>
-      new Promise<net.Socket>((resolve, reject) => {
-        const socket = net.connect(port, '127.0.0.1');
-        socket.once('connect', () => resolve(socket));
-        socket.once('error', reject);
-      }),
-    { idleTimeoutMs: 400, maxHeaderBytes: 64 * 1024, keepAliveMs: 4_000 },
-  );
+  const pool = new H1Pool(() => connected(port), { idleTimeoutMs: 400, maxHeaderBytes: 64 * 1024, keepAliveMs: 4_000 });
   t.teardown(() => pool.destroy());
   return pool;
 }

@@ -9,6 +9,7 @@ import net from 'node:net';
 import { PassThrough } from 'node:stream';
 import t, { type Test } from 'tap';
 import { H1Pool, Unsent, type PooledRequest, type UpstreamHandler } from '../../proxy/upstream/index.js';
+import { connected } from '../support/loopback.js';
 
 interface Server {
   readonly port: number;
@@ -42,12 +43,7 @@ async function serve(t: Test, answer: (n: number, head: string, socket: net.Sock
 
 function poolTo(t: Test, port: number, options: { keepAliveMs?: number; idleTimeoutMs?: number } = {}): H1Pool {
   const pool = new H1Pool(
-    () =>
-      new Promise<net.Socket>((resolve, reject) => {
-        const socket = net.connect(port, '127.0.0.1');
-        socket.once('connect', () => resolve(socket));
-        socket.once('error', reject);
-      }),
+    () => connected(port),
     { idleTimeoutMs: options.idleTimeoutMs ?? 5_000, maxHeaderBytes: 16 * 1024, keepAliveMs: options.keepAliveMs ?? 4_000 },
   );
   t.teardown(() => pool.destroy());

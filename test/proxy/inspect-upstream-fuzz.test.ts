@@ -10,7 +10,7 @@
 import net from 'node:net';
 import tls from 'node:tls';
 import t from 'tap';
-import { generate, judge, type Answer } from '../support/hostile-answers.js';
+import { generate, judge, writeAnswer, type Answer } from '../support/hostile-answers.js';
 import { testLeafIssuer } from '../support/inspect-ca.js';
 import { listen } from '../support/loopback.js';
 import { prng } from '../support/prng.js';
@@ -35,13 +35,7 @@ const upstream = tls.createServer({ ...cert, ALPNProtocols: ['http/1.1'] }, (soc
     const path = /^GET (\S+)/.exec(head)?.[1] ?? '';
     const answer = answers.get(path);
     if (answer === undefined) return void socket.end(`HTTP/1.1 200 OK\r\nContent-Length: ${path.length}\r\nConnection: close\r\n\r\n${path}`);
-    for (const piece of answer.pieces) {
-      if (piece.pause > 0) await new Promise((r) => setTimeout(r, piece.pause));
-      if (socket.destroyed) return;
-      socket.write(piece.bytes);
-    }
-    if (answer.finish === 'end') socket.end();
-    else if (answer.finish === 'reset') socket.destroy();
+    await writeAnswer(socket, answer);
   });
 });
 const port = await listen(upstream as unknown as net.Server);

@@ -15,7 +15,7 @@ import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import { freePort } from '../support/loopback.js';
 import { prng } from '../support/prng.js';
-import { generate, judge, type Answer } from '../support/hostile-answers.js';
+import { generate, judge, writeAnswer, type Answer } from '../support/hostile-answers.js';
 import { rawRequest, readUntil } from '../support/raw-client.js';
 
 const SEED = Number(process.env.FUZZ_SEED ?? 0x0badf00d);
@@ -32,13 +32,7 @@ const upstream = net.createServer((socket) => {
     if (!head.includes('\r\n\r\n')) return;
     const answer = answers.get(/^GET (\S+)/.exec(head)?.[1] ?? '');
     if (answer === undefined) return void socket.destroy();
-    for (const piece of answer.pieces) {
-      if (piece.pause > 0) await new Promise((r) => setTimeout(r, piece.pause));
-      if (socket.destroyed) return;
-      socket.write(piece.bytes);
-    }
-    if (answer.finish === 'end') socket.end();
-    else if (answer.finish === 'reset') socket.resetAndDestroy();
+    await writeAnswer(socket, answer);
   });
 });
 const echo = net.createServer((s) => {

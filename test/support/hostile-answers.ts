@@ -5,6 +5,8 @@
  * 'x' repeated; bytes after a delimited message say 'evil'. `judge` says whether what a client got
  * through the proxy is acceptable: one well-formed response, or a refusal naming its reason.
  */
+import type { Socket } from 'node:net';
+import { TLSSocket } from 'node:tls';
 import { isReason } from '../../policy/index.js';
 
 export interface Answer {
@@ -89,4 +91,19 @@ export function judge(out: string): { ok: boolean; why: string } {
   if (out.slice(headEnd + 4).includes('evil')) return { ok: false, why: 'bytes after the response were passed on' };
   if ((out.match(/\r\nHTTP\/1\.[01] \d{3} /g) ?? []).length > 0) return { ok: false, why: 'a second response' };
   return { ok: true, why: `${status}${reason ? ` ${reason}` : ''}` };
+}
+
+/** Writes `answer` to `socket` piece by piece, with its pauses, then ends, resets or leaves it open. */
+export async function writeAnswer(socket: Socket, answer: Answer): Promise<void> {
+  for (const piece of answer.pieces) {
+    if (piece.pause > 0) await new Promise((r) => setTimeout(r, piece.pause));
+    if (socket.destroyed) return;
+    socket.write(piece.bytes);
+  }
+  if (answer.finish === 'end') socket.end();
+  else if (answer.finish === 'reset') {
+    // A TLS socket has no reset of its own (its handle is not TCP): it is destroyed.
+    if (socket instanceof TLSSocket) socket.destroy();
+    else socket.resetAndDestroy();
+  }
 }

@@ -86,3 +86,12 @@ export async function streamingServer(): Promise<{ port: number; close(): void }
     },
   };
 }
+
+/** A connection to `port` on 127.0.0.1, once it is connected. */
+export function connected(port: number): Promise<net.Socket> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(port, '127.0.0.1');
+    socket.once('connect', () => resolve(socket));
+    socket.once('error', reject);
+  });
+}
