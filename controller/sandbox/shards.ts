@@ -245,12 +245,13 @@ export async function connectShard(deps: BuildDeps, shard: string, network: { re
 /**
  * Takes a shard's leg off a network that is about to go. A leg that is gone already is fine:
  * dockerd says so with 403, or with 500 when another process's disconnect of it ran at the same
- * moment (two controller processes destroying one sandbox).
+ * moment (two controller processes destroying one sandbox), worded by dockerd's daemon ("is not
+ * connected to network") or by its network library ("is not connected to the network").
  */
 export async function disconnectShard(engine: SandboxEngine, shard: string, networkId: string): Promise<void> {
   try {
     await engine.disconnectNetwork(networkId, shard);
   } catch (err) {
-    if (!dockerSays(err, 403, /not connected/) && !dockerSays(err, 500, /is not connected to network/)) throw err;
+    if (!dockerSays(err, 403, /not connected/) && !dockerSays(err, 500, /is not connected to (the )?network/)) throw err;
   }
 }
