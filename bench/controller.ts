@@ -3,7 +3,9 @@
  *   - create to ready, tiers none and allowlist (a proxy of its own, on a shard of the shared
  *     egress, and on a warm network slot the shard joined before), against one and two plain `docker run -d`s (an allowlist sandbox with a proxy of its
  *     own is two containers), in interleaved rounds so that load from other work on the machine
- *     falls on all of them alike; medians, spread and per-round ratios;
+ *     falls on all of them alike; medians, spread and per-round ratios; beside the warm slot its
+ *     floor: one `docker run -d` onto an internal network (its embedded DNS is set up at the
+ *     start, which `--network none` skips) and one `docker exec` (as the probe of the proxy);
  *   - each step of those creates, from the controller's own engine-call log (engine-timeline.ts);
  *   - the egress image's start-to-listening, and a bare Node server's in the same image
  *     (egress-listen.ts);
@@ -59,13 +61,17 @@ function ratioSpread(samples: readonly number[]): string {
   return `x${percentile(samples, 50).toFixed(2)} [${Math.min(...samples).toFixed(2)}-${Math.max(...samples).toFixed(2)}]`;
 }
 
-/** Plain `docker run -d`s one after the other (what a person would type), then removed. */
-async function plainRun(tag: string, images: readonly string[]): Promise<number> {
+/**
+ * Plain `docker run -d`s one after the other (what a person would type), then removed. `on`: the
+ * network they join (none unless given), and whether one `docker exec` follows in the last.
+ */
+async function plainRun(tag: string, images: readonly string[], on: { network: string; exec: boolean } = { network: 'none', exec: false }): Promise<number> {
   const names = images.map((_, j) => `cap-${runId}-plain-${tag}-${j}`);
   const ms = await timed(async () => {
     for (const [j, image] of images.entries()) {
-      await docker('run', '-d', '--name', names[j] ?? '', '--label', `${LABEL}=${runId}`, '--network', 'none', image, ...(image === SANDBOX_IMAGE ? ['sleep', 'infinity'] : []));
+      await docker('run', '-d', '--name', names[j] ?? '', '--label', `${LABEL}=${runId}`, '--network', on.network, image, ...(image === SANDBOX_IMAGE ? ['sleep', 'infinity'] : []));
     }
+    if (on.exec) await docker('exec', names.at(-1) ?? '', 'true');
   });
   await docker('rm', '-f', ...names);
   return ms;
@@ -115,13 +121,15 @@ interface Samples {
   sharedSteps: StepSpan[][];
   warm: number[];
   warmSteps: StepSpan[][];
+  /** A warm create's floor: one `docker run -d` onto an internal network, then one `docker exec`. */
+  warmFloor: number[];
 }
 
 /**
  * One round: each measurement once, starting at a different one each round. Round 0 is a warm-up
  * (first creates pay for cold caches in the engine and the socket proxy) and is not recorded.
  */
-async function round(r: number, providers: { own: DockerSandboxProvider; shared: DockerSandboxProvider; warm: DockerSandboxProvider }, timeline: EngineTimeline, engine: Docker, listenNetwork: string, samples: Samples | undefined): Promise<void> {
+async function round(r: number, providers: { own: DockerSandboxProvider; shared: DockerSandboxProvider; warm: DockerSandboxProvider }, timeline: EngineTimeline, engine: Docker, networks: { listen: string; internal: string }, samples: Samples | undefined): Promise<void> {
   const tag = `r${r}`;
   const provider = providers.own;
   const work: Array<() => Promise<void>> = [
@@ -137,9 +145,10 @@ async function round(r: number, providers: { own: DockerSandboxProvider; shared:
     async () => { const ms = await plainRun(`${tag}-one`, [SANDBOX_IMAGE]); samples?.plainOne.push(ms); },
     async () => { const c = await create(provider, timeline, tag, 'allowlist'); samples?.allowlist.push(c.ms); samples?.allowlistSteps.push(c.steps); },
     async () => { const ms = await plainRun(`${tag}-two`, [SANDBOX_IMAGE, EGRESS_IMAGE]); samples?.plainTwo.push(ms); },
+    async () => { const ms = await plainRun(`${tag}-floor`, [SANDBOX_IMAGE], { network: networks.internal, exec: true }); samples?.warmFloor.push(ms); },
     ...[false, true].map((bareNode) => async () => {
       const name = `cap-${runId}-listen-${tag}${bareNode ? '-bare' : ''}`;
-      const s = await egressStartToListening(docker, engine, { image: EGRESS_IMAGE, name, network: listenNetwork, label: `${LABEL}=${runId}`, bareNode });
+      const s = await egressStartToListening(docker, engine, { image: EGRESS_IMAGE, name, network: networks.listen, label: `${LABEL}=${runId}`, bareNode });
       await docker('rm', '-f', name);
       (bareNode ? samples?.bareListen : samples?.listen)?.push(s);
     }),
@@ -155,6 +164,7 @@ async function main(): Promise<void> {
   const proxy = await startSocketProxy(engine, runId);
   const network = `cap-${runId}-shared`;
   const listenNetwork = `cap-${runId}-listen`;
+  const internalNetwork = `cap-${runId}-internal`;
   const timeline = new EngineTimeline();
   const provider = createDockerSandbox({ endpoint: proxy.endpoint, network }, { labels }, { logger: timeline.logger });
   const shared = createDockerSandbox({ endpoint: proxy.endpoint, network, egressIsolation: 'shared' }, { labels }, { logger: timeline.logger });
@@ -162,9 +172,10 @@ async function main(): Promise<void> {
   const out: string[] = [];
   try {
     await docker('network', 'create', '--label', `${LABEL}=${runId}`, listenNetwork);
-    const samples: Samples = { none: [], plainOne: [], allowlist: [], plainTwo: [], listen: [], bareListen: [], noneSteps: [], allowlistSteps: [], shared: [], sharedSteps: [], warm: [], warmSteps: [] };
+    await docker('network', 'create', '--internal', '--label', `${LABEL}=${runId}`, internalNetwork);
+    const samples: Samples = { none: [], plainOne: [], allowlist: [], plainTwo: [], listen: [], bareListen: [], noneSteps: [], allowlistSteps: [], shared: [], sharedSteps: [], warm: [], warmSteps: [], warmFloor: [] };
     // The shard is started by the warm-up round's create; from then on a create joins it.
-    for (let r = 0; r <= rounds; r += 1) await round(r, { own: provider, shared, warm }, timeline, engine, listenNetwork, r === 0 ? undefined : samples);
+    for (let r = 0; r <= rounds; r += 1) await round(r, { own: provider, shared, warm }, timeline, engine, { listen: listenNetwork, internal: internalNetwork }, r === 0 ? undefined : samples);
     const paired = (a: number[], b: number[]) => a.map((v, i) => v / (b[i] ?? NaN));
 
     out.push(`create to ready, ${rounds} interleaved rounds after a warm-up; ms p50 [min-max]; ratios per round`);
@@ -172,6 +183,9 @@ async function main(): Promise<void> {
     out.push(`  create allowlist: ${spread(samples.allowlist)}  vs two docker run -ds: ${spread(samples.plainTwo)}  ${ratioSpread(paired(samples.allowlist, samples.plainTwo))} (target <= ${TARGET_ALLOWLIST_RATIO}; ratio of medians x${(percentile(samples.allowlist, 50) / percentile(samples.plainTwo, 50)).toFixed(2)})`);
     out.push(`  create allowlist, shared egress: ${spread(samples.shared)}  vs two docker run -ds: ${ratioSpread(paired(samples.shared, samples.plainTwo))} (target <= ${TARGET_SHARED_RATIO}; ratio of medians x${(percentile(samples.shared, 50) / percentile(samples.plainTwo, 50)).toFixed(2)}); vs one: ${ratioSpread(paired(samples.shared, samples.plainOne))}`);
     out.push(`  create allowlist, warm slot: ${spread(samples.warm)}  vs two docker run -ds: ${ratioSpread(paired(samples.warm, samples.plainTwo))} (target <= ${TARGET_WARM_RATIO}; ratio of medians x${(percentile(samples.warm, 50) / percentile(samples.plainTwo, 50)).toFixed(2)}); vs one: ${ratioSpread(paired(samples.warm, samples.plainOne))}`);
+    // What no warm slot takes off: the sandbox's own container joins its internal network (dockerd
+    // sets up its embedded DNS there, which --network none skips), and one exec sees the proxy answer.
+    out.push(`    its floor, one docker run -d onto an internal network and one docker exec: ${spread(samples.warmFloor)}  vs two docker run -ds: ${ratioSpread(paired(samples.warmFloor, samples.plainTwo))}; the warm create vs its floor: ${ratioSpread(paired(samples.warm, samples.warmFloor))}`);
     for (const [label, listen] of [['egress image start-to-listening:', samples.listen], ['  the same image, bare Node server:', samples.bareListen]] as const) {
       out.push(`  ${label} docker run -d ${spread(listen.map((s) => s.runMs))}, then it answers after ${spread(listen.map((s) => s.afterRunMs))}, in all ${spread(listen.map((s) => s.runMs + s.afterRunMs))}`);
     }
