@@ -120,7 +120,8 @@ export class H1Connection {
         more = socket.write('\r\n', 'latin1');
         socket.uncork();
       }
-      if (!more) {
+      // One drain awaited at a time: a body that emits again before its pause takes hold adds none.
+      if (!more && !flight.blocked) {
         body.pause();
         socket.once('drain', drained);
         // An upstream that reads none of the body (and answers nothing) is timed as a silent one.

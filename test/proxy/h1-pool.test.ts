@@ -5,6 +5,7 @@
  * that fails, an upstream that goes silent or closes, and a handler that throws. Every request
  * ends in exactly one of onComplete and onError.
  */
+import { EventEmitter } from 'node:events';
 import net from 'node:net';
 import { PassThrough } from 'node:stream';
 import t, { type Test } from 'tap';
@@ -307,6 +308,29 @@ t.test('an upstream that stops reading the request body and never answers fails 
   const out = await Promise.race([waiting, new Promise<undefined>((r) => setTimeout(r, 5_000, undefined))]);
   t.same(out?.errors.map((e) => (e as NodeJS.ErrnoException).code), ['upstream_timeout'], 'not held forever');
   upload.destroy();
+});
+
+t.test('a body that goes on emitting after its pause waits for one drain, not one a chunk', async (t) => {
+  const stalled = net.createServer((socket) => {
+    socket.on('error', () => undefined);
+    socket.pause();
+  });
+  await new Promise<void>((resolve) => stalled.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => stalled.close());
+  const warnings: string[] = [];
+  const onWarning = (w: Error): void => void warnings.push(`${w.name}: ${w.message}`);
+  process.on('warning', onWarning);
+  t.teardown(() => void process.off('warning', onWarning));
+  const pool = poolTo(t, (stalled.address() as net.AddressInfo).port, { idleTimeoutMs: 300 });
+  // A stream whose pause does not hold (a source of its own, not a Readable): it emits regardless.
+  const body = Object.assign(new EventEmitter(), { pause: () => body, resume: () => body });
+  const waiting = send(pool, { method: 'POST', headers: ['content-length', String(40 * 1024 * 1024)], body: body as unknown as NodeJS.ReadableStream });
+  for (const end = Date.now() + 5_000; Date.now() < end && body.listenerCount('data') === 0; ) await new Promise((r) => setTimeout(r, 5));
+  const mb = Buffer.alloc(1024 * 1024, 120);
+  for (let i = 0; i < 40; i++) body.emit('data', mb);
+  const out = await waiting;
+  t.same(out.errors.map((e) => (e as NodeJS.ErrnoException).code), ['upstream_timeout'], 'timed out as a silent upstream');
+  t.same(warnings, [], 'no listener piled up on the socket');
 });
 
 t.test('closed while a request dials: the request is still sent and answered; destroyed: it fails', async (t) => {
