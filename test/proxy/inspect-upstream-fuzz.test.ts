@@ -10,7 +10,7 @@
 import net from 'node:net';
 import tls from 'node:tls';
 import t from 'tap';
-import { generate, judge, writeAnswer, type Answer } from '../support/hostile-answers.js';
+import { answering, generate, judge, type Answer } from '../support/hostile-answers.js';
 import { testLeafIssuer } from '../support/inspect-ca.js';
 import { listen } from '../support/loopback.js';
 import { prng } from '../support/prng.js';
@@ -25,19 +25,10 @@ const PARALLEL = 8;
 
 const cert = selfSignedCert(['hostile.test']);
 const answers = new Map<string, Answer>();
-const upstream = tls.createServer({ ...cert, ALPNProtocols: ['http/1.1'] }, (socket) => {
-  socket.on('error', () => undefined);
-  let head = '';
-  socket.on('data', async (d: Buffer) => {
-    if (head.includes('\r\n\r\n')) return;
-    head += d.toString('latin1');
-    if (!head.includes('\r\n\r\n')) return;
-    const path = /^GET (\S+)/.exec(head)?.[1] ?? '';
-    const answer = answers.get(path);
-    if (answer === undefined) return void socket.end(`HTTP/1.1 200 OK\r\nContent-Length: ${path.length}\r\nConnection: close\r\n\r\n${path}`);
-    await writeAnswer(socket, answer);
-  });
-});
+const upstream = tls.createServer(
+  { ...cert, ALPNProtocols: ['http/1.1'] },
+  answering(answers, (socket, path) => void socket.end(`HTTP/1.1 200 OK\r\nContent-Length: ${path.length}\r\nConnection: close\r\n\r\n${path}`)),
+);
 const port = await listen(upstream as unknown as net.Server);
 const leaves = await testLeafIssuer();
 const proxy = await startTestProxy({

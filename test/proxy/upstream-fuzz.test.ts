@@ -15,7 +15,7 @@ import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import { freePort } from '../support/loopback.js';
 import { prng } from '../support/prng.js';
-import { generate, judge, writeAnswer, type Answer } from '../support/hostile-answers.js';
+import { answering, generate, judge, type Answer } from '../support/hostile-answers.js';
 import { rawRequest, readUntil } from '../support/raw-client.js';
 
 const SEED = Number(process.env.FUZZ_SEED ?? 0x0badf00d);
@@ -23,18 +23,7 @@ const CASES = Number(process.env.FUZZ_CASES ?? 400);
 const PARALLEL = 8;
 
 const answers = new Map<string, Answer>();
-const upstream = net.createServer((socket) => {
-  socket.on('error', () => undefined);
-  let head = '';
-  socket.on('data', async (d: Buffer) => {
-    if (head.includes('\r\n\r\n')) return;
-    head += d.toString('latin1');
-    if (!head.includes('\r\n\r\n')) return;
-    const answer = answers.get(/^GET (\S+)/.exec(head)?.[1] ?? '');
-    if (answer === undefined) return void socket.destroy();
-    await writeAnswer(socket, answer);
-  });
-});
+const upstream = net.createServer(answering(answers, (socket) => void socket.destroy()));
 const echo = net.createServer((s) => {
   s.on('error', () => undefined);
   s.on('data', (d: Buffer) => s.write(d));

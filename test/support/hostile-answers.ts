@@ -107,3 +107,24 @@ export async function writeAnswer(socket: Socket, answer: Answer): Promise<void>
     else socket.resetAndDestroy();
   }
 }
+
+/**
+ * A hostile upstream's connection listener: once a request head is in, the answer registered for
+ * its GET path is written (writeAnswer), and a path with none goes to `unknown`. Bytes after the
+ * first head are not read.
+ */
+export function answering(answers: ReadonlyMap<string, Answer>, unknown: (socket: Socket, path: string) => void): (socket: Socket) => void {
+  return (socket) => {
+    socket.on('error', () => undefined);
+    let head = '';
+    socket.on('data', (d: Buffer) => {
+      if (head.includes('\r\n\r\n')) return;
+      head += d.toString('latin1');
+      if (!head.includes('\r\n\r\n')) return;
+      const path = /^GET (\S+)/.exec(head)?.[1] ?? '';
+      const answer = answers.get(path);
+      if (answer === undefined) unknown(socket, path);
+      else void writeAnswer(socket, answer);
+    });
+  };
+}
