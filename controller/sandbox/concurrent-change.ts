@@ -5,7 +5,7 @@
  * moment before: a name in use, an object gone between two calls, a network still in use. Such a
  * call ends as `conflict` (retry), never as the engine's raw 404, 409 or 403.
  */
-import { isEngineStatusError } from '../docker/index.js';
+import { isEngineStatusError, type SandboxEngine } from '../docker/index.js';
 import { SandboxError, isSandboxError } from '../spec/index.js';
 
 /** Docker itself (not the socket proxy) answered `status` with a message matching `words`. */
@@ -49,4 +49,32 @@ export function asConflict(err: unknown, name: string, what: string): unknown {
     `${name} was changed by another call while this ${what} ran (${(err as Error).message}); retry.`,
     { cause: err },
   );
+}
+
+/**
+ * How long a create or recovery whose proxy probe failed watches for another call's removal to
+ * show: a destroy takes the registration away first and kills the probe with the container, and
+ * the engine can still call that container running for a moment after the probe has ended.
+ */
+export const CHANGE_SHOWS_MS = 2_000;
+const CHANGE_POLL_MS = 200;
+
+/**
+ * Which of the containers `made` (name to id) is gone, going, or another one now, if any; watched
+ * for up to `watchMs` before the answer is none.
+ */
+export async function replacedMeanwhile(engine: SandboxEngine, made: ReadonlyMap<string, string>, watchMs: number): Promise<string | undefined> {
+  const deadline = Date.now() + watchMs;
+  for (;;) {
+    for (const [name, id] of made) {
+      const now = await engine.inspectContainer(name).catch(() => undefined);
+      if (now === undefined) return `container ${name} was removed`;
+      if (now.id !== id) return `container ${name} was replaced`;
+      // Only a removal request puts a container in this state, and neither a create nor a
+      // recovery makes one of the container it watches.
+      if (now.status === 'removing') return `container ${name} is being removed`;
+    }
+    if (Date.now() >= deadline) return undefined;
+    await new Promise((resolve) => setTimeout(resolve, CHANGE_POLL_MS));
+  }
 }

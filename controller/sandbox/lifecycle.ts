@@ -11,7 +11,7 @@ import {
 } from '../spec/index.js';
 import { createContainerPullingOnce, createEgress, joinShard, registerOnShard, waitForEgress } from './build-steps.js';
 import type { BuildDeps } from './build-deps.js';
-import { asConflict, concurrentChange } from './concurrent-change.js';
+import { asConflict, CHANGE_SHOWS_MS, concurrentChange, replacedMeanwhile } from './concurrent-change.js';
 import { createSandboxNetwork, ensureSharedNetwork, ownWarmNetwork, removeSandboxNetworks } from './sandbox-network.js';
 import { connectShard, ensureShard, ShardClaims } from './shards.js';
 import { WarmNetworks } from './warm-networks.js';
@@ -22,13 +22,6 @@ import { requireWorkspaceSize } from './workspace-size.js';
 import { handOverWorkspace } from './workspace-handover.js';
 
 const STOP_GRACE_SECONDS = 2;
-/**
- * How long a create whose proxy probe failed watches for another call's removal to show: a
- * destroy kills the probe with the container, and the engine can still call that container
- * running for a moment after the probe has ended.
- */
-const CHANGE_SHOWS_MS = 2_000;
-const CHANGE_POLL_MS = 200;
 /**
  * Rounds of a destroy: a container another process creates between this destroy's removal of
  * the containers and of the network keeps the network in use; the next round removes it again.
@@ -168,7 +161,7 @@ export class SandboxLifecycle {
       // Asked before the cleanup removes them: a proxy that never answered, a start that failed,
       // are explained by another call that replaced or removed what this create made.
       const probeFailed = isSandboxError(err, 'egress_unavailable');
-      const replaced = await this.replacedMeanwhile(made, probeFailed ? CHANGE_SHOWS_MS : 0);
+      const replaced = await replacedMeanwhile(this.deps.engine, made, probeFailed ? CHANGE_SHOWS_MS : 0);
       // Never handed out again: its registration ended and its leg taken away while the network is
       // still there (after its removal, another create could register the subnet), then removed
       // unless the sandbox runs on it, which the destroy below removes first and it after.
@@ -181,25 +174,6 @@ export class SandboxLifecycle {
         throw new SandboxError('conflict', `${names.name} was changed by another call while this create ran (${replaced}); retry.`, { cause: err });
       }
       throw asConflict(err, names.name, 'create');
-    }
-  }
-
-  /**
-   * Which container this create made is gone, going, or another one now, if any; watched for up
-   * to `watchMs` before the answer is none.
-   */
-  private async replacedMeanwhile(made: ReadonlyMap<string, string>, watchMs: number): Promise<string | undefined> {
-    const deadline = Date.now() + watchMs;
-    for (;;) {
-      for (const [name, id] of made) {
-        const now = await this.deps.engine.inspectContainer(name).catch(() => undefined);
-        if (now === undefined) return `container ${name} was removed`;
-        if (now.id !== id) return `container ${name} was replaced`;
-        // Only a removal request puts a container in this state, and this create made none yet.
-        if (now.status === 'removing') return `container ${name} is being removed`;
-      }
-      if (Date.now() >= deadline) return undefined;
-      await new Promise((resolve) => setTimeout(resolve, CHANGE_POLL_MS));
     }
   }
 

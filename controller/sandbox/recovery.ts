@@ -11,7 +11,7 @@
 import { decodeAllowHosts } from '../../common/index.js';
 import { type ContainerView, carriesCa, engineStatus, sandboxBodyFromInspect, type EgressPlan } from '../docker/index.js';
 import {
-  SandboxError, egressHostOfLabels, startRefusal, egressNanoCpus, LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_EGRESS_ISOLATION, LABEL_NAME, LABEL_WARM_NETWORK, LABEL_WORKSPACE_KEY, isWarmNetworkName,
+  SandboxError, isSandboxError, egressHostOfLabels, startRefusal, egressNanoCpus, LABEL_ALLOW_HOSTS, LABEL_EGRESS, LABEL_EGRESS_ISOLATION, LABEL_NAME, LABEL_WARM_NETWORK, LABEL_WORKSPACE_KEY, isWarmNetworkName,
   meaningOfLabel, namesFor, persistentWorkspaceVolume, sandboxNetworkName, withEgressProxyEnv, type TierMeaning,
 } from '../spec/index.js';
 import { connectEgress, createEgress, keepRegistration, waitForKept, type KeptRegistration } from './build-steps.js';
@@ -19,7 +19,7 @@ import { ownSeat, readsRegistrations, registrable } from './egress-policy.js';
 import { RegistrationChecks } from './registration-check.js';
 import { connectShard, ensureShard, shardOfLabels, subnetSlot } from './shards.js';
 import type { BuildDeps } from './build-deps.js';
-import { asConflict, dockerSays } from './concurrent-change.js';
+import { asConflict, CHANGE_SHOWS_MS, dockerSays, replacedMeanwhile } from './concurrent-change.js';
 import { ensureSharedNetwork, findOrRecreateSandboxNetwork, type SandboxNetwork } from './sandbox-network.js';
 import { workspaceLane, type SandboxLanes } from './sandbox-lanes.js';
 import { requireOwnLabels } from './own-labels.js';
@@ -128,7 +128,25 @@ export class SandboxRecovery {
     } else {
       await this.startContainer(name, view, tier, network);
     }
-    if (tier.egressProxy) await waitForKept(this.deps, names, registered, proxyHost(name, view, network));
+    if (tier.egressProxy) await this.probed(name, () => waitForKept(this.deps, names, registered, proxyHost(name, view, network)));
+  }
+
+  /**
+   * The proxy probe, whose failure another call explains when it destroyed or made the sandbox
+   * again meanwhile (a destroy takes the registration away before the container): `conflict`,
+   * as for a create, not `egress_unavailable`. Found by racing controller processes, an exec
+   * beside a destroy (docker-scale.test.ts).
+   */
+  private async probed(name: string, probe: () => Promise<void>): Promise<void> {
+    const id = (await this.deps.engine.inspectContainer(name))?.id;
+    try {
+      await probe();
+    } catch (err) {
+      if (id === undefined || !isSandboxError(err, 'egress_unavailable')) throw err;
+      const replaced = await replacedMeanwhile(this.deps.engine, new Map([[name, id]]), CHANGE_SHOWS_MS);
+      if (replaced === undefined) throw err;
+      throw new SandboxError('conflict', `${name} was changed by another call while this recovery ran (${replaced}); retry.`, { cause: err });
+    }
   }
 
   /**

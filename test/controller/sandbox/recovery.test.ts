@@ -446,6 +446,35 @@ t.test('a container another controller removes while a command starts: conflict,
   }
 });
 
+t.test('a destroy by another process kills the proxy probe of a command\'s recovery: conflict, not egress_unavailable', async (t) => {
+  const s = await created();
+  await stopBoth(s);
+  s.engine.onExec = async (container, request) => {
+    if (container === NAME && request.cmd.join(' ').includes('/dev/tcp/')) {
+      // The other process's destroy took the registration and the containers: the probe dies
+      // with the sandbox, and the engine shows the removal a moment after the probe has ended.
+      setTimeout(() => {
+        s.engine.containers.delete(NAME);
+        s.engine.containers.delete(EGRESS);
+      }, 600);
+      return { exitCode: 137 };
+    }
+    return s.engine.defaultExec(container, request);
+  };
+  const err = await s.provider.exec({ id: NAME }, 'true').catch((e: unknown) => e);
+  t.ok(isSandboxError(err, 'conflict'), String(err));
+  t.match((err as Error).message, /was removed/);
+});
+
+t.test('a probe of a recovery that fails with nobody else at work is still egress_unavailable', async (t) => {
+  const s = await created();
+  await stopBoth(s);
+  s.engine.onExec = async (container, request) =>
+    container === NAME && request.cmd.join(' ').includes('/dev/tcp/') ? { exitCode: 1 } : s.engine.defaultExec(container, request);
+  const err = await s.provider.exec({ id: NAME }, 'true').catch((e: unknown) => e);
+  t.ok(isSandboxError(err, 'egress_unavailable'), String(err));
+});
+
 t.test('an engine failure of a command on a sandbox still running stays the engine\'s error', async (t) => {
   const s = await created(internal);
   s.engine.failOnce('startExec', NAME, 500, 'OCI runtime exec failed: no space left');
