@@ -20,7 +20,7 @@ export {
   type SecretTarget,
 } from './secrets.js';
 export { normaliseRequestPath } from './request-path.js';
-export { describeRules, type RequestRules } from './request-rules.js';
+export { describeRules, HTTP_TOKEN, type RequestRules } from './request-rules.js';
 export {
   checkTarget,
   checkRequest,

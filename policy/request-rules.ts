@@ -29,12 +29,12 @@ export type RulesParse =
   | { readonly ok: true; readonly rules: RequestRules | undefined }
   | { readonly ok: false; readonly problems: readonly { readonly path: string; readonly message: string }[] };
 
-/** RFC 9110 §5.6.2 token, the grammar of a method (§9.1). */
-const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+/** RFC 9110 §5.6.2 token: the grammar of a method (§9.1) and of a field name (§5.1). */
+export const HTTP_TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 
 /** What is wrong with a method as written, or undefined. */
 function methodProblem(method: string): string | undefined {
-  if (!TOKEN.test(method)) return `"${method}" is not an HTTP method (a token: letters, digits and !#$%&'*+-.^_\`|~)`;
+  if (!HTTP_TOKEN.test(method)) return `"${method}" is not an HTTP method (a token: letters, digits and !#$%&'*+-.^_\`|~)`;
   if (method !== method.toUpperCase()) return `"${method}": methods are case-sensitive (RFC 9110 §9.1) and clients send them in upper case; write "${method.toUpperCase()}"`;
   if (method === 'CONNECT') {
     return '"CONNECT" cannot be allowed by a rule: the proxy cannot see the requests inside a tunnel, so an entry with methods or paths allows no tunnel; list the host in an entry without rules to allow tunnels';

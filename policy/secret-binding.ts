@@ -4,6 +4,7 @@
  * no value is read here (proxy/secrets/secret-values.ts loads them), so a policy can be checked
  * anywhere without the secrets at hand.
  */
+import { HTTP_TOKEN } from './request-rules.js';
 
 /** Where the egress reads a secret's value: one of its environment variables, or a file (a Kubernetes Secret mount). */
 export type SecretSource = { readonly kind: 'env'; readonly variable: string } | { readonly kind: 'file'; readonly path: string };
@@ -36,7 +37,6 @@ export interface PlacedBinding {
 
 const NAME = /^[A-Z_][A-Z0-9_]*$/;
 const VARIABLE = /^[A-Za-z_][A-Za-z0-9_]*$/;
-const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 const PRINTABLE = /^[\x20-\x7e]*$/;
 
 /**
@@ -49,7 +49,7 @@ const FORBIDDEN_HEADERS = new Set(['host', 'content-length', 'transfer-encoding'
 
 /** Whether `header` may carry a secret, or why not. */
 function headerProblem(header: string): string | undefined {
-  if (!TOKEN.test(header)) return `header "${header}" is not an HTTP field name (a token: letters, digits and !#$%&'*+-.^_\`|~)`;
+  if (!HTTP_TOKEN.test(header)) return `header "${header}" is not an HTTP field name (a token: letters, digits and !#$%&'*+-.^_\`|~)`;
   const lower = header.toLowerCase();
   if (FORBIDDEN_HEADERS.has(lower) || lower.startsWith('proxy-')) {
     return `header ${header} frames or routes the request, or is hop-by-hop, and cannot carry a secret; name the field the upstream reads the credential from (Authorization, X-Api-Key, ...)`;

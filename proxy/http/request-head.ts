@@ -8,7 +8,7 @@
  * client listed it in `Connection`, or because it is hop-by-hop) and passes the body on raw, the
  * upstream reads the body as a second request, for a host the proxy never checked.
  */
-import { parseHostName } from '../../policy/index.js';
+import { HTTP_TOKEN, parseHostName } from '../../policy/index.js';
 import { HTTP_PORT } from './authority.js';
 
 export type BodyFraming =
@@ -44,7 +44,6 @@ const NOT_FORWARDED = new Set([
 /** Fields a `Connection` header must never name: dropping them changes where a request goes or where it ends. */
 const NEVER_HOP_BY_HOP = new Set(['host', 'content-length', 'transfer-encoding']);
 
-const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 const HOST_PORT = /^([^:]+)(?::([1-9][0-9]{0,4}))?$/;
 
 function bad(detail: string): RequestHead {
@@ -89,7 +88,7 @@ export function checkRequestHead(rawHeaders: readonly string[], host: string, po
       for (const option of value.split(',')) {
         const token = option.trim().toLowerCase();
         if (token === '') continue;
-        if (!TOKEN.test(token)) return bad('a Connection option is not a token');
+        if (!HTTP_TOKEN.test(token)) return bad('a Connection option is not a token');
         if (NEVER_HOP_BY_HOP.has(token)) return bad(`the Connection header names ${token}, which decides how the request is framed or routed`);
         named.add(token);
       }

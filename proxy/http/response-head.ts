@@ -6,6 +6,7 @@
  * fields to write, without hop-by-hop fields (the proxy frames its own response to the client).
  */
 import { EGRESS_SANDBOX_HEADER } from '../../common/index.js';
+import { HTTP_TOKEN } from '../../policy/index.js';
 
 export type ResponseHead =
   | { readonly ok: true; readonly headers: readonly string[] }
@@ -20,7 +21,6 @@ const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'te'
  */
 const PROXY_OWN = new Set(['x-egress-reason', EGRESS_SANDBOX_HEADER.toLowerCase()]);
 
-const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 // A field value: visible ASCII, obs-text, space and tab; never CR, LF, NUL or another control.
 const FIELD_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
 const REASON_PHRASE = /^[\t\x20-\x7e]*$/;
@@ -38,7 +38,7 @@ export function checkResponseHead(status: number, reason: string, rawHeaders: re
   for (let i = 0; i < rawHeaders.length; i += 2) {
     const name = rawHeaders[i]!;
     const value = rawHeaders[i + 1]!;
-    if (!TOKEN.test(name)) return bad('a header name is not a token');
+    if (!HTTP_TOKEN.test(name)) return bad('a header name is not a token');
     if (!FIELD_VALUE.test(value)) return bad(`header ${name} holds a control byte`);
     const lower = name.toLowerCase();
     if (lower === 'connection') for (const option of value.split(',')) named.add(option.trim().toLowerCase());

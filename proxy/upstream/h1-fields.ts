@@ -3,8 +3,8 @@
  * checked, how the fields frame the body (RFC 9112 §6.3, strictly: one Content-Length or chunked
  * alone, never both), whether they close the connection, and how long a Keep-Alive lets it idle.
  */
+import { HTTP_TOKEN } from '../../policy/index.js';
 
-const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 const LENGTH = /^[0-9]{1,15}$/;
 
 /** A field line's name and value (its whitespace around trimmed), or why it is not one. */
@@ -12,7 +12,7 @@ export function fieldOf(line: string): [string, string] | string {
   if (line.startsWith(' ') || line.startsWith('\t')) return 'a field line is folded (obs-fold)';
   const colon = line.indexOf(':');
   const name = colon === -1 ? '' : line.slice(0, colon);
-  if (!TOKEN.test(name)) return 'a field name is not a token';
+  if (!HTTP_TOKEN.test(name)) return 'a field name is not a token';
   return [name, line.slice(colon + 1).replace(/^[\t ]+|[\t ]+$/g, '')];
 }
 

@@ -4,6 +4,7 @@
  * LF that reached it would start a second request on the upstream connection.
  */
 import { CodedError } from '../../common/index.js';
+import { HTTP_TOKEN } from '../../policy/index.js';
 import type { Unsent } from './dial.js';
 
 /** A failure the connection finds itself (the socket's own errors keep their codes). */
@@ -34,19 +35,18 @@ export interface UpstreamHandler {
   onError(err: Error): void;
 }
 
-const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 const FIELD_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
 const TARGET = /^[\x21-\xff]+$/;
 
 /** The request head, or why it cannot be written (the proxy built it: this is a last check). */
 export function requestHead(request: PooledRequest, close: boolean): string | Error {
-  if (!TOKEN.test(request.method) || !TARGET.test(request.path)) return new UpstreamHttpError('upstream_failed', 'the request line holds a byte it cannot carry');
+  if (!HTTP_TOKEN.test(request.method) || !TARGET.test(request.path)) return new UpstreamHttpError('upstream_failed', 'the request line holds a byte it cannot carry');
   let head = `${request.method} ${request.path} HTTP/1.1\r\n`;
   const { headers } = request;
   for (let i = 0; i < headers.length; i += 2) {
     const name = headers[i]!;
     const value = headers[i + 1] ?? '';
-    if (!TOKEN.test(name) || !FIELD_VALUE.test(value)) return new UpstreamHttpError('upstream_failed', `the request field ${JSON.stringify(name.slice(0, 40))} holds a byte it cannot carry`);
+    if (!HTTP_TOKEN.test(name) || !FIELD_VALUE.test(value)) return new UpstreamHttpError('upstream_failed', `the request field ${JSON.stringify(name.slice(0, 40))} holds a byte it cannot carry`);
     head += `${name}: ${value}\r\n`;
   }
   return `${head}${close ? 'connection: close\r\n' : ''}`;
