@@ -10,7 +10,7 @@
 import net from 'node:net';
 import tls from 'node:tls';
 import t from 'tap';
-import { answering, generate, judge, type Answer } from '../support/hostile-answers.js';
+import { answering, runCases, type Answer } from '../support/hostile-answers.js';
 import { testLeafIssuer } from '../support/inspect-ca.js';
 import { listen } from '../support/loopback.js';
 import { prng } from '../support/prng.js';
@@ -61,21 +61,7 @@ async function ask(path: string): Promise<string> {
 const requestLines = (): Record<string, unknown>[] => proxy.logs.filter((l) => l.event === 'decision' && l.via === 'inspect');
 
 t.test(`${CASES} hostile answers to inspected requests (seed ${SEED})`, async (t) => {
-  const rnd = prng(SEED);
-  const outcomes = new Map<string, number>();
-  let next = 0;
-  const worker = async (): Promise<void> => {
-    for (let i = next++; i < CASES; i = next++) {
-      const path = `/case${i}`;
-      answers.set(path, generate(rnd));
-      const verdict = judge(await ask(path));
-      const answer = answers.get(path);
-      if (!verdict.ok) t.fail(`case ${i}: ${verdict.why}`, { finish: answer?.finish, pieces: answer?.pieces.length, bytes: answer?.pieces.reduce((n, p) => n + p.bytes.length, 0), answer: answer?.pieces.map((p) => p.bytes.toString('latin1').slice(0, 300)).join('|') });
-      outcomes.set(verdict.why, (outcomes.get(verdict.why) ?? 0) + 1);
-    }
-  };
-  await Promise.all(Array.from({ length: PARALLEL }, worker));
-  t.comment(`outcomes: ${JSON.stringify(Object.fromEntries([...outcomes].sort((a, b) => b[1] - a[1])))}`);
+  await runCases(t, { cases: CASES, parallel: PARALLEL, rnd: prng(SEED), answers, ask });
   await settle(() => requestLines().length >= CASES, 'a decision line for every request');
   t.equal(requestLines().length, CASES, 'exactly one decision line per request');
 });

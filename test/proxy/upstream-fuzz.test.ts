@@ -15,7 +15,7 @@ import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import { freePort } from '../support/loopback.js';
 import { prng } from '../support/prng.js';
-import { answering, generate, judge, type Answer } from '../support/hostile-answers.js';
+import { answering, runCases, type Answer } from '../support/hostile-answers.js';
 import { rawRequest, readUntil } from '../support/raw-client.js';
 
 const SEED = Number(process.env.FUZZ_SEED ?? 0x0badf00d);
@@ -61,29 +61,21 @@ for (const end = Date.now() + 30_000; !stdout.includes('egress proxy listening')
 const tunnel = await rawRequest(port, `CONNECT echo.test:${echoPort} HTTP/1.1\r\n\r\n`);
 t.equal(tunnel.status, 200, 'a tunnel is open before the first case');
 
+/** One plain-HTTP request through the proxy, what came back until the close (or a timeout). */
+async function ask(path: string): Promise<string> {
+  const socket = net.connect(port, '127.0.0.1');
+  socket.on('error', () => undefined);
+  socket.write(`GET http://hostile.test:${upstreamPort}${path} HTTP/1.1\r\nHost: hostile.test:${upstreamPort}\r\nConnection: close\r\n\r\n`);
+  const out = await readUntil(socket, undefined, 10_000).catch((err: Error) => `(client timed out: ${err.message.slice(0, 80)})`);
+  socket.destroy();
+  return out;
+}
+
 t.test(`${CASES} hostile answers (seed ${SEED})`, async (t) => {
-  const rnd = prng(SEED);
   // Traffic keeps the tunnel inside the idle timeout while the cases run.
   const keepAlive = setInterval(() => tunnel.socket.write('.'), 300);
   t.teardown(() => clearInterval(keepAlive));
-  const outcomes = new Map<string, number>();
-  let next = 0;
-  const worker = async (): Promise<void> => {
-    for (let i = next++; i < CASES; i = next++) {
-      const path = `/case${i}`;
-      answers.set(path, generate(rnd));
-      const socket = net.connect(port, '127.0.0.1');
-      socket.on('error', () => undefined);
-      socket.write(`GET http://hostile.test:${upstreamPort}${path} HTTP/1.1\r\nHost: hostile.test:${upstreamPort}\r\nConnection: close\r\n\r\n`);
-      const out = await readUntil(socket, undefined, 10_000).catch((err: Error) => `(client timed out: ${err.message.slice(0, 80)})`);
-      socket.destroy();
-      const verdict = judge(out);
-      if (!verdict.ok) t.fail(`case ${i}: ${verdict.why}`, { answer: answers.get(path)?.pieces.map((p) => p.bytes.toString('latin1').slice(0, 300)).join('|') });
-      outcomes.set(verdict.why, (outcomes.get(verdict.why) ?? 0) + 1);
-    }
-  };
-  await Promise.all(Array.from({ length: PARALLEL }, worker));
-  t.comment(`outcomes: ${JSON.stringify(Object.fromEntries([...outcomes].sort((a, b) => b[1] - a[1])))}`);
+  await runCases(t, { cases: CASES, parallel: PARALLEL, rnd: prng(SEED), answers, ask });
   t.equal(child.exitCode, null, 'the proxy is still running');
   // Log lines are flushed at least every 250 ms.
   for (const end = Date.now() + 5_000; lines().filter((l) => l.event === 'decision' && l.host === 'hostile.test').length < CASES && Date.now() < end; ) {

@@ -1,12 +1,14 @@
 /**
- * Answers a hostile or broken upstream gives (upstream-fuzz.test.ts, h1-fuzz.test.ts): status
- * lines, fields, framing and chunking, early closes, trailing bytes, second responses, huge or
- * slow heads and bodies. Half are well-formed, so that passing on is exercised too. The body is
- * 'x' repeated; bytes after a delimited message say 'evil'. `judge` says whether what a client got
- * through the proxy is acceptable: one well-formed response, or a refusal naming its reason.
+ * Answers a hostile or broken upstream gives (upstream-fuzz.test.ts, inspect-upstream-fuzz.test.ts,
+ * h1-fuzz.test.ts): status lines, fields, framing and chunking, early closes, trailing bytes,
+ * second responses, huge or slow heads and bodies. Half are well-formed, so that passing on is
+ * exercised too. The body is 'x' repeated; bytes after a delimited message say 'evil'. `runCases`
+ * asks for each through the proxy and judges what the client got: one well-formed response, or a
+ * refusal naming its reason.
  */
 import type { Socket } from 'node:net';
 import { TLSSocket } from 'node:tls';
+import type { Test } from 'tap';
 import { isReason } from '../../policy/index.js';
 
 export interface Answer {
@@ -75,7 +77,7 @@ export function generate(rnd: () => number): Answer {
 }
 
 /** The first response the client got: status and reason, or why it is not acceptable. */
-export function judge(out: string): { ok: boolean; why: string } {
+function judge(out: string): { ok: boolean; why: string } {
   if (out === '') return { ok: false, why: 'nothing written: neither a response nor a refusal' };
   const headEnd = out.indexOf('\r\n\r\n');
   const head = headEnd === -1 ? out : out.slice(0, headEnd);
@@ -127,4 +129,30 @@ export function answering(answers: ReadonlyMap<string, Answer>, unknown: (socket
       else void writeAnswer(socket, answer);
     });
   };
+}
+
+/**
+ * Runs `cases` hostile answers, `parallel` at a time: each generated from `rnd`, registered in
+ * `answers` under /case<i>, asked for through the proxy by `ask` (what the client got back) and
+ * judged. A case the client got no acceptable answer to fails `t`, with the answer's bytes; a
+ * comment counts the outcomes.
+ */
+export async function runCases(t: Test, run: { cases: number; parallel: number; rnd: () => number; answers: Map<string, Answer>; ask: (path: string) => Promise<string> }): Promise<void> {
+  const outcomes = new Map<string, number>();
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    for (let i = next++; i < run.cases; i = next++) {
+      const path = `/case${i}`;
+      const answer = generate(run.rnd);
+      run.answers.set(path, answer);
+      const verdict = judge(await run.ask(path));
+      if (!verdict.ok) {
+        const bytes = answer.pieces.reduce((n, p) => n + p.bytes.length, 0);
+        t.fail(`case ${i}: ${verdict.why}`, { finish: answer.finish, pieces: answer.pieces.length, bytes, answer: answer.pieces.map((p) => p.bytes.toString('latin1').slice(0, 300)).join('|') });
+      }
+      outcomes.set(verdict.why, (outcomes.get(verdict.why) ?? 0) + 1);
+    }
+  };
+  await Promise.all(Array.from({ length: run.parallel }, worker));
+  t.comment(`outcomes: ${JSON.stringify(Object.fromEntries([...outcomes].sort((a, b) => b[1] - a[1])))}`);
 }
