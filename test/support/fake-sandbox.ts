@@ -38,3 +38,20 @@ export function fakeSandbox(config: Partial<DeploymentConfigInput> = {}): FakeSa
 export function leftOver(s: FakeSandbox, name: string): string[] {
   return [...s.engine.containers.keys(), ...s.engine.networkNames(), ...s.engine.volumes.keys()].filter((n) => n.startsWith(name)).sort();
 }
+
+/**
+ * Another controller process destroys sandbox `name` while its proxy probe runs: the probe dies
+ * with the container (137), and the engine drops `containers` only a moment (600 ms) after the
+ * probe has ended, as dockerd can.
+ */
+export function destroyedDuringProbe(s: FakeSandbox, name: string, containers: readonly string[]): void {
+  s.engine.onExec = async (container, request) => {
+    if (container === name && request.cmd.join(' ').includes('/dev/tcp/')) {
+      setTimeout(() => {
+        for (const c of containers) s.engine.containers.delete(c);
+      }, 600);
+      return { exitCode: 137 };
+    }
+    return s.engine.defaultExec(container, request);
+  };
+}

@@ -8,7 +8,7 @@
 import t from 'tap';
 import { isSandboxError } from '../../../controller/index.js';
 import { EGRESS_ENV, IMAGES, registrationArchive } from '../../../common/index.js';
-import { fakeSandbox, FAKE_LABELS } from '../../support/fake-sandbox.js';
+import { destroyedDuringProbe, fakeSandbox, FAKE_LABELS } from '../../support/fake-sandbox.js';
 
 const ID = 'r1';
 const NAME = `cap-${ID}`;
@@ -449,18 +449,8 @@ t.test('a container another controller removes while a command starts: conflict,
 t.test('a destroy by another process kills the proxy probe of a command\'s recovery: conflict, not egress_unavailable', async (t) => {
   const s = await created();
   await stopBoth(s);
-  s.engine.onExec = async (container, request) => {
-    if (container === NAME && request.cmd.join(' ').includes('/dev/tcp/')) {
-      // The other process's destroy took the registration and the containers: the probe dies
-      // with the sandbox, and the engine shows the removal a moment after the probe has ended.
-      setTimeout(() => {
-        s.engine.containers.delete(NAME);
-        s.engine.containers.delete(EGRESS);
-      }, 600);
-      return { exitCode: 137 };
-    }
-    return s.engine.defaultExec(container, request);
-  };
+  // The other process's destroy takes the registration, then the containers.
+  destroyedDuringProbe(s, NAME, [NAME, EGRESS]);
   const err = await s.provider.exec({ id: NAME }, 'true').catch((e: unknown) => e);
   t.ok(isSandboxError(err, 'conflict'), String(err));
   t.match((err as Error).message, /was removed/);

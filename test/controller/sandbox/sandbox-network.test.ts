@@ -12,7 +12,7 @@ import t, { type Test } from 'tap';
 import { isSandboxError } from '../../../controller/index.js';
 import { parseAddressPool, sandboxSubnet, subnetSlots } from '../../../controller/spec/address-pool.js';
 import { IMAGES } from '../../../common/index.js';
-import { fakeSandbox, FAKE_LABELS, leftOver } from '../../support/fake-sandbox.js';
+import { destroyedDuringProbe, fakeSandbox, FAKE_LABELS, leftOver } from '../../support/fake-sandbox.js';
 import { prng } from '../../support/prng.js';
 
 const ID = 'n1';
@@ -168,18 +168,7 @@ t.test('a proxy replaced by another call while the create waits for it: conflict
 
 t.test('a destroy by another call kills the proxy probe, and the engine shows the removal only a moment later: conflict', async (t) => {
   const s = fakeSandbox();
-  s.engine.onExec = async (container, request) => {
-    if (container === NAME && request.cmd.join(' ').includes('/dev/tcp/')) {
-      // Another controller's destroy: the probe dies with the container, and the engine drops
-      // the containers a little after the probe has ended.
-      setTimeout(() => {
-        s.engine.containers.delete(NAME);
-        s.engine.containers.delete(EGRESS);
-      }, 600);
-      return { exitCode: 137 };
-    }
-    return s.engine.defaultExec(container, request);
-  };
+  destroyedDuringProbe(s, NAME, [NAME, EGRESS]);
   const err = await s.provider.create(allowlist).catch((e: unknown) => e);
   t.ok(isSandboxError(err, 'conflict'), String(err));
   t.match((err as Error).message, /was removed/);
