@@ -90,6 +90,23 @@ function fieldsOf(lines: readonly string[]): Array<[string, string]> {
   });
 }
 
+/** The head at the start of `buffer`: its lines, and where its body starts; undefined until it is whole. */
+function headOf(buffer: Buffer): { lines: string[]; bodyAt: number } | undefined {
+  const end = buffer.indexOf('\r\n\r\n');
+  return end < 0 ? undefined : { lines: buffer.toString('latin1', 0, end).split('\r\n'), bodyAt: end + 4 };
+}
+
+/** A response head's Content-Length (0 without), and its fields but the hop-by-hop ones. */
+function responseFields(lines: readonly string[]): { length: number; fields: Array<[string, string]> } {
+  let length = 0;
+  const fields: Array<[string, string]> = [];
+  for (const [name, value] of fieldsOf(lines)) {
+    if (name === 'content-length') length = Number(value);
+    if (name !== 'connection' && name !== 'keep-alive') fields.push([name, value]);
+  }
+  return { length, fields };
+}
+
 /**
  * `lean`: one upstream TLS connection per client connection, and each request and response head
  * read by hand (bodies by Content-Length only; the floor's requests have none).
@@ -100,11 +117,9 @@ function lean(client: tls.TLSSocket, host: string): void {
   let pending: Buffer = Buffer.alloc(0);
   client.on('data', (chunk: Buffer) => {
     pending = pending.length === 0 ? chunk : Buffer.concat([pending, chunk]);
-    for (;;) {
-      const end = pending.indexOf('\r\n\r\n');
-      if (end < 0) return;
-      const lines = pending.toString('latin1', 0, end).split('\r\n');
-      pending = pending.subarray(end + 4);
+    for (let head = headOf(pending); head !== undefined; head = headOf(pending)) {
+      const { lines } = head;
+      pending = pending.subarray(head.bodyAt);
       const [method, target] = (lines[0] ?? '').split(' ');
       const fields: string[] = [];
       for (const [name, value] of fieldsOf(lines)) if (name !== 'host' && name !== 'connection') fields.push(`${name}: ${value}`);
@@ -124,17 +139,12 @@ function lean(client: tls.TLSSocket, host: string): void {
         continue;
       }
       response = response.length === 0 ? data : Buffer.concat([response, data]);
-      const end = response.indexOf('\r\n\r\n');
-      if (end < 0) return;
-      const lines = response.toString('latin1', 0, end).split('\r\n');
-      data = response.subarray(end + 4);
+      const head = headOf(response);
+      if (head === undefined) return;
+      data = response.subarray(head.bodyAt);
       response = Buffer.alloc(0);
-      let length = 0;
-      const out: string[] = [lines[0]!];
-      for (const [name, value] of fieldsOf(lines)) {
-        if (name === 'content-length') length = Number(value);
-        if (name !== 'connection' && name !== 'keep-alive') out.push(`${name}: ${value}`);
-      }
+      const { length, fields } = responseFields(head.lines);
+      const out = [head.lines[0]!, ...fields.map(([name, value]) => `${name}: ${value}`)];
       const bodyNow = data.subarray(0, length);
       client.write(Buffer.concat([Buffer.from(`${out.join('\r\n')}\r\n\r\n`, 'latin1'), bodyNow]));
       bodyLeft = length - bodyNow.length;
@@ -155,22 +165,14 @@ function half(host: string, req: http.IncomingMessage, res: http.ServerResponse)
     let response: Buffer = Buffer.alloc(0);
     socket.on('data', (chunk: Buffer) => {
       response = response.length === 0 ? chunk : Buffer.concat([response, chunk]);
-      for (;;) {
-        const end = response.indexOf('\r\n\r\n');
-        if (end < 0) return;
-        const lines = response.toString('latin1', 0, end).split('\r\n');
-        let length = 0;
-        const fields: string[] = [];
-        for (const [name, value] of fieldsOf(lines)) {
-          if (name === 'content-length') length = Number(value);
-          if (name !== 'connection' && name !== 'keep-alive') fields.push(name, value);
-        }
-        if (response.length < end + 4 + length) return;
-        const body = response.subarray(end + 4, end + 4 + length);
-        response = response.subarray(end + 4 + length);
-        const [, code, ...reason] = (lines[0] ?? '').split(' ');
+      for (let head = headOf(response); head !== undefined; head = headOf(response)) {
+        const { length, fields } = responseFields(head.lines);
+        if (response.length < head.bodyAt + length) return;
+        const body = response.subarray(head.bodyAt, head.bodyAt + length);
+        response = response.subarray(head.bodyAt + length);
+        const [, code, ...reason] = (head.lines[0] ?? '').split(' ');
         const out = own.waiting.shift();
-        out?.writeHead(Number(code), reason.join(' '), fields);
+        out?.writeHead(Number(code), reason.join(' '), fields.flat());
         out?.end(body);
       }
     });
