@@ -10,7 +10,7 @@ import net from 'node:net';
 import { PassThrough } from 'node:stream';
 import t, { type Test } from 'tap';
 import { H1Pool, Unsent, type PooledRequest, type UpstreamHandler } from '../../proxy/upstream/index.js';
-import { connected } from '../support/loopback.js';
+import { connected, listen } from '../support/loopback.js';
 
 interface Server {
   readonly port: number;
@@ -291,15 +291,20 @@ t.test('given up: an abort before the response ends it once, and a later abort l
   t.equal((await next).body, 'late', 'a stale abort does not touch another request');
 });
 
-t.test('an upstream that stops reading the request body and never answers fails it at the idle timeout', async (t) => {
-  // Reads nothing, answers nothing: the proxy's writes back up and the body waits for a drain that never comes.
+/** A server that reads nothing and answers nothing, until the test ends: its port. */
+async function stalledUpstream(t: Test): Promise<number> {
   const stalled = net.createServer((socket) => {
     socket.on('error', () => undefined);
     socket.pause();
   });
-  await new Promise<void>((resolve) => stalled.listen(0, '127.0.0.1', resolve));
   t.teardown(() => stalled.close());
-  const pool = poolTo(t, (stalled.address() as net.AddressInfo).port, { idleTimeoutMs: 300 });
+  return listen(stalled);
+}
+
+t.test('an upstream that stops reading the request body and never answers fails it at the idle timeout', async (t) => {
+  // Reads nothing, answers nothing: the proxy's writes back up and the body waits for a drain that never comes.
+  const port = await stalledUpstream(t);
+  const pool = poolTo(t, port, { idleTimeoutMs: 300 });
   const upload = new PassThrough();
   const waiting = send(pool, { method: 'POST', headers: ['content-length', String(64 * 1024 * 1024)], body: upload });
   const mb = Buffer.alloc(1024 * 1024, 120);
@@ -311,17 +316,12 @@ t.test('an upstream that stops reading the request body and never answers fails 
 });
 
 t.test('a body that goes on emitting after its pause waits for one drain, not one a chunk', async (t) => {
-  const stalled = net.createServer((socket) => {
-    socket.on('error', () => undefined);
-    socket.pause();
-  });
-  await new Promise<void>((resolve) => stalled.listen(0, '127.0.0.1', resolve));
-  t.teardown(() => stalled.close());
+  const port = await stalledUpstream(t);
   const warnings: string[] = [];
   const onWarning = (w: Error): void => void warnings.push(`${w.name}: ${w.message}`);
   process.on('warning', onWarning);
   t.teardown(() => void process.off('warning', onWarning));
-  const pool = poolTo(t, (stalled.address() as net.AddressInfo).port, { idleTimeoutMs: 300 });
+  const pool = poolTo(t, port, { idleTimeoutMs: 300 });
   // A stream whose pause does not hold (a source of its own, not a Readable): it emits regardless.
   const body = Object.assign(new EventEmitter(), { pause: () => body, resume: () => body });
   const waiting = send(pool, { method: 'POST', headers: ['content-length', String(40 * 1024 * 1024)], body: body as unknown as NodeJS.ReadableStream });
