@@ -53,9 +53,9 @@ export class PlaceholderScanner extends Transform {
 /**
  * The body stream to send upstream: scanned when the policy has placeholders, else the request
  * itself. The scanner's failure reaches the exchange through the pool's client (undici, or the
- * inspected path's own), which listens only while it sends the body: a request that failed before (no connection, a bad upstream certificate) leaves
- * the client's bytes still flowing into the scanner, and an 'error' nobody hears would end the
- * process for every client. So one listener stays for the scanner's whole life; what it hears
+ * inspected path's own), which listens only while it sends the body: a request that failed before
+ * (no connection, a bad upstream certificate) leaves the client's bytes still flowing into the
+ * scanner, and an 'error' nobody hears would end the process for every client. So one listener stays for the scanner's whole life; what it hears
  * then belongs to an exchange that has ended already.
  */
 export function scannedBody<S extends NodeJS.ReadableStream>(body: S, set: SecretSet | undefined): S | PlaceholderScanner {

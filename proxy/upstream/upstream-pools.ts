@@ -33,6 +33,12 @@ function undiciPool(pool: Pool): UpstreamPool {
   };
 }
 
+/**
+ * Longest an idle upstream connection is kept, whatever the upstream's Keep-Alive hint says: it
+ * holds a descriptor the open-file budget does not count (fd-budget.ts). undici's default.
+ */
+const KEEP_ALIVE_MAX_MS = 4_000;
+
 export interface PoolOptions {
   readonly connect: Connect;
   readonly connectTimeoutMs: number;
@@ -188,9 +194,8 @@ export class UpstreamPools {
       const dialed = await dialPinned(addresses, port, { connect, purpose: 'http', timeoutMs: connectTimeoutMs, cancel: unsent });
       return trust === undefined ? dialed.socket : secureUpstream(dialed.socket, host, trust, connectTimeoutMs, unsent);
     };
-    // Inspected: the proxy's own HTTP/1.1 client (h1-pool.ts). An idle connection is kept 4 s at
-    // most, as undici's keepAliveMaxTimeout below keeps it.
-    if (trust !== undefined) return new H1Pool(open, { idleTimeoutMs, maxHeaderBytes, keepAliveMs: alone ? 0 : 4_000 });
+    // Inspected: the proxy's own HTTP/1.1 client (h1-pool.ts), idle connections kept as undici's below.
+    if (trust !== undefined) return new H1Pool(open, { idleTimeoutMs, maxHeaderBytes, keepAliveMs: alone ? 0 : KEEP_ALIVE_MAX_MS });
     const undici = (this.undici ??= requireCjs('undici') as typeof Undici);
     // A pool hands a request only to a connection (an undici Client) that holds none (pipelining
     // 1, or 0): a connection dials for the one request it was handed last.
@@ -221,9 +226,7 @@ export class UpstreamPools {
       strictContentLength: true,
       // 0: no keep-alive, one request per connection (`alone`).
       pipelining: alone ? 0 : 1,
-      // An idle upstream connection holds a descriptor the open-file budget does not count
-      // (fd-budget.ts): an upstream's Keep-Alive hint cannot stretch it past undici's 4 s default.
-      keepAliveMaxTimeout: 4_000,
+      keepAliveMaxTimeout: KEEP_ALIVE_MAX_MS,
     }));
   }
 }
