@@ -42,9 +42,14 @@ const CHUNK_SIZE = /^([0-9A-Fa-f]{1,13})[\t ]*(?:;[\t\x20-\x7e\x80-\xff]*)?$/;
 const MAX_CHUNK_LINE = 4096;
 /** A step of reading that found no event but can go on. */
 const AGAIN = Symbol('again');
+/** Nothing buffered (a Buffer of no bytes cannot be written into, so one serves every parser). */
+const EMPTY = Buffer.alloc(0);
+const HEAD_END = Buffer.from('\r\n\r\n', 'latin1');
+/** A CR not followed by LF, or an LF not after a CR, anywhere in a head's text. */
+const BARE_CR_OR_LF = /\r(?!\n)|(?<!\r)\n/;
 
 export class ResponseParser {
-  private buffered: Buffer = Buffer.alloc(0);
+  private buffered: Buffer = EMPTY;
   /** How many of `buffered`'s first bytes were searched already for what ends a head or a line. */
   private scanned = 0;
   /** What `buffered` grows in (its own memory, never the shared pool's), while a head or line arrives in pieces. */
@@ -174,7 +179,7 @@ export class ResponseParser {
   }
 
   private consume(bytes: number): void {
-    this.buffered = bytes === this.buffered.length ? Buffer.alloc(0) : this.buffered.subarray(bytes);
+    this.buffered = bytes === this.buffered.length ? EMPTY : this.buffered.subarray(bytes);
     this.scanned = 0;
   }
 
@@ -183,7 +188,7 @@ export class ResponseParser {
   }
 
   private readHead(): ResponseEvent | undefined | typeof AGAIN {
-    const end = this.buffered.indexOf('\r\n\r\n', Math.max(0, this.scanned - 3));
+    const end = this.buffered.indexOf(HEAD_END, Math.max(0, this.scanned - 3));
     if (end === -1) {
       if (this.buffered.length > this.maxHeadBytes) return this.fail(`the response head is larger than ${this.maxHeadBytes} bytes`);
       // Every LF that came so far ends a line with CR, or the head is refused now, not at its end.
@@ -196,8 +201,8 @@ export class ResponseParser {
     if (end + 4 > this.maxHeadBytes) return this.fail(`the response head is larger than ${this.maxHeadBytes} bytes`);
     const text = this.buffered.toString('latin1', 0, end);
     this.consume(end + 4);
+    if (BARE_CR_OR_LF.test(text)) return this.fail('the response head holds a bare CR or LF');
     const lines = text.split('\r\n');
-    for (const line of lines) if (line.includes('\r') || line.includes('\n')) return this.fail('the response head holds a bare CR or LF');
     const status = STATUS_LINE.exec(lines[0]!);
     if (status === null) return this.fail('the status line is not HTTP/1.x, a three-digit status and a reason');
     const code = Number(status[2]);
