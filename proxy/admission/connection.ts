@@ -99,6 +99,8 @@ export class ClientConnection {
    * that request must end with its own one refusal or cut, never a second answer.
    */
   private underWay: ((refusal: Refusal) => void) | undefined;
+  /** The response `underWay` belongs to. */
+  private underWayOf: ServerResponse | undefined;
 
   constructor(
     readonly socket: Socket,
@@ -176,11 +178,18 @@ export class ClientConnection {
     this.firstHeadTimer = undefined;
   }
 
-  /** Makes `hook` the way to refuse the request under way, until its response closes. */
+  /**
+   * Makes `hook` the way to refuse the request under way, until its response closes. A request
+   * hands its hook on as it goes (decided, then forwarded): one listener per response clears it.
+   */
   holdInFlight(res: ServerResponse, hook: (refusal: Refusal) => void): void {
     this.underWay = hook;
+    if (this.underWayOf === res) return;
+    this.underWayOf = res;
     res.once('close', () => {
-      if (this.underWay === hook) this.underWay = undefined;
+      if (this.underWayOf !== res) return;
+      this.underWay = undefined;
+      this.underWayOf = undefined;
     });
   }
 
@@ -192,6 +201,7 @@ export class ClientConnection {
   /** The request that starts now takes the place of one that ended without its response closing. */
   clearInFlight(): void {
     this.underWay = undefined;
+    this.underWayOf = undefined;
   }
 }
 

@@ -73,7 +73,6 @@ export class H1Connection {
   send(request: PooledRequest, handler: UpstreamHandler): void {
     const flight: InFlight = { handler, done: false, paused: false, sent: false, blocked: false, headSeen: false };
     this.active = flight;
-    this.socket.setTimeout(0);
     try {
       handler.onConnect((err) => {
         if (this.active === flight) this.fail(err ?? new UpstreamHttpError('upstream_failed', 'the request was given up'));
@@ -90,6 +89,8 @@ export class H1Connection {
       this.socket.write(`${head}\r\n`, 'latin1');
       return this.bodySent(flight);
     }
+    // No idle timer while the body is read from the client (bodySent, or a blocked write, starts it).
+    this.socket.setTimeout(0);
     const declared = declaredLength(request.headers);
     // Latin-1: a field's bytes go out as they came in (Node's parser read them a byte a character).
     this.socket.write(declared === undefined ? `${head}transfer-encoding: chunked\r\n\r\n` : `${head}\r\n`, 'latin1');
