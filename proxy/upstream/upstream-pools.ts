@@ -94,7 +94,7 @@ export class UpstreamPools {
    * watches for no value.
    */
   forTarget(host: string, port: number, addresses: readonly string[], trust?: UpstreamTrust, owner?: string, alone = false): UpstreamPool {
-    const key = `${trust === undefined ? 'http' : `https${this.trustId(trust)}`}|${host}|${port}|${addresses.join(',')}${owner === undefined ? '' : `|${owner}`}${alone ? '|alone' : ''}`;
+    const key = `${trust === undefined ? 'http' : `https${this.trustId(trust)}`}|${host}|${port}|${addressSet(addresses)}${owner === undefined ? '' : `|${owner}`}${alone ? '|alone' : ''}`;
     let held = this.pools.get(key);
     if (held !== undefined) {
       // Moved to the end (most recently used) only when it is not there already.
@@ -229,4 +229,16 @@ export class UpstreamPools {
       keepAliveMaxTimeout: KEEP_ALIVE_MAX_MS,
     }));
   }
+}
+
+/**
+ * A pool's addresses as a set, in one order whatever order they were resolved in. Resolvers
+ * rotate a name's records from one answer to the next (BIND's default order, most public
+ * resolvers), and each request resolves again (policy/decision.ts): keyed by the answer's order,
+ * most requests to a name with several addresses found a pool of their own, a new upstream
+ * connection (a TLS handshake, inside an inspected connection) where one was idle. Any of the
+ * pool's connections goes to an address this request's own answer holds, and was checked.
+ */
+function addressSet(addresses: readonly string[]): string {
+  return addresses.length === 1 ? addresses[0]! : [...addresses].sort().join(',');
 }

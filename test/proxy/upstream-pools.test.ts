@@ -43,6 +43,26 @@ async function poolsToServer(t: Test, maxPools: number, maxPoolsPerOwner: number
   return (host: string, owner: string): Promise<string> => get(pools.forTarget(host, port, ['127.0.0.1'], undefined, owner));
 }
 
+t.test('a name whose resolver rotates its addresses keeps one pool: its next request reuses the idle connection', async (t) => {
+  const server = http.createServer((req, res) => res.writeHead(200, { 'Content-Length': String(req.socket.remotePort).length }).end(String(req.socket.remotePort)));
+  server.keepAliveTimeout = 60_000;
+  const port = await listen(server);
+  const pools = new UpstreamPools({ connect: defaultConnect, connectTimeoutMs: 5_000, idleTimeoutMs: 5_000, maxHeaderBytes: 64 * 1024, maxPools: 16, maxPoolsPerOwner: 16 });
+  t.teardown(() => {
+    pools.destroy();
+    server.close();
+  });
+  // Nothing listens on 127.0.0.2: a pool of the second order would dial it first, then 127.0.0.1 anew.
+  const first = pools.forTarget('rr.test', port, ['127.0.0.1', '127.0.0.2']);
+  const from = await get(first);
+  // undici marks a connection free a moment after its response has ended.
+  await settle(() => first.stats.free === 1, 'the connection idle');
+  const rotated = pools.forTarget('rr.test', port, ['127.0.0.2', '127.0.0.1']);
+  t.equal(rotated, first, 'the same addresses in another order are the same pool');
+  t.equal(await get(rotated), from, 'the request reuses the idle keep-alive connection');
+  t.not(pools.forTarget('rr.test', port, ['127.0.0.1']), first, 'another set of addresses is another pool');
+});
+
 t.test("a sandbox past its share of the pools closes its own, never another sandbox's idle connection", async (t) => {
   const get = await poolsToServer(t, 16, 4);
   const first = await get('b.test', B);
