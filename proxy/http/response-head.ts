@@ -33,15 +33,23 @@ function bad(detail: string): ResponseHead {
 export function checkResponseHead(status: number, reason: string, rawHeaders: readonly string[]): ResponseHead {
   if (!Number.isInteger(status) || status < 200 || status > 599) return bad(`status ${status} is not a final HTTP status (200-599)`);
   if (!REASON_PHRASE.test(reason)) return bad('the reason phrase holds a control or non-ASCII byte');
-  const named = new Set<string>();
+  // Each name lower-cased once, read by both passes.
+  const lowered: string[] = [];
+  let named: Set<string> | undefined;
   let chunked = false;
+  let length: string | undefined;
   for (let i = 0; i < rawHeaders.length; i += 2) {
     const name = rawHeaders[i]!;
     const value = rawHeaders[i + 1]!;
     if (!HTTP_TOKEN.test(name)) return bad('a header name is not a token');
     if (!FIELD_VALUE.test(value)) return bad(`header ${name} holds a control byte`);
     const lower = name.toLowerCase();
-    if (lower === 'connection') for (const option of value.split(',')) named.add(option.trim().toLowerCase());
+    lowered.push(lower);
+    if (lower === 'connection') for (const option of value.split(',')) (named ??= new Set()).add(option.trim().toLowerCase());
+    if (lower === 'content-length') {
+      if (length !== undefined && value.trim() !== length) return bad('two Content-Length fields that differ');
+      length = value.trim();
+    }
     if (lower === 'transfer-encoding') {
       // The proxy frames the body again and passes no transfer coding on: a coding besides
       // chunked (gzip, chunked) would reach the client still applied, and named nowhere.
@@ -50,12 +58,19 @@ export function checkResponseHead(status: number, reason: string, rawHeaders: re
     }
   }
   const headers: string[] = [];
+  let lengthPassed = false;
   for (let i = 0; i < rawHeaders.length; i += 2) {
-    const lower = rawHeaders[i]!.toLowerCase();
+    const lower = lowered[i / 2]!;
     // A body that arrived chunked is re-framed by the proxy; a Content-Length beside it (which
     // the parser would have refused anyway) must not reach the client, nor one on a 204, which
     // has no content (RFC 9110 §8.6).
-    if (HOP_BY_HOP.has(lower) || PROXY_OWN.has(lower) || named.has(lower) || ((chunked || status === 204) && lower === 'content-length')) continue;
+    if (HOP_BY_HOP.has(lower) || PROXY_OWN.has(lower) || named?.has(lower) === true || ((chunked || status === 204) && lower === 'content-length')) continue;
+    // One Content-Length, however many equal ones came (RFC 9110 §8.6 lets a recipient take
+    // them as one): Node's and undici's parsers refuse a response that carries two.
+    if (lower === 'content-length') {
+      if (lengthPassed) continue;
+      lengthPassed = true;
+    }
     headers.push(rawHeaders[i]!, rawHeaders[i + 1]!);
   }
   return { ok: true, headers };

@@ -25,6 +25,7 @@ const cases: { name: string; status: number; reason?: string; headers?: string[]
   { name: 'a coding after chunked', status: 200, headers: ['Transfer-Encoding', 'chunked, gzip'], ok: false },
   { name: 'codings in two fields', status: 200, headers: ['Transfer-Encoding', 'gzip', 'Transfer-Encoding', 'chunked'], ok: false },
   { name: 'chunked twice', status: 200, headers: ['Transfer-Encoding', 'chunked', 'Transfer-Encoding', 'chunked'], ok: false },
+  { name: 'two lengths that differ', status: 200, headers: ['Content-Length', '3', 'content-length', '4'], ok: false },
 ];
 for (const c of cases) {
   t.test(c.name, async (t) => t.equal(checkResponseHead(c.status, c.reason ?? 'OK', c.headers ?? []).ok, c.ok));
@@ -36,6 +37,14 @@ t.test('hop-by-hop fields and those named by Connection are dropped; a length be
   if (head.ok) t.same(head.headers, ['Set-Cookie', 'a=1', 'Set-Cookie', 'b=2']);
   const plain = checkResponseHead(200, 'OK', ['Content-Length', '5']);
   if (plain.ok) t.same(plain.headers, ['Content-Length', '5'], 'a length alone is kept');
+});
+
+// The inspected path's own parser takes equal lengths as one; a client's parser (Node's, undici's)
+// refuses a response with two Content-Length fields, equal or not.
+t.test('equal Content-Length fields reach the client as one', async (t) => {
+  const head = checkResponseHead(200, 'OK', ['Content-Length', '3', 'X-A', '1', 'content-length', ' 3']);
+  t.ok(head.ok);
+  if (head.ok) t.same(head.headers, ['Content-Length', '3', 'X-A', '1']);
 });
 
 t.test('a 204 passes no Content-Length: it has no content', async (t) => {

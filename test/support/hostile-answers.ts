@@ -34,12 +34,13 @@ export function generate(rnd: () => number): Answer {
   const body = 'x'.repeat(chance(0.1) ? Math.floor(rnd() * 200_000) : Math.floor(rnd() * 64));
   const status = nasty(pick(['200', '200', '201', '204', '304', '404', '503', '599']), () => pick(STATUS));
   let head = `${nasty('HTTP/1.1', () => pick(VERSION))} ${status} ${odd(pick(['OK', '', 'Fine Thanks', hostile ? 'Créé' : 'Made']))}${eol()}`;
-  const framing = hostile ? pick(['length', 'chunked', 'close', 'both', 'double-length', 'none']) : pick(['length', 'chunked', 'close']);
+  const framing = hostile ? pick(['length', 'chunked', 'close', 'both', 'double-length', 'equal-lengths', 'none']) : pick(['length', 'chunked', 'close']);
   const length = nasty(String(body.length), () => String(pick([body.length + 5, Math.max(0, body.length - 3), -1, '1e3', `${body.length}, ${body.length}`, ''])));
   const coding = nasty('chunked', () => pick(['Chunked', 'gzip, chunked', 'chunked, gzip', 'identity', 'chunked\x00']));
   const fields: string[] = [];
   if (framing === 'length' || framing === 'both') fields.push(`Content-Length: ${length}`);
   if (framing === 'double-length') fields.push(`Content-Length: ${body.length}`, `Content-Length: ${body.length + 1}`);
+  if (framing === 'equal-lengths') fields.push(`Content-Length: ${body.length}`, `content-length: ${body.length}`);
   if (framing === 'chunked' || framing === 'both') fields.push(`Transfer-Encoding: ${coding}`);
   for (let i = Math.floor(rnd() * 4); i > 0; i--) {
     fields.push(odd(pick(['X-A: b', 'Set-Cookie: a=1', 'Connection: close', 'Connection: keep-alive, X-A', 'Keep-Alive: timeout=1', 'Content-Type: text/plain', hostile ? 'X-Folded: a\r\n b' : 'X-B: c', 'Trailer: X-T', `X-Long: ${'v'.repeat(hostile && chance(0.2) ? 70_000 : 200)}`])));
@@ -60,7 +61,7 @@ export function generate(rnd: () => number): Answer {
   }
   // Bytes after a message that its fields delimit exactly: a second response, or garbage. (A body
   // without a length or chunking runs to the close, so what follows it is body, legitimately.)
-  const delimited = (framing === 'length' && length === String(body.length)) || (framing === 'chunked' && coding === 'chunked');
+  const delimited = (framing === 'length' && length === String(body.length)) || framing === 'equal-lengths' || (framing === 'chunked' && coding === 'chunked');
   if (chance(0.15) && delimited) payload += pick(['HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nevil', 'garbage\r\n\r\nevil', '\x00\xffevil']);
   const bytes = Buffer.from(head + payload, 'latin1');
 
@@ -85,9 +86,13 @@ function judge(out: string): { ok: boolean; why: string } {
   if (m === null) return { ok: false, why: `not an HTTP/1.1 status line: ${JSON.stringify(head.slice(0, 60))}` };
   const status = Number(m[1]);
   if (status < 200 || status > 599) return { ok: false, why: `status ${status} passed on` };
-  for (const line of head.split('\r\n').slice(1)) {
+  const lines = head.split('\r\n').slice(1);
+  for (const line of lines) {
     if (!/^[!#$%&'*+\-.^_`|~0-9A-Za-z]+: ?[\t\x20-\x7e\x80-\xff]*$/.test(line)) return { ok: false, why: `bad field line ${JSON.stringify(line.slice(0, 60))}` };
   }
+  // What a client's parser (Node's, undici's) refuses: two lengths, or a length beside chunked.
+  const framing = lines.map((line) => line.slice(0, line.indexOf(':')).toLowerCase()).filter((name) => name === 'content-length' || name === 'transfer-encoding');
+  if (framing.length > 1) return { ok: false, why: `framing fields passed on: ${framing.join(', ')}` };
   const reason = /\r\nx-egress-reason: ([a-z_]+)/i.exec(head)?.[1];
   if (reason !== undefined && (!isReason(reason) || ![502, 504].includes(status))) return { ok: false, why: `refusal ${status} ${reason}` };
   if (out.slice(headEnd + 4).includes('evil')) return { ok: false, why: 'bytes after the response were passed on' };
