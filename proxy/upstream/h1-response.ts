@@ -7,11 +7,12 @@
  * What it refuses, rather than guess (each an `error` event; the connection is then not used
  * again): a line ended by a bare CR or LF, a folded field line, a field name that is not a token,
  * a status that is not three digits, 101 (nothing asked to switch protocols), a transfer coding
- * other than chunked alone, Transfer-Encoding beside Content-Length, a Content-Length that is not
- * one run of digits (or two fields of it), a chunk-size line or chunk end that is not exact, and a
- * head or trailer section past `maxHeadBytes`. Interim 1xx heads are read and skipped. A response
- * with neither framing runs to the close of the connection. Bytes after a complete response are
- * never part of it: they end `keepAlive`, and the caller closes the connection.
+ * other than chunked alone, Transfer-Encoding beside Content-Length or in an HTTP/1.0 response, a
+ * Content-Length that is not one run of digits (or two fields of it that differ), a chunk-size
+ * line or chunk end that is not exact, and a head or trailer section past `maxHeadBytes`. Interim
+ * 1xx heads are read and skipped. A response with neither framing runs to the close of the
+ * connection. Bytes after a complete response are never part of it: they end `keepAlive`, and the
+ * caller closes the connection.
  */
 import { connectionCloses, fieldOf, framingOf } from './h1-fields.js';
 
@@ -218,6 +219,8 @@ export class ResponseParser {
     if (code < 200) return AGAIN;
     const framing = framingOf(fields);
     if (typeof framing === 'object') return this.fail(framing.bad);
+    // RFC 9112 §6.1: an HTTP/1.0 message's Transfer-Encoding is faulty framing (1.0 has no chunks).
+    if (framing === 'chunked' && status[1] === '0') return this.fail('an HTTP/1.0 response with Transfer-Encoding');
     if (status[1] === '0' || connectionCloses(fields)) this.keepAlive = false;
     if (this.head || code === 204 || code === 304) this.state = { at: 'length', left: 0 };
     else if (framing === 'chunked') this.state = { at: 'chunk-size' };

@@ -96,6 +96,7 @@ t.test('every shape that cannot be framed for certain is an error', async (t) =>
     ['status 099', 'HTTP/1.1 099 OK\r\n\r\n', /not an HTTP status/],
     ['101', 'HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n', /101/],
     ['TE beside CL', 'HTTP/1.1 200 OK\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n\r\n', /beside/],
+    ['HTTP/1.0 chunked', 'HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n\r\n', /HTTP\/1\.0 response with Transfer-Encoding/],
     ['gzip, chunked', 'HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n', /other than chunked/],
     ['TE twice', 'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n', /twice/],
     ['CL not a number', 'HTTP/1.1 200 OK\r\nContent-Length: 1e3\r\n\r\n', /not a number/],
