@@ -9,10 +9,10 @@
  * a status that is not three digits, 101 (nothing asked to switch protocols), a transfer coding
  * other than chunked alone, Transfer-Encoding beside Content-Length or in an HTTP/1.0 response, a
  * Content-Length that is not one run of digits (or two fields of it that differ), a chunk-size
- * line or chunk end that is not exact, and a head or trailer section past `maxHeadBytes`. Interim
- * 1xx heads are read and skipped. A response with neither framing runs to the close of the
- * connection. Bytes after a complete response are never part of it: they end `keepAlive`, and the
- * caller closes the connection.
+ * line or chunk end that is not exact, and a head or trailer section past `maxHeadBytes` or
+ * MAX_FIELD_LINES. Interim 1xx heads are read and skipped, MAX_INTERIM_HEADS of them at most. A
+ * response with neither framing runs to the close of the connection. Bytes after a complete
+ * response are never part of it: they end `keepAlive`, and the caller closes the connection.
  */
 import { connectionCloses, fieldOf, framingOf } from './h1-fields.js';
 
@@ -32,7 +32,7 @@ type State =
   | { readonly at: 'chunk-size' }
   | { readonly at: 'chunk-data'; left: number }
   | { readonly at: 'chunk-end' }
-  | { readonly at: 'trailers'; used: number }
+  | { readonly at: 'trailers'; used: number; lines: number }
   | { readonly at: 'to-close' }
   | { readonly at: 'failed' };
 
@@ -41,6 +41,14 @@ const STATUS_LINE = /^HTTP\/1\.([01]) ([0-9]{3})(?: (.*))?$/s;
 const CHUNK_SIZE = /^([0-9A-Fa-f]{1,13})[\t ]*(?:;[\t\x20-\x7e\x80-\xff]*)?$/;
 /** Longest chunk-size line read (with its extensions). */
 const MAX_CHUNK_LINE = 4096;
+/**
+ * Most field lines of a head or a trailer section, and most interim (1xx) heads before a final
+ * one. Each field costs the reader a split and a check (a 64 KiB head of 16,000 tiny fields took
+ * 9 ms of the event loop every client shares), and interim heads had no end but the head
+ * deadline: an upstream could go on sending them for that long. Servers send a few of each.
+ */
+export const MAX_FIELD_LINES = 1_000;
+export const MAX_INTERIM_HEADS = 32;
 /** A step of reading that found no event but can go on. */
 const AGAIN = Symbol('again');
 /** Nothing buffered (a Buffer of no bytes cannot be written into, so one serves every parser). */
@@ -58,6 +66,8 @@ export class ResponseParser {
   private state: State = { at: 'idle' };
   private head = false;
   private keepAlive = true;
+  /** Interim heads read for the response under way. */
+  private interim = 0;
   private closed = false;
 
   constructor(private readonly maxHeadBytes: number) {}
@@ -66,6 +76,7 @@ export class ResponseParser {
   expect(head: boolean): void {
     this.head = head;
     this.keepAlive = true;
+    this.interim = 0;
     if (this.state.at === 'idle') this.state = { at: 'head' };
   }
 
@@ -204,6 +215,7 @@ export class ResponseParser {
     this.consume(end + 4);
     if (BARE_CR_OR_LF.test(text)) return this.fail('the response head holds a bare CR or LF');
     const lines = text.split('\r\n');
+    if (lines.length - 1 > MAX_FIELD_LINES) return this.fail(`the response head has more than ${MAX_FIELD_LINES} field lines`);
     const status = STATUS_LINE.exec(lines[0]!);
     if (status === null) return this.fail('the status line is not HTTP/1.x, a three-digit status and a reason');
     const code = Number(status[2]);
@@ -216,7 +228,7 @@ export class ResponseParser {
     if (code < 100 || code > 599) return this.fail(`status ${code} is not an HTTP status`);
     if (code === 101) return this.fail('101 Switching Protocols, which no request asked for');
     // Interim: skipped; the final head follows.
-    if (code < 200) return AGAIN;
+    if (code < 200) return ++this.interim > MAX_INTERIM_HEADS ? this.fail(`more than ${MAX_INTERIM_HEADS} interim (1xx) responses before a final one`) : AGAIN;
     const framing = framingOf(fields);
     if (typeof framing === 'object') return this.fail(framing.bad);
     // RFC 9112 §6.1: an HTTP/1.0 message's Transfer-Encoding is faulty framing (1.0 has no chunks).
@@ -237,15 +249,16 @@ export class ResponseParser {
     const size = CHUNK_SIZE.exec(line);
     if (size === null) return this.fail('a chunk-size line is not hex digits and extensions');
     const left = parseInt(size[1]!, 16);
-    this.state = left === 0 ? { at: 'trailers', used: 0 } : { at: 'chunk-data', left };
+    this.state = left === 0 ? { at: 'trailers', used: 0, lines: 0 } : { at: 'chunk-data', left };
     return AGAIN;
   }
 
-  private readTrailers(state: { used: number }): ResponseEvent | undefined | typeof AGAIN {
+  private readTrailers(state: { used: number; lines: number }): ResponseEvent | undefined | typeof AGAIN {
     const line = this.line(this.maxHeadBytes - state.used, 'the trailer section');
     if (typeof line !== 'string') return line;
     state.used += line.length + 2;
     if (line === '') return this.end();
+    if (++state.lines > MAX_FIELD_LINES) return this.fail(`the trailer section has more than ${MAX_FIELD_LINES} field lines`);
     const field = fieldOf(line);
     return typeof field === 'string' ? this.fail(`a trailer: ${field}`) : AGAIN;
   }

@@ -4,7 +4,7 @@
  * for certain is an error, never a guess.
  */
 import t, { type Test } from 'tap';
-import { ResponseParser, type ResponseEvent } from '../../proxy/upstream/h1-response.js';
+import { MAX_FIELD_LINES, MAX_INTERIM_HEADS, ResponseParser, type ResponseEvent } from '../../proxy/upstream/h1-response.js';
 
 interface Read {
   readonly head?: { status: number; reason: string; fields: readonly string[] };
@@ -133,10 +133,22 @@ t.test('a close before the response is complete is an error, wherever it falls',
   }
 });
 
-t.test('a thousand interim heads or trailer lines in one buffer are read without a stack frame each', async (t) => {
-  const interim = 'HTTP/1.1 100 Continue\r\n\r\n'.repeat(20_000);
-  const r = read(`${interim}HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n`, { max: 64 * 1024 });
-  t.same(r.end, { keepAlive: true });
-  const trailers = read(`HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n${'A: 1\r\n'.repeat(10_000)}\r\n`, { max: 1024 * 1024 });
-  t.same(trailers.end, { keepAlive: true });
+t.test('interim heads, and the field lines of a head or trailer section, are counted and capped', async (t) => {
+  const interim = (n: number): string => 'HTTP/1.1 100 Continue\r\n\r\n'.repeat(n);
+  t.same(read(`${interim(MAX_INTERIM_HEADS)}HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n`).end, { keepAlive: true }, 'up to the cap, in one buffer');
+  t.match(read(`${interim(20_000)}HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n`, { max: 64 * 1024 }).error, /more than 32 interim/, 'past it, refused (not read to the end)');
+  t.match(read(`${interim(MAX_INTERIM_HEADS + 1)}HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n`, { piece: 7 }).error, /interim/, 'in pieces too');
+  const parser = new ResponseParser(1024);
+  for (let i = 0; i < 3; i++) {
+    parser.expect(false);
+    parser.feed(Buffer.from(`${interim(MAX_INTERIM_HEADS)}HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n`));
+    const events = [parser.next(), parser.next()];
+    t.same(events.map((e) => e?.kind), ['head', 'end'], `response ${i + 1} on one connection: the count is each response's own`);
+  }
+  const fields = (n: number): string => 'A: 1\r\n'.repeat(n);
+  t.same(read(`HTTP/1.1 200 OK\r\n${fields(MAX_FIELD_LINES - 1)}Content-Length: 0\r\n\r\n`, { max: 64 * 1024 }).end, { keepAlive: true }, `a head of ${MAX_FIELD_LINES} field lines`);
+  t.match(read(`HTTP/1.1 200 OK\r\n${fields(MAX_FIELD_LINES)}Content-Length: 0\r\n\r\n`, { max: 64 * 1024 }).error, /more than 1000 field lines/, 'one more');
+  const chunked = 'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n';
+  t.same(read(`${chunked}${fields(MAX_FIELD_LINES)}\r\n`, { max: 1024 * 1024 }).end, { keepAlive: true }, `${MAX_FIELD_LINES} trailer lines`);
+  t.match(read(`${chunked}${fields(10_000)}\r\n`, { max: 1024 * 1024 }).error, /trailer section has more than 1000/, 'ten thousand: refused');
 });
