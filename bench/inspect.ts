@@ -14,8 +14,8 @@
  * - first request: a new connection, CONNECT, TLS, one request, its response; the median (target:
  *   inspected, with its leaf cached, at most 2x).
  * - a new leaf: the CA module signing leaves for fresh names in this process (target: 5 ms).
- * - memory: the proxy's resident memory grown by IDLE connections that made one request and
- *   stay open, per connection, the median of three batches of each; against what the proxy
+ * - memory: the resident memory grown by IDLE connections that made one request and stay open,
+ *   per connection, in a proxy of its own that carried no load before; against what the proxy
  *   charges an inspected one to its budget.
  * - floors, last, in rounds of their own (nothing above changes for them): the same keep-alive
  *   throughput through bench/inspect-floor.ts, which ends TLS and then relays the bytes, reads
@@ -28,7 +28,7 @@
  * process on CPU 0 (`pin`).
  */
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -241,21 +241,44 @@ async function leafCost(plan: Plan): Promise<{ median: number; p95: number }> {
   return { median: median(samples), p95: samples[Math.floor(samples.length * 0.95)] ?? NaN };
 }
 
-/** Resident KiB the proxy grew by per connection, `count` of them open after one request each. */
-async function memoryPerConnection(target: Target, host: string, pid: number, count: number): Promise<number> {
+/** Bytes of resident memory the proxy (`pid`) grew by per connection, `count` more of them opened, one request each, and held in `held`. */
+async function memoryPerConnection(target: Target, host: string, pid: number, count: number, held: tls.TLSSocket[]): Promise<number> {
   await sleep(500);
   const before = memoryOf(pid)?.rssKiB ?? NaN;
-  const open_: tls.TLSSocket[] = [];
   for (let i = 0; i < count; i++) {
     const secure = await open(target, host);
     await request(secure, host, target.upstreamPort);
-    open_.push(secure);
+    held.push(secure);
   }
   await sleep(500);
-  const after = memoryOf(pid)?.rssKiB ?? NaN;
-  for (const s of open_) s.destroy();
-  await sleep(1_000);
-  return ((after - before) * 1024) / count;
+  return (((memoryOf(pid)?.rssKiB ?? NaN) - before) * 1024) / count;
+}
+
+/**
+ * Memory per open connection, tunnel then inspected, in a proxy of its own that carried no load
+ * before: in the proxy of the throughput rounds, a collection of their garbage landed inside a
+ * batch and read it as less than nothing. Both batches stay open until the end (a batch closed
+ * is garbage for the next one to meet).
+ */
+async function memoryPerPath(dir: string, upstream: { port: number; cert: string }, count: number): Promise<{ tunnel: number; inspect: number }> {
+  const own = join(dir, 'memory');
+  mkdirSync(own);
+  copyFileSync(join(dir, 'up.pem'), join(own, 'up.pem'));
+  const proxy = await startProxy(own, upstream.port);
+  const inspected: Target = { proxyPort: proxy.port, upstreamPort: upstream.port, ca: proxy.ca };
+  const tunneled: Target = { ...inspected, ca: upstream.cert };
+  const held: tls.TLSSocket[] = [];
+  try {
+    // Warm: code compiled, the leaf made, and the young generation grown to what load makes it,
+    // as in the throughput rounds (else the first batch measured carries that growth).
+    for (const [target, host] of [[tunneled, TUNNELED], [inspected, INSPECTED]] as const) await throughput(target, host, { ...QUICK, seconds: 1 }, proxy.child.pid);
+    const tunnel = await memoryPerConnection(tunneled, TUNNELED, proxy.child.pid, count, held);
+    const inspect = await memoryPerConnection(inspected, INSPECTED, proxy.child.pid, count, held);
+    return { tunnel, inspect };
+  } finally {
+    for (const s of held) s.destroy();
+    await proxy.child.stop();
+  }
 }
 
 /**
@@ -320,13 +343,7 @@ export async function runInspectBench(quick: boolean, progress: (text: string) =
     }
     progress('inspect: leaves and memory');
     const leaf = await leafCost(plan);
-    // Three of each, alternating: a collection of what an earlier batch left can land inside a
-    // batch and shrink what it reads (once to below nothing); the median sets such a batch aside.
-    const mem = { tunnel: [] as number[], inspect: [] as number[] };
-    for (let batch = 0; batch < 3; batch++) {
-      mem.tunnel.push(await memoryPerConnection(tunneled, TUNNELED, proxy.child.pid, plan.idle));
-      mem.inspect.push(await memoryPerConnection(inspected, INSPECTED, proxy.child.pid, plan.idle));
-    }
+    const mem = await memoryPerPath(dir, upstream, plan.idle);
     const floors = await floorLines(dir, tunneled, { ...inspected, ca: upstream.cert }, plan, pid, progress);
     const r = { inspect: median(rps.inspect), tunnel: median(rps.tunnel) };
     // Each round's inspected rate against the tunnel's right before it: the machine's neighbours
@@ -343,7 +360,7 @@ export async function runInspectBench(quick: boolean, progress: (text: string) =
       `  proxy CPU per keep-alive request (us)    inspected ${spread(cpu.inspect, 0)}  tunnel ${spread(cpu.tunnel, 0)}  (median [min-max] of the rounds; user + system, all threads)`,
       `  first request, leaf cached (ms)          inspected ${f.inspect.toFixed(2)}  tunnel ${f.tunnel.toFixed(2)}  ratio ${(f.inspect / f.tunnel).toFixed(2)} (<= 2) ${verdict(f.inspect / f.tunnel <= 2)}`,
       `  a new leaf (ms, ECDSA P-256)             median ${leaf.median.toFixed(2)}  p95 ${leaf.p95.toFixed(2)}  (<= 5) ${verdict(leaf.median <= 5)}`,
-      `  resident memory per open connection      inspected ${kib(median(mem.inspect))}  tunnel ${kib(median(mem.tunnel))}  (median of 3 batches of ${plan.idle})  charged to the budget per inspected connection: ${kib(INSPECT_CONNECTION_BYTES)} beside the tunnel's own`,
+      `  resident memory per open connection      inspected ${kib(mem.inspect)}  tunnel ${kib(mem.tunnel)}  (${plan.idle} of each, in a proxy of their own)  charged to the budget per inspected connection: ${kib(INSPECT_CONNECTION_BYTES)} beside the tunnel's own`,
       ...floors,
     ];
   } finally {

@@ -22,11 +22,13 @@ import { destinationOf, F, ms, type DecisionRecorder, type Refusal } from '../re
 /**
  * What an inspected connection holds beyond a tunnel, charged to the memory budget for its life:
  * OpenSSL's state of the client's TLS and the inner connection's objects. `npm run bench`
- * (bench/inspect.ts) measured 35-39 KiB resident per open, idle inspected connection against 2 KiB
- * per tunnel; a busy one holds a TLS record's read and write buffers (16 KiB each) more. The
- * inner connection's parser and request bodies are charged on top, as for any connection.
+ * (bench/inspect.ts, in a proxy of its own) measured 69-76 KiB resident per open, idle inspected
+ * connection over 400 of them, against 3-9 KiB per tunnel; held 100 at a time, the first hundred
+ * cost about 35 KiB each and the next ones 64-67 KiB (the first were measured alone once, and
+ * this was 64 KiB). A busy one holds a TLS record's read and write buffers (16 KiB each) more.
+ * The inner connection's parser and request bodies are charged on top, as for any connection.
  */
-export const INSPECT_CONNECTION_BYTES = 64 * 1024;
+export const INSPECT_CONNECTION_BYTES = 80 * 1024;
 
 /** TLS alerts by which a client says it refused the certificate it was shown. */
 const CERTIFICATE_ALERTS = /ALERT_(UNKNOWN_CA|BAD_CERTIFICATE|CERTIFICATE_UNKNOWN|UNSUPPORTED_CERTIFICATE|CERTIFICATE_EXPIRED|CERTIFICATE_REVOKED|DECRYPT_ERROR)/;
