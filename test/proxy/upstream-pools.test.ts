@@ -40,18 +40,12 @@ async function poolsToServer(t: Test, maxPools: number, maxPoolsPerOwner: number
     server.close();
   });
   /** One GET to `host` for `owner`; resolves with the port its upstream connection came from. */
-  return (host: string, owner: string): Promise<string> => get(pools.forTarget(host, port, ['127.0.0.1'], undefined, owner));
+  const getFor = (host: string, owner: string): Promise<string> => get(pools.forTarget(host, port, ['127.0.0.1'], undefined, owner));
+  return { pools, port, get: getFor };
 }
 
 t.test('a name whose resolver rotates its addresses keeps one pool: its next request reuses the idle connection', async (t) => {
-  const server = http.createServer((req, res) => res.writeHead(200, { 'Content-Length': String(req.socket.remotePort).length }).end(String(req.socket.remotePort)));
-  server.keepAliveTimeout = 60_000;
-  const port = await listen(server);
-  const pools = new UpstreamPools({ connect: defaultConnect, connectTimeoutMs: 5_000, idleTimeoutMs: 5_000, maxHeaderBytes: 64 * 1024, maxPools: 16, maxPoolsPerOwner: 16 });
-  t.teardown(() => {
-    pools.destroy();
-    server.close();
-  });
+  const { pools, port } = await poolsToServer(t, 16, 16);
   // Nothing listens on 127.0.0.2: a pool of the second order would dial it first, then 127.0.0.1 anew.
   const first = pools.forTarget('rr.test', port, ['127.0.0.1', '127.0.0.2']);
   const from = await get(first);
@@ -64,7 +58,7 @@ t.test('a name whose resolver rotates its addresses keeps one pool: its next req
 });
 
 t.test("a sandbox past its share of the pools closes its own, never another sandbox's idle connection", async (t) => {
-  const get = await poolsToServer(t, 16, 4);
+  const { get } = await poolsToServer(t, 16, 4);
   const first = await get('b.test', B);
   // Sandbox A asks for more destinations than the whole process keeps pools for.
   const seen: string[] = [];
@@ -75,7 +69,7 @@ t.test("a sandbox past its share of the pools closes its own, never another sand
 });
 
 t.test('a sandbox within its share, at the process cap, closes the least recently used pool of all', async (t) => {
-  const get = await poolsToServer(t, 4, 2);
+  const { get } = await poolsToServer(t, 4, 2);
   const oldest = await get('b1.test', B);
   await get('b2.test', B);
   const c = await get('c.test', 'cap-c/life-c-0001');
