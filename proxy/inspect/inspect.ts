@@ -22,10 +22,11 @@ import { destinationOf, F, ms, type DecisionRecorder, type Refusal } from '../re
 /**
  * What an inspected connection holds beyond a tunnel, charged to the memory budget for its life:
  * OpenSSL's state of the client's TLS and the inner connection's objects. `npm run bench`
- * (bench/inspect.ts, in a proxy of its own) measured 69-76 KiB resident per open, idle inspected
- * connection over 400 of them, against 3-9 KiB per tunnel; held 100 at a time, the first hundred
- * cost about 35 KiB each and the next ones 64-67 KiB (the first were measured alone once, and
- * this was 64 KiB). A busy one holds a TLS record's read and write buffers (16 KiB each) more.
+ * (bench/inspect.ts, in a proxy of its own) measured 66-76 KiB resident per open, idle inspected
+ * connection over 400 of them, against 2-9 KiB per tunnel. Held a hundred at a time, the first
+ * hundred cost about 35 KiB each and most later ones 64-67 KiB: an earlier measurement of a
+ * hundred alone had set this at 64 KiB. A busy one holds a TLS record's read and write buffers
+ * (16 KiB each) more.
  * The inner connection's parser and request bodies are charged on top, as for any connection.
  */
 export const INSPECT_CONNECTION_BYTES = 80 * 1024;
