@@ -26,8 +26,8 @@ import { destinationOf, F, ms, type DecisionRecorder, type Refusal } from '../re
  * connection over 400 of them, against 2-9 KiB per tunnel. Held a hundred at a time, the first
  * hundred cost about 35 KiB each and most later ones 64-67 KiB: an earlier measurement of a
  * hundred alone had set this at 64 KiB. A busy one holds a TLS record's read and write buffers
- * (16 KiB each) more.
- * The inner connection's parser and request bodies are charged on top, as for any connection.
+ * (16 KiB each) more. The inner connection's parser and request bodies are charged on top, as
+ * for any connection.
  */
 export const INSPECT_CONNECTION_BYTES = 80 * 1024;
 
