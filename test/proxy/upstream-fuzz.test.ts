@@ -83,10 +83,11 @@ t.test(`${CASES} hostile answers (seed ${SEED})`, async (t) => {
     lines: lines().filter((l) => l.event === 'decision' && l.host === 'hostile.test').length,
     suppressed: lines().reduce((n, l) => n + (l.event === 'decision_lines_suppressed' ? Number(l.lines) : 0), 0),
   });
-  for (const end = Date.now() + 15_000; accounted().lines + accounted().suppressed < CASES && Date.now() < end; ) {
+  let seen = accounted();
+  for (const end = Date.now() + 15_000; seen.lines + seen.suppressed < CASES && Date.now() < end; seen = accounted()) {
     await new Promise((r) => setTimeout(r, 50));
   }
-  const { lines: perRequest, suppressed } = accounted();
+  const { lines: perRequest, suppressed } = seen;
   t.comment(`decision lines ${perRequest}, refusals over the line rate ${suppressed}`);
   t.equal(perRequest + suppressed, CASES, 'exactly one decision line per request, or its count on the suppressed line');
 });
