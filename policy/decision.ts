@@ -53,7 +53,11 @@ export interface AllowedTarget {
 export interface Allowed extends AllowedTarget {
   /** Checked addresses, in the order to dial them. */
   readonly addresses: readonly string[];
-  readonly pinnedBy: 'dns' | 'test_host';
+  /**
+   * Where they came from: a lookup, the policy's test hosts, or (a request inside an inspected
+   * connection) the addresses that connection was allowed to, checked again (repinTarget).
+   */
+  readonly pinnedBy: 'dns' | 'test_host' | 'connection';
 }
 
 export type Decision = Allowed | Denial;
@@ -197,7 +201,7 @@ export const MAX_PINNED_ADDRESSES = 16;
  * Every address must be public unicast, and none one of the proxy's own listeners; one that is
  * not denies the whole request. The first MAX_PINNED_ADDRESSES are pinned.
  */
-export function checkAddresses(target: AllowedTarget, addresses: readonly string[], ownListener?: OwnListener): Decision {
+export function checkAddresses(target: AllowedTarget, addresses: readonly string[], ownListener?: OwnListener, pinnedBy: 'dns' | 'connection' = 'dns'): Decision {
   const all = addresses.length < 2 ? addresses : [...new Set(addresses)];
   const pinned = all.length > MAX_PINNED_ADDRESSES ? all.slice(0, MAX_PINNED_ADDRESSES) : all;
   if (pinned.length === 0) {
@@ -227,7 +231,7 @@ export function checkAddresses(target: AllowedTarget, addresses: readonly string
       };
     }
   }
-  return allowed(target, pinned, 'dns');
+  return allowed(target, pinned, pinnedBy);
 }
 
 /**
@@ -246,6 +250,21 @@ export async function resolveTarget(policy: Policy, target: AllowedTarget, looku
   } catch (err) {
     return { allowed: false, reason: 'internal_error', detail: `decision failed: ${(err as Error).message}`, port: target.port };
   }
+}
+
+/**
+ * Pins a request inside a connection already allowed to its host (an inspected one, whose every
+ * request names that host) to the addresses that connection's decision checked, checked again
+ * against `policy`, the one in force now: its test hosts first, as resolveTarget does, then every
+ * address's class and the proxy's own listeners. No lookup: the name was resolved once for the
+ * connection, as for a tunnel, whose bytes go to those addresses for its whole life too. A lookup
+ * per request cost a resolver round trip each (two queries) and gained nothing against
+ * rebinding, which only ever meets addresses that were checked.
+ */
+export function repinTarget(policy: Policy, target: AllowedTarget, addresses: readonly string[], ownListener?: OwnListener): Decision {
+  const pinned = policy.testHosts.get(target.host);
+  if (pinned !== undefined) return allowed(target, pinned, 'test_host');
+  return checkAddresses(target, addresses, ownListener, 'connection');
 }
 
 /**

@@ -28,6 +28,7 @@ export {
   MAX_PINNED_ADDRESSES,
   decide,
   recheckTarget,
+  repinTarget,
   resolveTarget,
   type Decision,
   type Allowed,

@@ -24,12 +24,13 @@ export interface TransparentEntry {
 /**
  * The decrypted inside of an inspected connection (proxy/inspect/): TLS the proxy terminated for
  * `host` (the CONNECT host, or the transparent hello's server name) on `port`. Its requests must
- * name that host.
+ * name that host, and go to `addresses`, those its decision checked (checked again for each).
  */
 export interface InspectedEntry {
   readonly kind: 'inspect';
   readonly host: string;
   readonly port: number;
+  readonly addresses: readonly string[];
 }
 
 /** What a connection came in by: a transparent listener, or an inspected connection's inside. */

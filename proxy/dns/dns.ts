@@ -1,6 +1,7 @@
 /**
- * The lookups the policy's pinned resolution runs: A and AAAA once per request, with a timeout,
- * asked of the DNS servers the operator named, or of those in /etc/resolv.conf.
+ * The lookups the policy's pinned resolution runs: A and AAAA once per request (an inspected
+ * connection is one: its requests go to its checked addresses), with a timeout, asked of the DNS
+ * servers the operator named, or of those in /etc/resolv.conf.
  *
  * Always through c-ares on the event loop, never getaddrinfo: getaddrinfo runs on libuv's
  * threadpool (four threads) and cannot be cancelled, so a few lookups of names whose servers never

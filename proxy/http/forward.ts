@@ -14,7 +14,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { EGRESS_HEALTH_PATH } from '../../common/index.js';
-import { applySecrets, checkRequest, checkTarget, resolveTarget, screenTarget, secretLabel, type SecretSet } from '../../policy/index.js';
+import { applySecrets, checkRequest, checkTarget, repinTarget, resolveTarget, screenTarget, secretLabel, type SecretSet } from '../../policy/index.js';
 import { sandboxHealthField, type ClientConnection, type ProxyContext } from '../admission/index.js';
 import { destinationOf, F, ms, refuseResponse, revokedWhileDeciding, type DecisionRecorder, type LineFields, type Refusal } from '../record/index.js';
 import { ValueWatch } from '../secrets/index.js';
@@ -135,7 +135,10 @@ export function createForwarder(ctx: ProxyContext) {
     const head = checkRequestHead(secrets.headers, checked.host, checked.port, req.httpVersion !== '1.0', trust === undefined ? HTTP_PORT : HTTPS_PORT);
     if (!head.ok) return deny({ reason: 'bad_request', detail: head.detail, host: checked.host, port: checked.port });
 
-    const decision = await resolveTarget(policy, checked, (name) => ctx.lookup(name, clientKey), ctx.ownListener);
+    // Inside an inspected connection, the addresses it was allowed to (its host is the request's):
+    // resolved once for the connection, as for a tunnel, checked again here.
+    const decision =
+      entry?.kind === 'inspect' ? repinTarget(policy, checked, entry.addresses, ctx.ownListener) : await resolveTarget(policy, checked, (name) => ctx.lookup(name, clientKey), ctx.ownListener);
     // Refused meanwhile, by a parse error behind it.
     if (record.recorded) return;
     const decideMs = ms(started);

@@ -163,7 +163,7 @@ export class Inspector implements InspectStarter {
       secure.off('end', gone);
       secure.on('error', () => secure.destroy()); // the inner connection's close says the rest
       record.allow(destinationOf(decision), { [F.tunnel]: 'inspect', [F.decideMs]: start.decideMs, [F.durationMs]: ms(start.started) });
-      this.serve(connection.inner(secure, { kind: 'inspect', host: decision.host, port: decision.port }));
+      this.serve(connection.inner(secure, { kind: 'inspect', host: decision.host, port: decision.port, addresses: decision.addresses }));
     });
   }
 }

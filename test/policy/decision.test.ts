@@ -2,13 +2,14 @@
  * An open connection checked again when its policy changes (recheckTarget): it is kept exactly
  * when a new connection of its kind to the same target would be allowed as it runs, so a tunnel is
  * checked as a tunnel (an entry with rules allows none) and in its mode (an opaque tunnel is
- * not a tls one).
+ * not a tls one). And a request inside an inspected connection pinned to the addresses that
+ * connection checked (repinTarget): checked again, never looked up.
  */
 import t from 'tap';
-import { buildPolicy, recheckTarget, type AllowEntry, type OpenTarget, type Policy } from '../../policy/index.js';
+import { buildPolicy, checkTarget, recheckTarget, repinTarget, type AllowEntry, type OpenTarget, type Policy } from '../../policy/index.js';
 
-function policyOf(allowHosts: AllowEntry[]): Policy {
-  const built = buildPolicy({ allowHosts, tunnelDefault: 'opaque', connectPorts: [443, 80] });
+function policyOf(allowHosts: AllowEntry[], testHosts: Record<string, string> = {}): Policy {
+  const built = buildPolicy({ allowHosts, tunnelDefault: 'opaque', connectPorts: [443, 80], testHosts });
   if (!built.ok) throw new Error(JSON.stringify(built.problems));
   return built.policy;
 }
@@ -32,4 +33,17 @@ t.test('recheckTarget keeps what a new connection of the same kind would be allo
     const got = recheckTarget(policyOf(row.now), row.open);
     t.equal(got.allowed ? 'allowed' : got.reason, row.outcome, row.name);
   }
+});
+
+t.test("repinTarget checks the connection's addresses again, and prefers a test host as a lookup would", async (t) => {
+  const plain = policyOf(['a.example']);
+  const target = checkTarget(plain, 'a.example', 443);
+  if (!target.allowed) throw new Error(target.detail);
+  t.match(repinTarget(plain, target, ['93.184.215.14', '2606:2800:21f:cb07:6820:80da:af6b:8b2c']), { allowed: true, addresses: ['93.184.215.14', '2606:2800:21f:cb07:6820:80da:af6b:8b2c'], pinnedBy: 'connection' });
+  t.match(repinTarget(plain, target, ['93.184.215.14', '10.0.0.1']), { allowed: false, reason: 'address_not_allowed' }, 'one private address refuses, as in a lookup');
+  t.match(repinTarget(plain, target, []), { allowed: false, reason: 'dns_failed' }, 'no address, no request');
+  t.match(repinTarget(plain, target, ['93.184.215.14'], (address, port) => address === '93.184.215.14' && port === 443), { allowed: false, reason: 'address_not_allowed' }, "the proxy's own listener");
+  t.match(repinTarget(policyOf(['a.example'], { 'a.example': '127.0.0.1' }), target, ['93.184.215.14']), { allowed: true, addresses: ['127.0.0.1'], pinnedBy: 'test_host' });
+  // A connection a test host pinned, whose test host a reload removed: its address is checked now.
+  t.match(repinTarget(plain, target, ['127.0.0.1']), { allowed: false, reason: 'address_not_allowed' });
 });
