@@ -14,7 +14,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { EGRESS_HEALTH_PATH } from '../../common/index.js';
-import { applySecrets, checkRequest, checkTarget, repinTarget, resolveTarget, screenTarget, secretLabel, type SecretSet } from '../../policy/index.js';
+import { applySecrets, checkRequest, checkTarget, repinTarget, resolveTarget, screenTarget, secretLabel, type AllowedTarget, type Decision, type Policy, type SecretSet } from '../../policy/index.js';
 import { sandboxHealthField, type ClientConnection, type ProxyContext } from '../admission/index.js';
 import { destinationOf, F, ms, refuseResponse, revokedWhileDeciding, type DecisionRecorder, type LineFields, type Refusal } from '../record/index.js';
 import { ValueWatch } from '../secrets/index.js';
@@ -77,11 +77,22 @@ function watchable(headers: readonly string[]): string[] {
   return out;
 }
 
+/**
+ * The addresses an allowed request goes to: its own lookup's, checked; inside an inspected
+ * connection (whose host is every request's), those checked for the connection, checked again
+ * (resolved once for the connection, as for a tunnel).
+ */
+function pin(ctx: ProxyContext, connection: ClientConnection, policy: Policy, checked: AllowedTarget): Decision | Promise<Decision> {
+  const { entry, clientKey } = connection;
+  if (entry?.kind === 'inspect') return repinTarget(policy, checked, entry.addresses, ctx.ownListener);
+  return resolveTarget(policy, checked, (name) => ctx.lookup(name, clientKey), ctx.ownListener);
+}
+
 export function createForwarder(ctx: ProxyContext) {
   /** One plain-HTTP request on `connection`; its one decision line goes through `record`. */
   return async function handleRequest(connection: ClientConnection, req: IncomingMessage, res: ServerResponse, record: DecisionRecorder): Promise<void> {
     const started = performance.now();
-    const { log, clientKey, entry } = connection;
+    const { log, entry } = connection;
     const deny = (refusal: Refusal, fields: LineFields = {}): void => {
       record.deny(refusal, fields);
       refuseResponse(res, refusal);
@@ -135,10 +146,7 @@ export function createForwarder(ctx: ProxyContext) {
     const head = checkRequestHead(secrets.headers, checked.host, checked.port, req.httpVersion !== '1.0', trust === undefined ? HTTP_PORT : HTTPS_PORT);
     if (!head.ok) return deny({ reason: 'bad_request', detail: head.detail, host: checked.host, port: checked.port });
 
-    // Inside an inspected connection, the addresses it was allowed to (its host is the request's):
-    // resolved once for the connection, as for a tunnel, checked again here.
-    const decision =
-      entry?.kind === 'inspect' ? repinTarget(policy, checked, entry.addresses, ctx.ownListener) : await resolveTarget(policy, checked, (name) => ctx.lookup(name, clientKey), ctx.ownListener);
+    const decision = await pin(ctx, connection, policy, checked);
     // Refused meanwhile, by a parse error behind it.
     if (record.recorded) return;
     const decideMs = ms(started);
