@@ -23,6 +23,9 @@
  *   the proxy does), or uses Node's HTTP server and an undici pool, with no checks; each round
  *   beside a tunnel through the proxy. Where the proxy's time goes: TLS, HTTP, its own.
  *
+ * The proxy logs at its default level (info), its lines into /dev/null: a decision line per
+ * inspected request is part of what an inspected request costs.
+ *
  * Both paths run once, unmeasured, before the rounds (the floors too), so that no round measures
  * code still being compiled. With two CPUs or more, the proxy and the floors run on CPU 1 and this
  * process on CPU 0 (`pin`).
@@ -131,7 +134,9 @@ async function startProxy(dir: string, upstreamPort: number): Promise<{ child: C
     EGRESS_CA_DIR: caDir,
     EGRESS_UPSTREAM_CA: join(dir, 'up.pem'),
   });
-  const child = await startChild('capybara', process.execPath, [cli, '--policy', policy, '--listen', `127.0.0.1:${port}`, '--log-level', 'warn'], { env, lifetimeSec: 600 });
+  // At its default log level, as deployed: every inspected request writes its decision line (into
+  // /dev/null here), a tunnel one per connection.
+  const child = await startChild('capybara', process.execPath, [cli, '--policy', policy, '--listen', `127.0.0.1:${port}`], { env, lifetimeSec: 600 });
   pin(child.pid, '1');
   // Listening means started: the CA was made (or read) before the listeners open.
   const deadline = Date.now() + 15_000;
