@@ -54,8 +54,16 @@ const AGAIN = Symbol('again');
 /** Nothing buffered (a Buffer of no bytes cannot be written into, so one serves every parser). */
 const EMPTY = Buffer.alloc(0);
 const HEAD_END = Buffer.from('\r\n\r\n', 'latin1');
-/** A CR not followed by LF, or an LF not after a CR, anywhere in a head's text. */
-const BARE_CR_OR_LF = /\r(?!\n)|(?<!\r)\n/;
+/**
+ * Whether a head's text holds a CR not followed by LF, or an LF not after a CR. A scan from one to
+ * the next of each (a line apiece): a regular expression with a lookbehind tried both at every
+ * byte, and took half again as long on a head of thirty fields.
+ */
+function bareCrOrLf(text: string): boolean {
+  for (let lf = text.indexOf('\n'); lf !== -1; lf = text.indexOf('\n', lf + 1)) if (lf === 0 || text.charCodeAt(lf - 1) !== 0x0d) return true;
+  for (let cr = text.indexOf('\r'); cr !== -1; cr = text.indexOf('\r', cr + 1)) if (text.charCodeAt(cr + 1) !== 0x0a) return true;
+  return false;
+}
 
 export class ResponseParser {
   private buffered: Buffer = EMPTY;
@@ -213,7 +221,7 @@ export class ResponseParser {
     if (end + 4 > this.maxHeadBytes) return this.fail(`the response head is larger than ${this.maxHeadBytes} bytes`);
     const text = this.buffered.toString('latin1', 0, end);
     this.consume(end + 4);
-    if (BARE_CR_OR_LF.test(text)) return this.fail('the response head holds a bare CR or LF');
+    if (bareCrOrLf(text)) return this.fail('the response head holds a bare CR or LF');
     const lines = text.split('\r\n');
     if (lines.length - 1 > MAX_FIELD_LINES) return this.fail(`the response head has more than ${MAX_FIELD_LINES} field lines`);
     const status = STATUS_LINE.exec(lines[0]!);

@@ -61,6 +61,12 @@ t.test('framed responses: by length, chunked (extensions, trailers), none for HE
   t.same([r.body, r.end], ['all of it', { keepAlive: false }], 'no framing: the body runs to the close');
   r = both(t, 'HTTP/1.1 200\r\nContent-Length: 0\r\n\r\n');
   t.same([r.head?.reason, r.end], ['', { keepAlive: true }], 'a status line without a reason');
+  // Only spaces and tabs are trimmed, at the ends: a no-break space (0xA0) is the value's own byte.
+  r = both(t, 'HTTP/1.1 200 OK\r\ncOnTeNt-LeNgTh:\t 2 \t\r\nX-A: \t a \t b\t \r\nX-B:\r\nX-C: \t \r\nX-D: \xa0v\xa0\r\n\r\nok');
+  t.same(r.head?.fields, ['cOnTeNt-LeNgTh', '2', 'X-A', 'a \t b', 'X-B', '', 'X-C', '', 'X-D', '\xa0v\xa0']);
+  t.same([r.body, r.end], ['ok', { keepAlive: true }], 'a Content-Length in any case frames the body');
+  r = both(t, 'HTTP/1.1 200 OK\r\nTRANSFER-ENCODING: CHUNKED\r\nCONNECTION: CLOSE\r\n\r\n2\r\nok\r\n0\r\n\r\n');
+  t.same([r.body, r.end], ['ok', { keepAlive: false }], 'Transfer-Encoding and Connection in any case');
 });
 
 t.test('interim 1xx heads are skipped; the final head follows', async (t) => {
