@@ -10,7 +10,9 @@
  *   other for a while; requests per second, each round's inspected rate over the tunnel's in the
  *   same round (target: the median of those ratios at least 0.5). Beside it, the proxy's own CPU
  *   time per request (/proc/PID/stat): on a shared machine throughput moves with the neighbours,
- *   CPU per request much less.
+ *   CPU per request much less. The same again in the same rounds, answered with a head of 26
+ *   fields (an API's): an inspected response's fields are each read, checked and written again,
+ *   a tunnel's are bytes; the target is the plain request's, this says what wide heads add.
  * - first request: a new connection, CONNECT, TLS, one request, its response; the median (target:
  *   inspected, with its leaf cached, at most 2x).
  * - a new leaf: the CA module signing leaves for fresh names in this process (target: 5 ms).
@@ -47,6 +49,19 @@ import { cpuMs, memoryOf } from './peers.js';
 const INSPECTED = 'inspect.bench.test';
 const TUNNELED = 'tunnel.bench.test';
 const RESPONSE = Buffer.from('HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 13\r\n\r\nhello, world\n', 'latin1');
+/** A request for this path is answered with a head of 26 fields, as an API such as GitHub's sends: each field is read and checked. */
+const WIDE_PATH = '/wide';
+const WIDE_FIELDS = [
+  'Date: Sun, 06 Dec 2026 12:00:00 GMT', 'Content-Type: application/json; charset=utf-8', 'Cache-Control: private, max-age=60, s-maxage=60',
+  'Vary: Accept, Authorization, Cookie, X-GitHub-OTP', 'ETag: W/"0123456789abcdef0123456789abcdef"', 'Last-Modified: Sat, 05 Dec 2026 10:00:00 GMT',
+  'X-OAuth-Scopes: repo, workflow', 'X-Accepted-OAuth-Scopes: repo', 'X-GitHub-Media-Type: github.v3; format=json', 'X-GitHub-Api-Version-Selected: 2022-11-28',
+  'X-RateLimit-Limit: 5000', 'X-RateLimit-Remaining: 4999', 'X-RateLimit-Reset: 1765000000', 'X-RateLimit-Used: 1', 'X-RateLimit-Resource: core',
+  'Access-Control-Expose-Headers: ETag, Link, Location, Retry-After, X-GitHub-OTP, X-RateLimit-Limit, X-RateLimit-Remaining',
+  'Access-Control-Allow-Origin: *', 'Strict-Transport-Security: max-age=31536000; includeSubdomains; preload', 'X-Frame-Options: deny',
+  'X-Content-Type-Options: nosniff', 'X-XSS-Protection: 0', 'Referrer-Policy: origin-when-cross-origin, strict-origin-when-cross-origin',
+  "Content-Security-Policy: default-src 'none'", 'Server: github.com', 'Content-Length: 13', 'X-GitHub-Request-Id: ABCD:1234:5678:9ABC:DEF0',
+];
+const WIDE_RESPONSE = Buffer.from(`HTTP/1.1 200 OK\r\n${WIDE_FIELDS.join('\r\n')}\r\n\r\nhello, world\n`, 'latin1');
 
 interface Plan {
   readonly rounds: number;
@@ -94,12 +109,10 @@ async function startUpstream(dir: string): Promise<{ server: tls.Server; port: n
     let pending = '';
     socket.on('data', (buf: Buffer) => {
       pending += buf.toString('latin1');
-      let n = 0;
       for (let end = pending.indexOf('\r\n\r\n'); end !== -1; end = pending.indexOf('\r\n\r\n')) {
-        n += 1;
+        socket.write(pending.startsWith(`GET ${WIDE_PATH} `) ? WIDE_RESPONSE : RESPONSE);
         pending = pending.slice(end + 4);
       }
-      for (let i = 0; i < n; i++) socket.write(RESPONSE);
     });
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -187,8 +200,8 @@ async function open(target: Target, host: string): Promise<tls.TLSSocket> {
 
 const BODY_END = 'hello, world\n';
 
-/** One request on `secure`, resolved at the end of its response's body (the proxy rewrites the head). */
-function request(secure: tls.TLSSocket, host: string, port: number): Promise<void> {
+/** One request for `path` on `secure`, resolved at the end of its response's body (the proxy rewrites the head). */
+function request(secure: tls.TLSSocket, host: string, port: number, path = '/'): Promise<void> {
   return new Promise((resolve) => {
     let tail = '';
     const onData = (b: Buffer): void => {
@@ -199,12 +212,12 @@ function request(secure: tls.TLSSocket, host: string, port: number): Promise<voi
       }
     };
     secure.on('data', onData);
-    secure.write(`GET / HTTP/1.1\r\nHost: ${host}:${port}\r\n\r\n`);
+    secure.write(`GET ${path} HTTP/1.1\r\nHost: ${host}:${port}\r\n\r\n`);
   });
 }
 
-/** Requests per second, and the proxy's (`pid`) CPU microseconds per request meanwhile. */
-async function throughput(target: Target, host: string, plan: Plan, pid: number): Promise<{ rps: number; cpuUs: number }> {
+/** Requests per second (for `path`), and the proxy's (`pid`) CPU microseconds per request meanwhile. */
+async function throughput(target: Target, host: string, plan: Plan, pid: number, path = '/'): Promise<{ rps: number; cpuUs: number }> {
   const end = Date.now() + plan.seconds * 1000;
   let count = 0;
   const cpuBefore = cpuMs(pid);
@@ -212,7 +225,7 @@ async function throughput(target: Target, host: string, plan: Plan, pid: number)
     Array.from({ length: plan.connections }, async () => {
       const secure = await open(target, host);
       while (Date.now() < end) {
-        await request(secure, host, target.upstreamPort);
+        await request(secure, host, target.upstreamPort, path);
         count += 1;
       }
       secure.destroy();
@@ -328,18 +341,19 @@ export async function runInspectBench(quick: boolean, progress: (text: string) =
     const proxy = await startProxy(dir, upstream.port);
     const inspected: Target = { proxyPort: proxy.port, upstreamPort: upstream.port, ca: proxy.ca };
     const tunneled: Target = { ...inspected, ca: upstream.cert };
-    const rps = { inspect: [] as number[], tunnel: [] as number[] };
-    const cpu = { inspect: [] as number[], tunnel: [] as number[] };
+    const rps = { inspect: [] as number[], tunnel: [] as number[], inspectWide: [] as number[], tunnelWide: [] as number[] };
+    const cpu = { inspect: [] as number[], tunnel: [] as number[], inspectWide: [] as number[], tunnelWide: [] as number[] };
     const pid = proxy.child.pid;
     const first = { inspect: [] as number[], tunnel: [] as number[] };
     await firstRequest(inspected, INSPECTED, { ...plan, firsts: 10 }); // the leaf, cached from here on
     // Both paths compiled before their rounds, as the floors' are: a first round on code still
     // being compiled costs the proxy up to four times the CPU per request of the next.
-    for (const [target, host] of [[tunneled, TUNNELED], [inspected, INSPECTED]] as const) await throughput(target, host, { ...plan, seconds: 1 }, pid);
+    const paths = [['tunnel', tunneled, TUNNELED, '/'], ['inspect', inspected, INSPECTED, '/'], ['tunnelWide', tunneled, TUNNELED, WIDE_PATH], ['inspectWide', inspected, INSPECTED, WIDE_PATH]] as const;
+    for (const [, target, host, path] of paths) await throughput(target, host, { ...plan, seconds: 1 }, pid, path);
     for (let round = 1; round <= plan.rounds; round++) {
       progress(`inspect: round ${round}/${plan.rounds}`);
-      for (const [path, target, host] of [['tunnel', tunneled, TUNNELED], ['inspect', inspected, INSPECTED]] as const) {
-        const measured = await throughput(target, host, plan, pid);
+      for (const [path, target, host, urlPath] of paths) {
+        const measured = await throughput(target, host, plan, pid, urlPath);
         rps[path].push(measured.rps);
         cpu[path].push(measured.cpuUs);
       }
@@ -355,6 +369,7 @@ export async function runInspectBench(quick: boolean, progress: (text: string) =
     // move both alike within a round, and a round they hit moves one ratio, not the verdict.
     const ratios = rps.inspect.map((v, i) => v / rps.tunnel[i]!);
     const ratio = median(ratios);
+    const wideRatios = rps.inspectWide.map((v, i) => v / rps.tunnelWide[i]!);
     const spread = (values: readonly number[], digits: number): string => `${median(values).toFixed(digits)} [${Math.min(...values).toFixed(digits)}-${Math.max(...values).toFixed(digits)}]`;
     const f = { inspect: median(first.inspect), tunnel: median(first.tunnel) };
     const verdict = (ok: boolean): string => (ok ? 'PASS' : 'MISS');
@@ -363,6 +378,7 @@ export async function runInspectBench(quick: boolean, progress: (text: string) =
       `inspected hosts vs SNI-checked tunnels (median of ${plan.rounds} rounds; one proxy, one upstream, interleaved; ${pinned ? 'the proxy and the floors on CPU 1, clients and upstream on CPU 0' : 'not pinned to CPUs'})`,
       `  keep-alive HTTPS req/s (${plan.connections} connections)  inspected ${r.inspect.toFixed(0)}  tunnel ${r.tunnel.toFixed(0)}  ratio ${spread(ratios, 2)} (>= 0.5) ${verdict(ratio >= 0.5)}  (median [min-max] of each round's ratio)`,
       `  proxy CPU per keep-alive request (us)    inspected ${spread(cpu.inspect, 0)}  tunnel ${spread(cpu.tunnel, 0)}  (median [min-max] of the rounds; user + system, all threads)`,
+      `  the same, a response head of ${WIDE_FIELDS.length} fields (an API's, such as GitHub's): req/s inspected ${median(rps.inspectWide).toFixed(0)}  tunnel ${median(rps.tunnelWide).toFixed(0)}  ratio ${spread(wideRatios, 2)}  proxy CPU per request (us) inspected ${spread(cpu.inspectWide, 0)}  tunnel ${spread(cpu.tunnelWide, 0)}`,
       `  first request, leaf cached (ms)          inspected ${f.inspect.toFixed(2)}  tunnel ${f.tunnel.toFixed(2)}  ratio ${(f.inspect / f.tunnel).toFixed(2)} (<= 2) ${verdict(f.inspect / f.tunnel <= 2)}`,
       `  a new leaf (ms, ECDSA P-256)             median ${leaf.median.toFixed(2)}  p95 ${leaf.p95.toFixed(2)}  (<= 5) ${verdict(leaf.median <= 5)}`,
       `  resident memory per open connection      inspected ${kib(mem.inspect)}  tunnel ${kib(mem.tunnel)}  (${plan.idle} of each, in a proxy of their own)  charged to the budget per inspected connection: ${kib(INSPECT_CONNECTION_BYTES)} beside the tunnel's own`,
