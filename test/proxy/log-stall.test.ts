@@ -31,6 +31,6 @@ t.test('a stalled stdout: lines past the queue are dropped and counted, memory s
   t.ok(written < LINES, `${written} of ${LINES} lines written while stdout was stalled`);
   t.equal(written + dropped, LINES, `every line is written or counted (${dropped} dropped)`);
   t.ok(lines.some((l) => l.event === 'last'), 'lines are written again once stdout takes them');
-  // The queue is text: at most LOG_QUEUE_BYTES of it (twice that as UTF-16), over Node at rest.
+  // The queue is bytes (SonicBoom's buffer mode): at most LOG_QUEUE_BYTES of them, with room as much again, over Node at rest.
   t.ok(report.peakRss < 96 * MIB + 2 * LOG_QUEUE_BYTES, `peak RSS ${(report.peakRss / MIB).toFixed(1)} MiB while ${LINES} lines met a stalled stdout`);
 });
