@@ -352,10 +352,10 @@ export async function runInspectBench(quick: boolean, progress: (text: string) =
     for (const [, target, host, path] of paths) await throughput(target, host, { ...plan, seconds: 1 }, pid, path);
     for (let round = 1; round <= plan.rounds; round++) {
       progress(`inspect: round ${round}/${plan.rounds}`);
-      for (const [path, target, host, urlPath] of paths) {
-        const measured = await throughput(target, host, plan, pid, urlPath);
-        rps[path].push(measured.rps);
-        cpu[path].push(measured.cpuUs);
+      for (const [kind, target, host, path] of paths) {
+        const measured = await throughput(target, host, plan, pid, path);
+        rps[kind].push(measured.rps);
+        cpu[kind].push(measured.cpuUs);
       }
       first.tunnel.push(await firstRequest(tunneled, TUNNELED, plan));
       first.inspect.push(await firstRequest(inspected, INSPECTED, plan));
